@@ -1,0 +1,40 @@
+//! The exporter's metric model: the catalog, per-source snapshots, the snapshot store and the
+//! exposition encoders.
+//!
+//! Why a crate of its own: every source (NVML, DCGM, probes, textfiles, the simulator) and the
+//! HTTP server meet here, and none of them should depend on another.
+//!
+//! - [`catalog`] is the one table defining every metric ([`Metric`], [`CATALOG`]).
+//! - A source polls, builds [`Sample`]s (per GPU through [`gpu::push_gpu_samples`]) and publishes
+//!   an immutable [`Snapshot`] with its [`SourceHealth`] into the [`SnapshotStore`].
+//! - The HTTP server asks the store's current [`Generation`] for an exposition; each generation
+//!   encodes each format once ([`Format::OpenMetrics`] through prometheus-client, or the classic
+//!   [`Format::Text`]), optionally gzipped, and serves the cached bytes to every scraper.
+//!
+//! ```
+//! use dgx_pixels_metrics::{EncodeOptions, Format, Metric, Sample, Snapshot, SnapshotStore, SourceHealth};
+//!
+//! let store = SnapshotStore::new(&["sim"], vec![], EncodeOptions::default());
+//! store.publish(Snapshot {
+//!     source: "sim".into(),
+//!     health: SourceHealth { up: true, polls: 1, ..Default::default() },
+//!     samples: vec![Sample::new(Metric::GpuPower, ["0", "GPU-0"], 300.0)],
+//! });
+//! let body = store.current().exposition(Format::Text, false);
+//! assert!(std::str::from_utf8(&body).unwrap()
+//!     .contains("dgx_pixels_gpu_power_watts{gpu=\"0\",uuid=\"GPU-0\"} 300\n"));
+//! ```
+#![deny(missing_docs)]
+
+pub mod catalog;
+pub mod encode;
+pub mod gpu;
+pub mod snapshot;
+pub mod source;
+pub mod store;
+
+pub use catalog::{Kind, Metric, MetricDef, Unit, CATALOG};
+pub use encode::{EncodeOptions, Format};
+pub use snapshot::{Sample, Snapshot, SourceHealth};
+pub use source::{PollError, Source};
+pub use store::{Generation, SnapshotStore};

@@ -1,0 +1,206 @@
+//! The snapshot store: one writer per source, any number of readers, no locks on the read path.
+//!
+//! Each publish creates a new immutable [`Generation`] and swaps it in atomically (arc-swap).
+//! A generation encodes each exposition variant at most once, on first demand, and keeps the
+//! bytes; every scrape of the same generation is served from them, so the cost of a scrape does
+//! not grow with the number of concurrent scrapers, and no scrape ever waits on a poller.
+
+use std::io::Write as _;
+use std::sync::{Arc, OnceLock};
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use flate2::write::GzEncoder;
+use flate2::Compression;
+
+use crate::encode::{encode, EncodeOptions, ExpositionInput, Format};
+use crate::snapshot::{Sample, Snapshot};
+
+/// One immutable state of all sources, with its lazily encoded expositions.
+#[derive(Debug)]
+pub struct Generation {
+    number: u64,
+    input: ExpositionInput,
+    // OpenMetrics, text, OpenMetrics gzip, text gzip.
+    cache: [OnceLock<Bytes>; 4],
+}
+
+impl Generation {
+    /// Sequence number; increases with every publish.
+    pub fn number(&self) -> u64 {
+        self.number
+    }
+
+    /// The latest snapshot of each source, sorted by source name.
+    pub fn snapshots(&self) -> &[Arc<Snapshot>] {
+        &self.input.snapshots
+    }
+
+    /// The exposition of this generation in `format`, gzip-compressed if `gzip`.
+    pub fn exposition(&self, format: Format, gzip: bool) -> Bytes {
+        let slot = match (format, gzip) {
+            (Format::OpenMetrics, false) => 0,
+            (Format::Text, false) => 1,
+            (Format::OpenMetrics, true) => 2,
+            (Format::Text, true) => 3,
+        };
+        self.cache[slot]
+            .get_or_init(|| {
+                if gzip {
+                    compress(&self.exposition(format, false))
+                } else {
+                    Bytes::from(encode(&self.input, format))
+                }
+            })
+            .clone()
+    }
+}
+
+fn compress(plain: &[u8]) -> Bytes {
+    // Level 1: the exposition is small and scraped often; speed matters more than ratio.
+    let mut gz = GzEncoder::new(Vec::with_capacity(plain.len() / 4), Compression::fast());
+    match gz.write_all(plain).and_then(|_| gz.finish()) {
+        Ok(v) => Bytes::from(v),
+        // Writing into a Vec cannot fail; an empty gzip body would still be valid HTTP.
+        Err(_) => Bytes::new(),
+    }
+}
+
+/// Holds the current [`Generation`]; sources publish into it, the HTTP server reads from it.
+#[derive(Debug)]
+pub struct SnapshotStore {
+    current: ArcSwap<Generation>,
+}
+
+impl SnapshotStore {
+    /// A store for the named sources (each starts as pending), with static samples such as
+    /// build info and encoding options.
+    pub fn new(sources: &[&str], statics: Vec<Sample>, options: EncodeOptions) -> SnapshotStore {
+        let mut snapshots: Vec<Arc<Snapshot>> = sources
+            .iter()
+            .map(|s| Arc::new(Snapshot::pending(*s)))
+            .collect();
+        snapshots.sort_by(|a, b| a.source.cmp(&b.source));
+        let input = ExpositionInput {
+            statics: Arc::new(statics),
+            snapshots,
+            options: Arc::new(options),
+        };
+        SnapshotStore {
+            current: ArcSwap::from_pointee(Generation {
+                number: 0,
+                input,
+                cache: Default::default(),
+            }),
+        }
+    }
+
+    /// Replaces the snapshot of `snapshot.source`. Unknown source names are ignored (the set of
+    /// sources is fixed when the store is built).
+    pub fn publish(&self, snapshot: Snapshot) {
+        let snapshot = Arc::new(snapshot);
+        self.current.rcu(|cur| {
+            let mut snapshots = cur.input.snapshots.clone();
+            if let Some(slot) = snapshots.iter_mut().find(|s| s.source == snapshot.source) {
+                *slot = Arc::clone(&snapshot);
+            }
+            Generation {
+                number: cur.number + 1,
+                input: ExpositionInput {
+                    statics: Arc::clone(&cur.input.statics),
+                    snapshots,
+                    options: Arc::clone(&cur.input.options),
+                },
+                cache: Default::default(),
+            }
+        });
+    }
+
+    /// The current generation.
+    pub fn current(&self) -> Arc<Generation> {
+        self.current.load_full()
+    }
+
+    /// Whether every source has completed at least one poll.
+    pub fn all_polled(&self) -> bool {
+        self.current
+            .load()
+            .input
+            .snapshots
+            .iter()
+            .all(|s| s.health.polls > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::Metric;
+    use crate::snapshot::SourceHealth;
+    use std::io::Read;
+
+    fn up(source: &str, watts: f64) -> Snapshot {
+        Snapshot {
+            source: source.into(),
+            health: SourceHealth {
+                up: true,
+                polls: 1,
+                ..Default::default()
+            },
+            samples: vec![Sample::new(Metric::GpuPower, ["0", "GPU-a"], watts)],
+        }
+    }
+
+    #[test]
+    fn publish_swaps_generations_and_readiness_waits_for_every_source() {
+        let store = SnapshotStore::new(&["sim", "other"], vec![], EncodeOptions::default());
+        assert!(!store.all_polled());
+        let g0 = store.current();
+        store.publish(up("sim", 100.0));
+        assert!(!store.all_polled());
+        store.publish(up("other", 1.0));
+        assert!(store.all_polled());
+        let g2 = store.current();
+        assert_eq!(g2.number(), g0.number() + 2);
+        // An old generation is immutable: readers holding it still see the old state.
+        let old = String::from_utf8(g0.exposition(Format::Text, false).to_vec()).unwrap();
+        assert!(!old.contains("dgx_pixels_gpu_power_watts{"));
+        let new = String::from_utf8(g2.exposition(Format::Text, false).to_vec()).unwrap();
+        assert!(new.contains("dgx_pixels_gpu_power_watts{gpu=\"0\",uuid=\"GPU-a\"} 100\n"));
+        // Sources are listed in name order.
+        let names: Vec<_> = g2.snapshots().iter().map(|s| s.source.as_str()).collect();
+        assert_eq!(names, ["other", "sim"]);
+    }
+
+    #[test]
+    fn expositions_are_encoded_once_per_generation() {
+        let store = SnapshotStore::new(&["sim"], vec![], EncodeOptions::default());
+        store.publish(up("sim", 5.0));
+        let g = store.current();
+        let a = g.exposition(Format::OpenMetrics, false);
+        let b = g.exposition(Format::OpenMetrics, false);
+        // Same allocation: the second call served the cached bytes.
+        assert_eq!(a.as_ptr(), b.as_ptr());
+    }
+
+    #[test]
+    fn gzip_variant_decompresses_to_the_plain_one() {
+        let store = SnapshotStore::new(&["sim"], vec![], EncodeOptions::default());
+        store.publish(up("sim", 5.0));
+        let g = store.current();
+        let gz = g.exposition(Format::Text, true);
+        let mut plain = String::new();
+        flate2::read::GzDecoder::new(&gz[..])
+            .read_to_string(&mut plain)
+            .unwrap();
+        assert_eq!(plain.as_bytes(), &g.exposition(Format::Text, false)[..]);
+    }
+
+    #[test]
+    fn unknown_sources_are_ignored() {
+        let store = SnapshotStore::new(&["sim"], vec![], EncodeOptions::default());
+        store.publish(up("nope", 5.0));
+        let text = store.current().exposition(Format::Text, false);
+        assert!(!String::from_utf8_lossy(&text).contains("dgx_pixels_gpu_power_watts{"));
+    }
+}
