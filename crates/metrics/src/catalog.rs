@@ -283,7 +283,9 @@ mod tests {
             assert!(valid_name(def.name), "{}", def.name);
             let rest = def.name.strip_prefix("dgx_pixels_").expect(def.name);
             assert!(
-                subsystems.iter().any(|s| rest.starts_with(&format!("{s}_"))),
+                subsystems
+                    .iter()
+                    .any(|s| rest.starts_with(&format!("{s}_"))),
                 "{} has no known subsystem",
                 def.name
             );
@@ -304,8 +306,16 @@ mod tests {
             assert!(!def.help.is_empty() && !def.help.contains('\n') && !def.help.contains('\\'));
             for label in def.labels {
                 assert!(valid_name(label) && !label.starts_with("__"), "{label}");
-                assert_ne!(*label, "instance", "{}: instance belongs to Prometheus", def.name);
-                assert_ne!(*label, "node", "{}: node is added by configuration", def.name);
+                assert_ne!(
+                    *label, "instance",
+                    "{}: instance belongs to Prometheus",
+                    def.name
+                );
+                assert_ne!(
+                    *label, "node",
+                    "{}: node is added by configuration",
+                    def.name
+                );
             }
             if rest.starts_with("gpu_") || rest.starts_with("mig_") || rest.starts_with("pcie_") {
                 assert_eq!(&def.labels[..2], &["gpu", "uuid"], "{}", def.name);

@@ -18,7 +18,8 @@ use crate::catalog::{Kind, Metric, MetricDef};
 use crate::snapshot::{Sample, Snapshot};
 
 /// Content type of the OpenMetrics exposition.
-pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
 /// Content type of the classic text exposition.
 pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -83,7 +84,11 @@ fn health_samples(snapshots: &[Arc<Snapshot>]) -> Vec<Sample> {
             if h.up { 1.0 } else { 0.0 },
         ));
         if let Some(d) = h.last_poll_duration {
-            out.push(Sample::new(Metric::SourcePollDuration, src, d.as_secs_f64()));
+            out.push(Sample::new(
+                Metric::SourcePollDuration,
+                src,
+                d.as_secs_f64(),
+            ));
         }
         if let Some(t) = h.last_success {
             out.push(Sample::new(Metric::SourceLastSuccess, src, unix_seconds(t)));
@@ -163,7 +168,12 @@ fn encode_text(families: &Families<'_>, options: &EncodeOptions) -> String {
                 .const_labels
                 .iter()
                 .map(|(k, v)| (k.as_str(), v.as_str()))
-                .chain(def.labels.iter().copied().zip(s.labels.iter().map(String::as_str)));
+                .chain(
+                    def.labels
+                        .iter()
+                        .copied()
+                        .zip(s.labels.iter().map(String::as_str)),
+                );
             let mut first = true;
             for (k, v) in pairs {
                 out.push(if first { '{' } else { ',' });
@@ -287,7 +297,21 @@ mod tests {
             Sample::new(Metric::GpuPower, ["0", "GPU-a"], 312.5),
             Sample::new(Metric::GpuEnergy, ["0", "GPU-a"], 1234.0),
             Sample::new(Metric::GpuPower, ["1", "GPU-b"], 80.0),
-            Sample::new(Metric::GpuInfo, ["0", "GPU-a", "H100 \"SXM\"\n", "s", "b", "v", "d", "0", "nvidia0"], 1.0),
+            Sample::new(
+                Metric::GpuInfo,
+                [
+                    "0",
+                    "GPU-a",
+                    "H100 \"SXM\"\n",
+                    "s",
+                    "b",
+                    "v",
+                    "d",
+                    "0",
+                    "nvidia0",
+                ],
+                1.0,
+            ),
             Sample::new(Metric::GpuTemperature, ["0", "GPU-a", "gpu"], f64::INFINITY),
             // Malformed (wrong label count) and NaN samples are never served.
             Sample::new(Metric::GpuUp, ["0"], 1.0),
@@ -325,23 +349,35 @@ mod tests {
             dgx_pixels_gpu_power_watts{node=\"dgx-01\",gpu=\"1\",uuid=\"GPU-b\"} 80\n";
         assert!(text.contains(expected_power), "{text}");
         assert!(text.contains("# TYPE dgx_pixels_gpu_energy_joules_total counter\n"));
-        assert!(text.contains("dgx_pixels_gpu_energy_joules_total{node=\"dgx-01\",gpu=\"0\",uuid=\"GPU-a\"} 1234\n"));
+        assert!(text.contains(
+            "dgx_pixels_gpu_energy_joules_total{node=\"dgx-01\",gpu=\"0\",uuid=\"GPU-a\"} 1234\n"
+        ));
         assert!(text.contains("model=\"H100 \\\"SXM\\\"\\n\""), "{text}");
         assert!(text.contains("sensor=\"gpu\"} +Inf\n"));
         assert!(text.contains("dgx_pixels_source_up{node=\"dgx-01\",source=\"sim\"} 1\n"));
         assert!(text.contains("dgx_pixels_source_last_success_timestamp_seconds{node=\"dgx-01\",source=\"sim\"} 1700000000\n"));
-        assert!(text.contains("dgx_pixels_source_poll_duration_seconds{node=\"dgx-01\",source=\"sim\"} 0.003\n"));
-        assert!(!text.contains("dgx_pixels_gpu_up"), "malformed sample leaked");
+        assert!(text.contains(
+            "dgx_pixels_source_poll_duration_seconds{node=\"dgx-01\",source=\"sim\"} 0.003\n"
+        ));
+        assert!(
+            !text.contains("dgx_pixels_gpu_up"),
+            "malformed sample leaked"
+        );
         assert!(!text.contains("NaN"));
         // Each family's TYPE line appears once.
-        assert_eq!(text.matches("# TYPE dgx_pixels_gpu_power_watts ").count(), 1);
+        assert_eq!(
+            text.matches("# TYPE dgx_pixels_gpu_power_watts ").count(),
+            1
+        );
     }
 
     #[test]
     fn openmetrics_has_units_total_and_eof() {
         let om = encode(&input(true), Format::OpenMetrics);
         assert!(om.contains("# TYPE dgx_pixels_gpu_energy_joules counter\n# UNIT dgx_pixels_gpu_energy_joules joules\n"), "{om}");
-        assert!(om.contains("dgx_pixels_gpu_energy_joules_total{node=\"dgx-01\",gpu=\"0\",uuid=\"GPU-a\"} 1234"));
+        assert!(om.contains(
+            "dgx_pixels_gpu_energy_joules_total{node=\"dgx-01\",gpu=\"0\",uuid=\"GPU-a\"} 1234"
+        ));
         assert!(om.contains("# UNIT dgx_pixels_gpu_power_watts watts\n"));
         assert!(om.contains("model=\"H100 \\\"SXM\\\"\\n\""));
         assert!(om.ends_with("# EOF\n"));
@@ -361,12 +397,19 @@ mod tests {
             let mut v: Vec<String> = text
                 .lines()
                 .filter(|l| !l.starts_with('#'))
-                .map(|l| l.rsplit_once(' ').map(|(k, _)| k.to_string()).unwrap_or_default())
+                .map(|l| {
+                    l.rsplit_once(' ')
+                        .map(|(k, _)| k.to_string())
+                        .unwrap_or_default()
+                })
                 .collect();
             v.sort();
             v
         }
         let i = input(true);
-        assert_eq!(series(&encode(&i, Format::Text)), series(&encode(&i, Format::OpenMetrics)));
+        assert_eq!(
+            series(&encode(&i, Format::Text)),
+            series(&encode(&i, Format::OpenMetrics))
+        );
     }
 }

@@ -249,13 +249,12 @@ pub fn push_gpu_samples(id: &GpuIdentity, r: &GpuReadout, out: &mut Vec<Sample>)
     for m in &r.mig {
         let gi = m.gpu_instance.to_string();
         let ci = m.compute_instance.to_string();
-        labelled(
-            Metric::MigInfo,
-            &[&gi, &ci, &m.profile, &m.mig_uuid],
-            1.0,
-        );
+        labelled(Metric::MigInfo, &[&gi, &ci, &m.profile, &m.mig_uuid], 1.0);
         for (metric, v) in [
-            (Metric::MigGraphicsEngineActive, m.graphics_engine_active_ratio),
+            (
+                Metric::MigGraphicsEngineActive,
+                m.graphics_engine_active_ratio,
+            ),
             (Metric::MigMemoryUsed, m.memory_used_bytes),
             (Metric::MigMemoryTotal, m.memory_total_bytes),
         ] {
@@ -311,12 +310,25 @@ mod tests {
         assert_eq!(find(&out, Metric::GpuUp)[0].value, 1.0);
         assert_eq!(find(&out, Metric::GpuPower)[0].labels, ["2", "GPU-x"]);
         assert_eq!(find(&out, Metric::GpuPower)[0].value, 412.0);
-        assert_eq!(find(&out, Metric::GpuTemperature).len(), 1, "memory sensor absent");
+        assert_eq!(
+            find(&out, Metric::GpuTemperature).len(),
+            1,
+            "memory sensor absent"
+        );
         assert_eq!(find(&out, Metric::GpuClock)[0].labels[2], "sm");
-        assert!(find(&out, Metric::GpuMemoryUsed).is_empty(), "no reading, no series");
+        assert!(
+            find(&out, Metric::GpuMemoryUsed).is_empty(),
+            "no reading, no series"
+        );
         let reasons = find(&out, Metric::GpuThrottleReason);
-        assert_eq!((reasons[0].labels[2].as_str(), reasons[0].value), ("sw_power_cap", 1.0));
-        assert_eq!((reasons[1].labels[2].as_str(), reasons[1].value), ("gpu_idle", 0.0));
+        assert_eq!(
+            (reasons[0].labels[2].as_str(), reasons[0].value),
+            ("sw_power_cap", 1.0)
+        );
+        assert_eq!(
+            (reasons[1].labels[2].as_str(), reasons[1].value),
+            ("gpu_idle", 0.0)
+        );
         let xid = find(&out, Metric::GpuXidErrors);
         assert_eq!((xid[0].labels[2].as_str(), xid[0].value), ("13", 2.0));
         assert_eq!(find(&out, Metric::GpuEccErrors).len(), 4);
@@ -333,7 +345,10 @@ mod tests {
         let mut out = Vec::new();
         push_gpu_samples(&id(), &r, &mut out);
         let metrics: Vec<Metric> = out.iter().map(|s| s.metric).collect();
-        assert_eq!(metrics, [Metric::GpuInfo, Metric::GpuUp, Metric::GpuXidErrors]);
+        assert_eq!(
+            metrics,
+            [Metric::GpuInfo, Metric::GpuUp, Metric::GpuXidErrors]
+        );
         assert_eq!(out[1].value, 0.0);
     }
 

@@ -326,11 +326,18 @@ mod tests {
         let mut s = NvmlSource::new(Some("/nonexistent/libnvidia-ml.so.1".into()));
         let first = s.poll().unwrap_err();
         assert_eq!(first.kind, "library_unavailable");
-        assert!(first.message.contains("/nonexistent/libnvidia-ml.so.1"), "{first}");
+        assert!(
+            first.message.contains("/nonexistent/libnvidia-ml.so.1"),
+            "{first}"
+        );
         assert!(first.message.contains("next attempt in 1s"), "{first}");
         // Within the backoff window no new attempt is made: same cause, remaining wait.
         let second = s.poll().unwrap_err();
         assert!(second.message.starts_with(&s.last_error), "{second}");
-        assert_eq!(s.backoff.delay, Duration::from_secs(2), "no second attempt yet");
+        assert_eq!(
+            s.backoff.delay,
+            Duration::from_secs(2),
+            "no second attempt yet"
+        );
     }
 }

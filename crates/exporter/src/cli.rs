@@ -1,0 +1,251 @@
+//! Command-line flags, Prometheus exporter style. Every flag is optional here: a flag that is
+//! given overrides the environment, the config file and the defaults (see `config.rs`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Arg, ArgAction, ArgMatches, Command, FromArgMatches, Parser, Subcommand};
+
+use crate::collectors::COLLECTORS;
+use crate::config::{parse_duration, LogFormat, DEFAULT_LISTEN_ADDRESS};
+
+const ABOUT: &str = "GPU telemetry exporter for Prometheus: NVML (and later DCGM) readings, \
+probe workloads and job textfiles under the dgx_pixels_* namespace.";
+
+const AFTER_HELP: &str = "\
+Settings come from, highest precedence first: flags, DGX_PIXELS_* environment variables \
+(nested keys joined by '__', e.g. DGX_PIXELS_WEB__LISTEN_ADDRESS), the --config.file TOML file, \
+then defaults.
+
+Without a GPU, try the simulated 8x H100 node:  dgx-pixels-exporter --simulate dgx-h100";
+
+/// The flags that do not depend on the collector registry.
+#[derive(Debug, Parser)]
+#[command(name = "dgx-pixels-exporter", version, about = ABOUT, after_help = AFTER_HELP)]
+pub struct Cli {
+    /// Address to listen on, HOST:PORT or :PORT for all interfaces.
+    #[arg(long = "web.listen-address", value_name = "ADDR", help = format!("Address to listen on, HOST:PORT or :PORT for all interfaces [default: {DEFAULT_LISTEN_ADDRESS}]"))]
+    pub listen_address: Option<String>,
+
+    /// Path under which to expose metrics [default: /metrics].
+    #[arg(long = "web.telemetry-path", value_name = "PATH")]
+    pub telemetry_path: Option<String>,
+
+    /// Maximum number of concurrent scrapes; more are answered 503. 0 means no limit [default: 40].
+    #[arg(long = "web.max-requests", value_name = "N")]
+    pub max_requests: Option<usize>,
+
+    /// TOML configuration file.
+    #[arg(long = "config.file", value_name = "FILE")]
+    pub config_file: Option<PathBuf>,
+
+    /// Minimum level of log messages: error, warn, info, debug or trace [default: info].
+    #[arg(long = "log.level", value_name = "LEVEL")]
+    pub log_level: Option<String>,
+
+    /// Log line format [default: logfmt].
+    #[arg(long = "log.format", value_name = "FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
+
+    /// Serve a simulated node instead of real GPUs: a built-in scenario (dgx-h100, dgx-a100-mig,
+    /// dgx-spark, fault-gpu-lost, fault-xid-storm, fault-ecc, fault-thermal) or a scenario TOML
+    /// file. Every series then says mode="simulated" on dgx_pixels_exporter_build_info.
+    #[arg(long = "simulate", value_name = "SCENARIO")]
+    pub simulate: Option<String>,
+
+    /// Path of libnvidia-ml [default: libnvidia-ml.so.1 from the loader's search path].
+    #[arg(long = "nvml.library", value_name = "PATH")]
+    pub nvml_library: Option<PathBuf>,
+
+    /// Adds a node="NAME" label to every series (e.g. from the NODE_NAME downward-API variable).
+    #[arg(long = "node.name", value_name = "NAME")]
+    pub node_name: Option<String>,
+
+    #[command(subcommand)]
+    pub command: Option<Commands>,
+
+    /// Per-collector flags, filled from the registry (not parsed by derive).
+    #[arg(skip)]
+    pub collectors: Vec<CollectorFlags>,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Commands {
+    /// Print generated documentation.
+    Docs {
+        #[command(subcommand)]
+        what: DocsCommand,
+    },
+}
+
+/// What `docs` prints.
+#[derive(Debug, Subcommand)]
+pub enum DocsCommand {
+    /// The metric catalog as Markdown (docs/metrics.md).
+    Metrics,
+}
+
+/// Flags of one registered collector; `None` where not given.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CollectorFlags {
+    pub name: &'static str,
+    pub enabled: Option<bool>,
+    pub interval: Option<Duration>,
+    pub timeout: Option<Duration>,
+}
+
+fn duration_arg(s: &str) -> Result<Duration, String> {
+    parse_duration(s)
+}
+
+/// The full command, with the registry's flags added.
+pub fn command() -> Command {
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    for c in COLLECTORS {
+        let on = format!("collector.{}", c.name);
+        let off = format!("no-collector.{}", c.name);
+        let default = if c.enabled_by_default {
+            "enabled"
+        } else {
+            "disabled"
+        };
+        cmd = cmd
+            .arg(
+                Arg::new(on.clone())
+                    .long(on.clone())
+                    .action(ArgAction::SetTrue)
+                    .help(format!("Enable the {} collector: {} [default: {default}]", c.name, c.help))
+                    .help_heading("Collectors"),
+            )
+            .arg(
+                Arg::new(off.clone())
+                    .long(off)
+                    .action(ArgAction::SetTrue)
+                    .conflicts_with(on)
+                    .help(format!("Disable the {} collector", c.name))
+                    .help_heading("Collectors"),
+            )
+            .arg(
+                Arg::new(format!("collector.{}.interval", c.name))
+                    .long(format!("collector.{}.interval", c.name))
+                    .value_name("DURATION")
+                    .value_parser(duration_arg)
+                    .help(format!("How often the {} collector polls [default: 1s]", c.name))
+                    .help_heading("Collectors"),
+            )
+            .arg(
+                Arg::new(format!("collector.{}.timeout", c.name))
+                    .long(format!("collector.{}.timeout", c.name))
+                    .value_name("DURATION")
+                    .value_parser(duration_arg)
+                    .help(format!(
+                        "Deadline of one {} poll; past it the source is marked down and its series dropped [default: 2s]",
+                        c.name
+                    ))
+                    .help_heading("Collectors"),
+            );
+    }
+    cmd
+}
+
+fn collector_flags(m: &ArgMatches) -> Vec<CollectorFlags> {
+    COLLECTORS
+        .iter()
+        .map(|c| {
+            let enabled = if m.get_flag(&format!("collector.{}", c.name)) {
+                Some(true)
+            } else if m.get_flag(&format!("no-collector.{}", c.name)) {
+                Some(false)
+            } else {
+                None
+            };
+            CollectorFlags {
+                name: c.name,
+                enabled,
+                interval: m
+                    .get_one::<Duration>(&format!("collector.{}.interval", c.name))
+                    .copied(),
+                timeout: m
+                    .get_one::<Duration>(&format!("collector.{}.timeout", c.name))
+                    .copied(),
+            }
+        })
+        .collect()
+}
+
+/// Parses the process arguments (exits with a usage error on bad flags, as clap does).
+pub fn parse() -> Cli {
+    parse_from(std::env::args_os()).unwrap_or_else(|e| e.exit())
+}
+
+/// Parses the given arguments.
+pub fn parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let matches = command().try_get_matches_from(args)?;
+    let mut cli = Cli::from_arg_matches(&matches)?;
+    cli.collectors = collector_flags(&matches);
+    Ok(cli)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_is_well_formed() {
+        command().debug_assert();
+    }
+
+    #[test]
+    fn collector_flags_come_from_the_registry() {
+        let cli = parse_from([
+            "x",
+            "--no-collector.nvml",
+            "--collector.nvml.interval",
+            "500ms",
+        ])
+        .unwrap();
+        assert_eq!(
+            cli.collectors,
+            [CollectorFlags {
+                name: "nvml",
+                enabled: Some(false),
+                interval: Some(Duration::from_millis(500)),
+                timeout: None,
+            }]
+        );
+        let cli = parse_from(["x"]).unwrap();
+        assert_eq!(cli.collectors[0].enabled, None);
+    }
+
+    #[test]
+    fn enabling_and_disabling_the_same_collector_is_an_error() {
+        assert!(parse_from(["x", "--collector.nvml", "--no-collector.nvml"]).is_err());
+        assert!(parse_from(["x", "--collector.nope"]).is_err());
+        assert!(parse_from(["x", "--collector.nvml.interval", "soon"]).is_err());
+    }
+
+    #[test]
+    fn prometheus_style_flags_parse() {
+        let cli = parse_from([
+            "x",
+            "--web.listen-address",
+            ":9999",
+            "--web.telemetry-path",
+            "/m",
+            "--log.format",
+            "json",
+            "--simulate",
+            "dgx-h100",
+        ])
+        .unwrap();
+        assert_eq!(cli.listen_address.as_deref(), Some(":9999"));
+        assert_eq!(cli.telemetry_path.as_deref(), Some("/m"));
+        assert_eq!(cli.log_format, Some(LogFormat::Json));
+        assert_eq!(cli.simulate.as_deref(), Some("dgx-h100"));
+    }
+}

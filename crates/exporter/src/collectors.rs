@@ -1,0 +1,26 @@
+//! The registry of collectors (sources that read real backends), node_exporter style: each
+//! entry generates `--collector.NAME`, `--no-collector.NAME`, `--collector.NAME.interval` and
+//! `--collector.NAME.timeout`, and a `[collector.NAME]` table in the config file.
+
+/// One registered collector.
+#[derive(Debug)]
+pub struct CollectorDef {
+    /// Name, as in `--collector.NAME` and the `source` label.
+    pub name: &'static str,
+    /// Whether it runs unless disabled.
+    pub enabled_by_default: bool,
+    /// One-line description for `--help`.
+    pub help: &'static str,
+}
+
+/// Every collector the exporter knows.
+pub const COLLECTORS: &[CollectorDef] = &[CollectorDef {
+    name: "nvml",
+    enabled_by_default: true,
+    help: "GPU telemetry through NVML (libnvidia-ml.so.1, loaded at run time)",
+}];
+
+/// Looks a collector up by name.
+pub fn find(name: &str) -> Option<&'static CollectorDef> {
+    COLLECTORS.iter().find(|c| c.name == name)
+}

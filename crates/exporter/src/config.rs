@@ -1,0 +1,511 @@
+//! Settings: defaults, then the TOML config file, then `DGX_PIXELS_*` environment variables, then
+//! flags, layered with the `config` crate and checked into a [`Settings`].
+//!
+//! The config file is also parsed on its own first, strictly, so that a mistake is reported in
+//! one line naming the file, the line and the key.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use crate::cli::Cli;
+use crate::collectors::{self, COLLECTORS};
+
+/// Default listen address: all interfaces, port 9403 (dcgm-exporter has 9400 and
+/// nvidia_gpu_exporter 9835, so both can run beside us during a migration).
+pub const DEFAULT_LISTEN_ADDRESS: &str = ":9403";
+/// Environment variable prefix.
+pub const ENV_PREFIX: &str = "DGX_PIXELS";
+
+/// Log line formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// key=value pairs.
+    #[default]
+    Logfmt,
+    /// One JSON object per line.
+    Json,
+}
+
+/// A config error, in one line.
+#[derive(Debug)]
+pub struct ConfigError(pub String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Parses "1s", "500ms", "2m" (humantime syntax).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim())
+        .map_err(|e| format!("invalid duration {s:?} ({e}); use e.g. 500ms, 1s, 2m"))
+}
+
+fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    let s: Option<String> = Option::deserialize(d)?;
+    s.map(|s| parse_duration(&s).map_err(serde::de::Error::custom))
+        .transpose()
+}
+
+/// `[web]`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebSettings {
+    /// HOST:PORT or :PORT.
+    pub listen_address: String,
+    /// Path of the metrics endpoint.
+    pub telemetry_path: String,
+    /// Concurrent scrape limit; 0 = unlimited.
+    pub max_requests: usize,
+}
+
+impl Default for WebSettings {
+    fn default() -> Self {
+        WebSettings {
+            listen_address: DEFAULT_LISTEN_ADDRESS.into(),
+            telemetry_path: "/metrics".into(),
+            max_requests: 40,
+        }
+    }
+}
+
+/// `[log]`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogSettings {
+    /// error, warn, info, debug, trace (or a tracing filter directive).
+    pub level: String,
+    /// logfmt or json.
+    pub format: LogFormat,
+}
+
+impl Default for LogSettings {
+    fn default() -> Self {
+        LogSettings {
+            level: "info".into(),
+            format: LogFormat::Logfmt,
+        }
+    }
+}
+
+/// `[collector.NAME]`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct CollectorSettings {
+    /// Overrides the collector's default.
+    pub enabled: Option<bool>,
+    /// Poll interval.
+    #[serde(deserialize_with = "de_duration")]
+    pub interval: Option<Duration>,
+    /// Poll deadline.
+    #[serde(deserialize_with = "de_duration")]
+    pub timeout: Option<Duration>,
+}
+
+/// `[simulation]`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SimulationSettings {
+    /// Built-in scenario name or scenario file; unset = real GPUs.
+    pub scenario: Option<String>,
+    /// Poll interval of the simulated node.
+    #[serde(deserialize_with = "de_duration")]
+    pub interval: Option<Duration>,
+}
+
+/// `[nvml]`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct NvmlSettings {
+    /// Path of libnvidia-ml.
+    pub library: Option<PathBuf>,
+}
+
+/// Everything the daemon is configured with.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Settings {
+    /// Adds `node="..."` to every series when set.
+    pub node_name: Option<String>,
+    /// HTTP server.
+    pub web: WebSettings,
+    /// Logging.
+    pub log: LogSettings,
+    /// Simulated node.
+    pub simulation: SimulationSettings,
+    /// NVML.
+    pub nvml: NvmlSettings,
+    /// Per-collector settings, keyed by collector name.
+    pub collector: BTreeMap<String, CollectorSettings>,
+}
+
+/// Default poll interval.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
+/// Default poll deadline.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl Settings {
+    /// Whether collector `name` runs.
+    pub fn collector_enabled(&self, name: &str) -> bool {
+        let default = collectors::find(name).is_some_and(|c| c.enabled_by_default);
+        self.collector
+            .get(name)
+            .and_then(|c| c.enabled)
+            .unwrap_or(default)
+    }
+
+    /// Interval and deadline of collector `name`.
+    pub fn collector_timing(&self, name: &str) -> (Duration, Duration) {
+        let c = self.collector.get(name);
+        (
+            c.and_then(|c| c.interval).unwrap_or(DEFAULT_INTERVAL),
+            c.and_then(|c| c.timeout).unwrap_or(DEFAULT_TIMEOUT),
+        )
+    }
+
+    /// The socket address to bind.
+    pub fn listen_addr(&self) -> Result<SocketAddr, ConfigError> {
+        let raw = self.web.listen_address.trim();
+        let full = if raw.starts_with(':') {
+            format!("0.0.0.0{raw}")
+        } else {
+            raw.to_string()
+        };
+        full.to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next())
+            .ok_or_else(|| {
+                ConfigError(format!(
+                    "web.listen_address: invalid address {raw:?}; expected HOST:PORT or :PORT"
+                ))
+            })
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let path = &self.web.telemetry_path;
+        if !path.starts_with('/') || path == "/" || path.starts_with("/-/") {
+            return Err(ConfigError(format!(
+                "web.telemetry_path: {path:?} must start with '/' and not be '/' or under '/-/'"
+            )));
+        }
+        self.listen_addr()?;
+        if tracing_subscriber::EnvFilter::try_new(&self.log.level).is_err() {
+            return Err(ConfigError(format!(
+                "log.level: invalid level {:?}; use error, warn, info, debug or trace",
+                self.log.level
+            )));
+        }
+        for (name, c) in &self.collector {
+            if collectors::find(name).is_none() {
+                let known: Vec<_> = COLLECTORS.iter().map(|c| c.name).collect();
+                return Err(ConfigError(format!(
+                    "collector.{name}: unknown collector; known: {}",
+                    known.join(", ")
+                )));
+            }
+            for (key, d) in [("interval", c.interval), ("timeout", c.timeout)] {
+                if d.is_some_and(|d| d.is_zero()) {
+                    return Err(ConfigError(format!("collector.{name}.{key}: must be > 0")));
+                }
+            }
+        }
+        if self.simulation.interval.is_some_and(|d| d.is_zero()) {
+            return Err(ConfigError("simulation.interval: must be > 0".into()));
+        }
+        Ok(())
+    }
+}
+
+/// Line (1-based) of byte `offset` in `text`.
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+/// The dotted key at `line`: the nearest `[table]` header above it plus the line's own key.
+fn key_at(text: &str, line: usize) -> Option<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let own = lines.get(line.checked_sub(1)?)?.trim();
+    let leaf = own
+        .split_once('=')
+        .map(|(k, _)| k.trim().trim_matches('"').to_string());
+    let table = lines[..line - 1].iter().rev().find_map(|l| {
+        let l = l.trim();
+        (l.starts_with('[') && !l.starts_with("[["))
+            .then(|| l.trim_matches(['[', ']']).trim().to_string())
+    });
+    if own.starts_with('[') {
+        return Some(own.trim_matches(['[', ']']).trim().to_string());
+    }
+    match (table, leaf) {
+        (Some(t), Some(k)) => Some(format!("{t}.{k}")),
+        (None, Some(k)) => Some(k),
+        (t, None) => t,
+    }
+}
+
+/// Parses a config file strictly, for error messages that name the file, line and key.
+fn check_file(path: &Path) -> Result<(), ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError(format!("config file {}: cannot read: {e}", path.display())))?;
+    match toml::from_str::<Settings>(&text) {
+        Ok(s) => s
+            .validate()
+            .map_err(|e| ConfigError(format!("config file {}: {e}", path.display()))),
+        Err(e) => {
+            let line = e.span().map(|s| line_of(&text, s.start));
+            let mut msg = format!("config file {}", path.display());
+            if let Some(line) = line {
+                msg.push_str(&format!(" line {line}"));
+                if let Some(key) = key_at(&text, line) {
+                    msg.push_str(&format!(" key {key}"));
+                }
+            }
+            msg.push_str(": ");
+            msg.push_str(e.message().trim());
+            Err(ConfigError(msg.replace('\n', " ")))
+        }
+    }
+}
+
+/// Resolves settings from the flags, the environment `env` (name, value pairs), the config file
+/// and defaults.
+pub fn resolve(
+    cli: &Cli,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<Settings, ConfigError> {
+    let err = |e: config::ConfigError| ConfigError(e.to_string());
+    let mut b = config::Config::builder();
+    if let Some(path) = &cli.config_file {
+        check_file(path)?;
+        b = b.add_source(
+            config::File::from(path.as_path())
+                .format(config::FileFormat::Toml)
+                .required(true),
+        );
+    }
+    let env: config::Map<String, String> = env
+        .into_iter()
+        .filter(|(k, _)| k.starts_with(&format!("{ENV_PREFIX}_")))
+        .collect();
+    b = b.add_source(
+        config::Environment::with_prefix(ENV_PREFIX)
+            .prefix_separator("_")
+            .separator("__")
+            .source(Some(env)),
+    );
+    let overrides: [(&str, Option<config::Value>); 8] = [
+        (
+            "web.listen_address",
+            cli.listen_address.clone().map(Into::into),
+        ),
+        (
+            "web.telemetry_path",
+            cli.telemetry_path.clone().map(Into::into),
+        ),
+        (
+            "web.max_requests",
+            cli.max_requests.map(|n| (n as u64).into()),
+        ),
+        ("log.level", cli.log_level.clone().map(Into::into)),
+        (
+            "log.format",
+            cli.log_format.map(|f| {
+                match f {
+                    LogFormat::Logfmt => "logfmt",
+                    LogFormat::Json => "json",
+                }
+                .into()
+            }),
+        ),
+        ("simulation.scenario", cli.simulate.clone().map(Into::into)),
+        (
+            "nvml.library",
+            cli.nvml_library
+                .as_ref()
+                .map(|p| p.display().to_string().into()),
+        ),
+        ("node_name", cli.node_name.clone().map(Into::into)),
+    ];
+    for (key, value) in overrides {
+        if let Some(v) = value {
+            b = b.set_override(key, v).map_err(err)?;
+        }
+    }
+    for c in &cli.collectors {
+        let key = |k: &str| format!("collector.{}.{k}", c.name);
+        if let Some(e) = c.enabled {
+            b = b.set_override(key("enabled"), e).map_err(err)?;
+        }
+        if let Some(d) = c.interval {
+            b = b
+                .set_override(key("interval"), humantime::format_duration(d).to_string())
+                .map_err(err)?;
+        }
+        if let Some(d) = c.timeout {
+            b = b
+                .set_override(key("timeout"), humantime::format_duration(d).to_string())
+                .map_err(err)?;
+        }
+    }
+    let settings: Settings = b
+        .build()
+        .and_then(|c| c.try_deserialize())
+        .map_err(|e| ConfigError(format!("configuration: {e}")))?;
+    settings.validate()?;
+    Ok(settings)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::parse_from;
+    use std::io::Write;
+
+    fn file(text: &str) -> tempfile::NamedTempFile {
+        let mut f = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+        f
+    }
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_apply_without_any_input() {
+        let s = resolve(&parse_from(["x"]).unwrap(), []).unwrap();
+        assert_eq!(s, Settings::default());
+        assert_eq!(s.listen_addr().unwrap().port(), 9403);
+        assert!(s.collector_enabled("nvml"));
+        assert_eq!(
+            s.collector_timing("nvml"),
+            (DEFAULT_INTERVAL, DEFAULT_TIMEOUT)
+        );
+    }
+
+    #[test]
+    fn precedence_is_flags_then_env_then_file_then_defaults() {
+        let f = file(
+            "node_name = \"from-file\"\n[web]\nlisten_address = \":1111\"\ntelemetry_path = \"/file\"\n[log]\nlevel = \"debug\"\n[collector.nvml]\ninterval = \"5s\"\n",
+        );
+        let path = f.path().to_str().unwrap();
+        let cli =
+            parse_from(["x", "--config.file", path, "--web.listen-address", ":3333"]).unwrap();
+        let s = resolve(
+            &cli,
+            env(&[
+                ("DGX_PIXELS_WEB__LISTEN_ADDRESS", ":2222"),
+                ("DGX_PIXELS_WEB__TELEMETRY_PATH", "/env"),
+                ("DGX_PIXELS_COLLECTOR__NVML__TIMEOUT", "3s"),
+                ("UNRELATED", "x"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(s.web.listen_address, ":3333", "flag beats env and file");
+        assert_eq!(s.web.telemetry_path, "/env", "env beats file");
+        assert_eq!(s.log.level, "debug", "file beats default");
+        assert_eq!(s.node_name.as_deref(), Some("from-file"));
+        assert_eq!(s.log.format, LogFormat::Logfmt, "default");
+        assert_eq!(
+            s.collector_timing("nvml"),
+            (Duration::from_secs(5), Duration::from_secs(3))
+        );
+        let cli = parse_from([
+            "x",
+            "--config.file",
+            path,
+            "--no-collector.nvml",
+            "--collector.nvml.interval",
+            "250ms",
+        ])
+        .unwrap();
+        let s = resolve(&cli, []).unwrap();
+        assert!(!s.collector_enabled("nvml"));
+        assert_eq!(s.collector_timing("nvml").0, Duration::from_millis(250));
+    }
+
+    #[test]
+    fn file_errors_name_file_line_and_key() {
+        let cases = [
+            (
+                "[web]\nlisten_address = 9403\n",
+                "line 2 key web.listen_address",
+                "invalid type",
+            ),
+            (
+                "[web]\nlisten_adress = \":1\"\n",
+                "line 2 key web.listen_adress",
+                "unknown field",
+            ),
+            (
+                "[log]\nlevel = \"info\"\nformat = \"xml\"\n",
+                "line 3 key log.format",
+                "unknown variant",
+            ),
+            (
+                "[collector.nvml]\ninterval = \"soon\"\n",
+                "line 2 key collector.nvml.interval",
+                "invalid duration",
+            ),
+            ("[web\n", "line 1", ""),
+        ];
+        for (text, place, what) in cases {
+            let f = file(text);
+            let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
+            let e = resolve(&cli, []).unwrap_err().to_string();
+            assert!(e.contains(&f.path().display().to_string()), "{e}");
+            assert!(e.contains(place), "{text:?}: {e}");
+            assert!(e.contains(what), "{text:?}: {e}");
+            assert!(!e.contains('\n'), "one line: {e}");
+        }
+    }
+
+    #[test]
+    fn semantic_errors_name_the_key() {
+        let f = file("[collector.gpu]\nenabled = true\n");
+        let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
+        let e = resolve(&cli, []).unwrap_err().to_string();
+        assert!(
+            e.contains("collector.gpu: unknown collector; known: nvml"),
+            "{e}"
+        );
+
+        let cli = parse_from(["x", "--web.telemetry-path", "metrics"]).unwrap();
+        let e = resolve(&cli, []).unwrap_err().to_string();
+        assert!(e.starts_with("web.telemetry_path:"), "{e}");
+
+        let cli = parse_from(["x", "--web.listen-address", "nonsense"]).unwrap();
+        let e = resolve(&cli, []).unwrap_err().to_string();
+        assert!(e.starts_with("web.listen_address: invalid address"), "{e}");
+
+        let e = resolve(
+            &parse_from(["x"]).unwrap(),
+            env(&[("DGX_PIXELS_WEB__NOPE", "1")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("nope"), "{e}");
+    }
+
+    #[test]
+    fn an_unreadable_file_is_named() {
+        let cli = parse_from(["x", "--config.file", "/nonexistent/dgx.toml"]).unwrap();
+        let e = resolve(&cli, []).unwrap_err().to_string();
+        assert!(
+            e.starts_with("config file /nonexistent/dgx.toml: cannot read"),
+            "{e}"
+        );
+    }
+}

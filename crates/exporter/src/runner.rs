@@ -1,0 +1,311 @@
+//! Runs each source on its own OS thread at its own interval, off the request path, and
+//! publishes its snapshots. A watchdog marks a source down (and drops its series) when a poll
+//! overruns its deadline, so a hung library call never leaves stale values served as current.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+use dgx_pixels_metrics::{Snapshot, SnapshotStore, Source, SourceHealth};
+
+/// How often the watchdog looks for overrunning polls.
+const WATCHDOG_TICK: Duration = Duration::from_millis(100);
+
+/// Signals shutdown to every runner thread; waiting on it doubles as an interruptible sleep.
+#[derive(Debug, Default)]
+pub struct Shutdown {
+    stopped: Mutex<bool>,
+    cond: Condvar,
+}
+
+impl Shutdown {
+    /// Asks every runner to stop.
+    pub fn trigger(&self) {
+        *lock(&self.stopped) = true;
+        self.cond.notify_all();
+    }
+
+    /// Sleeps up to `d`; returns true if shutdown was triggered.
+    fn wait(&self, d: Duration) -> bool {
+        let guard = lock(&self.stopped);
+        match self.cond.wait_timeout_while(guard, d, |stopped| !*stopped) {
+            Ok((g, _)) => *g,
+            Err(p) => *p.into_inner().0,
+        }
+    }
+
+    fn is_triggered(&self) -> bool {
+        *lock(&self.stopped)
+    }
+}
+
+/// A poisoned lock only means another thread panicked while holding it; the data (counters,
+/// flags) is still usable, so recover rather than propagate the panic.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[derive(Debug, Default)]
+struct State {
+    health: SourceHealth,
+    poll_started: Option<Instant>,
+    timed_out: bool,
+    last_error_kind: Option<&'static str>,
+}
+
+/// The shared state of one running source.
+#[derive(Debug)]
+struct Slot {
+    name: &'static str,
+    timeout: Duration,
+    state: Mutex<State>,
+}
+
+/// Timing of one source.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// Time between poll starts.
+    pub interval: Duration,
+    /// Deadline of one poll.
+    pub timeout: Duration,
+}
+
+/// All running sources.
+#[derive(Debug)]
+pub struct Runners {
+    threads: Vec<JoinHandle<()>>,
+    shutdown: Arc<Shutdown>,
+    watchdog_stop: Arc<AtomicBool>,
+}
+
+impl Runners {
+    /// Starts one thread per source and a watchdog thread.
+    pub fn start(
+        sources: Vec<(Box<dyn Source>, Timing)>,
+        store: Arc<SnapshotStore>,
+        shutdown: Arc<Shutdown>,
+    ) -> std::io::Result<Runners> {
+        let mut slots = Vec::new();
+        let mut threads = Vec::new();
+        for (source, timing) in sources {
+            let slot = Arc::new(Slot {
+                name: source.name(),
+                timeout: timing.timeout,
+                state: Mutex::new(State::default()),
+            });
+            slots.push(Arc::clone(&slot));
+            let store = Arc::clone(&store);
+            let shutdown = Arc::clone(&shutdown);
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("source-{}", slot.name))
+                    .spawn(move || run(source, timing.interval, &slot, &store, &shutdown))?,
+            );
+        }
+        let watchdog_stop = Arc::new(AtomicBool::new(false));
+        {
+            let stop = Arc::clone(&watchdog_stop);
+            threads.push(
+                std::thread::Builder::new()
+                    .name("source-watchdog".into())
+                    .spawn(move || {
+                        while !stop.load(Ordering::Relaxed) {
+                            std::thread::sleep(WATCHDOG_TICK);
+                            for slot in &slots {
+                                check_deadline(slot, &store);
+                            }
+                        }
+                    })?,
+            );
+        }
+        Ok(Runners {
+            threads,
+            shutdown,
+            watchdog_stop,
+        })
+    }
+
+    /// Stops the runners, waiting up to `grace` for threads to finish (a thread stuck in a
+    /// library call is left behind; the process is exiting anyway).
+    pub fn stop(self, grace: Duration) {
+        self.shutdown.trigger();
+        self.watchdog_stop.store(true, Ordering::Relaxed);
+        let deadline = Instant::now() + grace;
+        for t in self.threads {
+            while !t.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+fn publish(
+    slot: &Slot,
+    st: &State,
+    store: &SnapshotStore,
+    samples: Vec<dgx_pixels_metrics::Sample>,
+) {
+    store.publish(Snapshot {
+        source: slot.name.to_string(),
+        health: st.health.clone(),
+        samples,
+    });
+}
+
+fn check_deadline(slot: &Slot, store: &SnapshotStore) {
+    let mut st = lock(&slot.state);
+    let overrun = st.poll_started.is_some_and(|t| t.elapsed() > slot.timeout);
+    if overrun && !st.timed_out {
+        st.timed_out = true;
+        st.health.up = false;
+        st.health.errors += 1;
+        tracing::warn!(
+            source = slot.name,
+            timeout = ?slot.timeout,
+            "poll exceeded its deadline; marking the source down and dropping its series until it answers"
+        );
+        publish(slot, &st, store, Vec::new());
+    }
+}
+
+fn run(
+    mut source: Box<dyn Source>,
+    interval: Duration,
+    slot: &Slot,
+    store: &SnapshotStore,
+    shutdown: &Shutdown,
+) {
+    while !shutdown.is_triggered() {
+        let started = Instant::now();
+        lock(&slot.state).poll_started = Some(started);
+        let result = source.poll();
+        let took = started.elapsed();
+        {
+            let mut st = lock(&slot.state);
+            st.poll_started = None;
+            st.health.polls += 1;
+            st.health.last_poll_duration = Some(took);
+            let late = std::mem::take(&mut st.timed_out);
+            match result {
+                Ok(samples) => {
+                    if st.last_error_kind.take().is_some() || late {
+                        tracing::info!(source = slot.name, "source recovered");
+                    }
+                    st.health.up = true;
+                    st.health.last_success = Some(SystemTime::now());
+                    publish(slot, &st, store, samples);
+                }
+                Err(e) => {
+                    // The watchdog already counted an overrun poll as an error.
+                    if !late {
+                        st.health.errors += 1;
+                    }
+                    st.health.up = false;
+                    // Say it once per distinct cause, not on every retry.
+                    if st.last_error_kind != Some(e.kind) {
+                        tracing::warn!(source = slot.name, kind = e.kind, "{}", e.message);
+                    } else {
+                        tracing::debug!(source = slot.name, kind = e.kind, "{}", e.message);
+                    }
+                    st.last_error_kind = Some(e.kind);
+                    publish(slot, &st, store, Vec::new());
+                }
+            }
+        }
+        if shutdown.wait(interval.saturating_sub(took)) {
+            break;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dgx_pixels_metrics::{EncodeOptions, Metric, PollError, Sample};
+    use std::sync::atomic::AtomicU32;
+
+    struct Scripted {
+        calls: Arc<AtomicU32>,
+        hang_on: u32,
+    }
+
+    impl Source for Scripted {
+        fn name(&self) -> &'static str {
+            "scripted"
+        }
+        fn poll(&mut self) -> Result<Vec<Sample>, PollError> {
+            let n = self.calls.fetch_add(1, Ordering::SeqCst);
+            if n == self.hang_on {
+                std::thread::sleep(Duration::from_millis(600));
+            }
+            if n == 1 {
+                return Err(PollError::new("boom", "second poll fails"));
+            }
+            Ok(vec![Sample::new(
+                Metric::GpuPower,
+                ["0", "GPU-a"],
+                f64::from(n),
+            )])
+        }
+    }
+
+    fn wait_for(store: &SnapshotStore, what: impl Fn(&Snapshot) -> bool) -> Snapshot {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let g = store.current();
+            if let Some(s) = g.snapshots().iter().find(|s| what(s)) {
+                return (**s).clone();
+            }
+            assert!(Instant::now() < deadline, "condition not reached");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn polls_publish_failures_drop_series_and_overruns_are_marked_down() {
+        let store = Arc::new(SnapshotStore::new(
+            &["scripted"],
+            vec![],
+            EncodeOptions::default(),
+        ));
+        let shutdown = Arc::new(Shutdown::default());
+        let calls = Arc::new(AtomicU32::new(0));
+        let runners = Runners::start(
+            vec![(
+                Box::new(Scripted {
+                    calls: Arc::clone(&calls),
+                    hang_on: 2,
+                }),
+                Timing {
+                    interval: Duration::from_millis(150),
+                    timeout: Duration::from_millis(200),
+                },
+            )],
+            Arc::clone(&store),
+            Arc::clone(&shutdown),
+        )
+        .unwrap();
+        let first = wait_for(&store, |s| s.health.polls == 1);
+        assert!(first.health.up && first.samples.len() == 1 && first.health.last_success.is_some());
+        let failed = wait_for(&store, |s| s.health.polls == 2);
+        assert!(!failed.health.up && failed.samples.is_empty());
+        assert_eq!(failed.health.errors, 1);
+        // Third poll hangs 600 ms > 200 ms deadline: marked down while still running.
+        let hung = wait_for(&store, |s| s.health.polls == 2 && s.health.errors == 2);
+        assert!(!hung.health.up && hung.samples.is_empty());
+        // When it finally answers, the source is up again and the overrun is not counted twice.
+        let back = wait_for(&store, |s| s.health.polls >= 3);
+        assert!(back.health.up);
+        assert_eq!(back.health.errors, 2);
+        let t = Instant::now();
+        runners.stop(Duration::from_secs(1));
+        assert!(t.elapsed() < Duration::from_millis(500), "stop is prompt");
+        let n = calls.load(Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(calls.load(Ordering::SeqCst), n, "no polls after stop");
+    }
+}

@@ -1,0 +1,194 @@
+//! The HTTP server: `/metrics` (or the configured path) serves the cached bytes of the current
+//! snapshot generation; `/-/healthy`, `/-/ready` and a landing page at `/`.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use dgx_pixels_metrics::{Format, SnapshotStore};
+use tokio::sync::Semaphore;
+
+/// What the handlers share.
+#[derive(Debug)]
+pub struct AppState {
+    /// The snapshot store sources publish into.
+    pub store: Arc<SnapshotStore>,
+    /// The metrics path, for the landing page.
+    pub telemetry_path: String,
+    /// Caps concurrent scrapes; `None` = unlimited.
+    pub scrape_slots: Option<Semaphore>,
+    /// "simulated" or "hardware", for the landing page.
+    pub mode_line: String,
+}
+
+/// The router.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route(&state.telemetry_path.clone(), get(metrics))
+        .route("/-/healthy", get(|| async { "Healthy\n" }))
+        .route("/-/ready", get(ready))
+        .route("/", get(landing))
+        .with_state(state)
+}
+
+/// A media range from an Accept header with its quality.
+fn quality_of(header: &str, wanted: impl Fn(&str) -> bool) -> f32 {
+    header
+        .split(',')
+        .filter_map(|part| {
+            let mut params = part.split(';');
+            let media = params.next()?.trim().to_ascii_lowercase();
+            if !wanted(&media) {
+                return None;
+            }
+            let q = params
+                .filter_map(|p| p.trim().strip_prefix("q="))
+                .find_map(|q| q.trim().parse::<f32>().ok())
+                .unwrap_or(1.0);
+            Some(q)
+        })
+        .fold(0.0, f32::max)
+}
+
+/// Chooses the exposition format: OpenMetrics when the scraper prefers it (Prometheus does),
+/// the classic text format otherwise (curl, `*/*`, text/plain, no header).
+pub fn negotiate_format(accept: Option<&str>) -> Format {
+    let Some(accept) = accept else {
+        return Format::Text;
+    };
+    let om = quality_of(accept, |m| m == "application/openmetrics-text");
+    let text = quality_of(accept, |m| m == "text/plain");
+    if om > 0.0 && om >= text {
+        Format::OpenMetrics
+    } else {
+        Format::Text
+    }
+}
+
+/// Whether the client accepts a gzip body.
+pub fn accepts_gzip(accept_encoding: Option<&str>) -> bool {
+    accept_encoding.is_some_and(|h| quality_of(h, |c| c == "gzip") > 0.0)
+}
+
+async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    let _permit = match &state.scrape_slots {
+        Some(sem) => match sem.try_acquire() {
+            Ok(p) => Some(p),
+            Err(_) => {
+                return (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "too many concurrent scrapes (--web.max-requests)\n",
+                )
+                    .into_response()
+            }
+        },
+        None => None,
+    };
+    let header = |name| {
+        headers
+            .get(name)
+            .and_then(|v: &HeaderValue| v.to_str().ok())
+    };
+    let format = negotiate_format(header(header::ACCEPT));
+    let gzip = accepts_gzip(header(header::ACCEPT_ENCODING));
+    let body = state.store.current().exposition(format, gzip);
+    let mut resp = Response::new(Body::from(body));
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(format.content_type()),
+    );
+    h.insert(
+        header::VARY,
+        HeaderValue::from_static("Accept, Accept-Encoding"),
+    );
+    if gzip {
+        h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    }
+    resp
+}
+
+async fn ready(State(state): State<Arc<AppState>>) -> Response {
+    let g = state.store.current();
+    let waiting: Vec<&str> = g
+        .snapshots()
+        .iter()
+        .filter(|s| s.health.polls == 0)
+        .map(|s| s.source.as_str())
+        .collect();
+    if waiting.is_empty() {
+        (StatusCode::OK, "Ready\n".to_string()).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "Not ready: waiting for the first poll of {}\n",
+                waiting.join(", ")
+            ),
+        )
+            .into_response()
+    }
+}
+
+async fn landing(State(state): State<Arc<AppState>>) -> Html<String> {
+    let path = html_escape(&state.telemetry_path);
+    Html(format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>dgx-pixels-exporter</title></head>\
+         <body><h1>dgx-pixels-exporter {version}</h1><p>{mode}</p><ul>\
+         <li><a href=\"{path}\">{path}</a>: metrics</li>\
+         <li><a href=\"/-/healthy\">/-/healthy</a>: liveness</li>\
+         <li><a href=\"/-/ready\">/-/ready</a>: readiness (503 until every source has polled once)</li>\
+         </ul></body></html>\n",
+        version = env!("CARGO_PKG_VERSION"),
+        mode = html_escape(&state.mode_line),
+    ))
+}
+
+fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prometheus_gets_openmetrics_and_curl_gets_text() {
+        let prom = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert_eq!(negotiate_format(Some(prom)), Format::OpenMetrics);
+        assert_eq!(negotiate_format(Some("*/*")), Format::Text);
+        assert_eq!(negotiate_format(None), Format::Text);
+        assert_eq!(
+            negotiate_format(Some("text/plain;version=0.0.4")),
+            Format::Text
+        );
+        assert_eq!(
+            negotiate_format(Some("text/plain;q=0.9, application/openmetrics-text;q=0.5")),
+            Format::Text
+        );
+        assert_eq!(
+            negotiate_format(Some("application/openmetrics-text; version=1.0.0")),
+            Format::OpenMetrics
+        );
+        assert_eq!(
+            negotiate_format(Some("application/openmetrics-text;q=0")),
+            Format::Text
+        );
+    }
+
+    #[test]
+    fn gzip_only_when_accepted() {
+        assert!(accepts_gzip(Some("gzip")));
+        assert!(accepts_gzip(Some("deflate, gzip;q=0.5")));
+        assert!(!accepts_gzip(Some("gzip;q=0")));
+        assert!(!accepts_gzip(Some("identity")));
+        assert!(!accepts_gzip(None));
+    }
+}
