@@ -1,0 +1,72 @@
+//! A deterministic simulator of NVIDIA GPU nodes, driven by scenario files.
+//!
+//! The exporter needs to run, be tested and be demonstrated on machines without a GPU. This crate
+//! provides the GPUs: a physically coherent, seeded model of a node whose readings the exporter's
+//! simulated source maps to metrics, and which the fake NVML and DCGM shared libraries used in
+//! tests answer from. It knows nothing about HTTP, the command line or metric names: it speaks in
+//! per-GPU readings at a given time, in base units (bytes, watts, joules, celsius, hertz, seconds,
+//! ratios in 0..1).
+//!
+//! # Main types
+//!
+//! - [`Scenario`]: a validated description of a node: its GPUs (model, limits, clocks, MIG
+//!   layout), a workload timeline of phases, and injected faults (XIDs, lost GPUs, ECC errors,
+//!   cooling failures). Load a built-in by name ([`BUILTIN_SCENARIOS`]) or a TOML file with
+//!   [`Scenario::load`]; errors are [`ScenarioError`]s that name the file, line and key. The file
+//!   format is documented in the [`scenario`] module.
+//! - [`Node`]: the running model built from a scenario. [`Node::gpu`] gives a GPU's static facts
+//!   ([`GpuStatic`]); [`Node::reading`] gives its state at a time since scenario start
+//!   ([`GpuState`]: either a [`GpuReading`] or lost, as after XID 79).
+//!
+//! # The model
+//!
+//! Each GPU is integrated forward in fixed steps of [`STEP`] (100 ms). Utilization follows the
+//! workload phase with a little deterministic noise (a hash of seed, GPU and step, no random
+//! number generator); power is idle power plus a share proportional to utilization, capped at the
+//! power limit (clocks are reduced and `sw_power_cap` set when the demand exceeds it); temperature
+//! follows power with a first-order lag; energy is the integral of power; clocks fall and
+//! thermal throttle reasons are set above the GPU's maximum operating and slowdown temperatures.
+//! The same scenario and time always give the same reading, whatever was queried before.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use dgx_pixels_sim::{GpuState, Node, Scenario};
+//!
+//! let scenario = Scenario::load("dgx-h100")?;
+//! let mut node = Node::new(scenario);
+//! assert_eq!(node.gpu_count(), 8);
+//! assert_eq!(node.gpu(0).map(|g| g.name.as_str()), Some("NVIDIA H100 80GB HBM3"));
+//!
+//! let Some(GpuState::Ok(r)) = node.reading(0, Duration::from_secs(60)) else {
+//!     panic!("GPU 0 is healthy in this scenario");
+//! };
+//! assert!(r.utilization_ratio > 0.8);
+//! assert!(r.power_watts <= 700.0);
+//!
+//! // Energy is a counter: later readings never have less.
+//! let Some(GpuState::Ok(later)) = node.reading(0, Duration::from_secs(61)) else { panic!() };
+//! assert!(later.energy_joules > r.energy_joules);
+//!
+//! // Errors name the file, the line and the key.
+//! let err = Scenario::from_toml_str("[node]\nname = 3\n", "my.toml").unwrap_err();
+//! assert_eq!(err.to_string(), "scenario my.toml line 2: key node.name: \
+//!     invalid type: integer `3`, expected a string");
+//! # Ok::<(), dgx_pixels_sim::ScenarioError>(())
+//! ```
+#![deny(missing_docs)]
+
+mod error;
+mod locate;
+mod node;
+mod noise;
+pub mod scenario;
+mod types;
+
+pub use error::ScenarioError;
+pub use node::{Node, STEP};
+pub use scenario::{Scenario, BUILTIN_SCENARIOS, MAX_GPUS, XID_GPU_LOST};
+pub use types::{
+    Clocks, EccCounts, GpuReading, GpuState, GpuStatic, MigInstance, MigReading, ThrottleReasons,
+};
