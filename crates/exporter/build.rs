@@ -10,7 +10,7 @@ fn output(cmd: &str, args: &[&str]) -> Option<String> {
 }
 
 fn main() {
-    let revision = std::env::var("DGX_PIXELS_BUILD_REVISION")
+    let revision = std::env::var("EXPORTER_REVISION_OVERRIDE")
         .ok()
         .or_else(|| output("git", &["rev-parse", "--short=12", "HEAD"]))
         .unwrap_or_else(|| "unknown".into());
@@ -18,9 +18,9 @@ fn main() {
     let rustc_version = output(&rustc, &["--version"])
         .and_then(|v| v.split_whitespace().nth(1).map(str::to_string))
         .unwrap_or_else(|| "unknown".into());
-    println!("cargo:rustc-env=DGX_PIXELS_REVISION={revision}");
-    println!("cargo:rustc-env=DGX_PIXELS_RUSTC_VERSION={rustc_version}");
-    println!("cargo:rerun-if-env-changed=DGX_PIXELS_BUILD_REVISION");
+    println!("cargo:rustc-env=EXPORTER_BUILD_REVISION={revision}");
+    println!("cargo:rustc-env=EXPORTER_BUILD_RUSTC_VERSION={rustc_version}");
+    println!("cargo:rerun-if-env-changed=EXPORTER_REVISION_OVERRIDE");
     println!("cargo:rerun-if-changed=../../.git/HEAD");
     println!("cargo:rerun-if-changed=../../.git/refs/heads");
 }

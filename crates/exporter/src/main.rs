@@ -121,8 +121,8 @@ fn build_info(mode: &str, scenario: &str) -> Sample {
         Metric::ExporterBuildInfo,
         [
             env!("CARGO_PKG_VERSION"),
-            env!("DGX_PIXELS_REVISION"),
-            env!("DGX_PIXELS_RUSTC_VERSION"),
+            env!("EXPORTER_BUILD_REVISION"),
+            env!("EXPORTER_BUILD_RUSTC_VERSION"),
             mode,
             scenario,
         ],

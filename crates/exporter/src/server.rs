@@ -191,4 +191,49 @@ mod tests {
         assert!(!accepts_gzip(Some("identity")));
         assert!(!accepts_gzip(None));
     }
+
+    fn state(max: Option<usize>) -> Arc<AppState> {
+        use dgx_pixels_metrics::EncodeOptions;
+        Arc::new(AppState {
+            store: Arc::new(SnapshotStore::new(&["nvml", "sim"], vec![], EncodeOptions::default())),
+            telemetry_path: "/metrics".into(),
+            scrape_slots: max.map(Semaphore::new),
+            mode_line: String::new(),
+        })
+    }
+
+    async fn body(r: Response) -> String {
+        let b = axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap();
+        String::from_utf8(b.to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn ready_is_503_until_every_source_polled() {
+        use dgx_pixels_metrics::{Snapshot, SourceHealth};
+        let s = state(None);
+        let r = ready(State(Arc::clone(&s))).await;
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body(r).await, "Not ready: waiting for the first poll of nvml, sim\n");
+        for source in ["nvml", "sim"] {
+            s.store.publish(Snapshot {
+                source: source.into(),
+                // A failed first poll still counts: the source has answered.
+                health: SourceHealth { polls: 1, ..Default::default() },
+                samples: vec![],
+            });
+        }
+        assert_eq!(ready(State(s)).await.status(), StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn scrapes_beyond_the_limit_get_503() {
+        let s = state(Some(1));
+        let held = s.scrape_slots.as_ref().unwrap().try_acquire().unwrap();
+        let r = metrics(State(Arc::clone(&s)), HeaderMap::new()).await;
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        drop(held);
+        let r = metrics(State(s), HeaderMap::new()).await;
+        assert_eq!(r.status(), StatusCode::OK);
+        assert!(body(r).await.contains("dgx_pixels_source_up{source=\"nvml\"} 0"));
+    }
 }

@@ -1,0 +1,239 @@
+//! The real binary, started as a process: endpoints, formats, startup errors, GPU-less start and
+//! shutdown. Each test gets its own port and kills what it starts (also when it fails).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_dgx-pixels-exporter");
+
+/// Kills the daemon on drop.
+struct Daemon {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn start(args: &[&str]) -> Daemon {
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let child = Command::new(BIN)
+        .args(["--web.listen-address", &addr])
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let d = Daemon { child, port };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while get(d.port, "/-/ready", &[]).0 != 200 {
+        assert!(Instant::now() < deadline, "not ready in 10 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    d
+}
+
+/// A minimal HTTP/1.1 GET returning status, headers (lower-case names) and body bytes.
+fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return (0, vec![], vec![]);
+    };
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    if s.write_all(req.as_bytes()).is_err() {
+        return (0, vec![], vec![]);
+    }
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(raw.len());
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let body = raw.get(split + 4..).unwrap_or_default().to_vec();
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    (status, headers, body)
+}
+
+fn header<'a>(h: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    h.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+}
+
+fn text(port: u16) -> String {
+    let (status, _, body) = get(port, "/metrics", &[]);
+    assert_eq!(status, 200);
+    String::from_utf8(body).unwrap()
+}
+
+fn series<'a>(exposition: &'a str, name: &str) -> Vec<&'a str> {
+    exposition
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .collect()
+}
+
+#[test]
+fn simulated_node_serves_eight_gpus_and_says_it_is_simulated() {
+    let d = start(&["--simulate", "dgx-h100", "--node.name", "dgx-07"]);
+    let body = text(d.port);
+    assert_eq!(series(&body, "dgx_pixels_gpu_power_watts").len(), 8);
+    assert_eq!(series(&body, "dgx_pixels_gpu_info").len(), 8);
+    let info = series(&body, "dgx_pixels_exporter_build_info");
+    assert_eq!(info.len(), 1);
+    assert!(info[0].contains("mode=\"simulated\"") && info[0].contains("scenario=\"dgx-h100\""), "{}", info[0]);
+    assert!(info[0].contains("node=\"dgx-07\""));
+    assert!(series(&body, "dgx_pixels_source_up")[0].ends_with("source=\"sim\"} 1"));
+    for line in body.lines().filter(|l| !l.starts_with('#')) {
+        assert!(line.contains("node=\"dgx-07\""), "{line}");
+    }
+    let (_, _, landing) = get(d.port, "/", &[]);
+    assert!(String::from_utf8_lossy(&landing).contains("SIMULATED"));
+}
+
+#[test]
+fn formats_follow_accept_and_gzip_follows_accept_encoding() {
+    let d = start(&["--simulate", "dgx-spark"]);
+    let (status, h, body) = get(
+        d.port,
+        "/metrics",
+        &[("Accept", "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")],
+    );
+    assert_eq!(status, 200);
+    assert!(header(&h, "content-type").unwrap().starts_with("application/openmetrics-text; version=1.0.0"));
+    assert!(String::from_utf8(body).unwrap().ends_with("# EOF\n"));
+
+    let (_, h, body) = get(d.port, "/metrics", &[("Accept-Encoding", "gzip")]);
+    assert_eq!(header(&h, "content-encoding"), Some("gzip"));
+    assert!(header(&h, "content-type").unwrap().starts_with("text/plain; version=0.0.4"));
+    let mut plain = String::new();
+    flate2::read::GzDecoder::new(&body[..]).read_to_string(&mut plain).unwrap();
+    assert!(plain.contains("# TYPE dgx_pixels_gpu_power_watts gauge"));
+    // Unified memory: no framebuffer series at all rather than zeros.
+    assert!(series(&plain, "dgx_pixels_gpu_memory_used_bytes").is_empty());
+
+    assert_eq!(get(d.port, "/-/healthy", &[]).0, 200);
+    assert_eq!(get(d.port, "/nope", &[]).0, 404);
+}
+
+#[test]
+fn without_a_gpu_nvml_is_down_ready_and_logged_once() {
+    let mut d = start(&["--nvml.library", "/nonexistent/libnvidia-ml.so.1"]);
+    let body = text(d.port);
+    assert_eq!(series(&body, "dgx_pixels_source_up"), ["dgx_pixels_source_up{source=\"nvml\"} 0"]);
+    assert!(series(&body, "dgx_pixels_gpu_power_watts").is_empty());
+    assert!(series(&body, "dgx_pixels_exporter_build_info")[0].contains("mode=\"hardware\""));
+    // Let it retry (backoff 1 s, 2 s) and check it said why only once.
+    std::thread::sleep(Duration::from_millis(3500));
+    let polls: f64 = series(&text(d.port), "dgx_pixels_source_polls_total")[0]
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(polls >= 3.0, "keeps polling: {polls}");
+    let _ = d.child.kill();
+    let mut stderr = String::new();
+    d.child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("NVML unavailable")).collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(warnings[0].contains("level=warn") && warnings[0].contains("/nonexistent/libnvidia-ml.so.1"));
+}
+
+fn fails(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let out = Command::new(BIN)
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).to_string())
+}
+
+#[test]
+fn bad_input_exits_non_zero_with_one_clear_line() {
+    let (code, err) = fails(&["--web.listen-adress", ":1"], &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--web.listen-adress"), "{err}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("bad.toml");
+    std::fs::write(&cfg, "[web]\ntelemetry_path = 3\n").unwrap();
+    let (code, err) = fails(&["--config.file", cfg.to_str().unwrap()], &[]);
+    assert_eq!(code, 2);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("bad.toml line 2 key web.telemetry_path"), "{err}");
+
+    let (code, err) = fails(&["--simulate", "dgx-h900", "--web.listen-address", "127.0.0.1:0"], &[]);
+    assert_eq!(code, 1);
+    assert!(err.contains("unknown scenario") && err.contains("dgx-h100"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+
+    let (code, err) = fails(&["--log.level", "loud"], &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("log.level"), "{err}");
+
+    let (code, err) = fails(&[], &[("DGX_PIXELS_WEB__LISTEN_ADDRESS", "not-an-address")]);
+    assert_eq!(code, 2);
+    assert!(err.contains("web.listen_address"), "{err}");
+}
+
+#[test]
+fn address_in_use_is_an_error_before_serving() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let (code, err) = fails(&["--simulate", "dgx-h100", "--web.listen-address", &addr], &[]);
+    assert_eq!(code, 1);
+    assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+#[test]
+fn sigterm_and_sigint_stop_within_a_second() {
+    for signal in ["TERM", "INT"] {
+        let mut d = start(&["--simulate", "dgx-h100"]);
+        // Hold an idle keep-alive connection open: shutdown must not wait for it.
+        let idle = TcpStream::connect(("127.0.0.1", d.port)).unwrap();
+        let t = Instant::now();
+        Command::new("kill")
+            .args([&format!("-{signal}"), &d.child.id().to_string()])
+            .status()
+            .unwrap();
+        let status = loop {
+            if let Some(s) = d.child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(t.elapsed() < Duration::from_secs(3), "still running");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert!(t.elapsed() < Duration::from_secs(1), "{signal}: took {:?}", t.elapsed());
+        assert!(status.success(), "{signal}: {status:?}");
+        let mut lines = BufReader::new(d.child.stderr.take().unwrap()).lines();
+        assert!(lines.any(|l| l.unwrap().contains("shutting down")));
+        drop(idle);
+    }
+}

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# End to end: the real exporter on the simulated dgx-h100 node, scraped by a real Prometheus
+# server; asserts through Prometheus' HTTP API, and lints the exposition with promtool.
+# Usage: tests/e2e/prometheus.sh PATH/TO/dgx-pixels-exporter   (prometheus, promtool on PATH)
+set -euo pipefail
+BIN=${1:?usage: $0 EXPORTER_BINARY}
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+fail() { echo "FAIL: $*" >&2; echo "--- exporter log" >&2; tail -20 "$work/exporter.log" >&2 || true; echo "--- prometheus log" >&2; tail -20 "$work/prometheus.log" >&2 || true; exit 1; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_for() { # URL TIMEOUT_S
+  local deadline=$((SECONDS + $2))
+  until curl -sf "$1" >/dev/null; do [ $SECONDS -lt $deadline ] || return 1; sleep 0.1; done
+}
+query() { curl -sf --get "http://127.0.0.1:$PROM_PORT/api/v1/query" --data-urlencode "query=$1" | jq -r '.data.result[0].value[1] // "none"'; }
+
+EXP_PORT=$(free_port)
+"$BIN" --simulate dgx-h100 --web.listen-address "127.0.0.1:$EXP_PORT" >"$work/exporter.log" 2>&1 &
+pids+=($!)
+wait_for "http://127.0.0.1:$EXP_PORT/-/ready" 10 || fail "exporter not ready"
+
+PROM_PORT=$(free_port)
+cat >"$work/prometheus.yml" <<YAML
+global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+scrape_configs:
+  - job_name: dgx-pixels
+    static_configs:
+      - targets: ["127.0.0.1:$EXP_PORT"]
+YAML
+prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/data" \
+  --web.listen-address="127.0.0.1:$PROM_PORT" >"$work/prometheus.log" 2>&1 &
+pids+=($!)
+wait_for "http://127.0.0.1:$PROM_PORT/-/ready" 30 || fail "prometheus not ready"
+
+passed=0 failed=0
+check() { # NAME EXPR EXPECTED
+  local deadline=$((SECONDS + 20)) got
+  while :; do
+    got=$(query "$2")
+    [ "$got" = "$3" ] && { echo "ok: $1 ($2 = $got)"; passed=$((passed + 1)); return; }
+    [ $SECONDS -lt $deadline ] || { echo "not ok: $1: $2 = $got, want $3" >&2; failed=$((failed + 1)); return; }
+    sleep 0.5
+  done
+}
+check "target is up" 'up{job="dgx-pixels"}' 1
+check "8 GPUs report power" 'count(dgx_pixels_gpu_power_watts)' 8
+check "8 GPUs are up" 'sum(dgx_pixels_gpu_up)' 8
+check "simulation says so" 'count(dgx_pixels_exporter_build_info{mode="simulated",scenario="dgx-h100"})' 1
+check "sim source is up" 'dgx_pixels_source_up{source="sim"}' 1
+check "energy counter grows" 'count(increase(dgx_pixels_gpu_energy_joules_total[5s]) > 0)' 8
+check "power within limit" 'count(dgx_pixels_gpu_power_watts <= on(gpu, uuid) dgx_pixels_gpu_power_limit_watts)' 8
+check "every series ingested" 'scrape_samples_scraped{job="dgx-pixels"} == scrape_samples_post_metric_relabeling{job="dgx-pixels"} > 250' "$(query 'scrape_samples_scraped{job="dgx-pixels"}')"
+
+# promtool lints the classic text format (what curl gets) and the OpenMetrics one must parse.
+curl -sf "http://127.0.0.1:$EXP_PORT/metrics" >"$work/metrics.txt"
+if lint=$(promtool check metrics <"$work/metrics.txt" 2>&1) && [ -z "$lint" ]; then
+  echo "ok: promtool check metrics reports nothing"; passed=$((passed + 1))
+else
+  echo "not ok: promtool check metrics: $lint" >&2; failed=$((failed + 1))
+fi
+
+echo "e2e: $passed passed, $failed failed"
+[ "$failed" = 0 ]
