@@ -201,7 +201,8 @@ impl Settings {
         let level = self.log.level.trim().to_ascii_lowercase();
         let plain = ["error", "warn", "info", "debug", "trace", "off"].contains(&level.as_str());
         // Full tracing directives ("info,dgx_pixels_nvml=debug") are accepted too.
-        if !(plain || level.contains('=') && tracing_subscriber::EnvFilter::try_new(&level).is_ok()) {
+        if !(plain || level.contains('=') && tracing_subscriber::EnvFilter::try_new(&level).is_ok())
+        {
             return Err(ConfigError(format!(
                 "log.level: invalid level {:?}; use error, warn, info, debug or trace",
                 self.log.level

@@ -195,7 +195,11 @@ mod tests {
     fn state(max: Option<usize>) -> Arc<AppState> {
         use dgx_pixels_metrics::EncodeOptions;
         Arc::new(AppState {
-            store: Arc::new(SnapshotStore::new(&["nvml", "sim"], vec![], EncodeOptions::default())),
+            store: Arc::new(SnapshotStore::new(
+                &["nvml", "sim"],
+                vec![],
+                EncodeOptions::default(),
+            )),
             telemetry_path: "/metrics".into(),
             scrape_slots: max.map(Semaphore::new),
             mode_line: String::new(),
@@ -213,12 +217,18 @@ mod tests {
         let s = state(None);
         let r = ready(State(Arc::clone(&s))).await;
         assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(body(r).await, "Not ready: waiting for the first poll of nvml, sim\n");
+        assert_eq!(
+            body(r).await,
+            "Not ready: waiting for the first poll of nvml, sim\n"
+        );
         for source in ["nvml", "sim"] {
             s.store.publish(Snapshot {
                 source: source.into(),
                 // A failed first poll still counts: the source has answered.
-                health: SourceHealth { polls: 1, ..Default::default() },
+                health: SourceHealth {
+                    polls: 1,
+                    ..Default::default()
+                },
                 samples: vec![],
             });
         }
@@ -234,6 +244,8 @@ mod tests {
         drop(held);
         let r = metrics(State(s), HeaderMap::new()).await;
         assert_eq!(r.status(), StatusCode::OK);
-        assert!(body(r).await.contains("dgx_pixels_source_up{source=\"nvml\"} 0"));
+        assert!(body(r)
+            .await
+            .contains("dgx_pixels_source_up{source=\"nvml\"} 0"));
     }
 }

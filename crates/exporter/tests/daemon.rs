@@ -1,5 +1,6 @@
 //! The real binary, started as a process: endpoints, formats, startup errors, GPU-less start and
 //! shutdown. Each test gets its own port and kills what it starts (also when it fails).
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -65,7 +66,10 @@ fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> (u16, Vec<(String, St
     }
     let mut raw = Vec::new();
     let _ = s.read_to_end(&mut raw);
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(raw.len());
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or(raw.len());
     let head = String::from_utf8_lossy(&raw[..split]).to_string();
     let body = raw.get(split + 4..).unwrap_or_default().to_vec();
     let mut lines = head.lines();
@@ -106,7 +110,11 @@ fn simulated_node_serves_eight_gpus_and_says_it_is_simulated() {
     assert_eq!(series(&body, "dgx_pixels_gpu_info").len(), 8);
     let info = series(&body, "dgx_pixels_exporter_build_info");
     assert_eq!(info.len(), 1);
-    assert!(info[0].contains("mode=\"simulated\"") && info[0].contains("scenario=\"dgx-h100\""), "{}", info[0]);
+    assert!(
+        info[0].contains("mode=\"simulated\"") && info[0].contains("scenario=\"dgx-h100\""),
+        "{}",
+        info[0]
+    );
     assert!(info[0].contains("node=\"dgx-07\""));
     assert!(series(&body, "dgx_pixels_source_up")[0].ends_with("source=\"sim\"} 1"));
     for line in body.lines().filter(|l| !l.starts_with('#')) {
@@ -122,17 +130,26 @@ fn formats_follow_accept_and_gzip_follows_accept_encoding() {
     let (status, h, body) = get(
         d.port,
         "/metrics",
-        &[("Accept", "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")],
+        &[(
+            "Accept",
+            "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+        )],
     );
     assert_eq!(status, 200);
-    assert!(header(&h, "content-type").unwrap().starts_with("application/openmetrics-text; version=1.0.0"));
+    assert!(header(&h, "content-type")
+        .unwrap()
+        .starts_with("application/openmetrics-text; version=1.0.0"));
     assert!(String::from_utf8(body).unwrap().ends_with("# EOF\n"));
 
     let (_, h, body) = get(d.port, "/metrics", &[("Accept-Encoding", "gzip")]);
     assert_eq!(header(&h, "content-encoding"), Some("gzip"));
-    assert!(header(&h, "content-type").unwrap().starts_with("text/plain; version=0.0.4"));
+    assert!(header(&h, "content-type")
+        .unwrap()
+        .starts_with("text/plain; version=0.0.4"));
     let mut plain = String::new();
-    flate2::read::GzDecoder::new(&body[..]).read_to_string(&mut plain).unwrap();
+    flate2::read::GzDecoder::new(&body[..])
+        .read_to_string(&mut plain)
+        .unwrap();
     assert!(plain.contains("# TYPE dgx_pixels_gpu_power_watts gauge"));
     // Unified memory: no framebuffer series at all rather than zeros.
     assert!(series(&plain, "dgx_pixels_gpu_memory_used_bytes").is_empty());
@@ -145,7 +162,10 @@ fn formats_follow_accept_and_gzip_follows_accept_encoding() {
 fn without_a_gpu_nvml_is_down_ready_and_logged_once() {
     let mut d = start(&["--nvml.library", "/nonexistent/libnvidia-ml.so.1"]);
     let body = text(d.port);
-    assert_eq!(series(&body, "dgx_pixels_source_up"), ["dgx_pixels_source_up{source=\"nvml\"} 0"]);
+    assert_eq!(
+        series(&body, "dgx_pixels_source_up"),
+        ["dgx_pixels_source_up{source=\"nvml\"} 0"]
+    );
     assert!(series(&body, "dgx_pixels_gpu_power_watts").is_empty());
     assert!(series(&body, "dgx_pixels_exporter_build_info")[0].contains("mode=\"hardware\""));
     // Let it retry (backoff 1 s, 2 s) and check it said why only once.
@@ -159,10 +179,21 @@ fn without_a_gpu_nvml_is_down_ready_and_logged_once() {
     assert!(polls >= 3.0, "keeps polling: {polls}");
     let _ = d.child.kill();
     let mut stderr = String::new();
-    d.child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
-    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("NVML unavailable")).collect();
+    d.child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("NVML unavailable"))
+        .collect();
     assert_eq!(warnings.len(), 1, "{stderr}");
-    assert!(warnings[0].contains("level=warn") && warnings[0].contains("/nonexistent/libnvidia-ml.so.1"));
+    assert!(
+        warnings[0].contains("level=warn")
+            && warnings[0].contains("/nonexistent/libnvidia-ml.so.1")
+    );
 }
 
 fn fails(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
@@ -171,7 +202,10 @@ fn fails(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
         .envs(env.iter().copied())
         .output()
         .unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).to_string())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
 }
 
 #[test]
@@ -186,11 +220,25 @@ fn bad_input_exits_non_zero_with_one_clear_line() {
     let (code, err) = fails(&["--config.file", cfg.to_str().unwrap()], &[]);
     assert_eq!(code, 2);
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("bad.toml line 2 key web.telemetry_path"), "{err}");
+    assert!(
+        err.contains("bad.toml line 2 key web.telemetry_path"),
+        "{err}"
+    );
 
-    let (code, err) = fails(&["--simulate", "dgx-h900", "--web.listen-address", "127.0.0.1:0"], &[]);
+    let (code, err) = fails(
+        &[
+            "--simulate",
+            "dgx-h900",
+            "--web.listen-address",
+            "127.0.0.1:0",
+        ],
+        &[],
+    );
     assert_eq!(code, 1);
-    assert!(err.contains("unknown scenario") && err.contains("dgx-h100"), "{err}");
+    assert!(
+        err.contains("unknown scenario") && err.contains("dgx-h100"),
+        "{err}"
+    );
     assert_eq!(err.lines().count(), 1, "{err}");
 
     let (code, err) = fails(&["--log.level", "loud"], &[]);
@@ -206,7 +254,10 @@ fn bad_input_exits_non_zero_with_one_clear_line() {
 fn address_in_use_is_an_error_before_serving() {
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
-    let (code, err) = fails(&["--simulate", "dgx-h100", "--web.listen-address", &addr], &[]);
+    let (code, err) = fails(
+        &["--simulate", "dgx-h100", "--web.listen-address", &addr],
+        &[],
+    );
     assert_eq!(code, 1);
     assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -230,7 +281,11 @@ fn sigterm_and_sigint_stop_within_a_second() {
             assert!(t.elapsed() < Duration::from_secs(3), "still running");
             std::thread::sleep(Duration::from_millis(10));
         };
-        assert!(t.elapsed() < Duration::from_secs(1), "{signal}: took {:?}", t.elapsed());
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "{signal}: took {:?}",
+            t.elapsed()
+        );
         assert!(status.success(), "{signal}: {status:?}");
         let mut lines = BufReader::new(d.child.stderr.take().unwrap()).lines();
         assert!(lines.any(|l| l.unwrap().contains("shutting down")));

@@ -279,7 +279,7 @@ mod tests {
         }
     }
 
-    fn find<'a>(out: &'a [Sample], metric: Metric) -> Vec<&'a Sample> {
+    fn find(out: &[Sample], metric: Metric) -> Vec<&Sample> {
         out.iter().filter(|s| s.metric == metric).collect()
     }
 

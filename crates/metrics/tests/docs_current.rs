@@ -1,5 +1,6 @@
 //! docs/metrics.md is generated from the catalog; this fails when someone changes one without
 //! the other. Regenerate with `cargo run -p dgx-pixels-exporter -- docs metrics > docs/metrics.md`.
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 #[test]
 fn docs_metrics_md_is_current() {

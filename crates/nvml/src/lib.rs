@@ -285,10 +285,10 @@ impl Source for NvmlSource {
                     continue;
                 }
             };
-            if !self.identities.contains_key(&index) {
+            if let std::collections::hash_map::Entry::Vacant(slot) = self.identities.entry(index) {
                 match identity(nvml, index, &dev) {
                     Ok(id) => {
-                        self.identities.insert(index, id);
+                        slot.insert(id);
                     }
                     Err(_) => continue,
                 }
