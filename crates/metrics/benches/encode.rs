@@ -1,1 +1,125 @@
-fn main() {}
+//! Encoding cost of one snapshot generation for 8 and 64 GPUs with every GPU reading present:
+//! the worst case of a scrape (a generation nobody has encoded yet), and the cached case.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use dgx_pixels_metrics::gpu::{push_gpu_samples, ClockReadout, EccTotals, GpuIdentity, GpuReadout};
+use dgx_pixels_metrics::{EncodeOptions, Format, Snapshot, SnapshotStore, SourceHealth};
+
+fn snapshot(gpus: u32) -> Snapshot {
+    let mut samples = Vec::new();
+    for i in 0..gpus {
+        let id = GpuIdentity {
+            index: i,
+            uuid: format!("GPU-{i:08x}-0000-0000-0000-000000000000"),
+            model: "NVIDIA H100 80GB HBM3".into(),
+            serial: format!("16500000{i:05}"),
+            pci_bus_id: format!("00000000:{:02X}:00.0", 0x18 + i),
+            vbios_version: "96.00.74.00.0D".into(),
+            driver_version: "550.54.15".into(),
+            minor_number: i,
+        };
+        let clocks = ClockReadout {
+            graphics: Some(1.98e9),
+            sm: Some(1.98e9),
+            memory: Some(2.619e9),
+            video: Some(1.755e9),
+        };
+        let r = GpuReadout {
+            up: true,
+            utilization_ratio: Some(0.93),
+            memory_utilization_ratio: Some(0.41),
+            memory_used_bytes: Some(6.1e10),
+            memory_free_bytes: Some(2.4e10),
+            memory_reserved_bytes: Some(5.4e8),
+            memory_total_bytes: Some(8.589934592e10),
+            power_watts: Some(612.25),
+            power_limit_watts: Some(700.0),
+            energy_joules: Some(1.234_567_89e9),
+            temperature_gpu_celsius: Some(67.0),
+            temperature_memory_celsius: Some(71.0),
+            clocks,
+            max_clocks: clocks,
+            performance_state: Some(0),
+            fan_speed_ratios: vec![],
+            throttle_reasons: vec![
+                ("gpu_idle", false),
+                ("sw_power_cap", true),
+                ("hw_slowdown", false),
+                ("sw_thermal_slowdown", false),
+                ("hw_thermal_slowdown", false),
+                ("hw_power_brake_slowdown", false),
+            ],
+            xid_counts: vec![],
+            ecc: Some(EccTotals::default()),
+            pcie_transmit_bytes_per_second: Some(1.2e9),
+            pcie_receive_bytes_per_second: Some(3.4e9),
+            nvlink_transmit_bytes: Some(9.9e14),
+            nvlink_receive_bytes: Some(9.8e14),
+            mig: vec![],
+        };
+        push_gpu_samples(&id, &r, &mut samples);
+    }
+    Snapshot {
+        source: "nvml".into(),
+        health: SourceHealth {
+            up: true,
+            polls: 1,
+            last_poll_duration: Some(Duration::from_millis(3)),
+            ..Default::default()
+        },
+        samples,
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let mut group = c.benchmark_group("scrape");
+    for gpus in [8u32, 64] {
+        let store = Arc::new(SnapshotStore::new(
+            &["nvml"],
+            vec![],
+            EncodeOptions::default(),
+        ));
+        let snap = snapshot(gpus);
+        // A fresh generation per iteration: publish + encode (+ gzip), what the first scrape after a poll pays.
+        for (name, format, gzip) in [
+            ("new_generation_text", Format::Text, false),
+            ("new_generation_openmetrics", Format::OpenMetrics, false),
+            ("new_generation_openmetrics_gzip", Format::OpenMetrics, true),
+        ] {
+            group.bench_with_input(BenchmarkId::new(name, gpus), &gpus, |b, _| {
+                b.iter(|| {
+                    store.publish(snap.clone());
+                    store.current().exposition(format, gzip).len()
+                })
+            });
+        }
+        group.bench_with_input(
+            BenchmarkId::new("cached_generation", gpus),
+            &gpus,
+            |b, _| {
+                store.publish(snap.clone());
+                b.iter(|| store.current().exposition(Format::OpenMetrics, true).len())
+            },
+        );
+        let body = store.current().exposition(Format::Text, false);
+        println!(
+            "{gpus} GPUs: {} series, {} bytes text, {} bytes gzip",
+            body.split(|b| *b == b'\n')
+                .filter(|l| !l.is_empty() && l[0] != b'#')
+                .count(),
+            body.len(),
+            store.current().exposition(Format::Text, true).len()
+        );
+    }
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
+    targets = bench
+}
+criterion_main!(benches);
