@@ -9,8 +9,9 @@ use clap::{Arg, ArgAction, ArgMatches, Command, FromArgMatches, Parser, Subcomma
 use crate::collectors::COLLECTORS;
 use crate::config::{parse_duration, LogFormat, DEFAULT_LISTEN_ADDRESS};
 
-const ABOUT: &str = "GPU telemetry exporter for Prometheus: NVML (and later DCGM) readings, \
-probe workloads and job textfiles under the dgx_pixels_* namespace.";
+const ABOUT: &str =
+    "GPU telemetry exporter for Prometheus: NVML readings of every GPU of the node \
+(or of a simulated node), served under the dgx_pixels_* namespace.";
 
 const AFTER_HELP: &str = "\
 Settings come from, highest precedence first: flags, DGX_PIXELS_* environment variables \
@@ -49,7 +50,7 @@ pub struct Cli {
 
     /// Serve a simulated node instead of real GPUs: a built-in scenario (dgx-h100, dgx-a100-mig,
     /// dgx-spark, fault-gpu-lost, fault-xid-storm, fault-ecc, fault-thermal) or a scenario TOML
-    /// file. Every series then says mode="simulated" on dgx_pixels_exporter_build_info.
+    /// file. dgx_pixels_exporter_build_info then says mode="simulated" and names the scenario.
     #[arg(long = "simulate", value_name = "SCENARIO")]
     pub simulate: Option<String>,
 
