@@ -113,13 +113,7 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
 }
 
 async fn ready(State(state): State<Arc<AppState>>) -> Response {
-    let g = state.store.current();
-    let waiting: Vec<&str> = g
-        .snapshots()
-        .iter()
-        .filter(|s| s.health.polls == 0)
-        .map(|s| s.source.as_str())
-        .collect();
+    let waiting = state.store.pending_sources();
     if waiting.is_empty() {
         (StatusCode::OK, "Ready\n".to_string()).into_response()
     } else {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use dgx_pixels_metrics::gpu::{
-    push_gpu_samples, ClockReadout, EccTotals, GpuIdentity, GpuReadout, MigReadout,
+    push_gpu_samples, throttle, ClockReadout, EccTotals, GpuIdentity, GpuReadout, MigReadout,
 };
 use dgx_pixels_metrics::{PollError, Sample, Source};
 use dgx_pixels_sim::{Clocks, GpuReading, GpuState, GpuStatic, Node};
@@ -79,12 +79,12 @@ pub fn readout(g: &GpuStatic, r: &GpuReading) -> GpuReadout {
         performance_state: Some(r.pstate),
         fan_speed_ratios: r.fan_speed_ratio.into_iter().collect(),
         throttle_reasons: vec![
-            ("gpu_idle", t.gpu_idle),
-            ("sw_power_cap", t.sw_power_cap),
-            ("hw_slowdown", t.hw_slowdown),
-            ("sw_thermal_slowdown", t.sw_thermal_slowdown),
-            ("hw_thermal_slowdown", t.hw_thermal_slowdown),
-            ("hw_power_brake_slowdown", t.hw_power_brake_slowdown),
+            (throttle::GPU_IDLE, t.gpu_idle),
+            (throttle::SW_POWER_CAP, t.sw_power_cap),
+            (throttle::HW_SLOWDOWN, t.hw_slowdown),
+            (throttle::SW_THERMAL_SLOWDOWN, t.sw_thermal_slowdown),
+            (throttle::HW_THERMAL_SLOWDOWN, t.hw_thermal_slowdown),
+            (throttle::HW_POWER_BRAKE_SLOWDOWN, t.hw_power_brake_slowdown),
         ],
         xid_counts: r.xid_counts.iter().map(|(k, v)| (*k, *v)).collect(),
         ecc: Some(EccTotals {
@@ -204,6 +204,11 @@ mod tests {
             .find(|s| s.metric == Metric::GpuClock && s.labels[2] == "sm")
             .unwrap();
         assert_eq!(sm.value, r.clocks.sm_hz);
+        let cap = out
+            .iter()
+            .find(|s| s.metric == Metric::GpuThrottleReason && s.labels[2] == "sw_power_cap")
+            .unwrap();
+        assert_eq!(cap.value == 1.0, r.throttle.sw_power_cap);
         assert_eq!(out[0].labels[1], g.uuid);
     }
 

@@ -8,6 +8,27 @@
 use crate::catalog::Metric;
 use crate::snapshot::Sample;
 
+/// `reason` label values of `dgx_pixels_gpu_throttle_reason`, shared by every GPU source so the
+/// same condition has the same name whichever source reports it.
+pub mod throttle {
+    /// The GPU is idle and clocks are lowered.
+    pub const GPU_IDLE: &str = "gpu_idle";
+    /// Application clocks setting.
+    pub const APPLICATIONS_CLOCKS_SETTING: &str = "applications_clocks_setting";
+    /// Software power cap (the power limit).
+    pub const SW_POWER_CAP: &str = "sw_power_cap";
+    /// Hardware slowdown.
+    pub const HW_SLOWDOWN: &str = "hw_slowdown";
+    /// Sync boost.
+    pub const SYNC_BOOST: &str = "sync_boost";
+    /// Software thermal slowdown.
+    pub const SW_THERMAL_SLOWDOWN: &str = "sw_thermal_slowdown";
+    /// Hardware thermal slowdown.
+    pub const HW_THERMAL_SLOWDOWN: &str = "hw_thermal_slowdown";
+    /// Hardware power brake slowdown.
+    pub const HW_POWER_BRAKE_SLOWDOWN: &str = "hw_power_brake_slowdown";
+}
+
 /// Static facts about a GPU, read once at discovery.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GpuIdentity {

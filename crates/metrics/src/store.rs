@@ -121,14 +121,16 @@ impl SnapshotStore {
         self.current.load_full()
     }
 
-    /// Whether every source has completed at least one poll.
-    pub fn all_polled(&self) -> bool {
+    /// Names of the sources that have not completed a poll yet (readiness waits for none).
+    pub fn pending_sources(&self) -> Vec<String> {
         self.current
             .load()
             .input
             .snapshots
             .iter()
-            .all(|s| s.health.polls > 0)
+            .filter(|s| s.health.polls == 0)
+            .map(|s| s.source.clone())
+            .collect()
     }
 }
 
@@ -154,12 +156,12 @@ mod tests {
     #[test]
     fn publish_swaps_generations_and_readiness_waits_for_every_source() {
         let store = SnapshotStore::new(&["sim", "other"], vec![], EncodeOptions::default());
-        assert!(!store.all_polled());
+        assert_eq!(store.pending_sources(), ["other", "sim"]);
         let g0 = store.current();
         store.publish(up("sim", 100.0));
-        assert!(!store.all_polled());
+        assert_eq!(store.pending_sources(), ["other"]);
         store.publish(up("other", 1.0));
-        assert!(store.all_polled());
+        assert!(store.pending_sources().is_empty());
         let g2 = store.current();
         assert_eq!(g2.number(), g0.number() + 2);
         // An old generation is immutable: readers holding it still see the old state.

@@ -25,7 +25,7 @@ use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use dgx_pixels_metrics::gpu::{push_gpu_samples, ClockReadout, GpuIdentity, GpuReadout};
+use dgx_pixels_metrics::gpu::{push_gpu_samples, throttle, ClockReadout, GpuIdentity, GpuReadout};
 use dgx_pixels_metrics::{PollError, Sample, Source};
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::enum_wrappers::device::{Clock, PcieUtilCounter, TemperatureSensor};
@@ -75,19 +75,25 @@ impl Backoff {
 
 /// Throttle reasons as NVML names them, with our label values.
 const THROTTLE_REASONS: &[(ThrottleReasons, &str)] = &[
-    (ThrottleReasons::GPU_IDLE, "gpu_idle"),
+    (ThrottleReasons::GPU_IDLE, throttle::GPU_IDLE),
     (
         ThrottleReasons::APPLICATIONS_CLOCKS_SETTING,
-        "applications_clocks_setting",
+        throttle::APPLICATIONS_CLOCKS_SETTING,
     ),
-    (ThrottleReasons::SW_POWER_CAP, "sw_power_cap"),
-    (ThrottleReasons::HW_SLOWDOWN, "hw_slowdown"),
-    (ThrottleReasons::SYNC_BOOST, "sync_boost"),
-    (ThrottleReasons::SW_THERMAL_SLOWDOWN, "sw_thermal_slowdown"),
-    (ThrottleReasons::HW_THERMAL_SLOWDOWN, "hw_thermal_slowdown"),
+    (ThrottleReasons::SW_POWER_CAP, throttle::SW_POWER_CAP),
+    (ThrottleReasons::HW_SLOWDOWN, throttle::HW_SLOWDOWN),
+    (ThrottleReasons::SYNC_BOOST, throttle::SYNC_BOOST),
+    (
+        ThrottleReasons::SW_THERMAL_SLOWDOWN,
+        throttle::SW_THERMAL_SLOWDOWN,
+    ),
+    (
+        ThrottleReasons::HW_THERMAL_SLOWDOWN,
+        throttle::HW_THERMAL_SLOWDOWN,
+    ),
     (
         ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN,
-        "hw_power_brake_slowdown",
+        throttle::HW_POWER_BRAKE_SLOWDOWN,
     ),
 ];
 
