@@ -68,5 +68,6 @@ pub use error::ScenarioError;
 pub use node::{Node, STEP};
 pub use scenario::{Scenario, BUILTIN_SCENARIOS, MAX_GPUS, XID_GPU_LOST};
 pub use types::{
-    Clocks, EccCounts, GpuReading, GpuState, GpuStatic, MigInstance, MigReading, ThrottleReasons,
+    Clocks, EccCounts, GpuReading, GpuState, GpuStatic, MigInstance, MigReading, PcieLink,
+    ProcessReading, RemappedRows, ThrottleReasons,
 };

@@ -7,7 +7,8 @@ use std::time::Duration;
 use crate::noise;
 use crate::scenario::{Fault, GpuModel, PhaseMemory, Repeat, Scenario};
 use crate::types::{
-    Clocks, EccCounts, GpuReading, GpuState, GpuStatic, MigReading, ThrottleReasons,
+    Clocks, EccCounts, GpuReading, GpuState, GpuStatic, MigReading, ProcessReading, RemappedRows,
+    ThrottleReasons,
 };
 
 /// Integration step of the model. Readings between two steps use the state at the earlier step;
@@ -97,6 +98,8 @@ struct SimState {
     energy: f64,
     nvlink_tx: u64,
     nvlink_rx: u64,
+    violation_power: f64,
+    violation_thermal: f64,
 }
 
 /// Instantaneous values of an active (not lost) GPU during one step.
@@ -132,6 +135,7 @@ struct GpuSim {
     /// `(corrected, uncorrected, when)`.
     ecc: Vec<(u64, u64, Repeat)>,
     mig: Vec<MigParams>,
+    bar1_total: Option<u64>,
     /// `exp(-STEP / tau)`.
     alpha: f64,
     initial: SimState,
@@ -266,6 +270,7 @@ impl GpuSim {
             xids,
             ecc,
             mig,
+            bar1_total: stat.bar1_total_bytes,
             alpha,
             initial: SimState {
                 step: 0,
@@ -273,6 +278,8 @@ impl GpuSim {
                 energy: 0.0,
                 nvlink_tx: 0,
                 nvlink_rx: 0,
+                violation_power: 0.0,
+                violation_thermal: 0.0,
             },
             state: SimState {
                 step: 0,
@@ -280,6 +287,8 @@ impl GpuSim {
                 energy: 0.0,
                 nvlink_tx: 0,
                 nvlink_rx: 0,
+                violation_power: 0.0,
+                violation_thermal: 0.0,
             },
         };
         // Like NVML's counter since driver load: some energy was used before the scenario began.
@@ -415,11 +424,17 @@ impl GpuSim {
     fn advance(&mut self) {
         let k = self.state.step;
         let t = time_of(k);
-        let (power, tx, rx) = if self.lost_at(t).is_some() {
-            (0.0, 0.0, 0.0)
+        let (power, tx, rx, capped, hot) = if self.lost_at(t).is_some() {
+            (0.0, 0.0, 0.0, false, false)
         } else {
             let e = self.eval(k, self.state.temperature);
-            (e.power, e.nvlink_tx, e.nvlink_rx)
+            (
+                e.power,
+                e.nvlink_tx,
+                e.nvlink_rx,
+                e.sw_power_cap,
+                e.sw_thermal || e.hw_thermal,
+            )
         };
         let (ambient, resistance) = self.thermal_env(t);
         let steady = ambient + resistance * power;
@@ -428,6 +443,12 @@ impl GpuSim {
         s.nvlink_tx = s.nvlink_tx.saturating_add((tx * STEP_S) as u64);
         s.nvlink_rx = s.nvlink_rx.saturating_add((rx * STEP_S) as u64);
         s.temperature = steady + (s.temperature - steady) * self.alpha;
+        if capped {
+            s.violation_power += STEP_S;
+        }
+        if hot {
+            s.violation_thermal += STEP_S;
+        }
         s.step = k.saturating_add(1);
     }
 
@@ -510,6 +531,45 @@ impl GpuSim {
             (0.3 + 0.7 * (temperature - self.ambient - 10.0) / span).clamp(0.3, 1.0)
         });
         let idle = e.utilization < IDLE_UTILIZATION;
+        // One process per busy GPU or busy MIG instance, holding the memory in use.
+        let base_pid = 20_000 + 100 * self.index as u32;
+        let processes = if idle {
+            Vec::new()
+        } else if mig.is_empty() {
+            used.filter(|u| *u > 0)
+                .map(|u| ProcessReading {
+                    pid: base_pid,
+                    used_memory_bytes: u,
+                    gpu_instance: None,
+                    compute_instance: None,
+                })
+                .into_iter()
+                .collect()
+        } else {
+            mig.iter()
+                .enumerate()
+                .filter(|(_, r)| r.memory_used_bytes > 0)
+                .map(|(i, r)| ProcessReading {
+                    pid: base_pid + 1 + i as u32,
+                    used_memory_bytes: r.memory_used_bytes,
+                    gpu_instance: Some(r.gpu_instance),
+                    compute_instance: Some(r.compute_instance),
+                })
+                .collect()
+        };
+        // Each uncorrectable error remaps a row; the remap is pending until the GPU is reset,
+        // which never happens within a scenario. A bank has 512 spare rows.
+        let remapped_rows = RemappedRows {
+            correctable: 0,
+            uncorrectable: ecc.aggregate_uncorrected.min(512),
+            pending: ecc.volatile_uncorrected > 0,
+            failure: ecc.aggregate_uncorrected > 512,
+        };
+        let capped = e.sw_power_cap;
+        let hot = e.sw_thermal || e.hw_thermal;
+        let bar1_used_bytes = self
+            .bar1_total
+            .map(|_| 4 * MIB + used.map_or(0, |u| floor_mib(u as f64 / 4096.0)));
         GpuState::Ok(GpuReading {
             utilization_ratio: e.utilization,
             memory_utilization_ratio: e.memory_utilization,
@@ -548,6 +608,15 @@ impl GpuSim {
                 .nvlink_rx
                 .saturating_add((e.nvlink_rx * partial) as u64),
             mig,
+            encoder_utilization_ratio: 0.0,
+            decoder_utilization_ratio: 0.0,
+            bar1_used_bytes,
+            violation_power_seconds: self.state.violation_power
+                + if capped { partial } else { 0.0 },
+            violation_thermal_seconds: self.state.violation_thermal
+                + if hot { partial } else { 0.0 },
+            remapped_rows,
+            processes,
         })
     }
 }

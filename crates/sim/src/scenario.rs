@@ -817,6 +817,24 @@ fn validate(ctx: &Ctx<'_>, raw: RawScenario) -> Result<Scenario, ScenarioError> 
             memory_hz: max_memory,
             video_hz: idle_video,
         };
+        // Facts the scenario format does not carry, from the architecture: discrete parts have a
+        // 128 GiB BAR1 and a x16 link (Gen5 on Hopper and Blackwell, Gen4 before); unified-memory
+        // parts (no framebuffer size) have neither.
+        let (bar1_total, pcie_link) = if memory_total.is_some() {
+            let generation = match g.architecture.as_str() {
+                "Hopper" | "Blackwell" => 5,
+                _ => 4,
+            };
+            (
+                Some(128 * 1024 * 1024 * 1024),
+                Some(crate::types::PcieLink {
+                    generation,
+                    width: 16,
+                }),
+            )
+        } else {
+            (None, None)
+        };
         for k in 0..count {
             let index = gpus.len();
             let h1 = noise::hash(seed, 0x0ddc_0ffe, index as u64, 1);
@@ -843,6 +861,8 @@ fn validate(ctx: &Ctx<'_>, raw: RawScenario) -> Result<Scenario, ScenarioError> 
                 slowdown_temperature_celsius: slowdown,
                 shutdown_temperature_celsius: shutdown,
                 mig: None,
+                bar1_total_bytes: bar1_total,
+                pcie_link,
             });
             models.push(GpuModel {
                 idle_power: idle,

@@ -66,6 +66,45 @@ pub struct GpuStatic {
     pub shutdown_temperature_celsius: f64,
     /// MIG instances; `Some` only for GPUs in MIG mode.
     pub mig: Option<Vec<MigInstance>>,
+    /// Size of the BAR1 aperture in bytes; `None` where the part has none (unified memory).
+    pub bar1_total_bytes: Option<u64>,
+    /// Current PCIe link generation and width (lanes); `None` for parts not attached by PCIe.
+    pub pcie_link: Option<PcieLink>,
+}
+
+/// A PCIe link as negotiated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PcieLink {
+    /// Link generation (4 for Ampere, 5 for Hopper).
+    pub generation: u32,
+    /// Number of lanes.
+    pub width: u32,
+}
+
+/// Row-remapping counters (Ampere and later replace page retirement with row remapping).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RemappedRows {
+    /// Rows remapped because of correctable errors.
+    pub correctable: u64,
+    /// Rows remapped because of uncorrectable errors.
+    pub uncorrectable: u64,
+    /// A remapping is pending: it takes effect at the next GPU reset.
+    pub pending: bool,
+    /// A remapping failed (no spare rows left): the GPU needs service.
+    pub failure: bool,
+}
+
+/// A compute process holding device memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessReading {
+    /// Process id on the host.
+    pub pid: u32,
+    /// Device memory the process uses, bytes.
+    pub used_memory_bytes: u64,
+    /// GPU instance the process runs in, on a GPU in MIG mode.
+    pub gpu_instance: Option<u32>,
+    /// Compute instance the process runs in, on a GPU in MIG mode.
+    pub compute_instance: Option<u32>,
 }
 
 /// State of one GPU at one point in time.
@@ -182,4 +221,18 @@ pub struct GpuReading {
     pub nvlink_rx_bytes_total: u64,
     /// One entry per MIG instance; empty when the GPU is not in MIG mode.
     pub mig: Vec<MigReading>,
+    /// Fraction of time the video encoder was busy, 0..1 (the modelled workloads do no video).
+    pub encoder_utilization_ratio: f64,
+    /// Fraction of time the video decoder was busy, 0..1.
+    pub decoder_utilization_ratio: f64,
+    /// BAR1 in use, bytes (`None` where the part has no BAR1 aperture).
+    pub bar1_used_bytes: Option<u64>,
+    /// Time since scenario start during which clocks were held down by the power limit, seconds.
+    pub violation_power_seconds: f64,
+    /// Time since scenario start during which clocks were held down by temperature, seconds.
+    pub violation_thermal_seconds: f64,
+    /// Row-remapping counters, following the uncorrectable ECC errors.
+    pub remapped_rows: RemappedRows,
+    /// Compute processes using the GPU: one per busy GPU, or one per busy MIG instance.
+    pub processes: Vec<ProcessReading>,
 }

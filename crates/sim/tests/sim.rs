@@ -938,3 +938,77 @@ fn mangled_scenarios_never_panic() {
 fn step_is_100_ms() {
     assert_eq!(STEP, Duration::from_millis(100));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Readings added for NVML's full device telemetry.
+
+#[test]
+fn violation_time_accumulates_only_while_throttled() {
+    let mut n = node("fault-thermal");
+    // Before the cooling failure at 20 s there is no thermal violation.
+    assert_eq!(ok(&mut n, 5, 19.0).violation_thermal_seconds, 0.0);
+    let a = ok(&mut n, 5, 60.0).violation_thermal_seconds;
+    let b = ok(&mut n, 5, 90.0).violation_thermal_seconds;
+    assert!(a > 0.0);
+    assert!(
+        (b - a - 30.0).abs() < 0.11,
+        "throttled throughout: {a} -> {b}"
+    );
+    let end = ok(&mut n, 5, 300.0).violation_thermal_seconds;
+    let later = ok(&mut n, 5, 400.0).violation_thermal_seconds;
+    assert_eq!(end, later, "no thermal violation after cooling is restored");
+    assert_eq!(ok(&mut n, 0, 300.0).violation_thermal_seconds, 0.0);
+
+    // dgx-h100 training demands more than the 700 W limit: power violation grows with time capped.
+    let mut h = node("dgx-h100");
+    let mut prev = 0.0;
+    for t in [60.0, 90.0, 120.0] {
+        let r = ok(&mut h, 0, t);
+        assert!(r.throttle.sw_power_cap);
+        assert!(r.violation_power_seconds > prev, "at {t}");
+        prev = r.violation_power_seconds;
+    }
+}
+
+#[test]
+fn processes_hold_the_memory_in_use() {
+    let mut h = node("dgx-h100");
+    let r = ok(&mut h, 3, 60.0);
+    assert_eq!(r.processes.len(), 1);
+    assert_eq!(Some(r.processes[0].used_memory_bytes), r.memory_used_bytes);
+    assert_eq!(r.processes[0].gpu_instance, None);
+
+    let mut m = node("dgx-a100-mig");
+    let r = ok(&mut m, 1, 60.0);
+    assert_eq!(r.processes.len(), 3, "one per busy MIG instance");
+    for (p, inst) in r.processes.iter().zip(&r.mig) {
+        assert_eq!(p.gpu_instance, Some(inst.gpu_instance));
+        assert_eq!(p.used_memory_bytes, inst.memory_used_bytes);
+    }
+    let pids: std::collections::HashSet<u32> = r.processes.iter().map(|p| p.pid).collect();
+    assert_eq!(pids.len(), 3);
+}
+
+#[test]
+fn remapped_rows_follow_uncorrectable_errors() {
+    let mut n = node("fault-ecc");
+    let before = ok(&mut n, 2, 89.9).remapped_rows;
+    assert_eq!(before, Default::default());
+    let after = ok(&mut n, 2, 90.0).remapped_rows;
+    assert_eq!(after.uncorrectable, 1);
+    assert!(after.pending && !after.failure);
+}
+
+#[test]
+fn discrete_parts_have_bar1_and_a_pcie_link_unified_memory_parts_do_not() {
+    let h = node("dgx-h100");
+    let g = h.gpu(0).unwrap();
+    assert_eq!(g.bar1_total_bytes, Some(128 << 30));
+    assert_eq!(g.pcie_link.map(|l| (l.generation, l.width)), Some((5, 16)));
+    let a = node("dgx-a100-mig");
+    assert_eq!(a.gpu(0).unwrap().pcie_link.map(|l| l.generation), Some(4));
+    let mut s = node("dgx-spark");
+    assert_eq!(s.gpu(0).unwrap().bar1_total_bytes, None);
+    assert_eq!(s.gpu(0).unwrap().pcie_link, None);
+    assert_eq!(ok(&mut s, 0, 10.0).bar1_used_bytes, None);
+}
