@@ -58,6 +58,10 @@ pub struct Cli {
     #[arg(long = "nvml.library", value_name = "PATH")]
     pub nvml_library: Option<PathBuf>,
 
+    /// procfs mount point, read to map GPU processes to containers [default: /proc].
+    #[arg(long = "path.procfs", value_name = "PATH")]
+    pub path_procfs: Option<PathBuf>,
+
     /// Adds a node="NAME" label to every series (e.g. from the NODE_NAME downward-API variable).
     #[arg(long = "node.name", value_name = "NAME")]
     pub node_name: Option<String>,

@@ -128,6 +128,20 @@ pub struct SimulationSettings {
 pub struct NvmlSettings {
     /// Path of libnvidia-ml.
     pub library: Option<PathBuf>,
+    /// How often slow readings (PCIe throughput, NVLink links, violation times, ECC mode,
+    /// retired pages, MIG layout) are re-read; default 5 s.
+    #[serde(deserialize_with = "de_duration")]
+    pub slow_interval: Option<Duration>,
+    /// At most this many processes per GPU get a `process_memory_used_bytes` series; default 10.
+    pub processes_per_gpu: Option<usize>,
+}
+
+/// `[path]`: where host filesystems are mounted (node_exporter's `--path.*`).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PathSettings {
+    /// procfs mount point; default `/proc`.
+    pub procfs: Option<PathBuf>,
 }
 
 /// Everything the daemon is configured with.
@@ -144,6 +158,8 @@ pub struct Settings {
     pub simulation: SimulationSettings,
     /// NVML.
     pub nvml: NvmlSettings,
+    /// Host filesystem mount points.
+    pub path: PathSettings,
     /// Per-collector settings, keyed by collector name.
     pub collector: BTreeMap<String, CollectorSettings>,
 }
@@ -306,7 +322,7 @@ pub fn resolve(
             .separator("__")
             .source(Some(env)),
     );
-    let overrides: [(&str, Option<config::Value>); 8] = [
+    let overrides: [(&str, Option<config::Value>); 9] = [
         (
             "web.listen_address",
             cli.listen_address.clone().map(Into::into),
@@ -338,6 +354,12 @@ pub fn resolve(
                 .map(|p| p.display().to_string().into()),
         ),
         ("node_name", cli.node_name.clone().map(Into::into)),
+        (
+            "path.procfs",
+            cli.path_procfs
+                .as_ref()
+                .map(|p| p.display().to_string().into()),
+        ),
     ];
     for (key, value) in overrides {
         if let Some(v) = value {

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use dgx_pixels_metrics::{EncodeOptions, Metric, Sample, SnapshotStore, Source};
-use dgx_pixels_nvml::NvmlSource;
+use dgx_pixels_nvml::{NvmlOptions, NvmlSource};
 use dgx_pixels_sim::{Node, Scenario};
 use tokio::sync::Semaphore;
 
@@ -104,7 +104,24 @@ fn plan(settings: &Settings) -> Result<Plan> {
         }
         let (interval, timeout) = settings.collector_timing(c.name);
         let source: Box<dyn Source> = match c.name {
-            "nvml" => Box::new(NvmlSource::new(settings.nvml.library.clone())),
+            "nvml" => {
+                let defaults = NvmlOptions::default();
+                Box::new(NvmlSource::with_options(NvmlOptions {
+                    library: settings.nvml.library.clone(),
+                    // Leave the runner's watchdog room: a poll returns before its timeout even
+                    // when a GPU hangs, and that GPU alone is reported down.
+                    gpu_deadline: timeout.mul_f64(0.6),
+                    slow_interval: settings
+                        .nvml
+                        .slow_interval
+                        .unwrap_or(defaults.slow_interval),
+                    max_processes_per_gpu: settings
+                        .nvml
+                        .processes_per_gpu
+                        .unwrap_or(defaults.max_processes_per_gpu),
+                    procfs: settings.path.procfs.clone().unwrap_or(defaults.procfs),
+                }))
+            }
             other => anyhow::bail!("collector {other} is registered but has no implementation"),
         };
         sources.push((source, Timing { interval, timeout }));

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use dgx_pixels_metrics::gpu::{
-    push_gpu_samples, throttle, ClockReadout, EccTotals, GpuIdentity, GpuReadout, MigReadout,
+    cuda_version_string, nvlink_error, push_gpu_samples, throttle, violation, ClockReadout,
+    EccTotals, GpuIdentity, GpuReadout, MigReadout, NvlinkReadout, ProcessReadout,
+    RemappedRowsReadout,
 };
 use dgx_pixels_metrics::{PollError, Sample, Source};
 use dgx_pixels_sim::{Clocks, GpuReading, GpuState, GpuStatic, Node};
@@ -24,7 +26,7 @@ impl SimSource {
     pub fn new(node: Node) -> SimSource {
         let identities = (0..node.gpu_count())
             .filter_map(|i| node.gpu(i))
-            .map(|g| identity(g, node.driver_version()))
+            .map(|g| identity(g, node.driver_version(), node.cuda_driver_version()))
             .collect::<Vec<_>>();
         let xids = vec![BTreeMap::new(); identities.len()];
         SimSource {
@@ -36,7 +38,7 @@ impl SimSource {
     }
 }
 
-fn identity(g: &GpuStatic, driver: &str) -> GpuIdentity {
+fn identity(g: &GpuStatic, driver: &str, cuda: u32) -> GpuIdentity {
     GpuIdentity {
         index: g.index,
         uuid: g.uuid.clone(),
@@ -45,6 +47,7 @@ fn identity(g: &GpuStatic, driver: &str) -> GpuIdentity {
         pci_bus_id: g.pci_bus_id.clone(),
         vbios_version: g.vbios_version.clone(),
         driver_version: driver.to_string(),
+        cuda_driver_version: cuda_version_string(cuda),
         minor_number: g.minor_number,
     }
 }
@@ -65,6 +68,53 @@ pub fn readout(g: &GpuStatic, r: &GpuReading) -> GpuReadout {
         up: true,
         utilization_ratio: Some(r.utilization_ratio),
         memory_utilization_ratio: Some(r.memory_utilization_ratio),
+        encoder_utilization_ratio: Some(r.encoder_utilization_ratio),
+        decoder_utilization_ratio: Some(r.decoder_utilization_ratio),
+        bar1_used_bytes: r.bar1_used_bytes.map(|v| v as f64),
+        bar1_total_bytes: g.bar1_total_bytes.map(|v| v as f64),
+        ecc_enabled: Some(true),
+        // Simulated parts are Ampere or later: they remap rows and retire no pages.
+        retired_pages: None,
+        remapped_rows: Some(RemappedRowsReadout {
+            correctable: r.remapped_rows.correctable as f64,
+            uncorrectable: r.remapped_rows.uncorrectable as f64,
+            pending: r.remapped_rows.pending,
+            failure: r.remapped_rows.failure,
+        }),
+        throttle_violations: vec![
+            (violation::POWER, r.violation_power_seconds),
+            (violation::THERMAL, r.violation_thermal_seconds),
+        ],
+        pcie_replays: g.pcie_link.map(|_| 0.0),
+        pcie_link_generation: g.pcie_link.map(|l| f64::from(l.generation)),
+        pcie_link_width: g.pcie_link.map(|l| f64::from(l.width)),
+        nvlinks: (0..g.nvlink_count)
+            .map(|link| NvlinkReadout {
+                link,
+                up: true,
+                errors: [
+                    nvlink_error::REPLAY,
+                    nvlink_error::RECOVERY,
+                    nvlink_error::CRC_FLIT,
+                    nvlink_error::CRC_DATA,
+                ]
+                .iter()
+                .map(|k| (*k, 0.0))
+                .collect(),
+            })
+            .collect(),
+        process_count: Some(r.processes.len()),
+        processes: r
+            .processes
+            .iter()
+            .map(|p| ProcessReadout {
+                pid: p.pid,
+                container_id: String::new(),
+                gpu_instance: p.gpu_instance,
+                compute_instance: p.compute_instance,
+                used_memory_bytes: p.used_memory_bytes as f64,
+            })
+            .collect(),
         memory_used_bytes: r.memory_used_bytes.map(|v| v as f64),
         memory_free_bytes: r.memory_free_bytes.map(|v| v as f64),
         memory_reserved_bytes: r.memory_reserved_bytes.map(|v| v as f64),
@@ -183,7 +233,11 @@ mod tests {
             panic!("dgx-h100 has no faults");
         };
         let mut out = Vec::new();
-        push_gpu_samples(&identity(&g, "550.54.15"), &readout(&g, &r), &mut out);
+        push_gpu_samples(
+            &identity(&g, "550.54.15", 12040),
+            &readout(&g, &r),
+            &mut out,
+        );
         assert!(out.iter().all(Sample::is_well_formed));
         let one = |m| values(&out, m)[0];
         assert_eq!(one(Metric::GpuPower), r.power_watts);

@@ -2,105 +2,13 @@
 //! shutdown. Each test gets its own port and kills what it starts (also when it fails).
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_dgx-pixels-exporter");
-
-/// Kills the daemon on drop.
-struct Daemon {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn start(args: &[&str]) -> Daemon {
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let child = Command::new(BIN)
-        .args(["--web.listen-address", &addr])
-        .args(args)
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let d = Daemon { child, port };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while get(d.port, "/-/ready", &[]).0 != 200 {
-        assert!(Instant::now() < deadline, "not ready in 10 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    d
-}
-
-/// A minimal HTTP/1.1 GET returning status, headers (lower-case names) and body bytes.
-fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> (u16, Vec<(String, String)>, Vec<u8>) {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
-        return (0, vec![], vec![]);
-    };
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    if s.write_all(req.as_bytes()).is_err() {
-        return (0, vec![], vec![]);
-    }
-    let mut raw = Vec::new();
-    let _ = s.read_to_end(&mut raw);
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .unwrap_or(raw.len());
-    let head = String::from_utf8_lossy(&raw[..split]).to_string();
-    let body = raw.get(split + 4..).unwrap_or_default().to_vec();
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    (status, headers, body)
-}
-
-fn header<'a>(h: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    h.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
-}
-
-fn text(port: u16) -> String {
-    let (status, _, body) = get(port, "/metrics", &[]);
-    assert_eq!(status, 200);
-    String::from_utf8(body).unwrap()
-}
-
-fn series<'a>(exposition: &'a str, name: &str) -> Vec<&'a str> {
-    exposition
-        .lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
-        .collect()
-}
+mod common;
+use common::*;
 
 #[test]
 fn simulated_node_serves_eight_gpus_and_says_it_is_simulated() {

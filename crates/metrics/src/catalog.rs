@@ -152,7 +152,7 @@ impl Metric {
 // Sources: "nvml", "dcgm", "sim" (the simulated node) and "exporter" (the daemon itself).
 define_catalog! {
     GpuInfo => Gauge None "dgx_pixels_gpu_info"
-        ["gpu", "uuid", "model", "serial", "pci_bus_id", "vbios_version", "driver_version", "minor_number", "device"]
+        ["gpu", "uuid", "model", "serial", "pci_bus_id", "vbios_version", "driver_version", "cuda_driver_version", "minor_number", "device"]
         ["nvml", "sim"]
         "Static facts about a GPU, value 1; join on gpu and uuid to add them to other series.";
     GpuUp => Gauge None "dgx_pixels_gpu_up" ["gpu", "uuid"] ["nvml", "sim"]
@@ -161,6 +161,10 @@ define_catalog! {
         "Fraction of the last sample period during which one or more kernels ran on the GPU.";
     GpuMemoryUtilization => Gauge Ratio "dgx_pixels_gpu_memory_utilization_ratio" ["gpu", "uuid"] ["nvml", "sim"]
         "Fraction of the last sample period during which device memory was read or written.";
+    GpuEncoderUtilization => Gauge Ratio "dgx_pixels_gpu_encoder_utilization_ratio" ["gpu", "uuid"] ["nvml", "sim"]
+        "Fraction of the last sample period during which the video encoder was busy.";
+    GpuDecoderUtilization => Gauge Ratio "dgx_pixels_gpu_decoder_utilization_ratio" ["gpu", "uuid"] ["nvml", "sim"]
+        "Fraction of the last sample period during which the video decoder was busy.";
     GpuMemoryUsed => Gauge Bytes "dgx_pixels_gpu_memory_used_bytes" ["gpu", "uuid"] ["nvml", "sim"]
         "Framebuffer memory in use; absent on unified-memory GPUs that do not report it.";
     GpuMemoryFree => Gauge Bytes "dgx_pixels_gpu_memory_free_bytes" ["gpu", "uuid"] ["nvml", "sim"]
@@ -169,6 +173,10 @@ define_catalog! {
         "Framebuffer memory reserved by the driver and firmware.";
     GpuMemoryTotal => Gauge Bytes "dgx_pixels_gpu_memory_total_bytes" ["gpu", "uuid"] ["nvml", "sim"]
         "Total framebuffer memory; absent on unified-memory GPUs that do not report it.";
+    GpuBar1Used => Gauge Bytes "dgx_pixels_gpu_bar1_used_bytes" ["gpu", "uuid"] ["nvml", "sim"]
+        "BAR1 aperture in use (device memory mapped for access by the CPU and peers).";
+    GpuBar1Total => Gauge Bytes "dgx_pixels_gpu_bar1_total_bytes" ["gpu", "uuid"] ["nvml", "sim"]
+        "Size of the BAR1 aperture.";
     GpuPower => Gauge Watts "dgx_pixels_gpu_power_watts" ["gpu", "uuid"] ["nvml", "sim"]
         "Power draw of the GPU board.";
     GpuPowerLimit => Gauge Watts "dgx_pixels_gpu_power_limit_watts" ["gpu", "uuid"] ["nvml", "sim"]
@@ -187,18 +195,46 @@ define_catalog! {
         "Intended fan speed as a fraction of the maximum, per fan; absent on passively cooled GPUs.";
     GpuThrottleReason => Gauge None "dgx_pixels_gpu_throttle_reason" ["gpu", "uuid", "reason"] ["nvml", "sim"]
         "1 while the given reason is holding clocks down, else 0; one series per reason.";
+    GpuThrottleViolation => Counter Seconds "dgx_pixels_gpu_throttle_violation_seconds_total" ["gpu", "uuid", "policy"] ["nvml", "sim"]
+        "Time clocks were held below the requested clocks, per policy (power, thermal, sync_boost, board_limit, low_utilization, reliability).";
     GpuXidErrors => Counter None "dgx_pixels_gpu_xid_errors_total" ["gpu", "uuid", "xid"] ["nvml", "sim"]
         "XID errors reported by the driver, per XID code; every occurrence counts, repeats included.";
     GpuEccErrors => Counter None "dgx_pixels_gpu_ecc_errors_total" ["gpu", "uuid", "error_type", "counter"] ["nvml", "sim"]
         "ECC memory errors by type (corrected, uncorrected) and counter (volatile: since driver load, aggregate: lifetime).";
+    GpuEccEnabled => Gauge None "dgx_pixels_gpu_ecc_enabled" ["gpu", "uuid"] ["nvml", "sim"]
+        "1 when ECC is enabled on the GPU's memory, else 0; absent where ECC is not supported.";
+    GpuRetiredPages => Gauge None "dgx_pixels_gpu_retired_pages" ["gpu", "uuid", "cause"] ["nvml", "sim"]
+        "Memory pages retired, by cause (single_bit_ecc, double_bit_ecc); absent on GPUs that remap rows instead.";
+    GpuRetiredPagesPending => Gauge None "dgx_pixels_gpu_retired_pages_pending" ["gpu", "uuid"] ["nvml", "sim"]
+        "1 when pages are waiting to be retired at the next driver reload, else 0.";
+    GpuRemappedRows => Gauge None "dgx_pixels_gpu_remapped_rows" ["gpu", "uuid", "cause"] ["nvml", "sim"]
+        "Memory rows remapped to spares, by cause (correctable, uncorrectable).";
+    GpuRemappedRowsPending => Gauge None "dgx_pixels_gpu_remapped_rows_pending" ["gpu", "uuid"] ["nvml", "sim"]
+        "1 when a row remapping waits for the next GPU reset, else 0.";
+    GpuRemappedRowsFailure => Gauge None "dgx_pixels_gpu_remapped_rows_failure" ["gpu", "uuid"] ["nvml", "sim"]
+        "1 when a row remapping failed (no spare rows left; the GPU needs service), else 0.";
     PcieTransmit => Gauge BytesPerSecond "dgx_pixels_pcie_transmit_bytes_per_second" ["gpu", "uuid"] ["nvml", "sim"]
         "PCIe transmit throughput of the GPU, as sampled by the driver.";
     PcieReceive => Gauge BytesPerSecond "dgx_pixels_pcie_receive_bytes_per_second" ["gpu", "uuid"] ["nvml", "sim"]
         "PCIe receive throughput of the GPU, as sampled by the driver.";
+    PcieReplays => Counter None "dgx_pixels_pcie_replays_total" ["gpu", "uuid"] ["nvml", "sim"]
+        "PCIe replays (link-level retransmissions), a sign of a marginal link.";
+    PcieLinkGeneration => Gauge None "dgx_pixels_pcie_link_generation" ["gpu", "uuid"] ["nvml", "sim"]
+        "Current PCIe link generation (it can train down under errors or power saving).";
+    PcieLinkWidth => Gauge None "dgx_pixels_pcie_link_width" ["gpu", "uuid"] ["nvml", "sim"]
+        "Current PCIe link width in lanes.";
     NvlinkTransmit => Counter Bytes "dgx_pixels_nvlink_transmit_bytes_total" ["gpu", "uuid"] ["nvml", "sim"]
         "Data transmitted over all NVLinks of the GPU.";
     NvlinkReceive => Counter Bytes "dgx_pixels_nvlink_receive_bytes_total" ["gpu", "uuid"] ["nvml", "sim"]
         "Data received over all NVLinks of the GPU.";
+    NvlinkUp => Gauge None "dgx_pixels_nvlink_up" ["gpu", "uuid", "link"] ["nvml", "sim"]
+        "1 when the NVLink link is active, else 0; one series per link the GPU has.";
+    NvlinkErrors => Counter None "dgx_pixels_nvlink_errors_total" ["gpu", "uuid", "link", "error_type"] ["nvml", "sim"]
+        "NVLink errors per link and type (replay, recovery, crc_flit, crc_data).";
+    GpuProcesses => Gauge None "dgx_pixels_gpu_processes" ["gpu", "uuid"] ["nvml", "sim"]
+        "Compute processes running on the GPU (all of them, also those beyond the per-GPU series limit).";
+    ProcessMemoryUsed => Gauge Bytes "dgx_pixels_process_memory_used_bytes" ["gpu", "uuid", "pid", "container_id", "gpu_instance", "compute_instance"] ["nvml", "sim"]
+        "Device memory used by a compute process, for the processes using the most memory on each GPU (container_id from /proc/PID/cgroup where known; MIG ids on MIG GPUs).";
     MigInfo => Gauge None "dgx_pixels_mig_info" ["gpu", "uuid", "gpu_instance", "compute_instance", "mig_profile", "mig_uuid"] ["nvml", "sim"]
         "One series (value 1) per MIG instance, naming its profile and UUID.";
     MigGraphicsEngineActive => Gauge Ratio "dgx_pixels_mig_graphics_engine_active_ratio" ["gpu", "uuid", "gpu_instance", "compute_instance", "mig_profile"] ["dcgm", "sim"]
@@ -249,8 +285,28 @@ pub fn markdown() -> String {
             def.help.replace('|', "\\|"),
         ));
     }
+    out.push_str(FRESHNESS);
     out
 }
+
+/// How fresh each NVML reading is (appended to docs/metrics.md).
+const FRESHNESS: &str = "
+## How fresh NVML readings are
+
+The `nvml` source polls every `--collector.nvml.interval` (default 1 s); each GPU is read by its
+own thread, and a GPU that does not answer within 60% of `--collector.nvml.timeout` is reported
+with `dgx_pixels_gpu_up 0` while the others are served. Readings come in three cadences:
+
+| Cadence | Readings |
+|---|---|
+| once per GPU | `gpu_info` labels, `gpu_clock_max_hertz`, the number of fans |
+| every poll | utilization (GPU, memory, encoder, decoder), memory, BAR1, power and limit, energy, temperatures, clocks, P-state, fan speeds, throttle reasons, ECC totals, remapped rows, PCIe replays, link generation and width, NVLink byte totals, processes, MIG instance memory |
+| every `[nvml] slow_interval` (default 5 s) | PCIe throughput (the driver samples each direction for about 20 ms, so reading it every poll would cost 40 ms per GPU), NVLink per-link state and errors, throttle violation times, ECC mode, retired pages, the MIG layout |
+| as they happen | XID errors: a thread waits on an NVML event set and counts each one |
+
+Values reported by the driver are themselves averaged by it: utilization over the driver's
+sample period (1/6 s to 1 s depending on the GPU), power as a 1 s average on most data-centre GPUs.
+";
 
 #[cfg(test)]
 mod tests {

@@ -29,6 +29,34 @@ pub mod throttle {
     pub const HW_POWER_BRAKE_SLOWDOWN: &str = "hw_power_brake_slowdown";
 }
 
+/// `policy` label values of `dgx_pixels_gpu_throttle_violation_seconds_total`.
+pub mod violation {
+    /// Held down by the power limit.
+    pub const POWER: &str = "power";
+    /// Held down by temperature.
+    pub const THERMAL: &str = "thermal";
+    /// Held down by sync boost.
+    pub const SYNC_BOOST: &str = "sync_boost";
+    /// Held down by the board power limit.
+    pub const BOARD_LIMIT: &str = "board_limit";
+    /// Held down because of low utilization.
+    pub const LOW_UTILIZATION: &str = "low_utilization";
+    /// Held down by the board reliability limit.
+    pub const RELIABILITY: &str = "reliability";
+}
+
+/// `error_type` label values of `dgx_pixels_nvlink_errors_total`.
+pub mod nvlink_error {
+    /// Data link replays.
+    pub const REPLAY: &str = "replay";
+    /// Link recoveries.
+    pub const RECOVERY: &str = "recovery";
+    /// Flow-control CRC errors.
+    pub const CRC_FLIT: &str = "crc_flit";
+    /// Data CRC errors.
+    pub const CRC_DATA: &str = "crc_data";
+}
+
 /// Static facts about a GPU, read once at discovery.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GpuIdentity {
@@ -46,6 +74,8 @@ pub struct GpuIdentity {
     pub vbios_version: String,
     /// Driver version.
     pub driver_version: String,
+    /// Highest CUDA version the driver supports, e.g. "12.4".
+    pub cuda_driver_version: String,
     /// Minor number of `/dev/nvidiaN`.
     pub minor_number: u32,
 }
@@ -80,6 +110,56 @@ pub struct EccTotals {
     pub aggregate_corrected: f64,
     /// Uncorrected over the board's lifetime.
     pub aggregate_uncorrected: f64,
+}
+
+/// Retired memory pages (GPUs before Ampere; later ones remap rows instead).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RetiredPages {
+    /// Pages retired after multiple single-bit errors.
+    pub single_bit_ecc: f64,
+    /// Pages retired after a double-bit error.
+    pub double_bit_ecc: f64,
+    /// Pages wait for retirement at the next driver reload.
+    pub pending: bool,
+}
+
+/// Row-remapping state (Ampere and later).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RemappedRowsReadout {
+    /// Rows remapped after correctable errors.
+    pub correctable: f64,
+    /// Rows remapped after uncorrectable errors.
+    pub uncorrectable: f64,
+    /// A remapping waits for the next GPU reset.
+    pub pending: bool,
+    /// A remapping failed.
+    pub failure: bool,
+}
+
+/// One NVLink link.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NvlinkReadout {
+    /// Link number.
+    pub link: u32,
+    /// Whether the link is active.
+    pub up: bool,
+    /// Error counters by type (`replay`, `recovery`, `crc_flit`, `crc_data`).
+    pub errors: Vec<(&'static str, f64)>,
+}
+
+/// A compute process using device memory.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProcessReadout {
+    /// Host process id.
+    pub pid: u32,
+    /// Container id from `/proc/PID/cgroup`, empty when unknown.
+    pub container_id: String,
+    /// GPU instance on a GPU in MIG mode.
+    pub gpu_instance: Option<u32>,
+    /// Compute instance on a GPU in MIG mode.
+    pub compute_instance: Option<u32>,
+    /// Device memory used.
+    pub used_memory_bytes: f64,
 }
 
 /// Clock domains, as the `clock` label names them.
@@ -117,6 +197,14 @@ pub struct GpuReadout {
     pub utilization_ratio: Option<f64>,
     /// Utilization of the memory controller, 0–1.
     pub memory_utilization_ratio: Option<f64>,
+    /// Utilization of the video encoder, 0–1.
+    pub encoder_utilization_ratio: Option<f64>,
+    /// Utilization of the video decoder, 0–1.
+    pub decoder_utilization_ratio: Option<f64>,
+    /// BAR1 in use.
+    pub bar1_used_bytes: Option<f64>,
+    /// BAR1 size.
+    pub bar1_total_bytes: Option<f64>,
     /// Framebuffer used.
     pub memory_used_bytes: Option<f64>,
     /// Framebuffer free.
@@ -149,6 +237,26 @@ pub struct GpuReadout {
     pub xid_counts: Vec<(u32, u64)>,
     /// ECC totals, when ECC is enabled.
     pub ecc: Option<EccTotals>,
+    /// Whether ECC is enabled, where the GPU supports ECC.
+    pub ecc_enabled: Option<bool>,
+    /// Retired pages, where the GPU retires pages.
+    pub retired_pages: Option<RetiredPages>,
+    /// Row remapping, where the GPU remaps rows.
+    pub remapped_rows: Option<RemappedRowsReadout>,
+    /// Time clocks were held down, per policy name, in seconds.
+    pub throttle_violations: Vec<(&'static str, f64)>,
+    /// PCIe replay counter.
+    pub pcie_replays: Option<f64>,
+    /// Current PCIe link generation.
+    pub pcie_link_generation: Option<f64>,
+    /// Current PCIe link width.
+    pub pcie_link_width: Option<f64>,
+    /// NVLink links the GPU has.
+    pub nvlinks: Vec<NvlinkReadout>,
+    /// Number of compute processes, where the GPU reports them.
+    pub process_count: Option<usize>,
+    /// The processes to export (the caller bounds how many).
+    pub processes: Vec<ProcessReadout>,
     /// PCIe transmit throughput.
     pub pcie_transmit_bytes_per_second: Option<f64>,
     /// PCIe receive throughput.
@@ -161,11 +269,25 @@ pub struct GpuReadout {
     pub mig: Vec<MigReadout>,
 }
 
+/// Formats a CUDA version as NVML encodes it (1000 × major + 10 × minor, e.g. 12040) as "12.4".
+pub fn cuda_version_string(v: u32) -> String {
+    format!("{}.{}", v / 1000, (v % 1000) / 10)
+}
+
+fn flag(b: bool) -> f64 {
+    if b {
+        1.0
+    } else {
+        0.0
+    }
+}
+
 /// Appends the samples of one GPU to `out`.
 pub fn push_gpu_samples(id: &GpuIdentity, r: &GpuReadout, out: &mut Vec<Sample>) {
     let gpu = id.index.to_string();
     let uuid = id.uuid.as_str();
     let minor = id.minor_number.to_string();
+    let cuda = id.cuda_driver_version.as_str();
     let device = format!("nvidia{}", id.minor_number);
     out.push(Sample::new(
         Metric::GpuInfo,
@@ -177,6 +299,7 @@ pub fn push_gpu_samples(id: &GpuIdentity, r: &GpuReadout, out: &mut Vec<Sample>)
             &id.pci_bus_id,
             &id.vbios_version,
             &id.driver_version,
+            cuda,
             &minor,
             &device,
         ],
@@ -204,6 +327,22 @@ pub fn push_gpu_samples(id: &GpuIdentity, r: &GpuReadout, out: &mut Vec<Sample>)
     };
     gauge(Metric::GpuUtilization, r.utilization_ratio);
     gauge(Metric::GpuMemoryUtilization, r.memory_utilization_ratio);
+    gauge(Metric::GpuEncoderUtilization, r.encoder_utilization_ratio);
+    gauge(Metric::GpuDecoderUtilization, r.decoder_utilization_ratio);
+    gauge(Metric::GpuBar1Used, r.bar1_used_bytes);
+    gauge(Metric::GpuBar1Total, r.bar1_total_bytes);
+    gauge(Metric::GpuEccEnabled, r.ecc_enabled.map(flag));
+    gauge(Metric::PcieReplays, r.pcie_replays);
+    gauge(Metric::PcieLinkGeneration, r.pcie_link_generation);
+    gauge(Metric::PcieLinkWidth, r.pcie_link_width);
+    gauge(Metric::GpuProcesses, r.process_count.map(|n| n as f64));
+    if let Some(p) = r.retired_pages {
+        gauge(Metric::GpuRetiredPagesPending, Some(flag(p.pending)));
+    }
+    if let Some(rr) = r.remapped_rows {
+        gauge(Metric::GpuRemappedRowsPending, Some(flag(rr.pending)));
+        gauge(Metric::GpuRemappedRowsFailure, Some(flag(rr.failure)));
+    }
     gauge(Metric::GpuMemoryUsed, r.memory_used_bytes);
     gauge(Metric::GpuMemoryFree, r.memory_free_bytes);
     gauge(Metric::GpuMemoryReserved, r.memory_reserved_bytes);
@@ -267,6 +406,49 @@ pub fn push_gpu_samples(id: &GpuIdentity, r: &GpuReadout, out: &mut Vec<Sample>)
             labelled(Metric::GpuEccErrors, &[kind, counter], v);
         }
     }
+    if let Some(p) = r.retired_pages {
+        labelled(
+            Metric::GpuRetiredPages,
+            &["single_bit_ecc"],
+            p.single_bit_ecc,
+        );
+        labelled(
+            Metric::GpuRetiredPages,
+            &["double_bit_ecc"],
+            p.double_bit_ecc,
+        );
+    }
+    if let Some(rr) = r.remapped_rows {
+        labelled(Metric::GpuRemappedRows, &["correctable"], rr.correctable);
+        labelled(
+            Metric::GpuRemappedRows,
+            &["uncorrectable"],
+            rr.uncorrectable,
+        );
+    }
+    for (policy, seconds) in &r.throttle_violations {
+        labelled(Metric::GpuThrottleViolation, &[policy], *seconds);
+    }
+    for l in &r.nvlinks {
+        let link = l.link.to_string();
+        labelled(Metric::NvlinkUp, &[&link], flag(l.up));
+        for (kind, v) in &l.errors {
+            labelled(Metric::NvlinkErrors, &[&link, kind], *v);
+        }
+    }
+    for p in &r.processes {
+        let opt = |v: Option<u32>| v.map(|v| v.to_string()).unwrap_or_default();
+        labelled(
+            Metric::ProcessMemoryUsed,
+            &[
+                &p.pid.to_string(),
+                &p.container_id,
+                &opt(p.gpu_instance),
+                &opt(p.compute_instance),
+            ],
+            p.used_memory_bytes,
+        );
+    }
     for m in &r.mig {
         let gi = m.gpu_instance.to_string();
         let ci = m.compute_instance.to_string();
@@ -327,7 +509,7 @@ mod tests {
         assert!(out.iter().all(Sample::is_well_formed));
         let info = find(&out, Metric::GpuInfo);
         assert_eq!(info[0].labels[2], "NVIDIA H100 80GB HBM3");
-        assert_eq!(info[0].labels[8], "nvidia2");
+        assert_eq!(info[0].labels[9], "nvidia2");
         assert_eq!(find(&out, Metric::GpuUp)[0].value, 1.0);
         assert_eq!(find(&out, Metric::GpuPower)[0].labels, ["2", "GPU-x"]);
         assert_eq!(find(&out, Metric::GpuPower)[0].value, 412.0);
@@ -353,6 +535,69 @@ mod tests {
         let xid = find(&out, Metric::GpuXidErrors);
         assert_eq!((xid[0].labels[2].as_str(), xid[0].value), ("13", 2.0));
         assert_eq!(find(&out, Metric::GpuEccErrors).len(), 4);
+    }
+
+    #[test]
+    fn device_health_series_carry_their_labels() {
+        let r = GpuReadout {
+            up: true,
+            ecc_enabled: Some(true),
+            remapped_rows: Some(RemappedRowsReadout {
+                uncorrectable: 2.0,
+                pending: true,
+                ..Default::default()
+            }),
+            throttle_violations: vec![(violation::POWER, 12.5)],
+            nvlinks: vec![NvlinkReadout {
+                link: 3,
+                up: true,
+                errors: vec![(nvlink_error::REPLAY, 4.0)],
+            }],
+            process_count: Some(2),
+            processes: vec![ProcessReadout {
+                pid: 42,
+                container_id: "abc".into(),
+                gpu_instance: Some(1),
+                compute_instance: Some(0),
+                used_memory_bytes: 1e9,
+            }],
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        push_gpu_samples(&id(), &r, &mut out);
+        assert!(out.iter().all(Sample::is_well_formed));
+        assert_eq!(find(&out, Metric::GpuEccEnabled)[0].value, 1.0);
+        let rows = find(&out, Metric::GpuRemappedRows);
+        assert_eq!(
+            (rows[1].labels[2].as_str(), rows[1].value),
+            ("uncorrectable", 2.0)
+        );
+        assert_eq!(find(&out, Metric::GpuRemappedRowsPending)[0].value, 1.0);
+        assert_eq!(find(&out, Metric::GpuRemappedRowsFailure)[0].value, 0.0);
+        assert!(
+            find(&out, Metric::GpuRetiredPages).is_empty(),
+            "not reported, not exported"
+        );
+        assert_eq!(
+            find(&out, Metric::GpuThrottleViolation)[0].labels[2],
+            "power"
+        );
+        assert_eq!(find(&out, Metric::NvlinkUp)[0].labels[2], "3");
+        assert_eq!(
+            find(&out, Metric::NvlinkErrors)[0].labels[2..],
+            ["3", "replay"]
+        );
+        assert_eq!(find(&out, Metric::GpuProcesses)[0].value, 2.0);
+        let p = find(&out, Metric::ProcessMemoryUsed);
+        assert_eq!(p[0].labels[2..], ["42", "abc", "1", "0"]);
+        assert!(find(&out, Metric::PcieLinkWidth).is_empty());
+    }
+
+    #[test]
+    fn cuda_versions_read_like_nvidia_smi() {
+        assert_eq!(cuda_version_string(12040), "12.4");
+        assert_eq!(cuda_version_string(13000), "13.0");
+        assert_eq!(cuda_version_string(11080), "11.8");
     }
 
     #[test]

@@ -7,8 +7,22 @@
 //! GPU-less node neither spins nor floods the log; the exporter serves
 //! `dgx_pixels_source_up{source="nvml"} 0` meanwhile.
 //!
-//! A GPU answering `GPU_IS_LOST` is reported with `dgx_pixels_gpu_up 0` and its readings are
-//! omitted; the other GPUs carry on.
+//! Each GPU is read by its own worker thread, and a poll waits for the workers only until its
+//! deadline ([`NvmlOptions::gpu_deadline`]): a GPU whose call hangs, or that answers
+//! `GPU_IS_LOST`, is reported with `dgx_pixels_gpu_up 0` and its readings are omitted while the
+//! other GPUs carry on; when it answers again, so do its series. NVML answering `UNINITIALIZED`
+//! (the driver was reloaded) makes the source initialise the library again.
+//!
+//! Readings come in three cadences (docs/metrics.md lists them):
+//! - identity and maximum clocks, once per GPU;
+//! - every poll: utilization, memory, BAR1, power, energy, temperatures, clocks, P-state, fans,
+//!   throttle reasons, ECC totals, remapped rows, PCIe replays and link, NVLink totals (one
+//!   `nvmlDeviceGetFieldValues` call reads eleven of these), processes, MIG instance memory;
+//! - every [`NvmlOptions::slow_interval`]: PCIe throughput (the driver samples it for ~20 ms per
+//!   direction), NVLink per-link state and errors, violation times, ECC mode, retired pages and
+//!   the MIG layout.
+//!
+//! XID errors are counted by a thread blocked on an NVML event set (see `xid.rs`).
 //!
 //! ```
 //! use dgx_pixels_metrics::Source;
@@ -20,17 +34,27 @@
 //! ```
 #![deny(missing_docs)]
 
-use std::collections::HashMap;
+mod cgroup;
+mod device;
+mod fields;
+mod xid;
+
+use std::collections::{BTreeMap, HashSet};
 use std::ffi::OsStr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread;
 use std::time::{Duration, Instant};
 
-use dgx_pixels_metrics::gpu::{push_gpu_samples, throttle, ClockReadout, GpuIdentity, GpuReadout};
+use dgx_pixels_metrics::gpu::{push_gpu_samples, GpuIdentity, GpuReadout};
 use dgx_pixels_metrics::{PollError, Sample, Source};
-use nvml_wrapper::bitmasks::device::ThrottleReasons;
-use nvml_wrapper::enum_wrappers::device::{Clock, PcieUtilCounter, TemperatureSensor};
-use nvml_wrapper::error::NvmlError;
-use nvml_wrapper::{Device, Nvml};
+use nvml_wrapper::Nvml;
+use tracing::{info, warn};
+
+pub use cgroup::container_id;
+use device::{GpuPoll, GpuReader, ReaderOptions};
+use xid::XidWatcher;
 
 /// The library NVML is loaded from unless a path is configured.
 pub const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";
@@ -73,63 +97,96 @@ impl Backoff {
     }
 }
 
-/// Throttle reasons as NVML names them, with our label values.
-const THROTTLE_REASONS: &[(ThrottleReasons, &str)] = &[
-    (ThrottleReasons::GPU_IDLE, throttle::GPU_IDLE),
-    (
-        ThrottleReasons::APPLICATIONS_CLOCKS_SETTING,
-        throttle::APPLICATIONS_CLOCKS_SETTING,
-    ),
-    (ThrottleReasons::SW_POWER_CAP, throttle::SW_POWER_CAP),
-    (ThrottleReasons::HW_SLOWDOWN, throttle::HW_SLOWDOWN),
-    (ThrottleReasons::SYNC_BOOST, throttle::SYNC_BOOST),
-    (
-        ThrottleReasons::SW_THERMAL_SLOWDOWN,
-        throttle::SW_THERMAL_SLOWDOWN,
-    ),
-    (
-        ThrottleReasons::HW_THERMAL_SLOWDOWN,
-        throttle::HW_THERMAL_SLOWDOWN,
-    ),
-    (
-        ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN,
-        throttle::HW_POWER_BRAKE_SLOWDOWN,
-    ),
-];
+/// Settings of the NVML source.
+#[derive(Debug, Clone)]
+pub struct NvmlOptions {
+    /// Library path; `None` loads [`DEFAULT_LIBRARY`] through the dynamic loader's search path.
+    pub library: Option<PathBuf>,
+    /// How long a poll waits for each GPU before reporting it as not answering.
+    pub gpu_deadline: Duration,
+    /// How often slow readings are re-read.
+    pub slow_interval: Duration,
+    /// At most this many processes per GPU get their own series (largest memory first).
+    pub max_processes_per_gpu: usize,
+    /// Where procfs is mounted (to map processes to containers).
+    pub procfs: PathBuf,
+}
+
+impl Default for NvmlOptions {
+    fn default() -> NvmlOptions {
+        NvmlOptions {
+            library: None,
+            gpu_deadline: Duration::from_secs(1),
+            slow_interval: Duration::from_secs(5),
+            max_processes_per_gpu: 10,
+            procfs: PathBuf::from("/proc"),
+        }
+    }
+}
+
+/// A reply from a GPU worker: GPU index, poll number, result.
+type Reply = (u32, u64, GpuPoll);
+
+/// One GPU's worker thread.
+struct Worker {
+    requests: mpsc::Sender<u64>,
+    busy: Arc<AtomicBool>,
+}
+
+/// Everything that lives while the library is loaded.
+struct Loaded {
+    workers: Vec<Worker>,
+    replies: mpsc::Receiver<Reply>,
+    xid: XidWatcher,
+}
 
 /// The NVML source. See the crate docs.
 pub struct NvmlSource {
-    library: Option<PathBuf>,
-    nvml: Option<Nvml>,
+    options: NvmlOptions,
+    loaded: Option<Loaded>,
     backoff: Backoff,
     last_error: String,
-    identities: HashMap<u32, GpuIdentity>,
+    poll_number: u64,
+    identities: BTreeMap<u32, GpuIdentity>,
+    /// GPUs currently reported as not answering (to log transitions once).
+    stalled: HashSet<u32>,
 }
 
 impl std::fmt::Debug for NvmlSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NvmlSource")
-            .field("library", &self.library)
-            .field("loaded", &self.nvml.is_some())
+            .field("options", &self.options)
+            .field("loaded", &self.loaded.is_some())
             .finish()
     }
 }
 
 impl NvmlSource {
     /// A source loading NVML from `library`, or from [`DEFAULT_LIBRARY`] through the dynamic
-    /// loader's search path.
+    /// loader's search path, with default options.
     pub fn new(library: Option<PathBuf>) -> NvmlSource {
-        NvmlSource {
+        NvmlSource::with_options(NvmlOptions {
             library,
-            nvml: None,
+            ..NvmlOptions::default()
+        })
+    }
+
+    /// A source with the given options.
+    pub fn with_options(options: NvmlOptions) -> NvmlSource {
+        NvmlSource {
+            options,
+            loaded: None,
             backoff: Backoff::new(),
             last_error: String::new(),
-            identities: HashMap::new(),
+            poll_number: 0,
+            identities: BTreeMap::new(),
+            stalled: HashSet::new(),
         }
     }
 
     fn library_name(&self) -> String {
-        self.library
+        self.options
+            .library
             .as_ref()
             .map(|p| p.display().to_string())
             .unwrap_or_else(|| DEFAULT_LIBRARY.to_string())
@@ -148,14 +205,17 @@ impl NvmlSource {
             ));
         }
         let mut builder = Nvml::builder();
-        if let Some(path) = &self.library {
-            builder.lib_path(path.as_os_str());
-        } else {
-            builder.lib_path(OsStr::new(DEFAULT_LIBRARY));
-        }
-        match builder.init() {
-            Ok(nvml) => {
-                self.nvml = Some(nvml);
+        match &self.options.library {
+            Some(path) => builder.lib_path(path.as_os_str()),
+            None => builder.lib_path(OsStr::new(DEFAULT_LIBRARY)),
+        };
+        let loaded = builder
+            .init()
+            .and_then(|nvml| nvml.device_count().map(|n| (nvml, n)));
+        match loaded {
+            Ok((nvml, count)) => {
+                info!(library = %self.library_name(), gpus = count, "NVML loaded");
+                self.loaded = Some(self.start(Arc::new(nvml), count));
                 self.backoff = Backoff::new();
                 Ok(())
             }
@@ -176,92 +236,46 @@ impl NvmlSource {
             }
         }
     }
-}
 
-fn opt<T>(r: Result<T, NvmlError>, lost: &mut bool) -> Option<T> {
-    match r {
-        Ok(v) => Some(v),
-        Err(NvmlError::GpuLost) => {
-            *lost = true;
-            None
-        }
-        Err(_) => None,
-    }
-}
-
-fn identity(nvml: &Nvml, index: u32, dev: &Device<'_>) -> Result<GpuIdentity, NvmlError> {
-    Ok(GpuIdentity {
-        index,
-        uuid: dev.uuid()?,
-        model: dev.name().unwrap_or_default(),
-        serial: dev.serial().unwrap_or_default(),
-        pci_bus_id: dev.pci_info().map(|p| p.bus_id).unwrap_or_default(),
-        vbios_version: dev.vbios_version().unwrap_or_default(),
-        driver_version: nvml.sys_driver_version().unwrap_or_default(),
-        minor_number: dev.minor_number().unwrap_or(index),
-    })
-}
-
-fn clocks(dev: &Device<'_>, max: bool, lost: &mut bool) -> ClockReadout {
-    let mut read = |c: Clock| {
-        let r = if max {
-            dev.max_clock_info(c)
-        } else {
-            dev.clock_info(c)
+    /// Starts one worker per GPU and the XID thread.
+    fn start(&self, nvml: Arc<Nvml>, count: u32) -> Loaded {
+        let (reply_tx, replies) = mpsc::channel::<Reply>();
+        let reader_options = ReaderOptions {
+            slow_interval: self.options.slow_interval,
+            max_processes: self.options.max_processes_per_gpu,
+            procfs: self.options.procfs.clone(),
         };
-        opt(r, lost).map(|mhz| f64::from(mhz) * 1e6)
-    };
-    ClockReadout {
-        graphics: read(Clock::Graphics),
-        sm: read(Clock::SM),
-        memory: read(Clock::Memory),
-        video: read(Clock::Video),
+        let mut workers = Vec::with_capacity(count as usize);
+        for index in 0..count {
+            let (requests, rx) = mpsc::channel::<u64>();
+            let busy = Arc::new(AtomicBool::new(false));
+            let (nvml, reply_tx, busy2) = (nvml.clone(), reply_tx.clone(), busy.clone());
+            let mut reader = GpuReader::new(index, reader_options.clone());
+            let spawned = thread::Builder::new()
+                .name(format!("nvml-gpu{index}"))
+                .spawn(move || {
+                    // Ends when the source drops its sender (library reloaded or source gone).
+                    while let Ok(poll) = rx.recv() {
+                        let result = reader.poll(&nvml);
+                        busy2.store(false, Ordering::Release);
+                        if reply_tx.send((index, poll, result)).is_err() {
+                            return;
+                        }
+                    }
+                });
+            if let Err(e) = spawned {
+                warn!(gpu = index, error = %e, "cannot start a worker thread; GPU not read");
+                continue;
+            }
+            workers.push(Worker { requests, busy });
+        }
+        let xid = XidWatcher::spawn(nvml.clone(), (0..count).collect());
+        Loaded {
+            workers,
+            replies,
+            xid,
+        }
     }
-}
-
-fn readout(dev: &Device<'_>) -> GpuReadout {
-    let mut lost = false;
-    let l = &mut lost;
-    let util = opt(dev.utilization_rates(), l);
-    let mem = opt(dev.memory_info(), l);
-    let throttle = opt(dev.current_throttle_reasons(), l);
-    let mut r = GpuReadout {
-        up: true,
-        utilization_ratio: util.as_ref().map(|u| f64::from(u.gpu) / 100.0),
-        memory_utilization_ratio: util.as_ref().map(|u| f64::from(u.memory) / 100.0),
-        memory_used_bytes: mem.as_ref().map(|m| m.used as f64),
-        memory_free_bytes: mem.as_ref().map(|m| m.free as f64),
-        memory_reserved_bytes: mem.as_ref().map(|m| m.reserved as f64),
-        memory_total_bytes: mem.as_ref().map(|m| m.total as f64),
-        power_watts: opt(dev.power_usage(), l).map(|mw| f64::from(mw) / 1e3),
-        power_limit_watts: opt(dev.enforced_power_limit(), l).map(|mw| f64::from(mw) / 1e3),
-        energy_joules: opt(dev.total_energy_consumption(), l).map(|mj| mj as f64 / 1e3),
-        temperature_gpu_celsius: opt(dev.temperature(TemperatureSensor::Gpu), l).map(f64::from),
-        performance_state: opt(dev.performance_state(), l)
-            .map(|p| p.as_c())
-            .filter(|p| *p <= 15),
-        throttle_reasons: throttle
-            .map(|t| {
-                THROTTLE_REASONS
-                    .iter()
-                    .map(|(bit, name)| (*name, t.contains(*bit)))
-                    .collect()
-            })
-            .unwrap_or_default(),
-        // NVML reports KB/s.
-        pcie_transmit_bytes_per_second: opt(dev.pcie_throughput(PcieUtilCounter::Send), l)
-            .map(|kb| f64::from(kb) * 1e3),
-        pcie_receive_bytes_per_second: opt(dev.pcie_throughput(PcieUtilCounter::Receive), l)
-            .map(|kb| f64::from(kb) * 1e3),
-        ..Default::default()
-    };
-    r.clocks = clocks(dev, false, l);
-    r.max_clocks = clocks(dev, true, l);
-    if lost {
-        // Never mix readings from before the loss with a lost GPU.
-        return GpuReadout::default();
-    }
-    r
 }
 
 impl Source for NvmlSource {
@@ -270,37 +284,92 @@ impl Source for NvmlSource {
     }
 
     fn poll(&mut self) -> Result<Vec<Sample>, PollError> {
-        if self.nvml.is_none() {
+        if self.loaded.is_none() {
             self.load()?;
         }
-        let Some(nvml) = self.nvml.as_ref() else {
+        let Some(loaded) = self.loaded.as_ref() else {
             return Err(PollError::new("library_unavailable", "NVML not loaded"));
         };
-        let count = nvml
-            .device_count()
-            .map_err(|e| PollError::new("device_count", format!("nvmlDeviceGetCount: {e}")))?;
-        let mut out = Vec::with_capacity(count as usize * 48);
-        for index in 0..count {
-            let dev = match nvml.device_by_index(index) {
-                Ok(d) => d,
-                Err(_) => {
-                    // A device that cannot even be opened: report it down if we knew it.
-                    if let Some(id) = self.identities.get(&index) {
-                        push_gpu_samples(id, &GpuReadout::default(), &mut out);
-                    }
-                    continue;
-                }
-            };
-            if let std::collections::hash_map::Entry::Vacant(slot) = self.identities.entry(index) {
-                match identity(nvml, index, &dev) {
-                    Ok(id) => {
-                        slot.insert(id);
-                    }
-                    Err(_) => continue,
+        self.poll_number += 1;
+        let number = self.poll_number;
+        let mut asked = 0usize;
+        for w in &loaded.workers {
+            // A worker still busy with an earlier poll is stuck in the library: do not queue.
+            if !w.busy.swap(true, Ordering::AcqRel) {
+                if w.requests.send(number).is_ok() {
+                    asked += 1;
+                } else {
+                    w.busy.store(false, Ordering::Release);
                 }
             }
+        }
+        let deadline = Instant::now() + self.options.gpu_deadline;
+        let mut results: BTreeMap<u32, GpuPoll> = BTreeMap::new();
+        while results.len() < asked {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match loaded.replies.recv_timeout(left) {
+                Ok((index, n, result)) if n == number => {
+                    results.insert(index, result);
+                }
+                Ok(_) => {} // a late answer to an earlier poll: already reported as stalled
+                Err(_) => break,
+            }
+        }
+        if !results.is_empty()
+            && results
+                .values()
+                .all(|r| matches!(r, GpuPoll::Uninitialized))
+        {
+            // The driver was reloaded under us: initialise again on the next poll.
+            warn!("NVML answered UNINITIALIZED; initialising the library again");
+            self.loaded = None;
+            return Err(PollError::new(
+                "uninitialized",
+                "NVML answered UNINITIALIZED (driver reloaded?); initialising again",
+            ));
+        }
+        let count = loaded.workers.len() as u32;
+        let mut out = Vec::with_capacity(count as usize * 64);
+        for index in 0..count {
+            let mut readout = match results.remove(&index) {
+                Some(GpuPoll::Read { identity, readout }) => {
+                    if let Some(id) = identity {
+                        self.identities.insert(index, id);
+                    }
+                    if self.stalled.remove(&index) {
+                        info!(gpu = index, "GPU answers again");
+                    }
+                    *readout
+                }
+                Some(GpuPoll::Lost { identity }) => {
+                    if let Some(id) = identity {
+                        self.identities.insert(index, id);
+                    }
+                    if self.stalled.insert(index) {
+                        warn!(gpu = index, "GPU is lost (GPU_IS_LOST); reporting gpu_up 0");
+                    }
+                    GpuReadout::default()
+                }
+                Some(GpuPoll::Failed(why)) => {
+                    if self.stalled.insert(index) {
+                        warn!(gpu = index, error = %why, "GPU cannot be read");
+                    }
+                    GpuReadout::default()
+                }
+                Some(GpuPoll::Uninitialized) | None => {
+                    if self.stalled.insert(index) {
+                        warn!(
+                            gpu = index,
+                            deadline = ?self.options.gpu_deadline,
+                            "GPU did not answer within the deadline; reporting gpu_up 0"
+                        );
+                    }
+                    GpuReadout::default()
+                }
+            };
+            readout.xid_counts = loaded.xid.counts(index);
             if let Some(id) = self.identities.get(&index) {
-                push_gpu_samples(id, &readout(&dev), &mut out);
+                push_gpu_samples(id, &readout, &mut out);
             }
         }
         Ok(out)

@@ -1,0 +1,127 @@
+//! One `nvmlDeviceGetFieldValues` call per GPU and poll for the readings NVML offers as fields:
+//! fewer library calls than one getter each, and the only way to read NVLink totals over all
+//! links (`scopeId = UINT_MAX`; nvml-wrapper's `field_values_for` leaves the scope at 0, which
+//! reads link 0 only).
+
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::sys_exports::field_id::*;
+use nvml_wrapper::Nvml;
+use nvml_wrapper_sys::bindings::{
+    nvmlDevice_t, nvmlFieldValue_t, nvmlValueType_enum_NVML_VALUE_TYPE_DOUBLE as DOUBLE,
+    nvmlValueType_enum_NVML_VALUE_TYPE_SIGNED_INT as SINT,
+    nvmlValueType_enum_NVML_VALUE_TYPE_SIGNED_LONG_LONG as SLONGLONG,
+    nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_INT as UINT,
+    nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG as ULONG,
+    nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG_LONG as ULONGLONG,
+    nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_SHORT as USHORT,
+};
+
+/// Scope meaning "all links" for the NVLink fields.
+const ALL_LINKS: u32 = u32::MAX;
+
+/// `(field id, scope)` in the order of [`Fields`]' members. All ids are below 251, so the driver
+/// 580.82 renumbering (which nvml-wrapper applies to ids 251–273) does not concern them.
+const REQUEST: [(u32, u32); 13] = [
+    (NVML_FI_DEV_ECC_SBE_VOL_TOTAL, 0),
+    (NVML_FI_DEV_ECC_DBE_VOL_TOTAL, 0),
+    (NVML_FI_DEV_ECC_SBE_AGG_TOTAL, 0),
+    (NVML_FI_DEV_ECC_DBE_AGG_TOTAL, 0),
+    (NVML_FI_DEV_MEMORY_TEMP, 0),
+    (NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, 0),
+    (NVML_FI_DEV_PCIE_REPLAY_COUNTER, 0),
+    (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, ALL_LINKS),
+    (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, ALL_LINKS),
+    (NVML_FI_DEV_REMAPPED_COR, 0),
+    (NVML_FI_DEV_REMAPPED_UNC, 0),
+    (NVML_FI_DEV_REMAPPED_PENDING, 0),
+    (NVML_FI_DEV_REMAPPED_FAILURE, 0),
+];
+
+/// The field readings of one GPU; `None` where NVML answered with an error for that field.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Fields {
+    pub ecc_sbe_volatile: Option<f64>,
+    pub ecc_dbe_volatile: Option<f64>,
+    pub ecc_sbe_aggregate: Option<f64>,
+    pub ecc_dbe_aggregate: Option<f64>,
+    pub memory_temperature_celsius: Option<f64>,
+    pub energy_millijoules: Option<f64>,
+    pub pcie_replays: Option<f64>,
+    pub nvlink_tx_kib: Option<f64>,
+    pub nvlink_rx_kib: Option<f64>,
+    pub remapped_correctable: Option<f64>,
+    pub remapped_uncorrectable: Option<f64>,
+    pub remapped_pending: Option<f64>,
+    pub remapped_failure: Option<f64>,
+}
+
+/// Field ids NVML could not answer for this GPU (for a once-per-field debug log).
+pub type Unanswered = Vec<u32>;
+
+fn value(v: &nvmlFieldValue_t) -> Option<f64> {
+    // SAFETY: the union member read is the one `valueType` says NVML wrote.
+    unsafe {
+        match v.valueType {
+            DOUBLE => Some(v.value.dVal),
+            UINT => Some(f64::from(v.value.uiVal)),
+            ULONG => Some(v.value.ulVal as f64),
+            ULONGLONG => Some(v.value.ullVal as f64),
+            SLONGLONG => Some(v.value.sllVal as f64),
+            SINT => Some(f64::from(v.value.siVal)),
+            USHORT => Some(f64::from(v.value.usVal)),
+            _ => None,
+        }
+    }
+    .filter(|x| x.is_finite())
+}
+
+/// Reads every field of [`REQUEST`] from `device` in one call.
+pub fn read(nvml: &Nvml, device: nvmlDevice_t) -> Result<(Fields, Unanswered), NvmlError> {
+    let sym = nvml
+        .lib()
+        .nvmlDeviceGetFieldValues
+        .as_ref()
+        .map_err(|e| NvmlError::FailedToLoadSymbol(e.to_string()))?;
+    let mut values: Vec<nvmlFieldValue_t> = REQUEST
+        .iter()
+        .map(|(id, scope)| {
+            // SAFETY: nvmlFieldValue_t is plain old data; all-zero is a valid value.
+            let mut v: nvmlFieldValue_t = unsafe { std::mem::zeroed() };
+            v.fieldId = *id;
+            v.scopeId = *scope;
+            v
+        })
+        .collect();
+    // SAFETY: `values` holds REQUEST.len() initialised entries that NVML fills in place.
+    let ret = unsafe { sym(device, REQUEST.len() as i32, values.as_mut_ptr()) };
+    nvml_wrapper::error::nvml_try(ret)?;
+    let mut unanswered = Vec::new();
+    let mut got = [None; REQUEST.len()];
+    for (slot, v) in got.iter_mut().zip(&values) {
+        if v.nvmlReturn == 0 {
+            *slot = value(v);
+        } else {
+            unanswered.push(v.fieldId);
+        }
+    }
+    let [ecc_sbe_volatile, ecc_dbe_volatile, ecc_sbe_aggregate, ecc_dbe_aggregate, memory_temperature_celsius, energy_millijoules, pcie_replays, nvlink_tx_kib, nvlink_rx_kib, remapped_correctable, remapped_uncorrectable, remapped_pending, remapped_failure] =
+        got;
+    Ok((
+        Fields {
+            ecc_sbe_volatile,
+            ecc_dbe_volatile,
+            ecc_sbe_aggregate,
+            ecc_dbe_aggregate,
+            memory_temperature_celsius,
+            energy_millijoules,
+            pcie_replays,
+            nvlink_tx_kib,
+            nvlink_rx_kib,
+            remapped_correctable,
+            remapped_uncorrectable,
+            remapped_pending,
+            remapped_failure,
+        },
+        unanswered,
+    ))
+}

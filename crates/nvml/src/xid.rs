@@ -1,0 +1,125 @@
+//! XID errors: a dedicated thread blocks in `nvmlEventSetWait` for critical XID events and
+//! counts every occurrence per GPU and XID code. The poll only reads the counts, so an event is
+//! never missed between polls and a poll never waits for events.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread;
+use std::time::Duration;
+
+use nvml_wrapper::bitmasks::event::EventTypes;
+use nvml_wrapper::enums::event::XidError;
+use nvml_wrapper::error::{nvml_try, NvmlError};
+use nvml_wrapper::Nvml;
+use tracing::{debug, info, warn};
+
+/// How long one wait blocks before the thread checks whether it should stop.
+const WAIT_MS: u32 = 500;
+/// XID code recorded when the driver reports an XID without a value.
+pub const XID_UNKNOWN: u32 = 999;
+
+/// Counts per GPU index, then per XID code.
+pub type XidCounts = Arc<Mutex<HashMap<u32, BTreeMap<u32, u64>>>>;
+
+/// The running event thread; dropping it asks the thread to stop.
+#[derive(Debug)]
+pub struct XidWatcher {
+    counts: XidCounts,
+    stop: Arc<AtomicBool>,
+}
+
+impl XidWatcher {
+    /// Starts watching the GPUs with the given indices.
+    pub fn spawn(nvml: Arc<Nvml>, gpus: Vec<u32>) -> XidWatcher {
+        let counts = XidCounts::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (c, s) = (counts.clone(), stop.clone());
+        let spawned = thread::Builder::new()
+            .name("nvml-xid".into())
+            .spawn(move || watch(&nvml, &gpus, &c, &s));
+        if let Err(e) = spawned {
+            warn!(error = %e, "cannot start the XID event thread; XID errors are not counted");
+        }
+        XidWatcher { counts, stop }
+    }
+
+    /// XID counts of GPU `index` observed so far.
+    pub fn counts(&self, index: u32) -> Vec<(u32, u64)> {
+        self.counts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&index)
+            .map(|m| m.iter().map(|(k, v)| (*k, *v)).collect())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for XidWatcher {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn watch(nvml: &Nvml, gpus: &[u32], counts: &XidCounts, stop: &AtomicBool) {
+    let set = match nvml.create_event_set() {
+        Ok(s) => s,
+        Err(e) => {
+            info!(error = %e, "NVML event sets unavailable; XID errors are not counted");
+            return;
+        }
+    };
+    let Ok(register) = nvml.lib().nvmlDeviceRegisterEvents.as_ref() else {
+        info!("nvmlDeviceRegisterEvents missing; XID errors are not counted");
+        return;
+    };
+    // Event data names the device by handle; map handles back to indices.
+    let mut by_handle: HashMap<usize, u32> = HashMap::new();
+    for &index in gpus {
+        let registered = nvml.device_by_index(index).and_then(|dev| {
+            // SAFETY: raw call with a live device handle and event set. The raw call is used
+            // because the wrapper frees the whole set when one device cannot register.
+            let handle = unsafe { dev.handle() };
+            let ret =
+                unsafe { register(handle, EventTypes::CRITICAL_XID_ERROR.bits(), set.handle()) };
+            nvml_try(ret).map(|()| handle as usize)
+        });
+        match registered {
+            Ok(h) => {
+                by_handle.insert(h, index);
+            }
+            Err(e) => debug!(gpu = index, error = %e, "XID events not available for this GPU"),
+        }
+    }
+    if by_handle.is_empty() {
+        info!("no GPU accepts XID event registration; XID errors are not counted");
+        return;
+    }
+    while !stop.load(Ordering::Relaxed) {
+        match set.wait(WAIT_MS) {
+            Ok(event) => {
+                // SAFETY: only compared, never dereferenced.
+                let handle = unsafe { event.device.handle() } as usize;
+                let xid = match event.event_data {
+                    Some(XidError::Value(v)) => u32::try_from(v).unwrap_or(XID_UNKNOWN),
+                    Some(XidError::Unknown) | None => XID_UNKNOWN,
+                };
+                if let Some(index) = by_handle.get(&handle) {
+                    warn!(gpu = index, xid, "XID error");
+                    let mut c = counts.lock().unwrap_or_else(PoisonError::into_inner);
+                    *c.entry(*index).or_default().entry(xid).or_default() += 1;
+                }
+            }
+            Err(NvmlError::Timeout) => {}
+            Err(NvmlError::Uninitialized) => {
+                debug!("NVML shut down; XID thread stops");
+                return;
+            }
+            Err(e) => {
+                // GPU_IS_LOST and friends: keep waiting for the other GPUs, without spinning.
+                debug!(error = %e, "XID event wait failed");
+                thread::sleep(Duration::from_millis(u64::from(WAIT_MS)));
+            }
+        }
+    }
+}
