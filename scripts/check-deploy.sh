@@ -53,13 +53,26 @@ cp helm/tests/fixture-rules.yml "$TMP/chart/files/prometheus-rules/fixture.yml"
 "$HELM" lint --strict "$TMP/chart" -f helm/tests/all-toggles-values.yaml >"$TMP/lint" \
   || { cat "$TMP/lint"; fail "helm lint --strict with every toggle on"; }
 
-"$HELM" template dgx "$CHART" --namespace monitoring >"$TMP/default.yaml"
-"$HELM" template dgx "$TMP/chart" --namespace monitoring -f helm/tests/all-toggles-values.yaml \
-  >"$TMP/all.yaml"
-grep -q '^kind: ServiceMonitor' "$TMP/all.yaml" && grep -q '^kind: PrometheusRule' "$TMP/all.yaml" \
-  && grep -q '^kind: ConfigMap' "$TMP/all.yaml" || fail "the all-toggles render lacks an object"
+
+echo "-- NOTES.txt renders and names what was enabled"
+notes() {  # CHART [helm args]: NOTES.txt rendered (helm template skips it), via a YAML wrapper
+  local c="$TMP/notes-chart"
+  rm -rf "$c" && cp -r "$1" "$c" && shift
+  { echo "notes: |"; sed 's/^/  /' "$c/templates/NOTES.txt"; } >"$c/templates/notes-rendered.yaml"
+  "$HELM" template dgx "$c" --namespace monitoring "$@" --show-only templates/notes-rendered.yaml \
+    | "$VENV/python" -c 'import sys, yaml; print(yaml.safe_load(sys.stdin)["notes"])'
+}
+notes "$CHART" | grep -q "kubernetes_sd" || fail "default NOTES.txt lacks the scrape hint"
+notes "$TMP/chart" -f helm/tests/all-toggles-values.yaml >"$TMP/notes"
+grep -q 'SIMULATION: this release serves the simulated node "dgx-h100"' "$TMP/notes" \
+  && grep -q "A ServiceMonitor scrapes" "$TMP/notes" || { cat "$TMP/notes"; fail "NOTES.txt"; }
 
 for k in $KUBE_VERSIONS; do
+  "$HELM" template dgx "$CHART" --namespace monitoring --kube-version "$k" >"$TMP/default.yaml"
+  "$HELM" template dgx "$TMP/chart" --namespace monitoring --kube-version "$k" \
+    -f helm/tests/all-toggles-values.yaml >"$TMP/all.yaml"
+  grep -q '^kind: ServiceMonitor' "$TMP/all.yaml" && grep -q '^kind: PrometheusRule' "$TMP/all.yaml" \
+    && grep -q '^kind: ConfigMap' "$TMP/all.yaml" || fail "the all-toggles render lacks an object"
   for r in default all; do
     echo "-- kubernetes-validate --strict -k $k: $r values"
     # CRDs (ServiceMonitor, PrometheusRule) have no schema here: their warnings are expected,
