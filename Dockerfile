@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # dgx-pixels-exporter image. NVML (libnvidia-ml.so.1) is not in the image: the NVIDIA container
 # toolkit mounts the host driver's copy at run time, so one image fits every driver version.
 #
