@@ -25,6 +25,9 @@ trap cleanup EXIT
 export HELM_CACHE_HOME="$TMP/helm/cache" HELM_CONFIG_HOME="$TMP/helm/config" HELM_DATA_HOME="$TMP/helm/data"
 
 fail() { echo "check-deploy: FAIL: $*" >&2; exit 1; }
+# Each check is a section; any failure exits at once, so reaching the end means all passed.
+passed=0
+section() { echo "-- $*"; passed=$((passed + 1)); }
 
 # The plain manifests are the chart rendered with its defaults, release and namespace below.
 render_plain() {  # DIR
@@ -42,19 +45,20 @@ fi
 BINARY=$(realpath "${1:?usage: scripts/check-deploy.sh BINARY}")
 
 echo "== deployment: Helm chart, Kubernetes manifests, scrape configs, systemd unit, image"
-echo "-- helm: lint --strict"
+section "helm: lint --strict"
 "$HELM" lint --strict "$CHART" >"$TMP/lint" || { cat "$TMP/lint"; fail "helm lint --strict"; }
 
 # All toggles on needs a rule file in the chart: test on a copy carrying a fixture, so the
 # shipped chart embeds only the project's real rules.
 cp -r "$CHART" "$TMP/chart"
+rm -rf "$TMP/chart/files/prometheus-rules"
 mkdir -p "$TMP/chart/files/prometheus-rules"
 cp helm/tests/fixture-rules.yml "$TMP/chart/files/prometheus-rules/fixture.yml"
 "$HELM" lint --strict "$TMP/chart" -f helm/tests/all-toggles-values.yaml >"$TMP/lint" \
   || { cat "$TMP/lint"; fail "helm lint --strict with every toggle on"; }
 
 
-echo "-- NOTES.txt renders and names what was enabled"
+section "NOTES.txt renders and names what was enabled"
 notes() {  # CHART [helm args]: NOTES.txt rendered (helm template skips it), via a YAML wrapper
   local c="$TMP/notes-chart"
   rm -rf "$c" && cp -r "$1" "$c" && shift
@@ -74,7 +78,7 @@ for k in $KUBE_VERSIONS; do
   grep -q '^kind: ServiceMonitor' "$TMP/all.yaml" && grep -q '^kind: PrometheusRule' "$TMP/all.yaml" \
     && grep -q '^kind: ConfigMap' "$TMP/all.yaml" || fail "the all-toggles render lacks an object"
   for r in default all; do
-    echo "-- kubernetes-validate --strict -k $k: $r values"
+    section "kubernetes-validate --strict -k $k: $r values"
     # CRDs (ServiceMonitor, PrometheusRule) have no schema here: their warnings are expected,
     # check_render.py checks them instead. Any other warning or error fails.
     "$VENV/kubernetes-validate" --strict --quiet -k "$k" "$TMP/$r.yaml" >"$TMP/kv" 2>&1 \
@@ -85,14 +89,14 @@ for k in $KUBE_VERSIONS; do
   done
 done
 
-echo "-- chart renders: selectors, ports, least privilege; the rendered container starts"
+section "chart renders: selectors, ports, least privilege; the rendered container starts"
 # No GPU here: the default container is started with --simulate added.
 "$VENV/python" helm/tests/check_render.py "$TMP/default.yaml" --binary "$BINARY" \
   --extra-arg=--simulate=dgx-h100
 "$VENV/python" helm/tests/check_render.py "$TMP/all.yaml" --binary "$BINARY" \
   --rules-fixture helm/tests/fixture-rules.yml
 
-echo "-- values.schema.json rejects a bad values file"
+section "values.schema.json rejects a bad values file"
 if "$HELM" template dgx "$CHART" -f helm/tests/bad-values.yaml >/dev/null 2>"$TMP/err"; then
   fail "helm accepted helm/tests/bad-values.yaml"
 fi
@@ -101,20 +105,23 @@ for want in "Additional property servicemonitor is not allowed" "service.port: I
   grep -qF "$want" "$TMP/err" || { cat "$TMP/err"; fail "schema error lacks: $want"; }
 done
 
-echo "-- PrometheusRule: refuses to render without rule files; chart copy equals deploy/prometheus/rules/"
-if "$HELM" template dgx "$CHART" --set prometheusRule.enabled=true >/dev/null 2>"$TMP/err"; then
-  ls "$CHART"/files/prometheus-rules/*.yml >/dev/null 2>&1 \
+section "PrometheusRule: refuses to render without rule files; chart copy equals deploy/prometheus/rules/"
+if "$HELM" template dgx "$CHART" --set prometheusRule.enabled=true >"$TMP/rules.yaml" 2>"$TMP/err"; then
+  ls "$CHART"/files/prometheus-rules/*.y*ml >/dev/null 2>&1 \
     || fail "prometheusRule.enabled rendered without any rule file"
+  # The shipped rules: every group of every file, in file-name order.
+  mapfile -t rule_files < <(ls "$CHART"/files/prometheus-rules/*.y*ml | LC_ALL=C sort)
+  "$VENV/python" helm/tests/check_render.py "$TMP/rules.yaml" "${rule_files[@]/#/--rules-fixture=}"
 else
   grep -q "carries no rule files" "$TMP/err" || { cat "$TMP/err"; fail "unclear error without rules"; }
 fi
 mkdir -p "$TMP/rules-chart" "$TMP/rules-deploy"
-cp "$CHART"/files/prometheus-rules/*.yml "$TMP/rules-chart/" 2>/dev/null || true
-cp deploy/prometheus/rules/*.yml "$TMP/rules-deploy/" 2>/dev/null || true
+cp "$CHART"/files/prometheus-rules/*.y*ml "$TMP/rules-chart/" 2>/dev/null || true
+cp deploy/prometheus/rules/*.y*ml "$TMP/rules-deploy/" 2>/dev/null || true
 diff -r "$TMP/rules-deploy" "$TMP/rules-chart" \
   || fail "$CHART/files/prometheus-rules/ differs from deploy/prometheus/rules/; copy them over"
 
-echo "-- chart README documents every value"
+section "chart README documents every value"
 "$VENV/python" - "$CHART" <<'EOF'
 import json, sys, yaml
 chart = sys.argv[1]
@@ -134,13 +141,13 @@ if missing:
     sys.exit(f"{chart}/README.md lacks rows for: {', '.join(missing)}")
 EOF
 
-echo "-- deploy/kubernetes/ equals a fresh render of the chart"
+section "deploy/kubernetes/ equals a fresh render of the chart"
 mkdir -p "$TMP/plain"
 render_plain "$TMP/plain"
 diff -ru deploy/kubernetes "$TMP/plain" -x README.md \
   || fail "deploy/kubernetes/ is stale: run scripts/check-deploy.sh --update"
 
-echo "-- promtool check config: deploy/prometheus/scrape/"
+section "promtool check config: deploy/prometheus/scrape/"
 # Our promtool (Debian's) lacks Kubernetes SD: check_examples.py checks those blocks (and that
 # the keep rule keeps the chart's Service) and hands promtool the rest.
 for f in deploy/prometheus/scrape/*.yml; do
@@ -149,7 +156,7 @@ for f in deploy/prometheus/scrape/*.yml; do
     || { cat "$TMP/promtool"; fail "promtool check config $f"; }
 done
 
-echo "-- systemd-analyze verify (no output allowed) and security"
+section "systemd-analyze verify (no output allowed) and security"
 FAKE="$TMP/root"
 mkdir -p "$FAKE/usr/lib/systemd/system" "$FAKE/usr/local/bin" "$FAKE/etc/default"
 cp -r /usr/lib/systemd/system/. "$FAKE/usr/lib/systemd/system/"
@@ -164,8 +171,9 @@ systemd-analyze security --offline=true --root="$FAKE" --threshold="$SYSTEMD_EXP
   || { cat "$TMP/security"; fail "systemd exposure above $SYSTEMD_EXPOSURE_MAX"; }
 tail -1 "$TMP/security"
 
-echo "-- hadolint Dockerfile"
+section "hadolint Dockerfile"
 "$VENV/hadolint" Dockerfile
 
-echo "-- image: buildah builds the runtime stage from the binary, podman runs it"
+section "image: buildah builds the runtime stage from the binary, podman runs it"
 scripts/check-image.sh "$BINARY"
+echo "deploy: $passed passed, 0 failed"

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Checks a `helm template` rendering of the chart for what schema validation cannot see.
 
-Usage: check_render.py RENDERED.yaml [--binary PATH [--extra-arg ARG]...] [--rules-fixture FILE]
+Usage: check_render.py RENDERED.yaml [--binary PATH [--extra-arg ARG]...] [--rules-fixture FILE]...
 
 - The Service selects the DaemonSet's pods and targets its named port; the ServiceMonitor selects
   the Service's labels, in its namespace, through the Service's port name.
 - The pod runs with least privilege and gets NODE_NAME from the downward API.
-- A PrometheusRule, when rendered, carries exactly the groups of the fixture rule file.
+- A PrometheusRule, when rendered, carries exactly the groups of the given rule files.
 - With --binary, the container's arguments (and its config.toml, if any) are given to the real
   exporter, which must start and answer /-/ready: a value must never make the pod crash-loop.
 """
@@ -96,7 +96,8 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("rendered")
     p.add_argument("--binary")
-    p.add_argument("--rules-fixture")
+    p.add_argument("--rules-fixture", action="append", default=[],
+                   help="a rule file the PrometheusRule must carry (repeat, in file-name order)")
     p.add_argument("--extra-arg", action="append", default=[],
                    help="appended to the container's args when starting the binary")
     opts = p.parse_args()
@@ -151,9 +152,11 @@ def main():
     if opts.rules_fixture:
         check(rule is not None, "a PrometheusRule is rendered")
         if rule is not None:
-            with open(opts.rules_fixture) as f:
-                want = yaml.safe_load(f)["groups"]
-            check(rule["spec"]["groups"] == want, "PrometheusRule groups equal the rule file's")
+            want = []
+            for path in opts.rules_fixture:
+                with open(path) as f:
+                    want += yaml.safe_load(f)["groups"]
+            check(rule["spec"]["groups"] == want, "PrometheusRule groups equal the rule files'")
     elif rule is not None:
         failures.append("unexpected PrometheusRule")
 
