@@ -298,6 +298,10 @@ fn check_file(path: &Path) -> Result<(), ConfigError> {
 
 /// Resolves settings from the flags, the environment `env` (name, value pairs), the config file
 /// and defaults.
+///
+/// Kubernetes adds service-link variables for every Service in the namespace
+/// (`DGX_PIXELS_EXPORTER_SERVICE_HOST`, `DGX_PIXELS_EXPORTER_PORT_9403_TCP`, ...); those are
+/// not settings and are skipped, so a Service named after us never stops the daemon.
 pub fn resolve(
     cli: &Cli,
     env: impl IntoIterator<Item = (String, String)>,
@@ -314,7 +318,7 @@ pub fn resolve(
     }
     let env: config::Map<String, String> = env
         .into_iter()
-        .filter(|(k, _)| k.starts_with(&format!("{ENV_PREFIX}_")))
+        .filter(|(k, _)| k.starts_with(&format!("{ENV_PREFIX}_")) && !is_service_link(k))
         .collect();
     b = b.add_source(
         config::Environment::with_prefix(ENV_PREFIX)
@@ -388,6 +392,29 @@ pub fn resolve(
         .map_err(|e| ConfigError(format!("configuration: {e}")))?;
     settings.validate()?;
     Ok(settings)
+}
+
+/// Whether `name` has the shape of a Kubernetes service-link variable.
+fn is_service_link(name: &str) -> bool {
+    if name.ends_with("_SERVICE_HOST") || name.contains("_SERVICE_PORT") || name.ends_with("_PORT")
+    {
+        return true;
+    }
+    // NAME_PORT_<port>_<proto>[_PROTO|_PORT|_ADDR]
+    let Some((_, rest)) = name.rsplit_once("_PORT_") else {
+        return false;
+    };
+    let mut parts = rest.split('_');
+    let port_ok = parts
+        .next()
+        .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    let proto_ok = parts
+        .next()
+        .is_some_and(|p| matches!(p, "TCP" | "UDP" | "SCTP"));
+    let tail_ok = parts
+        .next()
+        .is_none_or(|t| matches!(t, "PROTO" | "PORT" | "ADDR"));
+    port_ok && proto_ok && tail_ok && parts.next().is_none()
 }
 
 #[cfg(test)]
@@ -523,6 +550,34 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("nope"), "{e}");
+    }
+
+    #[test]
+    fn kubernetes_service_links_are_not_settings() {
+        let links = [
+            ("DGX_PIXELS_EXPORTER_SERVICE_HOST", "10.0.0.1"),
+            ("DGX_PIXELS_EXPORTER_SERVICE_PORT", "9403"),
+            ("DGX_PIXELS_EXPORTER_SERVICE_PORT_METRICS", "9403"),
+            ("DGX_PIXELS_EXPORTER_PORT", "tcp://10.0.0.1:9403"),
+            ("DGX_PIXELS_EXPORTER_PORT_9403_TCP", "tcp://10.0.0.1:9403"),
+            ("DGX_PIXELS_EXPORTER_PORT_9403_TCP_PROTO", "tcp"),
+            ("DGX_PIXELS_EXPORTER_PORT_9403_TCP_PORT", "9403"),
+            ("DGX_PIXELS_EXPORTER_PORT_9403_TCP_ADDR", "10.0.0.1"),
+        ];
+        let mut vars = links.to_vec();
+        vars.push(("DGX_PIXELS_NODE_NAME", "gpu-17"));
+        let s = resolve(&parse_from(["x"]).unwrap(), env(&vars)).unwrap();
+        assert_eq!(
+            s.node_name.as_deref(),
+            Some("gpu-17"),
+            "real settings still apply"
+        );
+        // Anything else unknown is still an error.
+        let e = resolve(
+            &parse_from(["x"]).unwrap(),
+            env(&[("DGX_PIXELS_EXPORTER_PORTS", "1")]),
+        );
+        assert!(e.is_err());
     }
 
     #[test]

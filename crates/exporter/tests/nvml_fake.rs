@@ -538,3 +538,35 @@ fn process_memory_carries_the_container_id() {
         "a process without a container has an empty container_id"
     );
 }
+
+/// Readings a GPU does not support are omitted and logged once per GPU and reading at debug
+/// level, not on every poll.
+#[test]
+fn unsupported_readings_are_logged_once_per_gpu_and_reading() {
+    use std::io::Read;
+    let mut d = start_fake(
+        "dgx-spark",
+        &[("FAKE_NVML_TIME", "60")],
+        &["--collector.nvml.interval", "100ms", "--log.level", "debug"],
+    );
+    let body = text(d.port);
+    assert_eq!(
+        value(&body, "dgx_pixels_gpu_memory_total_bytes", &[("gpu", "0")]),
+        None
+    );
+    std::thread::sleep(Duration::from_millis(800)); // several more polls
+    let _ = d.child.kill();
+    let mut log = String::new();
+    d.child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    let memory: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("reading not available") && l.contains("reading=memory_info"))
+        .collect();
+    assert_eq!(memory.len(), 1, "{memory:#?}");
+    assert!(memory[0].contains("gpu=0"), "{}", memory[0]);
+}
