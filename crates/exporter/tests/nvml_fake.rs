@@ -414,12 +414,13 @@ fn the_lost_gpu_goes_down_at_its_scheduled_time_and_the_others_carry_on() {
 /// (repeats included) by the event thread, matching the simulator's schedule.
 #[test]
 fn every_xid_occurrence_is_counted() {
+    // The fake's clock starts at nvmlInit, inside the daemon's startup: start counting before.
+    let started = Instant::now();
     let d = start_fake(
         "fault-xid-storm",
         &[("FAKE_NVML_START", "9")],
         &["--collector.nvml.interval", "200ms"],
     );
-    let started = Instant::now();
     let labels = [("gpu", "2"), ("xid", "13")];
     let (body, _) = wait_for(d.port, Duration::from_secs(10), |b| {
         value(b, "dgx_pixels_gpu_xid_errors_total", &labels).is_some_and(|v| v >= 3.0)

@@ -5,7 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use dgx_pixels_metrics::gpu::{push_gpu_samples, ClockReadout, EccTotals, GpuIdentity, GpuReadout};
+use dgx_pixels_metrics::gpu::{
+    push_gpu_samples, ClockReadout, EccTotals, GpuIdentity, GpuReadout, NvlinkReadout,
+    ProcessReadout, RemappedRowsReadout,
+};
 use dgx_pixels_metrics::{EncodeOptions, Format, Snapshot, SnapshotStore, SourceHealth};
 
 fn snapshot(gpus: u32) -> Snapshot {
@@ -19,6 +22,7 @@ fn snapshot(gpus: u32) -> Snapshot {
             pci_bus_id: format!("00000000:{:02X}:00.0", 0x18 + i),
             vbios_version: "96.00.74.00.0D".into(),
             driver_version: "550.54.15".into(),
+            cuda_driver_version: "12.4".into(),
             minor_number: i,
         };
         let clocks = ClockReadout {
@@ -59,6 +63,36 @@ fn snapshot(gpus: u32) -> Snapshot {
             nvlink_transmit_bytes: Some(9.9e14),
             nvlink_receive_bytes: Some(9.8e14),
             mig: vec![],
+            encoder_utilization_ratio: Some(0.0),
+            decoder_utilization_ratio: Some(0.0),
+            bar1_used_bytes: Some(3.3e8),
+            bar1_total_bytes: Some(1.37e11),
+            ecc_enabled: Some(true),
+            retired_pages: None,
+            remapped_rows: Some(RemappedRowsReadout::default()),
+            throttle_violations: vec![("power", 1234.5), ("thermal", 0.0)],
+            pcie_replays: Some(0.0),
+            pcie_link_generation: Some(5.0),
+            pcie_link_width: Some(16.0),
+            // An H100 SXM has 18 NVLinks, each with 4 error counters.
+            nvlinks: (0..18)
+                .map(|link| NvlinkReadout {
+                    link,
+                    up: true,
+                    errors: vec![
+                        ("replay", 0.0),
+                        ("recovery", 0.0),
+                        ("crc_flit", 0.0),
+                        ("crc_data", 0.0),
+                    ],
+                })
+                .collect(),
+            process_count: Some(1),
+            processes: vec![ProcessReadout {
+                pid: 20_000 + i,
+                used_memory_bytes: 6.0e10,
+                ..Default::default()
+            }],
         };
         push_gpu_samples(&id, &r, &mut samples);
     }

@@ -187,9 +187,15 @@ impl GpuReader {
         let mut discovered = None;
         if self.statics.is_none() {
             match self.read_static(nvml, &dev) {
-                Ok(s) => {
+                Ok((s, false)) => {
                     discovered = Some(s.identity.clone());
                     self.statics = Some(s);
+                }
+                // Lost, but its identity answered: report it down; read the rest when it returns.
+                Ok((s, true)) => {
+                    return GpuPoll::Lost {
+                        identity: Some(s.identity),
+                    }
                 }
                 Err(NvmlError::GpuLost) => return GpuPoll::Lost { identity: None },
                 Err(NvmlError::Uninitialized) => return GpuPoll::Uninitialized,
@@ -233,7 +239,9 @@ impl GpuReader {
         }
     }
 
-    fn read_static(&mut self, nvml: &Nvml, dev: &Device<'_>) -> Result<Static, NvmlError> {
+    /// Identity, maximum clocks and fan count; the flag says the GPU answered GPU_IS_LOST to
+    /// some of them (its identity is still good).
+    fn read_static(&mut self, nvml: &Nvml, dev: &Device<'_>) -> Result<(Static, bool), NvmlError> {
         let mut check = Check {
             index: self.index,
             lost: false,
@@ -273,17 +281,18 @@ impl GpuReader {
             video: max(Clock::Video, "max_clock_video"),
         };
         let fans = check.get("num_fans", dev.num_fans()).unwrap_or(0);
-        if check.lost {
-            return Err(NvmlError::GpuLost);
-        }
         if check.uninitialized {
             return Err(NvmlError::Uninitialized);
         }
-        Ok(Static {
-            identity,
-            max_clocks,
-            fans,
-        })
+        let lost = check.lost;
+        Ok((
+            Static {
+                identity,
+                max_clocks,
+                fans,
+            },
+            lost,
+        ))
     }
 
     /// Compute processes, largest memory first, bounded; container ids cached per pid.

@@ -1,0 +1,175 @@
+//! Configuration from `FAKE_NVML_*` environment variables, read at `nvmlInit_v2`.
+
+use std::time::Duration;
+
+/// Default scenario when `FAKE_NVML_SCENARIO` is unset.
+pub const DEFAULT_SCENARIO: &str = "dgx-h100";
+/// Default `nvmlDeviceGetPcieThroughput` delay: the real call samples for about 20 ms.
+pub const DEFAULT_PCIE_DELAY: Duration = Duration::from_millis(20);
+
+/// The settings of one fake driver.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Built-in scenario name or TOML path.
+    pub scenario: String,
+    /// How scenario time advances.
+    pub clock: ClockMode,
+    /// Sleep in `nvmlDeviceGetPcieThroughput`.
+    pub pcie_delay: Duration,
+    /// `(gpu index, scenario time)` after which every call on that GPU blocks forever.
+    pub hang: Option<(u32, Duration)>,
+    /// `[from, to)` scenario-time window in which the driver is "being reset".
+    pub uninitialized: Option<(Duration, Duration)>,
+}
+
+/// Scenario time: frozen, or running from an offset since init.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ClockMode {
+    /// Always this scenario time (`FAKE_NVML_TIME`).
+    Frozen(Duration),
+    /// This offset plus the wall time since init (`FAKE_NVML_START`).
+    Running(Duration),
+}
+
+fn seconds(name: &str, value: &str) -> Result<Duration, String> {
+    let s: f64 = value
+        .trim()
+        .parse()
+        .map_err(|_| format!("{name}={value:?}: expected a number of seconds"))?;
+    Duration::try_from_secs_f64(s)
+        .map_err(|_| format!("{name}={value:?}: expected a number of seconds >= 0"))
+}
+
+impl Config {
+    /// Reads the configuration through `get` (the process environment in the library).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
+        let scenario = get("FAKE_NVML_SCENARIO")
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| DEFAULT_SCENARIO.to_string());
+        let clock = match get("FAKE_NVML_TIME") {
+            Some(v) => ClockMode::Frozen(seconds("FAKE_NVML_TIME", &v)?),
+            None => ClockMode::Running(match get("FAKE_NVML_START") {
+                Some(v) => seconds("FAKE_NVML_START", &v)?,
+                None => Duration::ZERO,
+            }),
+        };
+        let pcie_delay = match get("FAKE_NVML_PCIE_DELAY_MS") {
+            Some(v) => {
+                let ms: u64 = v.trim().parse().map_err(|_| {
+                    format!("FAKE_NVML_PCIE_DELAY_MS={v:?}: expected whole milliseconds")
+                })?;
+                Duration::from_millis(ms)
+            }
+            None => DEFAULT_PCIE_DELAY,
+        };
+        let hang = match get("FAKE_NVML_HANG_GPU") {
+            Some(v) => {
+                let gpu: u32 = v
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("FAKE_NVML_HANG_GPU={v:?}: expected a GPU index"))?;
+                let after = match get("FAKE_NVML_HANG_AFTER") {
+                    Some(a) => seconds("FAKE_NVML_HANG_AFTER", &a)?,
+                    None => Duration::ZERO,
+                };
+                Some((gpu, after))
+            }
+            None => None,
+        };
+        let uninitialized = match get("FAKE_NVML_UNINITIALIZED") {
+            Some(v) => {
+                let (from, to) = v.split_once(':').ok_or_else(|| {
+                    format!("FAKE_NVML_UNINITIALIZED={v:?}: expected FROM:TO in seconds")
+                })?;
+                let (from, to) = (
+                    seconds("FAKE_NVML_UNINITIALIZED", from)?,
+                    seconds("FAKE_NVML_UNINITIALIZED", to)?,
+                );
+                if to <= from {
+                    return Err(format!(
+                        "FAKE_NVML_UNINITIALIZED={v:?}: TO must be after FROM"
+                    ));
+                }
+                Some((from, to))
+            }
+            None => None,
+        };
+        Ok(Config {
+            scenario,
+            clock,
+            pcie_delay,
+            hang,
+            uninitialized,
+        })
+    }
+
+    /// Reads the configuration from the process environment.
+    pub fn from_env() -> Result<Config, String> {
+        Config::from_lookup(|k| std::env::var(k).ok())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn parse(vars: &[(&str, &str)]) -> Result<Config, String> {
+        Config::from_lookup(|k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        })
+    }
+
+    #[test]
+    fn defaults() {
+        let c = parse(&[]).unwrap();
+        assert_eq!(c.scenario, "dgx-h100");
+        assert_eq!(c.clock, ClockMode::Running(Duration::ZERO));
+        assert_eq!(c.pcie_delay, Duration::from_millis(20));
+        assert_eq!(c.hang, None);
+        assert_eq!(c.uninitialized, None);
+    }
+
+    #[test]
+    fn all_variables() {
+        let c = parse(&[
+            ("FAKE_NVML_SCENARIO", "dgx-spark"),
+            ("FAKE_NVML_TIME", "61.5"),
+            ("FAKE_NVML_START", "5"),
+            ("FAKE_NVML_PCIE_DELAY_MS", "0"),
+            ("FAKE_NVML_HANG_GPU", "2"),
+            ("FAKE_NVML_HANG_AFTER", "10"),
+            ("FAKE_NVML_UNINITIALIZED", "1.5:3"),
+        ])
+        .unwrap();
+        assert_eq!(c.scenario, "dgx-spark");
+        // A frozen time wins over a start offset.
+        assert_eq!(c.clock, ClockMode::Frozen(Duration::from_millis(61_500)));
+        assert_eq!(c.pcie_delay, Duration::ZERO);
+        assert_eq!(c.hang, Some((2, Duration::from_secs(10))));
+        assert_eq!(
+            c.uninitialized,
+            Some((Duration::from_millis(1500), Duration::from_secs(3)))
+        );
+        let c = parse(&[("FAKE_NVML_START", "29.5")]).unwrap();
+        assert_eq!(c.clock, ClockMode::Running(Duration::from_millis(29_500)));
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        for (k, v) in [
+            ("FAKE_NVML_TIME", "soon"),
+            ("FAKE_NVML_TIME", "-1"),
+            ("FAKE_NVML_START", "x"),
+            ("FAKE_NVML_PCIE_DELAY_MS", "1.5"),
+            ("FAKE_NVML_HANG_GPU", "first"),
+            ("FAKE_NVML_UNINITIALIZED", "5"),
+            ("FAKE_NVML_UNINITIALIZED", "5:2"),
+        ] {
+            let err = parse(&[(k, v)]).unwrap_err();
+            assert!(err.starts_with(k), "{err}");
+        }
+    }
+}

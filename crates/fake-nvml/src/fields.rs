@@ -1,0 +1,145 @@
+//! `nvmlDeviceGetFieldValues`: each entry gets its own return code; unknown ids answer
+//! `NOT_SUPPORTED`. Ids are those of drivers before 580.82 (the scenarios' drivers); the ones
+//! served here are all below 251, which the 580.82 renumbering does not touch.
+
+use std::ffi::c_int;
+
+use dgx_pixels_sim::{GpuReading, GpuStatic};
+
+use crate::device::{
+    celsius, ecc_count, millijoules, milliwatts, nvlink_links, remaps_rows, retires_pages,
+};
+use crate::state::{self, device_call, nvml_fn, Access};
+use crate::types::*;
+
+pub const FI_DEV_ECC_CURRENT: u32 = 1;
+pub const FI_DEV_ECC_PENDING: u32 = 2;
+pub const FI_DEV_ECC_SBE_VOL_TOTAL: u32 = 3;
+pub const FI_DEV_ECC_DBE_VOL_TOTAL: u32 = 4;
+pub const FI_DEV_ECC_SBE_AGG_TOTAL: u32 = 5;
+pub const FI_DEV_ECC_DBE_AGG_TOTAL: u32 = 6;
+pub const FI_DEV_RETIRED_SBE: u32 = 29;
+pub const FI_DEV_RETIRED_DBE: u32 = 30;
+pub const FI_DEV_RETIRED_PENDING: u32 = 31;
+pub const FI_DEV_MEMORY_TEMP: u32 = 82;
+pub const FI_DEV_TOTAL_ENERGY_CONSUMPTION: u32 = 83;
+pub const FI_DEV_PCIE_REPLAY_COUNTER: u32 = 94;
+pub const FI_DEV_NVLINK_THROUGHPUT_DATA_TX: u32 = 138;
+pub const FI_DEV_NVLINK_THROUGHPUT_DATA_RX: u32 = 139;
+pub const FI_DEV_REMAPPED_COR: u32 = 142;
+pub const FI_DEV_REMAPPED_UNC: u32 = 143;
+pub const FI_DEV_REMAPPED_PENDING: u32 = 144;
+pub const FI_DEV_REMAPPED_FAILURE: u32 = 145;
+pub const FI_DEV_POWER_INSTANT: u32 = 186;
+
+/// `scopeId` for "all links" in the NVLink fields.
+pub const SCOPE_ALL_LINKS: u32 = u32::MAX;
+
+/// One field's answer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Answer {
+    Uint(u32),
+    Ulonglong(u64),
+    Error(NvmlReturn),
+}
+
+/// NVLink bytes in KiB for `scope`: the total is split evenly over the active links.
+fn nvlink_kib(gpu: &GpuStatic, total_bytes: u64, scope: u32) -> Answer {
+    let links = nvlink_links(gpu);
+    if links == 0 {
+        return Answer::Error(ERROR_NOT_SUPPORTED);
+    }
+    if scope == SCOPE_ALL_LINKS {
+        return Answer::Ulonglong(total_bytes / 1024);
+    }
+    if scope >= links {
+        return Answer::Error(ERROR_INVALID_ARGUMENT);
+    }
+    Answer::Ulonglong(total_bytes / u64::from(links) / 1024)
+}
+
+/// The answer for field `id` with `scope` from a GPU's static facts and reading.
+pub fn answer(gpu: &GpuStatic, r: &GpuReading, id: u32, scope: u32) -> Answer {
+    let ecc = |e: u32, c: u32| match ecc_count(r, e, c) {
+        Ok(v) => Answer::Ulonglong(v),
+        Err(code) => Answer::Error(code),
+    };
+    let remap = |v: u64| {
+        if remaps_rows(gpu) {
+            Answer::Uint(u32::try_from(v).unwrap_or(u32::MAX))
+        } else {
+            Answer::Error(ERROR_NOT_SUPPORTED)
+        }
+    };
+    match id {
+        FI_DEV_ECC_CURRENT | FI_DEV_ECC_PENDING => Answer::Uint(FEATURE_ENABLED),
+        FI_DEV_ECC_SBE_VOL_TOTAL => ecc(MEMORY_ERROR_CORRECTED, ECC_VOLATILE),
+        FI_DEV_ECC_DBE_VOL_TOTAL => ecc(MEMORY_ERROR_UNCORRECTED, ECC_VOLATILE),
+        FI_DEV_ECC_SBE_AGG_TOTAL => ecc(MEMORY_ERROR_CORRECTED, ECC_AGGREGATE),
+        FI_DEV_ECC_DBE_AGG_TOTAL => ecc(MEMORY_ERROR_UNCORRECTED, ECC_AGGREGATE),
+        FI_DEV_RETIRED_SBE | FI_DEV_RETIRED_DBE | FI_DEV_RETIRED_PENDING if retires_pages(gpu) => {
+            Answer::Uint(0)
+        }
+        FI_DEV_MEMORY_TEMP => r
+            .temperature_memory_celsius
+            .map_or(Answer::Error(ERROR_NOT_SUPPORTED), |c| {
+                Answer::Uint(celsius(c))
+            }),
+        FI_DEV_TOTAL_ENERGY_CONSUMPTION => Answer::Ulonglong(millijoules(r.energy_joules)),
+        FI_DEV_PCIE_REPLAY_COUNTER => Answer::Uint(0),
+        FI_DEV_NVLINK_THROUGHPUT_DATA_TX => nvlink_kib(gpu, r.nvlink_tx_bytes_total, scope),
+        FI_DEV_NVLINK_THROUGHPUT_DATA_RX => nvlink_kib(gpu, r.nvlink_rx_bytes_total, scope),
+        FI_DEV_REMAPPED_COR => remap(r.remapped_rows.correctable),
+        FI_DEV_REMAPPED_UNC => remap(r.remapped_rows.uncorrectable),
+        FI_DEV_REMAPPED_PENDING => remap(u64::from(r.remapped_rows.pending)),
+        FI_DEV_REMAPPED_FAILURE => remap(u64::from(r.remapped_rows.failure)),
+        FI_DEV_POWER_INSTANT => Answer::Uint(milliwatts(r.power_watts)),
+        _ => Answer::Error(ERROR_NOT_SUPPORTED),
+    }
+}
+
+fn store(v: &mut FieldValue, a: Answer, timestamp: i64) {
+    v.timestamp = timestamp;
+    v.latency_usec = 0;
+    match a {
+        Answer::Uint(x) => {
+            v.value_type = VALUE_TYPE_UNSIGNED_INT;
+            v.nvml_return = SUCCESS;
+            v.value = Value { ull_val: 0 };
+            v.value.ui_val = x;
+        }
+        Answer::Ulonglong(x) => {
+            v.value_type = VALUE_TYPE_UNSIGNED_LONG_LONG;
+            v.nvml_return = SUCCESS;
+            v.value = Value { ull_val: x };
+        }
+        Answer::Error(code) => {
+            v.nvml_return = code;
+            v.value = Value { ull_val: 0 };
+        }
+    }
+}
+
+nvml_fn! {
+    /// Reads `values_count` fields in place; MIG handles answer `NOT_SUPPORTED` per field.
+    fn nvmlDeviceGetFieldValues(device: Device, values_count: c_int, values: *mut FieldValue) {
+        let n = usize::try_from(values_count).map_err(|_| ERROR_INVALID_ARGUMENT)?;
+        if n == 0 || values.is_null() {
+            return Err(ERROR_INVALID_ARGUMENT);
+        }
+        // SAFETY: NVML contract: `values` holds `values_count` entries.
+        let values = unsafe { std::slice::from_raw_parts_mut(values, n) };
+        let timestamp = i64::try_from(state::unix_micros()).unwrap_or(i64::MAX);
+        device_call(device, Access::Reading, |dev| {
+            let r = dev.r()?;
+            for v in values.iter_mut() {
+                let a = match dev.handle.mig {
+                    Some(_) => Answer::Error(ERROR_NOT_SUPPORTED),
+                    None => answer(dev.gpu, r, v.field_id, v.scope_id),
+                };
+                store(v, a, timestamp);
+            }
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,92 @@
+//! A stand-in for `libnvidia-ml.so.1` (NVIDIA's NVML C library) that answers from the GPU
+//! simulator (`dgx-pixels-sim`), so every NVML code path of the exporter can be tested on
+//! machines without a GPU, through the same `dlopen` path the real library takes.
+//!
+//! Build it with `cargo build -p fake-nvml` (`cargo test` does not build a member's `cdylib`) and
+//! load `target/debug/libfake_nvml.so` in place of the real library, e.g. with nvml-wrapper:
+//! `Nvml::builder().lib_path(OsStr::new(path)).init()`. Everything it reports is simulated.
+//!
+//! # Configuration
+//!
+//! Read from the environment at every `nvmlInit_v2` / `nvmlInitWithFlags` (a malformed value
+//! makes init fail with `NVML_ERROR_UNKNOWN` and a message on stderr):
+//!
+//! | Variable | Meaning | Default |
+//! |---|---|---|
+//! | `FAKE_NVML_SCENARIO` | Built-in scenario name (`dgx-h100`, `dgx-a100-mig`, `dgx-spark`, `fault-gpu-lost`, `fault-xid-storm`, `fault-ecc`, `fault-thermal`) or TOML path. Unloadable: init fails with `NVML_ERROR_UNKNOWN`. | `dgx-h100` |
+//! | `FAKE_NVML_TIME` | Seconds (float): a frozen clock at that scenario time; readings never change. | unset |
+//! | `FAKE_NVML_START` | Seconds: with the running clock, scenario time = this + wall time since init. | `0` |
+//! | `FAKE_NVML_PCIE_DELAY_MS` | How long `nvmlDeviceGetPcieThroughput` sleeps (the real call samples ~20 ms). | `20` |
+//! | `FAKE_NVML_HANG_GPU` | GPU index whose calls block forever (handle lookups included), to test deadlines. | unset |
+//! | `FAKE_NVML_HANG_AFTER` | Scenario seconds from which that GPU hangs. | `0` |
+//! | `FAKE_NVML_UNINITIALIZED` | `FROM:TO` scenario seconds: a driver reset. In the window every call (init too) returns `NVML_ERROR_UNINITIALIZED`; a session opened before it stays uninitialized afterwards, until a new `nvmlInit_v2` (which works once the window is over). | unset |
+//!
+//! The loaded scenario and its clock live for the whole process: a later init with the same
+//! configuration (or while a session is open) keeps them; a changed configuration after a full
+//! shutdown loads afresh. Scenario time is quantised to 1 ms, and each GPU's reading is cached
+//! per millisecond, so a poll of many calls integrates the simulator once.
+//!
+//! # Control symbols
+//!
+//! Not part of NVML, for tests and benchmarks: `fake_nvml_call_count() -> u64` (NVML calls
+//! served since load, every `nvml*` symbol counted whatever it returned), `fake_nvml_busy_ns()
+//! -> u64` (CPU time the calling threads spent inside those calls, so a benchmark can subtract
+//! the fake's own cost from the caller's) and `fake_nvml_reset_call_count()` (zeroes both).
+//!
+//! # Semantics
+//!
+//! - Handles are opaque non-null values encoding the GPU index and MIG slot; anything else is
+//!   `NVML_ERROR_INVALID_ARGUMENT`, as is a null out-parameter.
+//! - A lost GPU (simulator `GpuState::Lost`, e.g. `fault-gpu-lost` GPU 3 from 30 s) answers
+//!   `NVML_ERROR_GPU_IS_LOST` to every query except handle lookups and identity (name, UUID, PCI
+//!   info, serial, VBIOS, board id, minor number, index); it answers again if it recovers.
+//! - Readings the simulated part does not have (memory on GB10, memory temperature, fans, BAR1,
+//!   PCIe link on non-PCIe parts, NVLink without links) answer `NVML_ERROR_NOT_SUPPORTED`, never 0.
+//!   Retired pages are `NOT_SUPPORTED` on Ampere, Hopper and Blackwell (they remap rows). ECC
+//!   counters and remapped rows are served for every part, as the simulator models them.
+//! - NVLink: links below the scenario's `nvlink_count` (at most 18) are active; any other link
+//!   is `INVALID_ARGUMENT`. Throughput fields 138/139 split the simulator's totals evenly over
+//!   the links (`scopeId` = link) or give the total (`scopeId` = `UINT_MAX`), in KiB.
+//! - MIG device handles answer name (`<parent> MIG <profile>`), UUID (`MIG-...`), memory of the
+//!   instance, their processes, instance ids and parent; identity numbers and strings come from
+//!   the parent; other readings are `NOT_SUPPORTED`.
+//! - Events: critical XID (type 8) only. A wait delivers one event per XID occurrence since the
+//!   registration (a GPU's loss delivers its XID once), polling every 10 ms up to its timeout,
+//!   then `NVML_ERROR_TIMEOUT`.
+//! - No panic crosses the C boundary: each export runs under `catch_unwind` and a panic answers
+//!   `NVML_ERROR_UNKNOWN`.
+#![deny(missing_docs)]
+// The C names of the exports are NVML's.
+#![allow(non_snake_case)]
+
+mod config;
+mod device;
+mod events;
+mod fields;
+mod mig;
+mod processes;
+mod state;
+mod system;
+#[allow(missing_docs)]
+mod types;
+
+pub use config::{ClockMode, Config};
+
+/// NVML calls served since the library was loaded or the counter last reset.
+#[no_mangle]
+pub extern "C" fn fake_nvml_call_count() -> u64 {
+    state::call_count()
+}
+
+/// CPU time, in nanoseconds, that calling threads spent inside NVML calls since load or the
+/// last reset (sleeps and waits are not CPU time).
+#[no_mangle]
+pub extern "C" fn fake_nvml_busy_ns() -> u64 {
+    state::busy_ns()
+}
+
+/// Sets the NVML call counter and the busy time back to zero.
+#[no_mangle]
+pub extern "C" fn fake_nvml_reset_call_count() {
+    state::reset_call_count();
+}

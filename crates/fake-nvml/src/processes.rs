@@ -1,0 +1,205 @@
+//! Running processes, per-process utilization, and accounting (disabled).
+
+use std::ffi::{c_uint, c_ulonglong};
+
+use crate::device::percent;
+use crate::state::{self, device_call, nvml_fn, out, Access, Dev};
+use crate::types::*;
+
+/// The compute processes a handle sees: all of the GPU's, or those of one MIG instance.
+fn compute_processes(dev: &Dev<'_>) -> Result<Vec<ProcessInfo>, NvmlReturn> {
+    let r = dev.r()?;
+    Ok(r.processes
+        .iter()
+        .filter(|p| match dev.mig {
+            Some(m) => {
+                p.gpu_instance == Some(m.gpu_instance)
+                    && p.compute_instance == Some(m.compute_instance)
+            }
+            None => true,
+        })
+        .map(|p| ProcessInfo {
+            pid: p.pid,
+            used_gpu_memory: p.used_memory_bytes,
+            gpu_instance_id: p.gpu_instance.unwrap_or(NO_INSTANCE),
+            compute_instance_id: p.compute_instance.unwrap_or(NO_INSTANCE),
+        })
+        .collect())
+}
+
+/// The two-call protocol: with `infos` null or `*count` too small, answer
+/// `INSUFFICIENT_SIZE` and the count needed (or success when there is nothing to list).
+///
+/// # Safety
+///
+/// `count` must be null or valid; `infos` null or valid for `*count` entries.
+unsafe fn fill<T: Copy>(list: &[T], count: *mut c_uint, infos: *mut T) -> Result<(), NvmlReturn> {
+    // SAFETY: forwarded caller contract.
+    let count = unsafe { out(count) }?;
+    let needed = c_uint::try_from(list.len()).unwrap_or(c_uint::MAX);
+    if infos.is_null() || *count < needed {
+        let short = needed > 0;
+        *count = needed;
+        return if short {
+            Err(ERROR_INSUFFICIENT_SIZE)
+        } else {
+            Ok(())
+        };
+    }
+    // SAFETY: `infos` has room for `*count >= list.len()` entries.
+    unsafe { std::ptr::copy_nonoverlapping(list.as_ptr(), infos, list.len()) };
+    *count = needed;
+    Ok(())
+}
+
+/// Compute processes of a device.
+///
+/// # Safety
+///
+/// As for [`fill`].
+unsafe fn compute(
+    device: Device,
+    count: *mut c_uint,
+    infos: *mut ProcessInfo,
+) -> Result<(), NvmlReturn> {
+    if count.is_null() {
+        return Err(ERROR_INVALID_ARGUMENT);
+    }
+    let list = device_call(device, Access::Reading, compute_processes)?;
+    // SAFETY: forwarded caller contract.
+    unsafe { fill(&list, count, infos) }
+}
+
+/// Graphics processes: the simulated workloads are compute only.
+///
+/// # Safety
+///
+/// As for [`fill`].
+unsafe fn graphics(
+    device: Device,
+    count: *mut c_uint,
+    infos: *mut ProcessInfo,
+) -> Result<(), NvmlReturn> {
+    if count.is_null() {
+        return Err(ERROR_INVALID_ARGUMENT);
+    }
+    device_call(device, Access::Reading, |_| Ok(()))?;
+    // SAFETY: forwarded caller contract.
+    unsafe { fill(&[], count, infos) }
+}
+
+nvml_fn! {
+    /// Compute processes (two-call protocol).
+    fn nvmlDeviceGetComputeRunningProcesses_v3(device: Device, info_count: *mut c_uint, infos: *mut ProcessInfo) {
+        // SAFETY: forwarded caller contract.
+        unsafe { compute(device, info_count, infos) }
+    }
+}
+
+nvml_fn! {
+    /// Compute processes, `_v2` (same struct as `_v3`).
+    fn nvmlDeviceGetComputeRunningProcesses_v2(device: Device, info_count: *mut c_uint, infos: *mut ProcessInfo) {
+        // SAFETY: forwarded caller contract.
+        unsafe { compute(device, info_count, infos) }
+    }
+}
+
+nvml_fn! {
+    /// Graphics processes: always none.
+    fn nvmlDeviceGetGraphicsRunningProcesses_v3(device: Device, info_count: *mut c_uint, infos: *mut ProcessInfo) {
+        // SAFETY: forwarded caller contract.
+        unsafe { graphics(device, info_count, infos) }
+    }
+}
+
+nvml_fn! {
+    /// Graphics processes, `_v2`: always none.
+    fn nvmlDeviceGetGraphicsRunningProcesses_v2(device: Device, info_count: *mut c_uint, infos: *mut ProcessInfo) {
+        // SAFETY: forwarded caller contract.
+        unsafe { graphics(device, info_count, infos) }
+    }
+}
+
+nvml_fn! {
+    /// Per-process utilization (percent): each process gets its GPU's (or MIG instance's)
+    /// activity. `NOT_FOUND` when no process runs, as in NVML.
+    fn nvmlDeviceGetProcessUtilization(device: Device, utilization: *mut ProcessUtilizationSample, process_samples_count: *mut c_uint, last_seen_time_stamp: c_ulonglong) {
+        if process_samples_count.is_null() {
+            return Err(ERROR_INVALID_ARGUMENT);
+        }
+        let now_us = state::unix_micros();
+        let samples = device_call(device, Access::Reading, |dev| {
+            if dev.handle.mig.is_some() {
+                return Err(ERROR_NOT_SUPPORTED);
+            }
+            let r = dev.r()?;
+            Ok(r.processes
+                .iter()
+                .map(|p| {
+                    let activity = r
+                        .mig
+                        .iter()
+                        .find(|m| Some(m.gpu_instance) == p.gpu_instance)
+                        .map_or(r.utilization_ratio, |m| m.graphics_engine_active_ratio);
+                    ProcessUtilizationSample {
+                        pid: p.pid,
+                        time_stamp: now_us,
+                        sm_util: percent(activity),
+                        mem_util: percent(r.memory_utilization_ratio),
+                        enc_util: percent(r.encoder_utilization_ratio),
+                        dec_util: percent(r.decoder_utilization_ratio),
+                    }
+                })
+                .filter(|s| s.time_stamp > last_seen_time_stamp)
+                .collect::<Vec<_>>())
+        })?;
+        if samples.is_empty() {
+            return Err(ERROR_NOT_FOUND);
+        }
+        // SAFETY: forwarded caller contract.
+        unsafe { fill(&samples, process_samples_count, utilization) }
+    }
+}
+
+nvml_fn! {
+    /// Accounting mode: disabled.
+    fn nvmlDeviceGetAccountingMode(device: Device, mode: *mut c_uint) {
+        // SAFETY: NVML contract for out-parameters.
+        let p = unsafe { out(mode) }?;
+        device_call(device, Access::Reading, |_| Ok(()))?;
+        *p = FEATURE_DISABLED;
+        Ok(())
+    }
+}
+
+nvml_fn! {
+    /// Accounting pids: `NOT_SUPPORTED` while accounting is disabled.
+    fn nvmlDeviceGetAccountingPids(device: Device, count: *mut c_uint, pids: *mut c_uint) {
+        let _ = pids;
+        if count.is_null() {
+            return Err(ERROR_INVALID_ARGUMENT);
+        }
+        device_call(device, Access::Reading, |_| Err(ERROR_NOT_SUPPORTED))
+    }
+}
+
+nvml_fn! {
+    /// Accounting stats: `NOT_SUPPORTED` while accounting is disabled.
+    fn nvmlDeviceGetAccountingStats(device: Device, pid: c_uint, stats: *mut AccountingStats) {
+        let _ = pid;
+        if stats.is_null() {
+            return Err(ERROR_INVALID_ARGUMENT);
+        }
+        device_call(device, Access::Reading, |_| Err(ERROR_NOT_SUPPORTED))
+    }
+}
+
+nvml_fn! {
+    /// Accounting buffer size: `NOT_SUPPORTED` while accounting is disabled.
+    fn nvmlDeviceGetAccountingBufferSize(device: Device, buffer_size: *mut c_uint) {
+        if buffer_size.is_null() {
+            return Err(ERROR_INVALID_ARGUMENT);
+        }
+        device_call(device, Access::Reading, |_| Err(ERROR_NOT_SUPPORTED))
+    }
+}

@@ -1,0 +1,871 @@
+//! Loads the built `libfake_nvml.so` through nvml-wrapper, exactly as the exporter loads the real
+//! library, and checks its answers against the simulator.
+//!
+//! The fake is per-process state configured from the environment at init, so every test runs
+//! its body in a child process (this test binary again, filtered to that one test) with its own
+//! `FAKE_NVML_*` variables.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use dgx_pixels_sim::{GpuReading, GpuState, Node, Scenario};
+use nvml_wrapper::bitmasks::event::EventTypes;
+use nvml_wrapper::enum_wrappers::device::{
+    Clock, EccCounter, MemoryError, PcieUtilCounter, PerformancePolicy, TemperatureSensor,
+};
+use nvml_wrapper::enums::event::XidError;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::structs::device::FieldId;
+use nvml_wrapper::Nvml;
+use nvml_wrapper_sys::bindings::{
+    nvmlDevice_t, nvmlFieldValue_t, nvmlMemory_v2_t, nvmlProcessInfo_t,
+};
+
+/// Set in the child processes: run the test body instead of spawning.
+const CHILD: &str = "FAKE_NVML_TEST_CHILD";
+
+/// `<target>/<profile>` of this test binary (`<target>/<profile>/deps/abi-HASH`).
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().to_path_buf()
+}
+
+fn lib_path() -> PathBuf {
+    profile_dir().join("libfake_nvml.so")
+}
+
+/// `cargo test` builds no cdylib: build it once per test run.
+fn build_library() {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["build", "-p", "fake-nvml"]);
+        if profile_dir().file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().unwrap();
+        assert!(status.success(), "cargo build -p fake-nvml failed");
+        let lib = lib_path();
+        assert!(
+            lib.exists(),
+            "{} missing after the build (a --target-dir flag? use CARGO_TARGET_DIR)",
+            lib.display()
+        );
+    });
+}
+
+/// Runs `body` in a child process with `env` (and no other `FAKE_NVML_*` variable).
+fn in_child(test: &str, env: &[(&str, &str)], body: impl FnOnce()) {
+    if std::env::var_os(CHILD).is_some() {
+        body();
+        return;
+    }
+    build_library();
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("FAKE_NVML_") && k != CHILD {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.envs(env.iter().copied());
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "child {test} failed\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
+    );
+    assert!(stdout.contains("1 passed"), "child ran no test:\n{stdout}");
+}
+
+macro_rules! child_test {
+    ($name:ident, [$(($k:expr, $v:expr)),* $(,)?], $body:block) => {
+        #[test]
+        fn $name() {
+            in_child(stringify!($name), &[$(($k, $v)),*], || $body);
+        }
+    };
+}
+
+fn open() -> Result<Nvml, NvmlError> {
+    let path = lib_path();
+    Nvml::builder().lib_path(path.as_os_str()).init()
+}
+
+fn sim(scenario: &str) -> Node {
+    Node::new(Scenario::load(scenario).unwrap())
+}
+
+fn ok_reading(node: &mut Node, gpu: usize, t: Duration) -> GpuReading {
+    match node.reading(gpu, t).unwrap() {
+        GpuState::Ok(r) => r,
+        GpuState::Lost { .. } => panic!("GPU {gpu} is lost at {t:?}"),
+    }
+}
+
+fn call_count(nvml: &Nvml) -> u64 {
+    // SAFETY: the fake exports this symbol with this signature.
+    unsafe {
+        let f = nvml
+            .lib()
+            .__library
+            .get::<unsafe extern "C" fn() -> u64>(b"fake_nvml_call_count")
+            .unwrap();
+        f()
+    }
+}
+
+fn busy_ns(nvml: &Nvml) -> u64 {
+    // SAFETY: the fake exports this symbol with this signature.
+    unsafe {
+        let f = nvml
+            .lib()
+            .__library
+            .get::<unsafe extern "C" fn() -> u64>(b"fake_nvml_busy_ns")
+            .unwrap();
+        f()
+    }
+}
+
+fn reset_call_count(nvml: &Nvml) {
+    // SAFETY: the fake exports this symbol with this signature.
+    unsafe {
+        let f = nvml
+            .lib()
+            .__library
+            .get::<unsafe extern "C" fn()>(b"fake_nvml_reset_call_count")
+            .unwrap();
+        f();
+    }
+}
+
+/// Raw `nvmlDeviceGetFieldValues` with explicit scopes: `(return, value as u64)` per request.
+fn fields(nvml: &Nvml, dev: nvmlDevice_t, req: &[(u32, u32)]) -> Vec<(u32, u32, u64)> {
+    let f = nvml.lib().nvmlDeviceGetFieldValues.as_ref().unwrap();
+    let mut values: Vec<nvmlFieldValue_t> = req
+        .iter()
+        .map(|(id, scope)| {
+            // SAFETY: plain old data; all-zero is valid.
+            let mut v: nvmlFieldValue_t = unsafe { std::mem::zeroed() };
+            v.fieldId = *id;
+            v.scopeId = *scope;
+            v
+        })
+        .collect();
+    // SAFETY: `values` holds `req.len()` entries.
+    let ret = unsafe { f(dev, req.len() as i32, values.as_mut_ptr()) };
+    assert_eq!(ret, 0);
+    values
+        .iter()
+        .map(|v| {
+            // SAFETY: read the member `valueType` names.
+            let x = unsafe {
+                match (v.nvmlReturn, v.valueType) {
+                    (0, 1) => u64::from(v.value.uiVal),
+                    (0, 3) => v.value.ullVal,
+                    (0, _) => u64::MAX,
+                    _ => 0,
+                }
+            };
+            (v.nvmlReturn, v.valueType, x)
+        })
+        .collect()
+}
+
+fn round(x: f64) -> u64 {
+    x.round() as u64
+}
+
+fn throttle_bits(r: &GpuReading) -> u64 {
+    let t = &r.throttle;
+    u64::from(t.gpu_idle)
+        | u64::from(t.sw_power_cap) << 2
+        | u64::from(t.hw_slowdown) << 3
+        | u64::from(t.sw_thermal_slowdown) << 5
+        | u64::from(t.hw_thermal_slowdown) << 6
+        | u64::from(t.hw_power_brake_slowdown) << 7
+}
+
+child_test!(
+    h100_values_match_the_simulator,
+    [
+        ("FAKE_NVML_SCENARIO", "dgx-h100"),
+        ("FAKE_NVML_TIME", "75.25"),
+        ("FAKE_NVML_PCIE_DELAY_MS", "0"),
+    ],
+    {
+        let t = Duration::from_millis(75_250);
+        let mut node = sim("dgx-h100");
+        let nvml = open().unwrap();
+        assert_eq!(nvml.device_count().unwrap(), 8);
+        assert_eq!(nvml.sys_driver_version().unwrap(), node.driver_version());
+        assert_eq!(
+            nvml.sys_cuda_driver_version().unwrap(),
+            node.cuda_driver_version() as i32
+        );
+        assert_eq!(
+            nvml.sys_nvml_version().unwrap(),
+            format!(
+                "{}.{}",
+                node.cuda_driver_version() / 1000,
+                node.driver_version()
+            )
+        );
+        for i in 0..8u32 {
+            let s = node.gpu(i as usize).unwrap().clone();
+            let r = ok_reading(&mut node, i as usize, t);
+            let dev = nvml.device_by_index(i).unwrap();
+            assert_eq!(dev.name().unwrap(), s.name);
+            assert_eq!(dev.uuid().unwrap(), s.uuid);
+            assert_eq!(dev.serial().unwrap(), s.serial);
+            assert_eq!(dev.vbios_version().unwrap(), s.vbios_version);
+            assert_eq!(dev.index().unwrap(), i);
+            assert_eq!(dev.minor_number().unwrap(), s.minor_number);
+            let pci = dev.pci_info().unwrap();
+            assert_eq!(pci.bus_id, s.pci_bus_id);
+            assert_eq!(pci.pci_device_id, 0x2330_10DE);
+            assert_eq!(
+                nvml.device_by_uuid(s.uuid.as_str())
+                    .unwrap()
+                    .index()
+                    .unwrap(),
+                i
+            );
+
+            let u = dev.utilization_rates().unwrap();
+            assert_eq!(u64::from(u.gpu), round(r.utilization_ratio * 100.0));
+            assert_eq!(
+                u64::from(u.memory),
+                round(r.memory_utilization_ratio * 100.0)
+            );
+            assert_eq!(
+                u64::from(dev.power_usage().unwrap()),
+                round(r.power_watts * 1000.0)
+            );
+            assert_eq!(
+                u64::from(dev.enforced_power_limit().unwrap()),
+                round(s.power_limit_watts * 1000.0)
+            );
+            assert_eq!(
+                dev.total_energy_consumption().unwrap(),
+                round(r.energy_joules * 1000.0)
+            );
+            let m = dev.memory_info().unwrap();
+            assert_eq!(Some(m.total), s.memory_total_bytes);
+            assert_eq!(Some(m.used), r.memory_used_bytes);
+            assert_eq!(Some(m.free), r.memory_free_bytes);
+            assert_eq!(Some(m.reserved), r.memory_reserved_bytes);
+            assert_eq!(m.total, m.used + m.free + m.reserved);
+            assert_eq!(
+                u64::from(dev.temperature(TemperatureSensor::Gpu).unwrap()),
+                round(r.temperature_gpu_celsius)
+            );
+            for (c, now, max) in [
+                (
+                    Clock::Graphics,
+                    r.clocks.graphics_hz,
+                    s.max_clocks.graphics_hz,
+                ),
+                (Clock::SM, r.clocks.sm_hz, s.max_clocks.sm_hz),
+                (Clock::Memory, r.clocks.memory_hz, s.max_clocks.memory_hz),
+                (Clock::Video, r.clocks.video_hz, s.max_clocks.video_hz),
+            ] {
+                assert_eq!(u64::from(dev.clock_info(c).unwrap()), round(now / 1e6));
+                assert_eq!(u64::from(dev.max_clock_info(c).unwrap()), round(max / 1e6));
+            }
+            assert_eq!(dev.performance_state().unwrap().as_c(), r.pstate);
+            assert_eq!(
+                dev.current_throttle_reasons().unwrap().bits(),
+                throttle_bits(&r)
+            );
+            let v = dev.violation_status(PerformancePolicy::Power).unwrap();
+            assert_eq!(v.violation_time, round(r.violation_power_seconds * 1e9));
+            assert!(v.reference_time > 0);
+            let v = dev.violation_status(PerformancePolicy::Thermal).unwrap();
+            assert_eq!(v.violation_time, round(r.violation_thermal_seconds * 1e9));
+            assert_eq!(
+                u64::from(dev.pcie_throughput(PcieUtilCounter::Send).unwrap()),
+                round(r.pcie_tx_bytes_per_second / 1000.0)
+            );
+            assert_eq!(
+                u64::from(dev.pcie_throughput(PcieUtilCounter::Receive).unwrap()),
+                round(r.pcie_rx_bytes_per_second / 1000.0)
+            );
+            let link = s.pcie_link.unwrap();
+            assert_eq!(dev.current_pcie_link_gen().unwrap(), link.generation);
+            assert_eq!(dev.current_pcie_link_width().unwrap(), link.width);
+            let bar1 = dev.bar1_memory_info().unwrap();
+            assert_eq!(Some(bar1.total), s.bar1_total_bytes);
+            assert_eq!(Some(bar1.used), r.bar1_used_bytes);
+            assert!(dev.is_ecc_enabled().unwrap().currently_enabled);
+            assert_eq!(
+                dev.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
+                    .unwrap(),
+                r.ecc.volatile_uncorrected
+            );
+            assert!(matches!(dev.num_fans(), Err(NvmlError::NotSupported)));
+            assert!(matches!(dev.fan_speed(0), Err(NvmlError::NotSupported)));
+            assert!(matches!(
+                dev.retired_pages(nvml_wrapper::enum_wrappers::device::RetirementCause::MultipleSingleBitEccErrors),
+                Err(NvmlError::NotSupported)
+            ));
+            assert!(dev.link_wrapper_for(0).is_active().unwrap());
+            assert!(dev.link_wrapper_for(17).is_active().unwrap());
+            assert!(matches!(
+                dev.link_wrapper_for(18).is_active(),
+                Err(NvmlError::InvalidArg)
+            ));
+
+            // Processes, through the wrapper's two-call protocol.
+            let procs = dev.running_compute_processes().unwrap();
+            let want: Vec<(u32, u64)> = r
+                .processes
+                .iter()
+                .map(|p| (p.pid, p.used_memory_bytes))
+                .collect();
+            let got: Vec<(u32, u64)> = procs
+                .iter()
+                .map(|p| match p.used_gpu_memory {
+                    nvml_wrapper::enums::device::UsedGpuMemory::Used(b) => (p.pid, b),
+                    nvml_wrapper::enums::device::UsedGpuMemory::Unavailable => (p.pid, 0),
+                })
+                .collect();
+            assert_eq!(got, want);
+            assert!(dev.running_graphics_processes().unwrap().is_empty());
+
+            // Field values with explicit scopes (NVLink totals need UINT_MAX).
+            // SAFETY: only passed back to the library.
+            let h = unsafe { dev.handle() };
+            let got = fields(
+                &nvml,
+                h,
+                &[
+                    (3, 0),
+                    (4, 0),
+                    (5, 0),
+                    (6, 0),
+                    (82, 0),
+                    (83, 0),
+                    (94, 0),
+                    (138, u32::MAX),
+                    (139, u32::MAX),
+                    (138, 0),
+                    (139, 17),
+                    (142, 0),
+                    (143, 0),
+                    (144, 0),
+                    (145, 0),
+                    (186, 0),
+                    (9999, 0),
+                ],
+            );
+            let ull = |x: u64| (0, 3, x);
+            let uint = |x: u64| (0, 1, x);
+            let e = &r.ecc;
+            let rr = &r.remapped_rows;
+            let per_link = |total: u64| total / 18 / 1024;
+            assert_eq!(
+                got,
+                vec![
+                    ull(e.volatile_corrected),
+                    ull(e.volatile_uncorrected),
+                    ull(e.aggregate_corrected),
+                    ull(e.aggregate_uncorrected),
+                    uint(round(r.temperature_memory_celsius.unwrap())),
+                    ull(round(r.energy_joules * 1000.0)),
+                    uint(0),
+                    ull(r.nvlink_tx_bytes_total / 1024),
+                    ull(r.nvlink_rx_bytes_total / 1024),
+                    ull(per_link(r.nvlink_tx_bytes_total)),
+                    ull(per_link(r.nvlink_rx_bytes_total)),
+                    uint(rr.correctable),
+                    uint(rr.uncorrectable),
+                    uint(u64::from(rr.pending)),
+                    uint(u64::from(rr.failure)),
+                    uint(round(r.power_watts * 1000.0)),
+                    (3, 0, 0),
+                ]
+            );
+            assert!(r.nvlink_tx_bytes_total > 0, "the test needs NVLink traffic");
+        }
+    }
+);
+
+child_test!(
+    raw_abi_errors_and_two_call_protocol,
+    [
+        ("FAKE_NVML_SCENARIO", "dgx-h100"),
+        ("FAKE_NVML_TIME", "75.25")
+    ],
+    {
+        let mut node = sim("dgx-h100");
+        let r = ok_reading(&mut node, 0, Duration::from_millis(75_250));
+        assert!(!r.processes.is_empty(), "the test needs a running process");
+        let nvml = open().unwrap();
+        let lib = nvml.lib();
+        let dev = nvml.device_by_index(0).unwrap();
+        // SAFETY: raw calls with valid or deliberately invalid arguments, as noted.
+        unsafe {
+            let h = dev.handle();
+            // A wrong struct version.
+            let mem_v2 = lib.nvmlDeviceGetMemoryInfo_v2.as_ref().unwrap();
+            let mut m: nvmlMemory_v2_t = std::mem::zeroed();
+            m.version = 0x0100_0028;
+            assert_eq!(mem_v2(h, &mut m), 25);
+            m.version = 0x0200_0028;
+            assert_eq!(mem_v2(h, &mut m), 0);
+            assert_eq!(Some(m.used), r.memory_used_bytes);
+            // Handles we never gave out, and null out-parameters.
+            let power = lib.nvmlDeviceGetPowerUsage.as_ref().unwrap();
+            let mut mw = 0;
+            assert_eq!(power(0x1234 as nvmlDevice_t, &mut mw), 2);
+            assert_eq!(power(std::ptr::null_mut(), &mut mw), 2);
+            assert_eq!(power(h, std::ptr::null_mut()), 2);
+            assert_eq!(power(h, &mut mw), 0);
+            let by_index = lib.nvmlDeviceGetHandleByIndex_v2.as_ref().unwrap();
+            let mut other: nvmlDevice_t = std::ptr::null_mut();
+            assert_eq!(by_index(8, &mut other), 2);
+            let temp = lib.nvmlDeviceGetTemperature.as_ref().unwrap();
+            let mut c = 0;
+            assert_eq!(temp(h, 1, &mut c), 2);
+            // A name buffer one byte too short.
+            let name = lib.nvmlDeviceGetName.as_ref().unwrap();
+            let mut buf = [0 as std::ffi::c_char; 96];
+            let len = node.gpu(0).unwrap().name.len() as u32;
+            assert_eq!(name(h, buf.as_mut_ptr(), len), 7);
+            assert_eq!(name(h, buf.as_mut_ptr(), len + 1), 0);
+            // Processes: NULL, then too small, then enough room.
+            let procs = lib
+                .nvmlDeviceGetComputeRunningProcesses_v3
+                .as_ref()
+                .unwrap();
+            let mut count = 0u32;
+            assert_eq!(procs(h, &mut count, std::ptr::null_mut()), 7);
+            assert_eq!(count as usize, r.processes.len());
+            let mut infos: Vec<nvmlProcessInfo_t> = vec![std::mem::zeroed(); count as usize + 2];
+            let mut small = 0u32;
+            assert_eq!(procs(h, &mut small, infos.as_mut_ptr()), 7);
+            assert_eq!(small, count);
+            let mut room = count + 2;
+            assert_eq!(procs(h, &mut room, infos.as_mut_ptr()), 0);
+            assert_eq!(room, count);
+            assert_eq!(infos[0].pid, r.processes[0].pid);
+            assert_eq!(infos[0].usedGpuMemory, r.processes[0].used_memory_bytes);
+            assert_eq!(infos[0].gpuInstanceId, u32::MAX);
+            // Remapped rows (not wrapped by nvml-wrapper).
+            let remapped = lib.nvmlDeviceGetRemappedRows.as_ref().unwrap();
+            let (mut a, mut b, mut p, mut f) = (9, 9, 9, 9);
+            assert_eq!(remapped(h, &mut a, &mut b, &mut p, &mut f), 0);
+            assert_eq!((a, b, p, f), (0, 0, 0, 0));
+            // The newer event-reasons name answers like the throttle-reasons one.
+            let reasons = lib.nvmlDeviceGetCurrentClocksEventReasons.as_ref().unwrap();
+            let mut bits = 0u64;
+            assert_eq!(reasons(h, &mut bits), 0);
+            assert_eq!(bits, throttle_bits(&r));
+            // Error strings are static and never null.
+            let text = std::ffi::CStr::from_ptr(lib.nvmlErrorString(15));
+            assert_eq!(text.to_str().unwrap(), "GPU is lost");
+        }
+    }
+);
+
+child_test!(
+    call_counter_counts_every_call,
+    [("FAKE_NVML_TIME", "10")],
+    {
+        let nvml = open().unwrap();
+        // Init and the driver-version query made calls.
+        assert!(call_count(&nvml) >= 2);
+        reset_call_count(&nvml);
+        assert_eq!(call_count(&nvml), 0);
+        assert_eq!(busy_ns(&nvml), 0);
+        for _ in 0..3 {
+            nvml.device_count().unwrap();
+        }
+        assert_eq!(call_count(&nvml), 3);
+        assert!(busy_ns(&nvml) > 0);
+        assert!(nvml.device_by_index(99).is_err());
+        assert_eq!(call_count(&nvml), 4);
+        // Busy time is CPU time: a 300 ms wait for events that never come costs far less.
+        let set = nvml.create_event_set().unwrap();
+        let set = nvml
+            .device_by_index(0)
+            .unwrap()
+            .register_events(EventTypes::CRITICAL_XID_ERROR, set)
+            .unwrap();
+        let busy = busy_ns(&nvml);
+        let waited = Instant::now();
+        assert!(matches!(set.wait(300), Err(NvmlError::Timeout)));
+        assert!(waited.elapsed() >= Duration::from_millis(300));
+        assert!(busy_ns(&nvml) - busy < 100_000_000);
+        assert_eq!(call_count(&nvml), 8);
+    }
+);
+
+child_test!(
+    mig_handles_on_a100,
+    [
+        ("FAKE_NVML_SCENARIO", "dgx-a100-mig"),
+        ("FAKE_NVML_TIME", "150")
+    ],
+    {
+        let t = Duration::from_secs(150);
+        let mut node = sim("dgx-a100-mig");
+        let nvml = open().unwrap();
+        for (gpu, instances) in [(0u32, 7u32), (1, 3)] {
+            let s = node.gpu(gpu as usize).unwrap().clone();
+            let r = ok_reading(&mut node, gpu as usize, t);
+            let dev = nvml.device_by_index(gpu).unwrap();
+            let mode = dev.mig_mode().unwrap();
+            assert_eq!((mode.current, mode.pending), (1, 1));
+            assert_eq!(dev.mig_device_count().unwrap(), 7);
+            assert!(!dev.mig_is_mig_device_handle().unwrap());
+            // Past the instances: NOT_FOUND; past the most a GPU can hold: INVALID_ARGUMENT.
+            if instances < 7 {
+                assert!(matches!(
+                    dev.mig_device_by_index(instances),
+                    Err(NvmlError::NotFound)
+                ));
+            }
+            assert!(matches!(
+                dev.mig_device_by_index(7),
+                Err(NvmlError::InvalidArg)
+            ));
+            let procs = dev.running_compute_processes().unwrap();
+            assert_eq!(procs.len(), r.processes.len());
+            assert!(procs.iter().all(|p| p.gpu_instance_id.is_some()));
+            for i in 0..instances {
+                let inst = &s.mig.as_ref().unwrap()[i as usize];
+                let m = dev.mig_device_by_index(i).unwrap();
+                assert!(m.mig_is_mig_device_handle().unwrap());
+                assert_eq!(
+                    m.name().unwrap(),
+                    format!("{} MIG {}", s.name, inst.profile)
+                );
+                assert_eq!(m.uuid().unwrap(), inst.uuid);
+                assert_eq!(m.mig_parent_device().unwrap().index().unwrap(), gpu);
+                let mem = m.memory_info().unwrap();
+                let used = r
+                    .mig
+                    .iter()
+                    .find(|x| x.gpu_instance == inst.gpu_instance)
+                    .unwrap()
+                    .memory_used_bytes;
+                assert_eq!(mem.total, inst.memory_total_bytes);
+                assert_eq!(mem.used, used);
+                assert_eq!(mem.free, inst.memory_total_bytes - used);
+                // SAFETY: raw calls with a live MIG handle.
+                unsafe {
+                    let mut id = 99;
+                    let gi = nvml.lib().nvmlDeviceGetGpuInstanceId.as_ref().unwrap();
+                    assert_eq!(gi(m.handle(), &mut id), 0);
+                    assert_eq!(id, inst.gpu_instance);
+                    let ci = nvml.lib().nvmlDeviceGetComputeInstanceId.as_ref().unwrap();
+                    assert_eq!(ci(m.handle(), &mut id), 0);
+                    assert_eq!(id, inst.compute_instance);
+                    assert_eq!(gi(dev.handle(), &mut id), 3);
+                }
+                let by_uuid = nvml.device_by_uuid(inst.uuid.as_str()).unwrap();
+                assert!(by_uuid.mig_is_mig_device_handle().unwrap());
+                // A MIG handle has no GPU-wide readings.
+                assert!(matches!(m.power_usage(), Err(NvmlError::NotSupported)));
+            }
+        }
+        // A MIG-capable GPU without instances, with 12 NVLinks.
+        let dev = nvml.device_by_index(2).unwrap();
+        let r = ok_reading(&mut node, 2, t);
+        assert!(dev.link_wrapper_for(11).is_active().unwrap());
+        assert!(matches!(
+            dev.link_wrapper_for(12).is_active(),
+            Err(NvmlError::InvalidArg)
+        ));
+        // SAFETY: only passed back to the library.
+        let h = unsafe { dev.handle() };
+        let got = fields(&nvml, h, &[(138, u32::MAX), (138, 11), (138, 12)]);
+        assert_eq!(
+            got,
+            vec![
+                (0, 3, r.nvlink_tx_bytes_total / 1024),
+                (0, 3, r.nvlink_tx_bytes_total / 12 / 1024),
+                (2, 0, 0),
+            ]
+        );
+        let mode = dev.mig_mode().unwrap();
+        assert_eq!((mode.current, mode.pending), (0, 0));
+        assert!(matches!(
+            dev.mig_device_by_index(0),
+            Err(NvmlError::NotFound)
+        ));
+        assert!(dev.running_compute_processes().unwrap()[0]
+            .gpu_instance_id
+            .is_none());
+    }
+);
+
+child_test!(
+    spark_answers_not_supported_for_what_it_lacks,
+    [
+        ("FAKE_NVML_SCENARIO", "dgx-spark"),
+        ("FAKE_NVML_TIME", "90")
+    ],
+    {
+        let mut node = sim("dgx-spark");
+        let r = ok_reading(&mut node, 0, Duration::from_secs(90));
+        let nvml = open().unwrap();
+        assert_eq!(nvml.sys_driver_version().unwrap(), "580.95.05");
+        let dev = nvml.device_by_index(0).unwrap();
+        assert_eq!(dev.name().unwrap(), "NVIDIA GB10");
+        assert_eq!(
+            u64::from(dev.power_usage().unwrap()),
+            round(r.power_watts * 1000.0)
+        );
+        let unsupported = |res: Result<(), NvmlError>, what: &str| {
+            assert!(
+                matches!(res, Err(NvmlError::NotSupported)),
+                "{what}: {res:?}"
+            );
+        };
+        unsupported(dev.memory_info().map(drop), "memory");
+        unsupported(dev.bar1_memory_info().map(drop), "bar1");
+        unsupported(dev.num_fans().map(drop), "fans");
+        unsupported(dev.fan_speed(0).map(drop), "fan speed");
+        unsupported(dev.mig_mode().map(drop), "mig");
+        unsupported(dev.current_pcie_link_gen().map(drop), "pcie gen");
+        unsupported(dev.link_wrapper_for(0).is_active().map(drop), "nvlink");
+        // SAFETY: only passed back to the library.
+        let h = unsafe { dev.handle() };
+        let got = fields(&nvml, h, &[(82, 0), (138, u32::MAX), (83, 0)]);
+        assert_eq!(got[0].0, 3, "no memory temperature sensor");
+        assert_eq!(got[1].0, 3, "no NVLink");
+        assert_eq!(got[2], (0, 3, round(r.energy_joules * 1000.0)));
+    }
+);
+
+child_test!(
+    lost_gpu_answers_gpu_is_lost_and_reports_its_xid_once,
+    [
+        ("FAKE_NVML_SCENARIO", "fault-gpu-lost"),
+        ("FAKE_NVML_START", "29.5"),
+        ("FAKE_NVML_PCIE_DELAY_MS", "0"),
+    ],
+    {
+        let nvml = open().unwrap();
+        let started = Instant::now();
+        let lost = nvml.device_by_index(3).unwrap();
+        let healthy = nvml.device_by_index(2).unwrap();
+        assert!(lost.temperature(TemperatureSensor::Gpu).is_ok());
+        let set = nvml.create_event_set().unwrap();
+        let set = lost
+            .register_events(EventTypes::CRITICAL_XID_ERROR, set)
+            .unwrap();
+        assert!(
+            started.elapsed() < Duration::from_millis(400),
+            "too slow to test"
+        );
+        // No event before the loss.
+        assert!(matches!(set.wait(100), Err(NvmlError::Timeout)));
+        std::thread::sleep(Duration::from_millis(800).saturating_sub(started.elapsed()));
+
+        assert!(matches!(
+            lost.temperature(TemperatureSensor::Gpu),
+            Err(NvmlError::GpuLost)
+        ));
+        assert!(matches!(lost.memory_info(), Err(NvmlError::GpuLost)));
+        assert!(matches!(lost.power_usage(), Err(NvmlError::GpuLost)));
+        assert!(matches!(
+            lost.field_values_for(&[FieldId(83)]),
+            Err(NvmlError::GpuLost)
+        ));
+        // Identity still answers, as does the handle lookup.
+        let node = sim("fault-gpu-lost");
+        assert_eq!(lost.uuid().unwrap(), node.gpu(3).unwrap().uuid);
+        assert!(lost.name().is_ok() && lost.pci_info().is_ok() && lost.serial().is_ok());
+        assert_eq!(nvml.device_by_index(3).unwrap().index().unwrap(), 3);
+        // The other GPUs are unaffected.
+        assert!(healthy.power_usage().unwrap() > 0);
+        assert!(healthy.memory_info().is_ok());
+
+        let e = set.wait(1000).unwrap();
+        // SAFETY: handles are only compared.
+        assert_eq!(unsafe { e.device.handle() }, unsafe { lost.handle() });
+        assert!(e.event_type.contains(EventTypes::CRITICAL_XID_ERROR));
+        assert!(matches!(e.event_data, Some(XidError::Value(79))));
+        assert!(matches!(set.wait(200), Err(NvmlError::Timeout)));
+    }
+);
+
+child_test!(
+    xid_events_match_the_simulator_counts,
+    [
+        ("FAKE_NVML_SCENARIO", "fault-xid-storm"),
+        ("FAKE_NVML_START", "19.5"),
+    ],
+    {
+        // GPU 2 reports XID 13 every 2 s from 10 s, GPUs 4 and 6 XID 31 every 7 s from 15 and
+        // 16 s. From 19.5 s to about 22.5 s: XID 13 at 20 and 22 s, XID 31 on GPU 4 at 22 s;
+        // nothing from before 19.5 s.
+        let nvml = open().unwrap();
+        let started = Instant::now();
+        let mut set = nvml.create_event_set().unwrap();
+        let mut handles = BTreeMap::new();
+        for i in 0..8 {
+            let dev = nvml.device_by_index(i).unwrap();
+            // SAFETY: handles are only compared.
+            handles.insert(unsafe { dev.handle() } as usize, i as usize);
+            set = dev
+                .register_events(EventTypes::CRITICAL_XID_ERROR, set)
+                .unwrap();
+        }
+        assert!(
+            started.elapsed() < Duration::from_millis(300),
+            "too slow to test"
+        );
+        let mut got: BTreeMap<(usize, u32), u64> = BTreeMap::new();
+        while started.elapsed() < Duration::from_secs(3) {
+            match set.wait(100) {
+                Ok(e) => {
+                    // SAFETY: handles are only compared.
+                    let gpu = handles[&(unsafe { e.device.handle() } as usize)];
+                    let Some(XidError::Value(xid)) = e.event_data else {
+                        panic!("XID event without a value")
+                    };
+                    *got.entry((gpu, xid as u32)).or_default() += 1;
+                }
+                Err(NvmlError::Timeout) => {}
+                Err(e) => panic!("wait: {e}"),
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_millis(3400),
+            "too slow to test"
+        );
+        let mut node = sim("fault-xid-storm");
+        let mut want = BTreeMap::new();
+        for gpu in 0..8 {
+            let before = ok_reading(&mut node, gpu, Duration::from_millis(19_500)).xid_counts;
+            let after = ok_reading(&mut node, gpu, Duration::from_millis(22_500)).xid_counts;
+            for (xid, n) in after {
+                let grew = n - before.get(&xid).copied().unwrap_or(0);
+                if grew > 0 {
+                    want.insert((gpu, xid), grew);
+                }
+            }
+        }
+        assert_eq!(want, BTreeMap::from([((2, 13), 2), ((4, 31), 1)]));
+        assert_eq!(got, want);
+    }
+);
+
+child_test!(
+    uninitialized_window_needs_a_new_init,
+    [("FAKE_NVML_UNINITIALIZED", "1.0:2.0")],
+    {
+        let before = Instant::now();
+        let nvml = open().unwrap();
+        let init = nvml.lib().nvmlInit_v2.as_ref().unwrap();
+        assert_eq!(nvml.device_count().unwrap(), 8);
+        assert!(
+            before.elapsed() < Duration::from_millis(800),
+            "too slow to test"
+        );
+        std::thread::sleep(Duration::from_millis(1300).saturating_sub(before.elapsed()));
+        assert!(matches!(nvml.device_count(), Err(NvmlError::Uninitialized)));
+        // SAFETY: raw init call.
+        assert_eq!(unsafe { init() }, 1, "init fails during the reset");
+        std::thread::sleep(Duration::from_millis(2300).saturating_sub(before.elapsed()));
+        // The reset ended the old session: calls fail until a new init.
+        assert!(matches!(nvml.device_count(), Err(NvmlError::Uninitialized)));
+        // SAFETY: raw init call.
+        assert_eq!(unsafe { init() }, 0);
+        assert_eq!(nvml.device_count().unwrap(), 8);
+    }
+);
+
+child_test!(
+    hung_gpu_blocks_only_its_own_calls,
+    [
+        ("FAKE_NVML_TIME", "10"),
+        ("FAKE_NVML_HANG_GPU", "1"),
+        ("FAKE_NVML_HANG_AFTER", "5"),
+    ],
+    {
+        let nvml: &'static Nvml = Box::leak(Box::new(open().unwrap()));
+        assert!(nvml.device_by_index(0).unwrap().power_usage().is_ok());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let r = nvml.device_by_index(1).map(|d| d.power_usage());
+            let _ = tx.send(r.is_ok());
+        });
+        assert!(matches!(
+            rx.recv_timeout(Duration::from_millis(500)),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+        ));
+        // The driver lock is not held by the hung call.
+        assert!(nvml.device_by_index(2).unwrap().power_usage().is_ok());
+    }
+);
+
+child_test!(
+    unloadable_scenario_fails_init,
+    [("FAKE_NVML_SCENARIO", "/nonexistent/scenario.toml")],
+    {
+        assert!(matches!(open(), Err(NvmlError::Unknown)));
+    }
+);
+
+/// `fault-gpu-lost` with GPU 3 coming back at 30.8 s, written to a file next to this binary.
+fn recovering_scenario() -> PathBuf {
+    let text = Scenario::builtin_text("fault-gpu-lost").unwrap();
+    let path = profile_dir().join("fake-nvml-test-recovering.toml");
+    // The XID 79 fault is the file's last table.
+    std::fs::write(&path, format!("{text}\nrecover_at_s = 30.8\n")).unwrap();
+    path
+}
+
+#[test]
+fn recovered_gpu_answers_again_without_a_second_loss_event() {
+    let path = recovering_scenario();
+    let path = path.to_str().unwrap();
+    in_child(
+        "recovered_gpu_answers_again_without_a_second_loss_event",
+        &[("FAKE_NVML_SCENARIO", path), ("FAKE_NVML_START", "29.8")],
+        || {
+            let mut node = Node::new(Scenario::load(path).unwrap());
+            assert!(node
+                .reading(3, Duration::from_millis(30_300))
+                .unwrap()
+                .ok()
+                .is_none());
+            assert!(node
+                .reading(3, Duration::from_millis(31_300))
+                .unwrap()
+                .ok()
+                .is_some());
+            let nvml = open().unwrap();
+            let started = Instant::now();
+            let dev = nvml.device_by_index(3).unwrap();
+            let set = nvml.create_event_set().unwrap();
+            let set = dev
+                .register_events(EventTypes::CRITICAL_XID_ERROR, set)
+                .unwrap();
+            assert!(
+                started.elapsed() < Duration::from_millis(150),
+                "too slow to test"
+            );
+            std::thread::sleep(Duration::from_millis(500).saturating_sub(started.elapsed()));
+            assert!(matches!(dev.power_usage(), Err(NvmlError::GpuLost)));
+            let e = set.wait(100).unwrap();
+            assert!(matches!(e.event_data, Some(XidError::Value(79))));
+            std::thread::sleep(Duration::from_millis(1500).saturating_sub(started.elapsed()));
+            assert!(dev.power_usage().unwrap() > 0);
+            // The simulator now counts XID 79 once; it was delivered already.
+            assert!(matches!(set.wait(200), Err(NvmlError::Timeout)));
+        },
+    );
+}
