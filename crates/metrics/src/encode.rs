@@ -132,6 +132,14 @@ pub fn encode(input: &ExpositionInput, format: Format) -> String {
 // ---- classic text format ----
 
 fn push_escaped(out: &mut String, s: &str, quote: bool) {
+    // Most values need no escaping: copy them whole.
+    if !s
+        .bytes()
+        .any(|b| b == b'\\' || b == b'\n' || (quote && b == b'"'))
+    {
+        out.push_str(s);
+        return;
+    }
     for c in s.chars() {
         match c {
             '\\' => out.push_str("\\\\"),
@@ -145,6 +153,10 @@ fn push_escaped(out: &mut String, s: &str, quote: bool) {
 fn push_value(out: &mut String, v: f64) {
     if v.is_infinite() {
         out.push_str(if v > 0.0 { "+Inf" } else { "-Inf" });
+    } else if v.fract() == 0.0 && v.abs() < 1e15 {
+        // Counts, bytes and hertz are whole numbers: integer formatting is several times faster
+        // than float formatting and prints the same digits.
+        let _ = write!(out, "{}", v as i64);
     } else {
         let _ = write!(out, "{v}");
     }
