@@ -58,6 +58,11 @@ pub struct Cli {
     #[arg(long = "nvml.library", value_name = "PATH")]
     pub nvml_library: Option<PathBuf>,
 
+    /// Directory of *.prom files written by workloads (node_exporter's textfile format), served
+    /// beside the GPU metrics; see docs/workloads.md.
+    #[arg(long = "textfile.directory", value_name = "DIR")]
+    pub textfile_directory: Option<PathBuf>,
+
     /// Adds a node="NAME" label to every series (e.g. from the NODE_NAME downward-API variable).
     #[arg(long = "node.name", value_name = "NAME")]
     pub node_name: Option<String>,
@@ -211,13 +216,13 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(
-            cli.collectors,
-            [CollectorFlags {
+            cli.collectors[0],
+            CollectorFlags {
                 name: "nvml",
                 enabled: Some(false),
                 interval: Some(Duration::from_millis(500)),
                 timeout: None,
-            }]
+            }
         );
         let cli = parse_from(["x"]).unwrap();
         assert_eq!(cli.collectors[0].enabled, None);

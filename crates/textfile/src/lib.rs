@@ -187,7 +187,15 @@ impl TextfileSource {
                 if let Some(why) = owned_by_exporter(n) {
                     return Err(why);
                 }
-                if self.limits.reserved_families.iter().any(|r| r == n) {
+                let base = ["_bucket", "_sum", "_count", "_total"]
+                    .iter()
+                    .find_map(|s| n.strip_suffix(s));
+                if self
+                    .limits
+                    .reserved_families
+                    .iter()
+                    .any(|r| r == n || Some(r.as_str()) == base)
+                {
                     return Err(format!("{n} is served by another source of this exporter"));
                 }
             }
