@@ -29,12 +29,14 @@ pub mod parse;
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io::Read;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::UNIX_EPOCH;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use dgx_pixels_metrics::{
-    ExternalFamilies, ExternalFamily, Metric, PollError, Sample, Source, CATALOG,
+    ExternalFamilies, ExternalFamily, ExternalKind, ExternalSample, Metric, PollError, Sample,
+    Source, CATALOG,
 };
 
 /// Default maximum size of one file.
@@ -100,13 +102,43 @@ pub struct TextfileSource {
     families: Option<ExternalFamilies>,
     /// Last error logged per file, to log each distinct problem once.
     logged: HashMap<String, String>,
+    /// Parse results of files that have not changed since, by file name.
+    cache: HashMap<String, Cached>,
 }
 
+/// A file is the same file while its device, inode, size and mtime are.
+#[derive(Debug, Clone, PartialEq)]
+struct FileKey {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    modified: Option<SystemTime>,
+}
+
+#[derive(Debug, Clone)]
+struct Cached {
+    key: FileKey,
+    outcome: FileOutcome,
+}
+
+/// Files modified this recently are parsed again even if they look unchanged: some file
+/// systems keep mtime in coarse ticks, and a writer may rewrite a file in place within one.
+const SETTLE: Duration = Duration::from_secs(2);
+
 /// The result of reading one file.
+#[derive(Debug, Clone)]
 struct FileOutcome {
-    name: String,
     mtime: Option<f64>,
-    result: Result<parse::Parsed, String>,
+    result: Result<Arc<parse::Parsed>, String>,
+}
+
+impl FileOutcome {
+    fn error(message: String) -> FileOutcome {
+        FileOutcome {
+            mtime: None,
+            result: Err(message),
+        }
+    }
 }
 
 impl TextfileSource {
@@ -117,65 +149,82 @@ impl TextfileSource {
             limits,
             families: None,
             logged: HashMap::new(),
+            cache: HashMap::new(),
         }
     }
 
-    fn read_file(&self, path: &Path, name: &str) -> FileOutcome {
-        let mut out = FileOutcome {
-            name: name.to_string(),
-            mtime: None,
-            result: Err(String::new()),
-        };
+    fn read_file(&mut self, path: &Path, name: &str) -> FileOutcome {
         let mut file = match fs::File::open(path) {
             Ok(f) => f,
-            Err(e) => {
-                out.result = Err(format!("cannot open: {e}"));
-                return out;
-            }
+            Err(e) => return FileOutcome::error(format!("cannot open: {e}")),
         };
         // Metadata of the opened file: after a rename, this is the file we read.
         let meta = match file.metadata() {
             Ok(m) => m,
-            Err(e) => {
-                out.result = Err(format!("cannot stat: {e}"));
-                return out;
-            }
+            Err(e) => return FileOutcome::error(format!("cannot stat: {e}")),
         };
         if !meta.is_file() {
-            out.result = Err("not a regular file".into());
-            return out;
+            return FileOutcome::error("not a regular file".into());
         }
+        let key = FileKey {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            modified: meta.modified().ok(),
+        };
+        let settled = key
+            .modified
+            .and_then(|m| SystemTime::now().duration_since(m).ok())
+            .is_some_and(|age| age >= SETTLE);
+        if let Some(c) = self.cache.get(name) {
+            if settled && c.key == key {
+                return c.outcome.clone();
+            }
+        }
+        let outcome = self.parse_file(&mut file, &meta, name);
+        self.cache.insert(
+            name.to_string(),
+            Cached {
+                key,
+                outcome: outcome.clone(),
+            },
+        );
+        outcome
+    }
+
+    fn parse_file(&self, file: &mut fs::File, meta: &fs::Metadata, name: &str) -> FileOutcome {
         let max = self.limits.max_file_bytes;
         if meta.len() > max {
-            out.result = Err(format!("{} bytes is over the {max} byte limit", meta.len()));
-            return out;
+            return FileOutcome::error(format!(
+                "{} bytes is over the {max} byte limit",
+                meta.len()
+            ));
         }
         let mut bytes = Vec::with_capacity(meta.len() as usize);
-        if let Err(e) = (&mut file).take(max + 1).read_to_end(&mut bytes) {
-            out.result = Err(format!("cannot read: {e}"));
-            return out;
+        if let Err(e) = file.take(max + 1).read_to_end(&mut bytes) {
+            return FileOutcome::error(format!("cannot read: {e}"));
         }
         if bytes.len() as u64 > max {
-            out.result = Err(format!("grew over the {max} byte limit while being read"));
-            return out;
+            return FileOutcome::error(format!("grew over the {max} byte limit while being read"));
         }
         let Ok(text) = String::from_utf8(bytes) else {
-            out.result = Err("not valid UTF-8".into());
-            return out;
+            return FileOutcome::error("not valid UTF-8".into());
         };
-        let mtime = meta
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map(|d| d.as_secs_f64());
         let help = format!("Metric read from {name}.");
-        out.result = parse::parse(&text, &help)
+        match parse::parse(&text, &help)
             .map_err(|e| e.to_string())
-            .and_then(|p| self.check_names(p));
-        if out.result.is_ok() {
-            out.mtime = mtime;
+            .and_then(|p| self.check_names(p))
+        {
+            Ok(parsed) => FileOutcome {
+                mtime: meta
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                    .map(|d| d.as_secs_f64()),
+                result: Ok(Arc::new(parsed)),
+            },
+            Err(e) => FileOutcome::error(e),
         }
-        out
     }
 
     /// Refuses exporter-owned and reserved names and labels.
@@ -232,82 +281,112 @@ impl TextfileSource {
     }
 }
 
-/// Merges one file's families into the accepted set, or says why the file conflicts with the
-/// files accepted before it (in name order).
-fn merge(
-    accepted: &mut BTreeMap<String, (ExternalFamily, bool, String)>,
-    sample_owner: &mut HashMap<String, String>,
-    file: &str,
-    parsed: parse::Parsed,
-) -> Result<(), String> {
-    // Check everything first: a file is served whole or not at all.
-    let mut local: HashMap<String, &str> = HashMap::new();
-    for f in &parsed.families {
-        let helped = parsed.helped.contains(&f.name);
-        if let Some((prev, prev_helped, prev_file)) = accepted.get(&f.name) {
-            if prev.kind != f.kind {
-                return Err(format!(
-                    "{} is a {} here but a {} in {prev_file}",
-                    f.name,
-                    f.kind.as_str(),
-                    prev.kind.as_str()
-                ));
-            }
-            if helped && *prev_helped && prev.help != f.help {
-                return Err(format!("{} has a different HELP in {prev_file}", f.name));
+/// A family accepted so far in this poll.
+struct Accepted {
+    family: ExternalFamily,
+    /// Its HELP was given (not the default).
+    helped: bool,
+    /// The file it was first seen in.
+    file: String,
+}
+
+/// The families of the files accepted so far in one poll.
+#[derive(Default)]
+struct Merged {
+    families: BTreeMap<String, Accepted>,
+    /// Which family owns each name (family names, suffixed names, sample names).
+    owner: HashMap<String, String>,
+    /// Every series (name and sorted labels) served so far, with its file.
+    series: HashMap<(String, Vec<(String, String)>), String>,
+}
+
+fn series_key(s: &ExternalSample) -> (String, Vec<(String, String)>) {
+    let mut labels = s.labels.clone();
+    labels.sort();
+    (s.name.clone(), labels)
+}
+
+impl Merged {
+    /// Adds one file's families, or says why the file conflicts with the files accepted before
+    /// it (in name order); a file is served whole or not at all.
+    fn add(&mut self, file: &str, parsed: &parse::Parsed) -> Result<(), String> {
+        let mut local: HashMap<String, &str> = HashMap::new();
+        for f in &parsed.families {
+            if let Some(prev) = self.families.get(&f.name) {
+                if prev.family.kind != f.kind {
+                    return Err(format!(
+                        "{} is a {} here but a {} in {}",
+                        f.name,
+                        f.kind.as_str(),
+                        prev.family.kind.as_str(),
+                        prev.file
+                    ));
+                }
+                if parsed.helped.contains(&f.name) && prev.helped && prev.family.help != f.help {
+                    return Err(format!("{} has a different HELP in {}", f.name, prev.file));
+                }
             }
             for s in &f.samples {
-                let mut key = s.labels.clone();
-                key.sort();
-                if prev.samples.iter().any(|p| {
-                    let mut k = p.labels.clone();
-                    k.sort();
-                    p.name == s.name && k == key
-                }) {
+                if let Some(other) = self.series.get(&series_key(s)) {
                     return Err(format!(
-                        "series {} is also in {prev_file}",
+                        "series {} is also in {other}",
                         describe(&s.name, &s.labels)
                     ));
                 }
             }
+            for n in series_names(f) {
+                let owner = self.owner.get(&n).map(String::as_str);
+                if let Some(owner) = owner.or(local.get(&n).copied()) {
+                    if owner != f.name {
+                        return Err(format!("{n} collides with family {owner}"));
+                    }
+                }
+                local.insert(n, &f.name);
+            }
         }
-        for n in series_names(f) {
-            let owner = sample_owner.get(&n).map(String::as_str);
-            if let Some(owner) = owner.or(local.get(&n).copied()) {
-                if owner != f.name {
-                    return Err(format!("{n} collides with family {owner}"));
+        for f in &parsed.families {
+            let helped = parsed.helped.contains(&f.name);
+            for n in series_names(f) {
+                self.owner.insert(n, f.name.clone());
+            }
+            for s in &f.samples {
+                self.series.insert(series_key(s), file.to_string());
+            }
+            match self.families.get_mut(&f.name) {
+                Some(prev) => {
+                    if helped && !prev.helped {
+                        prev.family.help = f.help.clone();
+                        prev.helped = true;
+                    }
+                    prev.family.samples.extend(f.samples.iter().cloned());
+                }
+                None => {
+                    self.families.insert(
+                        f.name.clone(),
+                        Accepted {
+                            family: f.clone(),
+                            helped,
+                            file: file.to_string(),
+                        },
+                    );
                 }
             }
-            local.insert(n, &f.name);
         }
+        Ok(())
     }
-    for f in parsed.families {
-        let helped = parsed.helped.contains(&f.name);
-        for n in series_names(&f) {
-            sample_owner.insert(n, f.name.clone());
-        }
-        match accepted.get_mut(&f.name) {
-            Some((prev, prev_helped, _)) => {
-                if helped && !*prev_helped {
-                    prev.help = f.help.clone();
-                    *prev_helped = true;
-                }
-                prev.samples.extend(f.samples);
-            }
-            None => {
-                accepted.insert(f.name.clone(), (f, helped, file.to_string()));
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Every name a family owns: its own, those its kind may use (`_bucket`, `_sum`, `_count`),
-/// and those of its samples.
+/// those of its samples, and for a `_total` counter its OpenMetrics family name without `_total`.
 fn series_names(f: &ExternalFamily) -> Vec<String> {
+    let om_base = match f.kind {
+        ExternalKind::Counter => f.name.strip_suffix("_total").map(str::to_string),
+        _ => None,
+    };
     let mut names: Vec<String> = std::iter::once(f.name.clone())
         .chain(f.kind.suffixes().iter().map(|s| format!("{}{s}", f.name)))
         .chain(f.samples.iter().map(|s| s.name.clone()))
+        .chain(om_base)
         .collect();
     names.sort();
     names.dedup();
@@ -343,45 +422,102 @@ impl Source for TextfileSource {
 
         let mut outcomes = Vec::with_capacity(names.len());
         for (i, name) in names.iter().enumerate() {
-            if i >= self.limits.max_files {
-                outcomes.push(FileOutcome {
-                    name: name.clone(),
-                    mtime: None,
-                    result: Err(format!(
-                        "not read: more than {} files in the directory",
-                        self.limits.max_files
-                    )),
-                });
-                continue;
-            }
-            outcomes.push(self.read_file(&self.directory.join(name), name));
+            let outcome = if i >= self.limits.max_files {
+                FileOutcome::error(format!(
+                    "not read: more than {} files in the directory",
+                    self.limits.max_files
+                ))
+            } else {
+                self.read_file(&self.directory.join(name), name)
+            };
+            outcomes.push((name, outcome));
         }
+        self.cache.retain(|f, _| names.contains(f));
 
-        let mut accepted = BTreeMap::new();
-        let mut sample_owner = HashMap::new();
+        let mut merged = Merged::default();
         let mut samples = Vec::with_capacity(outcomes.len() * 2);
-        for o in outcomes {
-            let result = o
-                .result
-                .and_then(|p| merge(&mut accepted, &mut sample_owner, &o.name, p));
-            let error = result.err();
-            self.log(&o.name, error.as_deref());
+        for (name, o) in outcomes {
+            let error = o.result.and_then(|p| merged.add(name, &p)).err();
+            self.log(name, error.as_deref());
             samples.push(Sample::new(
                 Metric::TextfileScrapeError,
-                [o.name.as_str()],
+                [name.as_str()],
                 if error.is_some() { 1.0 } else { 0.0 },
             ));
             if let (None, Some(mtime)) = (&error, o.mtime) {
-                samples.push(Sample::new(Metric::TextfileMtime, [o.name.as_str()], mtime));
+                samples.push(Sample::new(Metric::TextfileMtime, [name.as_str()], mtime));
             }
         }
         self.logged.retain(|f, _| names.contains(f));
-        let families: Vec<ExternalFamily> = accepted.into_values().map(|(f, _, _)| f).collect();
+        let families: Vec<ExternalFamily> =
+            merged.families.into_values().map(|a| a.family).collect();
         self.families = Some(Arc::new(families));
         Ok(samples)
     }
 
     fn take_external(&mut self) -> Option<ExternalFamilies> {
         self.families.take()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn age(path: &Path, by: Duration) {
+        let f = fs::File::options().write(true).open(path).unwrap();
+        f.set_modified(SystemTime::now() - by).unwrap();
+    }
+
+    fn served(s: &mut TextfileSource) -> f64 {
+        s.poll().unwrap();
+        s.take_external().unwrap()[0].samples[0].value
+    }
+
+    #[test]
+    fn settled_unchanged_files_are_not_parsed_again_and_changed_ones_are() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.prom");
+        fs::write(&path, "x 1\n").unwrap();
+        age(&path, Duration::from_secs(60));
+        let mut s = TextfileSource::new(dir.path(), Limits::default());
+        assert_eq!(served(&mut s), 1.0);
+        let first = s.cache["a.prom"].outcome.result.clone().unwrap();
+        assert_eq!(served(&mut s), 1.0);
+        let second = s.cache["a.prom"].outcome.result.clone().unwrap();
+        assert!(Arc::ptr_eq(&first, &second), "served from the cache");
+
+        // Rewritten in place, with the same size: parsed again (a fresh file, whose mtime may
+        // still share a coarse tick with the next write, is never served from the cache).
+        fs::write(&path, "x 2\n").unwrap();
+        assert_eq!(served(&mut s), 2.0);
+        fs::write(&path, "x 3\n").unwrap();
+        assert_eq!(served(&mut s), 3.0);
+        // Once settled it is cached again; a removed file leaves the cache.
+        age(&path, Duration::from_secs(60));
+        assert_eq!(served(&mut s), 3.0);
+        fs::remove_file(&path).unwrap();
+        s.poll().unwrap();
+        assert!(s.cache.is_empty());
+    }
+
+    #[test]
+    fn a_counter_owns_its_openmetrics_family_name() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(
+            dir.path().join("a.prom"),
+            "# TYPE x_total counter\nx_total 1\n",
+        )
+        .unwrap();
+        fs::write(dir.path().join("b.prom"), "# TYPE x gauge\nx 1\n").unwrap();
+        let mut s = TextfileSource::new(dir.path(), Limits::default());
+        let samples = s.poll().unwrap();
+        let errors: Vec<(String, f64)> = samples
+            .iter()
+            .filter(|s| s.metric == Metric::TextfileScrapeError)
+            .map(|s| (s.labels[0].clone(), s.value))
+            .collect();
+        assert_eq!(errors, [("a.prom".into(), 0.0), ("b.prom".into(), 1.0)]);
     }
 }
