@@ -11,7 +11,8 @@ use crate::config::{parse_duration, LogFormat, DEFAULT_LISTEN_ADDRESS};
 
 const ABOUT: &str =
     "GPU telemetry exporter for Prometheus: NVML readings of every GPU of the node \
-(or of a simulated node), served under the dgx_pixels_* namespace.";
+(or of a simulated node) and the workload metrics jobs write as textfiles, served under the \
+dgx_pixels_* namespace.";
 
 const AFTER_HELP: &str = "\
 Settings come from, highest precedence first: flags, DGX_PIXELS_* environment variables \

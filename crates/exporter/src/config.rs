@@ -636,6 +636,18 @@ mod tests {
         let s = resolve(&cli, env(&[("DGX_PIXELS_TEXTFILE__DIRECTORY", "/env")])).unwrap();
         assert_eq!(s.textfile.directory.as_deref(), Some(Path::new("/flag")));
         assert!(s.cost.is_none());
+        let s = resolve(
+            &parse_from(["x"]).unwrap(),
+            env(&[
+                ("DGX_PIXELS_COST__ELECTRICITY_PRICE_PER_KWH", "0.18"),
+                ("DGX_PIXELS_COST__GPU_COST_PER_HOUR", "3.6"),
+            ]),
+        )
+        .unwrap();
+        let cost = s.cost.unwrap();
+        assert_eq!((cost.currency.as_str(), cost.pue), ("USD", 1.0), "defaults");
+        assert!((cost.gpu_amortization_per_second() - 0.001).abs() < 1e-15);
+        assert!((cost.price_per_joule() - 0.05e-6).abs() < 1e-18);
 
         let cases = [
             ("[cost]\nelectricity_price_per_kwh = 0.1\n", "cost.gpu_cost_per_hour: set either"),
