@@ -91,9 +91,14 @@ fn plan(settings: &Settings) -> Result<Plan> {
                 .unwrap_or(config::DEFAULT_INTERVAL),
             timeout: config::DEFAULT_TIMEOUT,
         };
+        // Textfiles may not serve what the simulated workload serves, if the scenario has one.
+        let reserved = match dgx_pixels_sim::ImageGeneration::for_scenario(&scenario_name) {
+            Some(_) => sim_source::SIMULATED_FAMILIES,
+            None => &[],
+        };
         let source: Box<dyn Source> = Box::new(sim_source::SimSource::new(Node::new(scenario)));
         let mut sources = vec![(source, timing)];
-        sources.extend(textfile(settings, sim_source::SIMULATED_FAMILIES));
+        sources.extend(textfile(settings, reserved));
         return Ok(Plan {
             sources,
             mode: "simulated",
