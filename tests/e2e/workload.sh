@@ -48,6 +48,19 @@ python3 "$ROOT/examples/textfile/imagegen_metrics.py" "$work/textfile" --job-id 
   --uuid GPU-e2e --model e2e-model --dataset e2e-set --batch-size 2 --peak-active-bytes 123456789 \
   --latency 0.12 0.18 0.19 0.3 >/dev/null || fail "python writer"
 printf 'broken{ 1\n' >"$work/textfile/broken.prom"
+# Every type of the text format, to prove Prometheus parses our OpenMetrics rendering of each.
+cat >"$work/textfile/kinds.prom" <<'PROM'
+# TYPE e2e_legacy_events counter
+e2e_legacy_events 7
+# TYPE e2e_rpc_seconds summary
+e2e_rpc_seconds{quantile="0.5"} 0.02
+e2e_rpc_seconds{quantile="0.99"} 0.2
+e2e_rpc_seconds_sum 3.5
+e2e_rpc_seconds_count 100
+e2e_untyped{kind="plain"} -1.5
+# TYPE e2e_queue_depth gauge
+e2e_queue_depth 3
+PROM
 TF_PORT=$(free_port)
 "$BIN" --no-collector.nvml --textfile.directory "$work/textfile" --web.listen-address "127.0.0.1:$TF_PORT" >"$work/textfile.log" 2>&1 &
 pids+=($!)
@@ -99,9 +112,16 @@ check "shell writer: job end" 'dgx_pixels_workload_job_end_timestamp_seconds{job
 check "python writer: images" 'dgx_pixels_workload_images_generated_total{job="dgx-textfile",uuid="GPU-e2e"}' 4
 check "python writer: 3 of 4 images within 200 ms" 'dgx_pixels_workload_generation_latency_seconds_bucket{job="dgx-textfile",le="0.2"}' 3
 check "python writer: PyTorch peak" 'dgx_pixels_workload_pytorch_peak_active_bytes{uuid="GPU-e2e"}' 123456789
-check "good files report no error" 'sum(dgx_pixels_textfile_scrape_error{file=~"eval-.*|imagegen-.*"})' 0
+check "good files report no error" 'sum(dgx_pixels_textfile_scrape_error{file=~"eval-.*|imagegen-.*|kinds.prom"})' 0
 check "the broken file is reported" 'dgx_pixels_textfile_scrape_error{file="broken.prom"}' 1
-check "the broken file has no mtime" 'count(dgx_pixels_textfile_mtime_seconds{job="dgx-textfile"})' 2
+check "the broken file has no mtime" 'count(dgx_pixels_textfile_mtime_seconds{job="dgx-textfile"})' 3
+check "counter without _total (OpenMetrics unknown)" 'e2e_legacy_events{job="dgx-textfile"}' 7
+check "summary quantile" 'e2e_rpc_seconds{job="dgx-textfile",quantile="0.99"}' 0.2
+check "summary count" 'e2e_rpc_seconds_count{job="dgx-textfile"}' 100
+check "untyped" 'e2e_untyped{job="dgx-textfile",kind="plain"}' -1.5
+# Prometheus scrapes OpenMetrics; it must ingest exactly the series of the classic text format.
+text_series=$(curl -sf "http://127.0.0.1:$TF_PORT/metrics" | grep -vc '^#')
+check "every textfile series ingested from OpenMetrics" 'scrape_samples_scraped{job="dgx-textfile"}' "$text_series"
 check "simulated workload on 4 GPUs" 'count(dgx_pixels_workload_images_generated_total{job="dgx-sim"})' 4
 check "cost gauges" 'dgx_pixels_cost_power_usage_effectiveness{job="dgx-sim"}' 1.25
 check "rules loaded" 'count(gpu:dgx_pixels_workload_energy_per_image_joules:rate5m{job="dgx-sim"})' 4
@@ -153,12 +173,15 @@ sys.exit(1 if bad else 0)
 PY
 [ "$failed" = 0 ] && passed=$((passed + 1))
 
-# The classic text format of the textfile exporter lints clean.
+# The classic text format of the textfile exporter parses, and lints clean but for the one lint
+# problem kinds.prom carries on purpose (a counter without _total, which node_exporter accepts).
 curl -sf "http://127.0.0.1:$TF_PORT/metrics" >"$work/textfile.txt"
-if lint=$(promtool check metrics <"$work/textfile.txt" 2>&1) && [ -z "$lint" ]; then
-  echo "ok: promtool check metrics reports nothing on the textfile exporter"; passed=$((passed + 1))
+rc=0; lint=$(promtool check metrics <"$work/textfile.txt" 2>&1) || rc=$?
+lint=$(printf '%s\n' "$lint" | grep -v '^e2e_legacy_events counter metrics should have "_total" suffix$' || true)
+if [ "$rc" != 1 ] && [ -z "$lint" ]; then
+  echo "ok: promtool check metrics on the textfile exporter: parses, only the expected lint"; passed=$((passed + 1))
 else
-  echo "not ok: promtool check metrics: $lint" >&2; failed=$((failed + 1))
+  echo "not ok: promtool check metrics (rc $rc): $lint" >&2; failed=$((failed + 1))
 fi
 
 echo "e2e workload: $passed passed, $failed failed"

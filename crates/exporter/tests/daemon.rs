@@ -336,3 +336,29 @@ fn textfiles_are_served_in_both_formats_and_bad_ones_are_reported() {
     assert!(om.contains("# TYPE lat_seconds histogram\n"));
     assert!(om.ends_with("# EOF\n") && om.matches("# EOF").count() == 1);
 }
+
+#[test]
+fn in_simulation_textfiles_may_not_serve_the_simulated_workloads_names() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("w.prom"),
+        "dgx_pixels_workload_images_generated_total{model=\"m\"} 1\n",
+    )
+    .unwrap();
+    let path = dir.path().to_str().unwrap();
+    // dgx-h100 plays an image-generation workload: its names are taken.
+    let d = start(&["--simulate", "dgx-h100", "--textfile.directory", path]);
+    let body = text(d.port);
+    assert!(body.contains("dgx_pixels_textfile_scrape_error{file=\"w.prom\"} 1\n"));
+    assert_eq!(
+        series(&body, "dgx_pixels_workload_images_generated_total").len(),
+        4,
+        "only the simulated GPUs 0-3"
+    );
+    drop(d);
+    // fault-ecc plays none: the textfile's series is served.
+    let d = start(&["--simulate", "fault-ecc", "--textfile.directory", path]);
+    let body = text(d.port);
+    assert!(body.contains("dgx_pixels_textfile_scrape_error{file=\"w.prom\"} 0\n"));
+    assert!(body.contains("dgx_pixels_workload_images_generated_total{model=\"m\"} 1\n"));
+}
