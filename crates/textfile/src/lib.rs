@@ -5,9 +5,10 @@
 //! families) and must not depend on any GPU code.
 //!
 //! How it fits: [`TextfileSource`] implements [`Source`], so the exporter's runner polls it on
-//! its own thread and interval, with a deadline; a scrape never reads a file. Each poll reads
+//! its own thread and interval, with a deadline; a scrape never reads a file. Each poll looks at
 //! every `*.prom` file (hidden files and anything else are ignored, so writers can write a temp
-//! file and rename it into place), parses it strictly ([`parse`]), and checks it against the
+//! file and rename it into place), parses it strictly ([`parse`]) unless it is unchanged since
+//! the last poll (same inode, size and mtime, modified over 2 s ago), and checks it against the
 //! other files and against the exporter's own names ([`owned_by_exporter`]). A file that fails
 //! is skipped whole and reported by `dgx_pixels_textfile_scrape_error{file} 1`; the other files
 //! are still served. A file that was served also gets `dgx_pixels_textfile_mtime_seconds{file}`,
