@@ -11,7 +11,8 @@ use crate::config::{parse_duration, LogFormat, DEFAULT_LISTEN_ADDRESS};
 
 const ABOUT: &str =
     "GPU telemetry exporter for Prometheus: NVML readings of every GPU of the node \
-(or of a simulated node), served under the dgx_pixels_* namespace.";
+(or of a simulated node) and the workload metrics jobs write as textfiles, served under the \
+dgx_pixels_* namespace.";
 
 const AFTER_HELP: &str = "\
 Settings come from, highest precedence first: flags, DGX_PIXELS_* environment variables \
@@ -61,6 +62,10 @@ pub struct Cli {
     /// procfs mount point, read to map GPU processes to containers [default: /proc].
     #[arg(long = "path.procfs", value_name = "PATH")]
     pub path_procfs: Option<PathBuf>,
+    /// Directory of *.prom files written by workloads (node_exporter's textfile format), served
+    /// beside the GPU metrics; see docs/workloads.md.
+    #[arg(long = "textfile.directory", value_name = "DIR")]
+    pub textfile_directory: Option<PathBuf>,
 
     /// Adds a node="NAME" label to every series (e.g. from the NODE_NAME downward-API variable).
     #[arg(long = "node.name", value_name = "NAME")]
@@ -215,13 +220,13 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(
-            cli.collectors,
-            [CollectorFlags {
+            cli.collectors[0],
+            CollectorFlags {
                 name: "nvml",
                 enabled: Some(false),
                 interval: Some(Duration::from_millis(500)),
                 timeout: None,
-            }]
+            }
         );
         let cli = parse_from(["x"]).unwrap();
         assert_eq!(cli.collectors[0].enabled, None);

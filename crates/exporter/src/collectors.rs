@@ -14,11 +14,18 @@ pub struct CollectorDef {
 }
 
 /// Every collector the exporter knows.
-pub const COLLECTORS: &[CollectorDef] = &[CollectorDef {
-    name: "nvml",
-    enabled_by_default: true,
-    help: "GPU telemetry through NVML (libnvidia-ml.so.1, loaded at run time)",
-}];
+pub const COLLECTORS: &[CollectorDef] = &[
+    CollectorDef {
+        name: "nvml",
+        enabled_by_default: true,
+        help: "GPU telemetry through NVML (libnvidia-ml.so.1, loaded at run time)",
+    },
+    CollectorDef {
+        name: "textfile",
+        enabled_by_default: true,
+        help: "workload metrics from the *.prom files of --textfile.directory (runs only when it is set, also with --simulate)",
+    },
+];
 
 /// Looks a collector up by name.
 pub fn find(name: &str) -> Option<&'static CollectorDef> {

@@ -144,6 +144,104 @@ pub struct PathSettings {
     pub procfs: Option<PathBuf>,
 }
 
+/// `[textfile]`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TextfileSettings {
+    /// Directory of `*.prom` files; unset = no textfile source.
+    pub directory: Option<PathBuf>,
+    /// Larger files are skipped and reported.
+    pub max_file_bytes: u64,
+    /// Files past this many (in name order) are skipped and reported.
+    pub max_files: usize,
+}
+
+impl Default for TextfileSettings {
+    fn default() -> Self {
+        TextfileSettings {
+            directory: None,
+            max_file_bytes: dgx_pixels_textfile::DEFAULT_MAX_FILE_BYTES,
+            max_files: dgx_pixels_textfile::DEFAULT_MAX_FILES,
+        }
+    }
+}
+
+fn default_currency() -> String {
+    "USD".into()
+}
+
+fn default_pue() -> f64 {
+    1.0
+}
+
+/// `[cost]`: the inputs of the cost model, exported as `dgx_pixels_cost_*` gauges.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CostSettings {
+    /// Currency code of every price, e.g. USD or EUR (the `currency` label).
+    #[serde(default = "default_currency")]
+    pub currency: String,
+    /// Electricity price per kWh.
+    pub electricity_price_per_kwh: f64,
+    /// Power usage effectiveness of the facility (1.0 = no cooling or conversion overhead).
+    #[serde(default = "default_pue")]
+    pub pue: f64,
+    /// Amortized hardware cost of one GPU per hour (instead of purchase price and lifetime).
+    pub gpu_cost_per_hour: Option<f64>,
+    /// Purchase price of one GPU (its share of the server), amortized over `gpu_lifetime`.
+    pub gpu_purchase_price: Option<f64>,
+    /// Service life over which the purchase price is amortized, e.g. "4years".
+    #[serde(default, deserialize_with = "de_duration")]
+    pub gpu_lifetime: Option<Duration>,
+}
+
+impl CostSettings {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |key: &str, why: &str| Err(ConfigError(format!("cost.{key}: {why}")));
+        let c = &self.currency;
+        if c.is_empty() || c.len() > 16 || !c.chars().all(|ch| ch.is_ascii_alphabetic()) {
+            return bad("currency", "must be a currency code of letters, e.g. USD");
+        }
+        if !self.electricity_price_per_kwh.is_finite() || self.electricity_price_per_kwh < 0.0 {
+            return bad("electricity_price_per_kwh", "must be a number >= 0");
+        }
+        if !self.pue.is_finite() || self.pue < 1.0 {
+            return bad("pue", "must be >= 1 (facility energy over IT energy)");
+        }
+        match (self.gpu_cost_per_hour, self.gpu_purchase_price, self.gpu_lifetime) {
+            (Some(h), None, None) if h.is_finite() && h >= 0.0 => Ok(()),
+            (Some(_), None, None) => bad("gpu_cost_per_hour", "must be a number >= 0"),
+            (None, Some(p), Some(l)) if p.is_finite() && p >= 0.0 && !l.is_zero() => Ok(()),
+            (None, Some(_), Some(_)) => bad(
+                "gpu_purchase_price",
+                "must be a number >= 0, with a gpu_lifetime > 0",
+            ),
+            _ => bad(
+                "gpu_cost_per_hour",
+                "set either gpu_cost_per_hour, or gpu_purchase_price and gpu_lifetime (0 is allowed)",
+            ),
+        }
+    }
+
+    /// Electricity price per joule.
+    pub fn price_per_joule(&self) -> f64 {
+        self.electricity_price_per_kwh / 3.6e6
+    }
+
+    /// Hardware cost of one GPU per second.
+    pub fn gpu_amortization_per_second(&self) -> f64 {
+        match (
+            self.gpu_cost_per_hour,
+            self.gpu_purchase_price,
+            self.gpu_lifetime,
+        ) {
+            (Some(h), _, _) => h / 3600.0,
+            (None, Some(p), Some(l)) => p / l.as_secs_f64(),
+            _ => 0.0,
+        }
+    }
+}
+
 /// Everything the daemon is configured with.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -162,6 +260,10 @@ pub struct Settings {
     pub path: PathSettings,
     /// Per-collector settings, keyed by collector name.
     pub collector: BTreeMap<String, CollectorSettings>,
+    /// Textfile source.
+    pub textfile: TextfileSettings,
+    /// Cost model; absent = no cost gauges.
+    pub cost: Option<CostSettings>,
 }
 
 /// Default poll interval.
@@ -240,6 +342,14 @@ impl Settings {
         }
         if self.simulation.interval.is_some_and(|d| d.is_zero()) {
             return Err(ConfigError("simulation.interval: must be > 0".into()));
+        }
+        if self.textfile.max_files == 0 || self.textfile.max_file_bytes == 0 {
+            return Err(ConfigError(
+                "textfile.max_files and textfile.max_file_bytes: must be > 0".into(),
+            ));
+        }
+        if let Some(cost) = &self.cost {
+            cost.validate()?;
         }
         Ok(())
     }
@@ -326,7 +436,7 @@ pub fn resolve(
             .separator("__")
             .source(Some(env)),
     );
-    let overrides: [(&str, Option<config::Value>); 9] = [
+    let overrides: [(&str, Option<config::Value>); 10] = [
         (
             "web.listen_address",
             cli.listen_address.clone().map(Into::into),
@@ -361,6 +471,12 @@ pub fn resolve(
         (
             "path.procfs",
             cli.path_procfs
+                .as_ref()
+                .map(|p| p.display().to_string().into()),
+        ),
+        (
+            "textfile.directory",
+            cli.textfile_directory
                 .as_ref()
                 .map(|p| p.display().to_string().into()),
         ),
@@ -578,6 +694,63 @@ mod tests {
             env(&[("DGX_PIXELS_EXPORTER_PORTS", "1")]),
         );
         assert!(e.is_err());
+    }
+
+    #[test]
+    fn cost_and_textfile_tables_parse_and_validate() {
+        let f = file(
+            "[textfile]\ndirectory = \"/tmp/tf\"\n[cost]\ncurrency = \"EUR\"\nelectricity_price_per_kwh = 0.36\npue = 1.25\ngpu_purchase_price = 31557.6\ngpu_lifetime = \"1year\"\n",
+        );
+        let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
+        let s = resolve(&cli, []).unwrap();
+        assert_eq!(s.textfile.directory.as_deref(), Some(Path::new("/tmp/tf")));
+        let cost = s.cost.unwrap();
+        assert_eq!(cost.currency, "EUR");
+        assert!((cost.price_per_joule() - 1.0e-7).abs() < 1e-18);
+        // humantime's year is 365.25 days = 31_557_600 s.
+        assert!((cost.gpu_amortization_per_second() - 0.001).abs() < 1e-12);
+        let cli = parse_from(["x", "--textfile.directory", "/flag"]).unwrap();
+        let s = resolve(&cli, env(&[("DGX_PIXELS_TEXTFILE__DIRECTORY", "/env")])).unwrap();
+        assert_eq!(s.textfile.directory.as_deref(), Some(Path::new("/flag")));
+        assert!(s.cost.is_none());
+        let s = resolve(
+            &parse_from(["x"]).unwrap(),
+            env(&[
+                ("DGX_PIXELS_COST__ELECTRICITY_PRICE_PER_KWH", "0.18"),
+                ("DGX_PIXELS_COST__GPU_COST_PER_HOUR", "3.6"),
+            ]),
+        )
+        .unwrap();
+        let cost = s.cost.unwrap();
+        assert_eq!((cost.currency.as_str(), cost.pue), ("USD", 1.0), "defaults");
+        assert!((cost.gpu_amortization_per_second() - 0.001).abs() < 1e-15);
+        assert!((cost.price_per_joule() - 0.05e-6).abs() < 1e-18);
+
+        let cases = [
+            ("[cost]\nelectricity_price_per_kwh = 0.1\n", "cost.gpu_cost_per_hour: set either"),
+            (
+                "[cost]\nelectricity_price_per_kwh = 0.1\ngpu_cost_per_hour = 1\npue = 0.8\n",
+                "cost.pue: must be >= 1",
+            ),
+            (
+                "[cost]\nelectricity_price_per_kwh = -1\ngpu_cost_per_hour = 1\n",
+                "cost.electricity_price_per_kwh",
+            ),
+            (
+                "[cost]\nelectricity_price_per_kwh = 0.1\ngpu_cost_per_hour = 1\ngpu_purchase_price = 2\n",
+                "set either",
+            ),
+            ("[cost]\nelectricity_price_per_kwh = 0.1\nprice = 1\n", "line 3 key cost.price"),
+            ("[cost]\ngpu_cost_per_hour = 1\n", "electricity_price_per_kwh"),
+            ("[textfile]\nmax_files = 0\n", "textfile.max_files"),
+        ];
+        for (text, want) in cases {
+            let f = file(text);
+            let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
+            let e = resolve(&cli, []).unwrap_err().to_string();
+            assert!(e.contains(want), "{text:?}: {e}");
+            assert!(e.contains(&f.path().display().to_string()), "{e}");
+        }
     }
 
     #[test]

@@ -22,6 +22,7 @@ use anyhow::{Context, Result};
 use dgx_pixels_metrics::{EncodeOptions, Metric, Sample, SnapshotStore, Source};
 use dgx_pixels_nvml::{NvmlOptions, NvmlSource};
 use dgx_pixels_sim::{Node, Scenario};
+use dgx_pixels_textfile::{Limits, TextfileSource};
 use tokio::sync::Semaphore;
 
 use crate::cli::{Commands, DocsCommand};
@@ -90,9 +91,16 @@ fn plan(settings: &Settings) -> Result<Plan> {
                 .unwrap_or(config::DEFAULT_INTERVAL),
             timeout: config::DEFAULT_TIMEOUT,
         };
+        // Textfiles may not serve what the simulated workload serves, if the scenario has one.
+        let reserved = match dgx_pixels_sim::ImageGeneration::for_scenario(&scenario_name) {
+            Some(_) => sim_source::SIMULATED_FAMILIES,
+            None => &[],
+        };
         let source: Box<dyn Source> = Box::new(sim_source::SimSource::new(Node::new(scenario)));
+        let mut sources = vec![(source, timing)];
+        sources.extend(textfile(settings, reserved));
         return Ok(Plan {
-            sources: vec![(source, timing)],
+            sources,
             mode: "simulated",
             scenario: scenario_name,
         });
@@ -122,6 +130,10 @@ fn plan(settings: &Settings) -> Result<Plan> {
                     procfs: settings.path.procfs.clone().unwrap_or(defaults.procfs),
                 }))
             }
+            "textfile" => {
+                sources.extend(textfile(settings, &[]));
+                continue;
+            }
             other => anyhow::bail!("collector {other} is registered but has no implementation"),
         };
         sources.push((source, Timing { interval, timeout }));
@@ -131,6 +143,60 @@ fn plan(settings: &Settings) -> Result<Plan> {
         mode: "hardware",
         scenario: String::new(),
     })
+}
+
+/// The textfile source, when enabled and a directory is set; `reserved` are family names
+/// another source serves.
+fn textfile(settings: &Settings, reserved: &[&str]) -> Option<(Box<dyn Source>, Timing)> {
+    let dir = settings.textfile.directory.as_ref()?;
+    if !settings.collector_enabled("textfile") {
+        return None;
+    }
+    let limits = Limits {
+        max_file_bytes: settings.textfile.max_file_bytes,
+        max_files: settings.textfile.max_files,
+        reserved_labels: node_label(settings).into_iter().map(|(k, _)| k).collect(),
+        reserved_families: reserved.iter().map(|s| s.to_string()).collect(),
+    };
+    let (interval, timeout) = settings.collector_timing("textfile");
+    Some((
+        Box::new(TextfileSource::new(dir.clone(), limits)),
+        Timing { interval, timeout },
+    ))
+}
+
+fn node_label(settings: &Settings) -> Vec<(String, String)> {
+    settings
+        .node_name
+        .iter()
+        .filter(|n| !n.is_empty())
+        .map(|n| ("node".to_string(), n.clone()))
+        .collect()
+}
+
+/// The `dgx_pixels_cost_*` gauges of the `[cost]` settings (none without them).
+fn cost_samples(settings: &Settings) -> Vec<Sample> {
+    let Some(cost) = &settings.cost else {
+        return Vec::new();
+    };
+    let currency = [cost.currency.as_str()];
+    vec![
+        Sample::new(
+            Metric::CostElectricityPrice,
+            currency,
+            cost.price_per_joule(),
+        ),
+        Sample::new(
+            Metric::CostPowerUsageEffectiveness,
+            [] as [&str; 0],
+            cost.pue,
+        ),
+        Sample::new(
+            Metric::CostGpuAmortization,
+            currency,
+            cost.gpu_amortization_per_second(),
+        ),
+    ]
 }
 
 fn build_info(mode: &str, scenario: &str) -> Sample {
@@ -159,18 +225,11 @@ async fn run(settings: Settings) -> Result<()> {
         tracing::warn!("no source enabled: only the exporter's own metrics will be served");
     }
     let options = EncodeOptions {
-        const_labels: settings
-            .node_name
-            .iter()
-            .filter(|n| !n.is_empty())
-            .map(|n| ("node".to_string(), n.clone()))
-            .collect(),
+        const_labels: node_label(&settings),
     };
-    let store = Arc::new(SnapshotStore::new(
-        &names,
-        vec![build_info(plan.mode, &plan.scenario)],
-        options,
-    ));
+    let mut statics = vec![build_info(plan.mode, &plan.scenario)];
+    statics.extend(cost_samples(&settings));
+    let store = Arc::new(SnapshotStore::new(&names, statics, options));
     let mode_line = if plan.mode == "simulated" {
         format!(
             "SIMULATED node (scenario {}): these are not real GPUs.",

@@ -197,7 +197,17 @@ fn run(
                     }
                     st.health.up = true;
                     st.health.last_success = Some(SystemTime::now());
-                    publish(slot, &st, store, samples);
+                    match source.take_external() {
+                        Some(families) => store.publish_with_external(
+                            Snapshot {
+                                source: slot.name.to_string(),
+                                health: st.health.clone(),
+                                samples,
+                            },
+                            families,
+                        ),
+                        None => publish(slot, &st, store, samples),
+                    }
                 }
                 Err(e) => {
                     // The watchdog already counted an overrun poll as an error.

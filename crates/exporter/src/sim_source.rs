@@ -1,16 +1,73 @@
 //! The `sim` source: reads the simulated node at the time elapsed since start and maps its
 //! readings through the same [`push_gpu_samples`] as the NVML source.
+//!
+//! Where the scenario plays an image-generation workload ([`ImageGeneration`]), the source also
+//! serves it under the workload contract's names (docs/workloads.md), exactly as a real
+//! workload's textfile would: same names, same labels. What marks it simulated is the target's
+//! `dgx_pixels_exporter_build_info{mode="simulated"}`, the `simulated-` prefix of its model names
+//! and its help texts, not a label a real workload would not have.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use dgx_pixels_metrics::gpu::{
     cuda_version_string, nvlink_error, push_gpu_samples, throttle, violation, ClockReadout,
     EccTotals, GpuIdentity, GpuReadout, MigReadout, NvlinkReadout, ProcessReadout,
     RemappedRowsReadout,
 };
-use dgx_pixels_metrics::{PollError, Sample, Source};
-use dgx_pixels_sim::{Clocks, GpuReading, GpuState, GpuStatic, Node};
+use dgx_pixels_metrics::{
+    ExternalFamilies, ExternalFamily, ExternalKind, ExternalSample, PollError, Sample, Source,
+};
+use dgx_pixels_sim::imagegen::{latency_cdf, latency_mean};
+use dgx_pixels_sim::{Clocks, GpuReading, GpuState, GpuStatic, ImageGeneration, Node};
+
+/// Latency histogram buckets of the workload contract, in seconds: dense around the 200 ms
+/// target so that a p95 near it is interpolated within 12.5 ms.
+pub const LATENCY_BUCKETS: &[f64] = &[
+    0.025, 0.05, 0.1, 0.15, 0.175, 0.2, 0.225, 0.25, 0.3, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+const IMAGES: &str = "dgx_pixels_workload_images_generated_total";
+const LATENCY: &str = "dgx_pixels_workload_generation_latency_seconds";
+const BATCH: &str = "dgx_pixels_workload_batch_size";
+const BASELINE: &str = "dgx_pixels_workload_single_gpu_images_per_second";
+const JOB_INFO: &str = "dgx_pixels_workload_job_info";
+const JOB_START: &str = "dgx_pixels_workload_job_start_timestamp_seconds";
+
+/// The families the simulated workload serves; the textfile source refuses them in simulation.
+pub const SIMULATED_FAMILIES: &[&str] = &[
+    IMAGES,
+    LATENCY,
+    BATCH,
+    BASELINE,
+    JOB_INFO,
+    JOB_START,
+    "dgx_pixels_quality_lpips",
+    "dgx_pixels_quality_ssim",
+    "dgx_pixels_quality_psnr_decibels",
+    "dgx_pixels_quality_clip_distance",
+    "dgx_pixels_quality_human_rating_mean",
+    "dgx_pixels_quality_human_ratings",
+];
+
+/// Workload state of one GPU that runs it.
+#[derive(Debug, Clone)]
+struct WorkloadGpu {
+    index: usize,
+    energy_at_start: f64,
+    images: u64,
+    /// Cumulative images per latency bucket (fractional; served rounded down).
+    buckets: Vec<f64>,
+    latency_sum: f64,
+}
+
+struct Workload {
+    def: &'static ImageGeneration,
+    gpus: Vec<WorkloadGpu>,
+    started_unix: f64,
+    job_id: String,
+}
 
 /// The simulated node as a source.
 pub struct SimSource {
@@ -19,6 +76,8 @@ pub struct SimSource {
     identities: Vec<GpuIdentity>,
     /// XID counts seen per GPU, kept while a GPU is lost (they are observed events, not readings).
     xids: Vec<BTreeMap<u32, u64>>,
+    workload: Option<Workload>,
+    families: Option<ExternalFamilies>,
 }
 
 impl SimSource {
@@ -29,12 +88,183 @@ impl SimSource {
             .map(|g| identity(g, node.driver_version(), node.cuda_driver_version()))
             .collect::<Vec<_>>();
         let xids = vec![BTreeMap::new(); identities.len()];
+        let mut node = node;
+        let workload = ImageGeneration::for_scenario(node.scenario().name()).map(|def| {
+            let gpus = (0..identities.len())
+                .filter(|&i| def.runs_on(identities[i].index))
+                .filter_map(|i| {
+                    let r = node.reading(i, std::time::Duration::ZERO)?;
+                    Some(WorkloadGpu {
+                        index: i,
+                        energy_at_start: r.ok()?.energy_joules,
+                        images: 0,
+                        buckets: vec![0.0; LATENCY_BUCKETS.len()],
+                        latency_sum: 0.0,
+                    })
+                })
+                .collect();
+            Workload {
+                def,
+                gpus,
+                started_unix: SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_secs_f64())
+                    .unwrap_or(0.0),
+                job_id: format!("simulated-{}", node.scenario().name()),
+            }
+        });
         SimSource {
             node,
             started: Instant::now(),
             identities,
             xids,
+            workload,
+            families: None,
         }
+    }
+}
+
+impl Workload {
+    /// Advances GPU `w`'s counters to reading `r` at time `t`.
+    fn advance(&mut self, w: usize, g: &GpuStatic, r: &GpuReading, t: std::time::Duration) {
+        let def = self.def;
+        let gpu = &mut self.gpus[w];
+        let images = def
+            .images(r.energy_joules - gpu.energy_at_start, g.idle_power_watts, t)
+            .max(gpu.images);
+        let new = (images - gpu.images) as f64;
+        let median = def.median_latency(r.clocks.sm_hz, g.max_clocks.sm_hz);
+        for (acc, le) in gpu.buckets.iter_mut().zip(LATENCY_BUCKETS) {
+            *acc += new * latency_cdf(*le, median);
+        }
+        gpu.latency_sum += new * latency_mean(median);
+        gpu.images = images;
+    }
+
+    /// The workload contract's families, for the GPUs that are up (`live`).
+    fn families(&self, ids: &[GpuIdentity], live: &[bool]) -> Vec<ExternalFamily> {
+        let d = self.def;
+        let job = [("model", d.model), ("lora", d.lora), ("dataset", d.dataset)];
+        let labels = |extra: &[(&str, String)]| -> Vec<(String, String)> {
+            extra
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .chain(job.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+                .collect()
+        };
+        let one = |name: &str, l: Vec<(String, String)>, value: f64| ExternalSample {
+            name: name.to_string(),
+            labels: l,
+            value,
+        };
+        let family = |name: &str, kind, help: &str, samples| ExternalFamily {
+            name: name.to_string(),
+            help: format!("{help} (simulated workload)"),
+            kind,
+            samples,
+        };
+        let mut images = Vec::new();
+        let mut latency = Vec::new();
+        let mut batch = Vec::new();
+        for gpu in self.gpus.iter().filter(|g| live[g.index]) {
+            let id = &ids[gpu.index];
+            let gl = [("gpu", id.index.to_string()), ("uuid", id.uuid.clone())];
+            images.push(one(IMAGES, labels(&gl), gpu.images as f64));
+            for (acc, le) in gpu.buckets.iter().zip(LATENCY_BUCKETS) {
+                let mut l = labels(&gl);
+                l.push(("le".into(), le.to_string()));
+                let count = acc.floor().min(gpu.images as f64);
+                latency.push(one(&format!("{LATENCY}_bucket"), l, count));
+            }
+            let mut l = labels(&gl);
+            l.push(("le".into(), "+Inf".into()));
+            latency.push(one(&format!("{LATENCY}_bucket"), l, gpu.images as f64));
+            latency.push(one(&format!("{LATENCY}_sum"), labels(&gl), gpu.latency_sum));
+            latency.push(one(
+                &format!("{LATENCY}_count"),
+                labels(&gl),
+                gpu.images as f64,
+            ));
+            batch.push(one(BATCH, labels(&gl), f64::from(d.batch_size)));
+        }
+        let q = d.quality;
+        let quality = |name: &str, help: &str, v: f64| {
+            family(
+                name,
+                ExternalKind::Gauge,
+                help,
+                vec![one(name, labels(&[]), v)],
+            )
+        };
+        vec![
+            family(IMAGES, ExternalKind::Counter, "Images generated", images),
+            family(
+                LATENCY,
+                ExternalKind::Histogram,
+                "Time to generate one image",
+                latency,
+            ),
+            family(BATCH, ExternalKind::Gauge, "Images per batch", batch),
+            family(
+                BASELINE,
+                ExternalKind::Gauge,
+                "Single-GPU throughput measured by the benchmark, images per second",
+                vec![one(BASELINE, labels(&[]), d.single_gpu_images_per_second)],
+            ),
+            family(
+                JOB_INFO,
+                ExternalKind::Gauge,
+                "The job running the model, value 1",
+                vec![one(
+                    JOB_INFO,
+                    labels(&[
+                        ("job_id", self.job_id.clone()),
+                        ("commit_sha", "simulated".to_string()),
+                    ]),
+                    1.0,
+                )],
+            ),
+            family(
+                JOB_START,
+                ExternalKind::Gauge,
+                "Unix time the job started",
+                vec![one(
+                    JOB_START,
+                    vec![("job_id".to_string(), self.job_id.clone())],
+                    self.started_unix,
+                )],
+            ),
+            quality(
+                "dgx_pixels_quality_lpips",
+                "LPIPS of the latest evaluation (lower is better)",
+                q.lpips,
+            ),
+            quality(
+                "dgx_pixels_quality_ssim",
+                "SSIM of the latest evaluation",
+                q.ssim,
+            ),
+            quality(
+                "dgx_pixels_quality_psnr_decibels",
+                "PSNR of the latest evaluation, dB",
+                q.psnr_decibels,
+            ),
+            quality(
+                "dgx_pixels_quality_clip_distance",
+                "CLIP distance to the reference style",
+                q.clip_distance,
+            ),
+            quality(
+                "dgx_pixels_quality_human_rating_mean",
+                "Mean human rating, 1 to 5",
+                q.human_rating_mean,
+            ),
+            quality(
+                "dgx_pixels_quality_human_ratings",
+                "Number of human ratings behind the mean",
+                f64::from(q.human_ratings),
+            ),
+        ]
     }
 }
 
@@ -202,7 +432,24 @@ impl Source for SimSource {
             };
             push_gpu_samples(id, &r, &mut out);
         }
+        if let Some(w) = &mut self.workload {
+            let mut live = vec![false; self.identities.len()];
+            for k in 0..w.gpus.len() {
+                let i = w.gpus[k].index;
+                let (Some(GpuState::Ok(r)), Some(g)) = (self.node.reading(i, t), self.node.gpu(i))
+                else {
+                    continue; // a lost GPU's workload is gone with it
+                };
+                live[i] = true;
+                w.advance(k, g, &r, t);
+            }
+            self.families = Some(Arc::new(w.families(&self.identities, &live)));
+        }
         Ok(out)
+    }
+
+    fn take_external(&mut self) -> Option<ExternalFamilies> {
+        self.families.take()
     }
 }
 
@@ -308,5 +555,76 @@ mod tests {
             n.reading(3, Duration::from_secs(31)),
             Some(GpuState::Lost { .. })
         ));
+    }
+
+    #[test]
+    fn the_simulated_workload_follows_the_gpus_energy_and_clocks() {
+        let mut s = SimSource::new(node("dgx-h100"));
+        s.started = Instant::now() - Duration::from_secs(60);
+        s.poll().unwrap();
+        let families = s.take_external().unwrap();
+        let fam = |name: &str| families.iter().find(|f| f.name == name).unwrap();
+        let images = fam(IMAGES);
+        assert_eq!(images.kind, ExternalKind::Counter);
+        // GPUs 0-3 run it, 4-7 do not.
+        let gpus: Vec<&str> = images
+            .samples
+            .iter()
+            .map(|s| s.labels[0].1.as_str())
+            .collect();
+        assert_eq!(gpus, ["0", "1", "2", "3"]);
+        // Images are the energy above idle over the energy per image.
+        let mut n = node("dgx-h100");
+        let e0 = n
+            .reading(0, Duration::ZERO)
+            .unwrap()
+            .ok()
+            .unwrap()
+            .energy_joules;
+        let served = images.samples[0].value;
+        let t = s.started.elapsed();
+        let def = ImageGeneration::for_scenario("dgx-h100").unwrap();
+        let g = n.gpu(0).unwrap().clone();
+        let mut at = |t: Duration| -> f64 {
+            let e = n.reading(0, t).unwrap().ok().unwrap().energy_joules;
+            def.images(e - e0, g.idle_power_watts, t) as f64
+        };
+        let (lo, hi) = (at(t - Duration::from_millis(500)), at(t));
+        assert!(served >= lo && served <= hi, "{lo} <= {served} <= {hi}");
+        assert!(served > 100.0, "{served}");
+        // The latency histogram counts every image, buckets never exceed the count.
+        let latency = fam(LATENCY);
+        let gpu0: Vec<&ExternalSample> = latency
+            .samples
+            .iter()
+            .filter(|s| s.labels[0].1 == "0")
+            .collect();
+        let count = gpu0.iter().find(|s| s.name.ends_with("_count")).unwrap();
+        assert_eq!(count.value, served);
+        let buckets: Vec<f64> = gpu0
+            .iter()
+            .filter(|s| s.name.ends_with("_bucket"))
+            .map(|s| s.value)
+            .collect();
+        assert_eq!(buckets.len(), LATENCY_BUCKETS.len() + 1);
+        assert!(buckets.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(*buckets.last().unwrap(), served);
+        // At full clocks p95 is under 200 ms: the 0.2 s bucket holds at least 95% (minus rounding).
+        let le_200ms = buckets[LATENCY_BUCKETS.iter().position(|b| *b == 0.2).unwrap()];
+        assert!(le_200ms >= 0.95 * served - 1.0, "{le_200ms} of {served}");
+        assert_eq!(
+            fam("dgx_pixels_quality_ssim").samples[0].value,
+            def.quality.ssim
+        );
+        assert!(SIMULATED_FAMILIES
+            .iter()
+            .all(|n| families.iter().any(|f| f.name == *n)));
+    }
+
+    #[test]
+    fn scenarios_without_a_workload_serve_no_workload_families() {
+        let mut s = SimSource::new(node("fault-ecc"));
+        s.poll().unwrap();
+        assert!(s.take_external().is_none());
     }
 }

@@ -200,3 +200,73 @@ fn sigterm_and_sigint_stop_within_a_second() {
         drop(idle);
     }
 }
+
+#[test]
+fn textfiles_are_served_in_both_formats_and_bad_ones_are_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("job.prom"),
+        "# HELP dgx_pixels_workload_images_generated_total Images.\n\
+         # TYPE dgx_pixels_workload_images_generated_total counter\n\
+         dgx_pixels_workload_images_generated_total{gpu=\"0\",uuid=\"GPU-a\",model=\"m\",lora=\"\",dataset=\"d\"} 12\n\
+         # TYPE lat_seconds histogram\n\
+         lat_seconds_bucket{le=\"0.2\"} 1\nlat_seconds_bucket{le=\"+Inf\"} 2\nlat_seconds_sum 0.5\nlat_seconds_count 2\n",
+    )
+    .unwrap();
+    // Sets the node label the exporter adds itself: refused whole.
+    std::fs::write(dir.path().join("node.prom"), "mine{node=\"x\"} 1\n").unwrap();
+    let d = start(&[
+        "--no-collector.nvml",
+        "--textfile.directory",
+        dir.path().to_str().unwrap(),
+        "--node.name",
+        "n1",
+    ]);
+    let body = text(d.port);
+    assert!(body.contains("# TYPE dgx_pixels_workload_images_generated_total counter\n"));
+    assert!(body.contains("dgx_pixels_workload_images_generated_total{node=\"n1\",gpu=\"0\",uuid=\"GPU-a\",model=\"m\",lora=\"\",dataset=\"d\"} 12\n"), "{body}");
+    assert!(body.contains("lat_seconds_bucket{node=\"n1\",le=\"+Inf\"} 2\n"));
+    assert!(body.contains("dgx_pixels_textfile_scrape_error{node=\"n1\",file=\"job.prom\"} 0\n"));
+    assert!(body.contains("dgx_pixels_textfile_scrape_error{node=\"n1\",file=\"node.prom\"} 1\n"));
+    assert!(!body.contains("mine{"));
+    assert!(series(&body, "dgx_pixels_textfile_mtime_seconds").len() == 1);
+
+    let (_, _, om) = get(
+        d.port,
+        "/metrics",
+        &[("Accept", "application/openmetrics-text;version=1.0.0")],
+    );
+    let om = String::from_utf8(om).unwrap();
+    assert!(
+        om.contains("# TYPE dgx_pixels_workload_images_generated counter\n"),
+        "{om}"
+    );
+    assert!(om.contains("# TYPE lat_seconds histogram\n"));
+    assert!(om.ends_with("# EOF\n") && om.matches("# EOF").count() == 1);
+}
+
+#[test]
+fn in_simulation_textfiles_may_not_serve_the_simulated_workloads_names() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("w.prom"),
+        "dgx_pixels_workload_images_generated_total{model=\"m\"} 1\n",
+    )
+    .unwrap();
+    let path = dir.path().to_str().unwrap();
+    // dgx-h100 plays an image-generation workload: its names are taken.
+    let d = start(&["--simulate", "dgx-h100", "--textfile.directory", path]);
+    let body = text(d.port);
+    assert!(body.contains("dgx_pixels_textfile_scrape_error{file=\"w.prom\"} 1\n"));
+    assert_eq!(
+        series(&body, "dgx_pixels_workload_images_generated_total").len(),
+        4,
+        "only the simulated GPUs 0-3"
+    );
+    drop(d);
+    // fault-ecc plays none: the textfile's series is served.
+    let d = start(&["--simulate", "fault-ecc", "--textfile.directory", path]);
+    let body = text(d.port);
+    assert!(body.contains("dgx_pixels_textfile_scrape_error{file=\"w.prom\"} 0\n"));
+    assert!(body.contains("dgx_pixels_workload_images_generated_total{model=\"m\"} 1\n"));
+}

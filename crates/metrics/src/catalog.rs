@@ -149,7 +149,8 @@ impl Metric {
     }
 }
 
-// Sources: "nvml", "dcgm", "sim" (the simulated node) and "exporter" (the daemon itself).
+// Sources: "nvml", "dcgm", "sim" (the simulated node), "textfile" and "exporter" (the daemon
+// itself, including the [cost] settings).
 define_catalog! {
     GpuInfo => Gauge None "dgx_pixels_gpu_info"
         ["gpu", "uuid", "model", "serial", "pci_bus_id", "vbios_version", "driver_version", "cuda_driver_version", "minor_number", "device"]
@@ -255,6 +256,16 @@ define_catalog! {
         "Polls of the source that failed or missed their deadline.";
     ExporterBuildInfo => Gauge None "dgx_pixels_exporter_build_info" ["version", "revision", "rustc_version", "mode", "scenario"] ["exporter"]
         "Build facts of the exporter (value 1); mode is \"simulated\" when the GPUs are simulated, with the scenario's name.";
+    TextfileScrapeError => Gauge None "dgx_pixels_textfile_scrape_error" ["file"] ["textfile"]
+        "1 when the *.prom file was skipped (unreadable, too big, invalid, or colliding with another file or an exporter metric), 0 when its metrics are served.";
+    TextfileMtime => Gauge Seconds "dgx_pixels_textfile_mtime_seconds" ["file"] ["textfile"]
+        "Unix time the *.prom file was last modified; only for files whose metrics are served, so a broken file never looks fresh.";
+    CostElectricityPrice => Gauge None "dgx_pixels_cost_electricity_price_per_joule" ["currency"] ["exporter"]
+        "Configured electricity price per joule (the [cost] price per kWh divided by 3.6e6), in the currency of the label.";
+    CostPowerUsageEffectiveness => Gauge None "dgx_pixels_cost_power_usage_effectiveness" [] ["exporter"]
+        "Configured power usage effectiveness of the facility: facility energy over IT energy, 1 or more.";
+    CostGpuAmortization => Gauge None "dgx_pixels_cost_gpu_amortization_per_second" ["currency"] ["exporter"]
+        "Configured hardware cost of one GPU per second of its service life (cost per hour / 3600, or purchase price / lifetime).";
 }
 
 /// Renders the catalog as the Markdown of `docs/metrics.md`.

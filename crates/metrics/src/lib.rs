@@ -28,6 +28,7 @@
 
 pub mod catalog;
 pub mod encode;
+pub mod external;
 pub mod gpu;
 pub mod snapshot;
 pub mod source;
@@ -35,6 +36,7 @@ pub mod store;
 
 pub use catalog::{Kind, Metric, MetricDef, Unit, CATALOG};
 pub use encode::{EncodeOptions, Format};
+pub use external::{ExternalFamilies, ExternalFamily, ExternalKind, ExternalSample};
 pub use snapshot::{Sample, Snapshot, SourceHealth};
 pub use source::{PollError, Source};
 pub use store::{Generation, SnapshotStore};

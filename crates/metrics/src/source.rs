@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use crate::external::ExternalFamilies;
 use crate::snapshot::Sample;
 
 /// Why a poll produced no samples.
@@ -41,4 +42,11 @@ pub trait Source: Send {
     fn name(&self) -> &'static str;
     /// Reads the backend and returns every sample of this source.
     fn poll(&mut self) -> Result<Vec<Sample>, PollError>;
+
+    /// Families outside the catalog (workload textfiles, the simulated workload) read by the
+    /// last successful `poll`, or `None` for a source that has none. Called right after each
+    /// successful poll; the runner publishes them with that poll's samples.
+    fn take_external(&mut self) -> Option<ExternalFamilies> {
+        None
+    }
 }

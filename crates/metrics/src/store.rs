@@ -14,6 +14,7 @@ use flate2::write::GzEncoder;
 use flate2::Compression;
 
 use crate::encode::{encode, EncodeOptions, ExpositionInput, Format};
+use crate::external::{self, ExternalFamilies};
 use crate::snapshot::{Sample, Snapshot};
 
 /// One immutable state of all sources, with its lazily encoded expositions.
@@ -21,6 +22,8 @@ use crate::snapshot::{Sample, Snapshot};
 pub struct Generation {
     number: u64,
     input: ExpositionInput,
+    /// The latest external (non-catalog) families of each source that has any.
+    external: Arc<Vec<(String, ExternalFamilies)>>,
     // OpenMetrics, text, OpenMetrics gzip, text gzip.
     cache: [OnceLock<Bytes>; 4],
 }
@@ -49,7 +52,14 @@ impl Generation {
                 if gzip {
                     compress(&self.exposition(format, false))
                 } else {
-                    Bytes::from(encode(&self.input, format))
+                    let catalog = encode(&self.input, format);
+                    Bytes::from(external::append(
+                        catalog,
+                        format,
+                        &self.input.snapshots,
+                        &self.external,
+                        &self.input.options.const_labels,
+                    ))
                 }
             })
             .clone()
@@ -90,6 +100,7 @@ impl SnapshotStore {
             current: ArcSwap::from_pointee(Generation {
                 number: 0,
                 input,
+                external: Arc::default(),
                 cache: Default::default(),
             }),
         }
@@ -98,8 +109,32 @@ impl SnapshotStore {
     /// Replaces the snapshot of `snapshot.source`. Unknown source names are ignored (the set of
     /// sources is fixed when the store is built).
     pub fn publish(&self, snapshot: Snapshot) {
+        self.publish_inner(snapshot, None);
+    }
+
+    /// Replaces the snapshot of `snapshot.source` and, in the same generation, that source's
+    /// external families (served only while the source is up).
+    pub fn publish_with_external(&self, snapshot: Snapshot, families: ExternalFamilies) {
+        self.publish_inner(snapshot, Some(families));
+    }
+
+    fn publish_inner(&self, snapshot: Snapshot, families: Option<ExternalFamilies>) {
         let snapshot = Arc::new(snapshot);
         self.current.rcu(|cur| {
+            let external = match &families {
+                None => Arc::clone(&cur.external),
+                Some(f) => {
+                    let mut v: Vec<_> = cur
+                        .external
+                        .iter()
+                        .filter(|(s, _)| *s != snapshot.source)
+                        .cloned()
+                        .collect();
+                    v.push((snapshot.source.clone(), Arc::clone(f)));
+                    v.sort_by(|a, b| a.0.cmp(&b.0));
+                    Arc::new(v)
+                }
+            };
             let mut snapshots = cur.input.snapshots.clone();
             if let Some(slot) = snapshots.iter_mut().find(|s| s.source == snapshot.source) {
                 *slot = Arc::clone(&snapshot);
@@ -111,6 +146,7 @@ impl SnapshotStore {
                     snapshots,
                     options: Arc::clone(&cur.input.options),
                 },
+                external,
                 cache: Default::default(),
             }
         });
@@ -204,5 +240,37 @@ mod tests {
         store.publish(up("nope", 5.0));
         let text = store.current().exposition(Format::Text, false);
         assert!(!String::from_utf8_lossy(&text).contains("dgx_pixels_gpu_power_watts{"));
+    }
+
+    #[test]
+    fn external_families_follow_their_source_up_state() {
+        use crate::external::{ExternalFamily, ExternalKind, ExternalSample};
+        let store = SnapshotStore::new(&["textfile"], vec![], EncodeOptions::default());
+        let families = Arc::new(vec![ExternalFamily {
+            name: "dgx_pixels_workload_images_generated_total".into(),
+            help: "Images.".into(),
+            kind: ExternalKind::Counter,
+            samples: vec![ExternalSample {
+                name: "dgx_pixels_workload_images_generated_total".into(),
+                labels: vec![("model".into(), "m".into())],
+                value: 7.0,
+            }],
+        }]);
+        store.publish_with_external(up("textfile", 1.0), families);
+        let g = store.current();
+        let text = String::from_utf8(g.exposition(Format::Text, false).to_vec()).unwrap();
+        assert!(text.contains("dgx_pixels_workload_images_generated_total{model=\"m\"} 7\n"));
+        let om = String::from_utf8(g.exposition(Format::OpenMetrics, false).to_vec()).unwrap();
+        assert!(om.contains("# TYPE dgx_pixels_workload_images_generated counter\n"));
+        assert!(om.ends_with("dgx_pixels_workload_images_generated_total{model=\"m\"} 7\n# EOF\n"));
+        // A plain publish keeps the families; a down snapshot hides them.
+        store.publish(up("textfile", 2.0));
+        let text = store.current().exposition(Format::Text, false);
+        assert!(String::from_utf8_lossy(&text).contains("images_generated_total{"));
+        let mut down = up("textfile", 2.0);
+        down.health.up = false;
+        store.publish(down);
+        let text = store.current().exposition(Format::Text, false);
+        assert!(!String::from_utf8_lossy(&text).contains("images_generated_total{"));
     }
 }

@@ -28,6 +28,10 @@
 //! thermal throttle reasons are set above the GPU's maximum operating and slowdown temperatures.
 //! The same scenario and time always give the same reading, whatever was queried before.
 //!
+//! Some built-in scenarios also play an image-generation service on some of their GPUs
+//! ([`ImageGeneration`], in [`imagegen`]); its throughput and latency follow the GPU's power and
+//! clocks.
+//!
 //! # Example
 //!
 //! ```
@@ -58,6 +62,7 @@
 #![deny(missing_docs)]
 
 mod error;
+pub mod imagegen;
 mod locate;
 mod node;
 mod noise;
@@ -65,6 +70,7 @@ pub mod scenario;
 mod types;
 
 pub use error::ScenarioError;
+pub use imagegen::ImageGeneration;
 pub use node::{Node, STEP};
 pub use scenario::{Scenario, BUILTIN_SCENARIOS, MAX_GPUS, XID_GPU_LOST};
 pub use types::{

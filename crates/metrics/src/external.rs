@@ -1,0 +1,349 @@
+//! Families from outside the catalog: workload, quality and job metrics that workloads write as
+//! textfiles (and that the simulator plays in simulation mode), served beside the catalog's
+//! families.
+//!
+//! Their names are the workloads' (docs/workloads.md), so they cannot be [`Metric`] rows. A
+//! source hands them over with [`Source::take_external`](crate::Source::take_external); the
+//! store keeps the latest set per source and serves it only while that source is up, exactly
+//! like its catalog samples.
+//!
+//! This is a separate, additive path of the encoders: the catalog families are encoded first
+//! (`encode.rs`), then [`append`] adds the external ones in the same format. The sample lines are
+//! the same in both formats; only the family header of a counter differs (OpenMetrics names the
+//! family without `_total`). A counter whose name does not end in `_total` cannot be written as
+//! an OpenMetrics counter with the same sample name, so it is declared `unknown` there.
+//!
+//! [`Metric`]: crate::Metric
+
+use std::collections::HashSet;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use crate::encode::Format;
+use crate::snapshot::Snapshot;
+
+/// Type of an external family, as declared on its `# TYPE` line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExternalKind {
+    /// Monotonic total.
+    Counter,
+    /// Value that goes up and down.
+    Gauge,
+    /// `_bucket{le}`, `_sum`, `_count` samples.
+    Histogram,
+    /// `{quantile}`, `_sum`, `_count` samples.
+    Summary,
+    /// No declared type (`untyped`; OpenMetrics `unknown`).
+    Untyped,
+}
+
+impl ExternalKind {
+    /// The type name in the classic text format.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExternalKind::Counter => "counter",
+            ExternalKind::Gauge => "gauge",
+            ExternalKind::Histogram => "histogram",
+            ExternalKind::Summary => "summary",
+            ExternalKind::Untyped => "untyped",
+        }
+    }
+
+    /// Parses a classic `# TYPE` type name.
+    pub fn parse(s: &str) -> Option<ExternalKind> {
+        Some(match s {
+            "counter" => ExternalKind::Counter,
+            "gauge" => ExternalKind::Gauge,
+            "histogram" => ExternalKind::Histogram,
+            "summary" => ExternalKind::Summary,
+            "untyped" => ExternalKind::Untyped,
+            _ => return None,
+        })
+    }
+
+    /// The sample-name suffixes a family of this kind may use besides its bare name.
+    pub fn suffixes(self) -> &'static [&'static str] {
+        match self {
+            ExternalKind::Histogram => &["_bucket", "_sum", "_count"],
+            ExternalKind::Summary => &["", "_sum", "_count"],
+            _ => &[""],
+        }
+    }
+}
+
+/// One series of an external family.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExternalSample {
+    /// Full sample name (e.g. `..._bucket` for a histogram bucket).
+    pub name: String,
+    /// Label pairs in the order they were given.
+    pub labels: Vec<(String, String)>,
+    /// The value.
+    pub value: f64,
+}
+
+/// One external family: a `# TYPE` block with its samples.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExternalFamily {
+    /// Family name (for a histogram or summary, without the `_bucket`/`_sum`/`_count` suffix).
+    pub name: String,
+    /// Help text (unescaped).
+    pub help: String,
+    /// Declared type.
+    pub kind: ExternalKind,
+    /// The series, in the order they are to be written.
+    pub samples: Vec<ExternalSample>,
+}
+
+/// The external families of one source, as of its latest successful poll.
+pub type ExternalFamilies = Arc<Vec<ExternalFamily>>;
+
+fn push_escaped(out: &mut String, s: &str, quote: bool) {
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '"' if quote => out.push_str("\\\""),
+            c => out.push(c),
+        }
+    }
+}
+
+fn push_value(out: &mut String, v: f64) {
+    if v.is_nan() {
+        out.push_str("NaN");
+    } else if v.is_infinite() {
+        out.push_str(if v > 0.0 { "+Inf" } else { "-Inf" });
+    } else {
+        let _ = write!(out, "{v}");
+    }
+}
+
+fn push_family(out: &mut String, f: &ExternalFamily, format: Format, consts: &[(String, String)]) {
+    let (header, kind) = match (format, f.kind) {
+        (Format::Text, k) => (f.name.as_str(), k.as_str()),
+        (Format::OpenMetrics, ExternalKind::Counter) => match f.name.strip_suffix("_total") {
+            Some(base) => (base, "counter"),
+            None => (f.name.as_str(), "unknown"),
+        },
+        (Format::OpenMetrics, ExternalKind::Untyped) => (f.name.as_str(), "unknown"),
+        (Format::OpenMetrics, k) => (f.name.as_str(), k.as_str()),
+    };
+    let quote_help = format == Format::OpenMetrics;
+    if format == Format::OpenMetrics {
+        let _ = writeln!(out, "# TYPE {header} {kind}");
+    }
+    out.push_str("# HELP ");
+    out.push_str(header);
+    out.push(' ');
+    push_escaped(out, &f.help, quote_help);
+    out.push('\n');
+    if format == Format::Text {
+        let _ = writeln!(out, "# TYPE {header} {kind}");
+    }
+    for s in &f.samples {
+        // A sample that carries a configured constant label itself would get it twice; skip it
+        // rather than serve an invalid line (the textfile source rejects such files up front).
+        if s.labels
+            .iter()
+            .any(|(k, _)| consts.iter().any(|(c, _)| c == k))
+        {
+            continue;
+        }
+        out.push_str(&s.name);
+        let pairs = consts
+            .iter()
+            .chain(s.labels.iter())
+            .map(|(k, v)| (k.as_str(), v.as_str()));
+        let mut first = true;
+        for (k, v) in pairs {
+            out.push(if first { '{' } else { ',' });
+            first = false;
+            out.push_str(k);
+            out.push_str("=\"");
+            push_escaped(out, v, true);
+            out.push('"');
+        }
+        if !first {
+            out.push('}');
+        }
+        out.push(' ');
+        push_value(out, s.value);
+        out.push('\n');
+    }
+}
+
+/// Appends the external families of every source that is up to an exposition the catalog
+/// encoder wrote. Sources are taken in order; a family whose name another source already
+/// served is left out (the first one wins), so a family never appears twice.
+pub fn append(
+    mut exposition: String,
+    format: Format,
+    snapshots: &[Arc<Snapshot>],
+    external: &[(String, ExternalFamilies)],
+    consts: &[(String, String)],
+) -> String {
+    let up = |source: &str| snapshots.iter().any(|s| s.source == source && s.health.up);
+    let live: Vec<&ExternalFamilies> = external
+        .iter()
+        .filter(|(source, families)| !families.is_empty() && up(source))
+        .map(|(_, f)| f)
+        .collect();
+    if live.is_empty() {
+        return exposition;
+    }
+    let eof = format == Format::OpenMetrics && exposition.ends_with("# EOF\n");
+    if eof {
+        exposition.truncate(exposition.len() - "# EOF\n".len());
+    }
+    let mut seen = HashSet::new();
+    for families in live {
+        for f in families.iter() {
+            if seen.insert(f.name.as_str()) {
+                push_family(&mut exposition, f, format, consts);
+            }
+        }
+    }
+    if eof {
+        exposition.push_str("# EOF\n");
+    }
+    exposition
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::SourceHealth;
+
+    fn sample(name: &str, labels: &[(&str, &str)], value: f64) -> ExternalSample {
+        ExternalSample {
+            name: name.into(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            value,
+        }
+    }
+
+    fn families() -> ExternalFamilies {
+        Arc::new(vec![
+            ExternalFamily {
+                name: "jobs_done_total".into(),
+                help: "Jobs \"done\"\\n".into(),
+                kind: ExternalKind::Counter,
+                samples: vec![sample("jobs_done_total", &[("model", "a\"b")], 3.0)],
+            },
+            ExternalFamily {
+                name: "legacy_count".into(),
+                help: "A counter without _total.".into(),
+                kind: ExternalKind::Counter,
+                samples: vec![sample("legacy_count", &[], 1.0)],
+            },
+            ExternalFamily {
+                name: "lat_seconds".into(),
+                help: "Latency.".into(),
+                kind: ExternalKind::Histogram,
+                samples: vec![
+                    sample("lat_seconds_bucket", &[("le", "0.2")], 4.0),
+                    sample("lat_seconds_bucket", &[("le", "+Inf")], 5.0),
+                    sample("lat_seconds_sum", &[], 0.9),
+                    sample("lat_seconds_count", &[], 5.0),
+                ],
+            },
+            ExternalFamily {
+                name: "free".into(),
+                help: "Untyped.".into(),
+                kind: ExternalKind::Untyped,
+                samples: vec![sample("free", &[], f64::NAN)],
+            },
+        ])
+    }
+
+    fn snapshot(source: &str, up: bool) -> Arc<Snapshot> {
+        Arc::new(Snapshot {
+            source: source.into(),
+            health: SourceHealth {
+                up,
+                ..Default::default()
+            },
+            samples: vec![],
+        })
+    }
+
+    #[test]
+    fn text_keeps_names_and_types() {
+        let consts = vec![("node".to_string(), "n1".to_string())];
+        let out = append(
+            "x 1\n".into(),
+            Format::Text,
+            &[snapshot("textfile", true)],
+            &[("textfile".into(), families())],
+            &consts,
+        );
+        assert!(out.starts_with("x 1\n# HELP jobs_done_total Jobs \"done\"\\\\n\n# TYPE jobs_done_total counter\njobs_done_total{node=\"n1\",model=\"a\\\"b\"} 3\n"), "{out}");
+        assert!(out.contains("# TYPE legacy_count counter\nlegacy_count{node=\"n1\"} 1\n"));
+        assert!(out.contains("# TYPE lat_seconds histogram\nlat_seconds_bucket{node=\"n1\",le=\"0.2\"} 4\nlat_seconds_bucket{node=\"n1\",le=\"+Inf\"} 5\nlat_seconds_sum{node=\"n1\"} 0.9\nlat_seconds_count{node=\"n1\"} 5\n"));
+        assert!(out.contains("# TYPE free untyped\nfree{node=\"n1\"} NaN\n"));
+    }
+
+    #[test]
+    fn openmetrics_names_counter_families_without_total_and_keeps_eof_last() {
+        let out = append(
+            "# TYPE x gauge\nx 1\n# EOF\n".into(),
+            Format::OpenMetrics,
+            &[snapshot("textfile", true)],
+            &[("textfile".into(), families())],
+            &[],
+        );
+        assert!(out.contains("# TYPE jobs_done counter\n# HELP jobs_done Jobs \\\"done\\\"\\\\n\njobs_done_total{model=\"a\\\"b\"} 3\n"), "{out}");
+        assert!(out.contains("# TYPE legacy_count unknown\n"));
+        assert!(out.contains("# TYPE lat_seconds histogram\n"));
+        assert!(out.contains("# TYPE free unknown\n"));
+        assert!(out.ends_with("free NaN\n# EOF\n"));
+        assert_eq!(out.matches("# EOF").count(), 1);
+    }
+
+    #[test]
+    fn a_down_source_serves_no_external_families_and_duplicates_are_dropped() {
+        let input = "x 1\n".to_string();
+        let down = append(
+            input.clone(),
+            Format::Text,
+            &[snapshot("textfile", false)],
+            &[("textfile".into(), families())],
+            &[],
+        );
+        assert_eq!(down, input);
+        let twice = append(
+            input,
+            Format::Text,
+            &[snapshot("a", true), snapshot("b", true)],
+            &[("a".into(), families()), ("b".into(), families())],
+            &[],
+        );
+        assert_eq!(twice.matches("# TYPE lat_seconds ").count(), 1);
+    }
+
+    #[test]
+    fn samples_carrying_a_constant_label_are_skipped() {
+        let f = Arc::new(vec![ExternalFamily {
+            name: "g".into(),
+            help: "h".into(),
+            kind: ExternalKind::Gauge,
+            samples: vec![
+                sample("g", &[("node", "other")], 1.0),
+                sample("g", &[("a", "b")], 2.0),
+            ],
+        }]);
+        let out = append(
+            String::new(),
+            Format::Text,
+            &[snapshot("t", true)],
+            &[("t".into(), f)],
+            &[("node".into(), "n".into())],
+        );
+        assert!(!out.contains("other"));
+        assert!(out.contains("g{node=\"n\",a=\"b\"} 2\n"));
+    }
+}

@@ -1,0 +1,524 @@
+//! The textfile source: metrics that batch and evaluation jobs drop as `*.prom` files in a
+//! directory, served beside the GPU telemetry, compatible with node_exporter's textfile collector.
+//!
+//! Why a crate of its own: it is one source with one job (read a directory, validate, hand over
+//! families) and must not depend on any GPU code.
+//!
+//! How it fits: [`TextfileSource`] implements [`Source`], so the exporter's runner polls it on
+//! its own thread and interval, with a deadline; a scrape never reads a file. Each poll looks at
+//! every `*.prom` file (hidden files and anything else are ignored, so writers can write a temp
+//! file and rename it into place), parses it strictly ([`parse`]) unless it is unchanged since
+//! the last poll (same inode, size and mtime, modified over 2 s ago), and checks it against the
+//! other files and against the exporter's own names ([`owned_by_exporter`]). A file that fails
+//! is skipped whole and reported by `dgx_pixels_textfile_scrape_error{file} 1`; the other files
+//! are still served. A file that was served also gets `dgx_pixels_textfile_mtime_seconds{file}`,
+//! so a broken file never looks fresh. File size and count are bounded ([`Limits`]).
+//!
+//! ```no_run
+//! use dgx_pixels_metrics::Source;
+//! use dgx_pixels_textfile::{Limits, TextfileSource};
+//!
+//! let mut source = TextfileSource::new("/var/lib/dgx-pixels/textfile", Limits::default());
+//! let samples = source.poll()?; // scrape_error and mtime per file
+//! let families = source.take_external(); // the files' own metric families
+//! # Ok::<(), dgx_pixels_metrics::PollError>(())
+//! ```
+#![deny(missing_docs)]
+
+pub mod parse;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use dgx_pixels_metrics::{
+    ExternalFamilies, ExternalFamily, ExternalKind, ExternalSample, Metric, PollError, Sample,
+    Source, CATALOG,
+};
+
+/// Default maximum size of one file.
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 1024 * 1024;
+/// Default maximum number of files read per poll.
+pub const DEFAULT_MAX_FILES: usize = 256;
+
+/// Subsystems whose `dgx_pixels_*` names only the exporter serves (textfiles may use the
+/// `workload` and `quality` subsystems of the workload contract, and names of their own).
+pub const EXPORTER_SUBSYSTEMS: &[&str] = &[
+    "gpu", "mig", "nvlink", "pcie", "process", "probe", "cost", "source", "exporter", "textfile",
+];
+
+/// Bounds on what one poll reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// A larger file is rejected without being parsed.
+    pub max_file_bytes: u64,
+    /// Files past this many (in name order) are not read and are reported as errors.
+    pub max_files: usize,
+    /// Label names a file may not use, e.g. `node` when the exporter adds it to every series.
+    pub reserved_labels: Vec<String>,
+    /// Family names some other source serves (e.g. the simulated workload), refused here.
+    pub reserved_families: Vec<String>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_file_bytes: DEFAULT_MAX_FILE_BYTES,
+            max_files: DEFAULT_MAX_FILES,
+            reserved_labels: Vec::new(),
+            reserved_families: Vec::new(),
+        }
+    }
+}
+
+/// Why `name` belongs to the exporter and may not come from a textfile, or `None` if it may.
+pub fn owned_by_exporter(name: &str) -> Option<String> {
+    for def in CATALOG {
+        let family = def.family_name();
+        let clash = name == def.name
+            || name == family
+            || ["_bucket", "_sum", "_count", "_created", "_total"]
+                .iter()
+                .any(|s| name.strip_suffix(s) == Some(family));
+        if clash {
+            return Some(format!("{name} is the exporter's own metric {}", def.name));
+        }
+    }
+    let rest = name.strip_prefix("dgx_pixels_")?;
+    EXPORTER_SUBSYSTEMS
+        .iter()
+        .find(|s| rest.starts_with(&format!("{s}_")))
+        .map(|s| format!("{name} is in the exporter's own dgx_pixels_{s}_ namespace"))
+}
+
+/// Reads a directory of `*.prom` files on each poll.
+#[derive(Debug)]
+pub struct TextfileSource {
+    directory: PathBuf,
+    limits: Limits,
+    families: Option<ExternalFamilies>,
+    /// Last error logged per file, to log each distinct problem once.
+    logged: HashMap<String, String>,
+    /// Parse results of files that have not changed since, by file name.
+    cache: HashMap<String, Cached>,
+}
+
+/// A file is the same file while its device, inode, size and mtime are.
+#[derive(Debug, Clone, PartialEq)]
+struct FileKey {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    modified: Option<SystemTime>,
+}
+
+#[derive(Debug, Clone)]
+struct Cached {
+    key: FileKey,
+    outcome: FileOutcome,
+}
+
+/// Files modified this recently are parsed again even if they look unchanged: some file
+/// systems keep mtime in coarse ticks, and a writer may rewrite a file in place within one.
+const SETTLE: Duration = Duration::from_secs(2);
+
+/// The result of reading one file.
+#[derive(Debug, Clone)]
+struct FileOutcome {
+    mtime: Option<f64>,
+    result: Result<Arc<parse::Parsed>, String>,
+}
+
+impl FileOutcome {
+    fn error(message: String) -> FileOutcome {
+        FileOutcome {
+            mtime: None,
+            result: Err(message),
+        }
+    }
+}
+
+impl TextfileSource {
+    /// A source over `directory`.
+    pub fn new(directory: impl Into<PathBuf>, limits: Limits) -> TextfileSource {
+        TextfileSource {
+            directory: directory.into(),
+            limits,
+            families: None,
+            logged: HashMap::new(),
+            cache: HashMap::new(),
+        }
+    }
+
+    fn read_file(&mut self, path: &Path, name: &str) -> FileOutcome {
+        let mut file = match fs::File::open(path) {
+            Ok(f) => f,
+            Err(e) => return FileOutcome::error(format!("cannot open: {e}")),
+        };
+        // Metadata of the opened file: after a rename, this is the file we read.
+        let meta = match file.metadata() {
+            Ok(m) => m,
+            Err(e) => return FileOutcome::error(format!("cannot stat: {e}")),
+        };
+        if !meta.is_file() {
+            return FileOutcome::error("not a regular file".into());
+        }
+        let key = FileKey {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            modified: meta.modified().ok(),
+        };
+        let settled = key
+            .modified
+            .and_then(|m| SystemTime::now().duration_since(m).ok())
+            .is_some_and(|age| age >= SETTLE);
+        if let Some(c) = self.cache.get(name) {
+            if settled && c.key == key {
+                return c.outcome.clone();
+            }
+        }
+        let outcome = self.parse_file(&mut file, &meta, name);
+        self.cache.insert(
+            name.to_string(),
+            Cached {
+                key,
+                outcome: outcome.clone(),
+            },
+        );
+        outcome
+    }
+
+    fn parse_file(&self, file: &mut fs::File, meta: &fs::Metadata, name: &str) -> FileOutcome {
+        let max = self.limits.max_file_bytes;
+        if meta.len() > max {
+            return FileOutcome::error(format!(
+                "{} bytes is over the {max} byte limit",
+                meta.len()
+            ));
+        }
+        let mut bytes = Vec::with_capacity(meta.len() as usize);
+        if let Err(e) = file.take(max + 1).read_to_end(&mut bytes) {
+            return FileOutcome::error(format!("cannot read: {e}"));
+        }
+        if bytes.len() as u64 > max {
+            return FileOutcome::error(format!("grew over the {max} byte limit while being read"));
+        }
+        let Ok(text) = String::from_utf8(bytes) else {
+            return FileOutcome::error("not valid UTF-8".into());
+        };
+        let help = format!("Metric read from {name}.");
+        match parse::parse(&text, &help)
+            .map_err(|e| e.to_string())
+            .and_then(|p| self.check_names(p))
+        {
+            Ok(parsed) => FileOutcome {
+                mtime: meta
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                    .map(|d| d.as_secs_f64()),
+                result: Ok(Arc::new(parsed)),
+            },
+            Err(e) => FileOutcome::error(e),
+        }
+    }
+
+    /// Refuses exporter-owned and reserved names and labels.
+    fn check_names(&self, p: parse::Parsed) -> Result<parse::Parsed, String> {
+        for f in &p.families {
+            let mut names = vec![f.name.as_str()];
+            names.extend(f.samples.iter().map(|s| s.name.as_str()));
+            for n in names {
+                if let Some(why) = owned_by_exporter(n) {
+                    return Err(why);
+                }
+                let base = ["_bucket", "_sum", "_count", "_total"]
+                    .iter()
+                    .find_map(|s| n.strip_suffix(s));
+                if self
+                    .limits
+                    .reserved_families
+                    .iter()
+                    .any(|r| r == n || Some(r.as_str()) == base)
+                {
+                    return Err(format!("{n} is served by another source of this exporter"));
+                }
+            }
+            for s in &f.samples {
+                if let Some((k, _)) = s
+                    .labels
+                    .iter()
+                    .find(|(k, _)| self.limits.reserved_labels.contains(k))
+                {
+                    return Err(format!(
+                        "{}: label {k} is set by the exporter on every series",
+                        s.name
+                    ));
+                }
+            }
+        }
+        Ok(p)
+    }
+
+    fn log(&mut self, file: &str, error: Option<&str>) {
+        match error {
+            Some(e) => {
+                if self.logged.get(file).map(String::as_str) != Some(e) {
+                    tracing::warn!(file, "textfile skipped: {e}");
+                    self.logged.insert(file.to_string(), e.to_string());
+                }
+            }
+            None => {
+                if self.logged.remove(file).is_some() {
+                    tracing::info!(file, "textfile served again");
+                }
+            }
+        }
+    }
+}
+
+/// A family accepted so far in this poll.
+struct Accepted {
+    family: ExternalFamily,
+    /// Its HELP was given (not the default).
+    helped: bool,
+    /// The file it was first seen in.
+    file: String,
+}
+
+/// The families of the files accepted so far in one poll.
+#[derive(Default)]
+struct Merged {
+    families: BTreeMap<String, Accepted>,
+    /// Which family owns each name (family names, suffixed names, sample names).
+    owner: HashMap<String, String>,
+    /// Every series (name and sorted labels) served so far, with its file.
+    series: HashMap<(String, Vec<(String, String)>), String>,
+}
+
+fn series_key(s: &ExternalSample) -> (String, Vec<(String, String)>) {
+    let mut labels = s.labels.clone();
+    labels.sort();
+    (s.name.clone(), labels)
+}
+
+impl Merged {
+    /// Adds one file's families, or says why the file conflicts with the files accepted before
+    /// it (in name order); a file is served whole or not at all.
+    fn add(&mut self, file: &str, parsed: &parse::Parsed) -> Result<(), String> {
+        let mut local: HashMap<String, &str> = HashMap::new();
+        for f in &parsed.families {
+            if let Some(prev) = self.families.get(&f.name) {
+                if prev.family.kind != f.kind {
+                    return Err(format!(
+                        "{} is a {} here but a {} in {}",
+                        f.name,
+                        f.kind.as_str(),
+                        prev.family.kind.as_str(),
+                        prev.file
+                    ));
+                }
+                if parsed.helped.contains(&f.name) && prev.helped && prev.family.help != f.help {
+                    return Err(format!("{} has a different HELP in {}", f.name, prev.file));
+                }
+            }
+            for s in &f.samples {
+                if let Some(other) = self.series.get(&series_key(s)) {
+                    return Err(format!(
+                        "series {} is also in {other}",
+                        describe(&s.name, &s.labels)
+                    ));
+                }
+            }
+            for n in series_names(f) {
+                let owner = self.owner.get(&n).map(String::as_str);
+                if let Some(owner) = owner.or(local.get(&n).copied()) {
+                    if owner != f.name {
+                        return Err(format!("{n} collides with family {owner}"));
+                    }
+                }
+                local.insert(n, &f.name);
+            }
+        }
+        for f in &parsed.families {
+            let helped = parsed.helped.contains(&f.name);
+            for n in series_names(f) {
+                self.owner.insert(n, f.name.clone());
+            }
+            for s in &f.samples {
+                self.series.insert(series_key(s), file.to_string());
+            }
+            match self.families.get_mut(&f.name) {
+                Some(prev) => {
+                    if helped && !prev.helped {
+                        prev.family.help = f.help.clone();
+                        prev.helped = true;
+                    }
+                    prev.family.samples.extend(f.samples.iter().cloned());
+                }
+                None => {
+                    self.families.insert(
+                        f.name.clone(),
+                        Accepted {
+                            family: f.clone(),
+                            helped,
+                            file: file.to_string(),
+                        },
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every name a family owns: its own, those its kind may use (`_bucket`, `_sum`, `_count`),
+/// those of its samples, and for a `_total` counter its OpenMetrics family name without `_total`.
+fn series_names(f: &ExternalFamily) -> Vec<String> {
+    let om_base = match f.kind {
+        ExternalKind::Counter => f.name.strip_suffix("_total").map(str::to_string),
+        _ => None,
+    };
+    let mut names: Vec<String> = std::iter::once(f.name.clone())
+        .chain(f.kind.suffixes().iter().map(|s| format!("{}{s}", f.name)))
+        .chain(f.samples.iter().map(|s| s.name.clone()))
+        .chain(om_base)
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+fn describe(name: &str, labels: &[(String, String)]) -> String {
+    let l: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
+    format!("{name}{{{}}}", l.join(","))
+}
+
+impl Source for TextfileSource {
+    fn name(&self) -> &'static str {
+        "textfile"
+    }
+
+    fn poll(&mut self) -> Result<Vec<Sample>, PollError> {
+        let entries = fs::read_dir(&self.directory).map_err(|e| {
+            PollError::new(
+                "directory_unreadable",
+                format!(
+                    "textfile directory {}: cannot read: {e}",
+                    self.directory.display()
+                ),
+            )
+        })?;
+        let mut names: Vec<String> = entries
+            .filter_map(Result::ok)
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| n.ends_with(".prom") && !n.starts_with('.'))
+            .collect();
+        names.sort();
+
+        let mut outcomes = Vec::with_capacity(names.len());
+        for (i, name) in names.iter().enumerate() {
+            let outcome = if i >= self.limits.max_files {
+                FileOutcome::error(format!(
+                    "not read: more than {} files in the directory",
+                    self.limits.max_files
+                ))
+            } else {
+                self.read_file(&self.directory.join(name), name)
+            };
+            outcomes.push((name, outcome));
+        }
+        self.cache.retain(|f, _| names.contains(f));
+
+        let mut merged = Merged::default();
+        let mut samples = Vec::with_capacity(outcomes.len() * 2);
+        for (name, o) in outcomes {
+            let error = o.result.and_then(|p| merged.add(name, &p)).err();
+            self.log(name, error.as_deref());
+            samples.push(Sample::new(
+                Metric::TextfileScrapeError,
+                [name.as_str()],
+                if error.is_some() { 1.0 } else { 0.0 },
+            ));
+            if let (None, Some(mtime)) = (&error, o.mtime) {
+                samples.push(Sample::new(Metric::TextfileMtime, [name.as_str()], mtime));
+            }
+        }
+        self.logged.retain(|f, _| names.contains(f));
+        let families: Vec<ExternalFamily> =
+            merged.families.into_values().map(|a| a.family).collect();
+        self.families = Some(Arc::new(families));
+        Ok(samples)
+    }
+
+    fn take_external(&mut self) -> Option<ExternalFamilies> {
+        self.families.take()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn age(path: &Path, by: Duration) {
+        let f = fs::File::options().write(true).open(path).unwrap();
+        f.set_modified(SystemTime::now() - by).unwrap();
+    }
+
+    fn served(s: &mut TextfileSource) -> f64 {
+        s.poll().unwrap();
+        s.take_external().unwrap()[0].samples[0].value
+    }
+
+    #[test]
+    fn settled_unchanged_files_are_not_parsed_again_and_changed_ones_are() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.prom");
+        fs::write(&path, "x 1\n").unwrap();
+        age(&path, Duration::from_secs(60));
+        let mut s = TextfileSource::new(dir.path(), Limits::default());
+        assert_eq!(served(&mut s), 1.0);
+        let first = s.cache["a.prom"].outcome.result.clone().unwrap();
+        assert_eq!(served(&mut s), 1.0);
+        let second = s.cache["a.prom"].outcome.result.clone().unwrap();
+        assert!(Arc::ptr_eq(&first, &second), "served from the cache");
+
+        // Rewritten in place, with the same size: parsed again (a fresh file, whose mtime may
+        // still share a coarse tick with the next write, is never served from the cache).
+        fs::write(&path, "x 2\n").unwrap();
+        assert_eq!(served(&mut s), 2.0);
+        fs::write(&path, "x 3\n").unwrap();
+        assert_eq!(served(&mut s), 3.0);
+        // Once settled it is cached again; a removed file leaves the cache.
+        age(&path, Duration::from_secs(60));
+        assert_eq!(served(&mut s), 3.0);
+        fs::remove_file(&path).unwrap();
+        s.poll().unwrap();
+        assert!(s.cache.is_empty());
+    }
+
+    #[test]
+    fn a_counter_owns_its_openmetrics_family_name() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(
+            dir.path().join("a.prom"),
+            "# TYPE x_total counter\nx_total 1\n",
+        )
+        .unwrap();
+        fs::write(dir.path().join("b.prom"), "# TYPE x gauge\nx 1\n").unwrap();
+        let mut s = TextfileSource::new(dir.path(), Limits::default());
+        let samples = s.poll().unwrap();
+        let errors: Vec<(String, f64)> = samples
+            .iter()
+            .filter(|s| s.metric == Metric::TextfileScrapeError)
+            .map(|s| (s.labels[0].clone(), s.value))
+            .collect();
+        assert_eq!(errors, [("a.prom".into(), 0.0), ("b.prom".into(), 1.0)]);
+    }
+}
