@@ -54,6 +54,12 @@ impl Histogram {
         self.counts.iter().sum()
     }
 
+    /// Mean of the observations, if any.
+    pub fn mean(&self) -> Option<f64> {
+        let n = self.count();
+        (n > 0).then(|| self.sum / n as f64)
+    }
+
     /// The samples of this histogram as series `labels` of `metric`.
     pub fn samples<S: Into<String>>(
         &self,

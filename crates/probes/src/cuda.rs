@@ -93,6 +93,25 @@ pub fn device_count() -> Result<usize, ProbeError> {
     })
 }
 
+/// Every visible device as (ordinal, UUID, name), read without creating a context (which
+/// would cost time and device memory on each GPU).
+pub fn list_devices() -> Result<Vec<(usize, String, String)>, ProbeError> {
+    let n = device_count()?;
+    guarded("listing devices", || {
+        let mut out = Vec::with_capacity(n);
+        for ordinal in 0..n {
+            let dev = cudarc::driver::result::device::get(ordinal as i32)
+                .map_err(cuda_err("cuDeviceGet"))?;
+            let name = cudarc::driver::result::device::get_name(dev)
+                .map_err(cuda_err("cuDeviceGetName"))?;
+            let uuid = cudarc::driver::result::device::get_uuid(dev)
+                .map_err(cuda_err("cuDeviceGetUuid"))?;
+            out.push((ordinal, format_uuid(&uuid.bytes.map(|b| b as u8)), name));
+        }
+        Ok(out)
+    })
+}
+
 /// The CUDA version the driver supports, e.g. "13.0".
 pub fn driver_cuda_version() -> Result<String, ProbeError> {
     availability().check(ProbeKind::CopyD2D)?;

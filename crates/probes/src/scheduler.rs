@@ -129,17 +129,14 @@ pub struct CudaBackend {
 
 impl Backend for CudaBackend {
     fn discover(&mut self) -> Result<Vec<GpuId>, ProbeError> {
-        let n = crate::cuda::device_count()?;
-        let mut out = Vec::with_capacity(n);
-        for ordinal in 0..n {
-            let gpu = crate::cuda::Gpu::open(ordinal)?;
-            out.push(GpuId {
+        Ok(crate::cuda::list_devices()?
+            .into_iter()
+            .map(|(ordinal, uuid, model)| GpuId {
                 ordinal,
-                uuid: gpu.uuid.clone(),
-                model: gpu.name.clone(),
-            });
-        }
-        Ok(out)
+                uuid,
+                model,
+            })
+            .collect())
     }
 
     fn run(&mut self, gpu: &GpuId, kind: ProbeKind) -> Result<Vec<f64>, ProbeError> {
