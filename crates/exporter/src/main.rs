@@ -8,6 +8,7 @@ mod cli;
 mod collectors;
 mod config;
 mod logging;
+mod probe_cmd;
 mod runner;
 mod server;
 mod sim_source;
@@ -39,6 +40,9 @@ fn main() -> ExitCode {
     {
         print!("{}", dgx_pixels_metrics::catalog::markdown());
         return ExitCode::SUCCESS;
+    }
+    if let Some(Commands::Probe { what }) = &cli.command {
+        return probe_cmd::run(what);
     }
     let settings = match config::resolve(&cli, std::env::vars()) {
         Ok(s) => s,
