@@ -285,7 +285,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(
-            cli.collectors,
+            cli.collectors[..1],
             [CollectorFlags {
                 name: "nvml",
                 enabled: Some(false),

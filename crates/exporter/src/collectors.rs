@@ -14,11 +14,19 @@ pub struct CollectorDef {
 }
 
 /// Every collector the exporter knows.
-pub const COLLECTORS: &[CollectorDef] = &[CollectorDef {
-    name: "nvml",
-    enabled_by_default: true,
-    help: "GPU telemetry through NVML (libnvidia-ml.so.1, loaded at run time)",
-}];
+pub const COLLECTORS: &[CollectorDef] = &[
+    CollectorDef {
+        name: "nvml",
+        enabled_by_default: true,
+        help: "GPU telemetry through NVML (libnvidia-ml.so.1, loaded at run time)",
+    },
+    // Off by default: it puts work on the GPUs (politely, see [probes] in the config file).
+    CollectorDef {
+        name: "probes",
+        enabled_by_default: false,
+        help: "CUDA probe workloads on idle GPUs (libcuda.so.1 and cuBLAS, loaded at run time)",
+    },
+];
 
 /// Looks a collector up by name.
 pub fn find(name: &str) -> Option<&'static CollectorDef> {

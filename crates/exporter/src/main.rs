@@ -9,6 +9,7 @@ mod collectors;
 mod config;
 mod logging;
 mod probe_cmd;
+mod probes;
 mod runner;
 mod server;
 mod sim_source;
@@ -83,7 +84,7 @@ struct Plan {
     scenario: String,
 }
 
-fn plan(settings: &Settings) -> Result<Plan> {
+fn plan(settings: &Settings, store_slot: &probes::StoreSlot) -> Result<Plan> {
     if let Some(name) = &settings.simulation.scenario {
         let scenario = Scenario::load(name).map_err(|e| anyhow::anyhow!("{e}"))?;
         let scenario_name = scenario.name().to_string();
@@ -106,9 +107,20 @@ fn plan(settings: &Settings) -> Result<Plan> {
         if !settings.collector_enabled(c.name) {
             continue;
         }
-        let (interval, timeout) = settings.collector_timing(c.name);
+        let (interval, mut timeout) = settings.collector_timing(c.name);
+        if c.name == "probes"
+            && settings
+                .collector
+                .get("probes")
+                .and_then(|c| c.timeout)
+                .is_none()
+        {
+            // A probe run opens a CUDA context and cuBLAS first: seconds, not milliseconds.
+            timeout = probes::DEFAULT_TIMEOUT;
+        }
         let source: Box<dyn Source> = match c.name {
             "nvml" => Box::new(NvmlSource::new(settings.nvml.library.clone())),
+            "probes" => probes::source(settings, Arc::clone(store_slot))?,
             other => anyhow::bail!("collector {other} is registered but has no implementation"),
         };
         sources.push((source, Timing { interval, timeout }));
@@ -135,7 +147,8 @@ fn build_info(mode: &str, scenario: &str) -> Sample {
 }
 
 async fn run(settings: Settings) -> Result<()> {
-    let plan = plan(&settings)?;
+    let store_slot = probes::StoreSlot::default();
+    let plan = plan(&settings, &store_slot)?;
     let addr: SocketAddr = settings.listen_addr()?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -158,6 +171,8 @@ async fn run(settings: Settings) -> Result<()> {
         vec![build_info(plan.mode, &plan.scenario)],
         options,
     ));
+    // The probe scheduler reads GPU utilization from the store it publishes into.
+    let _ = store_slot.set(Arc::clone(&store));
     let mode_line = if plan.mode == "simulated" {
         format!(
             "SIMULATED node (scenario {}): these are not real GPUs.",
