@@ -87,16 +87,17 @@ fn run_probes(args: &ProbeRunArgs) -> ExitCode {
         Ok(o) => o,
         Err(e) => return usage(e),
     };
-    if let Some(out) = &args.output {
-        // Fail before minutes of GPU work, not after.
-        if let Err(e) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(out)
-        {
-            return usage(format!("--output {}: {e}", out.display()));
+    // Fail before minutes of GPU work, not after; a file made only for this check is removed
+    // again if the run produces nothing.
+    let created = match &args.output {
+        Some(out) if !out.exists() => {
+            if let Err(e) = std::fs::File::create(out) {
+                return usage(format!("--output {}: {e}", out.display()));
+            }
+            Some(out.clone())
         }
-    }
+        _ => None,
+    };
     let bar = ProgressBar::new(0);
     if let Ok(style) = ProgressStyle::with_template("{msg:32} [{bar:40}] {pos}/{len} {elapsed}") {
         bar.set_style(style.progress_chars("=> "));
@@ -110,6 +111,9 @@ fn run_probes(args: &ProbeRunArgs) -> ExitCode {
     let (results, failures) = match outcome {
         Ok(r) => r,
         Err(e) => {
+            if let Some(path) = &created {
+                let _ = std::fs::remove_file(path);
+            }
             eprintln!("{NAME} run: {e}");
             if matches!(e, dgx_pixels_probes::ProbeError::Config(_)) {
                 return ExitCode::from(2);
