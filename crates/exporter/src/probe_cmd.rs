@@ -243,3 +243,34 @@ fn compare_files(args: &ProbeCompareArgs) -> ExitCode {
     }
     ExitCode::SUCCESS
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_run_report_has_every_statistic_per_probe() {
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../probes/tests/fixtures/native.json");
+        let r = RunResults::read(&path).unwrap();
+        let text = report(&r);
+        assert!(text.starts_with("host dgx-01  container no  driver 580.65.06  CUDA 13.0  exporter 0.1.0 (abc1234)\n"), "{text}");
+        assert!(text.contains("\ngemm_bf16 on GPU 3 (NVIDIA H100 80GB HBM3, GPU-a)\n"));
+        for key in [
+            "mean", "median", "std", "min", "max", "p50", "p95", "p99", "cv", "95% CI",
+        ] {
+            assert_eq!(
+                text.matches(&format!("\n  {key:<8} ")).count(),
+                4,
+                "{key}: {text}"
+            );
+        }
+        assert!(text.contains("  mean     700.17 TFLOP/s\n"), "{text}");
+    }
+
+    #[test]
+    fn gpu_lists_parse() {
+        assert_eq!(parse_gpus("0, 2").unwrap(), [0, 2]);
+        assert!(parse_gpus("0,-1").is_err());
+    }
+}

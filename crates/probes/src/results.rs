@@ -323,9 +323,9 @@ fn unit_from_key(s: &str) -> Option<ProbeUnit> {
 pub fn human(value: f64, unit: ProbeUnit) -> String {
     match unit {
         ProbeUnit::Seconds => {
-            let (v, u) = if value < 1e-3 {
+            let (v, u) = if value.abs() < 1e-3 {
                 (value * 1e6, "µs")
-            } else if value < 1.0 {
+            } else if value.abs() < 1.0 {
                 (value * 1e3, "ms")
             } else {
                 (value, "s")
