@@ -201,6 +201,9 @@ async fn run(settings: Settings) -> Result<()> {
         "listening"
     );
 
+    // Handlers are installed before the server answers /-/ready, so a signal sent right after
+    // readiness is never delivered to the default (terminating) action.
+    let signal = shutdown_signal();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(
         axum::serve(listener, server::router(state))
@@ -210,7 +213,7 @@ async fn run(settings: Settings) -> Result<()> {
             .into_future(),
     );
     let server_result: Result<()> = tokio::select! {
-        signal = shutdown_signal() => {
+        signal = signal => {
             tracing::info!(signal, "shutting down");
             let _ = stop_tx.send(());
             match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
@@ -233,20 +236,23 @@ fn flatten(joined: Result<std::io::Result<()>, tokio::task::JoinError>) -> Resul
         .and_then(|r| r.map_err(anyhow::Error::from))
 }
 
-/// Resolves with the signal's name on SIGTERM or SIGINT.
-async fn shutdown_signal() -> &'static str {
+/// Installs the SIGTERM and SIGINT handlers now; the future resolves with the signal's name.
+fn shutdown_signal() -> impl std::future::Future<Output = &'static str> {
     use tokio::signal::unix::{signal, SignalKind};
-    match (
+    let handlers = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut term), Ok(mut int)) => tokio::select! {
-            _ = term.recv() => "SIGTERM",
-            _ = int.recv() => "SIGINT",
-        },
-        _ => {
-            // Without signal handlers, never shut down on our own.
-            std::future::pending().await
+    );
+    async move {
+        match handlers {
+            (Ok(mut term), Ok(mut int)) => tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
+            },
+            _ => {
+                // Without signal handlers, never shut down on our own.
+                std::future::pending().await
+            }
         }
     }
 }
