@@ -333,8 +333,9 @@ impl Gpu {
                 Bench::Fp32(self.gemm_buffers(n, seed, |v| v)?, n)
             }
             ProbeKind::GemmFp32 => {
-                // Pedantic: plain FP32 arithmetic, no TF32 or other reduced-precision shortcuts.
-                self.set_math(cublasMath_t::CUBLAS_PEDANTIC_MATH)?;
+                // Default math: cuBLAS uses TF32 only when asked to (or when the user forces it
+                // with NVIDIA_TF32_OVERRIDE), as PyTorch with allow_tf32 = False.
+                self.set_math(cublasMath_t::CUBLAS_DEFAULT_MATH)?;
                 Bench::Fp32(self.gemm_buffers(n, seed, |v| v)?, n)
             }
             ProbeKind::GemmFp64 => {

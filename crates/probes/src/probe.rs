@@ -67,7 +67,7 @@ probe_kinds! {
     GemmBf16 "gemm_bf16" Flops "Square GEMM through cuBLAS, bf16 inputs and output, fp32 accumulation.";
     GemmFp16 "gemm_fp16" Flops "Square GEMM through cuBLAS, fp16 inputs and output, fp32 accumulation.";
     GemmTf32 "gemm_tf32" Flops "Square fp32 GEMM through cuBLAS with TF32 tensor cores allowed.";
-    GemmFp32 "gemm_fp32" Flops "Square fp32 GEMM through cuBLAS in pedantic (true fp32) math mode.";
+    GemmFp32 "gemm_fp32" Flops "Square fp32 GEMM through cuBLAS in its default math mode (no TF32).";
     GemmFp64 "gemm_fp64" Flops "Square fp64 GEMM through cuBLAS.";
     CopyD2D "copy_d2d" BytesPerSecond "Device-to-device copy; bytes read plus bytes written per second.";
     CopyH2D "copy_h2d" BytesPerSecond "Host-to-device copy from pinned host memory.";
