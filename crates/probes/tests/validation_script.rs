@@ -65,6 +65,7 @@ fn validate(gemm_ratio: f64, copy_ratio: f64) -> (i32, String, String) {
             "--iterations",
             "3",
         ])
+        .env("PYTHONDONTWRITEBYTECODE", "1")
         .env(
             "PYTHONPATH",
             repo().join("crates/probes/tests/fixtures/fake_torch"),
@@ -132,6 +133,7 @@ fn the_table_can_be_recorded_as_markdown() {
             "--markdown",
             md.to_str().unwrap(),
         ])
+        .env("PYTHONDONTWRITEBYTECODE", "1")
         .env(
             "PYTHONPATH",
             repo().join("crates/probes/tests/fixtures/fake_torch"),
