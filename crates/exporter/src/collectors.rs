@@ -25,6 +25,12 @@ pub const COLLECTORS: &[CollectorDef] = &[
         enabled_by_default: true,
         help: "workload metrics from the *.prom files of --textfile.directory (runs only when it is set, also with --simulate)",
     },
+    // Off by default: it puts work on the GPUs (politely, see [probes] in the config file).
+    CollectorDef {
+        name: "probes",
+        enabled_by_default: false,
+        help: "CUDA probe workloads on idle GPUs (libcuda.so.1 and cuBLAS, loaded at run time)",
+    },
 ];
 
 /// Looks a collector up by name.

@@ -242,6 +242,42 @@ impl CostSettings {
     }
 }
 
+/// `[probes]`: how the daemon runs the CUDA probes (when `collector.probes` is enabled).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProbesSettings {
+    /// Comma-separated probes to rotate through [default: all].
+    pub probes: Option<String>,
+    /// Maximum fraction of GPU time spent in probes [default: 0.005].
+    pub duty_cycle: Option<f64>,
+    /// GPU utilization (0-1) above which a GPU is not probed [default: 0.05].
+    pub busy_threshold: Option<f64>,
+    /// Device memory one probe may allocate [default: 1073741824].
+    pub memory_limit_bytes: Option<u64>,
+}
+
+impl ProbesSettings {
+    /// The scheduler settings, checked.
+    pub fn schedule(&self) -> Result<dgx_pixels_probes::scheduler::ScheduleSettings, ConfigError> {
+        let mut s = dgx_pixels_probes::scheduler::ScheduleSettings::default();
+        if let Some(list) = &self.probes {
+            s.probes = dgx_pixels_probes::probe::parse_list(list)
+                .map_err(|e| ConfigError(format!("probes.probes: {e}")))?;
+        }
+        if let Some(d) = self.duty_cycle {
+            s.duty_cycle = d;
+        }
+        if let Some(b) = self.busy_threshold {
+            s.busy_threshold = b;
+        }
+        if let Some(m) = self.memory_limit_bytes {
+            s.memory_limit_bytes = m;
+        }
+        s.validate().map_err(|e| ConfigError(e.to_string()))?;
+        Ok(s)
+    }
+}
+
 /// Everything the daemon is configured with.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -264,6 +300,8 @@ pub struct Settings {
     pub textfile: TextfileSettings,
     /// Cost model; absent = no cost gauges.
     pub cost: Option<CostSettings>,
+    /// CUDA probes.
+    pub probes: ProbesSettings,
 }
 
 /// Default poll interval.
@@ -340,6 +378,7 @@ impl Settings {
                 }
             }
         }
+        self.probes.schedule()?;
         if self.simulation.interval.is_some_and(|d| d.is_zero()) {
             return Err(ConfigError("simulation.interval: must be > 0".into()));
         }
@@ -553,6 +592,32 @@ mod tests {
     }
 
     #[test]
+    fn probe_settings_come_from_file_and_env_and_are_checked() {
+        let f = file("[probes]\nprobes = \"gemm_bf16,copy_d2d\"\nduty_cycle = 0.01\n");
+        let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
+        let s = resolve(&cli, env(&[("DGX_PIXELS_PROBES__BUSY_THRESHOLD", "0.2")])).unwrap();
+        let sched = s.probes.schedule().unwrap();
+        assert_eq!(sched.duty_cycle, 0.01);
+        assert_eq!(sched.busy_threshold, 0.2);
+        assert_eq!(sched.probes.len(), 2);
+        assert_eq!(sched.memory_limit_bytes, 1 << 30);
+        let bad = file("[probes]\nduty_cycle = 2.0\n");
+        let cli = parse_from(["x", "--config.file", bad.path().to_str().unwrap()]).unwrap();
+        let e = resolve(&cli, []).unwrap_err().to_string();
+        assert!(
+            e.contains("probes.duty_cycle") && e.contains("(0, 1]"),
+            "{e}"
+        );
+        let bad = file("[probes]\nprobes = \"gemm_int4\"\n");
+        let cli = parse_from(["x", "--config.file", bad.path().to_str().unwrap()]).unwrap();
+        let e = resolve(&cli, []).unwrap_err().to_string();
+        assert!(
+            e.contains("probes.probes: unknown probe \"gemm_int4\""),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn defaults_apply_without_any_input() {
         let s = resolve(&parse_from(["x"]).unwrap(), []).unwrap();
         assert_eq!(s, Settings::default());
@@ -647,7 +712,7 @@ mod tests {
         let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
         let e = resolve(&cli, []).unwrap_err().to_string();
         assert!(
-            e.contains("collector.gpu: unknown collector; known: nvml"),
+            e.contains("collector.gpu: unknown collector; known: nvml, textfile, probes"),
             "{e}"
         );
 

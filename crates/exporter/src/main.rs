@@ -8,6 +8,8 @@ mod cli;
 mod collectors;
 mod config;
 mod logging;
+mod probe_cmd;
+mod probes;
 mod runner;
 mod server;
 mod sim_source;
@@ -40,6 +42,9 @@ fn main() -> ExitCode {
     {
         print!("{}", dgx_pixels_metrics::catalog::markdown());
         return ExitCode::SUCCESS;
+    }
+    if let Some(Commands::Probe { what }) = &cli.command {
+        return probe_cmd::run(what);
     }
     let settings = match config::resolve(&cli, std::env::vars()) {
         Ok(s) => s,
@@ -80,7 +85,7 @@ struct Plan {
     scenario: String,
 }
 
-fn plan(settings: &Settings) -> Result<Plan> {
+fn plan(settings: &Settings, store_slot: &probes::StoreSlot) -> Result<Plan> {
     if let Some(name) = &settings.simulation.scenario {
         let scenario = Scenario::load(name).map_err(|e| anyhow::anyhow!("{e}"))?;
         let scenario_name = scenario.name().to_string();
@@ -110,7 +115,17 @@ fn plan(settings: &Settings) -> Result<Plan> {
         if !settings.collector_enabled(c.name) {
             continue;
         }
-        let (interval, timeout) = settings.collector_timing(c.name);
+        let (interval, mut timeout) = settings.collector_timing(c.name);
+        if c.name == "probes"
+            && settings
+                .collector
+                .get("probes")
+                .and_then(|c| c.timeout)
+                .is_none()
+        {
+            // A probe run opens a CUDA context and cuBLAS first: seconds, not milliseconds.
+            timeout = probes::DEFAULT_TIMEOUT;
+        }
         let source: Box<dyn Source> = match c.name {
             "nvml" => {
                 let defaults = NvmlOptions::default();
@@ -134,6 +149,7 @@ fn plan(settings: &Settings) -> Result<Plan> {
                 sources.extend(textfile(settings, &[]));
                 continue;
             }
+            "probes" => probes::source(settings, Arc::clone(store_slot))?,
             other => anyhow::bail!("collector {other} is registered but has no implementation"),
         };
         sources.push((source, Timing { interval, timeout }));
@@ -214,7 +230,8 @@ fn build_info(mode: &str, scenario: &str) -> Sample {
 }
 
 async fn run(settings: Settings) -> Result<()> {
-    let plan = plan(&settings)?;
+    let store_slot = probes::StoreSlot::default();
+    let plan = plan(&settings, &store_slot)?;
     let addr: SocketAddr = settings.listen_addr()?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -230,6 +247,8 @@ async fn run(settings: Settings) -> Result<()> {
     let mut statics = vec![build_info(plan.mode, &plan.scenario)];
     statics.extend(cost_samples(&settings));
     let store = Arc::new(SnapshotStore::new(&names, statics, options));
+    // The probe scheduler reads GPU utilization from the store it publishes into.
+    let _ = store_slot.set(Arc::clone(&store));
     let mode_line = if plan.mode == "simulated" {
         format!(
             "SIMULATED node (scenario {}): these are not real GPUs.",
@@ -258,6 +277,9 @@ async fn run(settings: Settings) -> Result<()> {
         "listening"
     );
 
+    // Handlers are installed before the server answers /-/ready, so a signal sent right after
+    // readiness is never delivered to the default (terminating) action.
+    let signal = shutdown_signal();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(
         axum::serve(listener, server::router(state))
@@ -267,7 +289,7 @@ async fn run(settings: Settings) -> Result<()> {
             .into_future(),
     );
     let server_result: Result<()> = tokio::select! {
-        signal = shutdown_signal() => {
+        signal = signal => {
             tracing::info!(signal, "shutting down");
             let _ = stop_tx.send(());
             match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
@@ -290,20 +312,23 @@ fn flatten(joined: Result<std::io::Result<()>, tokio::task::JoinError>) -> Resul
         .and_then(|r| r.map_err(anyhow::Error::from))
 }
 
-/// Resolves with the signal's name on SIGTERM or SIGINT.
-async fn shutdown_signal() -> &'static str {
+/// Installs the SIGTERM and SIGINT handlers now; the future resolves with the signal's name.
+fn shutdown_signal() -> impl std::future::Future<Output = &'static str> {
     use tokio::signal::unix::{signal, SignalKind};
-    match (
+    let handlers = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut term), Ok(mut int)) => tokio::select! {
-            _ = term.recv() => "SIGTERM",
-            _ = int.recv() => "SIGINT",
-        },
-        _ => {
-            // Without signal handlers, never shut down on our own.
-            std::future::pending().await
+    );
+    async move {
+        match handlers {
+            (Ok(mut term), Ok(mut int)) => tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
+            },
+            _ => {
+                // Without signal handlers, never shut down on our own.
+                std::future::pending().await
+            }
         }
     }
 }

@@ -13,6 +13,9 @@ pub enum Kind {
     Gauge,
     /// A monotonically increasing total; its exposed name ends in `_total`.
     Counter,
+    /// Observations counted in buckets, exposed as `_bucket`, `_sum` and `_count` series; its
+    /// samples carry one extra label value (see [`crate::histogram`]).
+    Histogram,
 }
 
 impl Kind {
@@ -21,6 +24,7 @@ impl Kind {
         match self {
             Kind::Gauge => "gauge",
             Kind::Counter => "counter",
+            Kind::Histogram => "histogram",
         }
     }
 }
@@ -46,6 +50,8 @@ pub enum Unit {
     Celsius,
     /// A ratio between 0 and 1 (never percent).
     Ratio,
+    /// Floating-point operations per second.
+    Flops,
 }
 
 impl Unit {
@@ -61,6 +67,7 @@ impl Unit {
             Unit::Hertz => Some("hertz"),
             Unit::Celsius => Some("celsius"),
             Unit::Ratio => Some("ratio"),
+            Unit::Flops => Some("flops"),
         }
     }
 }
@@ -89,7 +96,7 @@ impl MetricDef {
     pub fn family_name(&self) -> &'static str {
         match self.kind {
             Kind::Counter => self.name.strip_suffix("_total").unwrap_or(self.name),
-            Kind::Gauge => self.name,
+            Kind::Gauge | Kind::Histogram => self.name,
         }
     }
 
@@ -149,8 +156,8 @@ impl Metric {
     }
 }
 
-// Sources: "nvml", "dcgm", "sim" (the simulated node), "textfile" and "exporter" (the daemon
-// itself, including the [cost] settings).
+// Sources: "nvml", "dcgm", "probes" (CUDA probes), "sim" (the simulated node), "textfile" and
+// "exporter" (the daemon itself, including the [cost] settings).
 define_catalog! {
     GpuInfo => Gauge None "dgx_pixels_gpu_info"
         ["gpu", "uuid", "model", "serial", "pci_bus_id", "vbios_version", "driver_version", "cuda_driver_version", "minor_number", "device"]
@@ -254,6 +261,22 @@ define_catalog! {
         "Polls the source has completed, successful or not.";
     SourcePollErrors => Counter None "dgx_pixels_source_poll_errors_total" ["source"] ["exporter"]
         "Polls of the source that failed or missed their deadline.";
+    ProbeGemm => Gauge Flops "dgx_pixels_probe_gemm_flops" ["gpu", "uuid", "probe"] ["probes"]
+        "Last GEMM throughput measured by a cuBLAS probe (median of its iterations); see dgx_pixels_probe_last_run_timestamp_seconds for when.";
+    ProbeBandwidth => Gauge BytesPerSecond "dgx_pixels_probe_bandwidth_bytes_per_second" ["gpu", "uuid", "probe"] ["probes"]
+        "Last copy bandwidth measured by a probe: copy_d2d counts bytes read plus written, copy_h2d and copy_d2h bytes moved over the host link from pinned memory.";
+    ProbeLaunchLatency => Gauge Seconds "dgx_pixels_probe_launch_latency_seconds" ["gpu", "uuid"] ["probes"]
+        "Last measured round trip of an empty kernel (launch and wait), per launch.";
+    ProbePeakFraction => Gauge Ratio "dgx_pixels_probe_peak_fraction_ratio" ["gpu", "uuid", "probe"] ["probes"]
+        "Last probe result as a fraction of the GPU model's published peak; absent for models without a published peak.";
+    ProbeLastRun => Gauge Seconds "dgx_pixels_probe_last_run_timestamp_seconds" ["gpu", "uuid", "probe"] ["probes"]
+        "Unix time at which the probe's exported result was measured.";
+    ProbeRuns => Counter None "dgx_pixels_probe_runs_total" ["gpu", "uuid", "probe", "outcome"] ["probes"]
+        "Probe runs by outcome: ok, error, skipped_busy (GPU utilization above the threshold) or skipped_no_utilization (no recent utilization reading to prove the GPU idle).";
+    ProbeDuration => Histogram Seconds "dgx_pixels_probe_duration_seconds" ["gpu", "uuid", "probe"] ["probes"]
+        "Wall time the GPU was held by one probe run, context setup included.";
+    ProbeDutyCycle => Gauge Ratio "dgx_pixels_probe_duty_cycle_ratio" ["gpu", "uuid"] ["probes"]
+        "Fraction of wall time since the exporter started that probes held the GPU.";
     ExporterBuildInfo => Gauge None "dgx_pixels_exporter_build_info" ["version", "revision", "rustc_version", "mode", "scenario"] ["exporter"]
         "Build facts of the exporter (value 1); mode is \"simulated\" when the GPUs are simulated, with the scenario's name.";
     TextfileScrapeError => Gauge None "dgx_pixels_textfile_scrape_error" ["file"] ["textfile"]

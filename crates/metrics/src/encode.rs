@@ -7,7 +7,7 @@ use std::time::UNIX_EPOCH;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
-    DescriptorEncoder, EncodeLabelSet, EncodeMetric, LabelSetEncoder,
+    DescriptorEncoder, EncodeLabelSet, EncodeMetric, LabelSetEncoder, MetricEncoder, NoLabelSet,
 };
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
@@ -15,6 +15,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit as PcUnit};
 
 use crate::catalog::{Kind, Metric, MetricDef};
+use crate::histogram;
 use crate::snapshot::{Sample, Snapshot};
 
 /// Content type of the OpenMetrics exposition.
@@ -131,7 +132,7 @@ pub fn encode(input: &ExpositionInput, format: Format) -> String {
 
 // ---- classic text format ----
 
-fn push_escaped(out: &mut String, s: &str, quote: bool) {
+pub(crate) fn push_escaped(out: &mut String, s: &str, quote: bool) {
     // Most values need no escaping: copy them whole.
     if !s
         .bytes()
@@ -174,6 +175,10 @@ fn encode_text(families: &Families<'_>, options: &EncodeOptions) -> String {
         out.push(' ');
         out.push_str(def.kind.as_str());
         out.push('\n');
+        if def.kind == Kind::Histogram {
+            histogram::write_text(&mut out, def, samples, &options.const_labels, push_escaped);
+            continue;
+        }
         for s in samples {
             out.push_str(def.name);
             let pairs = options
@@ -253,6 +258,7 @@ impl Collector for FamiliesCollector {
             let kind = match def.kind {
                 Kind::Gauge => MetricType::Gauge,
                 Kind::Counter => MetricType::Counter,
+                Kind::Histogram => MetricType::Histogram,
             };
             let mut family = encoder.encode_descriptor(
                 def.family_name_without_unit(),
@@ -260,6 +266,18 @@ impl Collector for FamiliesCollector {
                 unit.as_ref(),
                 kind,
             )?;
+            if def.kind == Kind::Histogram {
+                let refs: Vec<&Sample> = samples.iter().collect();
+                for h in histogram::series(def, &refs) {
+                    let labels = Labels {
+                        consts: &self.consts,
+                        names: def.labels,
+                        values: h.labels,
+                    };
+                    ConstHistogram(&h).encode(family.encode_family(&labels)?)?;
+                }
+                continue;
+            }
             for s in samples {
                 let labels = Labels {
                     consts: &self.consts,
@@ -270,10 +288,37 @@ impl Collector for FamiliesCollector {
                 match def.kind {
                     Kind::Gauge => ConstGauge::new(s.value).encode(series)?,
                     Kind::Counter => ConstCounter::new(s.value).encode(series)?,
+                    // Handled above.
+                    Kind::Histogram => {}
                 }
             }
         }
         Ok(())
+    }
+}
+
+/// A histogram series with fixed values, for prometheus-client's encoder.
+struct ConstHistogram<'a, 'b>(&'a histogram::Series<'b>);
+
+impl EncodeMetric for ConstHistogram<'_, '_> {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        // prometheus-client wants per-bucket counts; the samples hold cumulative ones.
+        let mut previous = 0;
+        let buckets: Vec<(f64, u64)> = self
+            .0
+            .buckets
+            .iter()
+            .map(|(_, bound, cumulative)| {
+                let own = cumulative.saturating_sub(previous);
+                previous = *cumulative;
+                (*bound, own)
+            })
+            .collect();
+        encoder.encode_histogram::<NoLabelSet>(self.0.sum, self.0.count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
     }
 }
 

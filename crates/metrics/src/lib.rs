@@ -30,6 +30,7 @@ pub mod catalog;
 pub mod encode;
 pub mod external;
 pub mod gpu;
+pub mod histogram;
 pub mod snapshot;
 pub mod source;
 pub mod store;

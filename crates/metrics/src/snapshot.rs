@@ -33,7 +33,10 @@ impl Sample {
     /// Whether the number of label values matches the catalog row (the encoders skip samples
     /// that do not, rather than emit a malformed series).
     pub fn is_well_formed(&self) -> bool {
-        self.labels.len() == self.metric.def().labels.len()
+        let def = self.metric.def();
+        // Histogram samples carry one more value: the bucket bound or "sum" (see `histogram`).
+        let extra = usize::from(def.kind == crate::catalog::Kind::Histogram);
+        self.labels.len() == def.labels.len() + extra
     }
 }
 

@@ -1,0 +1,192 @@
+//! The probe subcommands and the probes collector through the real binary, on a machine
+//! without CUDA: clear failures, no panics, comparisons from fixture files, a daemon that
+//! keeps serving.
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_dgx-pixels-exporter");
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../probes/tests/fixtures")
+        .join(name)
+}
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+#[test]
+fn probe_run_without_cuda_fails_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.json");
+    let (code, stdout, stderr) = run(&[
+        "probe",
+        "run",
+        "--iterations",
+        "3",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("CUDA unavailable") && stderr.contains("libcuda.so.1"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(stdout.is_empty(), "no table without results: {stdout}");
+    assert!(!out.exists(), "no results file left behind");
+}
+
+#[test]
+fn probe_run_rejects_bad_arguments_with_exit_2() {
+    let (code, _, stderr) = run(&["probe", "run", "--probe", "gemm_int4"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("unknown probe \"gemm_int4\""), "{stderr}");
+    let (code, _, stderr) = run(&["probe", "run", "--gpus", "0,x"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("--gpus: \"x\""), "{stderr}");
+    let (code, _, stderr) = run(&["probe", "run", "--iterations", "0"]);
+    assert_eq!(code, 2, "{stderr}");
+}
+
+#[test]
+fn probe_compare_writes_report_and_chart() {
+    let dir = tempfile::tempdir().unwrap();
+    let outdir = dir.path().join("cmp");
+    let (code, stdout, stderr) = run(&[
+        "probe",
+        "compare",
+        fixture("native.json").to_str().unwrap(),
+        fixture("container.csv").to_str().unwrap(),
+        "--output-dir",
+        outdir.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let report = std::fs::read_to_string(outdir.join("report.md")).unwrap();
+    assert_eq!(report, stdout);
+    assert!(
+        report.contains("| gemm_bf16 | 700.17 TFLOP/s | 331.36 TFLOP/s | +52.7% |"),
+        "{report}"
+    );
+    assert!(report.contains("| launch_latency |") && report.contains("20–40%"));
+    assert!(report.contains("](chart.png)"));
+    let png = std::fs::read(outdir.join("chart.png")).unwrap();
+    assert_eq!(&png[..4], b"\x89PNG");
+
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, "{").unwrap();
+    let (code, _, stderr) = run(&[
+        "probe",
+        "compare",
+        fixture("native.json").to_str().unwrap(),
+        bad.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        stderr.contains("bad.json") && stderr.contains("line 1"),
+        "{stderr}"
+    );
+}
+
+/// Kills the daemon on drop.
+struct Daemon(Child, u16);
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn metrics(port: u16) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).ok()?;
+    raw.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
+}
+
+fn daemon(args: &[&str]) -> Daemon {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(BIN)
+        .args(["--web.listen-address", &format!("127.0.0.1:{port}")])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    Daemon(child, port)
+}
+
+fn wait_for(d: &Daemon, what: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(body) = metrics(d.1) {
+            if body.contains(what) {
+                return body;
+            }
+        }
+        assert!(Instant::now() < deadline, "{what} not served in 10 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_probes_collector_without_cuda_is_down_and_the_daemon_keeps_serving() {
+    let mut d = daemon(&[
+        "--collector.probes",
+        "--nvml.library",
+        "/nonexistent/libnvidia-ml.so.1",
+    ]);
+    let body = wait_for(&d, "dgx_pixels_source_up{source=\"probes\"} 0");
+    assert!(body.contains("dgx_pixels_source_up{source=\"nvml\"} 0"));
+    assert!(
+        !body.contains("dgx_pixels_probe_"),
+        "no probe series without a GPU: {body}"
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let later = metrics(d.1).unwrap();
+    assert!(
+        later.contains("dgx_pixels_exporter_build_info{"),
+        "still serving"
+    );
+    assert!(d.0.try_wait().unwrap().is_none(), "still running");
+    let _ = d.0.kill();
+    let mut stderr = String::new();
+    d.0.stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("source=probes"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "said once: {stderr}");
+    assert!(warnings[0].contains("kind=cuda_unavailable") && warnings[0].contains("libcuda.so.1"));
+}
+
+#[test]
+fn a_simulated_node_serves_no_probe_results() {
+    let d = daemon(&["--simulate", "dgx-h100", "--collector.probes"]);
+    let body = wait_for(&d, "dgx_pixels_gpu_power_watts{");
+    assert!(!body.contains("dgx_pixels_probe_"), "{body}");
+    assert!(!body.contains("source=\"probes\""));
+}

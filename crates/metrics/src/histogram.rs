@@ -1,0 +1,275 @@
+//! Histograms in the sample model.
+//!
+//! A histogram series travels as plain [`Sample`]s of a [`Kind::Histogram`] catalog row, each
+//! with one label value more than the row names: the upper bound of a bucket (`le`, with the
+//! cumulative count as value; `+Inf` carries the total count) or [`SUM`] (the sum of the
+//! observations). [`Sample::histogram`] builds them; the encoders turn them back into
+//! `_bucket`/`_sum`/`_count` lines. Keeping `Sample` unchanged keeps every source and encoder
+//! path that knows nothing of histograms exactly as it was.
+//!
+//! [`Kind::Histogram`]: crate::Kind::Histogram
+
+use std::fmt::Write as _;
+
+use crate::catalog::{Metric, MetricDef};
+use crate::snapshot::Sample;
+
+/// Extra label value of the sample that carries a histogram's sum.
+pub const SUM: &str = "sum";
+/// Extra label value of the last bucket (its value is the total count).
+pub const INF: &str = "+Inf";
+
+/// Cumulative bucket counts of one histogram, with fixed upper bounds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Histogram {
+    bounds: Vec<f64>,
+    /// Per-bucket (not cumulative) counts; one more than `bounds` (the +Inf bucket).
+    counts: Vec<u64>,
+    sum: f64,
+}
+
+impl Histogram {
+    /// An empty histogram with the given increasing upper bounds (+Inf is implied).
+    pub fn new(bounds: &[f64]) -> Histogram {
+        Histogram {
+            bounds: bounds.to_vec(),
+            counts: vec![0; bounds.len() + 1],
+            sum: 0.0,
+        }
+    }
+
+    /// Records one observation.
+    pub fn observe(&mut self, v: f64) {
+        let i = self
+            .bounds
+            .iter()
+            .position(|b| v <= *b)
+            .unwrap_or(self.bounds.len());
+        self.counts[i] += 1;
+        self.sum += v;
+    }
+
+    /// Observations recorded.
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// Mean of the observations, if any.
+    pub fn mean(&self) -> Option<f64> {
+        let n = self.count();
+        (n > 0).then(|| self.sum / n as f64)
+    }
+
+    /// The samples of this histogram as series `labels` of `metric`.
+    pub fn samples<S: Into<String>>(
+        &self,
+        metric: Metric,
+        labels: impl IntoIterator<Item = S>,
+    ) -> Vec<Sample> {
+        let base: Vec<String> = labels.into_iter().map(Into::into).collect();
+        let with = |extra: String| {
+            let mut l = base.clone();
+            l.push(extra);
+            l
+        };
+        let mut out = Vec::with_capacity(self.counts.len() + 1);
+        let mut cumulative = 0;
+        for (i, c) in self.counts.iter().enumerate() {
+            cumulative += c;
+            let le = match self.bounds.get(i) {
+                Some(b) => format!("{b}"),
+                None => INF.to_string(),
+            };
+            out.push(Sample {
+                metric,
+                labels: with(le),
+                value: cumulative as f64,
+            });
+        }
+        out.push(Sample {
+            metric,
+            labels: with(SUM.to_string()),
+            value: self.sum,
+        });
+        out
+    }
+}
+
+/// One histogram series rebuilt from its samples.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Series<'a> {
+    /// Label values of the catalog row's label names.
+    pub labels: &'a [String],
+    /// (upper bound as written, upper bound, cumulative count), +Inf last.
+    pub buckets: Vec<(&'a str, f64, u64)>,
+    pub sum: f64,
+    pub count: u64,
+}
+
+/// Groups a histogram family's samples into series, in order; samples with a malformed extra
+/// label are skipped, and a series without its +Inf bucket is dropped.
+pub(crate) fn series<'a>(def: &MetricDef, samples: &[&'a Sample]) -> Vec<Series<'a>> {
+    let n = def.labels.len();
+    let mut out: Vec<Series<'a>> = Vec::new();
+    for s in samples {
+        if s.labels.len() != n + 1 {
+            continue;
+        }
+        let (base, extra) = (&s.labels[..n], s.labels[n].as_str());
+        let idx = match out.iter().position(|x| x.labels == base) {
+            Some(i) => i,
+            None => {
+                out.push(Series {
+                    labels: base,
+                    buckets: Vec::new(),
+                    sum: 0.0,
+                    count: 0,
+                });
+                out.len() - 1
+            }
+        };
+        let series = &mut out[idx];
+        if extra == SUM {
+            series.sum = s.value;
+        } else if extra == INF {
+            series.count = s.value as u64;
+            series.buckets.push((INF, f64::INFINITY, s.value as u64));
+        } else if let Ok(bound) = extra.parse::<f64>() {
+            series.buckets.push((extra, bound, s.value as u64));
+        }
+    }
+    out.retain(|s| s.buckets.last().is_some_and(|b| b.0 == INF));
+    out
+}
+
+/// Writes a histogram family's series in the classic text format (the caller wrote HELP/TYPE).
+pub(crate) fn write_text(
+    out: &mut String,
+    def: &MetricDef,
+    samples: &[&Sample],
+    consts: &[(String, String)],
+    escape: fn(&mut String, &str, bool),
+) {
+    for s in series(def, samples) {
+        let mut labels = String::new();
+        let pairs = consts.iter().map(|(k, v)| (k.as_str(), v.as_str())).chain(
+            def.labels
+                .iter()
+                .copied()
+                .zip(s.labels.iter().map(String::as_str)),
+        );
+        for (k, v) in pairs {
+            labels.push_str(k);
+            labels.push_str("=\"");
+            escape(&mut labels, v, true);
+            labels.push_str("\",");
+        }
+        for (le, _, c) in &s.buckets {
+            let _ = writeln!(out, "{}_bucket{{{labels}le=\"{le}\"}} {c}", def.name);
+        }
+        let trimmed = labels.trim_end_matches(',');
+        let braces = |suffix: &str| {
+            if trimmed.is_empty() {
+                format!("{}_{suffix}", def.name)
+            } else {
+                format!("{}_{suffix}{{{trimmed}}}", def.name)
+            }
+        };
+        let _ = writeln!(out, "{} {}", braces("sum"), s.sum);
+        let _ = writeln!(out, "{} {}", braces("count"), s.count);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn observations_land_in_cumulative_buckets() {
+        let mut h = Histogram::new(&[0.01, 0.1]);
+        for v in [0.005, 0.05, 0.05, 3.0] {
+            h.observe(v);
+        }
+        assert_eq!(h.count(), 4);
+        let s = h.samples(Metric::ProbeDuration, ["0", "GPU-a", "gemm_bf16"]);
+        let got: Vec<(&str, f64)> = s.iter().map(|s| (s.labels[3].as_str(), s.value)).collect();
+        assert_eq!(
+            got,
+            [("0.01", 1.0), ("0.1", 3.0), ("+Inf", 4.0), ("sum", 3.105)]
+        );
+        assert!(s.iter().all(Sample::is_well_formed));
+    }
+
+    fn exposition(format: crate::Format) -> String {
+        use crate::encode::{encode, EncodeOptions, ExpositionInput};
+        use crate::snapshot::{Snapshot, SourceHealth};
+        use std::sync::Arc;
+        let mut h = Histogram::new(&[0.01, 0.1]);
+        h.observe(0.02);
+        h.observe(0.5);
+        let mut samples = h.samples(Metric::ProbeDuration, ["0", "GPU-a", "gemm_bf16"]);
+        // Malformed: a bound that is not a number, and a series without +Inf.
+        samples.push(Sample::new(
+            Metric::ProbeDuration,
+            ["1", "GPU-b", "copy_d2d", "x"],
+            1.0,
+        ));
+        samples.push(Sample::new(
+            Metric::ProbeDuration,
+            ["1", "GPU-b", "copy_d2d", "0.1"],
+            1.0,
+        ));
+        encode(
+            &ExpositionInput {
+                statics: Arc::new(vec![]),
+                snapshots: vec![Arc::new(Snapshot {
+                    source: "probes".into(),
+                    health: SourceHealth {
+                        up: true,
+                        polls: 1,
+                        ..Default::default()
+                    },
+                    samples,
+                })],
+                options: Arc::new(EncodeOptions {
+                    const_labels: vec![("node".into(), "n1".into())],
+                }),
+            },
+            format,
+        )
+    }
+
+    #[test]
+    fn classic_text_has_buckets_sum_and_count() {
+        let text = exposition(crate::Format::Text);
+        let expected = "# TYPE dgx_pixels_probe_duration_seconds histogram\n\
+            dgx_pixels_probe_duration_seconds_bucket{node=\"n1\",gpu=\"0\",uuid=\"GPU-a\",probe=\"gemm_bf16\",le=\"0.01\"} 0\n\
+            dgx_pixels_probe_duration_seconds_bucket{node=\"n1\",gpu=\"0\",uuid=\"GPU-a\",probe=\"gemm_bf16\",le=\"0.1\"} 1\n\
+            dgx_pixels_probe_duration_seconds_bucket{node=\"n1\",gpu=\"0\",uuid=\"GPU-a\",probe=\"gemm_bf16\",le=\"+Inf\"} 2\n\
+            dgx_pixels_probe_duration_seconds_sum{node=\"n1\",gpu=\"0\",uuid=\"GPU-a\",probe=\"gemm_bf16\"} 0.52\n\
+            dgx_pixels_probe_duration_seconds_count{node=\"n1\",gpu=\"0\",uuid=\"GPU-a\",probe=\"gemm_bf16\"} 2\n";
+        assert!(text.contains(expected), "{text}");
+        assert!(
+            !text.contains("GPU-b"),
+            "incomplete series must not be served: {text}"
+        );
+    }
+
+    #[test]
+    fn openmetrics_has_the_same_histogram() {
+        let om = exposition(crate::Format::OpenMetrics);
+        assert!(
+            om.contains("# TYPE dgx_pixels_probe_duration_seconds histogram\n"),
+            "{om}"
+        );
+        assert!(
+            om.contains("# UNIT dgx_pixels_probe_duration_seconds seconds\n"),
+            "{om}"
+        );
+        // prometheus-client writes le first; label order carries no meaning.
+        assert!(om.contains("dgx_pixels_probe_duration_seconds_bucket{le=\"0.1\",node=\"n1\",gpu=\"0\",uuid=\"GPU-a\",probe=\"gemm_bf16\"} 1\n"), "{om}");
+        assert!(om.contains("dgx_pixels_probe_duration_seconds_bucket{le=\"+Inf\",node=\"n1\",gpu=\"0\",uuid=\"GPU-a\",probe=\"gemm_bf16\"} 2\n"), "{om}");
+        assert!(om.contains("dgx_pixels_probe_duration_seconds_count{node=\"n1\",gpu=\"0\",uuid=\"GPU-a\",probe=\"gemm_bf16\"} 2\n"), "{om}");
+        assert!(!om.contains("GPU-b"));
+    }
+}

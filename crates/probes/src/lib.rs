@@ -1,0 +1,191 @@
+//! In-process CUDA probe workloads: what they measure, how to run them once as a benchmark, how
+//! to compare two runs, and how the daemon runs them politely as metrics.
+//!
+//! Why a crate of its own: it is the only part of the exporter that puts work on the GPU, and
+//! the only one that talks to CUDA (through [`cudarc`], which opens `libcuda` and cuBLAS at
+//! run time: nothing NVIDIA is linked, and the crate builds and tests without CUDA).
+//!
+//! - [`probe`]: the probes ([`ProbeKind`]: GEMM in bf16/fp16/tf32/fp32/fp64, device and host
+//!   copy bandwidth, launch latency), their units and sizes ([`ProbeSizes`]).
+//! - [`cuda`]: runs them on a GPU; guards every call (see "Missing libraries" below).
+//! - [`stats`]: mean, median, percentiles, CV, Student-t confidence intervals, Welch's test.
+//! - [`results`]: result files (JSON/CSV) with the environment they were measured in.
+//! - [`compare`]: overhead, significance and verdict between two result files, as Markdown
+//!   and a PNG chart.
+//! - [`peaks`]: published peak rates per GPU model.
+//! - [`scheduler`]: the daemon's `probes` [`dgx_pixels_metrics::Source`].
+//!
+//! # Which CUDA
+//!
+//! cudarc needs one CUDA version feature at build time; it decides the API bindings and which
+//! library names are tried at run time. We build with `cuda-13000`: the shipped binary must
+//! run on current systems (driver 580+, CUDA 13), and a CUDA 12 build never tries
+//! `libcublas.so.13`. A 13.0 build tries `libcuda.so`, then `.so.13`, `.so.12`, ..., and
+//! `libcuda.so.1` (the driver's real soname), and for cuBLAS `libcublas.so`, `.so.13`, then
+//! `.so.12`, so a CUDA 12 cuBLAS is found too. We only call entry points that exist in both
+//! 12.x and 13.x (context, memory, events, module load, `cublasGemmEx`, `cublasSgemm`,
+//! `cublasDgemm`, `cublasSetMathMode`). The driver must support CUDA 13.0 (driver 580 or
+//! newer) for the 13.0 driver entry points; an older driver fails cleanly (see below).
+//! cuBLAS is found through the loader's normal search: system CUDA installs register it with
+//! ld.so; for a pip-installed cuBLAS (PyTorch's `nvidia-cublas` wheels) add its `lib`
+//! directory to `LD_LIBRARY_PATH` (scripts/gpu-validate-probes.sh does this).
+//!
+//! # Missing libraries
+//!
+//! cudarc panics when a library or symbol is missing. Each entry point first checks that the
+//! library opens ([`cuda::availability`]), then runs inside `catch_unwind`: without CUDA a
+//! probe reports [`ProbeError::Unavailable`], the daemon's `probes` source reports down, and
+//! everything else goes on.
+//!
+//! ```
+//! use dgx_pixels_probes::{stats, ProbeKind};
+//!
+//! let s = stats::summarize(&[700e12, 705e12, 698e12]).unwrap();
+//! assert!(s.ci95.unwrap().0 < s.mean);
+//! assert_eq!("gemm_bf16".parse::<ProbeKind>().unwrap(), ProbeKind::GemmBf16);
+//! ```
+#![deny(missing_docs)]
+
+pub mod compare;
+pub mod cuda;
+pub mod peaks;
+pub mod probe;
+pub mod results;
+pub mod scheduler;
+pub mod stats;
+
+pub use probe::{ProbeKind, ProbeSizes, ProbeUnit};
+pub use results::{Environment, ProbeResult, RunResults};
+
+/// Why a probe did not produce a result.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ProbeError {
+    /// CUDA (the driver or cuBLAS) cannot be loaded on this machine.
+    #[error("CUDA unavailable: {0}")]
+    Unavailable(String),
+    /// A CUDA or cuBLAS call failed.
+    #[error("{0}")]
+    Cuda(String),
+    /// Bad settings.
+    #[error("{0}")]
+    Config(String),
+    /// Reading or writing a file failed.
+    #[error("{0}")]
+    Io(String),
+    /// A result file is malformed.
+    #[error("{0}")]
+    Parse(String),
+}
+
+/// What to run in one-shot mode.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOptions {
+    /// Probes, in order.
+    pub probes: Vec<ProbeKind>,
+    /// CUDA ordinals; `None` means every visible GPU.
+    pub gpus: Option<Vec<usize>>,
+    /// Unrecorded iterations before measuring.
+    pub warmup: usize,
+    /// Recorded iterations.
+    pub iterations: usize,
+    /// Seed of the input data.
+    pub seed: u64,
+    /// Workload sizes.
+    pub sizes: ProbeSizes,
+}
+
+/// Progress of a one-shot run, for a progress bar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// Total iterations (warm-up included) about to run.
+    Planned(u64),
+    /// A probe starts on a GPU.
+    Started(ProbeKind, usize),
+    /// One iteration done.
+    Step,
+}
+
+/// A probe that failed on a GPU (CUDA ordinal) in a one-shot run.
+pub type Failure = (ProbeKind, usize, ProbeError);
+
+/// Runs every selected probe on every selected GPU. A probe that fails on a GPU is reported in
+/// the second list and the run goes on; the error is for when nothing could run at all.
+pub fn run_once(
+    opts: &RunOptions,
+    mut environment: Environment,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<(RunResults, Vec<Failure>), ProbeError> {
+    opts.sizes.validate()?;
+    if opts.iterations == 0 {
+        return Err(ProbeError::Config("--iterations must be at least 1".into()));
+    }
+    let count = cuda::device_count()?;
+    if count == 0 {
+        return Err(ProbeError::Unavailable(
+            "the CUDA driver sees no GPU".into(),
+        ));
+    }
+    let gpus = match &opts.gpus {
+        Some(list) => {
+            if let Some(bad) = list.iter().find(|g| **g >= count) {
+                return Err(ProbeError::Config(format!(
+                    "--gpus: GPU {bad} does not exist; this machine has {count} (0..{})",
+                    count - 1
+                )));
+            }
+            list.clone()
+        }
+        None => (0..count).collect(),
+    };
+    environment.cuda_version = cuda::driver_cuda_version().unwrap_or_default();
+    progress(Progress::Planned(
+        (gpus.len() * opts.probes.len() * (opts.warmup + opts.iterations)) as u64,
+    ));
+    let mut results = Vec::new();
+    let mut failures = Vec::new();
+    for &ordinal in &gpus {
+        let mut gpu = match cuda::Gpu::open(ordinal) {
+            Ok(g) => g,
+            Err(e) => {
+                for k in &opts.probes {
+                    failures.push((*k, ordinal, e.clone()));
+                }
+                continue;
+            }
+        };
+        for &kind in &opts.probes {
+            progress(Progress::Started(kind, ordinal));
+            match gpu.run(
+                kind,
+                &opts.sizes,
+                opts.seed,
+                opts.warmup,
+                opts.iterations,
+                &mut || progress(Progress::Step),
+            ) {
+                Ok(values) => results.push(ProbeResult {
+                    probe: kind.name().to_string(),
+                    gpu: ordinal,
+                    uuid: gpu.uuid.clone(),
+                    model: gpu.name.clone(),
+                    unit: kind.unit(),
+                    summary: stats::summarize(&values),
+                    values,
+                }),
+                Err(e) => failures.push((kind, ordinal, e)),
+            }
+        }
+    }
+    Ok((
+        RunResults {
+            format: results::FORMAT.to_string(),
+            environment,
+            warmup: opts.warmup,
+            iterations: opts.iterations,
+            seed: opts.seed,
+            sizes: opts.sizes.clone(),
+            results,
+        },
+        failures,
+    ))
+}

@@ -1,0 +1,148 @@
+//! Published peak rates per GPU model, to export the fraction of peak a probe achieved.
+//!
+//! Dense (no structured sparsity) tensor-core rates and HBM bandwidth from NVIDIA's data
+//! sheets. A model missing here, or a rate a data sheet does not give, exports no fraction:
+//! a guessed peak would make the ratio a lie.
+
+use crate::probe::ProbeKind;
+
+/// Peak rates of one model; FLOP/s and bytes/s.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Peaks {
+    /// Model names as NVML and CUDA report them.
+    pub names: &'static [&'static str],
+    /// Dense bf16 (= fp16) tensor-core FLOP/s.
+    pub bf16: f64,
+    /// Dense TF32 tensor-core FLOP/s.
+    pub tf32: f64,
+    /// FP32 (non-tensor) FLOP/s.
+    pub fp32: f64,
+    /// FP64 FLOP/s (tensor core where the GPU has FP64 tensor cores, which cuBLAS uses).
+    pub fp64: f64,
+    /// Memory bandwidth, bytes/s.
+    pub memory_bandwidth: f64,
+}
+
+const T: f64 = 1e12;
+
+/// The table.
+pub static PEAKS: &[Peaks] = &[
+    Peaks {
+        names: &[
+            "NVIDIA H100 80GB HBM3",
+            "NVIDIA H100 SXM5 80GB",
+            "NVIDIA H100",
+        ],
+        bf16: 989.4 * T,
+        tf32: 494.7 * T,
+        fp32: 66.9 * T,
+        fp64: 66.9 * T,
+        memory_bandwidth: 3.35 * T,
+    },
+    Peaks {
+        names: &["NVIDIA H100 PCIe"],
+        bf16: 756.5 * T,
+        tf32: 378.0 * T,
+        fp32: 51.2 * T,
+        fp64: 51.2 * T,
+        memory_bandwidth: 2.0 * T,
+    },
+    Peaks {
+        names: &["NVIDIA H200"],
+        bf16: 989.4 * T,
+        tf32: 494.7 * T,
+        fp32: 66.9 * T,
+        fp64: 66.9 * T,
+        memory_bandwidth: 4.8 * T,
+    },
+    Peaks {
+        names: &["NVIDIA A100-SXM4-80GB"],
+        bf16: 312.0 * T,
+        tf32: 156.0 * T,
+        fp32: 19.5 * T,
+        fp64: 19.5 * T,
+        memory_bandwidth: 2.039 * T,
+    },
+    Peaks {
+        names: &["NVIDIA A100-SXM4-40GB"],
+        bf16: 312.0 * T,
+        tf32: 156.0 * T,
+        fp32: 19.5 * T,
+        fp64: 19.5 * T,
+        memory_bandwidth: 1.555 * T,
+    },
+    Peaks {
+        names: &["NVIDIA A100 80GB PCIe"],
+        bf16: 312.0 * T,
+        tf32: 156.0 * T,
+        fp32: 19.5 * T,
+        fp64: 19.5 * T,
+        memory_bandwidth: 1.935 * T,
+    },
+];
+
+/// The peaks of `model`, if the table knows it.
+pub fn lookup(model: &str) -> Option<&'static Peaks> {
+    let model = model.trim();
+    PEAKS.iter().find(|p| p.names.contains(&model))
+}
+
+/// The published peak of `kind` on `model`; `None` for unknown models and for probes without
+/// a published peak (host copies and launch latency depend on the host and PCIe link).
+pub fn peak(model: &str, kind: ProbeKind) -> Option<f64> {
+    let p = lookup(model)?;
+    match kind {
+        ProbeKind::GemmBf16 | ProbeKind::GemmFp16 => Some(p.bf16),
+        ProbeKind::GemmTf32 => Some(p.tf32),
+        ProbeKind::GemmFp32 => Some(p.fp32),
+        ProbeKind::GemmFp64 => Some(p.fp64),
+        ProbeKind::CopyD2D => Some(p.memory_bandwidth),
+        ProbeKind::CopyH2D | ProbeKind::CopyD2H | ProbeKind::LaunchLatency => None,
+    }
+}
+
+/// `value / peak` for a probe result on `model`, when the peak is known.
+pub fn fraction(model: &str, kind: ProbeKind, value: f64) -> Option<f64> {
+    peak(model, kind).map(|p| value / p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn h100_sxm_peaks_are_the_published_ones() {
+        assert_eq!(
+            peak("NVIDIA H100 80GB HBM3", ProbeKind::GemmBf16),
+            Some(989.4e12)
+        );
+        assert_eq!(
+            peak("NVIDIA H100 80GB HBM3", ProbeKind::CopyD2D),
+            Some(3.35e12)
+        );
+        let f = fraction("NVIDIA H100 80GB HBM3", ProbeKind::GemmBf16, 700e12);
+        assert!(f.is_some_and(|f| (f - 700.0 / 989.4).abs() < 1e-12));
+    }
+
+    #[test]
+    fn unknown_models_and_unpublished_rates_have_no_fraction() {
+        assert_eq!(fraction("NVIDIA GB10", ProbeKind::GemmBf16, 1.0), None);
+        assert_eq!(
+            fraction("NVIDIA H100 80GB HBM3", ProbeKind::CopyH2D, 1.0),
+            None
+        );
+        assert_eq!(
+            fraction("NVIDIA H100 80GB HBM3", ProbeKind::LaunchLatency, 1.0),
+            None
+        );
+    }
+
+    #[test]
+    fn model_names_are_unique() {
+        let mut all: Vec<_> = PEAKS.iter().flat_map(|p| p.names.iter()).collect();
+        let n = all.len();
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), n);
+    }
+}

@@ -1,0 +1,373 @@
+//! Result files of `probe run` (JSON or CSV) with the environment they were measured in, and
+//! the one-shot runner that produces them.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::probe::{ProbeKind, ProbeSizes, ProbeUnit};
+use crate::stats::{summarize, Summary};
+use crate::ProbeError;
+
+/// Identifies the JSON result format.
+pub const FORMAT: &str = "dgx-pixels-probe-results/1";
+
+/// Where a run happened. Every field is what was observed; unknown ones are empty.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Environment {
+    /// Host name.
+    pub hostname: String,
+    /// Whether the process runs in a container, and the evidence ("no" when none was found).
+    pub container: String,
+    /// NVIDIA kernel driver version (from /proc/driver/nvidia/version).
+    pub driver_version: String,
+    /// CUDA version the driver supports.
+    pub cuda_version: String,
+    /// Exporter version.
+    pub exporter_version: String,
+    /// Git revision the exporter was built from.
+    pub git_revision: String,
+    /// Start of the run, RFC 3339 UTC.
+    pub started_at: String,
+}
+
+/// Detects whether this process runs in a container; returns the evidence or "no".
+pub fn detect_container() -> String {
+    if Path::new("/.dockerenv").exists() {
+        return "yes (/.dockerenv)".into();
+    }
+    if Path::new("/run/.containerenv").exists() {
+        return "yes (/run/.containerenv)".into();
+    }
+    if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
+        return "yes (Kubernetes pod)".into();
+    }
+    if let Ok(cg) = std::fs::read_to_string("/proc/1/cgroup") {
+        for marker in ["docker", "kubepods", "containerd", "libpod", "lxc"] {
+            if cg.contains(marker) {
+                return format!("yes (/proc/1/cgroup mentions {marker})");
+            }
+        }
+    }
+    "no".into()
+}
+
+/// The host's name, from the kernel.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// The NVIDIA kernel module's version, e.g. "580.65.06"; empty without a driver.
+pub fn nvidia_driver_version() -> String {
+    let text = std::fs::read_to_string("/proc/driver/nvidia/version").unwrap_or_default();
+    parse_driver_version(&text)
+}
+
+fn parse_driver_version(text: &str) -> String {
+    // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul 27 ..."
+    text.lines()
+        .find(|l| l.starts_with("NVRM version"))
+        .and_then(|l| {
+            l.split_whitespace()
+                .find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()) && w.contains('.'))
+        })
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Measurements of one probe on one GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProbeResult {
+    /// Probe name.
+    pub probe: String,
+    /// CUDA ordinal of the GPU.
+    pub gpu: usize,
+    /// GPU UUID.
+    #[serde(default)]
+    pub uuid: String,
+    /// GPU model.
+    #[serde(default)]
+    pub model: String,
+    /// Unit of `values`.
+    pub unit: ProbeUnit,
+    /// One value per measured iteration, in order.
+    pub values: Vec<f64>,
+    /// Summary of `values` (recomputed on load; stored for readers of the file).
+    #[serde(default, skip_deserializing)]
+    pub summary: Option<Summary>,
+}
+
+/// A result file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunResults {
+    /// [`FORMAT`].
+    pub format: String,
+    /// Where it ran.
+    pub environment: Environment,
+    /// Warm-up iterations per probe.
+    pub warmup: usize,
+    /// Measured iterations per probe.
+    pub iterations: usize,
+    /// Seed of the input data.
+    pub seed: u64,
+    /// Workload sizes.
+    pub sizes: ProbeSizes,
+    /// One entry per probe and GPU.
+    pub results: Vec<ProbeResult>,
+}
+
+impl RunResults {
+    /// Fills every result's summary.
+    pub fn summarize(&mut self) {
+        for r in &mut self.results {
+            r.summary = summarize(&r.values);
+        }
+    }
+
+    /// Serializes as JSON (pretty) or, for a `.csv` path, as CSV.
+    pub fn render(&self, path: &Path) -> Result<String, ProbeError> {
+        if is_csv(path) {
+            Ok(self.to_csv())
+        } else {
+            serde_json::to_string_pretty(self)
+                .map(|s| s + "\n")
+                .map_err(|e| ProbeError::Io(format!("{}: {e}", path.display())))
+        }
+    }
+
+    /// Writes to `path` (format by extension: `.csv`, else JSON).
+    pub fn write(&self, path: &Path) -> Result<(), ProbeError> {
+        let text = self.render(path)?;
+        std::fs::write(path, text).map_err(|e| ProbeError::Io(format!("{}: {e}", path.display())))
+    }
+
+    /// CSV: `# key: value` metadata lines, then one row per measurement.
+    pub fn to_csv(&self) -> String {
+        let e = &self.environment;
+        let mut out = String::new();
+        let meta = [
+            ("format", self.format.clone()),
+            ("hostname", e.hostname.clone()),
+            ("container", e.container.clone()),
+            ("driver_version", e.driver_version.clone()),
+            ("cuda_version", e.cuda_version.clone()),
+            ("exporter_version", e.exporter_version.clone()),
+            ("git_revision", e.git_revision.clone()),
+            ("started_at", e.started_at.clone()),
+            ("warmup", self.warmup.to_string()),
+            ("iterations", self.iterations.to_string()),
+            ("seed", self.seed.to_string()),
+        ];
+        for (k, v) in meta {
+            let _ = writeln!(out, "# {k}: {}", v.replace('\n', " "));
+        }
+        out.push_str("probe,gpu,uuid,model,unit,iteration,value\n");
+        for r in &self.results {
+            for (i, v) in r.values.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "{},{},{},{},{},{i},{v:e}",
+                    r.probe,
+                    r.gpu,
+                    r.uuid,
+                    r.model.replace(',', " "),
+                    unit_key(r.unit)
+                );
+            }
+        }
+        out
+    }
+
+    /// Reads a result file written by [`RunResults::write`] (JSON or CSV by extension).
+    pub fn read(path: &Path) -> Result<RunResults, ProbeError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ProbeError::Io(format!("{}: {e}", path.display())))?;
+        let mut r = if is_csv(path) {
+            Self::from_csv(&text)
+                .map_err(|e| ProbeError::Parse(format!("{}: {e}", path.display())))?
+        } else {
+            serde_json::from_str::<RunResults>(&text).map_err(|e| {
+                ProbeError::Parse(format!(
+                    "{}: line {} column {}: {e}",
+                    path.display(),
+                    e.line(),
+                    e.column()
+                ))
+            })?
+        };
+        if r.format != FORMAT {
+            return Err(ProbeError::Parse(format!(
+                "{}: format {:?} is not {FORMAT:?}",
+                path.display(),
+                r.format
+            )));
+        }
+        for res in &r.results {
+            if res.values.is_empty() || res.values.iter().any(|v| !v.is_finite()) {
+                return Err(ProbeError::Parse(format!(
+                    "{}: probe {} on GPU {} has no values or a non-finite one",
+                    path.display(),
+                    res.probe,
+                    res.gpu
+                )));
+            }
+        }
+        r.summarize();
+        Ok(r)
+    }
+
+    fn from_csv(text: &str) -> Result<RunResults, String> {
+        let mut meta = BTreeMap::new();
+        let mut groups: Vec<ProbeResult> = Vec::new();
+        let mut header_seen = false;
+        for (i, line) in text.lines().enumerate() {
+            let n = i + 1;
+            if let Some(m) = line.strip_prefix("# ") {
+                if let Some((k, v)) = m.split_once(": ") {
+                    meta.insert(k.to_string(), v.to_string());
+                }
+                continue;
+            }
+            if line.trim().is_empty() {
+                continue;
+            }
+            if !header_seen {
+                if line != "probe,gpu,uuid,model,unit,iteration,value" {
+                    return Err(format!(
+                        "line {n}: expected the header probe,gpu,uuid,model,unit,iteration,value"
+                    ));
+                }
+                header_seen = true;
+                continue;
+            }
+            let f: Vec<&str> = line.split(',').collect();
+            if f.len() != 7 {
+                return Err(format!("line {n}: expected 7 fields, found {}", f.len()));
+            }
+            let gpu: usize = f[1]
+                .parse()
+                .map_err(|_| format!("line {n}: gpu {:?} is not a number", f[1]))?;
+            let unit =
+                unit_from_key(f[4]).ok_or_else(|| format!("line {n}: unknown unit {:?}", f[4]))?;
+            let value: f64 = f[6]
+                .parse()
+                .map_err(|_| format!("line {n}: value {:?} is not a number", f[6]))?;
+            match groups.iter_mut().find(|g| g.probe == f[0] && g.gpu == gpu) {
+                Some(g) => g.values.push(value),
+                None => groups.push(ProbeResult {
+                    probe: f[0].to_string(),
+                    gpu,
+                    uuid: f[2].to_string(),
+                    model: f[3].to_string(),
+                    unit,
+                    values: vec![value],
+                    summary: None,
+                }),
+            }
+        }
+        let get = |k: &str| meta.get(k).cloned().unwrap_or_default();
+        let num = |k: &str| -> Result<u64, String> {
+            get(k)
+                .parse()
+                .map_err(|_| format!("metadata {k:?} missing or not a number"))
+        };
+        Ok(RunResults {
+            format: get("format"),
+            environment: Environment {
+                hostname: get("hostname"),
+                container: get("container"),
+                driver_version: get("driver_version"),
+                cuda_version: get("cuda_version"),
+                exporter_version: get("exporter_version"),
+                git_revision: get("git_revision"),
+                started_at: get("started_at"),
+            },
+            warmup: num("warmup")? as usize,
+            iterations: num("iterations")? as usize,
+            seed: num("seed")?,
+            sizes: ProbeSizes::default(),
+            results: groups,
+        })
+    }
+}
+
+fn is_csv(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
+}
+
+fn unit_key(u: ProbeUnit) -> &'static str {
+    match u {
+        ProbeUnit::Flops => "flops",
+        ProbeUnit::BytesPerSecond => "bytes_per_second",
+        ProbeUnit::Seconds => "seconds",
+    }
+}
+
+fn unit_from_key(s: &str) -> Option<ProbeUnit> {
+    [
+        ProbeUnit::Flops,
+        ProbeUnit::BytesPerSecond,
+        ProbeUnit::Seconds,
+    ]
+    .into_iter()
+    .find(|u| unit_key(*u) == s)
+}
+
+/// Formats a value in its unit with an SI prefix, e.g. "712.4 TFLOP/s", "3.02 TB/s", "4.1 µs".
+pub fn human(value: f64, unit: ProbeUnit) -> String {
+    match unit {
+        ProbeUnit::Seconds => {
+            let (v, u) = if value.abs() < 1e-3 {
+                (value * 1e6, "µs")
+            } else if value.abs() < 1.0 {
+                (value * 1e3, "ms")
+            } else {
+                (value, "s")
+            };
+            format!("{v:.2} {u}")
+        }
+        ProbeUnit::Flops | ProbeUnit::BytesPerSecond => {
+            let base = if unit == ProbeUnit::Flops {
+                "FLOP/s"
+            } else {
+                "B/s"
+            };
+            let (v, p) = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
+                .into_iter()
+                .find(|(s, _)| value.abs() >= *s)
+                .map(|(s, p)| (value / s, p))
+                .unwrap_or((value, ""));
+            format!("{v:.2} {p}{base}")
+        }
+    }
+}
+
+/// Which probe `r` measured, when the name is known.
+pub fn kind_of(r: &ProbeResult) -> Option<ProbeKind> {
+    r.probe.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn driver_version_is_read_from_the_nvrm_line() {
+        let text = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul 27 06:54:38 UTC 2025\nGCC version:  gcc version 12.2.0\n";
+        assert_eq!(parse_driver_version(text), "580.65.06");
+        assert_eq!(parse_driver_version(""), "");
+    }
+
+    #[test]
+    fn human_units() {
+        assert_eq!(human(712.4e12, ProbeUnit::Flops), "712.40 TFLOP/s");
+        assert_eq!(human(3.02e12, ProbeUnit::BytesPerSecond), "3.02 TB/s");
+        assert_eq!(human(4.1e-6, ProbeUnit::Seconds), "4.10 µs");
+    }
+}

@@ -1,0 +1,400 @@
+//! The daemon side: a [`Source`] that runs probes politely and exports their last results.
+//!
+//! Politeness rules, checked before every run:
+//! - one probe at a time per GPU (probes run one after another on the source's own thread);
+//! - a GPU whose latest utilization reading (from the NVML/DCGM snapshot) is above the busy
+//!   threshold is skipped (`skipped_busy`), and so is one without a reading
+//!   (`skipped_no_utilization`): without proof that it is idle, it is left alone;
+//! - after a run of duration d, that GPU is not probed again for d / duty_cycle, so probes
+//!   hold each GPU at most `duty_cycle` of the time (0.5% by default);
+//! - probes whose buffers exceed the memory cap are not scheduled at all;
+//! - the CUDA context is released after every run, so no device memory stays held between
+//!   probes.
+//!
+//! At most one probe runs per poll, which keeps a poll short against the runner's deadline.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use dgx_pixels_metrics::histogram::Histogram;
+use dgx_pixels_metrics::{Metric, PollError, Sample, Source};
+
+use crate::probe::{ProbeKind, ProbeSizes, ProbeUnit};
+use crate::stats::summarize;
+use crate::ProbeError;
+
+/// Default maximum fraction of GPU time spent in probes.
+pub const DEFAULT_DUTY_CYCLE: f64 = 0.005;
+/// Default utilization above which a GPU counts as busy.
+pub const DEFAULT_BUSY_THRESHOLD: f64 = 0.05;
+/// Default cap on the device memory one probe may allocate.
+pub const DEFAULT_MEMORY_LIMIT_BYTES: u64 = 1 << 30;
+/// How long to wait before trying a skipped GPU again.
+pub const SKIP_RETRY: Duration = Duration::from_secs(30);
+/// How long to wait before looking for CUDA again after it was unavailable.
+pub const UNAVAILABLE_RETRY: Duration = Duration::from_secs(60);
+/// Buckets of the probe duration histogram, seconds.
+pub const DURATION_BUCKETS: &[f64] = &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
+/// Results older than this many (per-GPU) probe rounds are dropped rather than served as if
+/// they described the GPU now.
+const MAX_AGE_ROUNDS: u32 = 3;
+
+/// Run outcomes, the `outcome` label values.
+pub const OUTCOMES: &[&str] = &["ok", "error", "skipped_busy", "skipped_no_utilization"];
+
+/// Settings of the scheduler.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScheduleSettings {
+    /// Probes to rotate through.
+    pub probes: Vec<ProbeKind>,
+    /// Maximum fraction of GPU time spent in probes (0 < d ≤ 1).
+    pub duty_cycle: f64,
+    /// Utilization (0–1) above which a GPU is left alone.
+    pub busy_threshold: f64,
+    /// Device memory one probe may allocate, bytes.
+    pub memory_limit_bytes: u64,
+    /// Workload sizes.
+    pub sizes: ProbeSizes,
+}
+
+impl Default for ScheduleSettings {
+    fn default() -> Self {
+        ScheduleSettings {
+            probes: ProbeKind::ALL.to_vec(),
+            duty_cycle: DEFAULT_DUTY_CYCLE,
+            busy_threshold: DEFAULT_BUSY_THRESHOLD,
+            memory_limit_bytes: DEFAULT_MEMORY_LIMIT_BYTES,
+            sizes: ProbeSizes::default(),
+        }
+    }
+}
+
+impl ScheduleSettings {
+    /// Checks ranges; returns the probes that fit the memory cap (an error when none does).
+    pub fn validate(&self) -> Result<Vec<ProbeKind>, ProbeError> {
+        if !(self.duty_cycle > 0.0 && self.duty_cycle <= 1.0) {
+            return Err(ProbeError::Config(format!(
+                "probes.duty_cycle: {} must be in (0, 1]",
+                self.duty_cycle
+            )));
+        }
+        if !(0.0..=1.0).contains(&self.busy_threshold) {
+            return Err(ProbeError::Config(format!(
+                "probes.busy_threshold: {} must be in [0, 1]",
+                self.busy_threshold
+            )));
+        }
+        self.sizes.validate()?;
+        let fit: Vec<ProbeKind> = self
+            .probes
+            .iter()
+            .copied()
+            .filter(|k| self.sizes.device_bytes(*k) <= self.memory_limit_bytes)
+            .collect();
+        if fit.is_empty() {
+            return Err(ProbeError::Config(format!(
+                "probes.memory_limit_bytes: {} is too small for every selected probe",
+                self.memory_limit_bytes
+            )));
+        }
+        Ok(fit)
+    }
+}
+
+/// A GPU as the backend sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuId {
+    /// CUDA ordinal.
+    pub ordinal: usize,
+    /// UUID in NVML notation (joins with NVML series).
+    pub uuid: String,
+    /// Model name.
+    pub model: String,
+}
+
+/// What actually runs probes: CUDA in the daemon, a scripted fake in tests.
+pub trait Backend: Send {
+    /// The GPUs to probe; an error when CUDA is unavailable.
+    fn discover(&mut self) -> Result<Vec<GpuId>, ProbeError>;
+    /// Runs one probe on one GPU and returns its measured values.
+    fn run(&mut self, gpu: &GpuId, kind: ProbeKind) -> Result<Vec<f64>, ProbeError>;
+}
+
+/// The CUDA backend: opens the GPU, runs 1 warm-up and 3 measured iterations, releases it.
+#[derive(Debug, Clone)]
+pub struct CudaBackend {
+    /// Workload sizes.
+    pub sizes: ProbeSizes,
+}
+
+impl Backend for CudaBackend {
+    fn discover(&mut self) -> Result<Vec<GpuId>, ProbeError> {
+        Ok(crate::cuda::list_devices()?
+            .into_iter()
+            .map(|(ordinal, uuid, model)| GpuId {
+                ordinal,
+                uuid,
+                model,
+            })
+            .collect())
+    }
+
+    fn run(&mut self, gpu: &GpuId, kind: ProbeKind) -> Result<Vec<f64>, ProbeError> {
+        let mut g = crate::cuda::Gpu::open(gpu.ordinal)?;
+        g.run(kind, &self.sizes, 42, 1, 3, &mut || {})
+    }
+}
+
+/// Utilization and exported GPU index of a GPU, by UUID, from the latest telemetry snapshot.
+pub trait UtilizationView: Send {
+    /// `(gpu label, utilization 0–1)` when a current reading exists.
+    fn lookup(&self, uuid: &str) -> Option<(String, f64)>;
+}
+
+#[derive(Debug)]
+struct LastResult {
+    value: f64,
+    at: SystemTime,
+    measured: Instant,
+}
+
+#[derive(Debug)]
+struct GpuState {
+    id: GpuId,
+    label: String,
+    next_due: Instant,
+    next_probe: usize,
+    results: BTreeMap<ProbeKind, LastResult>,
+    runs: BTreeMap<(ProbeKind, &'static str), u64>,
+    durations: BTreeMap<ProbeKind, Histogram>,
+    busy: Duration,
+    last_error: Option<String>,
+}
+
+/// The `probes` source.
+pub struct ProbeSource<B: Backend, U: UtilizationView> {
+    backend: B,
+    utilization: U,
+    settings: ScheduleSettings,
+    probes: Vec<ProbeKind>,
+    started: Instant,
+    gpus: Option<Vec<GpuState>>,
+    unavailable: Option<(Instant, PollError)>,
+    cursor: usize,
+}
+
+impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
+    /// A source over `backend`, reading utilization from `utilization`.
+    pub fn new(backend: B, utilization: U, settings: ScheduleSettings) -> Result<Self, ProbeError> {
+        let probes = settings.validate()?;
+        Ok(ProbeSource {
+            backend,
+            utilization,
+            settings,
+            probes,
+            started: Instant::now(),
+            gpus: None,
+            unavailable: None,
+            cursor: 0,
+        })
+    }
+
+    fn discover(&mut self, now: Instant) -> Result<(), PollError> {
+        if self.gpus.is_some() {
+            return Ok(());
+        }
+        if let Some((at, e)) = &self.unavailable {
+            if now.duration_since(*at) < UNAVAILABLE_RETRY {
+                return Err(e.clone());
+            }
+        }
+        match self.backend.discover() {
+            Ok(ids) => {
+                self.unavailable = None;
+                self.gpus = Some(
+                    ids.into_iter()
+                        .map(|id| GpuState {
+                            label: id.ordinal.to_string(),
+                            id,
+                            next_due: now,
+                            next_probe: 0,
+                            results: BTreeMap::new(),
+                            runs: BTreeMap::new(),
+                            durations: BTreeMap::new(),
+                            busy: Duration::ZERO,
+                            last_error: None,
+                        })
+                        .collect(),
+                );
+                Ok(())
+            }
+            Err(e) => {
+                let kind = match e {
+                    ProbeError::Unavailable(_) => "cuda_unavailable",
+                    _ => "cuda_error",
+                };
+                let err = PollError::new(kind, format!("probes: {e}"));
+                self.unavailable = Some((now, err.clone()));
+                Err(err)
+            }
+        }
+    }
+
+    /// Runs at most one due probe (or records one skip).
+    fn step(&mut self, now: Instant) {
+        let probes = self.probes.clone();
+        let Some(gpus) = self.gpus.as_mut() else {
+            return;
+        };
+        let n = gpus.len();
+        let Some(i) = (0..n)
+            .map(|k| (self.cursor + k) % n)
+            .find(|&i| gpus[i].next_due <= now)
+        else {
+            return;
+        };
+        self.cursor = (i + 1) % n.max(1);
+        let g = &mut gpus[i];
+        let kind = probes[g.next_probe % probes.len()];
+        let reading = self.utilization.lookup(&g.id.uuid);
+        if let Some((label, _)) = &reading {
+            g.label.clone_from(label);
+        }
+        let skip = match reading {
+            None => Some("skipped_no_utilization"),
+            Some((_, u)) if u > self.settings.busy_threshold => Some("skipped_busy"),
+            Some(_) => None,
+        };
+        if let Some(outcome) = skip {
+            *g.runs.entry((kind, outcome)).or_default() += 1;
+            g.next_due = now + SKIP_RETRY;
+            return;
+        }
+        let t0 = Instant::now();
+        let result = self.backend.run(&g.id, kind);
+        let took = t0.elapsed();
+        g.busy += took;
+        g.durations
+            .entry(kind)
+            .or_insert_with(|| Histogram::new(DURATION_BUCKETS))
+            .observe(took.as_secs_f64());
+        let value = result.and_then(|v| {
+            summarize(&v)
+                .map(|s| s.median)
+                .ok_or_else(|| ProbeError::Cuda("the probe returned no finite value".into()))
+        });
+        match value {
+            Ok(v) => {
+                *g.runs.entry((kind, "ok")).or_default() += 1;
+                g.results.insert(
+                    kind,
+                    LastResult {
+                        value: v,
+                        at: SystemTime::now(),
+                        measured: Instant::now(),
+                    },
+                );
+                g.last_error = None;
+            }
+            Err(e) => {
+                *g.runs.entry((kind, "error")).or_default() += 1;
+                // A failed probe leaves no result: the previous one no longer describes the GPU.
+                g.results.remove(&kind);
+                let msg = e.to_string();
+                if g.last_error.as_deref() != Some(&msg) {
+                    tracing::warn!(gpu = %g.label, uuid = %g.id.uuid, probe = %kind, "probe failed: {msg}");
+                }
+                g.last_error = Some(msg);
+            }
+        }
+        g.next_probe = (g.next_probe + 1) % probes.len();
+        let pause = took.div_f64(self.settings.duty_cycle);
+        g.next_due = Instant::now() + pause;
+    }
+
+    fn samples(&self, now: Instant) -> Vec<Sample> {
+        let mut out = Vec::new();
+        let Some(gpus) = &self.gpus else {
+            return out;
+        };
+        let elapsed = now.duration_since(self.started).as_secs_f64();
+        for g in gpus {
+            let (gpu, uuid) = (g.label.as_str(), g.id.uuid.as_str());
+            let max_age = self.round_estimate(g) * MAX_AGE_ROUNDS;
+            for (kind, r) in &g.results {
+                if now.duration_since(r.measured) > max_age {
+                    continue;
+                }
+                let name = kind.name();
+                match kind.unit() {
+                    ProbeUnit::Flops => {
+                        out.push(Sample::new(Metric::ProbeGemm, [gpu, uuid, name], r.value))
+                    }
+                    ProbeUnit::BytesPerSecond => out.push(Sample::new(
+                        Metric::ProbeBandwidth,
+                        [gpu, uuid, name],
+                        r.value,
+                    )),
+                    ProbeUnit::Seconds => out.push(Sample::new(
+                        Metric::ProbeLaunchLatency,
+                        [gpu, uuid],
+                        r.value,
+                    )),
+                }
+                if let Some(f) = crate::peaks::fraction(&g.id.model, *kind, r.value) {
+                    out.push(Sample::new(Metric::ProbePeakFraction, [gpu, uuid, name], f));
+                }
+                let ts =
+                    r.at.duration_since(UNIX_EPOCH)
+                        .map(|d| d.as_secs_f64())
+                        .unwrap_or(0.0);
+                out.push(Sample::new(Metric::ProbeLastRun, [gpu, uuid, name], ts));
+            }
+            for kind in &self.probes {
+                for outcome in OUTCOMES {
+                    let n = g.runs.get(&(*kind, *outcome)).copied().unwrap_or(0);
+                    out.push(Sample::new(
+                        Metric::ProbeRuns,
+                        [gpu, uuid, kind.name(), outcome],
+                        n as f64,
+                    ));
+                }
+                if let Some(h) = g.durations.get(kind) {
+                    out.extend(h.samples(Metric::ProbeDuration, [gpu, uuid, kind.name()]));
+                }
+            }
+            if elapsed > 0.0 {
+                out.push(Sample::new(
+                    Metric::ProbeDutyCycle,
+                    [gpu, uuid],
+                    g.busy.as_secs_f64() / elapsed,
+                ));
+            }
+        }
+        out
+    }
+
+    /// Time for one rotation through every probe on `g`, from its recorded durations.
+    fn round_estimate(&self, g: &GpuState) -> Duration {
+        let per_run: f64 = g
+            .durations
+            .values()
+            .map(|h| h.mean().unwrap_or(0.0))
+            .fold(0.0, f64::max);
+        let pace = Duration::from_secs_f64(per_run / self.settings.duty_cycle).max(SKIP_RETRY);
+        pace * self.probes.len() as u32
+    }
+}
+
+impl<B: Backend, U: UtilizationView> Source for ProbeSource<B, U> {
+    fn name(&self) -> &'static str {
+        "probes"
+    }
+
+    fn poll(&mut self) -> Result<Vec<Sample>, PollError> {
+        let now = Instant::now();
+        self.discover(now)?;
+        self.step(now);
+        Ok(self.samples(Instant::now()))
+    }
+}

@@ -1,0 +1,288 @@
+//! The daemon's probe scheduler against a scripted backend: politeness rules and metrics.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dgx_pixels_metrics::{Metric, Sample, Source};
+use dgx_pixels_probes::scheduler::{
+    Backend, GpuId, ProbeSource, ScheduleSettings, UtilizationView,
+};
+use dgx_pixels_probes::{ProbeError, ProbeKind, ProbeSizes};
+
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<(usize, ProbeKind)>>>);
+
+struct Fake {
+    log: Log,
+    run_time: Duration,
+    fail: Option<ProbeKind>,
+}
+
+impl Backend for Fake {
+    fn discover(&mut self) -> Result<Vec<GpuId>, ProbeError> {
+        Ok(vec![
+            GpuId {
+                ordinal: 0,
+                uuid: "GPU-a".into(),
+                model: "NVIDIA H100 80GB HBM3".into(),
+            },
+            GpuId {
+                ordinal: 1,
+                uuid: "GPU-b".into(),
+                model: "NVIDIA GB10".into(),
+            },
+        ])
+    }
+    fn run(&mut self, gpu: &GpuId, kind: ProbeKind) -> Result<Vec<f64>, ProbeError> {
+        self.log.0.lock().unwrap().push((gpu.ordinal, kind));
+        std::thread::sleep(self.run_time);
+        if self.fail == Some(kind) {
+            return Err(ProbeError::Cuda(
+                "cublasGemmEx: CUBLAS_STATUS_EXECUTION_FAILED".into(),
+            ));
+        }
+        Ok(match kind.unit() {
+            dgx_pixels_probes::ProbeUnit::Flops => vec![690e12, 700e12, 710e12],
+            dgx_pixels_probes::ProbeUnit::BytesPerSecond => vec![3.0e12, 2.9e12, 3.1e12],
+            dgx_pixels_probes::ProbeUnit::Seconds => vec![5e-6, 4e-6, 6e-6],
+        })
+    }
+}
+
+#[derive(Clone, Default)]
+struct Util(Arc<Mutex<HashMap<String, (String, f64)>>>);
+impl UtilizationView for Util {
+    fn lookup(&self, uuid: &str) -> Option<(String, f64)> {
+        self.0.lock().unwrap().get(uuid).cloned()
+    }
+}
+
+fn value(samples: &[Sample], metric: Metric, labels: &[&str]) -> Option<f64> {
+    samples
+        .iter()
+        .find(|s| {
+            s.metric == metric
+                && s.labels
+                    .iter()
+                    .map(String::as_str)
+                    .eq(labels.iter().copied())
+        })
+        .map(|s| s.value)
+}
+
+fn source(
+    run_time: Duration,
+    fail: Option<ProbeKind>,
+    duty: f64,
+) -> (ProbeSource<Fake, Util>, Log, Util) {
+    let log = Log::default();
+    let util = Util::default();
+    let s = ProbeSource::new(
+        Fake {
+            log: log.clone(),
+            run_time,
+            fail,
+        },
+        util.clone(),
+        ScheduleSettings {
+            probes: vec![
+                ProbeKind::GemmBf16,
+                ProbeKind::CopyD2D,
+                ProbeKind::LaunchLatency,
+            ],
+            duty_cycle: duty,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    (s, log, util)
+}
+
+#[test]
+fn busy_and_unknown_gpus_are_skipped_idle_ones_probed() {
+    let (mut s, log, util) = source(Duration::from_millis(1), None, 0.005);
+    // NVML calls GPU-a index 3 (CUDA ordinal 0): the exported gpu label follows NVML.
+    util.0
+        .lock()
+        .unwrap()
+        .insert("GPU-a".into(), ("3".into(), 0.0));
+    // GPU-b has no reading yet.
+    let samples = s.poll().unwrap();
+    let samples2 = s.poll().unwrap();
+    assert_eq!(
+        *log.0.lock().unwrap(),
+        [(0, ProbeKind::GemmBf16)],
+        "only the idle GPU ran"
+    );
+    assert_eq!(
+        value(
+            &samples,
+            Metric::ProbeRuns,
+            &["3", "GPU-a", "gemm_bf16", "ok"]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&samples, Metric::ProbeGemm, &["3", "GPU-a", "gemm_bf16"]),
+        Some(700e12),
+        "median"
+    );
+    let frac = value(
+        &samples,
+        Metric::ProbePeakFraction,
+        &["3", "GPU-a", "gemm_bf16"],
+    )
+    .unwrap();
+    assert!((frac - 700.0 / 989.4).abs() < 1e-9);
+    assert_eq!(
+        value(
+            &samples2,
+            Metric::ProbeRuns,
+            &["1", "GPU-b", "gemm_bf16", "skipped_no_utilization"]
+        ),
+        Some(1.0)
+    );
+    // Unknown model: no fraction, but the result itself is exported.
+    util.0
+        .lock()
+        .unwrap()
+        .insert("GPU-b".into(), ("1".into(), 0.9));
+    assert_eq!(
+        value(
+            &samples2,
+            Metric::ProbePeakFraction,
+            &["1", "GPU-b", "gemm_bf16"]
+        ),
+        None
+    );
+    // Every outcome series exists from the start (so rate() works), zero where nothing happened.
+    assert_eq!(
+        value(
+            &samples,
+            Metric::ProbeRuns,
+            &["3", "GPU-a", "copy_d2d", "error"]
+        ),
+        Some(0.0)
+    );
+    // The duration histogram has the run.
+    let count = samples
+        .iter()
+        .find(|x| {
+            x.metric == Metric::ProbeDuration && x.labels[2] == "gemm_bf16" && x.labels[3] == "+Inf"
+        })
+        .map(|x| x.value);
+    assert_eq!(count, Some(1.0));
+    assert!(samples.iter().all(Sample::is_well_formed));
+}
+
+#[test]
+fn the_duty_cycle_spaces_runs_and_busy_gpus_wait() {
+    // 20 ms runs at a 10% duty cycle: the next run on a GPU waits at least 200 ms.
+    let (mut s, log, util) = source(Duration::from_millis(20), None, 0.1);
+    util.0
+        .lock()
+        .unwrap()
+        .insert("GPU-a".into(), ("0".into(), 0.0));
+    util.0
+        .lock()
+        .unwrap()
+        .insert("GPU-b".into(), ("1".into(), 0.5));
+    let t = std::time::Instant::now();
+    while t.elapsed() < Duration::from_millis(150) {
+        s.poll().unwrap();
+    }
+    assert_eq!(
+        log.0.lock().unwrap().len(),
+        1,
+        "a second run came before d / duty_cycle"
+    );
+    let samples = s.poll().unwrap();
+    // GPU-b was busy (0.5 > 0.05): skipped once, then left alone for the retry period.
+    assert_eq!(
+        value(
+            &samples,
+            Metric::ProbeRuns,
+            &["1", "GPU-b", "gemm_bf16", "skipped_busy"]
+        ),
+        Some(1.0)
+    );
+    assert!(log.0.lock().unwrap().iter().all(|(g, _)| *g == 0));
+    std::thread::sleep(Duration::from_millis(120));
+    s.poll().unwrap();
+    let runs = log.0.lock().unwrap().clone();
+    assert_eq!(
+        runs,
+        [(0, ProbeKind::GemmBf16), (0, ProbeKind::CopyD2D)],
+        "probes rotate"
+    );
+    let samples = s.poll().unwrap();
+    let duty = value(&samples, Metric::ProbeDutyCycle, &["0", "GPU-a"]).unwrap();
+    assert!(duty > 0.0 && duty <= 0.2, "{duty}");
+}
+
+#[test]
+fn a_failing_probe_counts_an_error_and_exports_no_result() {
+    let (mut s, _log, util) = source(Duration::ZERO, Some(ProbeKind::GemmBf16), 1.0);
+    util.0
+        .lock()
+        .unwrap()
+        .insert("GPU-a".into(), ("0".into(), 0.0));
+    util.0
+        .lock()
+        .unwrap()
+        .insert("GPU-b".into(), ("1".into(), 0.0));
+    let mut samples = Vec::new();
+    for _ in 0..4 {
+        samples = s.poll().unwrap();
+    }
+    assert_eq!(
+        value(
+            &samples,
+            Metric::ProbeRuns,
+            &["0", "GPU-a", "gemm_bf16", "error"]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&samples, Metric::ProbeGemm, &["0", "GPU-a", "gemm_bf16"]),
+        None
+    );
+    // Other probes on the same GPU still work.
+    assert_eq!(
+        value(
+            &samples,
+            Metric::ProbeBandwidth,
+            &["0", "GPU-a", "copy_d2d"]
+        ),
+        Some(3.0e12)
+    );
+}
+
+#[test]
+fn probes_over_the_memory_cap_are_not_scheduled() {
+    let settings = ScheduleSettings {
+        probes: vec![ProbeKind::GemmFp32, ProbeKind::LaunchLatency],
+        memory_limit_bytes: 512 << 20,
+        sizes: ProbeSizes::default(),
+        ..Default::default()
+    };
+    // 3 × 8192² × 4 bytes = 768 MiB > 512 MiB: only launch latency fits.
+    assert_eq!(settings.validate().unwrap(), [ProbeKind::LaunchLatency]);
+    let none = ScheduleSettings {
+        probes: vec![ProbeKind::GemmFp32],
+        memory_limit_bytes: 1,
+        ..Default::default()
+    };
+    assert!(none
+        .validate()
+        .unwrap_err()
+        .to_string()
+        .contains("memory_limit_bytes"));
+    let bad = ScheduleSettings {
+        duty_cycle: 0.0,
+        ..Default::default()
+    };
+    assert!(bad.validate().is_err());
+}
