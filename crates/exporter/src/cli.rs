@@ -59,6 +59,11 @@ pub struct Cli {
     #[arg(long = "nvml.library", value_name = "PATH")]
     pub nvml_library: Option<PathBuf>,
 
+    /// Web config file in the exporter-toolkit format: TLS, client certificates, basic auth,
+    /// response headers. Re-read when it changes and on SIGHUP.
+    #[arg(long = "web.config.file", value_name = "FILE")]
+    pub web_config_file: Option<PathBuf>,
+
     /// procfs mount point, read to map GPU processes to containers [default: /proc].
     #[arg(long = "path.procfs", value_name = "PATH")]
     pub path_procfs: Option<PathBuf>,

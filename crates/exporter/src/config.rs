@@ -66,6 +66,12 @@ pub struct WebSettings {
     pub telemetry_path: String,
     /// Concurrent scrape limit; 0 = unlimited.
     pub max_requests: usize,
+    /// exporter-toolkit web config file (TLS, basic auth, headers); unset = plain HTTP.
+    pub config_file: Option<PathBuf>,
+    /// Open connections at most; more are closed at once.
+    pub max_connections: usize,
+    /// Whether `/-/healthy` and `/-/ready` need basic auth too (kubelet probes cannot send it).
+    pub probes_need_auth: bool,
 }
 
 impl Default for WebSettings {
@@ -74,6 +80,9 @@ impl Default for WebSettings {
             listen_address: DEFAULT_LISTEN_ADDRESS.into(),
             telemetry_path: "/metrics".into(),
             max_requests: 40,
+            config_file: None,
+            max_connections: 512,
+            probes_need_auth: false,
         }
     }
 }
@@ -475,7 +484,7 @@ pub fn resolve(
             .separator("__")
             .source(Some(env)),
     );
-    let overrides: [(&str, Option<config::Value>); 10] = [
+    let overrides: [(&str, Option<config::Value>); 11] = [
         (
             "web.listen_address",
             cli.listen_address.clone().map(Into::into),
@@ -507,6 +516,12 @@ pub fn resolve(
                 .map(|p| p.display().to_string().into()),
         ),
         ("node_name", cli.node_name.clone().map(Into::into)),
+        (
+            "web.config_file",
+            cli.web_config_file
+                .as_ref()
+                .map(|p| p.display().to_string().into()),
+        ),
         (
             "path.procfs",
             cli.path_procfs

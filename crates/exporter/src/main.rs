@@ -7,6 +7,7 @@
 mod cli;
 mod collectors;
 mod config;
+mod http_source;
 mod logging;
 mod probe_cmd;
 mod probes;
@@ -14,7 +15,6 @@ mod runner;
 mod server;
 mod sim_source;
 
-use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -25,6 +25,7 @@ use dgx_pixels_metrics::{EncodeOptions, Metric, Sample, SnapshotStore, Source};
 use dgx_pixels_nvml::{NvmlOptions, NvmlSource};
 use dgx_pixels_sim::{Node, Scenario};
 use dgx_pixels_textfile::{Limits, TextfileSource};
+use dgx_pixels_web::WebState;
 use tokio::sync::Semaphore;
 
 use crate::cli::{Commands, DocsCommand};
@@ -57,6 +58,17 @@ fn main() -> ExitCode {
         eprintln!("dgx-pixels-exporter: error: {e}");
         return ExitCode::from(2);
     }
+    // A bad web config file is a config error: nothing is served until it is right.
+    let web = match WebState::load(
+        settings.web.config_file.as_deref(),
+        settings.web.probes_need_auth,
+    ) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("dgx-pixels-exporter: error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("http")
@@ -69,7 +81,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(settings)) {
+    match runtime.block_on(run(settings, web)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -229,9 +241,20 @@ fn build_info(mode: &str, scenario: &str) -> Sample {
     )
 }
 
-async fn run(settings: Settings) -> Result<()> {
+async fn run(settings: Settings, web: Arc<WebState>) -> Result<()> {
     let store_slot = probes::StoreSlot::default();
-    let plan = plan(&settings, &store_slot)?;
+    let mut plan = plan(&settings, &store_slot)?;
+    let rejected_scrapes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    plan.sources.push((
+        Box::new(http_source::HttpSource {
+            web: Arc::clone(&web),
+            rejected_scrapes: Arc::clone(&rejected_scrapes),
+        }),
+        Timing {
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_secs(1),
+        },
+    ));
     let addr: SocketAddr = settings.listen_addr()?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -263,6 +286,7 @@ async fn run(settings: Settings) -> Result<()> {
         scrape_slots: (settings.web.max_requests > 0)
             .then(|| Semaphore::new(settings.web.max_requests)),
         mode_line,
+        rejected_scrapes,
     });
     let shutdown = Arc::new(Shutdown::default());
     let runners = Runners::start(plan.sources, Arc::clone(&store), Arc::clone(&shutdown))
@@ -274,42 +298,56 @@ async fn run(settings: Settings) -> Result<()> {
         scenario = %plan.scenario,
         sources = %names.join(","),
         version = env!("CARGO_PKG_VERSION"),
+        tls = web.config().tls.is_some(),
+        basic_auth = !web.config().users.is_empty(),
         "listening"
     );
 
     // Handlers are installed before the server answers /-/ready, so a signal sent right after
     // readiness is never delivered to the default (terminating) action.
     let signal = shutdown_signal();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let mut server = tokio::spawn(
-        axum::serve(listener, server::router(state))
-            .with_graceful_shutdown(async {
-                let _ = stop_rx.await;
-            })
-            .into_future(),
-    );
-    let server_result: Result<()> = tokio::select! {
-        signal = signal => {
-            tracing::info!(signal, "shutting down");
-            let _ = stop_tx.send(());
-            match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
-                Ok(joined) => flatten(joined),
-                Err(_) => {
-                    tracing::warn!("connections still open after the grace period; closing them");
-                    Ok(())
-                }
-            }
-        }
-        joined = &mut server => flatten(joined),
+    let watcher = web.watch(WEB_CONFIG_CHECK);
+    let reloads = reload_on_sighup(Arc::clone(&web));
+    let app = server::router(state).layer(axum::middleware::from_fn_with_state(
+        Arc::clone(&web),
+        dgx_pixels_web::guard,
+    ));
+    let limits = dgx_pixels_web::Limits {
+        max_connections: settings.web.max_connections,
+        shutdown_grace: SHUTDOWN_GRACE,
+        ..dgx_pixels_web::Limits::default()
     };
+    dgx_pixels_web::serve(listener, app, web, limits, async {
+        let signal = signal.await;
+        tracing::info!(signal, "shutting down");
+    })
+    .await;
+    if let Some(w) = watcher {
+        w.abort();
+    }
+    reloads.abort();
     runners.stop(Duration::from_millis(100));
-    server_result.context("HTTP server failed")
+    Ok(())
 }
 
-fn flatten(joined: Result<std::io::Result<()>, tokio::task::JoinError>) -> Result<()> {
-    joined
-        .map_err(anyhow::Error::from)
-        .and_then(|r| r.map_err(anyhow::Error::from))
+/// How often the web config file (and the certificate files it names) are checked for changes.
+const WEB_CONFIG_CHECK: Duration = Duration::from_secs(5);
+
+/// Reloads the web config on every SIGHUP (a bad file is logged and counted; the old one stays).
+fn reload_on_sighup(web: Arc<WebState>) -> tokio::task::JoinHandle<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let handler = signal(SignalKind::hangup());
+    tokio::spawn(async move {
+        let Ok(mut hup) = handler else {
+            tracing::warn!("cannot install the SIGHUP handler; reload by editing the file");
+            return;
+        };
+        while hup.recv().await.is_some() {
+            tracing::info!("SIGHUP: reloading the web config");
+            let web = Arc::clone(&web);
+            let _ = tokio::task::spawn_blocking(move || web.reload()).await;
+        }
+    })
 }
 
 /// Installs the SIGTERM and SIGINT handlers now; the future resolves with the signal's name.

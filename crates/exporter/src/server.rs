@@ -1,6 +1,7 @@
 //! The HTTP server: `/metrics` (or the configured path) serves the cached bytes of the current
 //! snapshot generation; `/-/healthy`, `/-/ready` and a landing page at `/`.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -23,6 +24,8 @@ pub struct AppState {
     pub scrape_slots: Option<Semaphore>,
     /// "simulated" or "hardware", for the landing page.
     pub mode_line: String,
+    /// Scrapes refused because `scrape_slots` were all taken.
+    pub rejected_scrapes: Arc<AtomicU64>,
 }
 
 /// The router.
@@ -79,11 +82,12 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
         Some(sem) => match sem.try_acquire() {
             Ok(p) => Some(p),
             Err(_) => {
+                state.rejected_scrapes.fetch_add(1, Ordering::Relaxed);
                 return (
                     StatusCode::SERVICE_UNAVAILABLE,
                     "too many concurrent scrapes (--web.max-requests)\n",
                 )
-                    .into_response()
+                    .into_response();
             }
         },
         None => None,
@@ -197,6 +201,7 @@ mod tests {
             telemetry_path: "/metrics".into(),
             scrape_slots: max.map(Semaphore::new),
             mode_line: String::new(),
+            rejected_scrapes: Arc::default(),
         })
     }
 

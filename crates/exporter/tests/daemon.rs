@@ -24,7 +24,8 @@ fn simulated_node_serves_eight_gpus_and_says_it_is_simulated() {
         info[0]
     );
     assert!(info[0].contains("node=\"dgx-07\""));
-    assert!(series(&body, "dgx_pixels_source_up")[0].ends_with("source=\"sim\"} 1"));
+    assert!(series(&body, "dgx_pixels_source_up")
+        .contains(&"dgx_pixels_source_up{node=\"dgx-07\",source=\"sim\"} 1"));
     for line in body.lines().filter(|l| !l.starts_with('#')) {
         assert!(line.contains("node=\"dgx-07\""), "{line}");
     }
@@ -70,9 +71,14 @@ fn formats_follow_accept_and_gzip_follows_accept_encoding() {
 fn without_a_gpu_nvml_is_down_ready_and_logged_once() {
     let mut d = start(&["--nvml.library", "/nonexistent/libnvidia-ml.so.1"]);
     let body = text(d.port);
+    let mut up = series(&body, "dgx_pixels_source_up");
+    up.sort();
     assert_eq!(
-        series(&body, "dgx_pixels_source_up"),
-        ["dgx_pixels_source_up{source=\"nvml\"} 0"]
+        up,
+        [
+            "dgx_pixels_source_up{source=\"exporter\"} 1",
+            "dgx_pixels_source_up{source=\"nvml\"} 0"
+        ]
     );
     assert!(series(&body, "dgx_pixels_gpu_power_watts").is_empty());
     assert!(series(&body, "dgx_pixels_exporter_build_info")[0].contains("mode=\"hardware\""));
@@ -269,4 +275,97 @@ fn in_simulation_textfiles_may_not_serve_the_simulated_workloads_names() {
     let body = text(d.port);
     assert!(body.contains("dgx_pixels_textfile_scrape_error{file=\"w.prom\"} 0\n"));
     assert!(body.contains("dgx_pixels_workload_images_generated_total{model=\"m\"} 1\n"));
+}
+
+/// bcrypt of "s3cret" (cost 4, to keep the test fast).
+const HASH: &str = "$2b$04$dbOLcPL.cjY5q2E96PN19e22x8qzcVsI8JWU0LuwdjVxSKNZIwaX6";
+
+fn basic(user: &str, password: &str) -> String {
+    // base64 by hand: the tests have no base64 dependency and the alphabet is short.
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let input = format!("{user}:{password}");
+    let mut out = String::new();
+    for chunk in input.as_bytes().chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    format!("Basic {out}")
+}
+
+/// The web config file: a bad one stops startup with a one-line error; basic auth guards
+/// /metrics but not the probes; SIGHUP with a broken file keeps the old config and says so.
+#[test]
+fn web_config_file_basic_auth_and_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let web = dir.path().join("web.yml");
+    std::fs::write(&web, "basic_auth_users:\n  prometheus: plain-text\n").unwrap();
+    let (code, err) = fails(
+        &[
+            "--simulate",
+            "dgx-h100",
+            "--web.config.file",
+            web.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!(
+            "web config {} line 2: key basic_auth_users.prometheus: not a bcrypt hash",
+            web.display()
+        )),
+        "{err}"
+    );
+
+    std::fs::write(&web, format!("basic_auth_users:\n  prometheus: {HASH}\n")).unwrap();
+    let d = start(&[
+        "--simulate",
+        "dgx-h100",
+        "--web.config.file",
+        web.to_str().unwrap(),
+    ]);
+    assert_eq!(get(d.port, "/metrics", &[]).0, 401);
+    let auth = basic("prometheus", "s3cret");
+    let (status, _, body) = get(d.port, "/metrics", &[("Authorization", &auth)]);
+    assert_eq!(status, 200);
+    let body = String::from_utf8(body).unwrap();
+    assert!(body.contains("dgx_pixels_exporter_web_config_last_reload_successful 1"));
+
+    std::fs::write(&web, "basic_auth_users: [broken\n").unwrap();
+    let ok = Command::new("kill")
+        .args(["-HUP", &d.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (status, _, body) = get(d.port, "/metrics", &[("Authorization", &auth)]);
+        assert_eq!(status, 200, "the old config keeps serving");
+        let body = String::from_utf8(body).unwrap();
+        if body.contains("dgx_pixels_exporter_web_config_last_reload_successful 0") {
+            assert!(
+                body.contains("dgx_pixels_exporter_web_config_reloads_total{result=\"failure\"} 1"),
+                "{body}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "reload failure never reported");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        get(d.port, "/-/healthy", &[]).0,
+        200,
+        "probes need no credentials"
+    );
 }

@@ -279,6 +279,12 @@ define_catalog! {
         "Fraction of wall time since the exporter started that probes held the GPU.";
     ExporterBuildInfo => Gauge None "dgx_pixels_exporter_build_info" ["version", "revision", "rustc_version", "mode", "scenario"] ["exporter"]
         "Build facts of the exporter (value 1); mode is \"simulated\" when the GPUs are simulated, with the scenario's name.";
+    ExporterHttpRejected => Counter None "dgx_pixels_exporter_http_rejected_total" ["reason"] ["exporter"]
+        "Connections or requests the HTTP server refused, by reason (connection_limit, scrape_limit, unauthorized, request_body, tls_handshake, stalled).";
+    ExporterWebConfigReloads => Counter None "dgx_pixels_exporter_web_config_reloads_total" ["result"] ["exporter"]
+        "Reloads of the web config file (on change or SIGHUP), by result (success, failure; after a failure the previous config stays in force).";
+    ExporterWebConfigLastReloadSuccessful => Gauge None "dgx_pixels_exporter_web_config_last_reload_successful" [] ["exporter"]
+        "1 when the last load of the web config file succeeded, else 0.";
     TextfileScrapeError => Gauge None "dgx_pixels_textfile_scrape_error" ["file"] ["textfile"]
         "1 when the *.prom file was skipped (unreadable, too big, invalid, or colliding with another file or an exporter metric), 0 when its metrics are served.";
     TextfileMtime => Gauge Seconds "dgx_pixels_textfile_mtime_seconds" ["file"] ["textfile"]

@@ -1,0 +1,55 @@
+//! The `exporter` source: what the HTTP layer refused and how web config reloads went, read from
+//! counters the server keeps, published like any other source's samples.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use dgx_pixels_metrics::{Metric, PollError, Sample, Source};
+use dgx_pixels_web::WebState;
+
+/// Reads the HTTP counters.
+pub struct HttpSource {
+    /// The web config state and its counters.
+    pub web: Arc<WebState>,
+    /// Scrapes refused by `--web.max-requests`.
+    pub rejected_scrapes: Arc<AtomicU64>,
+}
+
+impl Source for HttpSource {
+    fn name(&self) -> &'static str {
+        "exporter"
+    }
+
+    fn poll(&mut self) -> Result<Vec<Sample>, PollError> {
+        let c = &self.web.counters;
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
+        let mut out = Vec::with_capacity(9);
+        for (reason, v) in [
+            ("connection_limit", n(&c.rejected_connections)),
+            ("scrape_limit", n(&self.rejected_scrapes)),
+            ("unauthorized", n(&c.unauthorized)),
+            ("request_body", n(&c.bodies_refused)),
+            ("tls_handshake", n(&c.failed_handshakes)),
+            ("stalled", n(&c.stalled_connections)),
+        ] {
+            out.push(Sample::new(Metric::ExporterHttpRejected, [reason], v));
+        }
+        out.push(Sample::new(
+            Metric::ExporterWebConfigReloads,
+            ["success"],
+            n(&c.reloads_ok),
+        ));
+        out.push(Sample::new(
+            Metric::ExporterWebConfigReloads,
+            ["failure"],
+            n(&c.reloads_failed),
+        ));
+        let ok = c.last_reload_ok.load(Ordering::Relaxed);
+        out.push(Sample::new(
+            Metric::ExporterWebConfigLastReloadSuccessful,
+            [] as [&str; 0],
+            if ok { 1.0 } else { 0.0 },
+        ));
+        Ok(out)
+    }
+}

@@ -1,0 +1,27 @@
+//! Serving HTTP the way Prometheus exporters do, with the safety a daemon on every GPU node needs.
+//!
+//! - [`WebConfig`]: the web config file of Prometheus' exporter-toolkit (`--web.config.file`):
+//!   TLS through rustls (with client-certificate verification), bcrypt basic auth and extra
+//!   response headers. The same file works for node_exporter and for us.
+//! - [`WebState`]: the live config. It is re-read when the file changes (checked every few
+//!   seconds) or on request (SIGHUP); a bad new file is logged and counted, and the old config
+//!   keeps serving. New connections use the new TLS certificate, so certificates rotate without
+//!   a restart.
+//! - [`guard`]: the middleware that enforces basic auth (successful checks are cached, so a
+//!   scrape does not pay bcrypt's ~50 ms every time), refuses request bodies and adds the headers.
+//! - [`serve`]: the accept loop, with [`Limits`]: a cap on open connections (the ones beyond are
+//!   closed at once, so memory stays bounded whatever the number of clients), a TLS handshake
+//!   timeout, hyper's header read timeout against slow-header clients, and stall timeouts that
+//!   close a connection only when it makes no progress at all, so a slow but honest scraper is
+//!   never cut off.
+#![deny(missing_docs)]
+
+mod auth;
+mod config;
+mod serve;
+mod state;
+
+pub use auth::guard;
+pub use config::{WebConfig, WebConfigError};
+pub use serve::{serve, Limits};
+pub use state::{Counters, WebState};
