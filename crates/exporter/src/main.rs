@@ -15,6 +15,9 @@ mod runner;
 mod server;
 mod sim_source;
 
+#[cfg(test)]
+mod fuzz_tests;
+
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
