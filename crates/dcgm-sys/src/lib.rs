@@ -42,12 +42,16 @@ pub const fn make_version(size: usize, version: u32) -> u32 {
 }
 
 /// Version of [`dcgmFieldValue_v1`].
+#[allow(non_upper_case_globals)]
 pub const dcgmFieldValue_version1: u32 = make_version(size_of::<dcgmFieldValue_v1>(), 1);
 /// Version of [`dcgmFieldValue_v2`].
+#[allow(non_upper_case_globals)]
 pub const dcgmFieldValue_version2: u32 = make_version(size_of::<dcgmFieldValue_v2>(), 2);
 /// Version of [`dcgmConnectV2Params_v2`].
+#[allow(non_upper_case_globals)]
 pub const dcgmConnectV2Params_version2: u32 = make_version(size_of::<dcgmConnectV2Params_v2>(), 2);
 /// Version of [`dcgmProfGetMetricGroups_v3`].
+#[allow(non_upper_case_globals)]
 pub const dcgmProfGetMetricGroups_version3: u32 =
     make_version(size_of::<dcgmProfGetMetricGroups_v3>(), 3);
 

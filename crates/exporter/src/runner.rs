@@ -148,11 +148,13 @@ fn publish(
     st: &State,
     store: &SnapshotStore,
     samples: Vec<dgx_pixels_metrics::Sample>,
+    extra: Vec<dgx_pixels_metrics::ExtraSample>,
 ) {
     store.publish(Snapshot {
         source: slot.name.to_string(),
         health: st.health.clone(),
         samples,
+        extra,
     });
 }
 
@@ -168,7 +170,7 @@ fn check_deadline(slot: &Slot, store: &SnapshotStore) {
             timeout = ?slot.timeout,
             "poll exceeded its deadline; marking the source down and dropping its series until it answers"
         );
-        publish(slot, &st, store, Vec::new());
+        publish(slot, &st, store, Vec::new(), Vec::new());
     }
 }
 
@@ -197,7 +199,7 @@ fn run(
                     }
                     st.health.up = true;
                     st.health.last_success = Some(SystemTime::now());
-                    publish(slot, &st, store, samples);
+                    publish(slot, &st, store, samples, source.take_extra());
                 }
                 Err(e) => {
                     // The watchdog already counted an overrun poll as an error.
@@ -212,7 +214,7 @@ fn run(
                         tracing::debug!(source = slot.name, kind = e.kind, "{}", e.message);
                     }
                     st.last_error_kind = Some(e.kind);
-                    publish(slot, &st, store, Vec::new());
+                    publish(slot, &st, store, Vec::new(), Vec::new());
                 }
             }
         }

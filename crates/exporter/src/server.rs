@@ -224,6 +224,7 @@ mod tests {
                     ..Default::default()
                 },
                 samples: vec![],
+                extra: vec![],
             });
         }
         assert_eq!(ready(State(s)).await.status(), StatusCode::OK);

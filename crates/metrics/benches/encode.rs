@@ -71,6 +71,7 @@ fn snapshot(gpus: u32) -> Snapshot {
             ..Default::default()
         },
         samples,
+        extra: vec![],
     }
 }
 

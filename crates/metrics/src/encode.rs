@@ -15,6 +15,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit as PcUnit};
 
 use crate::catalog::{Kind, Metric, MetricDef};
+use crate::extra::{ExtraFamily, ExtraSample};
 use crate::snapshot::{Sample, Snapshot};
 
 /// Content type of the OpenMetrics exposition.
@@ -61,9 +62,10 @@ pub struct ExpositionInput {
     pub options: Arc<EncodeOptions>,
 }
 
-/// Samples grouped into families, in catalog order.
+/// Samples grouped into families, in catalog order, then run-time families by name.
 struct Families<'a> {
     groups: Vec<(&'static MetricDef, Vec<&'a Sample>)>,
+    extra: Vec<(&'a ExtraFamily, Vec<&'a ExtraSample>)>,
 }
 
 fn unix_seconds(t: std::time::SystemTime) -> f64 {
@@ -116,7 +118,21 @@ fn group<'a>(input: &'a ExpositionInput, health: &'a [Sample]) -> Families<'a> {
             _ => groups.push((s.metric.def(), vec![s])),
         }
     }
-    Families { groups }
+    let mut extra: std::collections::BTreeMap<&str, (&ExtraFamily, Vec<&ExtraSample>)> =
+        std::collections::BTreeMap::new();
+    for snap in input.snapshots.iter().filter(|s| s.health.up) {
+        for s in snap.extra.iter().filter(|s| s.is_well_formed()) {
+            extra
+                .entry(s.family.name.as_str())
+                .or_insert_with(|| (&*s.family, Vec::new()))
+                .1
+                .push(s);
+        }
+    }
+    Families {
+        groups,
+        extra: extra.into_values().collect(),
+    }
 }
 
 /// Encodes the input in the given format.
@@ -150,46 +166,69 @@ fn push_value(out: &mut String, v: f64) {
     }
 }
 
+/// Writes one family (HELP, TYPE, series) in the classic text format.
+fn text_family<'s>(
+    out: &mut String,
+    options: &EncodeOptions,
+    (name, help, kind, labels): (&str, &str, Kind, &[&str]),
+    series: impl Iterator<Item = (&'s [String], f64)>,
+) {
+    out.push_str("# HELP ");
+    out.push_str(name);
+    out.push(' ');
+    push_escaped(out, help, false);
+    out.push_str("\n# TYPE ");
+    out.push_str(name);
+    out.push(' ');
+    out.push_str(kind.as_str());
+    out.push('\n');
+    for (values, value) in series {
+        out.push_str(name);
+        let pairs = options
+            .const_labels
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .chain(
+                labels
+                    .iter()
+                    .copied()
+                    .zip(values.iter().map(String::as_str)),
+            );
+        let mut first = true;
+        for (k, v) in pairs {
+            out.push(if first { '{' } else { ',' });
+            first = false;
+            out.push_str(k);
+            out.push_str("=\"");
+            push_escaped(out, v, true);
+            out.push('"');
+        }
+        if !first {
+            out.push('}');
+        }
+        out.push(' ');
+        push_value(out, value);
+        out.push('\n');
+    }
+}
+
 fn encode_text(families: &Families<'_>, options: &EncodeOptions) -> String {
     let mut out = String::with_capacity(families.groups.len() * 256);
     for (def, samples) in &families.groups {
-        out.push_str("# HELP ");
-        out.push_str(def.name);
-        out.push(' ');
-        push_escaped(&mut out, def.help, false);
-        out.push_str("\n# TYPE ");
-        out.push_str(def.name);
-        out.push(' ');
-        out.push_str(def.kind.as_str());
-        out.push('\n');
-        for s in samples {
-            out.push_str(def.name);
-            let pairs = options
-                .const_labels
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .chain(
-                    def.labels
-                        .iter()
-                        .copied()
-                        .zip(s.labels.iter().map(String::as_str)),
-                );
-            let mut first = true;
-            for (k, v) in pairs {
-                out.push(if first { '{' } else { ',' });
-                first = false;
-                out.push_str(k);
-                out.push_str("=\"");
-                push_escaped(&mut out, v, true);
-                out.push('"');
-            }
-            if !first {
-                out.push('}');
-            }
-            out.push(' ');
-            push_value(&mut out, s.value);
-            out.push('\n');
-        }
+        text_family(
+            &mut out,
+            options,
+            (def.name, def.help, def.kind, def.labels),
+            samples.iter().map(|s| (s.labels.as_slice(), s.value)),
+        );
+    }
+    for (family, samples) in &families.extra {
+        text_family(
+            &mut out,
+            options,
+            (&family.name, &family.help, family.kind, family.labels),
+            samples.iter().map(|s| (s.labels.as_slice(), s.value)),
+        );
     }
     out
 }
@@ -231,6 +270,7 @@ fn pc_unit(def: &MetricDef) -> Option<PcUnit> {
 #[derive(Debug)]
 struct FamiliesCollector {
     groups: Vec<(&'static MetricDef, Vec<Sample>)>,
+    extra: Vec<(Arc<ExtraFamily>, Vec<ExtraSample>)>,
     consts: Vec<(String, String)>,
 }
 
@@ -261,6 +301,26 @@ impl Collector for FamiliesCollector {
                 }
             }
         }
+        for (family, samples) in &self.extra {
+            let kind = match family.kind {
+                Kind::Gauge => MetricType::Gauge,
+                Kind::Counter => MetricType::Counter,
+            };
+            let mut encoder =
+                encoder.encode_descriptor(family.family_name(), &family.help, None, kind)?;
+            for s in samples {
+                let labels = Labels {
+                    consts: &self.consts,
+                    names: family.labels,
+                    values: &s.labels,
+                };
+                let series = encoder.encode_family(&labels)?;
+                match family.kind {
+                    Kind::Gauge => ConstGauge::new(s.value).encode(series)?,
+                    Kind::Counter => ConstCounter::new(s.value).encode(series)?,
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -271,6 +331,16 @@ fn encode_openmetrics(families: &Families<'_>, options: &EncodeOptions) -> Strin
             .groups
             .iter()
             .map(|(d, v)| (*d, v.iter().map(|s| (*s).clone()).collect()))
+            .collect(),
+        extra: families
+            .extra
+            .iter()
+            .map(|(f, v)| {
+                (
+                    Arc::new((*f).clone()),
+                    v.iter().map(|s| (*s).clone()).collect(),
+                )
+            })
             .collect(),
         consts: options.const_labels.clone(),
     };
@@ -334,6 +404,7 @@ mod tests {
                     errors: 1,
                 },
                 samples,
+                extra: vec![],
             })],
             options: Arc::new(EncodeOptions {
                 const_labels: vec![("node".into(), "dgx-01".into())],

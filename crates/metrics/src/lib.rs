@@ -19,6 +19,7 @@
 //!     source: "sim".into(),
 //!     health: SourceHealth { up: true, polls: 1, ..Default::default() },
 //!     samples: vec![Sample::new(Metric::GpuPower, ["0", "GPU-0"], 300.0)],
+//!     extra: vec![],
 //! });
 //! let body = store.current().exposition(Format::Text, false);
 //! assert!(std::str::from_utf8(&body).unwrap()
@@ -28,6 +29,7 @@
 
 pub mod catalog;
 pub mod encode;
+pub mod extra;
 pub mod gpu;
 pub mod snapshot;
 pub mod source;
@@ -35,6 +37,7 @@ pub mod store;
 
 pub use catalog::{Kind, Metric, MetricDef, Unit, CATALOG};
 pub use encode::{EncodeOptions, Format};
+pub use extra::{ExtraFamily, ExtraSample};
 pub use snapshot::{Sample, Snapshot, SourceHealth};
 pub use source::{PollError, Source};
 pub use store::{Generation, SnapshotStore};

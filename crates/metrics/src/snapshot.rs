@@ -3,6 +3,7 @@
 use std::time::{Duration, SystemTime};
 
 use crate::catalog::Metric;
+use crate::extra::ExtraSample;
 
 /// One series value: a catalog metric, its label values (in the order of the metric's label
 /// names) and the value.
@@ -62,6 +63,8 @@ pub struct Snapshot {
     pub health: SourceHealth,
     /// The series; the encoders ignore them unless `health.up`.
     pub samples: Vec<Sample>,
+    /// Series of families defined at run time (see [`crate::extra`]), same rule.
+    pub extra: Vec<ExtraSample>,
 }
 
 impl Snapshot {
@@ -71,6 +74,7 @@ impl Snapshot {
             source: source.into(),
             health: SourceHealth::default(),
             samples: Vec::new(),
+            extra: Vec::new(),
         }
     }
 }

@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use crate::extra::ExtraSample;
 use crate::snapshot::Sample;
 
 /// Why a poll produced no samples.
@@ -41,4 +42,9 @@ pub trait Source: Send {
     fn name(&self) -> &'static str;
     /// Reads the backend and returns every sample of this source.
     fn poll(&mut self) -> Result<Vec<Sample>, PollError>;
+    /// Series of run-time families read by the last successful poll; the runner takes them
+    /// right after it. Most sources have none.
+    fn take_extra(&mut self) -> Vec<ExtraSample> {
+        Vec::new()
+    }
 }

@@ -150,6 +150,7 @@ mod tests {
                 ..Default::default()
             },
             samples: vec![Sample::new(Metric::GpuPower, ["0", "GPU-a"], watts)],
+            extra: vec![],
         }
     }
 
