@@ -107,6 +107,9 @@ known! {
 /// `DCGM_FI_DEV_UUID`: read with every poll for the `uuid` label.
 pub const UUID_FIELD: u16 = 54;
 
+/// String fields (identity): not exported as values; `dgx_pixels_gpu_info` carries identity.
+pub const STRING_FIELDS: [u16; 4] = [1, 50, 54, 57];
+
 /// Aliases DCGM 4 introduced for fields above, accepted in field lists.
 const ALIASES: &[(&str, u16)] = &[
     ("DCGM_FI_DEV_GPU_UTIL_RATIO", 203),
@@ -251,6 +254,12 @@ pub fn parse_field_list(text: &str, file: &str) -> Result<FieldList, String> {
             ));
             continue;
         };
+        if STRING_FIELDS.contains(&known.id) {
+            out.skipped.push(format!(
+                "{at}: {name} is a string; identity is in dgx_pixels_gpu_info"
+            ));
+            continue;
+        }
         if out.fields.iter().any(|f| f.id == known.id) {
             continue;
         }
@@ -303,9 +312,17 @@ pub fn markdown() -> String {
                     .join(", ");
                 (format!("`{}`", def.name), labels, format!("{}", m.scale))
             }
-            None => (
-                format!("`{}` (field list only)", extra_name(f.name, Kind::Gauge)),
+            None if STRING_FIELDS.contains(&f.id) => (
+                "not exported (a string; identity is in `dgx_pixels_gpu_info`)".to_string(),
                 String::new(),
+                "-".into(),
+            ),
+            None => (
+                format!(
+                    "`{}` (field list only; `_total` added for a counter)",
+                    extra_name(f.name, Kind::Gauge)
+                ),
+                "`gpu`, `uuid`".to_string(),
                 "1".into(),
             ),
         };
@@ -385,7 +402,7 @@ mod tests {
         assert_eq!(replay.kind, Kind::Counter);
         assert_eq!(replay.help, "Total number of PCIe retries, all lanes.");
         assert!(list.fields[3].profiling);
-        assert_eq!(list.skipped.len(), 2);
+        assert_eq!(list.skipped.len(), 2, "{:?}", list.skipped);
         assert!(list.skipped[0].starts_with("f.csv:8: DCGM_FI_DRIVER_VERSION"));
         assert!(list.skipped[1].starts_with("f.csv:9: DCGM_FI_DEV_VGPU_LICENSE_STATUS"));
     }

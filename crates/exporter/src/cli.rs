@@ -58,6 +58,15 @@ pub struct Cli {
     #[arg(long = "nvml.library", value_name = "PATH")]
     pub nvml_library: Option<PathBuf>,
 
+    /// Path of libdcgm [default: libdcgm.so.4, then libdcgm.so.3, from the loader's search path].
+    #[arg(long = "dcgm.library", value_name = "PATH")]
+    pub dcgm_library: Option<PathBuf>,
+
+    /// Remote DCGM host engine (nv-hostengine), HOST:PORT or a unix socket path
+    /// [default: start an embedded host engine].
+    #[arg(long = "dcgm.hostengine", value_name = "HOST:PORT|/path/to.sock")]
+    pub dcgm_hostengine: Option<String>,
+
     /// procfs mount point, read to map GPU processes to containers [default: /proc].
     #[arg(long = "path.procfs", value_name = "PATH")]
     pub path_procfs: Option<PathBuf>,
@@ -89,6 +98,8 @@ pub enum Commands {
 pub enum DocsCommand {
     /// The metric catalog as Markdown (docs/metrics.md).
     Metrics,
+    /// The DCGM field mapping as Markdown (docs/dcgm-fields.md).
+    DcgmFields,
 }
 
 /// Flags of one registered collector; `None` where not given.
@@ -215,13 +226,13 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(
-            cli.collectors,
-            [CollectorFlags {
+            cli.collectors[0],
+            CollectorFlags {
                 name: "nvml",
                 enabled: Some(false),
                 interval: Some(Duration::from_millis(500)),
                 timeout: None,
-            }]
+            }
         );
         let cli = parse_from(["x"]).unwrap();
         assert_eq!(cli.collectors[0].enabled, None);

@@ -14,11 +14,20 @@ pub struct CollectorDef {
 }
 
 /// Every collector the exporter knows.
-pub const COLLECTORS: &[CollectorDef] = &[CollectorDef {
-    name: "nvml",
-    enabled_by_default: true,
-    help: "GPU telemetry through NVML (libnvidia-ml.so.1, loaded at run time)",
-}];
+pub const COLLECTORS: &[CollectorDef] = &[
+    CollectorDef {
+        name: "nvml",
+        enabled_by_default: true,
+        help: "GPU telemetry through NVML (libnvidia-ml.so.1, loaded at run time)",
+    },
+    // Off by default: an embedded host engine is a heavy, privileged component to start on
+    // every node, and DGX OS already runs nv-hostengine (see docs/architecture.md).
+    CollectorDef {
+        name: "dcgm",
+        enabled_by_default: false,
+        help: "GPU profiling (and optionally device) fields through DCGM (libdcgm.so.4 or .so.3, loaded at run time; embedded host engine unless --dcgm.hostengine)",
+    },
+];
 
 /// Looks a collector up by name.
 pub fn find(name: &str) -> Option<&'static CollectorDef> {

@@ -8,6 +8,7 @@ mod cli;
 mod collectors;
 mod config;
 mod logging;
+mod ownership;
 mod runner;
 mod server;
 mod sim_source;
@@ -19,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use dgx_pixels_dcgm::{DcgmOptions, DcgmSource};
 use dgx_pixels_metrics::{EncodeOptions, Metric, Sample, SnapshotStore, Source};
 use dgx_pixels_nvml::{NvmlOptions, NvmlSource};
 use dgx_pixels_sim::{Node, Scenario};
@@ -38,6 +40,13 @@ fn main() -> ExitCode {
     }) = &cli.command
     {
         print!("{}", dgx_pixels_metrics::catalog::markdown());
+        return ExitCode::SUCCESS;
+    }
+    if let Some(Commands::Docs {
+        what: DocsCommand::DcgmFields,
+    }) = &cli.command
+    {
+        print!("{}", dgx_pixels_dcgm::fields::markdown());
         return ExitCode::SUCCESS;
     }
     let settings = match config::resolve(&cli, std::env::vars()) {
@@ -98,6 +107,18 @@ fn plan(settings: &Settings) -> Result<Plan> {
         });
     }
     let mut sources: Vec<(Box<dyn Source>, Timing)> = Vec::new();
+    // Metrics DCGM provides; NVML's samples of them are dropped (see ownership.rs).
+    let mut dcgm_owned = std::collections::HashSet::new();
+    let dcgm_fields = if settings.collector_enabled("dcgm") {
+        let (fields, notes) = ownership::dcgm_fields(settings)?;
+        for note in notes {
+            tracing::info!("dcgm field list: {note}");
+        }
+        dcgm_owned.extend(fields.iter().filter_map(|f| f.metric()));
+        fields
+    } else {
+        Vec::new()
+    };
     for c in collectors::COLLECTORS {
         if !settings.collector_enabled(c.name) {
             continue;
@@ -122,7 +143,18 @@ fn plan(settings: &Settings) -> Result<Plan> {
                     procfs: settings.path.procfs.clone().unwrap_or(defaults.procfs),
                 }))
             }
+            "dcgm" => Box::new(DcgmSource::new(DcgmOptions {
+                library: settings.dcgm.library.clone(),
+                hostengine: settings.dcgm.hostengine.clone(),
+                update_interval: interval,
+                fields: dcgm_fields.clone(),
+            })),
             other => anyhow::bail!("collector {other} is registered but has no implementation"),
+        };
+        let source: Box<dyn Source> = if c.name != "dcgm" && !dcgm_owned.is_empty() {
+            Box::new(ownership::Without::new(source, dcgm_owned.clone()))
+        } else {
+            source
         };
         sources.push((source, Timing { interval, timeout }));
     }

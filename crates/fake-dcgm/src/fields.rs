@@ -29,6 +29,7 @@ pub mod id {
     pub const GPU_TEMP: u16 = 150;
     pub const POWER_USAGE: u16 = 155;
     pub const TOTAL_ENERGY: u16 = 156;
+    pub const POWER_USAGE_INSTANT: u16 = 157;
     pub const PSTATE: u16 = 190;
     pub const FAN_SPEED: u16 = 191;
     pub const GPU_UTIL: u16 = 203;
@@ -155,7 +156,8 @@ pub fn value(
         id::PCI_BUSID => return Value::Str(g.pci_bus_id.clone()),
         _ => {}
     }
-    let blank = if is_profiling(field) || field == id::POWER_USAGE {
+    let blank = if is_profiling(field) || matches!(field, id::POWER_USAGE | id::POWER_USAGE_INSTANT)
+    {
         Value::Blank(b'd')
     } else {
         Value::Blank(b'i')
@@ -169,7 +171,7 @@ pub fn value(
             .temperature_memory_celsius
             .map_or(blank, |t| Value::Int(t.round() as i64)),
         id::GPU_TEMP => Value::Int(r.temperature_gpu_celsius.round() as i64),
-        id::POWER_USAGE => Value::Double(r.power_watts),
+        id::POWER_USAGE | id::POWER_USAGE_INSTANT => Value::Double(r.power_watts),
         id::TOTAL_ENERGY => Value::Int((r.energy_joules * 1000.0).round() as i64),
         id::PSTATE => Value::Int(i64::from(r.pstate)),
         id::FAN_SPEED => r.fan_speed_ratio.map_or(blank, pct),

@@ -131,3 +131,31 @@ pub fn value(exposition: &str, name: &str, labels: &[(&str, &str)]) -> Option<f6
         .and_then(|l| l.rsplit(' ').next())
         .map(|v| v.parse().unwrap())
 }
+
+/// Stops the daemon and returns what it logged on stderr.
+pub fn stop_and_logs(mut d: Daemon) -> String {
+    let _ = d.child.kill();
+    let _ = d.child.wait();
+    let mut logs = String::new();
+    if let Some(mut err) = d.child.stderr.take() {
+        let _ = err.read_to_string(&mut logs);
+    }
+    logs
+}
+
+/// Scrapes every 50 ms until `check` holds on the exposition or `timeout` passes; returns the
+/// last exposition and how long it took.
+pub fn wait_until(
+    port: u16,
+    timeout: Duration,
+    check: impl Fn(&str) -> bool,
+) -> (String, Duration) {
+    let start = Instant::now();
+    loop {
+        let body = text(port);
+        if check(&body) || start.elapsed() > timeout {
+            return (body, start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
