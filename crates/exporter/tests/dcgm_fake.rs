@@ -279,9 +279,13 @@ fn blank_values_are_never_exported() {
         series(&body, "dgx_pixels_gpu_tensor_pipe_active_ratio").is_empty(),
         "{body}"
     );
-    assert!(
-        !body.contains("dgx_pixels_gpu_temperature_celsius{gpu=\"0\",uuid")
-            || !body.contains("sensor=\"gpu\""),
+    assert_eq!(
+        value(
+            &body,
+            "dgx_pixels_gpu_temperature_celsius",
+            &[("gpu", "0"), ("sensor", "gpu")]
+        ),
+        None,
         "{body}"
     );
     assert!(
