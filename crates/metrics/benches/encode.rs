@@ -20,6 +20,7 @@ fn snapshot(gpus: u32) -> Snapshot {
             vbios_version: "96.00.74.00.0D".into(),
             driver_version: "550.54.15".into(),
             minor_number: i,
+            ..GpuIdentity::default()
         };
         let clocks = ClockReadout {
             graphics: Some(1.98e9),
@@ -59,6 +60,7 @@ fn snapshot(gpus: u32) -> Snapshot {
             nvlink_transmit_bytes: Some(9.9e14),
             nvlink_receive_bytes: Some(9.8e14),
             mig: vec![],
+            ..GpuReadout::default()
         };
         push_gpu_samples(&id, &r, &mut samples);
     }

@@ -150,7 +150,7 @@ fn child(gpus: u32, lib: &str) {
 }
 
 fn main() {
-    let target = PathBuf::from(std::env::current_exe().unwrap())
+    let target = std::env::current_exe().unwrap()
         .ancestors()
         .nth(3)
         .unwrap()
