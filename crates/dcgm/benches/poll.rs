@@ -55,7 +55,11 @@ fn measure(f: &Fake, mut poll: impl FnMut()) -> (Duration, Duration, f64) {
     let (c1, b1, n1) = unsafe { (cpu_time(), (f.busy)(), (f.calls)()) };
     let library = Duration::from_nanos(b1 - b0);
     let exporter = (c1 - c0).saturating_sub(library);
-    (wall / POLLS, exporter / POLLS, (n1 - n0) as f64 / f64::from(POLLS))
+    (
+        wall / POLLS,
+        exporter / POLLS,
+        (n1 - n0) as f64 / f64::from(POLLS),
+    )
 }
 
 /// The peer: one `dcgmEntitiesGetLatestValues` call per GPU (dcgm-exporter calls
@@ -69,19 +73,34 @@ fn per_gpu_reader(lib: &str, gpus: u32, ids: &[u16]) -> impl FnMut() {
     unsafe {
         assert_eq!(dcgm.dcgmInit(), 0);
         assert_eq!(dcgm.dcgmStartEmbedded(1, &mut handle), 0);
-        assert_eq!(dcgm.dcgmGroupCreate(handle, 0, c"peer".as_ptr(), &mut group), 0);
         assert_eq!(
-            dcgm.dcgmFieldGroupCreate(handle, ids.len() as i32, ids.as_mut_ptr(), c"peer".as_ptr(), &mut fg),
+            dcgm.dcgmGroupCreate(handle, 0, c"peer".as_ptr(), &mut group),
             0
         );
-        assert_eq!(dcgm.dcgmWatchFields(handle, group, fg, 1_000_000, 4.0, 2), 0);
+        assert_eq!(
+            dcgm.dcgmFieldGroupCreate(
+                handle,
+                ids.len() as i32,
+                ids.as_mut_ptr(),
+                c"peer".as_ptr(),
+                &mut fg
+            ),
+            0
+        );
+        assert_eq!(
+            dcgm.dcgmWatchFields(handle, group, fg, 1_000_000, 4.0, 2),
+            0
+        );
     }
     let zero: dcgm_sys::dcgmFieldValue_v2 = unsafe { std::mem::zeroed() };
     let mut values = vec![zero; ids.len()];
     move || {
         let mut acc = 0.0;
         for gpu in 0..gpus {
-            let mut pair = dcgm_sys::dcgmGroupEntityPair_t { entityGroupId: 1, entityId: gpu };
+            let mut pair = dcgm_sys::dcgmGroupEntityPair_t {
+                entityGroupId: 1,
+                entityId: gpu,
+            };
             for v in values.iter_mut() {
                 v.version = dcgm_sys::dcgmFieldValue_version2;
             }
@@ -110,7 +129,10 @@ fn per_gpu_reader(lib: &str, gpus: u32, ids: &[u16]) -> impl FnMut() {
 
 fn child(gpus: u32, lib: &str) {
     let f = fake(lib);
-    for (name, device) in [("profiling fields (12)", false), ("profiling + device fields", true)] {
+    for (name, device) in [
+        ("profiling fields (12)", false),
+        ("profiling + device fields", true),
+    ] {
         let fields = default_fields(device);
         let n = fields.len();
         let ids: Vec<u16> = fields.iter().map(|f| f.id).collect();

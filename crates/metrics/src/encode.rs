@@ -484,4 +484,53 @@ mod tests {
             series(&encode(&i, Format::OpenMetrics))
         );
     }
+
+    #[test]
+    fn extra_families_follow_the_catalog_in_both_formats_and_only_while_up() {
+        let family = Arc::new(
+            ExtraFamily::new(
+                "dgx_pixels_dcgm_dev_pcie_replay_counter_total",
+                Kind::Counter,
+                "PCIe retries.",
+                &["gpu", "uuid"],
+            )
+            .unwrap(),
+        );
+        let with_extra = |up: bool| {
+            let mut i = input(up);
+            let mut snap = (*i.snapshots[0]).clone();
+            snap.extra = vec![
+                ExtraSample {
+                    family: family.clone(),
+                    labels: vec!["0".into(), "GPU-a".into()],
+                    value: 3.0,
+                },
+                // Wrong label count: never served.
+                ExtraSample {
+                    family: family.clone(),
+                    labels: vec!["1".into()],
+                    value: 4.0,
+                },
+            ];
+            i.snapshots = vec![Arc::new(snap)];
+            i
+        };
+        let text = encode(&with_extra(true), Format::Text);
+        assert!(text.ends_with(
+            "# HELP dgx_pixels_dcgm_dev_pcie_replay_counter_total PCIe retries.\n\
+             # TYPE dgx_pixels_dcgm_dev_pcie_replay_counter_total counter\n\
+             dgx_pixels_dcgm_dev_pcie_replay_counter_total{node=\"dgx-01\",gpu=\"0\",uuid=\"GPU-a\"} 3\n"
+        ), "{text}");
+        let om = encode(&with_extra(true), Format::OpenMetrics);
+        assert!(
+            om.contains("# TYPE dgx_pixels_dcgm_dev_pcie_replay_counter counter\n"),
+            "{om}"
+        );
+        assert!(om.contains(
+            "dgx_pixels_dcgm_dev_pcie_replay_counter_total{node=\"dgx-01\",gpu=\"0\",uuid=\"GPU-a\"} 3.0\n"
+        ), "{om}");
+        assert!(om.ends_with("# EOF\n"));
+        let down = encode(&with_extra(false), Format::Text);
+        assert!(!down.contains("dgx_pixels_dcgm_dev_pcie_replay_counter_total"));
+    }
 }

@@ -150,7 +150,8 @@ fn child(gpus: u32, lib: &str) {
 }
 
 fn main() {
-    let target = std::env::current_exe().unwrap()
+    let target = std::env::current_exe()
+        .unwrap()
         .ancestors()
         .nth(3)
         .unwrap()
