@@ -150,6 +150,8 @@ pub struct DcgmSource {
     session: Option<Session>,
     backoff: Backoff,
     last_error: String,
+    /// Kind of the last failure, repeated while backing off (the runner logs each new kind).
+    last_kind: &'static str,
     /// Messages already logged (each is said once).
     said: HashSet<String>,
     extra: Vec<ExtraSample>,
@@ -184,6 +186,7 @@ impl DcgmSource {
             session: None,
             backoff: Backoff::new(),
             last_error: String::new(),
+            last_kind: "library_unavailable",
             said: HashSet::new(),
             extra: Vec::new(),
         }
@@ -506,10 +509,10 @@ impl DcgmSource {
         Ok(Some(out))
     }
 
-    /// One read of every GPU and field.
-    fn read(&mut self, lib: &DcgmLib) -> Result<Vec<Sample>, Fail> {
+    /// One read of every GPU and field; `Err` is DCGM's return code.
+    fn read(&mut self, lib: &DcgmLib) -> Result<Vec<Sample>, dcgmReturn_t> {
         let Some(s) = self.session.as_mut() else {
-            return Err(PollError::new("not_connected", "DCGM not connected"));
+            return Err(dcgm_sys::DCGM_ST_UNINITIALIZED);
         };
         for v in s.values.iter_mut() {
             v.version = dcgm_sys::dcgmFieldValue_version2;
@@ -530,14 +533,7 @@ impl DcgmSource {
             )
         };
         if rc != OK {
-            return Err(PollError::new(
-                match rc {
-                    dcgm_sys::DCGM_ST_CONNECTION_NOT_VALID => "connection_lost",
-                    dcgm_sys::DCGM_ST_VER_MISMATCH => "version_mismatch",
-                    _ => "read_failed",
-                },
-                rc.to_string(),
-            ));
+            return Err(rc);
         }
         let nf = s.ids.len();
         let mut out = Vec::with_capacity(s.values.len());
@@ -647,7 +643,7 @@ impl Source for DcgmSource {
         if self.session.is_none() {
             if !self.backoff.ready(now) {
                 return Err(PollError::new(
-                    "backoff",
+                    self.last_kind,
                     format!(
                         "{}; next attempt in {:.0}s",
                         self.last_error,
@@ -670,6 +666,7 @@ impl Source for DcgmSource {
                 Err(e) => {
                     let wait = self.backoff.failed(now);
                     self.last_error = e.message.clone();
+                    self.last_kind = e.kind;
                     return Err(PollError::new(
                         e.kind,
                         format!("{}; next attempt in {:.0}s", e.message, wait.as_secs_f64()),
@@ -682,9 +679,13 @@ impl Source for DcgmSource {
         };
         match self.read(&lib) {
             Ok(samples) => Ok(samples),
-            Err(e) => {
-                let code: dcgmReturn_t = e.message.parse().unwrap_or(0);
-                let message = match e.kind {
+            Err(code) => {
+                let kind = match code {
+                    dcgm_sys::DCGM_ST_CONNECTION_NOT_VALID => "connection_lost",
+                    dcgm_sys::DCGM_ST_VER_MISMATCH => "version_mismatch",
+                    _ => "read_failed",
+                };
+                let message = match kind {
                     "connection_lost" => format!(
                         "lost the connection to the DCGM {}: {}; reconnecting with backoff",
                         self.where_(),
@@ -701,8 +702,9 @@ impl Source for DcgmSource {
                 self.drop_session();
                 let wait = self.backoff.failed(now);
                 self.last_error = message.clone();
+                self.last_kind = kind;
                 Err(PollError::new(
-                    e.kind,
+                    kind,
                     format!("{message}; next attempt in {:.0}s", wait.as_secs_f64()),
                 ))
             }
@@ -747,7 +749,10 @@ mod tests {
         );
         assert!(first.message.contains("next attempt in 1s"), "{first}");
         let second = s.poll().unwrap_err();
-        assert_eq!(second.kind, "backoff");
+        assert_eq!(
+            second.kind, "library_unavailable",
+            "same kind while backing off"
+        );
         assert!(second.message.starts_with(&s.last_error), "{second}");
     }
 
