@@ -603,4 +603,50 @@ mod tests {
             "{e}"
         );
     }
+
+    #[test]
+    fn dcgm_settings_parse_strictly_and_flags_win() {
+        let f = file("[dcgm]\nhostengine = \"10.0.0.1:5555\"\nlibrary = \"/opt/libdcgm.so.4\"\n");
+        let path = f.path().to_str().unwrap();
+        let s = resolve(&parse_from(["x", "--config.file", path]).unwrap(), []).unwrap();
+        assert_eq!(s.dcgm.hostengine.as_deref(), Some("10.0.0.1:5555"));
+        assert_eq!(s.dcgm.library, Some(PathBuf::from("/opt/libdcgm.so.4")));
+        assert!(!s.collector_enabled("dcgm"), "off by default");
+        let cli = parse_from([
+            "x",
+            "--config.file",
+            path,
+            "--dcgm.hostengine",
+            "/run/nvidia-dcgm.sock",
+            "--dcgm.library",
+            "/x/libdcgm.so.3",
+            "--collector.dcgm",
+        ])
+        .unwrap();
+        let s = resolve(&cli, []).unwrap();
+        assert_eq!(s.dcgm.hostengine.as_deref(), Some("/run/nvidia-dcgm.sock"));
+        assert_eq!(s.dcgm.library, Some(PathBuf::from("/x/libdcgm.so.3")));
+        assert!(s.collector_enabled("dcgm"));
+
+        for (text, want) in [
+            ("[dcgm]\nhostengine = 5555\n", "line 2 key dcgm.hostengine"),
+            ("[dcgm]\nlibary = \"x\"\n", "line 2 key dcgm.libary"),
+            (
+                "[dcgm]\nhostengine = \"host:99999\"\n",
+                "dcgm.hostengine: \"host:99999\" has an invalid port",
+            ),
+            (
+                "[dcgm]\nfield_list = \"/nonexistent.csv\"\n",
+                "dcgm.field_list: cannot read /nonexistent.csv",
+            ),
+        ] {
+            let f = file(text);
+            let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
+            let e = resolve(&cli, []).unwrap_err().to_string();
+            assert!(e.contains(want), "{text:?}: {e}");
+        }
+        let cli = parse_from(["x", "--dcgm.hostengine", ":5555"]).unwrap();
+        let e = resolve(&cli, []).unwrap_err().to_string();
+        assert!(e.contains("has no host"), "{e}");
+    }
 }

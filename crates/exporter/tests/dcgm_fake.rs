@@ -493,3 +493,19 @@ fn a_bad_field_list_is_a_config_error_naming_file_and_line() {
         "{err}"
     );
 }
+
+#[test]
+fn a_fast_poll_still_watches_profiling_at_dcgms_minimum() {
+    // The fake refuses profiling watches under 100 ms, as DCGM does: a 50 ms poll interval
+    // must still get profiling fields (watched at 100 ms) and device fields (at 50 ms).
+    let d = start_fake(
+        &[FROZEN],
+        &["--no-collector.nvml", "--collector.dcgm.interval", "50ms"],
+    );
+    let (body, _) = wait_until(d.port, Duration::from_secs(5), |b| {
+        b.contains("dgx_pixels_gpu_sm_active_ratio{")
+    });
+    assert_values(&body, "dgx-h100", 8);
+    let logs = stop_and_logs(d);
+    assert!(!logs.contains("profiling fields unavailable"), "{logs}");
+}
