@@ -33,13 +33,10 @@ fn fake_library() -> &'static str {
 
 /// Starts the daemon with only the dcgm collector, on the fake.
 fn start_fake(fake_env: &[(&str, &str)], args: &[&str]) -> Daemon {
-    let mut all = vec![
-        "--collector.dcgm",
-        "--dcgm.library",
-        fake_library(),
-        "--collector.dcgm.interval",
-        "200ms",
-    ];
+    let mut all = vec!["--collector.dcgm", "--dcgm.library", fake_library()];
+    if !args.contains(&"--collector.dcgm.interval") {
+        all.extend_from_slice(&["--collector.dcgm.interval", "200ms"]);
+    }
     all.extend_from_slice(args);
     start_with_env(&all, fake_env)
 }
