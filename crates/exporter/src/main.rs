@@ -114,7 +114,7 @@ fn plan(settings: &Settings) -> Result<Plan> {
         for note in notes {
             tracing::info!("dcgm field list: {note}");
         }
-        dcgm_owned.extend(fields.iter().filter_map(|f| f.metric()));
+        dcgm_owned.extend(fields.iter().filter_map(ownership::series_of));
         fields
     } else {
         Vec::new()

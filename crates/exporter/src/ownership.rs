@@ -1,6 +1,7 @@
-//! One source per metric when NVML and DCGM both run: DCGM's field choice decides which
-//! catalog metrics it provides, and NVML's samples of those metrics are dropped, so no series
-//! is served twice.
+//! One source per series when NVML and DCGM both run: DCGM's field choice decides which
+//! catalog series it provides (a metric and its labels after `gpu` and `uuid`, e.g.
+//! `gpu_clock_hertz{clock="sm"}`), and NVML's samples of those are dropped, so no series is
+//! served twice while NVML keeps the ones DCGM does not read (`clock="graphics"`).
 //!
 //! By default DCGM provides the profiling metrics and NVML the device metrics;
 //! `[dcgm] device_metrics = true` hands the device metrics DCGM can read to DCGM (the default
@@ -8,7 +9,7 @@
 
 use std::collections::HashSet;
 
-use dgx_pixels_dcgm::fields::{default_fields, FieldChoice};
+use dgx_pixels_dcgm::fields::{default_fields, FieldChoice, Target};
 use dgx_pixels_metrics::{ExtraSample, Metric, PollError, Sample, Source};
 
 use crate::config::{self, ConfigError, Settings};
@@ -44,16 +45,35 @@ pub fn dcgm_fields(settings: &Settings) -> Result<(Vec<FieldChoice>, Vec<String>
     Ok((fields, notes))
 }
 
-/// A source whose samples of some metrics are dropped because another source owns them.
+/// A series family another source owns: a metric and its label values after `gpu`, `uuid`.
+pub type Owned = (Metric, &'static [&'static str]);
+
+/// The catalog series a DCGM field provides on every GPU.
+pub fn series_of(field: &FieldChoice) -> Option<Owned> {
+    match &field.target {
+        Target::Catalog(m) => Some((m.metric, m.labels)),
+        Target::Extra(_) => None,
+    }
+}
+
+/// A source whose samples of some series are dropped because another source owns them.
 pub struct Without {
     inner: Box<dyn Source>,
-    dropped: HashSet<Metric>,
+    dropped: HashSet<Owned>,
 }
 
 impl Without {
-    /// `inner` without `dropped`.
-    pub fn new(inner: Box<dyn Source>, dropped: HashSet<Metric>) -> Without {
+    /// `inner` without the `dropped` series.
+    pub fn new(inner: Box<dyn Source>, dropped: HashSet<Owned>) -> Without {
         Without { inner, dropped }
+    }
+
+    fn owned_elsewhere(&self, s: &Sample) -> bool {
+        self.dropped.iter().any(|(metric, labels)| {
+            *metric == s.metric
+                && s.labels.len() == 2 + labels.len()
+                && s.labels[2..].iter().zip(labels.iter()).all(|(a, b)| a == b)
+        })
     }
 }
 
@@ -64,7 +84,7 @@ impl Source for Without {
 
     fn poll(&mut self) -> Result<Vec<Sample>, PollError> {
         let mut samples = self.inner.poll()?;
-        samples.retain(|s| !self.dropped.contains(&s.metric));
+        samples.retain(|s| !self.owned_elsewhere(s));
         Ok(samples)
     }
 
@@ -119,7 +139,7 @@ mod tests {
     }
 
     #[test]
-    fn dropped_metrics_never_leave_the_wrapped_source() {
+    fn series_owned_by_dcgm_never_leave_the_wrapped_source() {
         struct Two;
         impl Source for Two {
             fn name(&self) -> &'static str {
@@ -129,12 +149,21 @@ mod tests {
                 Ok(vec![
                     Sample::new(Metric::PcieTransmit, ["0", "u"], 1.0),
                     Sample::new(Metric::GpuPower, ["0", "u"], 2.0),
+                    Sample::new(Metric::GpuClock, ["0", "u", "sm"], 3.0),
+                    Sample::new(Metric::GpuClock, ["0", "u", "graphics"], 4.0),
                 ])
             }
         }
-        let mut w = Without::new(Box::new(Two), [Metric::PcieTransmit].into_iter().collect());
-        let got: Vec<Metric> = w.poll().unwrap().iter().map(|s| s.metric).collect();
-        assert_eq!(got, [Metric::GpuPower]);
+        let dcgm = [default_fields(true)[0].clone()];
+        assert_eq!(series_of(&dcgm[0]), Some((Metric::GpuClock, &["sm"][..])));
+        let owned = dcgm
+            .iter()
+            .filter_map(series_of)
+            .chain([(Metric::PcieTransmit, &[][..])])
+            .collect();
+        let mut w = Without::new(Box::new(Two), owned);
+        let got: Vec<f64> = w.poll().unwrap().iter().map(|s| s.value).collect();
+        assert_eq!(got, [2.0, 4.0], "NVML keeps the clocks DCGM does not read");
         assert_eq!(w.name(), "nvml");
     }
 }
