@@ -30,6 +30,14 @@ if [ "${1:-}" = "--check-upstream" ]; then
     '_Static_assert(DCGM_ST_VER_MISMATCH == -12 && DCGM_ST_CONNECTION_NOT_VALID == -21, "codes");' \
     '_Static_assert(DCGM_FE_GPU == 1 && DCGM_FI_PROF_SM_ACTIVE == 1002, "ids");' \
     | ${CC:-cc} -fsyntax-only -I "$dir" -x c -
+  # Every function we declare, as a pointer of our prototype initialised with the real one:
+  # a different parameter list does not compile.
+  {
+    echo '#include <dcgm_agent.h>'
+    perl -0777 -ne 'while (/^(dcgmReturn_t|const char \*)\s*(\w+)\(([^;]*?)\);/gms) {
+        my ($ret, $name, $args) = ($1, $2, $3); $args =~ s/\s+/ /g;
+        print "$ret (*check_$name)($args) = $name;\n"; }' include/dcgm_subset.h
+  } | ${CC:-cc} -fsyntax-only -Werror=incompatible-pointer-types -I "$dir" -x c -
   echo "dcgm-sys: our declarations agree with $dir"
   exit 0
 fi

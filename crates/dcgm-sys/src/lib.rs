@@ -6,8 +6,8 @@
 //! structs, constants), written from documented facts; `src/bindings.rs` is what bindgen makes of
 //! it in dynamic-loading mode, committed so a build needs no libclang.
 //! `scripts/regen.sh --check` (run by `scripts/test`) regenerates it and fails on any
-//! difference; `scripts/regen.sh --check-upstream` compares our struct sizes with the real
-//! headers where they are installed (`DCGM_INCLUDE_DIR`).
+//! difference; `scripts/regen.sh --check-upstream` compares our struct sizes, versions and
+//! function prototypes with NVIDIA's headers where they are installed (`DCGM_INCLUDE_DIR`).
 //!
 //! [`DcgmLib`] resolves every symbol when loaded, each into a `Result` field. Its unchecked
 //! methods panic on a missing symbol, so [`open`] refuses a library that lacks a
