@@ -7,33 +7,15 @@
 mod common;
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use common::*;
 use dgx_pixels_sim::{GpuReading, GpuState, Node, Scenario};
 
-/// Builds the fake library once per test process (cargo test does not build cdylibs).
-fn fake_library() -> &'static str {
-    static PATH: OnceLock<String> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "-p", "fake-dcgm"])
-            .status()
-            .unwrap();
-        assert!(status.success(), "building fake-dcgm failed");
-        let dir = PathBuf::from(BIN).parent().unwrap().to_path_buf();
-        let lib = dir.join("libfake_dcgm.so");
-        assert!(lib.exists(), "{} missing", lib.display());
-        lib.display().to_string()
-    })
-}
-
 /// Starts the daemon with only the dcgm collector, on the fake.
 fn start_fake(fake_env: &[(&str, &str)], args: &[&str]) -> Daemon {
-    let mut all = vec!["--collector.dcgm", "--dcgm.library", fake_library()];
+    let mut all = vec!["--collector.dcgm", "--dcgm.library", fake_dcgm_library()];
     if !args.contains(&"--collector.dcgm.interval") {
         all.extend_from_slice(&["--collector.dcgm.interval", "200ms"]);
     }

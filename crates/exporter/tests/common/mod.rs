@@ -159,3 +159,28 @@ pub fn wait_until(
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Builds a fake library crate once per test process (cargo test does not build cdylibs) and
+/// returns the path of its `.so`, which lives beside the binary.
+fn fake_cdylib(package: &str, file: &str) -> String {
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "--quiet", "-p", package])
+        .status()
+        .unwrap();
+    assert!(status.success(), "building {package} failed");
+    let lib = std::path::Path::new(BIN).parent().unwrap().join(file);
+    assert!(lib.exists(), "{} missing", lib.display());
+    lib.display().to_string()
+}
+
+/// The fake libdcgm (crates/fake-dcgm).
+pub fn fake_dcgm_library() -> &'static str {
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| fake_cdylib("fake-dcgm", "libfake_dcgm.so"))
+}
+
+/// The fake libnvidia-ml (crates/fake-nvml).
+pub fn fake_nvml_library() -> &'static str {
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| fake_cdylib("fake-nvml", "libfake_nvml.so"))
+}
