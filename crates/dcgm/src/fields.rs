@@ -283,6 +283,18 @@ pub fn parse_field_list(text: &str, file: &str) -> Result<FieldList, String> {
     Ok(out)
 }
 
+/// How fresh DCGM readings are (in docs/dcgm-fields.md).
+const FRESHNESS: &str = "
+## How fresh DCGM readings are
+
+The `dcgm` source watches its fields with an update interval equal to
+`--collector.dcgm.interval` (default 1 s), or 100 ms for profiling fields when the interval is
+shorter (DCGM's minimum), and reads the latest sample of every GPU and field in one
+`dcgmEntitiesGetLatestValues` call per poll. Profiling values are averages over DCGM's sample
+period. A poll that fails (host engine gone, library missing, struct version refused) drops all
+DCGM series until the source reconnects; nothing is served stale.
+";
+
 /// The Markdown table of docs/dcgm-fields.md: every known field and what it is exported as.
 pub fn markdown() -> String {
     let mut out = String::from(
@@ -297,9 +309,10 @@ pub fn markdown() -> String {
          sentinels for no data, not found, not supported, no permission) are never exported.\n\n\
          By default the `dcgm` collector watches the profiling fields; with `[dcgm] \
          device_metrics = true` (the default when the `nvml` collector is off) it also provides \
-         the device metrics below instead of NVML.\n\n\
-         | Id | DCGM field | Exported as | Labels | Factor |\n|---|---|---|---|---|\n",
+         the device metrics below instead of NVML.\n",
     );
+    out.push_str(FRESHNESS);
+    out.push_str("\n| Id | DCGM field | Exported as | Labels | Factor |\n|---|---|---|---|---|\n");
     for f in KNOWN_FIELDS {
         let (name, labels, scale) = match f.mapping {
             Some(m) => {
