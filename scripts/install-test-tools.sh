@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs, idempotently, the tools the test suite runs beside cargo: Prometheus and promtool
-# (Debian's package, unpacked under .tools/ rather than installed system-wide), curl and jq.
+# (Debian's package, unpacked under .tools/ rather than installed system-wide), curl, jq, and
+# bindgen with libclang (for the dcgm-sys bindings check).
 # Usage: scripts/install-test-tools.sh [--bench]   (--bench adds node_exporter and wrk)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,12 @@ apt_install() {
 for cmd in curl jq; do
   command -v "$cmd" >/dev/null || apt_install "$cmd"
 done
+
+# bindgen (Debian 12's 0.60.1) and libclang: crates/dcgm-sys/scripts/regen.sh --check regenerates
+# the committed DCGM bindings and diffs them (about 30 MB to download).
+if ! command -v bindgen >/dev/null || ! ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1; then
+  apt_install bindgen libclang-dev
+fi
 
 # Prometheus: the Debian package unpacked (108 MiB) instead of installed with its deps (316 MiB).
 if [ ! -x "$TOOLS/prometheus/usr/bin/prometheus" ]; then

@@ -63,6 +63,14 @@ pub struct Cli {
     /// response headers. Re-read when it changes and on SIGHUP.
     #[arg(long = "web.config.file", value_name = "FILE")]
     pub web_config_file: Option<PathBuf>,
+    /// Path of libdcgm [default: libdcgm.so.4, then libdcgm.so.3, from the loader's search path].
+    #[arg(long = "dcgm.library", value_name = "PATH")]
+    pub dcgm_library: Option<PathBuf>,
+
+    /// Remote DCGM host engine (nv-hostengine), HOST:PORT or a unix socket path
+    /// [default: start an embedded host engine].
+    #[arg(long = "dcgm.hostengine", value_name = "HOST:PORT|/path/to.sock")]
+    pub dcgm_hostengine: Option<String>,
 
     /// procfs mount point, read to map GPU processes to containers [default: /proc].
     #[arg(long = "path.procfs", value_name = "PATH")]
@@ -173,6 +181,8 @@ pub struct ProbeCompareArgs {
 pub enum DocsCommand {
     /// The metric catalog as Markdown (docs/metrics.md).
     Metrics,
+    /// The DCGM field mapping as Markdown (docs/dcgm-fields.md).
+    DcgmFields,
 }
 
 /// Flags of one registered collector; `None` where not given.

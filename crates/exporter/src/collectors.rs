@@ -31,6 +31,13 @@ pub const COLLECTORS: &[CollectorDef] = &[
         enabled_by_default: false,
         help: "CUDA probe workloads on idle GPUs (libcuda.so.1 and cuBLAS, loaded at run time)",
     },
+    // Off by default: an embedded host engine is a heavy, privileged component to start on
+    // every node, and DGX OS already runs nv-hostengine (see docs/architecture.md).
+    CollectorDef {
+        name: "dcgm",
+        enabled_by_default: false,
+        help: "GPU profiling (and optionally device) fields through DCGM (libdcgm.so.4 or .so.3, loaded at run time; embedded host engine unless --dcgm.hostengine)",
+    },
 ];
 
 /// Looks a collector up by name.

@@ -145,6 +145,22 @@ pub struct NvmlSettings {
     pub processes_per_gpu: Option<usize>,
 }
 
+/// `[dcgm]`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DcgmSettings {
+    /// Path of libdcgm.
+    pub library: Option<PathBuf>,
+    /// Remote host engine, HOST:PORT or a unix socket path; unset = embedded.
+    pub hostengine: Option<String>,
+    /// A dcgm-exporter field-list CSV (`DCGM_FI_NAME, type, help`) replacing the default fields.
+    pub field_list: Option<PathBuf>,
+    /// Whether DCGM provides the device metrics (utilization, memory, power, ...) instead of
+    /// NVML; default: only when the nvml collector is disabled. Profiling metrics always come
+    /// from DCGM.
+    pub device_metrics: Option<bool>,
+}
+
 /// `[path]`: where host filesystems are mounted (node_exporter's `--path.*`).
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -301,6 +317,8 @@ pub struct Settings {
     pub simulation: SimulationSettings,
     /// NVML.
     pub nvml: NvmlSettings,
+    /// DCGM.
+    pub dcgm: DcgmSettings,
     /// Host filesystem mount points.
     pub path: PathSettings,
     /// Per-collector settings, keyed by collector name.
@@ -388,6 +406,12 @@ impl Settings {
             }
         }
         self.probes.schedule()?;
+        if let Some(address) = &self.dcgm.hostengine {
+            check_hostengine(address)?;
+        }
+        if let Some(path) = &self.dcgm.field_list {
+            read_field_list(path)?;
+        }
         if self.simulation.interval.is_some_and(|d| d.is_zero()) {
             return Err(ConfigError("simulation.interval: must be > 0".into()));
         }
@@ -401,6 +425,41 @@ impl Settings {
         }
         Ok(())
     }
+}
+
+/// Checks `dcgm.hostengine`: a unix socket path, or HOST[:PORT].
+fn check_hostengine(address: &str) -> Result<(), ConfigError> {
+    let bad = |why: &str| {
+        ConfigError(format!(
+            "dcgm.hostengine: {address:?} {why}; expected HOST:PORT or a unix socket path"
+        ))
+    };
+    if address.starts_with('/') {
+        return Ok(());
+    }
+    let (host, port) = match address.rsplit_once(':') {
+        Some((h, p)) => (h, Some(p)),
+        None => (address, None),
+    };
+    if host.is_empty() || host.contains(char::is_whitespace) {
+        return Err(bad("has no host"));
+    }
+    if port.is_some_and(|p| p.parse::<u16>().map_or(true, |p| p == 0)) {
+        return Err(bad("has an invalid port"));
+    }
+    Ok(())
+}
+
+/// Reads and parses `dcgm.field_list`.
+pub fn read_field_list(path: &Path) -> Result<dgx_pixels_dcgm::fields::FieldList, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigError(format!(
+            "dcgm.field_list: cannot read {}: {e}",
+            path.display()
+        ))
+    })?;
+    dgx_pixels_dcgm::fields::parse_field_list(&text, &path.display().to_string())
+        .map_err(|e| ConfigError(format!("dcgm.field_list: {e}")))
 }
 
 /// Line (1-based) of byte `offset` in `text`.
@@ -484,7 +543,17 @@ pub fn resolve(
             .separator("__")
             .source(Some(env)),
     );
-    let overrides: [(&str, Option<config::Value>); 11] = [
+    let overrides: [(&str, Option<config::Value>); 13] = [
+        (
+            "dcgm.library",
+            cli.dcgm_library
+                .as_ref()
+                .map(|p| p.display().to_string().into()),
+        ),
+        (
+            "dcgm.hostengine",
+            cli.dcgm_hostengine.clone().map(Into::into),
+        ),
         (
             "web.listen_address",
             cli.listen_address.clone().map(Into::into),
@@ -727,7 +796,7 @@ mod tests {
         let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
         let e = resolve(&cli, []).unwrap_err().to_string();
         assert!(
-            e.contains("collector.gpu: unknown collector; known: nvml, textfile, probes"),
+            e.contains("collector.gpu: unknown collector; known: nvml, textfile, probes, dcgm"),
             "{e}"
         );
 
@@ -841,5 +910,51 @@ mod tests {
             e.starts_with("config file /nonexistent/dgx.toml: cannot read"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn dcgm_settings_parse_strictly_and_flags_win() {
+        let f = file("[dcgm]\nhostengine = \"10.0.0.1:5555\"\nlibrary = \"/opt/libdcgm.so.4\"\n");
+        let path = f.path().to_str().unwrap();
+        let s = resolve(&parse_from(["x", "--config.file", path]).unwrap(), []).unwrap();
+        assert_eq!(s.dcgm.hostengine.as_deref(), Some("10.0.0.1:5555"));
+        assert_eq!(s.dcgm.library, Some(PathBuf::from("/opt/libdcgm.so.4")));
+        assert!(!s.collector_enabled("dcgm"), "off by default");
+        let cli = parse_from([
+            "x",
+            "--config.file",
+            path,
+            "--dcgm.hostengine",
+            "/run/nvidia-dcgm.sock",
+            "--dcgm.library",
+            "/x/libdcgm.so.3",
+            "--collector.dcgm",
+        ])
+        .unwrap();
+        let s = resolve(&cli, []).unwrap();
+        assert_eq!(s.dcgm.hostengine.as_deref(), Some("/run/nvidia-dcgm.sock"));
+        assert_eq!(s.dcgm.library, Some(PathBuf::from("/x/libdcgm.so.3")));
+        assert!(s.collector_enabled("dcgm"));
+
+        for (text, want) in [
+            ("[dcgm]\nhostengine = 5555\n", "line 2 key dcgm.hostengine"),
+            ("[dcgm]\nlibary = \"x\"\n", "line 2 key dcgm.libary"),
+            (
+                "[dcgm]\nhostengine = \"host:99999\"\n",
+                "dcgm.hostengine: \"host:99999\" has an invalid port",
+            ),
+            (
+                "[dcgm]\nfield_list = \"/nonexistent.csv\"\n",
+                "dcgm.field_list: cannot read /nonexistent.csv",
+            ),
+        ] {
+            let f = file(text);
+            let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
+            let e = resolve(&cli, []).unwrap_err().to_string();
+            assert!(e.contains(want), "{text:?}: {e}");
+        }
+        let cli = parse_from(["x", "--dcgm.hostengine", ":5555"]).unwrap();
+        let e = resolve(&cli, []).unwrap_err().to_string();
+        assert!(e.contains("has no host"), "{e}");
     }
 }

@@ -9,6 +9,7 @@ mod collectors;
 mod config;
 mod http_source;
 mod logging;
+mod ownership;
 mod probe_cmd;
 mod probes;
 mod runner;
@@ -24,6 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use dgx_pixels_dcgm::{DcgmOptions, DcgmSource};
 use dgx_pixels_metrics::{EncodeOptions, Metric, Sample, SnapshotStore, Source};
 use dgx_pixels_nvml::{NvmlOptions, NvmlSource};
 use dgx_pixels_sim::{Node, Scenario};
@@ -49,6 +51,13 @@ fn main() -> ExitCode {
     }
     if let Some(Commands::Probe { what }) = &cli.command {
         return probe_cmd::run(what);
+    }
+    if let Some(Commands::Docs {
+        what: DocsCommand::DcgmFields,
+    }) = &cli.command
+    {
+        print!("{}", dgx_pixels_dcgm::fields::markdown());
+        return ExitCode::SUCCESS;
     }
     let settings = match config::resolve(&cli, std::env::vars()) {
         Ok(s) => s,
@@ -126,6 +135,18 @@ fn plan(settings: &Settings, store_slot: &probes::StoreSlot) -> Result<Plan> {
         });
     }
     let mut sources: Vec<(Box<dyn Source>, Timing)> = Vec::new();
+    // Metrics DCGM provides; NVML's samples of them are dropped (see ownership.rs).
+    let mut dcgm_owned = std::collections::HashSet::new();
+    let dcgm_fields = if settings.collector_enabled("dcgm") {
+        let (fields, notes) = ownership::dcgm_fields(settings)?;
+        for note in notes {
+            tracing::info!("dcgm field list: {note}");
+        }
+        dcgm_owned.extend(fields.iter().filter_map(ownership::series_of));
+        fields
+    } else {
+        Vec::new()
+    };
     for c in collectors::COLLECTORS {
         if !settings.collector_enabled(c.name) {
             continue;
@@ -165,7 +186,18 @@ fn plan(settings: &Settings, store_slot: &probes::StoreSlot) -> Result<Plan> {
                 continue;
             }
             "probes" => probes::source(settings, Arc::clone(store_slot))?,
+            "dcgm" => Box::new(DcgmSource::new(DcgmOptions {
+                library: settings.dcgm.library.clone(),
+                hostengine: settings.dcgm.hostengine.clone(),
+                update_interval: interval,
+                fields: dcgm_fields.clone(),
+            })),
             other => anyhow::bail!("collector {other} is registered but has no implementation"),
+        };
+        let source: Box<dyn Source> = if c.name != "dcgm" && !dcgm_owned.is_empty() {
+            Box::new(ownership::Without::new(source, dcgm_owned.clone()))
+        } else {
+            source
         };
         sources.push((source, Timing { interval, timeout }));
     }

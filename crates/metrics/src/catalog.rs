@@ -165,49 +165,49 @@ define_catalog! {
         "Static facts about a GPU, value 1; join on gpu and uuid to add them to other series.";
     GpuUp => Gauge None "dgx_pixels_gpu_up" ["gpu", "uuid"] ["nvml", "sim"]
         "1 when the GPU answers queries; 0 when it fell off the bus or stopped responding (its other readings are then omitted).";
-    GpuUtilization => Gauge Ratio "dgx_pixels_gpu_utilization_ratio" ["gpu", "uuid"] ["nvml", "sim"]
+    GpuUtilization => Gauge Ratio "dgx_pixels_gpu_utilization_ratio" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
         "Fraction of the last sample period during which one or more kernels ran on the GPU.";
-    GpuMemoryUtilization => Gauge Ratio "dgx_pixels_gpu_memory_utilization_ratio" ["gpu", "uuid"] ["nvml", "sim"]
+    GpuMemoryUtilization => Gauge Ratio "dgx_pixels_gpu_memory_utilization_ratio" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
         "Fraction of the last sample period during which device memory was read or written.";
-    GpuEncoderUtilization => Gauge Ratio "dgx_pixels_gpu_encoder_utilization_ratio" ["gpu", "uuid"] ["nvml", "sim"]
+    GpuEncoderUtilization => Gauge Ratio "dgx_pixels_gpu_encoder_utilization_ratio" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
         "Fraction of the last sample period during which the video encoder was busy.";
-    GpuDecoderUtilization => Gauge Ratio "dgx_pixels_gpu_decoder_utilization_ratio" ["gpu", "uuid"] ["nvml", "sim"]
+    GpuDecoderUtilization => Gauge Ratio "dgx_pixels_gpu_decoder_utilization_ratio" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
         "Fraction of the last sample period during which the video decoder was busy.";
-    GpuMemoryUsed => Gauge Bytes "dgx_pixels_gpu_memory_used_bytes" ["gpu", "uuid"] ["nvml", "sim"]
+    GpuMemoryUsed => Gauge Bytes "dgx_pixels_gpu_memory_used_bytes" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
         "Framebuffer memory in use; absent on unified-memory GPUs that do not report it.";
-    GpuMemoryFree => Gauge Bytes "dgx_pixels_gpu_memory_free_bytes" ["gpu", "uuid"] ["nvml", "sim"]
+    GpuMemoryFree => Gauge Bytes "dgx_pixels_gpu_memory_free_bytes" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
         "Framebuffer memory free; absent on unified-memory GPUs that do not report it.";
-    GpuMemoryReserved => Gauge Bytes "dgx_pixels_gpu_memory_reserved_bytes" ["gpu", "uuid"] ["nvml", "sim"]
+    GpuMemoryReserved => Gauge Bytes "dgx_pixels_gpu_memory_reserved_bytes" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
         "Framebuffer memory reserved by the driver and firmware.";
-    GpuMemoryTotal => Gauge Bytes "dgx_pixels_gpu_memory_total_bytes" ["gpu", "uuid"] ["nvml", "sim"]
+    GpuMemoryTotal => Gauge Bytes "dgx_pixels_gpu_memory_total_bytes" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
         "Total framebuffer memory; absent on unified-memory GPUs that do not report it.";
     GpuBar1Used => Gauge Bytes "dgx_pixels_gpu_bar1_used_bytes" ["gpu", "uuid"] ["nvml", "sim"]
         "BAR1 aperture in use (device memory mapped for access by the CPU and peers).";
     GpuBar1Total => Gauge Bytes "dgx_pixels_gpu_bar1_total_bytes" ["gpu", "uuid"] ["nvml", "sim"]
         "Size of the BAR1 aperture.";
-    GpuPower => Gauge Watts "dgx_pixels_gpu_power_watts" ["gpu", "uuid"] ["nvml", "sim"]
+    GpuPower => Gauge Watts "dgx_pixels_gpu_power_watts" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
         "Power draw of the GPU board.";
     GpuPowerLimit => Gauge Watts "dgx_pixels_gpu_power_limit_watts" ["gpu", "uuid"] ["nvml", "sim"]
         "Enforced power limit of the GPU board.";
-    GpuEnergy => Counter Joules "dgx_pixels_gpu_energy_joules_total" ["gpu", "uuid"] ["nvml", "sim"]
+    GpuEnergy => Counter Joules "dgx_pixels_gpu_energy_joules_total" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
         "Energy consumed by the GPU since the driver was loaded.";
-    GpuTemperature => Gauge Celsius "dgx_pixels_gpu_temperature_celsius" ["gpu", "uuid", "sensor"] ["nvml", "sim"]
+    GpuTemperature => Gauge Celsius "dgx_pixels_gpu_temperature_celsius" ["gpu", "uuid", "sensor"] ["nvml", "dcgm", "sim"]
         "Temperature per sensor (gpu: the die, memory: HBM).";
-    GpuClock => Gauge Hertz "dgx_pixels_gpu_clock_hertz" ["gpu", "uuid", "clock"] ["nvml", "sim"]
+    GpuClock => Gauge Hertz "dgx_pixels_gpu_clock_hertz" ["gpu", "uuid", "clock"] ["nvml", "dcgm", "sim"]
         "Current clock frequency per clock domain (graphics, sm, memory, video).";
     GpuClockMax => Gauge Hertz "dgx_pixels_gpu_clock_max_hertz" ["gpu", "uuid", "clock"] ["nvml", "sim"]
         "Maximum clock frequency per clock domain.";
-    GpuPerformanceState => Gauge None "dgx_pixels_gpu_performance_state" ["gpu", "uuid"] ["nvml", "sim"]
+    GpuPerformanceState => Gauge None "dgx_pixels_gpu_performance_state" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
         "Performance state, 0 (P0, maximum performance) to 15 (P15, minimum).";
-    GpuFanSpeed => Gauge Ratio "dgx_pixels_gpu_fan_speed_ratio" ["gpu", "uuid", "fan"] ["nvml", "sim"]
+    GpuFanSpeed => Gauge Ratio "dgx_pixels_gpu_fan_speed_ratio" ["gpu", "uuid", "fan"] ["nvml", "dcgm", "sim"]
         "Intended fan speed as a fraction of the maximum, per fan; absent on passively cooled GPUs.";
     GpuThrottleReason => Gauge None "dgx_pixels_gpu_throttle_reason" ["gpu", "uuid", "reason"] ["nvml", "sim"]
         "1 while the given reason is holding clocks down, else 0; one series per reason.";
-    GpuThrottleViolation => Counter Seconds "dgx_pixels_gpu_throttle_violation_seconds_total" ["gpu", "uuid", "policy"] ["nvml", "sim"]
+    GpuThrottleViolation => Counter Seconds "dgx_pixels_gpu_throttle_violation_seconds_total" ["gpu", "uuid", "policy"] ["nvml", "dcgm", "sim"]
         "Time clocks were held below the requested clocks, per policy (power, thermal, sync_boost, board_limit, low_utilization, reliability).";
     GpuXidErrors => Counter None "dgx_pixels_gpu_xid_errors_total" ["gpu", "uuid", "xid"] ["nvml", "sim"]
         "XID errors reported by the driver, per XID code; every occurrence counts, repeats included.";
-    GpuEccErrors => Counter None "dgx_pixels_gpu_ecc_errors_total" ["gpu", "uuid", "error_type", "counter"] ["nvml", "sim"]
+    GpuEccErrors => Counter None "dgx_pixels_gpu_ecc_errors_total" ["gpu", "uuid", "error_type", "counter"] ["nvml", "dcgm", "sim"]
         "ECC memory errors by type (corrected, uncorrected) and counter (volatile: since driver load, aggregate: lifetime).";
     GpuEccEnabled => Gauge None "dgx_pixels_gpu_ecc_enabled" ["gpu", "uuid"] ["nvml", "sim"]
         "1 when ECC is enabled on the GPU's memory, else 0; absent where ECC is not supported.";
@@ -215,15 +215,15 @@ define_catalog! {
         "Memory pages retired, by cause (single_bit_ecc, double_bit_ecc); absent on GPUs that remap rows instead.";
     GpuRetiredPagesPending => Gauge None "dgx_pixels_gpu_retired_pages_pending" ["gpu", "uuid"] ["nvml", "sim"]
         "1 when pages are waiting to be retired at the next driver reload, else 0.";
-    GpuRemappedRows => Gauge None "dgx_pixels_gpu_remapped_rows" ["gpu", "uuid", "cause"] ["nvml", "sim"]
+    GpuRemappedRows => Gauge None "dgx_pixels_gpu_remapped_rows" ["gpu", "uuid", "cause"] ["nvml", "dcgm", "sim"]
         "Memory rows remapped to spares, by cause (correctable, uncorrectable).";
-    GpuRemappedRowsPending => Gauge None "dgx_pixels_gpu_remapped_rows_pending" ["gpu", "uuid"] ["nvml", "sim"]
+    GpuRemappedRowsPending => Gauge None "dgx_pixels_gpu_remapped_rows_pending" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
         "1 when a row remapping waits for the next GPU reset, else 0.";
-    GpuRemappedRowsFailure => Gauge None "dgx_pixels_gpu_remapped_rows_failure" ["gpu", "uuid"] ["nvml", "sim"]
+    GpuRemappedRowsFailure => Gauge None "dgx_pixels_gpu_remapped_rows_failure" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
         "1 when a row remapping failed (no spare rows left; the GPU needs service), else 0.";
-    PcieTransmit => Gauge BytesPerSecond "dgx_pixels_pcie_transmit_bytes_per_second" ["gpu", "uuid"] ["nvml", "sim"]
+    PcieTransmit => Gauge BytesPerSecond "dgx_pixels_pcie_transmit_bytes_per_second" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
         "PCIe transmit throughput of the GPU, as sampled by the driver.";
-    PcieReceive => Gauge BytesPerSecond "dgx_pixels_pcie_receive_bytes_per_second" ["gpu", "uuid"] ["nvml", "sim"]
+    PcieReceive => Gauge BytesPerSecond "dgx_pixels_pcie_receive_bytes_per_second" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
         "PCIe receive throughput of the GPU, as sampled by the driver.";
     PcieReplays => Counter None "dgx_pixels_pcie_replays_total" ["gpu", "uuid"] ["nvml", "sim"]
         "PCIe replays (link-level retransmissions), a sign of a marginal link.";
@@ -251,6 +251,26 @@ define_catalog! {
         "Memory in use in the MIG instance.";
     MigMemoryTotal => Gauge Bytes "dgx_pixels_mig_memory_total_bytes" ["gpu", "uuid", "gpu_instance", "compute_instance", "mig_profile"] ["nvml", "sim"]
         "Memory of the MIG instance.";
+    GpuGraphicsEngineActive => Gauge Ratio "dgx_pixels_gpu_graphics_engine_active_ratio" ["gpu", "uuid"] ["dcgm"]
+        "Fraction of time a graphics or compute context was active on the GPU (DCGM profiling, DCGM_FI_PROF_GR_ENGINE_ACTIVE).";
+    GpuSmActive => Gauge Ratio "dgx_pixels_gpu_sm_active_ratio" ["gpu", "uuid"] ["dcgm"]
+        "Fraction of time at least one warp was resident on an SM, averaged over all SMs (DCGM profiling).";
+    GpuSmOccupancy => Gauge Ratio "dgx_pixels_gpu_sm_occupancy_ratio" ["gpu", "uuid"] ["dcgm"]
+        "Resident warps relative to the maximum an SM can hold, averaged over all SMs (DCGM profiling).";
+    GpuTensorPipeActive => Gauge Ratio "dgx_pixels_gpu_tensor_pipe_active_ratio" ["gpu", "uuid"] ["dcgm"]
+        "Fraction of cycles the tensor (HMMA/IMMA) pipes were active (DCGM profiling).";
+    GpuDramActive => Gauge Ratio "dgx_pixels_gpu_dram_active_ratio" ["gpu", "uuid"] ["dcgm"]
+        "Fraction of cycles the device memory interface was sending or receiving data (DCGM profiling).";
+    GpuFp64PipeActive => Gauge Ratio "dgx_pixels_gpu_fp64_pipe_active_ratio" ["gpu", "uuid"] ["dcgm"]
+        "Fraction of cycles the FP64 pipes were active (DCGM profiling).";
+    GpuFp32PipeActive => Gauge Ratio "dgx_pixels_gpu_fp32_pipe_active_ratio" ["gpu", "uuid"] ["dcgm"]
+        "Fraction of cycles the FP32 pipes were active (DCGM profiling).";
+    GpuFp16PipeActive => Gauge Ratio "dgx_pixels_gpu_fp16_pipe_active_ratio" ["gpu", "uuid"] ["dcgm"]
+        "Fraction of cycles the FP16 pipes were active (DCGM profiling).";
+    NvlinkTransmitRate => Gauge BytesPerSecond "dgx_pixels_nvlink_transmit_bytes_per_second" ["gpu", "uuid"] ["dcgm"]
+        "Data transmitted over all NVLinks of the GPU, headers included, per second (DCGM profiling).";
+    NvlinkReceiveRate => Gauge BytesPerSecond "dgx_pixels_nvlink_receive_bytes_per_second" ["gpu", "uuid"] ["dcgm"]
+        "Data received over all NVLinks of the GPU, headers included, per second (DCGM profiling).";
     SourceUp => Gauge None "dgx_pixels_source_up" ["source"] ["exporter"]
         "1 when the source's last poll succeeded within its deadline, else 0 (its series are then omitted).";
     SourcePollDuration => Gauge Seconds "dgx_pixels_source_poll_duration_seconds" ["source"] ["exporter"]

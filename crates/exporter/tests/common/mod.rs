@@ -131,3 +131,56 @@ pub fn value(exposition: &str, name: &str, labels: &[(&str, &str)]) -> Option<f6
         .and_then(|l| l.rsplit(' ').next())
         .map(|v| v.parse().unwrap())
 }
+
+/// Stops the daemon and returns what it logged on stderr.
+pub fn stop_and_logs(mut d: Daemon) -> String {
+    let _ = d.child.kill();
+    let _ = d.child.wait();
+    let mut logs = String::new();
+    if let Some(mut err) = d.child.stderr.take() {
+        let _ = err.read_to_string(&mut logs);
+    }
+    logs
+}
+
+/// Scrapes every 50 ms until `check` holds on the exposition or `timeout` passes; returns the
+/// last exposition and how long it took.
+pub fn wait_until(
+    port: u16,
+    timeout: Duration,
+    check: impl Fn(&str) -> bool,
+) -> (String, Duration) {
+    let start = Instant::now();
+    loop {
+        let body = text(port);
+        if check(&body) || start.elapsed() > timeout {
+            return (body, start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Builds a fake library crate once per test process (cargo test does not build cdylibs) and
+/// returns the path of its `.so`, which lives beside the binary.
+fn fake_cdylib(package: &str, file: &str) -> String {
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "--quiet", "-p", package])
+        .status()
+        .unwrap();
+    assert!(status.success(), "building {package} failed");
+    let lib = std::path::Path::new(BIN).parent().unwrap().join(file);
+    assert!(lib.exists(), "{} missing", lib.display());
+    lib.display().to_string()
+}
+
+/// The fake libdcgm (crates/fake-dcgm).
+pub fn fake_dcgm_library() -> &'static str {
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| fake_cdylib("fake-dcgm", "libfake_dcgm.so"))
+}
+
+/// The fake libnvidia-ml (crates/fake-nvml).
+pub fn fake_nvml_library() -> &'static str {
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| fake_cdylib("fake-nvml", "libfake_nvml.so"))
+}

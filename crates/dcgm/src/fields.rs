@@ -1,0 +1,490 @@
+//! The DCGM fields the exporter knows: their ids and names, how each maps to a catalog metric,
+//! the default watch lists, and dcgm-exporter field-list CSV files.
+
+use std::sync::Arc;
+
+use dgx_pixels_metrics::{Kind, Metric, CATALOG};
+
+/// How a known field becomes a catalog series: the metric, its label values after `gpu` and
+/// `uuid`, and the factor from DCGM's unit to the metric's base unit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Mapping {
+    /// The catalog row.
+    pub metric: Metric,
+    /// Label values after `gpu` and `uuid`.
+    pub labels: &'static [&'static str],
+    /// Multiplier to the base unit.
+    pub scale: f64,
+}
+
+/// A DCGM field the exporter knows by id.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KnownField {
+    /// `DCGM_FI_*` id.
+    pub id: u16,
+    /// `DCGM_FI_*` name, as in dcgm-exporter's CSV files.
+    pub name: &'static str,
+    /// The catalog series it feeds; `None` for fields only exported through a field list.
+    pub mapping: Option<Mapping>,
+    /// A profiling (DCP) field: needs the profiling module and a watch of at least 100 ms.
+    pub profiling: bool,
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+macro_rules! known {
+    ($($id:literal $name:literal $(=> $metric:ident [$($l:literal),*] $scale:expr)? $(; $prof:ident)?,)*) => {
+        /// Every field the exporter knows, by id.
+        pub const KNOWN_FIELDS: &[KnownField] = &[$(KnownField {
+            id: $id,
+            name: $name,
+            mapping: known!(@map $($metric [$($l),*] $scale)?),
+            profiling: known!(@prof $($prof)?),
+        },)*];
+    };
+    (@map $metric:ident [$($l:literal),*] $scale:expr) => {
+        Some(Mapping { metric: Metric::$metric, labels: &[$($l),*], scale: $scale })
+    };
+    (@map) => { None };
+    (@prof prof) => { true };
+    (@prof) => { false };
+}
+
+known! {
+    1 "DCGM_FI_DRIVER_VERSION",
+    50 "DCGM_FI_DEV_NAME",
+    54 "DCGM_FI_DEV_UUID",
+    57 "DCGM_FI_DEV_PCI_BUSID",
+    100 "DCGM_FI_DEV_SM_CLOCK" => GpuClock ["sm"] 1e6,
+    101 "DCGM_FI_DEV_MEM_CLOCK" => GpuClock ["memory"] 1e6,
+    112 "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+    140 "DCGM_FI_DEV_MEMORY_TEMP" => GpuTemperature ["memory"] 1.0,
+    150 "DCGM_FI_DEV_GPU_TEMP" => GpuTemperature ["gpu"] 1.0,
+    155 "DCGM_FI_DEV_POWER_USAGE" => GpuPower [] 1.0,
+    156 "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION" => GpuEnergy [] 1e-3,
+    157 "DCGM_FI_DEV_POWER_USAGE_INSTANT",
+    190 "DCGM_FI_DEV_PSTATE" => GpuPerformanceState [] 1.0,
+    191 "DCGM_FI_DEV_FAN_SPEED" => GpuFanSpeed ["0"] 0.01,
+    202 "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+    203 "DCGM_FI_DEV_GPU_UTIL" => GpuUtilization [] 0.01,
+    204 "DCGM_FI_DEV_MEM_COPY_UTIL" => GpuMemoryUtilization [] 0.01,
+    206 "DCGM_FI_DEV_ENC_UTIL" => GpuEncoderUtilization [] 0.01,
+    207 "DCGM_FI_DEV_DEC_UTIL" => GpuDecoderUtilization [] 0.01,
+    230 "DCGM_FI_DEV_XID_ERRORS",
+    240 "DCGM_FI_DEV_POWER_VIOLATION" => GpuThrottleViolation ["power"] 1e-9,
+    241 "DCGM_FI_DEV_THERMAL_VIOLATION" => GpuThrottleViolation ["thermal"] 1e-9,
+    250 "DCGM_FI_DEV_FB_TOTAL" => GpuMemoryTotal [] MIB,
+    251 "DCGM_FI_DEV_FB_FREE" => GpuMemoryFree [] MIB,
+    252 "DCGM_FI_DEV_FB_USED" => GpuMemoryUsed [] MIB,
+    253 "DCGM_FI_DEV_FB_RESERVED" => GpuMemoryReserved [] MIB,
+    254 "DCGM_FI_DEV_FB_USED_PERCENT",
+    310 "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL" => GpuEccErrors ["corrected", "volatile"] 1.0,
+    311 "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL" => GpuEccErrors ["uncorrected", "volatile"] 1.0,
+    312 "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL" => GpuEccErrors ["corrected", "aggregate"] 1.0,
+    313 "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL" => GpuEccErrors ["uncorrected", "aggregate"] 1.0,
+    390 "DCGM_FI_DEV_RETIRED_SBE",
+    391 "DCGM_FI_DEV_RETIRED_DBE",
+    392 "DCGM_FI_DEV_RETIRED_PENDING",
+    393 "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS" => GpuRemappedRows ["uncorrectable"] 1.0,
+    394 "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS" => GpuRemappedRows ["correctable"] 1.0,
+    395 "DCGM_FI_DEV_ROW_REMAP_FAILURE" => GpuRemappedRowsFailure [] 1.0,
+    396 "DCGM_FI_DEV_ROW_REMAP_PENDING" => GpuRemappedRowsPending [] 1.0,
+    449 "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+    1001 "DCGM_FI_PROF_GR_ENGINE_ACTIVE" => GpuGraphicsEngineActive [] 1.0; prof,
+    1002 "DCGM_FI_PROF_SM_ACTIVE" => GpuSmActive [] 1.0; prof,
+    1003 "DCGM_FI_PROF_SM_OCCUPANCY" => GpuSmOccupancy [] 1.0; prof,
+    1004 "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE" => GpuTensorPipeActive [] 1.0; prof,
+    1005 "DCGM_FI_PROF_DRAM_ACTIVE" => GpuDramActive [] 1.0; prof,
+    1006 "DCGM_FI_PROF_PIPE_FP64_ACTIVE" => GpuFp64PipeActive [] 1.0; prof,
+    1007 "DCGM_FI_PROF_PIPE_FP32_ACTIVE" => GpuFp32PipeActive [] 1.0; prof,
+    1008 "DCGM_FI_PROF_PIPE_FP16_ACTIVE" => GpuFp16PipeActive [] 1.0; prof,
+    1009 "DCGM_FI_PROF_PCIE_TX_BYTES" => PcieTransmit [] 1.0; prof,
+    1010 "DCGM_FI_PROF_PCIE_RX_BYTES" => PcieReceive [] 1.0; prof,
+    1011 "DCGM_FI_PROF_NVLINK_TX_BYTES" => NvlinkTransmitRate [] 1.0; prof,
+    1012 "DCGM_FI_PROF_NVLINK_RX_BYTES" => NvlinkReceiveRate [] 1.0; prof,
+}
+
+/// `DCGM_FI_DEV_UUID`: read with every poll for the `uuid` label.
+pub const UUID_FIELD: u16 = 54;
+
+/// String fields (identity): not exported as values; `dgx_pixels_gpu_info` carries identity.
+pub const STRING_FIELDS: [u16; 4] = [1, 50, 54, 57];
+
+/// Aliases DCGM 4 introduced for fields above, accepted in field lists.
+const ALIASES: &[(&str, u16)] = &[
+    ("DCGM_FI_DEV_GPU_UTIL_RATIO", 203),
+    ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", 112),
+];
+
+/// The known field with this id.
+pub fn by_id(id: u16) -> Option<&'static KnownField> {
+    KNOWN_FIELDS.iter().find(|f| f.id == id)
+}
+
+/// The known field with this `DCGM_FI_*` name (aliases included).
+pub fn by_name(name: &str) -> Option<&'static KnownField> {
+    KNOWN_FIELDS.iter().find(|f| f.name == name).or_else(|| {
+        ALIASES
+            .iter()
+            .find(|(a, _)| *a == name)
+            .and_then(|(_, id)| by_id(*id))
+    })
+}
+
+/// A family outside the catalog, defined from a dcgm-exporter field list (a field the catalog
+/// has no row for), labelled `gpu` and `uuid`. Served through the external-families path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtraFamily {
+    /// Exposed name (a counter's ends in `_total`).
+    pub name: String,
+    /// Gauge or counter.
+    pub kind: Kind,
+    /// One-line help text.
+    pub help: String,
+}
+
+impl ExtraFamily {
+    /// A family, checked against the catalog's naming rules: a valid name under `dgx_pixels_`,
+    /// no clash with a catalog row, `_total` on counters and only on them, a one-line help.
+    pub fn new(name: &str, kind: Kind, help: &str) -> Result<ExtraFamily, String> {
+        let valid = name.starts_with("dgx_pixels_")
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !valid {
+            return Err(format!("{name:?} is not a valid dgx_pixels_ metric name"));
+        }
+        if CATALOG
+            .iter()
+            .any(|d| d.name == name || d.family_name() == name)
+        {
+            return Err(format!("{name} is already a catalog metric"));
+        }
+        if (kind == Kind::Counter) != name.ends_with("_total") {
+            return Err(format!("{name}: counters and only counters end in _total"));
+        }
+        let help = help.trim();
+        if help.contains(['\n', '\\']) {
+            return Err(format!("{name}: help must be one line without backslashes"));
+        }
+        Ok(ExtraFamily {
+            name: name.to_string(),
+            kind,
+            help: if help.is_empty() {
+                name.to_string()
+            } else {
+                help.to_string()
+            },
+        })
+    }
+}
+
+/// Where a watched field's values go.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Target {
+    /// A catalog series.
+    Catalog(Mapping),
+    /// A run-time family `dgx_pixels_dcgm_*`, value in DCGM's unit.
+    Extra(Arc<ExtraFamily>),
+}
+
+/// A field to watch and where its values go.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FieldChoice {
+    /// `DCGM_FI_*` id.
+    pub id: u16,
+    /// `DCGM_FI_*` name.
+    pub name: &'static str,
+    /// A profiling field.
+    pub profiling: bool,
+    /// Where the values go.
+    pub target: Target,
+}
+
+impl FieldChoice {
+    /// The catalog metric it feeds, if any.
+    pub fn metric(&self) -> Option<Metric> {
+        match &self.target {
+            Target::Catalog(m) => Some(m.metric),
+            Target::Extra(_) => None,
+        }
+    }
+}
+
+fn catalog_choice(f: &'static KnownField) -> Option<FieldChoice> {
+    f.mapping.map(|m| FieldChoice {
+        id: f.id,
+        name: f.name,
+        profiling: f.profiling,
+        target: Target::Catalog(m),
+    })
+}
+
+/// The default fields: every profiling field, plus every device field with a catalog row when
+/// `device_metrics` (DCGM then provides the device metrics instead of NVML).
+pub fn default_fields(device_metrics: bool) -> Vec<FieldChoice> {
+    KNOWN_FIELDS
+        .iter()
+        .filter(|f| f.profiling || device_metrics)
+        .filter_map(catalog_choice)
+        .collect()
+}
+
+/// Name of the run-time family for a field the catalog has no row for:
+/// `dgx_pixels_dcgm_` and the field name in lower case without `DCGM_FI_`, plus `_total` for a
+/// counter.
+pub fn extra_name(field_name: &str, kind: Kind) -> String {
+    let base = field_name
+        .strip_prefix("DCGM_FI_")
+        .unwrap_or(field_name)
+        .to_ascii_lowercase();
+    match kind {
+        Kind::Counter => format!("dgx_pixels_dcgm_{base}_total"),
+        // Field lists declare gauges and counters only.
+        Kind::Gauge | Kind::Histogram => format!("dgx_pixels_dcgm_{base}"),
+    }
+}
+
+/// The result of reading a field list.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FieldList {
+    /// Fields to watch, in file order.
+    pub fields: Vec<FieldChoice>,
+    /// Lines skipped, each `FILE:LINE: why` (logged once at start).
+    pub skipped: Vec<String>,
+}
+
+/// Parses a dcgm-exporter field-list CSV (`DCGM_FI_NAME, type, help`; `#` comments). Known
+/// fields with a catalog row map to it (the CSV's type and help are then ignored); other
+/// known fields become `dgx_pixels_dcgm_*` families with the CSV's type and help. Names whose
+/// id this exporter does not know, and `label` rows, are skipped with a reason. Malformed lines
+/// are errors naming the file and line.
+pub fn parse_field_list(text: &str, file: &str) -> Result<FieldList, String> {
+    let mut out = FieldList::default();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        let at = format!("{file}:{}", i + 1);
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut parts = line.splitn(3, ',');
+        let name = parts.next().unwrap_or_default().trim();
+        let kind = parts.next().map(str::trim).ok_or_else(|| {
+            format!("field list {at}: expected `DCGM_FI_NAME, type, help`, got {line:?}")
+        })?;
+        let help = parts.next().unwrap_or_default().trim();
+        if !name.starts_with("DCGM_FI_")
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+        {
+            return Err(format!(
+                "field list {at}: {name:?} is not a DCGM field name (DCGM_FI_...)"
+            ));
+        }
+        let kind = match kind {
+            "gauge" => Kind::Gauge,
+            "counter" => Kind::Counter,
+            "label" => {
+                out.skipped.push(format!(
+                    "{at}: {name} is a label row; labels come from gpu_info here"
+                ));
+                continue;
+            }
+            other => {
+                return Err(format!(
+                    "field list {at}: type {other:?} of {name}; expected gauge, counter or label"
+                ))
+            }
+        };
+        let Some(known) = by_name(name) else {
+            out.skipped.push(format!(
+                "{at}: {name} is not a field this exporter knows the id of"
+            ));
+            continue;
+        };
+        if STRING_FIELDS.contains(&known.id) {
+            out.skipped.push(format!(
+                "{at}: {name} is a string; identity is in dgx_pixels_gpu_info"
+            ));
+            continue;
+        }
+        if out.fields.iter().any(|f| f.id == known.id) {
+            continue;
+        }
+        let choice = match catalog_choice(known) {
+            Some(c) => c,
+            None => FieldChoice {
+                id: known.id,
+                name: known.name,
+                profiling: known.profiling,
+                target: Target::Extra(Arc::new(
+                    ExtraFamily::new(&extra_name(name, kind), kind, help)
+                        .map_err(|e| format!("field list {at}: {e}"))?,
+                )),
+            },
+        };
+        out.fields.push(choice);
+    }
+    if out.fields.is_empty() {
+        return Err(format!("field list {file}: no usable DCGM field"));
+    }
+    Ok(out)
+}
+
+/// How fresh DCGM readings are (in docs/dcgm-fields.md).
+const FRESHNESS: &str = "
+## How fresh DCGM readings are
+
+The `dcgm` source watches its fields with an update interval equal to
+`--collector.dcgm.interval` (default 1 s), or 100 ms for profiling fields when the interval is
+shorter (DCGM's minimum), and reads the latest sample of every GPU and field in one
+`dcgmEntitiesGetLatestValues` call per poll. Profiling values are averages over DCGM's sample
+period. A poll that fails (host engine gone, library missing, struct version refused) drops all
+DCGM series until the source reconnects; nothing is served stale.
+";
+
+/// The Markdown table of docs/dcgm-fields.md: every known field and what it is exported as.
+pub fn markdown() -> String {
+    let mut out = String::from(
+        "# DCGM fields\n\n\
+         Generated from `crates/dcgm/src/fields.rs` by \
+         `cargo run -p dgx-pixels-exporter -- docs dcgm-fields > docs/dcgm-fields.md`; a test \
+         fails when this file is stale.\n\n\
+         How each DCGM field that dcgm-exporter's field lists name is exported. Fields with a \
+         catalog metric are converted to its base unit; the others, when a field list (`[dcgm] \
+         field_list`) names them, are exported as `dgx_pixels_dcgm_<name>` in DCGM's own unit \
+         with the type and help the CSV gives (`_total` added to counters). Blank values (DCGM's \
+         sentinels for no data, not found, not supported, no permission) are never exported.\n\n\
+         By default the `dcgm` collector watches the profiling fields; with `[dcgm] \
+         device_metrics = true` (the default when the `nvml` collector is off) it also provides \
+         the device metrics below instead of NVML.\n",
+    );
+    out.push_str(FRESHNESS);
+    out.push_str("\n| Id | DCGM field | Exported as | Labels | Factor |\n|---|---|---|---|---|\n");
+    for f in KNOWN_FIELDS {
+        let (name, labels, scale) = match f.mapping {
+            Some(m) => {
+                let def = m.metric.def();
+                let labels = def.labels[2..]
+                    .iter()
+                    .zip(m.labels)
+                    .map(|(k, v)| format!("`{k}=\"{v}\"`"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                (format!("`{}`", def.name), labels, format!("{}", m.scale))
+            }
+            None if STRING_FIELDS.contains(&f.id) => (
+                "not exported (a string; identity is in `dgx_pixels_gpu_info`)".to_string(),
+                String::new(),
+                "-".into(),
+            ),
+            None => (
+                format!(
+                    "`{}` (field list only; `_total` added for a counter)",
+                    extra_name(f.name, Kind::Gauge)
+                ),
+                "`gpu`, `uuid`".to_string(),
+                "1".into(),
+            ),
+        };
+        let prof = if f.profiling { " (profiling)" } else { "" };
+        out.push_str(&format!(
+            "| {} | `{}`{prof} | {name} | {labels} | {scale} |\n",
+            f.id, f.name
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn the_table_is_consistent() {
+        let mut ids = HashSet::new();
+        for f in KNOWN_FIELDS {
+            assert!(ids.insert(f.id), "{} twice", f.id);
+            assert!(f.name.starts_with("DCGM_FI_"));
+            assert_eq!(f.profiling, (1001..=1012).contains(&f.id));
+            if let Some(m) = f.mapping {
+                let def = m.metric.def();
+                assert_eq!(&def.labels[..2], &["gpu", "uuid"], "{}", f.name);
+                assert_eq!(def.labels.len(), 2 + m.labels.len(), "{}", f.name);
+                assert!(
+                    def.sources.contains(&"dcgm"),
+                    "{} lacks source dcgm",
+                    def.name
+                );
+            }
+        }
+        assert_eq!(
+            by_name("DCGM_FI_DEV_GPU_UTIL_RATIO").map(|f| f.id),
+            Some(203)
+        );
+    }
+
+    #[test]
+    fn defaults_are_profiling_unless_device_metrics_are_asked_for() {
+        let prof = default_fields(false);
+        assert_eq!(prof.len(), 12);
+        assert!(prof.iter().all(|f| f.profiling));
+        let all = default_fields(true);
+        assert!(all
+            .iter()
+            .any(|f| f.metric() == Some(Metric::GpuUtilization)));
+        assert!(all.len() > prof.len());
+    }
+
+    #[test]
+    fn dcgm_exporter_csv_maps_known_fields_and_derives_the_rest() {
+        let csv = "# Format\n# DCGM FIELD, Prometheus metric type, help message\n\n\
+            DCGM_FI_DEV_SM_CLOCK,  gauge, SM clock frequency (in MHz).\n\
+            DCGM_FI_DEV_XID_ERRORS, gauge, Value of the last XID error encountered.\n\
+            DCGM_FI_DEV_PCIE_REPLAY_COUNTER, counter, Total number of PCIe retries, all lanes.\n\
+            DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, gauge, Ratio of cycles the tensor (HMMA) pipe is active.\n\
+            DCGM_FI_DRIVER_VERSION, label, Driver Version\n\
+            DCGM_FI_DEV_VGPU_LICENSE_STATUS, gauge, vGPU License status\n";
+        let list = parse_field_list(csv, "f.csv").unwrap();
+        let ids: Vec<u16> = list.fields.iter().map(|f| f.id).collect();
+        assert_eq!(ids, [100, 230, 202, 1004]);
+        assert_eq!(list.fields[0].metric(), Some(Metric::GpuClock));
+        let Target::Extra(xid) = &list.fields[1].target else {
+            panic!()
+        };
+        assert_eq!(xid.name, "dgx_pixels_dcgm_dev_xid_errors");
+        assert_eq!(xid.help, "Value of the last XID error encountered.");
+        let Target::Extra(replay) = &list.fields[2].target else {
+            panic!()
+        };
+        assert_eq!(replay.name, "dgx_pixels_dcgm_dev_pcie_replay_counter_total");
+        assert_eq!(replay.kind, Kind::Counter);
+        assert_eq!(replay.help, "Total number of PCIe retries, all lanes.");
+        assert!(list.fields[3].profiling);
+        assert_eq!(list.skipped.len(), 2, "{:?}", list.skipped);
+        assert!(list.skipped[0].starts_with("f.csv:8: DCGM_FI_DRIVER_VERSION"));
+        assert!(list.skipped[1].starts_with("f.csv:9: DCGM_FI_DEV_VGPU_LICENSE_STATUS"));
+    }
+
+    #[test]
+    fn bad_lines_name_file_and_line() {
+        for (text, want) in [
+            ("DCGM_FI_DEV_SM_CLOCK\n", "f.csv:1: expected"),
+            (
+                "\nDCGM_FI_DEV_SM_CLOCK, histogram, x\n",
+                "f.csv:2: type \"histogram\"",
+            ),
+            (
+                "sm_clock, gauge, x\n",
+                "f.csv:1: \"sm_clock\" is not a DCGM field name",
+            ),
+            ("# only comments\n", "f.csv: no usable DCGM field"),
+        ] {
+            let e = parse_field_list(text, "f.csv").unwrap_err();
+            assert!(e.contains(want), "{text:?}: {e}");
+        }
+    }
+}

@@ -1,0 +1,794 @@
+//! The DCGM source: reads every GPU of the node through NVIDIA DCGM (`libdcgm.so.4`, else
+//! `libdcgm.so.3`, loaded at run time through our own [`dcgm_sys`] bindings) and maps field
+//! values, the profiling (DCP) fields included, to catalog series.
+//!
+//! Two modes: **embedded** (the default; the host engine runs inside the exporter) and
+//! **remote** ([`DcgmOptions::hostengine`]: `HOST:PORT`, or a unix socket path, of an
+//! `nv-hostengine`).
+//!
+//! How it polls:
+//! - At connect it creates one entity group of every GPU, field groups for the fields it
+//!   exports, and watches them with an update interval equal to the poll interval (at least
+//!   100 ms for profiling fields, DCGM's minimum), so every poll sees a fresh sample.
+//! - Each poll is **one** `dcgmEntitiesGetLatestValues` call for all GPUs and fields.
+//! - Blank values (DCGM's sentinels for no data, not found, not supported, no permission) and
+//!   values with an error status are omitted, never exported.
+//! - Profiling groups the GPU does not support, or that need root we do not have, are
+//!   dropped with one log line; the other fields carry on.
+//!
+//! Failure handling: when the library is missing, the connect fails, the host engine goes away
+//! (`CONNECTION_NOT_VALID`) or DCGM rejects our struct versions, the poll fails (the exporter
+//! serves `dgx_pixels_source_up{source="dcgm"} 0`) and the next attempt waits, with backoff
+//! doubling from 1 s to 5 min; a reconnect creates the groups and watches again. The process
+//! never exits because of DCGM.
+//!
+//! ```
+//! use dgx_pixels_metrics::Source;
+//! use dgx_pixels_dcgm::{DcgmOptions, DcgmSource};
+//!
+//! let mut source = DcgmSource::new(DcgmOptions {
+//!     library: Some("/nonexistent/libdcgm.so.4".into()),
+//!     ..DcgmOptions::default()
+//! });
+//! let err = source.poll().unwrap_err();
+//! assert_eq!(err.kind, "library_unavailable");
+//! ```
+#![deny(missing_docs)]
+
+pub mod fields;
+
+use std::collections::{BTreeSet, HashSet};
+use std::ffi::CString;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dcgm_sys::{
+    dcgmConnectV2Params_t, dcgmFieldValue_v2, dcgmGroupEntityPair_t, dcgmHandle_t,
+    dcgmProfGetMetricGroups_t, dcgmReturn_t, DcgmLib, DCGM_FE_GPU, OK,
+};
+use dgx_pixels_metrics::{
+    ExternalFamilies, ExternalFamily, ExternalKind, ExternalSample, Kind, PollError, Sample, Source,
+};
+use tracing::{info, warn};
+
+pub use fields::{FieldChoice, Target};
+
+/// Retry delays after a failure: first, and the cap.
+const BACKOFF_FIRST: Duration = Duration::from_secs(1);
+const BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// DCGM's minimum update interval for profiling fields.
+pub const PROFILING_MIN_INTERVAL: Duration = Duration::from_millis(100);
+/// Most GPUs asked for at once (more than any node has; DCGM itself handles 32).
+const MAX_GPUS: usize = 256;
+/// DCGM's limit of fields per field group.
+const FIELDS_PER_GROUP: usize = 128;
+
+/// Exponential backoff between attempts.
+#[derive(Debug, Clone)]
+struct Backoff {
+    next_attempt: Option<Instant>,
+    delay: Duration,
+}
+
+impl Backoff {
+    fn new() -> Backoff {
+        Backoff {
+            next_attempt: None,
+            delay: BACKOFF_FIRST,
+        }
+    }
+
+    fn ready(&self, now: Instant) -> bool {
+        self.next_attempt.is_none_or(|t| now >= t)
+    }
+
+    fn failed(&mut self, now: Instant) -> Duration {
+        let wait = self.delay;
+        self.next_attempt = Some(now + wait);
+        self.delay = (self.delay * 2).min(BACKOFF_MAX);
+        wait
+    }
+
+    fn remaining(&self, now: Instant) -> Duration {
+        self.next_attempt
+            .map(|t| t.saturating_duration_since(now))
+            .unwrap_or_default()
+    }
+}
+
+/// Settings of the DCGM source.
+#[derive(Debug, Clone)]
+pub struct DcgmOptions {
+    /// Library path; `None` tries [`dcgm_sys::DEFAULT_LIBRARIES`] in order.
+    pub library: Option<PathBuf>,
+    /// Remote host engine, `HOST:PORT` (port 5555 when omitted) or a unix socket path;
+    /// `None` starts an embedded host engine.
+    pub hostengine: Option<String>,
+    /// The poll interval: watches update at least this often.
+    pub update_interval: Duration,
+    /// The fields to export.
+    pub fields: Vec<FieldChoice>,
+}
+
+impl Default for DcgmOptions {
+    fn default() -> DcgmOptions {
+        DcgmOptions {
+            library: None,
+            hostengine: None,
+            update_interval: Duration::from_secs(1),
+            fields: fields::default_fields(false),
+        }
+    }
+}
+
+/// A failed step, classified for logs and tests.
+type Fail = PollError;
+
+/// Everything that lives while connected.
+struct Session {
+    handle: dcgmHandle_t,
+    remote: bool,
+    group: usize,
+    field_groups: Vec<usize>,
+    /// GPU ids, in DCGM's order.
+    gpus: Vec<u32>,
+    pairs: Vec<dcgmGroupEntityPair_t>,
+    /// Field ids read per poll: the UUID first, then the exported fields.
+    ids: Vec<u16>,
+    /// For `ids[k]`, the index into the exported fields (`None` for the UUID).
+    targets: Vec<Option<usize>>,
+    /// Exported fields as watched (profiling ones dropped when unavailable).
+    fields: Vec<FieldChoice>,
+    values: Vec<dcgmFieldValue_v2>,
+    uuids: Vec<String>,
+}
+
+/// The DCGM source. See the crate docs.
+pub struct DcgmSource {
+    options: DcgmOptions,
+    lib: Option<Arc<DcgmLib>>,
+    library_name: String,
+    session: Option<Session>,
+    backoff: Backoff,
+    last_error: String,
+    /// Kind of the last failure, repeated while backing off (the runner logs each new kind).
+    last_kind: &'static str,
+    /// Messages already logged (each is said once).
+    said: HashSet<String>,
+    /// Series of field-list families outside the catalog, from the last poll.
+    extra: Vec<(Arc<fields::ExtraFamily>, [String; 2], f64)>,
+}
+
+impl std::fmt::Debug for DcgmSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DcgmSource")
+            .field("options", &self.options)
+            .field("loaded", &self.lib.is_some())
+            .field("connected", &self.session.is_some())
+            .finish()
+    }
+}
+
+fn cstr_of(buf: &[std::ffi::c_char]) -> String {
+    let bytes: Vec<u8> = buf
+        .iter()
+        .take_while(|c| **c != 0)
+        .map(|c| *c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+impl DcgmSource {
+    /// A source with the given options; nothing is loaded until the first poll.
+    pub fn new(options: DcgmOptions) -> DcgmSource {
+        DcgmSource {
+            options,
+            lib: None,
+            library_name: String::new(),
+            session: None,
+            backoff: Backoff::new(),
+            last_error: String::new(),
+            last_kind: "library_unavailable",
+            said: HashSet::new(),
+            extra: Vec::new(),
+        }
+    }
+
+    /// Logs `message` at warn level the first time only.
+    fn warn_once(&mut self, message: String) {
+        if self.said.insert(message.clone()) {
+            warn!("{message}");
+        }
+    }
+
+    fn err(&self, code: dcgmReturn_t) -> String {
+        match &self.lib {
+            Some(lib) => lib.error_string(code),
+            None => format!("DCGM error {code}"),
+        }
+    }
+
+    fn load(&mut self) -> Result<Arc<DcgmLib>, Fail> {
+        if let Some(lib) = &self.lib {
+            return Ok(lib.clone());
+        }
+        let candidates: Vec<String> = match &self.options.library {
+            Some(p) => vec![p.display().to_string()],
+            None => dcgm_sys::DEFAULT_LIBRARIES
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+        };
+        let mut why = Vec::new();
+        for name in &candidates {
+            match dcgm_sys::open(name) {
+                Ok(lib) => {
+                    // SAFETY: dcgmInit takes no arguments; the symbol is checked by open().
+                    let rc = unsafe { lib.dcgmInit() };
+                    if rc != OK {
+                        why.push(format!("{name}: dcgmInit failed: {}", lib.error_string(rc)));
+                        continue;
+                    }
+                    info!(library = %name, "DCGM loaded");
+                    let lib = Arc::new(lib);
+                    self.lib = Some(lib.clone());
+                    self.library_name = name.clone();
+                    return Ok(lib);
+                }
+                Err(e) => why.push(e),
+            }
+        }
+        Err(PollError::new(
+            "library_unavailable",
+            format!(
+                "DCGM unavailable: {}; is DCGM (datacenter-gpu-manager) installed?",
+                why.join("; ")
+            ),
+        ))
+    }
+
+    /// Connects (embedded or remote) and sets up groups and watches.
+    fn connect(&mut self) -> Result<Session, Fail> {
+        let lib = self.load()?;
+        let mut handle: dcgmHandle_t = 0;
+        let remote = self.options.hostengine.is_some();
+        let rc = match &self.options.hostengine {
+            None => {
+                // SAFETY: `handle` is a valid out-pointer.
+                unsafe { lib.dcgmStartEmbedded(dcgm_sys::DCGM_OPERATION_MODE_AUTO, &mut handle) }
+            }
+            Some(address) => {
+                let unix = address.starts_with('/');
+                let c = CString::new(address.as_str())
+                    .map_err(|_| PollError::new("config", "dcgm.hostengine contains a NUL byte"))?;
+                let mut params = dcgmConnectV2Params_t {
+                    version: dcgm_sys::dcgmConnectV2Params_version2,
+                    persistAfterDisconnect: 0,
+                    timeoutMs: 2000,
+                    addressIsUnixSocket: u32::from(unix),
+                };
+                // SAFETY: valid NUL-terminated address, params and out-pointer.
+                unsafe { lib.dcgmConnect_v2(c.as_ptr(), &mut params, &mut handle) }
+            }
+        };
+        if rc != OK {
+            let what = match &self.options.hostengine {
+                None => "cannot start the embedded DCGM host engine".to_string(),
+                Some(a) => format!("cannot connect to the DCGM host engine at {a}"),
+            };
+            return Err(PollError::new(
+                "connect_failed",
+                format!("{what}: {}", self.err(rc)),
+            ));
+        }
+        let mut session = Session {
+            handle,
+            remote,
+            group: 0,
+            field_groups: Vec::new(),
+            gpus: Vec::new(),
+            pairs: Vec::new(),
+            ids: Vec::new(),
+            targets: Vec::new(),
+            fields: Vec::new(),
+            values: Vec::new(),
+            uuids: Vec::new(),
+        };
+        match self.setup(&lib, &mut session) {
+            Ok(()) => Ok(session),
+            Err(e) => {
+                teardown(&lib, session);
+                Err(e)
+            }
+        }
+    }
+
+    fn setup(&mut self, lib: &DcgmLib, s: &mut Session) -> Result<(), Fail> {
+        let fail = |what: &str, rc: dcgmReturn_t, this: &DcgmSource| {
+            let kind = if rc == dcgm_sys::DCGM_ST_CONNECTION_NOT_VALID {
+                "connection_lost"
+            } else {
+                "setup_failed"
+            };
+            PollError::new(kind, format!("DCGM {what} failed: {}", this.err(rc)))
+        };
+        let mut ids = vec![0u32; MAX_GPUS];
+        let mut n = MAX_GPUS as i32;
+        // SAFETY: `ids` holds `n` elements.
+        let rc = unsafe {
+            lib.dcgmGetEntityGroupEntities(
+                s.handle,
+                DCGM_FE_GPU,
+                ids.as_mut_ptr(),
+                &mut n,
+                dcgm_sys::DCGM_GEGE_FLAG_ONLY_SUPPORTED,
+            )
+        };
+        if rc != OK {
+            return Err(fail("listing GPUs", rc, self));
+        }
+        ids.truncate(n.clamp(0, MAX_GPUS as i32) as usize);
+        s.gpus = ids;
+        let name = c"dgx-pixels-exporter";
+        // SAFETY: valid name and out-pointer.
+        let rc = unsafe {
+            lib.dcgmGroupCreate(
+                s.handle,
+                dcgm_sys::DCGM_GROUP_EMPTY,
+                name.as_ptr(),
+                &mut s.group,
+            )
+        };
+        if rc != OK {
+            return Err(fail("creating a GPU group", rc, self));
+        }
+        for gpu in &s.gpus {
+            // SAFETY: plain values.
+            let rc = unsafe { lib.dcgmGroupAddEntity(s.handle, s.group, DCGM_FE_GPU, *gpu) };
+            if rc != OK {
+                return Err(fail("adding a GPU to the group", rc, self));
+            }
+        }
+
+        let mut fields = self.options.fields.clone();
+        if fields.iter().any(|f| f.profiling) && !s.gpus.is_empty() {
+            if let Some(supported) = self.profiling_support(lib, s)? {
+                let dropped: Vec<&str> = fields
+                    .iter()
+                    .filter(|f| f.profiling && !supported.contains(&f.id))
+                    .map(|f| f.name)
+                    .collect();
+                if !dropped.is_empty() {
+                    self.warn_once(format!(
+                        "DCGM profiling fields not supported by this GPU, skipped: {}",
+                        dropped.join(", ")
+                    ));
+                }
+                fields.retain(|f| !f.profiling || supported.contains(&f.id));
+            } else {
+                fields.retain(|f| !f.profiling);
+            }
+        }
+
+        let interval_us = self.options.update_interval.as_micros().max(1) as i64;
+        let keep_age = (self.options.update_interval.as_secs_f64() * 4.0).max(1.0);
+        let device: Vec<u16> = std::iter::once(fields::UUID_FIELD)
+            .chain(fields.iter().filter(|f| !f.profiling).map(|f| f.id))
+            .collect();
+        for chunk in device.chunks(FIELDS_PER_GROUP) {
+            let fg = self
+                .field_group(lib, s, chunk)
+                .map_err(|rc| fail("creating a field group", rc, self))?;
+            // SAFETY: plain values.
+            let rc =
+                unsafe { lib.dcgmWatchFields(s.handle, s.group, fg, interval_us, keep_age, 2) };
+            if rc != OK {
+                return Err(fail("watching fields", rc, self));
+            }
+        }
+        let prof: Vec<u16> = fields
+            .iter()
+            .filter(|f| f.profiling)
+            .map(|f| f.id)
+            .collect();
+        let prof_us = interval_us.max(PROFILING_MIN_INTERVAL.as_micros() as i64);
+        for chunk in prof.chunks(FIELDS_PER_GROUP) {
+            let fg = self
+                .field_group(lib, s, chunk)
+                .map_err(|rc| fail("creating a field group", rc, self))?;
+            // SAFETY: plain values.
+            let rc = unsafe { lib.dcgmWatchFields(s.handle, s.group, fg, prof_us, keep_age, 2) };
+            if rc == dcgm_sys::DCGM_ST_CONNECTION_NOT_VALID {
+                return Err(fail("watching profiling fields", rc, self));
+            }
+            if rc != OK {
+                self.warn_once(format!(
+                    "DCGM profiling fields unavailable ({}); exporting the other DCGM fields without them",
+                    self.err(rc)
+                ));
+                fields.retain(|f| !f.profiling);
+                break;
+            }
+        }
+        // SAFETY: plain values. Waits for one sample of every watch, so the first poll has data.
+        let rc = unsafe { lib.dcgmUpdateAllFields(s.handle, 1) };
+        if rc != OK {
+            return Err(fail("updating fields", rc, self));
+        }
+
+        s.ids = std::iter::once(fields::UUID_FIELD)
+            .chain(fields.iter().map(|f| f.id))
+            .collect();
+        s.targets = std::iter::once(None)
+            .chain((0..fields.len()).map(Some))
+            .collect();
+        s.fields = fields;
+        s.pairs = s
+            .gpus
+            .iter()
+            .map(|g| dcgmGroupEntityPair_t {
+                entityGroupId: DCGM_FE_GPU,
+                entityId: *g,
+            })
+            .collect();
+        // SAFETY: dcgmFieldValue_v2 is plain data; all-zero is a valid value.
+        let zero: dcgmFieldValue_v2 = unsafe { std::mem::zeroed() };
+        s.values = vec![zero; s.gpus.len() * s.ids.len()];
+        s.uuids = vec![String::new(); s.gpus.len()];
+        Ok(())
+    }
+
+    fn field_group(
+        &self,
+        lib: &DcgmLib,
+        s: &mut Session,
+        ids: &[u16],
+    ) -> Result<usize, dcgmReturn_t> {
+        let mut ids = ids.to_vec();
+        let name = CString::new(format!("dgx-pixels-exporter-{}", s.field_groups.len()))
+            .map_err(|_| dcgm_sys::DCGM_ST_BADPARAM)?;
+        let mut fg = 0;
+        // SAFETY: `ids` holds `ids.len()` (<= 128) elements; valid name and out-pointer.
+        let rc = unsafe {
+            lib.dcgmFieldGroupCreate(
+                s.handle,
+                ids.len() as i32,
+                ids.as_mut_ptr(),
+                name.as_ptr(),
+                &mut fg,
+            )
+        };
+        if rc != OK {
+            return Err(rc);
+        }
+        s.field_groups.push(fg);
+        Ok(fg)
+    }
+
+    /// The profiling fields the first GPU supports; `None` (logged once) when profiling is
+    /// unavailable altogether.
+    fn profiling_support(
+        &mut self,
+        lib: &DcgmLib,
+        s: &Session,
+    ) -> Result<Option<BTreeSet<u16>>, Fail> {
+        let Ok(get) = &lib.dcgmProfGetSupportedMetricGroups else {
+            self.warn_once("DCGM profiling fields unavailable: this libdcgm lacks dcgmProfGetSupportedMetricGroups; exporting the other DCGM fields".into());
+            return Ok(None);
+        };
+        // SAFETY: plain data; all-zero is valid.
+        let mut groups: dcgmProfGetMetricGroups_t = unsafe { std::mem::zeroed() };
+        groups.version = dcgm_sys::dcgmProfGetMetricGroups_version3;
+        groups.gpuId = s.gpus[0];
+        // SAFETY: `groups` is a valid, versioned struct.
+        let rc = unsafe { get(s.handle, &mut groups) };
+        if rc == dcgm_sys::DCGM_ST_CONNECTION_NOT_VALID {
+            return Err(PollError::new(
+                "connection_lost",
+                format!("DCGM profiling query failed: {}", self.err(rc)),
+            ));
+        }
+        if rc != OK {
+            let hint = if rc == dcgm_sys::DCGM_ST_REQUIRES_ROOT {
+                " (profiling needs root or CAP_SYS_ADMIN in the host engine)"
+            } else {
+                ""
+            };
+            self.warn_once(format!(
+                "DCGM profiling fields unavailable: {}{hint}; exporting the other DCGM fields",
+                self.err(rc)
+            ));
+            return Ok(None);
+        }
+        let mut out = BTreeSet::new();
+        for g in groups
+            .metricGroups
+            .iter()
+            .take(groups.numMetricGroups as usize)
+        {
+            out.extend(g.fieldIds.iter().take(g.numFieldIds as usize).copied());
+        }
+        Ok(Some(out))
+    }
+
+    /// One read of every GPU and field; `Err` is DCGM's return code.
+    fn read(&mut self, lib: &DcgmLib) -> Result<Vec<Sample>, dcgmReturn_t> {
+        let Some(s) = self.session.as_mut() else {
+            return Err(dcgm_sys::DCGM_ST_UNINITIALIZED);
+        };
+        for v in s.values.iter_mut() {
+            v.version = dcgm_sys::dcgmFieldValue_version2;
+        }
+        if s.pairs.is_empty() {
+            return Ok(Vec::new());
+        }
+        // SAFETY: `pairs`, `ids` and `values` (pairs x ids) have the lengths passed.
+        let rc = unsafe {
+            lib.dcgmEntitiesGetLatestValues(
+                s.handle,
+                s.pairs.as_mut_ptr(),
+                s.pairs.len() as u32,
+                s.ids.as_mut_ptr(),
+                s.ids.len() as u32,
+                0,
+                s.values.as_mut_ptr(),
+            )
+        };
+        if rc != OK {
+            return Err(rc);
+        }
+        let nf = s.ids.len();
+        let mut out = Vec::with_capacity(s.values.len());
+        self.extra.clear();
+        for (e, gpu) in s.gpus.iter().enumerate() {
+            let row = &s.values[e * nf..(e + 1) * nf];
+            let uuid = &row[0];
+            if uuid.status == OK && uuid.fieldType == u16::from(b's') {
+                // SAFETY: a string field value holds a NUL-terminated string.
+                let text = cstr_of(unsafe { &uuid.value.str_ });
+                if !dcgm_sys::str_is_blank(&text) {
+                    s.uuids[e] = text;
+                }
+            }
+            let gpu_label = gpu.to_string();
+            for (v, target) in row.iter().zip(&s.targets).skip(1) {
+                let Some(index) = target else { continue };
+                if v.status != OK {
+                    continue;
+                }
+                // SAFETY: the union member read matches fieldType.
+                let x = match v.fieldType as u8 {
+                    b'i' => {
+                        let i = unsafe { v.value.i64_ };
+                        if dcgm_sys::int64_is_blank(i) {
+                            continue;
+                        }
+                        i as f64
+                    }
+                    b'd' => {
+                        let d = unsafe { v.value.dbl };
+                        if dcgm_sys::fp64_is_blank(d) || d.is_nan() {
+                            continue;
+                        }
+                        d
+                    }
+                    _ => continue,
+                };
+                match &s.fields[*index].target {
+                    Target::Catalog(m) => {
+                        let mut labels = Vec::with_capacity(2 + m.labels.len());
+                        labels.push(gpu_label.clone());
+                        labels.push(s.uuids[e].clone());
+                        labels.extend(m.labels.iter().map(|l| l.to_string()));
+                        out.push(Sample::new(m.metric, labels, x * m.scale));
+                    }
+                    Target::Extra(family) => self.extra.push((
+                        family.clone(),
+                        [gpu_label.clone(), s.uuids[e].clone()],
+                        x,
+                    )),
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn drop_session(&mut self) {
+        if let (Some(lib), Some(s)) = (self.lib.clone(), self.session.take()) {
+            teardown(&lib, s);
+        }
+    }
+
+    fn where_(&self) -> String {
+        match &self.options.hostengine {
+            Some(a) => format!("remote host engine {a}"),
+            None => "embedded host engine".into(),
+        }
+    }
+}
+
+/// Destroys a session's groups and closes it (errors ignored: the connection may be gone).
+fn teardown(lib: &DcgmLib, s: Session) {
+    // SAFETY: plain values; DCGM answers an error for handles or groups that are gone.
+    unsafe {
+        for fg in &s.field_groups {
+            lib.dcgmFieldGroupDestroy(s.handle, *fg);
+        }
+        if s.group != 0 {
+            lib.dcgmGroupDestroy(s.handle, s.group);
+        }
+        if s.remote {
+            lib.dcgmDisconnect(s.handle);
+        } else {
+            lib.dcgmStopEmbedded(s.handle);
+        }
+    }
+}
+
+impl Drop for DcgmSource {
+    fn drop(&mut self) {
+        self.drop_session();
+        if let Some(lib) = self.lib.take() {
+            // SAFETY: no call is in flight: we own the only session.
+            unsafe { lib.dcgmShutdown() };
+        }
+    }
+}
+
+impl Source for DcgmSource {
+    fn name(&self) -> &'static str {
+        "dcgm"
+    }
+
+    fn poll(&mut self) -> Result<Vec<Sample>, PollError> {
+        let now = Instant::now();
+        if self.session.is_none() {
+            if !self.backoff.ready(now) {
+                return Err(PollError::new(
+                    self.last_kind,
+                    format!(
+                        "{}; next attempt in {:.0}s",
+                        self.last_error,
+                        self.backoff.remaining(now).as_secs_f64().ceil()
+                    ),
+                ));
+            }
+            match self.connect() {
+                Ok(s) => {
+                    info!(
+                        mode = %self.where_(),
+                        library = %self.library_name,
+                        gpus = s.gpus.len(),
+                        fields = s.fields.len(),
+                        "DCGM connected; groups and watches set up"
+                    );
+                    self.session = Some(s);
+                    self.backoff = Backoff::new();
+                }
+                Err(e) => {
+                    let wait = self.backoff.failed(now);
+                    self.last_error = e.message.clone();
+                    self.last_kind = e.kind;
+                    return Err(PollError::new(
+                        e.kind,
+                        format!("{}; next attempt in {:.0}s", e.message, wait.as_secs_f64()),
+                    ));
+                }
+            }
+        }
+        let Some(lib) = self.lib.clone() else {
+            return Err(PollError::new("library_unavailable", "DCGM not loaded"));
+        };
+        match self.read(&lib) {
+            Ok(samples) => Ok(samples),
+            Err(code) => {
+                let kind = match code {
+                    dcgm_sys::DCGM_ST_CONNECTION_NOT_VALID => "connection_lost",
+                    dcgm_sys::DCGM_ST_VER_MISMATCH => "version_mismatch",
+                    _ => "read_failed",
+                };
+                let message = match kind {
+                    "connection_lost" => format!(
+                        "lost the connection to the DCGM {}: {}; reconnecting with backoff",
+                        self.where_(),
+                        self.err(code)
+                    ),
+                    "version_mismatch" => format!(
+                        "{} rejected our dcgmFieldValue_v2 version {:#010x} ({}): this DCGM uses another struct layout; DCGM 3.x and 4.x are supported",
+                        self.library_name,
+                        dcgm_sys::dcgmFieldValue_version2,
+                        self.err(code)
+                    ),
+                    _ => format!("DCGM read failed: {}", self.err(code)),
+                };
+                self.drop_session();
+                let wait = self.backoff.failed(now);
+                self.last_error = message.clone();
+                self.last_kind = kind;
+                Err(PollError::new(
+                    kind,
+                    format!("{message}; next attempt in {:.0}s", wait.as_secs_f64()),
+                ))
+            }
+        }
+    }
+
+    fn take_external(&mut self) -> Option<ExternalFamilies> {
+        if self.extra.is_empty() {
+            return None;
+        }
+        let mut families: Vec<ExternalFamily> = Vec::new();
+        for (family, [gpu, uuid], value) in std::mem::take(&mut self.extra) {
+            let sample = ExternalSample {
+                name: family.name.clone(),
+                labels: vec![("gpu".to_string(), gpu), ("uuid".to_string(), uuid)],
+                value,
+            };
+            match families.iter_mut().find(|f| f.name == family.name) {
+                Some(f) => f.samples.push(sample),
+                None => families.push(ExternalFamily {
+                    name: family.name.clone(),
+                    help: family.help.clone(),
+                    kind: match family.kind {
+                        Kind::Counter => ExternalKind::Counter,
+                        _ => ExternalKind::Gauge,
+                    },
+                    samples: vec![sample],
+                }),
+            }
+        }
+        Some(Arc::new(families))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        let mut b = Backoff::new();
+        let t0 = Instant::now();
+        assert!(b.ready(t0));
+        assert_eq!(b.failed(t0), Duration::from_secs(1));
+        assert!(!b.ready(t0 + Duration::from_millis(500)));
+        assert_eq!(b.failed(t0), Duration::from_secs(2));
+        for _ in 0..20 {
+            b.failed(t0);
+        }
+        assert_eq!(b.failed(t0), BACKOFF_MAX);
+    }
+
+    #[test]
+    fn a_missing_library_fails_fast_names_it_and_backs_off() {
+        let mut s = DcgmSource::new(DcgmOptions {
+            library: Some("/nonexistent/libdcgm.so.4".into()),
+            ..DcgmOptions::default()
+        });
+        let first = s.poll().unwrap_err();
+        assert_eq!(first.kind, "library_unavailable");
+        assert!(
+            first.message.contains("/nonexistent/libdcgm.so.4"),
+            "{first}"
+        );
+        assert!(first.message.contains("next attempt in 1s"), "{first}");
+        let second = s.poll().unwrap_err();
+        assert_eq!(
+            second.kind, "library_unavailable",
+            "same kind while backing off"
+        );
+        assert!(second.message.starts_with(&s.last_error), "{second}");
+    }
+
+    #[test]
+    fn without_a_path_both_sonames_are_tried() {
+        let mut s = DcgmSource::new(DcgmOptions::default());
+        let e = s.poll().unwrap_err();
+        assert!(
+            e.message.contains("libdcgm.so.4") && e.message.contains("libdcgm.so.3"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,180 @@
+//! Configuration from `FAKE_DCGM_*` environment variables, read at `dcgmInit`.
+
+use std::time::Duration;
+
+/// Default scenario when `FAKE_DCGM_SCENARIO` is unset.
+pub const DEFAULT_SCENARIO: &str = "dgx-h100";
+
+/// What `dcgmProfGetSupportedMetricGroups` and profiling watches answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profiling {
+    /// Every profiling group is supported.
+    Supported,
+    /// `DCGM_ST_PROFILING_NOT_SUPPORTED` (e.g. a consumer GPU, or another client holds it).
+    NotSupported,
+    /// `DCGM_ST_REQUIRES_ROOT` (profiling needs privileges the caller lacks).
+    RequiresRoot,
+}
+
+/// The settings of one fake library.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Built-in scenario name or TOML path.
+    pub scenario: String,
+    /// A frozen scenario time; `None` runs from `start` with the wall clock.
+    pub frozen: Option<Duration>,
+    /// Scenario time at init with the running clock.
+    pub start: Duration,
+    /// Profiling support.
+    pub profiling: Profiling,
+    /// The only address `dcgmConnect_v2` accepts (a unix socket path starts with `/`);
+    /// `None` accepts any.
+    pub hostengine: Option<String>,
+    /// `[from, to)` seconds after init during which the remote host engine is gone: remote
+    /// calls answer `CONNECTION_NOT_VALID`, connects fail, and a connection made before the
+    /// loss stays invalid.
+    pub connection_loss: Option<(Duration, Duration)>,
+    /// The `dcgmFieldValue_v2` version this library expects (to emulate another DCGM).
+    pub field_value_version: u32,
+    /// Fields answered with their blank sentinel whatever the GPU supports.
+    pub blank_fields: Vec<u16>,
+}
+
+fn seconds(name: &str, value: &str) -> Result<Duration, String> {
+    let s: f64 = value
+        .trim()
+        .parse()
+        .map_err(|_| format!("{name}={value:?}: expected a number of seconds"))?;
+    Duration::try_from_secs_f64(s)
+        .map_err(|_| format!("{name}={value:?}: expected a number of seconds >= 0"))
+}
+
+impl Config {
+    /// Reads the configuration through `get` (the process environment in the library).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
+        let scenario = get("FAKE_DCGM_SCENARIO")
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| DEFAULT_SCENARIO.to_string());
+        let frozen = get("FAKE_DCGM_TIME")
+            .map(|v| seconds("FAKE_DCGM_TIME", &v))
+            .transpose()?;
+        let start = get("FAKE_DCGM_START")
+            .map(|v| seconds("FAKE_DCGM_START", &v))
+            .transpose()?
+            .unwrap_or_default();
+        let profiling = match get("FAKE_DCGM_PROFILING").as_deref() {
+            None | Some("supported") => Profiling::Supported,
+            Some("unsupported") => Profiling::NotSupported,
+            Some("requires_root") => Profiling::RequiresRoot,
+            Some(v) => {
+                return Err(format!(
+                    "FAKE_DCGM_PROFILING={v:?}: expected supported, unsupported or requires_root"
+                ))
+            }
+        };
+        let connection_loss = match get("FAKE_DCGM_CONNECTION_LOSS") {
+            Some(v) => {
+                let (from, to) = v.split_once(':').ok_or_else(|| {
+                    format!("FAKE_DCGM_CONNECTION_LOSS={v:?}: expected FROM:TO in seconds")
+                })?;
+                let from = seconds("FAKE_DCGM_CONNECTION_LOSS", from)?;
+                let to = seconds("FAKE_DCGM_CONNECTION_LOSS", to)?;
+                if to <= from {
+                    return Err(format!(
+                        "FAKE_DCGM_CONNECTION_LOSS={v:?}: TO must be after FROM"
+                    ));
+                }
+                Some((from, to))
+            }
+            None => None,
+        };
+        let field_value_version = match get("FAKE_DCGM_FIELD_VALUE_VERSION") {
+            Some(v) => u32::from_str_radix(v.trim().trim_start_matches("0x"), 16)
+                .map_err(|_| format!("FAKE_DCGM_FIELD_VALUE_VERSION={v:?}: expected hex"))?,
+            None => dcgm_sys::dcgmFieldValue_version2,
+        };
+        let blank_fields = match get("FAKE_DCGM_BLANK_FIELDS") {
+            Some(v) => v
+                .split(',')
+                .filter(|s| !s.trim().is_empty())
+                .map(|s| {
+                    s.trim().parse::<u16>().map_err(|_| {
+                        format!("FAKE_DCGM_BLANK_FIELDS={v:?}: expected field ids, comma separated")
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+            None => Vec::new(),
+        };
+        Ok(Config {
+            scenario,
+            frozen,
+            start,
+            profiling,
+            hostengine: get("FAKE_DCGM_HOSTENGINE").filter(|s| !s.is_empty()),
+            connection_loss,
+            field_value_version,
+            blank_fields,
+        })
+    }
+
+    /// Reads the configuration from the process environment.
+    pub fn from_env() -> Result<Config, String> {
+        Config::from_lookup(|k| std::env::var(k).ok())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn parse(vars: &[(&str, &str)]) -> Result<Config, String> {
+        Config::from_lookup(|k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        })
+    }
+
+    #[test]
+    fn defaults_and_every_variable() {
+        let c = parse(&[]).unwrap();
+        assert_eq!(c.scenario, "dgx-h100");
+        assert_eq!(c.profiling, Profiling::Supported);
+        assert_eq!(c.field_value_version, 0x0200_1020);
+        let c = parse(&[
+            ("FAKE_DCGM_SCENARIO", "dgx-spark"),
+            ("FAKE_DCGM_TIME", "60"),
+            ("FAKE_DCGM_PROFILING", "requires_root"),
+            ("FAKE_DCGM_HOSTENGINE", "/run/dcgm.sock"),
+            ("FAKE_DCGM_CONNECTION_LOSS", "2:4.5"),
+            ("FAKE_DCGM_FIELD_VALUE_VERSION", "0x03001020"),
+            ("FAKE_DCGM_BLANK_FIELDS", "1004, 150"),
+        ])
+        .unwrap();
+        assert_eq!(c.frozen, Some(Duration::from_secs(60)));
+        assert_eq!(c.profiling, Profiling::RequiresRoot);
+        assert_eq!(c.hostengine.as_deref(), Some("/run/dcgm.sock"));
+        assert_eq!(
+            c.connection_loss,
+            Some((Duration::from_secs(2), Duration::from_millis(4500)))
+        );
+        assert_eq!(c.field_value_version, 0x0300_1020);
+        assert_eq!(c.blank_fields, [1004, 150]);
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        for (k, v) in [
+            ("FAKE_DCGM_TIME", "soon"),
+            ("FAKE_DCGM_PROFILING", "maybe"),
+            ("FAKE_DCGM_CONNECTION_LOSS", "5"),
+            ("FAKE_DCGM_CONNECTION_LOSS", "5:2"),
+            ("FAKE_DCGM_FIELD_VALUE_VERSION", "zz"),
+            ("FAKE_DCGM_BLANK_FIELDS", "sm"),
+        ] {
+            let err = parse(&[(k, v)]).unwrap_err();
+            assert!(err.starts_with(k), "{err}");
+        }
+    }
+}

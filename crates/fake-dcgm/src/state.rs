@@ -1,0 +1,252 @@
+//! The per-process fake library: configuration, the simulated node, connections with their
+//! groups, field groups and watches, the scenario clock, and the guard every export runs under.
+
+use std::collections::{HashMap, HashSet};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use dcgm_sys::dcgmReturn_t;
+use dgx_pixels_sim::{GpuState, Node, Scenario};
+
+use crate::config::Config;
+
+/// Return codes the fake answers.
+pub mod code {
+    #![allow(missing_docs)]
+    use dcgm_sys::dcgmReturn_t;
+    pub const OK: dcgmReturn_t = 0;
+    pub const BADPARAM: dcgmReturn_t = dcgm_sys::DCGM_ST_BADPARAM;
+    pub const GENERIC_ERROR: dcgmReturn_t = -3;
+    pub const NOT_SUPPORTED: dcgmReturn_t = dcgm_sys::DCGM_ST_NOT_SUPPORTED;
+    pub const UNINITIALIZED: dcgmReturn_t = dcgm_sys::DCGM_ST_UNINITIALIZED;
+    pub const VER_MISMATCH: dcgmReturn_t = dcgm_sys::DCGM_ST_VER_MISMATCH;
+    pub const NO_DATA: dcgmReturn_t = dcgm_sys::DCGM_ST_NO_DATA;
+    pub const NOT_WATCHED: dcgmReturn_t = dcgm_sys::DCGM_ST_NOT_WATCHED;
+    pub const CONNECTION_NOT_VALID: dcgmReturn_t = dcgm_sys::DCGM_ST_CONNECTION_NOT_VALID;
+    pub const REQUIRES_ROOT: dcgmReturn_t = dcgm_sys::DCGM_ST_REQUIRES_ROOT;
+    pub const INSUFFICIENT_SIZE: dcgmReturn_t = dcgm_sys::DCGM_ST_INSUFFICIENT_SIZE;
+    pub const PROFILING_NOT_SUPPORTED: dcgmReturn_t = dcgm_sys::DCGM_ST_PROFILING_NOT_SUPPORTED;
+}
+
+static LIBRARY: Mutex<Option<Library>> = Mutex::new(None);
+static CALLS: AtomicU64 = AtomicU64::new(0);
+static BUSY_NS: AtomicU64 = AtomicU64::new(0);
+
+/// DCGM calls served since load or the last reset.
+pub fn call_count() -> u64 {
+    CALLS.load(Ordering::Relaxed)
+}
+
+/// CPU time of the calling threads inside DCGM calls, nanoseconds.
+pub fn busy_ns() -> u64 {
+    BUSY_NS.load(Ordering::Relaxed)
+}
+
+/// Zeroes the call counter and the busy time.
+pub fn reset_call_count() {
+    CALLS.store(0, Ordering::Relaxed);
+    BUSY_NS.store(0, Ordering::Relaxed);
+}
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for the call to fill.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return 0;
+    }
+    u64::try_from(ts.tv_sec)
+        .unwrap_or(0)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::try_from(ts.tv_nsec).unwrap_or(0))
+}
+
+/// Runs an export's body: counted, timed, and no panic crosses the C boundary (a panic
+/// answers `DCGM_ST_GENERIC_ERROR`).
+pub fn guard(body: impl FnOnce() -> Result<(), dcgmReturn_t>) -> dcgmReturn_t {
+    CALLS.fetch_add(1, Ordering::Relaxed);
+    let start = thread_cpu_ns();
+    let result = match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => code::OK,
+        Ok(Err(c)) => c,
+        Err(_) => code::GENERIC_ERROR,
+    };
+    BUSY_NS.fetch_add(thread_cpu_ns().saturating_sub(start), Ordering::Relaxed);
+    result
+}
+
+/// Defines an exported DCGM function whose body returns `Result<(), dcgmReturn_t>`.
+macro_rules! dcgm_fn {
+    ($(#[$meta:meta])* fn $name:ident($($arg:ident : $ty:ty),* $(,)?) $body:block) => {
+        $(#[$meta])*
+        ///
+        /// # Safety
+        ///
+        /// Pointer arguments must be null or valid for the reads and writes DCGM documents.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> dcgm_sys::dcgmReturn_t {
+            $crate::state::guard(move || -> Result<(), dcgm_sys::dcgmReturn_t> { $body })
+        }
+    };
+}
+pub(crate) use dcgm_fn;
+
+/// One connection: the embedded host engine or a remote one.
+#[derive(Debug, Default)]
+pub struct Connection {
+    /// Connected with `dcgmConnect_v2` (subject to injected connection loss).
+    pub remote: bool,
+    /// The host engine went away under this connection: it stays invalid.
+    pub broken: bool,
+    /// Entity groups: id to GPU ids.
+    pub groups: HashMap<usize, Vec<u32>>,
+    /// Field groups: id to field ids.
+    pub field_groups: HashMap<usize, Vec<u16>>,
+    /// Watched (GPU, field) pairs with their update interval in microseconds.
+    pub watches: HashMap<(u32, u16), i64>,
+}
+
+/// The loaded library.
+pub struct Library {
+    /// Settings read at the first `dcgmInit`.
+    pub config: Config,
+    /// The simulated node, read at the scenario time.
+    pub node: Node,
+    /// The same node read one second earlier (NVLink byte rates); moving forward only.
+    pub lagged: Node,
+    /// When `dcgmInit` loaded it.
+    pub loaded_at: Instant,
+    /// Open connections by handle.
+    pub connections: HashMap<usize, Connection>,
+    /// Next handle or group id.
+    pub next_id: usize,
+}
+
+impl Library {
+    fn load(config: Config) -> Result<Library, String> {
+        let scenario = Scenario::load(&config.scenario).map_err(|e| e.to_string())?;
+        let node = Node::new(scenario);
+        Ok(Library {
+            config,
+            lagged: node.clone(),
+            node,
+            loaded_at: Instant::now(),
+            connections: HashMap::new(),
+            next_id: 1,
+        })
+    }
+
+    /// Scenario time now.
+    pub fn now(&self) -> Duration {
+        self.config
+            .frozen
+            .unwrap_or_else(|| self.config.start + self.loaded_at.elapsed())
+    }
+
+    /// Whether the remote host engine is gone right now (injected loss window).
+    pub fn host_engine_gone(&self) -> bool {
+        let since = self.loaded_at.elapsed();
+        self.config
+            .connection_loss
+            .is_some_and(|(from, to)| since >= from && since < to)
+    }
+
+    /// A fresh id for a handle or group.
+    pub fn id(&mut self) -> usize {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    /// The connection behind `handle`, checked: a remote one during a loss is broken for good.
+    pub fn connection(&mut self, handle: usize) -> Result<&mut Connection, dcgmReturn_t> {
+        let gone = self.host_engine_gone();
+        let c = self
+            .connections
+            .get_mut(&handle)
+            .ok_or(code::CONNECTION_NOT_VALID)?;
+        if c.remote && gone {
+            c.broken = true;
+        }
+        if c.broken {
+            return Err(code::CONNECTION_NOT_VALID);
+        }
+        Ok(c)
+    }
+
+    /// GPU `index`'s state now (and its NVLink rates over the last second when asked for).
+    pub fn gpu_state(&mut self, index: usize, rates: bool) -> (Option<GpuState>, (f64, f64)) {
+        let t = self.now();
+        let state = self.node.reading(index, t);
+        let mut rate = (0.0, 0.0);
+        if rates {
+            let earlier = t.saturating_sub(Duration::from_secs(1));
+            let span = (t - earlier).as_secs_f64();
+            if let (Some(GpuState::Ok(now)), Some(GpuState::Ok(then))) =
+                (&state, self.lagged.reading(index, earlier))
+            {
+                if span > 0.0 {
+                    rate = (
+                        now.nvlink_tx_bytes_total
+                            .saturating_sub(then.nvlink_tx_bytes_total)
+                            as f64
+                            / span,
+                        now.nvlink_rx_bytes_total
+                            .saturating_sub(then.nvlink_rx_bytes_total)
+                            as f64
+                            / span,
+                    );
+                }
+            }
+        }
+        (state, rate)
+    }
+}
+
+/// The library lock (a panic under it never makes later calls fail).
+pub fn lock() -> MutexGuard<'static, Option<Library>> {
+    LIBRARY.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// `dcgmInit`: loads the library from the environment once per process.
+pub fn init() -> Result<(), dcgmReturn_t> {
+    let mut guard = lock();
+    if guard.is_none() {
+        let loaded = Config::from_env().and_then(Library::load).map_err(|e| {
+            eprintln!("fake-dcgm: {e}");
+            code::GENERIC_ERROR
+        })?;
+        *guard = Some(loaded);
+    }
+    Ok(())
+}
+
+/// `dcgmShutdown`: forgets everything.
+pub fn shutdown() {
+    *lock() = None;
+}
+
+/// Runs `f` on the initialised library.
+pub fn with<R>(f: impl FnOnce(&mut Library) -> Result<R, dcgmReturn_t>) -> Result<R, dcgmReturn_t> {
+    let mut guard = lock();
+    let lib = guard.as_mut().ok_or(code::UNINITIALIZED)?;
+    f(lib)
+}
+
+/// Fields of `fields` the `watches` of a connection cover for `gpu`.
+pub fn watched(c: &Connection, gpu: u32, field: u16) -> bool {
+    c.watches.contains_key(&(gpu, field))
+}
+
+/// The distinct profiling fields among `fields`.
+pub fn profiling_fields(fields: &[u16]) -> HashSet<u16> {
+    fields
+        .iter()
+        .copied()
+        .filter(|f| crate::fields::is_profiling(*f))
+        .collect()
+}
