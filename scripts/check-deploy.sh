@@ -103,7 +103,7 @@ if "$HELM" template dgx "$CHART" -f helm/tests/bad-values.yaml >/dev/null 2>"$TM
   fail "helm accepted helm/tests/bad-values.yaml"
 fi
 for want in "Additional property servicemonitor is not allowed" "service.port: Invalid type" \
-  "log.level must be one of" "collectors: Additional property dcgm is not allowed"; do
+  "log.level must be one of" "collectors: Additional property gpu is not allowed"; do
   grep -qF "$want" "$TMP/err" || { cat "$TMP/err"; fail "schema error lacks: $want"; }
 done
 

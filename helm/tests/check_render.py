@@ -73,7 +73,14 @@ def run_binary(binary, container, configmap, extra_args, node_name="node-under-t
     env = {"PATH": os.environ.get("PATH", "")}
     for e in container.get("env", []):
         if "value" in e:
-            env[e["name"]] = e["value"]
+            value = e["value"]
+            # Files from the ConfigMap (e.g. the DCGM field list): write them where we run.
+            prefix = "/etc/dgx-pixels-exporter/"
+            if value.startswith(prefix) and configmap and value[len(prefix):] in configmap["data"]:
+                value = os.path.join(tmp, value[len(prefix):])
+                with open(value, "w") as f:
+                    f.write(configmap["data"][os.path.basename(value)])
+            env[e["name"]] = value
     proc = subprocess.Popen([binary, *args], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     try:
