@@ -2,7 +2,8 @@
 # Checks the Grafana dashboards without a Grafana server:
 #   1. grafana/dashboards/ (and the Helm chart's copy) equal grafana/generate.py's output;
 #   2. every dashboard is valid JSON and follows our conventions (datasource and node variables,
-#      job annotations, descriptions, no legacy panels, a row in docs/dashboards.md per panel);
+#      job annotations, descriptions, no legacy panels, a row in docs/dashboards.md per panel),
+#      and the grafana/provisioning/ files have the shape Grafana reads;
 #   3. tsc --noEmit --strict type-checks every dashboard against @grafana/schema, and every panel
 #      against its plugin's options (and fails on a broken copy, so the check can fail);
 #   4. every panel, variable and annotation query parses (promtool check rules);
@@ -40,7 +41,11 @@ python3 grafana/generate.py --check || fail "generated dashboards are stale"
 
 echo "-- JSON, conventions, docs/dashboards.md"
 for f in "${dashboards[@]}"; do jq empty "$f" || fail "$f is not valid JSON"; done
-python3 grafana/tests/check.py static "${dashboards[@]}" || [ -n "${SKIPDOC:-}" ] || fail "dashboard conventions"
+python3 grafana/tests/check.py static "${dashboards[@]}" || fail "dashboard conventions"
+# PyYAML from the tools' venv (kubernetes-validate depends on it), else the system's.
+PY_YAML="$ROOT/.venv-tools/bin/python"
+[ -x "$PY_YAML" ] || PY_YAML=python3
+"$PY_YAML" grafana/tests/check.py provisioning grafana/provisioning || fail "grafana/provisioning/"
 
 echo "-- tsc --noEmit --strict against @grafana/schema"
 mkdir -p "$TS/check/broken"

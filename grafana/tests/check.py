@@ -4,6 +4,8 @@
   check.py static DASHBOARD.json...            structure, conventions, docs/dashboards.md coverage
   check.py rules OUT.yml DASHBOARD.json...     every query, template variables substituted, as a
                                                recording rule file for `promtool check rules`
+  check.py provisioning DIR                    grafana/provisioning/ files have the shape Grafana
+                                               reads (needs PyYAML)
   check.py live PROMETHEUS_URL DASHBOARD.json...
                                                every panel, variable and annotation query returns
                                                at least one series from a real Prometheus, except
@@ -171,6 +173,29 @@ def static(paths):
             fail(f"no reason given for {key}")
 
 
+def provisioning(root):
+    import yaml  # only this mode needs it (scripts/install-test-tools.sh's venv has it)
+    with open(os.path.join(root, "dashboards", "dgx-pixels.yml")) as f:
+        d = yaml.safe_load(f)
+    if d.get("apiVersion") != 1 or len(d.get("providers", [])) != 1:
+        fail("provisioning/dashboards: apiVersion 1 with one provider expected")
+    else:
+        p = d["providers"][0]
+        if p.get("type") != "file" or not p.get("options", {}).get("path", "").startswith("/"):
+            fail("provisioning/dashboards: the provider must be of type file with an absolute path")
+        unknown = set(p) - {"name", "orgId", "folder", "folderUid", "type", "disableDeletion",
+                            "allowUiUpdates", "updateIntervalSeconds", "options"}
+        if unknown:
+            fail(f"provisioning/dashboards: unknown provider keys {sorted(unknown)}")
+    with open(os.path.join(root, "datasources", "prometheus.yml")) as f:
+        d = yaml.safe_load(f)
+    dss = d.get("datasources", []) if d.get("apiVersion") == 1 else []
+    if [x.get("type") for x in dss] != ["prometheus"] or not dss[0].get("url"):
+        fail("provisioning/datasources: apiVersion 1 with one prometheus data source and a url")
+    if not failures:
+        print("grafana: provisioning files have the expected shape")
+
+
 def rules(out, paths):
     n = 0
     with open(out, "w") as f:
@@ -266,6 +291,8 @@ def main():
         static(args)
     elif mode == "rules":
         rules(args[0], args[1:])
+    elif mode == "provisioning":
+        provisioning(args[0])
     elif mode == "live":
         live(args[0], args[1:])
     else:
