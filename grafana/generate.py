@@ -199,9 +199,10 @@ DATASOURCE_VAR = {"type": "datasource", "name": "datasource", "label": "Data sou
                   "options": [], "includeAll": False, "multi": False}
 
 
-def query_var(name, label, query, multi=True, description=""):
+def query_var(name, label, query, multi=True, description="", sort=1):
+    # sort 1: alphabetical, 3: numerical (GPU indices).
     return {"type": "query", "name": name, "label": label, "description": description,
-            "datasource": DS, "query": query, "refresh": 2, "regex": "", "sort": 3,
+            "datasource": DS, "query": query, "refresh": 2, "regex": "", "sort": sort,
             "hide": 0, "includeAll": True, "multi": multi, "allValue": ".*",
             "options": []}
 
@@ -210,7 +211,7 @@ NODE_VAR = query_var("node", "Node", "label_values(dgx_pixels_gpu_up, node)",
                      description="The exporter's --node.name (the Helm chart sets it to the "
                                  "Kubernetes node).")
 GPU_VAR = query_var("gpu", "GPU", 'label_values(dgx_pixels_gpu_up{node=~"$node"}, gpu)',
-                    description="NVML index of the GPU on its node.")
+                    description="NVML index of the GPU on its node.", sort=3)
 MODEL_VAR = query_var(
     "model", "Model",
     'label_values(dgx_pixels_workload_images_generated_total{node=~"$node"}, model)',
@@ -389,7 +390,8 @@ def quality():
     d.row("Latest evaluation")
     for title, metric, unit, th, desc, lim in metrics:
         d.panel("stat", title, desc + " Latest value per model.", [q(f"{metric}{sel}", "{{model}}")],
-                w=4, h=5, unit=unit, thresholds=th, decimals=3 if unit == "none" else 1, **lim)
+                w=4, h=5, unit=unit, thresholds=th, decimals=1 if unit == "dB" else 2 if title == "Human rating" else 3,
+                **lim)
     d.panel("stat", "Human ratings",
             "Number of human ratings behind the mean (3 to 5 per image in the sprite protocol).",
             [q(f"dgx_pixels_quality_human_ratings{sel}", "{{model}}")], w=4, h=5, unit="short",
@@ -400,7 +402,7 @@ def quality():
     for title, metric, unit, th, desc, lim in metrics:
         d.panel("timeseries", f"{title} over time",
                 desc + " The shaded area is outside the target.",
-                [q(f"{metric}{sel}", "{{model}} {{lora}} {{dataset}}")], w=12 if title != "Human rating" else 12,
+                [q(f"{metric}{sel}", "{{model}} {{lora}} {{dataset}}")], w=12,
                 unit=unit, thresholds=th, custom=ts_custom(True), **lim)
     d.panel("table", "Evaluations by model",
             "The latest value of every quality metric per model, LoRA and dataset.",
@@ -439,7 +441,8 @@ def system_health():
     d.panel("stat", "XID errors",
             "XID errors the driver reported in the time range, all codes.",
             [q(f"sum(increase(dgx_pixels_gpu_xid_errors_total{g}[$__range]))")], w=4, h=4,
-            unit="short", thresholds=steps(GREEN, (1, RED)), decimals=0)
+            unit="short", thresholds=steps(GREEN, (1, RED)), decimals=0,
+            no_value="none reported")
     d.panel("stat", "Uncorrected ECC errors",
             "Uncorrected (double-bit) volatile ECC errors in the time range.",
             [q("sum(increase(dgx_pixels_gpu_ecc_errors_total"
@@ -748,6 +751,7 @@ def fleet():
             [q(f"(dgx_pixels_gpu_up{g} == 0)\n"
                "  * on (uuid) group_left (model, pci_bus_id) max by (uuid, model, pci_bus_id) "
                "(dgx_pixels_gpu_info)", instant=True, fmt="table")],
+            no_value="none lost",
             transformations=[{"id": "organize", "options": {
                 "excludeByName": {"Time": True, "__name__": True, "Value": True},
                 "indexByName": {}, "includeByName": {}, "renameByName": {}}}])
@@ -793,7 +797,7 @@ def fleet():
             "The GPUs with the most XID errors in the time range.",
             [q(f"topk(10, sum by (node, gpu) (increase(dgx_pixels_gpu_xid_errors_total{g}"
                "[$__range])))", GPU_LEGEND, instant=True)], w=12, unit="short", min_=0,
-            thresholds=steps(GREEN, (1, RED)))
+            thresholds=steps(GREEN, (1, RED)), no_value="none reported")
     return d
 
 
