@@ -10,7 +10,8 @@
 #   5. a real Prometheus with the recording rules loaded scrapes three simulated nodes (dgx-h100
 #      with its image-generation workload and a [cost] table, dgx-a100-mig, and a two-GPU node
 #      with XIDs, a lost GPU and a finished evaluation job in a textfile) and every query returns
-#      at least one series, but for the panels grafana/tests/check.py lists with the reason.
+#      at least one series, but for the panels grafana/tests/check.py lists with the reason
+#      (with "All" selected, then with one node and GPU); a misspelt metric must fail it.
 # Usage: grafana/check.sh PATH/TO/dgx-pixels-exporter   (tools from scripts/install-test-tools.sh)
 set -euo pipefail
 BIN=$(realpath "${1:?usage: $0 EXPORTER_BINARY}")
@@ -23,10 +24,11 @@ dashboards=(grafana/dashboards/*.json)
 
 work=$(mktemp -d)
 pids=()
+TSC_DIR=
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work" "$TS/check"
+  rm -rf "$work" ${TSC_DIR:+"$TSC_DIR"}
 }
 trap cleanup EXIT
 fail() { echo "grafana: FAIL: $*" >&2; for l in "$work"/*.log; do [ -f "$l" ] && { echo "--- $l" >&2; tail -20 "$l" >&2; }; done; exit 1; }
@@ -48,20 +50,22 @@ PY_YAML="$ROOT/.venv-tools/bin/python"
 "$PY_YAML" grafana/tests/check.py provisioning grafana/provisioning || fail "grafana/provisioning/"
 
 echo "-- tsc --noEmit --strict against @grafana/schema"
-mkdir -p "$TS/check/broken"
-python3 grafana/tests/typecheck.py "$TS/check" "${dashboards[@]}"
-cat >"$TS/check/tsconfig.json" <<'JSON'
+# Inside $TS so that the files find its node_modules; one folder per run.
+TSC_DIR=$(mktemp -d "$TS/check.XXXXXX")
+mkdir -p "$TSC_DIR/broken"
+python3 grafana/tests/typecheck.py "$TSC_DIR" "${dashboards[@]}"
+cat >"$TSC_DIR/tsconfig.json" <<'JSON'
 {"compilerOptions": {"strict": true, "noEmit": true, "module": "esnext", "moduleResolution": "bundler",
  "target": "es2022", "skipLibCheck": true, "types": []}, "include": ["*.ts"]}
 JSON
-"$TS/node_modules/.bin/tsc" -p "$TS/check" || fail "dashboards do not type-check against @grafana/schema"
+"$TS/node_modules/.bin/tsc" -p "$TSC_DIR" || fail "dashboards do not type-check against @grafana/schema"
 # The same check must reject a dashboard with a misspelt option and a wrong enum value.
 jq '(.panels[] | select(.type == "timeseries") | .options.legend) += {"placment": "bottom"}
   | (.panels[] | select(.type == "stat") | .fieldConfig.defaults.thresholds.mode) = "absolut"' \
   grafana/dashboards/dgx-pixels-performance.json >"$work/broken.json"
-python3 grafana/tests/typecheck.py "$TS/check/broken" "$work/broken.json"
-sed 's/"include": \["\*.ts"\]/"include": ["broken\/*.ts"]/' "$TS/check/tsconfig.json" >"$TS/check/tsconfig.broken.json"
-if "$TS/node_modules/.bin/tsc" -p "$TS/check/tsconfig.broken.json" >"$work/tsc-broken.txt" 2>&1; then
+python3 grafana/tests/typecheck.py "$TSC_DIR/broken" "$work/broken.json"
+sed 's/"include": \["\*.ts"\]/"include": ["broken\/*.ts"]/' "$TSC_DIR/tsconfig.json" >"$TSC_DIR/tsconfig.broken.json"
+if "$TS/node_modules/.bin/tsc" -p "$TSC_DIR/tsconfig.broken.json" >"$work/tsc-broken.txt" 2>&1; then
   fail "tsc accepted a broken dashboard"
 fi
 grep -q "placment" "$work/tsc-broken.txt" && grep -q '"absolut"' "$work/tsc-broken.txt" \
@@ -113,4 +117,13 @@ pids+=($!)
 wait_for "http://127.0.0.1:$PROM_PORT/-/ready" 30 || fail "prometheus not ready"
 python3 grafana/tests/check.py live "http://127.0.0.1:$PROM_PORT" "${dashboards[@]}" \
   || fail "a dashboard query returned no data"
+# The same check must fail on a misspelt metric.
+jq '(.panels[] | select(.title == "GPU utilization") | .targets[0].expr) |= sub("dgx_pixels_gpu_utilization_ratio"; "dgx_pixels_gpu_utilisation_ratio")' \
+  grafana/dashboards/dgx-pixels-system-health.json >"$work/broken-query.json"
+if python3 grafana/tests/check.py live --timeout 2 "http://127.0.0.1:$PROM_PORT" "$work/broken-query.json" \
+  >"$work/broken-query.txt" 2>&1; then
+  fail "the live check accepted a query without data"
+fi
+grep -q "GPU utilization / A: no series" "$work/broken-query.txt" \
+  || { cat "$work/broken-query.txt"; fail "the live check did not name the broken query"; }
 echo "grafana: all checks passed"
