@@ -71,7 +71,9 @@ notes "$CHART" >"$TMP/notes-default"
 grep -q "kubernetes_sd" "$TMP/notes-default" || fail "default NOTES.txt lacks the scrape hint"
 notes "$TMP/chart" -f helm/tests/all-toggles-values.yaml >"$TMP/notes"
 grep -q 'SIMULATION: this release serves the simulated node "dgx-h100"' "$TMP/notes" \
-  && grep -q "A ServiceMonitor scrapes" "$TMP/notes" || { cat "$TMP/notes"; fail "NOTES.txt"; }
+  && grep -q "A ServiceMonitor scrapes" "$TMP/notes" \
+  && grep -q "Grafana dashboards: $(ls "$CHART"/files/dashboards/*.json | wc -l) ConfigMaps in namespace grafana labelled" "$TMP/notes" \
+  || { cat "$TMP/notes"; fail "NOTES.txt"; }
 
 for k in $KUBE_VERSIONS; do
   "$HELM" template dgx "$CHART" --namespace monitoring --kube-version "$k" >"$TMP/default.yaml"
