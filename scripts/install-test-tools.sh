@@ -38,7 +38,7 @@ fi
 "$TOOLS/prometheus/usr/bin/prometheus" --version 2>&1 | head -1
 
 # TypeScript and @grafana/schema (pinned) for type-checking the Grafana dashboards
-# (grafana/check.sh): an npm project under .tools/, about 30 MB.
+# (grafana/check.sh): an npm project under .tools/, about 26 MB.
 GRAFANA_TS_PACKAGES="typescript@5.9.3 @grafana/schema@13.2.3"
 if [ "$(cat "$TOOLS/grafana-ts/.installed" 2>/dev/null)" != "$GRAFANA_TS_PACKAGES" ]; then
   command -v npm >/dev/null || apt_install npm
