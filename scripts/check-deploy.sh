@@ -71,14 +71,16 @@ notes "$CHART" >"$TMP/notes-default"
 grep -q "kubernetes_sd" "$TMP/notes-default" || fail "default NOTES.txt lacks the scrape hint"
 notes "$TMP/chart" -f helm/tests/all-toggles-values.yaml >"$TMP/notes"
 grep -q 'SIMULATION: this release serves the simulated node "dgx-h100"' "$TMP/notes" \
-  && grep -q "A ServiceMonitor scrapes" "$TMP/notes" || { cat "$TMP/notes"; fail "NOTES.txt"; }
+  && grep -q "A ServiceMonitor scrapes" "$TMP/notes" \
+  && grep -q "Grafana dashboards: $(ls "$CHART"/files/dashboards/*.json | wc -l) ConfigMaps in namespace grafana labelled" "$TMP/notes" \
+  || { cat "$TMP/notes"; fail "NOTES.txt"; }
 
 for k in $KUBE_VERSIONS; do
   "$HELM" template dgx "$CHART" --namespace monitoring --kube-version "$k" >"$TMP/default.yaml"
   "$HELM" template dgx "$TMP/chart" --namespace monitoring --kube-version "$k" \
     -f helm/tests/all-toggles-values.yaml >"$TMP/all.yaml"
   grep -q '^kind: ServiceMonitor' "$TMP/all.yaml" && grep -q '^kind: PrometheusRule' "$TMP/all.yaml" \
-    && grep -q '^kind: ConfigMap' "$TMP/all.yaml" || fail "the all-toggles render lacks an object"
+    && [ "$(grep -c '^kind: ConfigMap' "$TMP/all.yaml")" -gt 1 ] || fail "the all-toggles render lacks an object"
   for r in default all; do
     section "kubernetes-validate --strict -k $k: $r values"
     # CRDs (ServiceMonitor, PrometheusRule) have no schema here: their warnings are expected,
@@ -96,7 +98,8 @@ section "chart renders: selectors, ports, least privilege; the rendered containe
 "$VENV/python" helm/tests/check_render.py "$TMP/default.yaml" --binary "$BINARY" \
   --extra-arg=--simulate=dgx-h100
 "$VENV/python" helm/tests/check_render.py "$TMP/all.yaml" --binary "$BINARY" \
-  --rules-fixture helm/tests/fixture-rules.yml
+  --rules-fixture helm/tests/fixture-rules.yml \
+  --dashboards grafana/dashboards --dashboard-label grafana_dashboard_dgx=yes
 
 section "values.schema.json rejects a bad values file"
 if "$HELM" template dgx "$CHART" -f helm/tests/bad-values.yaml >/dev/null 2>"$TMP/err"; then
@@ -122,6 +125,12 @@ cp "$CHART"/files/prometheus-rules/*.y*ml "$TMP/rules-chart/" 2>/dev/null || tru
 cp deploy/prometheus/rules/*.y*ml "$TMP/rules-deploy/" 2>/dev/null || true
 diff -r "$TMP/rules-deploy" "$TMP/rules-chart" \
   || fail "$CHART/files/prometheus-rules/ differs from deploy/prometheus/rules/; copy them over"
+
+section "dashboards: the chart's copy equals grafana/dashboards/; ConfigMaps with the sidecar label"
+diff -r grafana/dashboards "$CHART/files/dashboards" \
+  || fail "$CHART/files/dashboards/ differs from grafana/dashboards/; run grafana/generate.py"
+"$HELM" template dgx "$CHART" --namespace monitoring --set dashboards.enabled=true >"$TMP/dashboards.yaml"
+"$VENV/python" helm/tests/check_render.py "$TMP/dashboards.yaml" --dashboards grafana/dashboards
 
 section "chart README documents every value"
 "$VENV/python" - "$CHART" <<'EOF'

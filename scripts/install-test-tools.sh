@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs, idempotently, the tools the test suite runs beside cargo: Prometheus and promtool
 # (Debian's package, unpacked under .tools/ rather than installed system-wide), curl, jq, and
-# bindgen with libclang (for the dcgm-sys bindings check).
+# bindgen with libclang (for the dcgm-sys bindings check), TypeScript with @grafana/schema (for the
+# dashboards' type check).
 # Usage: scripts/install-test-tools.sh [--bench]   (--bench adds node_exporter and wrk)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +36,18 @@ if [ ! -x "$TOOLS/prometheus/usr/bin/prometheus" ]; then
   rm -rf "$tmp"
 fi
 "$TOOLS/prometheus/usr/bin/prometheus" --version 2>&1 | head -1
+
+# TypeScript and @grafana/schema (pinned) for type-checking the Grafana dashboards
+# (grafana/check.sh): an npm project under .tools/, about 26 MB.
+GRAFANA_TS_PACKAGES="typescript@5.9.3 @grafana/schema@13.2.3"
+if [ "$(cat "$TOOLS/grafana-ts/.installed" 2>/dev/null)" != "$GRAFANA_TS_PACKAGES" ]; then
+  command -v npm >/dev/null || apt_install npm
+  mkdir -p "$TOOLS/grafana-ts"
+  # shellcheck disable=SC2086 # the package list is split on purpose
+  npm install --silent --no-audit --no-fund --prefix "$TOOLS/grafana-ts" $GRAFANA_TS_PACKAGES
+  echo "$GRAFANA_TS_PACKAGES" >"$TOOLS/grafana-ts/.installed"
+fi
+echo "tsc $("$TOOLS/grafana-ts/node_modules/.bin/tsc" --version)"
 
 if [ "${1:-}" = "--bench" ]; then
   command -v prometheus-node-exporter >/dev/null || [ -x /usr/bin/prometheus-node-exporter ] || apt_install prometheus-node-exporter

@@ -2,16 +2,20 @@
 """Checks a `helm template` rendering of the chart for what schema validation cannot see.
 
 Usage: check_render.py RENDERED.yaml [--binary PATH [--extra-arg ARG]...] [--rules-fixture FILE]...
+                       [--dashboards DIR [--dashboard-label LABEL=VALUE]]
 
 - The Service selects the DaemonSet's pods and targets its named port; the ServiceMonitor selects
   the Service's labels, in its namespace, through the Service's port name.
 - The pod runs with least privilege and gets NODE_NAME from the downward API.
 - A PrometheusRule, when rendered, carries exactly the groups of the given rule files.
+- With --dashboards DIR, one sidecar-labelled ConfigMap per DIR/*.json carries that dashboard;
+  without it, no dashboard ConfigMap is rendered.
 - With --binary, the container's arguments (and its config.toml, if any) are given to the real
   exporter, which must start and answer /-/ready: a value must never make the pod crash-loop.
 """
 
 import argparse
+import json
 import os
 import shutil
 import socket
@@ -112,6 +116,10 @@ def main():
     p.add_argument("--binary")
     p.add_argument("--rules-fixture", action="append", default=[],
                    help="a rule file the PrometheusRule must carry (repeat, in file-name order)")
+    p.add_argument("--dashboards", metavar="DIR",
+                   help="the dashboard ConfigMaps must carry exactly DIR/*.json, sidecar-labelled")
+    p.add_argument("--dashboard-label", default="grafana_dashboard=1",
+                   help="LABEL=VALUE the dashboard ConfigMaps carry")
     p.add_argument("--extra-arg", action="append", default=[],
                    help="appended to the container's args when starting the binary")
     opts = p.parse_args()
@@ -174,8 +182,33 @@ def main():
     elif rule is not None:
         failures.append("unexpected PrometheusRule")
 
+    # Dashboard ConfigMaps carry *.json keys; the exporter's config ConfigMap does not.
+    def is_dashboard(d):
+        return d.get("kind") == "ConfigMap" and any(k.endswith(".json") for k in d.get("data", {}))
+    boards = [d for d in docs if is_dashboard(d)]
+    if opts.dashboards:
+        label, value = opts.dashboard_label.split("=", 1)
+        want = {}
+        for name in sorted(os.listdir(opts.dashboards)):
+            if name.endswith(".json"):
+                with open(os.path.join(opts.dashboards, name)) as f:
+                    want[name] = f.read()
+        got = {}
+        for b in boards:
+            meta = b["metadata"]
+            check(meta.get("labels", {}).get(label) == value,
+                  f"dashboard ConfigMap {meta['name']} has the sidecar label {label}={value}")
+            check(len(b["data"]) == 1, f"dashboard ConfigMap {meta['name']} holds one dashboard")
+            got.update(b["data"])
+        check(sorted(got) == sorted(want), f"one ConfigMap per dashboard: {sorted(got)}")
+        for name, text in want.items():
+            check(name in got and json.loads(got[name]) == json.loads(text),
+                  f"ConfigMap data {name} equals {opts.dashboards}/{name}")
+    elif boards:
+        failures.append("unexpected dashboard ConfigMaps")
+
     if opts.binary:
-        cm = one(docs, "ConfigMap")
+        cm = one([d for d in docs if not is_dashboard(d)], "ConfigMap")
         err = run_binary(opts.binary, c, cm, opts.extra_arg)
         check(err is None, f"the rendered container starts: {err}")
 
