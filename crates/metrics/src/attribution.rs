@@ -32,6 +32,14 @@ pub const ATTRIBUTION_LABELS: &[&str] = &["namespace", "pod", "container", "hpc_
 pub enum DeviceRef {
     /// A GPU uuid (`GPU-...`) or a MIG device uuid (`MIG-...`).
     Uuid(String),
+    /// One GPU instance of a GPU given by uuid (the device plugin's older `MIG-GPU-UUID/GI/CI`
+    /// ids).
+    Instance {
+        /// The GPU uuid (`GPU-...`).
+        uuid: String,
+        /// The MIG GPU instance id.
+        gpu_instance: u32,
+    },
     /// A GPU by index, optionally one GPU instance of it (HPC job files `0` or `0.3`).
     Index {
         /// The GPU index (`gpu` label).
@@ -104,6 +112,9 @@ impl Join {
                     .get(u.as_str())
                     .map(|(uuid, gi)| (uuid.to_string(), gi.to_string())),
                 DeviceRef::Uuid(u) => Some((u.clone(), String::new())),
+                DeviceRef::Instance { uuid, gpu_instance } => {
+                    Some((uuid.clone(), gpu_instance.to_string()))
+                }
                 DeviceRef::Index { gpu, gpu_instance } => {
                     let uuid = uuid_of.get(gpu.to_string().as_str())?;
                     let gi = gpu_instance.map(|g| g.to_string()).unwrap_or_default();
@@ -238,7 +249,11 @@ mod tests {
                     1.0,
                 ),
                 Sample::new(Metric::GpuPower, ["0", "GPU-a"], 100.0),
-                Sample::new(Metric::MigMemoryUsed, ["1", "GPU-b", "3", "0", "1g.10gb"], 5.0),
+                Sample::new(
+                    Metric::MigMemoryUsed,
+                    ["1", "GPU-b", "3", "0", "1g.10gb"],
+                    5.0,
+                ),
             ],
         })
     }

@@ -520,7 +520,9 @@ mod tests {
                 .any(|l| crate::attribution::ATTRIBUTION_LABELS.contains(l));
             assert_eq!(
                 has,
-                def.sources.iter().all(|s| ["kubernetes", "hpc"].contains(s)),
+                def.sources
+                    .iter()
+                    .all(|s| ["kubernetes", "hpc"].contains(s)),
                 "{}",
                 def.name
             );

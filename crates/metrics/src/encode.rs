@@ -283,7 +283,10 @@ fn pc_unit(def: &MetricDef) -> Option<PcUnit> {
 /// `'static`, so it owns its copy of the grouped samples.
 #[derive(Debug)]
 struct FamiliesCollector {
-    groups: Vec<(&'static MetricDef, Vec<(Sample, Vec<(&'static str, String)>)>)>,
+    groups: Vec<(
+        &'static MetricDef,
+        Vec<(Sample, Vec<(&'static str, String)>)>,
+    )>,
     consts: Vec<(String, String)>,
 }
 

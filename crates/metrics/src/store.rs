@@ -130,7 +130,9 @@ impl SnapshotStore {
         self.publish_full(snapshot, families, None);
     }
 
-    fn publish_full(
+    /// Replaces the snapshot of `snapshot.source` and, where given, that source's external
+    /// families and attribution set, in one generation.
+    pub fn publish_full(
         &self,
         snapshot: Snapshot,
         families: Option<ExternalFamilies>,
