@@ -9,7 +9,9 @@ use dgx_pixels_metrics::gpu::{
     push_gpu_samples, ClockReadout, EccTotals, GpuIdentity, GpuReadout, NvlinkReadout,
     ProcessReadout, RemappedRowsReadout,
 };
-use dgx_pixels_metrics::{EncodeOptions, Format, Snapshot, SnapshotStore, SourceHealth};
+use dgx_pixels_metrics::{
+    AttributionSet, DeviceRef, EncodeOptions, Format, Holder, Snapshot, SnapshotStore, SourceHealth,
+};
 
 fn snapshot(gpus: u32) -> Snapshot {
     let mut samples = Vec::new();
@@ -151,9 +153,93 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
+/// A kubernetes snapshot (up) and its attribution set: `pods` pods spread over 8 GPUs,
+/// time-sliced when there are more pods than GPUs.
+fn pods(pods: u32) -> (Snapshot, AttributionSet) {
+    let set = (0..pods)
+        .map(|p| {
+            let gpu = p % 8;
+            (
+                DeviceRef::Uuid(format!(
+                    "GPU-{gpu:08x}-0000-0000-0000-000000000000::{}",
+                    p / 8
+                )),
+                Holder::Pod {
+                    namespace: format!("team-{}", p % 5),
+                    pod: format!("job-{p:04}-7d9f8c6b5-x2k4q"),
+                    container: "worker".into(),
+                },
+            )
+        })
+        .map(|(d, h)| match d {
+            // The source strips the replica suffix; do the same here.
+            DeviceRef::Uuid(u) => (
+                DeviceRef::Uuid(u.split("::").next().unwrap_or("").into()),
+                h,
+            ),
+            other => (other, h),
+        })
+        .collect();
+    let snap = Snapshot {
+        source: "kubernetes".into(),
+        health: SourceHealth {
+            up: true,
+            polls: 1,
+            ..Default::default()
+        },
+        samples: vec![],
+    };
+    (snap, Arc::new(set))
+}
+
+/// Scrape cost of 8 GPUs with and without pod attribution (the join runs when a generation is
+/// encoded; a cached scrape serves bytes either way).
+fn attribution(c: &mut Criterion) {
+    let mut group = c.benchmark_group("attribution");
+    let snap = snapshot(8);
+    for (name, pod_count) in [
+        ("off", None),
+        ("64_pods_shared", Some(64)),
+        ("8_pods_exclusive", Some(8)),
+    ] {
+        let store = match pod_count {
+            None => SnapshotStore::new(&["nvml"], vec![], EncodeOptions::default()),
+            Some(n) => {
+                let store =
+                    SnapshotStore::new(&["nvml", "kubernetes"], vec![], EncodeOptions::default());
+                let (k, set) = pods(n);
+                store.publish_full(k, None, Some(set));
+                store
+            }
+        };
+        group.bench_function(
+            BenchmarkId::new("new_generation_openmetrics_gzip", name),
+            |b| {
+                b.iter(|| {
+                    store.publish(snap.clone());
+                    store.current().exposition(Format::OpenMetrics, true).len()
+                })
+            },
+        );
+        group.bench_function(BenchmarkId::new("cached_generation", name), |b| {
+            store.publish(snap.clone());
+            b.iter(|| store.current().exposition(Format::OpenMetrics, true).len())
+        });
+        let body = store.current().exposition(Format::Text, false);
+        println!(
+            "attribution {name}: {} series, {} bytes text",
+            body.split(|b| *b == b'\n')
+                .filter(|l| !l.is_empty() && l[0] != b'#')
+                .count(),
+            body.len(),
+        );
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
-    targets = bench
+    targets = bench, attribution
 }
 criterion_main!(benches);

@@ -279,14 +279,17 @@ fn pc_unit(def: &MetricDef) -> Option<PcUnit> {
     def.unit.suffix().map(|u| PcUnit::Other(u.to_string()))
 }
 
+/// One family's samples with their attribution labels, owned.
+type OwnedFamily = (
+    &'static MetricDef,
+    Vec<(Sample, Vec<(&'static str, String)>)>,
+);
+
 /// A collector that writes pre-grouped families; prometheus-client's collectors must be
 /// `'static`, so it owns its copy of the grouped samples.
 #[derive(Debug)]
 struct FamiliesCollector {
-    groups: Vec<(
-        &'static MetricDef,
-        Vec<(Sample, Vec<(&'static str, String)>)>,
-    )>,
+    groups: Vec<OwnedFamily>,
     consts: Vec<(String, String)>,
 }
 
