@@ -235,6 +235,54 @@ fn attribution(c: &mut Criterion) {
         );
     }
     group.finish();
+    paired(&snap);
+}
+
+/// On a shared, loaded machine criterion's sequential runs drift with the load. This pairs
+/// them: each round encodes a fresh generation with attribution off, then with 64 time-sliced
+/// pods and with 8 exclusive pods, in rotating order, so load changes hit every variant alike.
+/// Prints the median and 90th percentile of each.
+fn paired(snap: &Snapshot) {
+    let stores: Vec<(&str, SnapshotStore)> = [
+        ("off", None),
+        ("64_pods_shared", Some(64)),
+        ("8_pods_exclusive", Some(8)),
+    ]
+    .into_iter()
+    .map(|(name, n)| {
+        let store = match n {
+            None => SnapshotStore::new(&["nvml"], vec![], EncodeOptions::default()),
+            Some(n) => {
+                let store =
+                    SnapshotStore::new(&["nvml", "kubernetes"], vec![], EncodeOptions::default());
+                let (k, set) = pods(n);
+                store.publish_full(k, None, Some(set));
+                store
+            }
+        };
+        (name, store)
+    })
+    .collect();
+    let rounds = 1500;
+    let mut times: Vec<Vec<f64>> = vec![Vec::with_capacity(rounds); stores.len()];
+    for round in 0..rounds {
+        for k in 0..stores.len() {
+            let i = (round + k) % stores.len();
+            let store = &stores[i].1;
+            let start = std::time::Instant::now();
+            store.publish(snap.clone());
+            criterion::black_box(store.current().exposition(Format::OpenMetrics, true).len());
+            times[i].push(start.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    for ((name, _), t) in stores.iter().zip(times.iter_mut()) {
+        t.sort_by(f64::total_cmp);
+        println!(
+            "paired new_generation_openmetrics_gzip/{name}: median {:.0} µs, p90 {:.0} µs ({rounds} rounds)",
+            t[t.len() / 2],
+            t[t.len() * 9 / 10]
+        );
+    }
 }
 
 criterion_group! {

@@ -70,13 +70,15 @@ pub enum Holder {
 pub type AttributionSet = Arc<Vec<(DeviceRef, Holder)>>;
 
 /// The extra labels of one device key, resolved from every attribution source.
-type Extra = Arc<[(&'static str, String)]>;
+pub type Extra = Arc<[(&'static str, String)]>;
 
 /// The resolved join for one generation: extra labels per `(uuid, gpu_instance)` and the info
 /// samples naming every holder.
 #[derive(Debug, Default)]
 pub struct Join {
-    extra: HashMap<(String, String), Extra>,
+    /// By uuid, then by `gpu_instance` (empty for the whole GPU): looked up by `&str`, so the
+    /// per-sample lookup allocates nothing.
+    extra: HashMap<String, Vec<(String, Extra)>>,
     /// `dgx_pixels_gpu_pod_info` and `dgx_pixels_gpu_hpc_job_info` samples.
     pub info: Vec<Sample>,
 }
@@ -184,7 +186,8 @@ impl Join {
                 }
             }
             if !extra.is_empty() {
-                join.extra.insert(key, extra.into());
+                let (uuid, gi) = key;
+                join.extra.entry(uuid).or_default().push((gi, extra.into()));
             }
         }
         join
@@ -192,13 +195,13 @@ impl Join {
 
     /// The extra labels of `sample`, or none. Samples without a `uuid` label, or that already
     /// carry an attribution label (the info series), get none.
-    pub fn labels_for(&self, sample: &Sample) -> &[(&'static str, String)] {
+    pub fn labels_for(&self, sample: &Sample) -> Option<&Extra> {
         if self.extra.is_empty() {
-            return &[];
+            return None;
         }
         let names = sample.metric.def().labels;
         if names.iter().any(|n| ATTRIBUTION_LABELS.contains(n)) {
-            return &[];
+            return None;
         }
         let value = |name: &str| {
             names
@@ -206,16 +209,9 @@ impl Join {
                 .position(|n| *n == name)
                 .and_then(|i| sample.labels.get(i))
         };
-        let Some(uuid) = value("uuid") else {
-            return &[];
-        };
+        let instances = self.extra.get(value("uuid")?.as_str())?;
         let gi = value("gpu_instance").map(String::as_str).unwrap_or("");
-        // Allocation-free lookup would need a borrowed key type; a key per sample is cheap next
-        // to encoding the sample, and this runs once per generation, not per scrape.
-        self.extra
-            .get(&(uuid.clone(), gi.to_string()))
-            .map(|e| &e[..])
-            .unwrap_or(&[])
+        instances.iter().find(|(g, _)| g == gi).map(|(_, e)| e)
     }
 }
 
@@ -284,6 +280,7 @@ mod tests {
         let power = &snaps[0].samples[3];
         let labels: Vec<_> = join
             .labels_for(power)
+            .unwrap()
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
@@ -292,17 +289,20 @@ mod tests {
             ["namespace=ml", "pod=train", "container=main", "hpc_job=42"]
         );
         let mig = &snaps[0].samples[4];
-        assert_eq!(join.labels_for(mig)[1], ("pod", "infer".to_string()));
+        assert_eq!(
+            join.labels_for(mig).unwrap()[1],
+            ("pod", "infer".to_string())
+        );
         // The whole GPU 1 is held by nobody.
         let gpu1 = Sample::new(Metric::GpuPower, ["1", "GPU-b"], 1.0);
-        assert!(join.labels_for(&gpu1).is_empty());
+        assert!(join.labels_for(&gpu1).is_none());
         assert_eq!(join.info.len(), 3);
         assert_eq!(
             join.info[2].labels,
             ["1", "GPU-b", "3", "ml", "infer", "main"]
         );
         // Info series are never joined again.
-        assert!(join.labels_for(&join.info[0]).is_empty());
+        assert!(join.labels_for(&join.info[0]).is_none());
     }
 
     #[test]
@@ -316,9 +316,9 @@ mod tests {
             (DeviceRef::Uuid("GPU-b".into()), pod("c", "three")),
         ]);
         let join = Join::build(&snaps, &[("kubernetes".into(), set)]);
-        assert!(join.labels_for(&snaps[0].samples[3]).is_empty());
+        assert!(join.labels_for(&snaps[0].samples[3]).is_none());
         let gpu1 = Sample::new(Metric::GpuPower, ["1", "GPU-b"], 1.0);
-        assert_eq!(join.labels_for(&gpu1).len(), 3);
+        assert_eq!(join.labels_for(&gpu1).unwrap().len(), 3);
         let pods: Vec<_> = join.info.iter().map(|s| s.labels[4].as_str()).collect();
         assert_eq!(pods, ["one", "two", "three"]);
     }

@@ -14,7 +14,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit as PcUnit};
 
-use crate::attribution::{AttributionSet, Join};
+use crate::attribution::{self, AttributionSet, Join};
 use crate::catalog::{Kind, Metric, MetricDef};
 use crate::histogram;
 use crate::snapshot::{Sample, Snapshot};
@@ -67,7 +67,7 @@ pub struct ExpositionInput {
 }
 
 /// Extra (attribution) labels of one sample.
-type Extra<'a> = &'a [(&'static str, String)];
+type Extra<'a> = Option<&'a attribution::Extra>;
 
 /// Samples grouped into families, in catalog order.
 struct Families<'a> {
@@ -224,7 +224,12 @@ fn encode_text(families: &Families<'_>, options: &EncodeOptions) -> String {
                         .copied()
                         .zip(s.labels.iter().map(String::as_str)),
                 )
-                .chain(extra.iter().map(|(k, v)| (*k, v.as_str())));
+                .chain(
+                    extra
+                        .iter()
+                        .flat_map(|e| e.iter())
+                        .map(|(k, v)| (*k, v.as_str())),
+                );
             let mut first = true;
             for (k, v) in pairs {
                 out.push(if first { '{' } else { ',' });
@@ -251,7 +256,7 @@ struct Labels<'a> {
     consts: &'a [(String, String)],
     names: &'static [&'static str],
     values: &'a [String],
-    extra: &'a [(&'static str, String)],
+    extra: Option<&'a attribution::Extra>,
 }
 
 impl EncodeLabelSet for Labels<'_> {
@@ -262,7 +267,11 @@ impl EncodeLabelSet for Labels<'_> {
             .iter()
             .copied()
             .zip(self.values.iter().map(String::as_str));
-        let extra = self.extra.iter().map(|(k, v)| (*k, v.as_str()));
+        let extra = self
+            .extra
+            .iter()
+            .flat_map(|e| e.iter())
+            .map(|(k, v)| (*k, v.as_str()));
         for (k, v) in consts.chain(own).chain(extra) {
             let mut label = encoder.encode_label();
             let mut key = label.encode_label_key()?;
@@ -282,7 +291,7 @@ fn pc_unit(def: &MetricDef) -> Option<PcUnit> {
 /// One family's samples with their attribution labels, owned.
 type OwnedFamily = (
     &'static MetricDef,
-    Vec<(Sample, Vec<(&'static str, String)>)>,
+    Vec<(Sample, Option<attribution::Extra>)>,
 );
 
 /// A collector that writes pre-grouped families; prometheus-client's collectors must be
@@ -315,7 +324,7 @@ impl Collector for FamiliesCollector {
                         consts: &self.consts,
                         names: def.labels,
                         values: h.labels,
-                        extra: &[],
+                        extra: None,
                     };
                     ConstHistogram(&h).encode(family.encode_family(&labels)?)?;
                 }
@@ -326,7 +335,7 @@ impl Collector for FamiliesCollector {
                     consts: &self.consts,
                     names: def.labels,
                     values: &s.labels,
-                    extra,
+                    extra: extra.as_ref(),
                 };
                 let series = family.encode_family(&labels)?;
                 match def.kind {
@@ -372,7 +381,7 @@ fn encode_openmetrics(families: &Families<'_>, options: &EncodeOptions) -> Strin
             .groups
             .iter()
             .map(|(d, v)| {
-                let owned = v.iter().map(|(s, e)| ((*s).clone(), e.to_vec())).collect();
+                let owned = v.iter().map(|(s, e)| ((*s).clone(), e.cloned())).collect();
                 (*d, owned)
             })
             .collect(),
