@@ -139,6 +139,9 @@ def main():
     check(spec["securityContext"].get("runAsNonRoot") is True, "pod runs as non-root")
     (c,) = spec["containers"]
     sc = c["securityContext"]
+    if sc.get("runAsUser") == 0 or sc.get("runAsNonRoot") is False:
+        check("--collector.kubernetes" in c.get("args", []),
+              "the container runs as root only for pod attribution (the kubelet socket)")
     check(sc.get("readOnlyRootFilesystem") is True, "read-only root filesystem")
     check(sc.get("allowPrivilegeEscalation") is False, "no privilege escalation")
     check(sc.get("capabilities", {}).get("drop") == ["ALL"], "all capabilities dropped")

@@ -80,6 +80,18 @@ pub struct Cli {
     #[arg(long = "textfile.directory", value_name = "DIR")]
     pub textfile_directory: Option<PathBuf>,
 
+    /// The kubelet's pod-resources socket, read by the kubernetes collector
+    /// [default: /var/lib/kubelet/pod-resources/kubelet.sock].
+    #[arg(long = "kubernetes.pod-resources-socket", value_name = "PATH")]
+    pub kubernetes_socket: Option<PathBuf>,
+    /// Largest pod-resources List response accepted, in bytes [default: 16777216].
+    #[arg(long = "kubernetes.max-response-bytes", value_name = "BYTES")]
+    pub kubernetes_max_response_bytes: Option<u64>,
+    /// Directory of HPC job files, one per GPU (named INDEX or INDEX.GPU_INSTANCE) listing job
+    /// ids, as dcgm-exporter's --hpc-job-mapping-dir; adds hpc_job labels.
+    #[arg(long = "hpc.job-mapping-dir", value_name = "DIR")]
+    pub hpc_job_mapping_dir: Option<PathBuf>,
+
     /// Adds a node="NAME" label to every series (e.g. from the NODE_NAME downward-API variable).
     #[arg(long = "node.name", value_name = "NAME")]
     pub node_name: Option<String>,

@@ -38,6 +38,18 @@ pub const COLLECTORS: &[CollectorDef] = &[
         enabled_by_default: false,
         help: "GPU profiling (and optionally device) fields through DCGM (libdcgm.so.4 or .so.3, loaded at run time; embedded host engine unless --dcgm.hostengine)",
     },
+    // Off by default: it needs the kubelet's socket mounted, which only a Kubernetes
+    // deployment has (the Helm chart's podResources.enabled turns both on).
+    CollectorDef {
+        name: "kubernetes",
+        enabled_by_default: false,
+        help: "pod, namespace and container labels on GPU series from the kubelet pod-resources API (--kubernetes.pod-resources-socket; default interval 5s)",
+    },
+    CollectorDef {
+        name: "hpc",
+        enabled_by_default: true,
+        help: "hpc_job labels on GPU series from per-GPU job files (runs only when --hpc.job-mapping-dir is set)",
+    },
 ];
 
 /// Looks a collector up by name.

@@ -169,6 +169,38 @@ pub struct PathSettings {
     pub procfs: Option<PathBuf>,
 }
 
+/// `[kubernetes]`: the kubelet pod-resources source (`--collector.kubernetes`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct KubernetesSettings {
+    /// The kubelet's pod-resources unix socket.
+    pub pod_resources_socket: PathBuf,
+    /// Largest `List` response accepted, in bytes.
+    pub max_response_bytes: u64,
+    /// Resource names whose devices are GPUs or MIG instances; a trailing `*` matches any
+    /// suffix.
+    pub resource_names: Vec<String>,
+}
+
+impl Default for KubernetesSettings {
+    fn default() -> Self {
+        let d = dgx_pixels_kubernetes::PodResourcesOptions::default();
+        KubernetesSettings {
+            pod_resources_socket: d.socket,
+            max_response_bytes: d.max_response_bytes as u64,
+            resource_names: d.resource_names,
+        }
+    }
+}
+
+/// `[hpc]`: HPC job files.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HpcSettings {
+    /// Directory with one file per GPU listing job ids; unset = no hpc source.
+    pub job_mapping_dir: Option<PathBuf>,
+}
+
 /// `[textfile]`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -325,6 +357,10 @@ pub struct Settings {
     pub collector: BTreeMap<String, CollectorSettings>,
     /// Textfile source.
     pub textfile: TextfileSettings,
+    /// Kubelet pod-resources source.
+    pub kubernetes: KubernetesSettings,
+    /// HPC job files.
+    pub hpc: HpcSettings,
     /// Cost model; absent = no cost gauges.
     pub cost: Option<CostSettings>,
     /// CUDA probes.
@@ -333,6 +369,8 @@ pub struct Settings {
 
 /// Default poll interval.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
+/// Default refresh interval of the kubernetes collector.
+pub const KUBERNETES_INTERVAL: Duration = Duration::from_secs(5);
 /// Default poll deadline.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -349,8 +387,14 @@ impl Settings {
     /// Interval and deadline of collector `name`.
     pub fn collector_timing(&self, name: &str) -> (Duration, Duration) {
         let c = self.collector.get(name);
+        // Pods change in seconds, not milliseconds; a List every second would only load the
+        // kubelet.
+        let default_interval = match name {
+            "kubernetes" => KUBERNETES_INTERVAL,
+            _ => DEFAULT_INTERVAL,
+        };
         (
-            c.and_then(|c| c.interval).unwrap_or(DEFAULT_INTERVAL),
+            c.and_then(|c| c.interval).unwrap_or(default_interval),
             c.and_then(|c| c.timeout).unwrap_or(DEFAULT_TIMEOUT),
         )
     }
@@ -422,6 +466,17 @@ impl Settings {
         }
         if let Some(cost) = &self.cost {
             cost.validate()?;
+        }
+        let k = &self.kubernetes;
+        if k.max_response_bytes == 0 || usize::try_from(k.max_response_bytes).is_err() {
+            return Err(ConfigError(
+                "kubernetes.max_response_bytes: must be > 0 and fit in memory".into(),
+            ));
+        }
+        if k.resource_names.is_empty() || k.resource_names.iter().any(|r| r.trim().is_empty()) {
+            return Err(ConfigError(
+                "kubernetes.resource_names: must list at least one non-empty resource name".into(),
+            ));
         }
         Ok(())
     }
@@ -543,7 +598,7 @@ pub fn resolve(
             .separator("__")
             .source(Some(env)),
     );
-    let overrides: [(&str, Option<config::Value>); 13] = [
+    let overrides: [(&str, Option<config::Value>); 16] = [
         (
             "dcgm.library",
             cli.dcgm_library
@@ -600,6 +655,22 @@ pub fn resolve(
         (
             "textfile.directory",
             cli.textfile_directory
+                .as_ref()
+                .map(|p| p.display().to_string().into()),
+        ),
+        (
+            "kubernetes.pod_resources_socket",
+            cli.kubernetes_socket
+                .as_ref()
+                .map(|p| p.display().to_string().into()),
+        ),
+        (
+            "kubernetes.max_response_bytes",
+            cli.kubernetes_max_response_bytes.map(Into::into),
+        ),
+        (
+            "hpc.job_mapping_dir",
+            cli.hpc_job_mapping_dir
                 .as_ref()
                 .map(|p| p.display().to_string().into()),
         ),
@@ -796,7 +867,7 @@ mod tests {
         let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
         let e = resolve(&cli, []).unwrap_err().to_string();
         assert!(
-            e.contains("collector.gpu: unknown collector; known: nvml, textfile, probes, dcgm"),
+            e.contains("collector.gpu: unknown collector; known: nvml, textfile, probes, dcgm, kubernetes, hpc"),
             "{e}"
         );
 
@@ -843,6 +914,69 @@ mod tests {
             env(&[("DGX_PIXELS_EXPORTER_PORTS", "1")]),
         );
         assert!(e.is_err());
+    }
+
+    #[test]
+    fn kubernetes_and_hpc_tables_parse_validate_and_yield_to_flags() {
+        let f = file(
+            "[kubernetes]\npod_resources_socket = \"/run/k.sock\"\nmax_response_bytes = 33554432\nresource_names = [\"nvidia.com/gpu\", \"example.com/gpu-*\"]\n[hpc]\njob_mapping_dir = \"/run/jobs\"\n[collector.kubernetes]\nenabled = true\n",
+        );
+        let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
+        let s = resolve(&cli, []).unwrap();
+        assert_eq!(s.kubernetes.pod_resources_socket, Path::new("/run/k.sock"));
+        assert_eq!(s.kubernetes.max_response_bytes, 32 << 20);
+        assert_eq!(s.kubernetes.resource_names[1], "example.com/gpu-*");
+        assert_eq!(
+            s.hpc.job_mapping_dir.as_deref(),
+            Some(Path::new("/run/jobs"))
+        );
+        assert!(s.collector_enabled("kubernetes"));
+        assert_eq!(s.collector_timing("kubernetes").0, KUBERNETES_INTERVAL);
+        let cli = parse_from([
+            "x",
+            "--config.file",
+            f.path().to_str().unwrap(),
+            "--kubernetes.pod-resources-socket",
+            "/flag.sock",
+            "--kubernetes.max-response-bytes",
+            "1024",
+            "--hpc.job-mapping-dir",
+            "/flag",
+        ])
+        .unwrap();
+        let s = resolve(&cli, []).unwrap();
+        assert_eq!(s.kubernetes.pod_resources_socket, Path::new("/flag.sock"));
+        assert_eq!(s.kubernetes.max_response_bytes, 1024);
+        assert_eq!(s.hpc.job_mapping_dir.as_deref(), Some(Path::new("/flag")));
+        // Defaults: off, the kubelet's standard socket, 16 MiB.
+        let s = resolve(&parse_from(["x"]).unwrap(), []).unwrap();
+        assert!(!s.collector_enabled("kubernetes"));
+        assert_eq!(
+            s.kubernetes.pod_resources_socket,
+            Path::new("/var/lib/kubelet/pod-resources/kubelet.sock")
+        );
+        assert_eq!(s.kubernetes.max_response_bytes, 16 << 20);
+        for (text, want) in [
+            (
+                "[kubernetes]\nmax_response_bytes = 0\n",
+                "kubernetes.max_response_bytes",
+            ),
+            (
+                "[kubernetes]\nresource_names = []\n",
+                "kubernetes.resource_names",
+            ),
+            (
+                "[kubernetes]\n\nsocket = \"/x\"\n",
+                "line 3 key kubernetes.socket",
+            ),
+            ("[hpc]\njob_dir = \"/x\"\n", "line 2 key hpc.job_dir"),
+        ] {
+            let f = file(text);
+            let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
+            let e = resolve(&cli, []).unwrap_err().to_string();
+            assert!(e.contains(want), "{text:?}: {e}");
+            assert!(e.contains(&f.path().display().to_string()), "{e}");
+        }
     }
 
     #[test]

@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use dgx_pixels_dcgm::{DcgmOptions, DcgmSource};
+use dgx_pixels_kubernetes::{HpcJobSource, PodResourcesOptions, PodResourcesSource};
 use dgx_pixels_metrics::{EncodeOptions, Metric, Sample, SnapshotStore, Source};
 use dgx_pixels_nvml::{NvmlOptions, NvmlSource};
 use dgx_pixels_sim::{Node, Scenario};
@@ -128,6 +129,11 @@ fn plan(settings: &Settings, store_slot: &probes::StoreSlot) -> Result<Plan> {
         let source: Box<dyn Source> = Box::new(sim_source::SimSource::new(Node::new(scenario)));
         let mut sources = vec![(source, timing)];
         sources.extend(textfile(settings, reserved));
+        // Attribution works on simulated GPUs too (their uuids and MIG ids are the model's).
+        if settings.collector_enabled("kubernetes") {
+            sources.push(kubernetes(settings));
+        }
+        sources.extend(hpc(settings));
         return Ok(Plan {
             sources,
             mode: "simulated",
@@ -185,6 +191,14 @@ fn plan(settings: &Settings, store_slot: &probes::StoreSlot) -> Result<Plan> {
                 sources.extend(textfile(settings, &[]));
                 continue;
             }
+            "kubernetes" => {
+                sources.push(kubernetes(settings));
+                continue;
+            }
+            "hpc" => {
+                sources.extend(hpc(settings));
+                continue;
+            }
             "probes" => probes::source(settings, Arc::clone(store_slot))?,
             "dcgm" => Box::new(DcgmSource::new(DcgmOptions {
                 library: settings.dcgm.library.clone(),
@@ -206,6 +220,37 @@ fn plan(settings: &Settings, store_slot: &probes::StoreSlot) -> Result<Plan> {
         mode: "hardware",
         scenario: String::new(),
     })
+}
+
+/// The kubelet pod-resources source.
+fn kubernetes(settings: &Settings) -> (Box<dyn Source>, Timing) {
+    let (interval, timeout) = settings.collector_timing("kubernetes");
+    let k = &settings.kubernetes;
+    let options = PodResourcesOptions {
+        socket: k.pod_resources_socket.clone(),
+        // Checked by config validation to fit.
+        max_response_bytes: usize::try_from(k.max_response_bytes).unwrap_or(usize::MAX),
+        resource_names: k.resource_names.clone(),
+        // Leave the runner's watchdog room to see the call fail on its own.
+        call_timeout: timeout.mul_f64(0.8),
+    };
+    (
+        Box::new(PodResourcesSource::new(options)),
+        Timing { interval, timeout },
+    )
+}
+
+/// The HPC job-file source, when enabled and a directory is set.
+fn hpc(settings: &Settings) -> Option<(Box<dyn Source>, Timing)> {
+    let dir = settings.hpc.job_mapping_dir.as_ref()?;
+    if !settings.collector_enabled("hpc") {
+        return None;
+    }
+    let (interval, timeout) = settings.collector_timing("hpc");
+    Some((
+        Box::new(HpcJobSource::new(dir.clone())),
+        Timing { interval, timeout },
+    ))
 }
 
 /// The textfile source, when enabled and a directory is set; `reserved` are family names

@@ -197,17 +197,15 @@ fn run(
                     }
                     st.health.up = true;
                     st.health.last_success = Some(SystemTime::now());
-                    match source.take_external() {
-                        Some(families) => store.publish_with_external(
-                            Snapshot {
-                                source: slot.name.to_string(),
-                                health: st.health.clone(),
-                                samples,
-                            },
-                            families,
-                        ),
-                        None => publish(slot, &st, store, samples),
-                    }
+                    store.publish_full(
+                        Snapshot {
+                            source: slot.name.to_string(),
+                            health: st.health.clone(),
+                            samples,
+                        },
+                        source.take_external(),
+                        source.take_attribution(),
+                    );
                 }
                 Err(e) => {
                     // The watchdog already counted an overrun poll as an error.

@@ -156,8 +156,9 @@ impl Metric {
     }
 }
 
-// Sources: "nvml", "dcgm", "probes" (CUDA probes), "sim" (the simulated node), "textfile" and
-// "exporter" (the daemon itself, including the [cost] settings).
+// Sources: "nvml", "dcgm", "probes" (CUDA probes), "sim" (the simulated node), "textfile",
+// "kubernetes" and "hpc" (attribution, see `attribution`) and "exporter" (the daemon itself,
+// including the [cost] settings).
 define_catalog! {
     GpuInfo => Gauge None "dgx_pixels_gpu_info"
         ["gpu", "uuid", "model", "serial", "pci_bus_id", "vbios_version", "driver_version", "cuda_driver_version", "minor_number", "device"]
@@ -245,6 +246,10 @@ define_catalog! {
         "Device memory used by a compute process, for the processes using the most memory on each GPU (container_id from /proc/PID/cgroup where known; MIG ids on MIG GPUs).";
     MigInfo => Gauge None "dgx_pixels_mig_info" ["gpu", "uuid", "gpu_instance", "compute_instance", "mig_profile", "mig_uuid"] ["nvml", "sim"]
         "One series (value 1) per MIG instance, naming its profile and UUID.";
+    GpuPodInfo => Gauge None "dgx_pixels_gpu_pod_info" ["gpu", "uuid", "gpu_instance", "namespace", "pod", "container"] ["kubernetes"]
+        "One series (value 1) per container of a pod that holds the GPU (gpu_instance empty) or MIG instance, from the kubelet pod-resources API; several when pods share a device.";
+    GpuHpcJobInfo => Gauge None "dgx_pixels_gpu_hpc_job_info" ["gpu", "uuid", "gpu_instance", "hpc_job"] ["hpc"]
+        "One series (value 1) per HPC job that holds the GPU (gpu_instance empty) or MIG instance, from the job files of --hpc.job-mapping-dir.";
     MigGraphicsEngineActive => Gauge Ratio "dgx_pixels_mig_graphics_engine_active_ratio" ["gpu", "uuid", "gpu_instance", "compute_instance", "mig_profile"] ["dcgm", "sim"]
         "Fraction of time the MIG instance's graphics or compute engines were active.";
     MigMemoryUsed => Gauge Bytes "dgx_pixels_mig_memory_used_bytes" ["gpu", "uuid", "gpu_instance", "compute_instance", "mig_profile"] ["nvml", "sim"]
@@ -346,8 +351,42 @@ pub fn markdown() -> String {
         ));
     }
     out.push_str(FRESHNESS);
+    out.push_str(ATTRIBUTION);
     out
 }
+
+/// Which series carry pod and job labels (appended to docs/metrics.md).
+const ATTRIBUTION: &str = "
+## Pod and job labels
+
+With `--collector.kubernetes` (kubelet pod-resources API) or `--hpc.job-mapping-dir` (HPC job
+files), every series with a `uuid` label (`gpu_*`, `pcie_*`, `nvlink_*`, `process_*`, `mig_*`,
+`probe_*` except the probe histograms) gains labels naming who holds the device, after its
+catalog labels:
+
+| Labels | When |
+|---|---|
+| `namespace`, `pod`, `container` | exactly one container of one pod holds the device |
+| `hpc_job` | exactly one job file lists a job for the device |
+
+The device of a series is its `uuid` plus its `gpu_instance` label, if it has one: a pod that
+holds a MIG instance labels that instance's `mig_*` and `process_*` series, not the GPU's
+whole-device series. Series of devices nobody holds keep their catalog labels only.
+
+When several pods (time-sliced `nvidia.com/gpu` replicas, `GPU-...::N`) or jobs share one device,
+its series carry none of these labels: one copy per holder would repeat one reading under several
+label sets, and sums by pod would count it once per holder. `dgx_pixels_gpu_pod_info` and
+`dgx_pixels_gpu_hpc_job_info` name every holder instead; join them on `uuid` and `gpu_instance`:
+
+```promql
+dgx_pixels_gpu_power_watts * on (uuid) group_left (namespace, pod)
+  dgx_pixels_gpu_pod_info{gpu_instance=\"\"}
+```
+
+The labels are joined once per generation of the snapshot store, never per scrape. While the
+`kubernetes` or `hpc` source is down (`dgx_pixels_source_up 0`), its labels and info series go
+away and every series is served unattributed.
+";
 
 /// How fresh each NVML reading is (appended to docs/metrics.md).
 const FRESHNESS: &str = "
@@ -468,6 +507,26 @@ mod tests {
         assert_eq!(Metric::GpuClock.def().labels, &["gpu", "uuid", "clock"]);
         assert_eq!(Metric::GpuXidErrors.def().labels, &["gpu", "uuid", "xid"]);
         assert_eq!(Metric::SourceUp.def().labels, &["source"]);
+    }
+
+    #[test]
+    fn attribution_labels_appear_only_on_the_attribution_rows() {
+        // The encoder appends them to device series; a catalog row of its own with one of them
+        // would get the label twice.
+        for def in CATALOG {
+            let has = def
+                .labels
+                .iter()
+                .any(|l| crate::attribution::ATTRIBUTION_LABELS.contains(l));
+            assert_eq!(
+                has,
+                def.sources
+                    .iter()
+                    .all(|s| ["kubernetes", "hpc"].contains(s)),
+                "{}",
+                def.name
+            );
+        }
     }
 
     #[test]

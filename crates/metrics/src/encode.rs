@@ -14,6 +14,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit as PcUnit};
 
+use crate::attribution::{self, AttributionSet, Join};
 use crate::catalog::{Kind, Metric, MetricDef};
 use crate::histogram;
 use crate::snapshot::{Sample, Snapshot};
@@ -60,11 +61,17 @@ pub struct ExpositionInput {
     pub snapshots: Vec<Arc<Snapshot>>,
     /// Labels and other options.
     pub options: Arc<EncodeOptions>,
+    /// The latest attribution set of each attribution source, by source name; joined onto
+    /// device series while that source is up (see [`crate::attribution`]).
+    pub attributions: Arc<Vec<(String, AttributionSet)>>,
 }
+
+/// Extra (attribution) labels of one sample.
+type Extra<'a> = Option<&'a attribution::Extra>;
 
 /// Samples grouped into families, in catalog order.
 struct Families<'a> {
-    groups: Vec<(&'static MetricDef, Vec<&'a Sample>)>,
+    groups: Vec<(&'static MetricDef, Vec<(&'a Sample, Extra<'a>)>)>,
 }
 
 fn unix_seconds(t: std::time::SystemTime) -> f64 {
@@ -100,8 +107,30 @@ fn health_samples(snapshots: &[Arc<Snapshot>]) -> Vec<Sample> {
     out
 }
 
-fn group<'a>(input: &'a ExpositionInput, health: &'a [Sample]) -> Families<'a> {
-    let mut all: Vec<&Sample> = input.statics.iter().chain(health.iter()).collect();
+/// The attribution join of this input: the sets of the sources that are up, resolved against
+/// the devices the snapshots describe.
+fn join(input: &ExpositionInput) -> Join {
+    let active: Vec<(String, AttributionSet)> = input
+        .attributions
+        .iter()
+        .filter(|(source, _)| {
+            input
+                .snapshots
+                .iter()
+                .any(|s| s.source == *source && s.health.up)
+        })
+        .cloned()
+        .collect();
+    Join::build(&input.snapshots, &active)
+}
+
+fn group<'a>(input: &'a ExpositionInput, health: &'a [Sample], join: &'a Join) -> Families<'a> {
+    let mut all: Vec<&Sample> = input
+        .statics
+        .iter()
+        .chain(health.iter())
+        .chain(join.info.iter())
+        .collect();
     for snap in &input.snapshots {
         if snap.health.up {
             all.extend(snap.samples.iter());
@@ -110,11 +139,12 @@ fn group<'a>(input: &'a ExpositionInput, health: &'a [Sample]) -> Families<'a> {
     all.retain(|s| s.is_well_formed() && !s.value.is_nan());
     // Stable: series keep their source order within a family.
     all.sort_by_key(|s| s.metric);
-    let mut groups: Vec<(&'static MetricDef, Vec<&Sample>)> = Vec::new();
+    let mut groups: Vec<(&'static MetricDef, Vec<(&Sample, Extra<'a>)>)> = Vec::new();
     for s in all {
+        let extra = join.labels_for(s);
         match groups.last_mut() {
-            Some((def, v)) if def.metric == s.metric => v.push(s),
-            _ => groups.push((s.metric.def(), vec![s])),
+            Some((def, v)) if def.metric == s.metric => v.push((s, extra)),
+            _ => groups.push((s.metric.def(), vec![(s, extra)])),
         }
     }
     Families { groups }
@@ -123,7 +153,8 @@ fn group<'a>(input: &'a ExpositionInput, health: &'a [Sample]) -> Families<'a> {
 /// Encodes the input in the given format.
 pub fn encode(input: &ExpositionInput, format: Format) -> String {
     let health = health_samples(&input.snapshots);
-    let families = group(input, &health);
+    let join = join(input);
+    let families = group(input, &health, &join);
     match format {
         Format::Text => encode_text(&families, &input.options),
         Format::OpenMetrics => encode_openmetrics(&families, &input.options),
@@ -176,10 +207,12 @@ fn encode_text(families: &Families<'_>, options: &EncodeOptions) -> String {
         out.push_str(def.kind.as_str());
         out.push('\n');
         if def.kind == Kind::Histogram {
-            histogram::write_text(&mut out, def, samples, &options.const_labels, push_escaped);
+            // Histograms are not joined (their extra bound label would need its own rules).
+            let plain: Vec<&Sample> = samples.iter().map(|(s, _)| *s).collect();
+            histogram::write_text(&mut out, def, &plain, &options.const_labels, push_escaped);
             continue;
         }
-        for s in samples {
+        for (s, extra) in samples {
             out.push_str(def.name);
             let pairs = options
                 .const_labels
@@ -190,6 +223,12 @@ fn encode_text(families: &Families<'_>, options: &EncodeOptions) -> String {
                         .iter()
                         .copied()
                         .zip(s.labels.iter().map(String::as_str)),
+                )
+                .chain(
+                    extra
+                        .iter()
+                        .flat_map(|e| e.iter())
+                        .map(|(k, v)| (*k, v.as_str())),
                 );
             let mut first = true;
             for (k, v) in pairs {
@@ -217,6 +256,7 @@ struct Labels<'a> {
     consts: &'a [(String, String)],
     names: &'static [&'static str],
     values: &'a [String],
+    extra: Option<&'a attribution::Extra>,
 }
 
 impl EncodeLabelSet for Labels<'_> {
@@ -227,7 +267,12 @@ impl EncodeLabelSet for Labels<'_> {
             .iter()
             .copied()
             .zip(self.values.iter().map(String::as_str));
-        for (k, v) in consts.chain(own) {
+        let extra = self
+            .extra
+            .iter()
+            .flat_map(|e| e.iter())
+            .map(|(k, v)| (*k, v.as_str()));
+        for (k, v) in consts.chain(own).chain(extra) {
             let mut label = encoder.encode_label();
             let mut key = label.encode_label_key()?;
             key.write_str(k)?;
@@ -243,11 +288,17 @@ fn pc_unit(def: &MetricDef) -> Option<PcUnit> {
     def.unit.suffix().map(|u| PcUnit::Other(u.to_string()))
 }
 
+/// One family's samples with their attribution labels, owned.
+type OwnedFamily = (
+    &'static MetricDef,
+    Vec<(Sample, Option<attribution::Extra>)>,
+);
+
 /// A collector that writes pre-grouped families; prometheus-client's collectors must be
 /// `'static`, so it owns its copy of the grouped samples.
 #[derive(Debug)]
 struct FamiliesCollector {
-    groups: Vec<(&'static MetricDef, Vec<Sample>)>,
+    groups: Vec<OwnedFamily>,
     consts: Vec<(String, String)>,
 }
 
@@ -267,22 +318,24 @@ impl Collector for FamiliesCollector {
                 kind,
             )?;
             if def.kind == Kind::Histogram {
-                let refs: Vec<&Sample> = samples.iter().collect();
+                let refs: Vec<&Sample> = samples.iter().map(|(s, _)| s).collect();
                 for h in histogram::series(def, &refs) {
                     let labels = Labels {
                         consts: &self.consts,
                         names: def.labels,
                         values: h.labels,
+                        extra: None,
                     };
                     ConstHistogram(&h).encode(family.encode_family(&labels)?)?;
                 }
                 continue;
             }
-            for s in samples {
+            for (s, extra) in samples {
                 let labels = Labels {
                     consts: &self.consts,
                     names: def.labels,
                     values: &s.labels,
+                    extra: extra.as_ref(),
                 };
                 let series = family.encode_family(&labels)?;
                 match def.kind {
@@ -327,7 +380,10 @@ fn encode_openmetrics(families: &Families<'_>, options: &EncodeOptions) -> Strin
         groups: families
             .groups
             .iter()
-            .map(|(d, v)| (*d, v.iter().map(|s| (*s).clone()).collect()))
+            .map(|(d, v)| {
+                let owned = v.iter().map(|(s, e)| ((*s).clone(), e.cloned())).collect();
+                (*d, owned)
+            })
             .collect(),
         consts: options.const_labels.clone(),
     };
@@ -395,6 +451,7 @@ mod tests {
             options: Arc::new(EncodeOptions {
                 const_labels: vec![("node".into(), "dgx-01".into())],
             }),
+            attributions: Arc::default(),
         }
     }
 

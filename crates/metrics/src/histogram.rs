@@ -234,6 +234,7 @@ mod tests {
                 options: Arc::new(EncodeOptions {
                     const_labels: vec![("node".into(), "n1".into())],
                 }),
+                attributions: Arc::default(),
             },
             format,
         )

@@ -26,6 +26,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod attribution;
 pub mod catalog;
 pub mod encode;
 pub mod external;
@@ -35,6 +36,7 @@ pub mod snapshot;
 pub mod source;
 pub mod store;
 
+pub use attribution::{AttributionSet, DeviceRef, Holder};
 pub use catalog::{Kind, Metric, MetricDef, Unit, CATALOG};
 pub use encode::{EncodeOptions, Format};
 pub use external::{ExternalFamilies, ExternalFamily, ExternalKind, ExternalSample};

@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use crate::attribution::AttributionSet;
 use crate::external::ExternalFamilies;
 use crate::snapshot::Sample;
 
@@ -47,6 +48,14 @@ pub trait Source: Send {
     /// last successful `poll`, or `None` for a source that has none. Called right after each
     /// successful poll; the runner publishes them with that poll's samples.
     fn take_external(&mut self) -> Option<ExternalFamilies> {
+        None
+    }
+
+    /// Who holds which device, as read by the last successful `poll`, for an attribution
+    /// source (kubelet pod-resources, HPC job files); `None` for every other source. Called
+    /// right after each successful poll; the store joins it onto device series while this
+    /// source is up.
+    fn take_attribution(&mut self) -> Option<AttributionSet> {
         None
     }
 }

@@ -13,6 +13,7 @@ use bytes::Bytes;
 use flate2::write::GzEncoder;
 use flate2::Compression;
 
+use crate::attribution::AttributionSet;
 use crate::encode::{encode, EncodeOptions, ExpositionInput, Format};
 use crate::external::{self, ExternalFamilies};
 use crate::snapshot::{Sample, Snapshot};
@@ -95,6 +96,7 @@ impl SnapshotStore {
             statics: Arc::new(statics),
             snapshots,
             options: Arc::new(options),
+            attributions: Arc::default(),
         };
         SnapshotStore {
             current: ArcSwap::from_pointee(Generation {
@@ -118,9 +120,41 @@ impl SnapshotStore {
         self.publish_inner(snapshot, Some(families));
     }
 
+    /// Replaces the snapshot of `snapshot.source` and, in the same generation, that source's
+    /// attribution set (joined onto device series only while the source is up).
+    pub fn publish_with_attribution(&self, snapshot: Snapshot, set: AttributionSet) {
+        self.publish_full(snapshot, None, Some(set));
+    }
+
     fn publish_inner(&self, snapshot: Snapshot, families: Option<ExternalFamilies>) {
+        self.publish_full(snapshot, families, None);
+    }
+
+    /// Replaces the snapshot of `snapshot.source` and, where given, that source's external
+    /// families and attribution set, in one generation.
+    pub fn publish_full(
+        &self,
+        snapshot: Snapshot,
+        families: Option<ExternalFamilies>,
+        set: Option<AttributionSet>,
+    ) {
         let snapshot = Arc::new(snapshot);
         self.current.rcu(|cur| {
+            let attributions = match &set {
+                None => Arc::clone(&cur.input.attributions),
+                Some(set) => {
+                    let mut v: Vec<_> = cur
+                        .input
+                        .attributions
+                        .iter()
+                        .filter(|(s, _)| *s != snapshot.source)
+                        .cloned()
+                        .collect();
+                    v.push((snapshot.source.clone(), Arc::clone(set)));
+                    v.sort_by(|a, b| a.0.cmp(&b.0));
+                    Arc::new(v)
+                }
+            };
             let external = match &families {
                 None => Arc::clone(&cur.external),
                 Some(f) => {
@@ -145,6 +179,7 @@ impl SnapshotStore {
                     statics: Arc::clone(&cur.input.statics),
                     snapshots,
                     options: Arc::clone(&cur.input.options),
+                    attributions,
                 },
                 external,
                 cache: Default::default(),
@@ -272,5 +307,54 @@ mod tests {
         store.publish(down);
         let text = store.current().exposition(Format::Text, false);
         assert!(!String::from_utf8_lossy(&text).contains("images_generated_total{"));
+    }
+
+    #[test]
+    fn attribution_is_joined_in_both_formats_and_follows_its_source() {
+        use crate::attribution::{DeviceRef, Holder};
+        let store = SnapshotStore::new(&["nvml", "kubernetes"], vec![], EncodeOptions::default());
+        store.publish(up("nvml", 300.0));
+        let k8s = |up: bool| Snapshot {
+            source: "kubernetes".into(),
+            health: SourceHealth {
+                up,
+                polls: 1,
+                ..Default::default()
+            },
+            samples: vec![],
+        };
+        let set = Arc::new(vec![(
+            DeviceRef::Uuid("GPU-a".into()),
+            Holder::Pod {
+                namespace: "ml".into(),
+                pod: "train-0".into(),
+                container: "main".into(),
+            },
+        )]);
+        // Without gpu_info the device is unknown: nothing is labelled.
+        store.publish_with_attribution(k8s(true), Arc::clone(&set));
+        let text = store.current().exposition(Format::Text, false);
+        assert!(String::from_utf8_lossy(&text)
+            .contains("dgx_pixels_gpu_power_watts{gpu=\"0\",uuid=\"GPU-a\"} 300\n"));
+        let mut nvml = up("nvml", 300.0);
+        nvml.samples.push(Sample::new(
+            Metric::GpuInfo,
+            ["0", "GPU-a", "m", "s", "b", "v", "d", "c", "0", "nvidia0"],
+            1.0,
+        ));
+        store.publish(nvml);
+        let g = store.current();
+        let text = String::from_utf8(g.exposition(Format::Text, false).to_vec()).unwrap();
+        let labelled = "dgx_pixels_gpu_power_watts{gpu=\"0\",uuid=\"GPU-a\",namespace=\"ml\",pod=\"train-0\",container=\"main\"} 300\n";
+        assert!(text.contains(labelled), "{text}");
+        assert!(text.contains("dgx_pixels_gpu_pod_info{gpu=\"0\",uuid=\"GPU-a\",gpu_instance=\"\",namespace=\"ml\",pod=\"train-0\",container=\"main\"} 1\n"));
+        let om = String::from_utf8(g.exposition(Format::OpenMetrics, false).to_vec()).unwrap();
+        assert!(om.contains(labelled.trim_end_matches(" 300\n")), "{om}");
+        // The source going down drops the labels, not the series.
+        store.publish(k8s(false));
+        let text = store.current().exposition(Format::Text, false);
+        let text = String::from_utf8_lossy(&text);
+        assert!(text.contains("dgx_pixels_gpu_power_watts{gpu=\"0\",uuid=\"GPU-a\"} 300\n"));
+        assert!(!text.contains("pod_info{"));
     }
 }

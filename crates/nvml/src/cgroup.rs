@@ -71,6 +71,24 @@ mod tests {
     }
 
     #[test]
+    fn cgroup_v1_containerd_and_crio_under_kubernetes() {
+        // containerd with the systemd cgroup driver on a v1 (hybrid) host.
+        let containerd = format!(
+            "11:memory:/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0b7f1c52_aaaa.slice/cri-containerd-{ID}.scope\n\
+             1:name=systemd:/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0b7f1c52_aaaa.slice/cri-containerd-{ID}.scope\n"
+        );
+        assert_eq!(container_id(&containerd).as_deref(), Some(ID));
+        // CRI-O with the cgroupfs driver.
+        let crio = format!(
+            "9:devices:/kubepods/burstable/pod0b7f1c52-aaaa-bbbb-cccc-0123456789ab/crio-{ID}\n"
+        );
+        assert_eq!(container_id(&crio).as_deref(), Some(ID));
+        // The pause container's conmon scope is not the workload's container.
+        let conmon = format!("0::/kubepods.slice/kubepods-pod1.slice/crio-conmon-{ID}.scope\n");
+        assert_eq!(container_id(&conmon), None);
+    }
+
+    #[test]
     fn host_processes_have_no_container() {
         assert_eq!(
             container_id("0::/user.slice/user-1000.slice/session-2.scope\n"),

@@ -1,0 +1,195 @@
+//! End to end: the real binary on the fake libnvidia-ml (dgx-a100-mig: GPUs 0 and 1 in MIG
+//! mode, 2-7 training) with a fake kubelet on a unix socket and an HPC job directory, checked
+//! through /metrics.
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use dgx_pixels_kubernetes::fake::{pod, FakeKubelet};
+use dgx_pixels_sim::{Node, Scenario};
+
+const GPU: &str = "nvidia.com/gpu";
+const WAIT: Duration = Duration::from_secs(10);
+
+fn pod_labels(ns: &str, p: &str, c: &str) -> String {
+    format!("namespace=\"{ns}\",pod=\"{p}\",container=\"{c}\"")
+}
+
+#[test]
+fn pods_and_jobs_label_gpu_mig_and_process_series_and_follow_changes() {
+    let node = Node::new(Scenario::builtin("dgx-a100-mig").unwrap());
+    let uuid = |i: usize| node.gpu(i).unwrap().uuid.clone();
+    let mig = node.gpu(1).unwrap().mig.clone().unwrap();
+    let (mig_uuid, mig_gi) = (mig[0].uuid.clone(), mig[0].gpu_instance.to_string());
+
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kubelet.sock");
+    let jobs = dir.path().join("jobs");
+    std::fs::create_dir(&jobs).unwrap();
+    std::fs::write(jobs.join("3"), "4242\n").unwrap();
+    let kubelet = FakeKubelet::start(&socket).unwrap();
+    kubelet.set_pods(vec![
+        pod("ml", "train-0", "trainer", GPU, &[&uuid(2)]),
+        pod(
+            "inf",
+            "llm-0",
+            "server",
+            "nvidia.com/mig-3g.40gb",
+            &[&mig_uuid],
+        ),
+        pod(
+            "nb",
+            "alice",
+            "notebook",
+            GPU,
+            &[&format!("{}::0", uuid(4))],
+        ),
+        pod("nb", "bob", "notebook", GPU, &[&format!("{}::1", uuid(4))]),
+    ]);
+
+    let d = start_with_env(
+        &[
+            "--nvml.library",
+            fake_nvml_library(),
+            "--collector.kubernetes",
+            "--kubernetes.pod-resources-socket",
+            socket.to_str().unwrap(),
+            "--collector.kubernetes.interval",
+            "200ms",
+            "--hpc.job-mapping-dir",
+            jobs.to_str().unwrap(),
+            "--collector.hpc.interval",
+            "200ms",
+        ],
+        &[
+            ("FAKE_NVML_SCENARIO", "dgx-a100-mig"),
+            ("FAKE_NVML_PCIE_DELAY_MS", "0"),
+            ("FAKE_NVML_TIME", "60"),
+        ],
+    );
+    let train = pod_labels("ml", "train-0", "trainer");
+    let (body, _) = wait_until(d.port, WAIT, |b| {
+        b.contains(&train) && b.contains("hpc_job=\"4242\"")
+    });
+    assert_eq!(
+        value(&body, "dgx_pixels_source_up", &[("source", "kubernetes")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&body, "dgx_pixels_source_up", &[("source", "hpc")]),
+        Some(1.0)
+    );
+    // A whole GPU held by one pod: its device series and its processes carry the pod.
+    let power2 = series(&body, "dgx_pixels_gpu_power_watts")
+        .into_iter()
+        .find(|l| l.contains(&format!("uuid=\"{}\"", uuid(2))))
+        .unwrap();
+    assert!(
+        power2.contains(&format!("uuid=\"{}\",{train}}}", uuid(2))),
+        "{power2}"
+    );
+    let procs2: Vec<_> = series(&body, "dgx_pixels_process_memory_used_bytes")
+        .into_iter()
+        .filter(|l| l.contains(&format!("uuid=\"{}\"", uuid(2))))
+        .collect();
+    assert!(!procs2.is_empty());
+    assert!(
+        procs2
+            .iter()
+            .all(|l| l.contains("pid=\"20200\"") && l.contains(&train)),
+        "{procs2:?}"
+    );
+    // An HPC job on GPU 3.
+    let power3 = series(&body, "dgx_pixels_gpu_power_watts")
+        .into_iter()
+        .find(|l| l.contains(&format!("uuid=\"{}\"", uuid(3))))
+        .unwrap();
+    assert!(power3.ends_with(&format!(
+        "hpc_job=\"4242\"}} {}",
+        power3.rsplit(' ').next().unwrap()
+    )));
+    // A MIG instance: its mig series carry the pod; GPU 1's whole-device series do not.
+    let mig_mem = series(&body, "dgx_pixels_mig_memory_used_bytes")
+        .into_iter()
+        .find(|l| l.contains(&format!("uuid=\"{}\",gpu_instance=\"{mig_gi}\"", uuid(1))))
+        .unwrap();
+    assert!(
+        mig_mem.contains(&pod_labels("inf", "llm-0", "server")),
+        "{mig_mem}"
+    );
+    assert!(series(&body, "dgx_pixels_gpu_power_watts")
+        .iter()
+        .any(|l| l.contains(&format!("uuid=\"{}\"}}", uuid(1)))));
+    // A time-sliced GPU: both pods named by info series, the device's series unlabelled.
+    for p in ["alice", "bob"] {
+        assert_eq!(
+            value(
+                &body,
+                "dgx_pixels_gpu_pod_info",
+                &[("uuid", &uuid(4)), ("pod", p)]
+            ),
+            Some(1.0)
+        );
+    }
+    let power4 = series(&body, "dgx_pixels_gpu_power_watts")
+        .into_iter()
+        .filter(|l| l.contains(&format!("uuid=\"{}\"", uuid(4))))
+        .collect::<Vec<_>>();
+    assert_eq!(power4.len(), 1);
+    assert!(!power4[0].contains("pod="));
+
+    // The pod moves to GPU 5 and the job ends: labels follow within a refresh interval.
+    kubelet.set_pods(vec![pod("ml", "train-0", "trainer", GPU, &[&uuid(5)])]);
+    std::fs::remove_file(jobs.join("3")).unwrap();
+    let (body, took) = wait_until(d.port, WAIT, |b| {
+        !b.contains("hpc_job=") && b.contains(&format!("uuid=\"{}\",{train}}}", uuid(5)))
+    });
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    assert!(!body.contains(&format!("uuid=\"{}\",{train}", uuid(2))));
+    assert!(!body.contains("pod=\"alice\""));
+
+    // The kubelet goes away: the scrape still answers, everything unattributed, source down.
+    drop(kubelet);
+    let (body, _) = wait_until(d.port, WAIT, |b| !b.contains("pod=\""));
+    assert!(!body.contains("pod=\""));
+    assert_eq!(
+        value(&body, "dgx_pixels_source_up", &[("source", "kubernetes")]),
+        Some(0.0)
+    );
+    assert!(series(&body, "dgx_pixels_gpu_power_watts").len() >= 8);
+    let logs = stop_and_logs(d);
+    assert!(logs.contains("kubelet"), "{logs}");
+}
+
+#[test]
+fn a_missing_kubelet_socket_leaves_series_unattributed() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("absent.sock");
+    let d = start_with_env(
+        &[
+            "--nvml.library",
+            fake_nvml_library(),
+            "--collector.kubernetes",
+            "--kubernetes.pod-resources-socket",
+            socket.to_str().unwrap(),
+        ],
+        &[
+            ("FAKE_NVML_SCENARIO", "dgx-h100"),
+            ("FAKE_NVML_PCIE_DELAY_MS", "0"),
+        ],
+    );
+    let (body, _) = wait_until(d.port, WAIT, |b| {
+        value(b, "dgx_pixels_source_up", &[("source", "kubernetes")]) == Some(0.0)
+            && value(b, "dgx_pixels_source_up", &[("source", "nvml")]) == Some(1.0)
+    });
+    assert_eq!(
+        value(&body, "dgx_pixels_source_up", &[("source", "kubernetes")]),
+        Some(0.0)
+    );
+    assert_eq!(series(&body, "dgx_pixels_gpu_power_watts").len(), 8);
+    let logs = stop_and_logs(d);
+    assert!(logs.contains("does not exist"), "{logs}");
+}

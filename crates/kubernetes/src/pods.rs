@@ -1,0 +1,321 @@
+//! The kubelet pod-resources source: which container of which pod holds each GPU.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dgx_pixels_metrics::{AttributionSet, DeviceRef, Holder, PollError, Sample, Source};
+use hyper_util::rt::TokioIo;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::proto::pod_resources_lister_client::PodResourcesListerClient;
+use crate::proto::{ListPodResourcesRequest, ListPodResourcesResponse};
+
+/// The kubelet's socket on a standard node.
+pub const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
+/// Large enough for a busy node (thousands of pods with CPU and memory assignments); gRPC's
+/// default of 4 MiB is what broke dcgm-exporter's scrapes on such nodes.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+/// The NVIDIA device plugin's resources: whole (or time-sliced) GPUs and MIG instances of the
+/// "mixed" strategy. A trailing `*` matches any suffix.
+pub const DEFAULT_RESOURCE_NAMES: &[&str] = &["nvidia.com/gpu", "nvidia.com/mig-*"];
+
+/// How to reach the kubelet and what to read.
+#[derive(Debug, Clone)]
+pub struct PodResourcesOptions {
+    /// The kubelet's pod-resources unix socket.
+    pub socket: PathBuf,
+    /// Largest `List` response accepted, in bytes.
+    pub max_response_bytes: usize,
+    /// Resource names whose devices are GPUs; a trailing `*` matches any suffix.
+    pub resource_names: Vec<String>,
+    /// Deadline of one `List` call (connection included).
+    pub call_timeout: Duration,
+}
+
+impl Default for PodResourcesOptions {
+    fn default() -> Self {
+        PodResourcesOptions {
+            socket: PathBuf::from(DEFAULT_SOCKET),
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            resource_names: DEFAULT_RESOURCE_NAMES
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            call_timeout: Duration::from_millis(1500),
+        }
+    }
+}
+
+/// Lists pods from the kubelet on each poll; see the crate docs.
+pub struct PodResourcesSource {
+    options: PodResourcesOptions,
+    /// A runtime of its own: the source runs on a runner thread, outside the HTTP runtime.
+    runtime: Option<tokio::runtime::Runtime>,
+    client: Option<PodResourcesListerClient<Channel>>,
+    latest: Option<AttributionSet>,
+}
+
+impl std::fmt::Debug for PodResourcesSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PodResourcesSource")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PodResourcesSource {
+    /// A source reading the kubelet at `options.socket`; nothing is connected until the first
+    /// poll.
+    pub fn new(options: PodResourcesOptions) -> PodResourcesSource {
+        PodResourcesSource {
+            options,
+            runtime: None,
+            client: None,
+            latest: None,
+        }
+    }
+
+    fn list(&mut self) -> Result<ListPodResourcesResponse, PollError> {
+        let socket = self.options.socket.clone();
+        // Say plainly what is missing rather than a transport error.
+        if !socket.exists() {
+            return Err(PollError::new(
+                "socket_missing",
+                format!(
+                    "kubelet pod-resources socket {} does not exist (is /var/lib/kubelet/pod-resources mounted?); series are served unattributed",
+                    socket.display()
+                ),
+            ));
+        }
+        if self.runtime.is_none() {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| PollError::new("runtime", format!("tokio runtime: {e}")))?;
+            self.runtime = Some(rt);
+        }
+        let Some(rt) = self.runtime.as_ref() else {
+            return Err(PollError::new("runtime", "tokio runtime missing"));
+        };
+        let _entered = rt.enter();
+        let client = match self.client.take() {
+            Some(c) => c,
+            None => {
+                // The URI is required by tonic but unused: the connector dials the socket.
+                let endpoint = Endpoint::from_static("http://kubelet.invalid");
+                let channel = endpoint.connect_with_connector_lazy(tower::service_fn(
+                    move |_: tonic::transport::Uri| {
+                        let socket = socket.clone();
+                        async move {
+                            tokio::net::UnixStream::connect(socket)
+                                .await
+                                .map(TokioIo::new)
+                        }
+                    },
+                ));
+                PodResourcesListerClient::new(channel)
+                    .max_decoding_message_size(self.options.max_response_bytes)
+            }
+        };
+        let mut call = client.clone();
+        let timeout = self.options.call_timeout;
+        let result = rt.block_on(async move {
+            tokio::time::timeout(timeout, call.list(ListPodResourcesRequest {})).await
+        });
+        match result {
+            Ok(Ok(response)) => {
+                self.client = Some(client);
+                Ok(response.into_inner())
+            }
+            // A fresh channel next time: the kubelet may have restarted.
+            Ok(Err(status)) => Err(self.status_error(&status)),
+            Err(_) => Err(PollError::new(
+                "timeout",
+                format!(
+                    "kubelet pod-resources List did not answer within {timeout:?} on {}",
+                    self.options.socket.display()
+                ),
+            )),
+        }
+    }
+
+    fn status_error(&self, status: &tonic::Status) -> PollError {
+        if status.code() == tonic::Code::OutOfRange {
+            return PollError::new(
+                "response_too_large",
+                format!(
+                    "kubelet pod-resources List response exceeds the limit of {} bytes; raise [kubernetes] max_response_bytes (--kubernetes.max-response-bytes): {}",
+                    self.options.max_response_bytes,
+                    status.message()
+                ),
+            );
+        }
+        PollError::new(
+            "kubelet_unavailable",
+            format!(
+                "kubelet pod-resources List on {} failed: {:?}: {}",
+                self.options.socket.display(),
+                status.code(),
+                status.message()
+            ),
+        )
+    }
+}
+
+impl Source for PodResourcesSource {
+    fn name(&self) -> &'static str {
+        "kubernetes"
+    }
+
+    fn poll(&mut self) -> Result<Vec<Sample>, PollError> {
+        self.latest = None;
+        let response = self.list()?;
+        self.latest = Some(Arc::new(attribution(
+            &response,
+            &self.options.resource_names,
+        )));
+        Ok(Vec::new())
+    }
+
+    fn take_attribution(&mut self) -> Option<AttributionSet> {
+        self.latest.take()
+    }
+}
+
+/// Whether `resource` is one of `patterns` (a trailing `*` matches any suffix).
+pub fn resource_matches(patterns: &[String], resource: &str) -> bool {
+    patterns.iter().any(|p| match p.strip_suffix('*') {
+        Some(prefix) => resource.starts_with(prefix),
+        None => p == resource,
+    })
+}
+
+/// The device a device-plugin id names: `GPU-UUID` and `MIG-UUID` (with or without a `::N`
+/// time-slicing replica suffix), the older `MIG-GPU-UUID/GI/CI`, or a GPU index (the plugin's
+/// `index` id strategy). Anything else is not a GPU we can name.
+pub fn device_ref(id: &str) -> Option<DeviceRef> {
+    let base = id.split_once("::").map_or(id, |(b, _)| b).trim();
+    if let Some(rest) = base.strip_prefix("MIG-GPU-") {
+        let mut parts = rest.split('/');
+        let uuid = format!("GPU-{}", parts.next()?);
+        let gpu_instance = parts.next()?.parse().ok()?;
+        return Some(DeviceRef::Instance { uuid, gpu_instance });
+    }
+    if base.starts_with("GPU-") || base.starts_with("MIG-") {
+        return Some(DeviceRef::Uuid(base.to_string()));
+    }
+    base.parse().ok().map(|gpu| DeviceRef::Index {
+        gpu,
+        gpu_instance: None,
+    })
+}
+
+/// Every (device, container) pair of a `List` response for the GPU resources in `patterns`.
+pub fn attribution(
+    response: &ListPodResourcesResponse,
+    patterns: &[String],
+) -> Vec<(DeviceRef, Holder)> {
+    let mut out = Vec::new();
+    for pod in &response.pod_resources {
+        for container in &pod.containers {
+            for devices in &container.devices {
+                if !resource_matches(patterns, &devices.resource_name) {
+                    continue;
+                }
+                for id in &devices.device_ids {
+                    if let Some(device) = device_ref(id) {
+                        out.push((
+                            device,
+                            Holder::Pod {
+                                namespace: pod.namespace.clone(),
+                                pod: pod.name.clone(),
+                                container: container.name.clone(),
+                            },
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::{ContainerDevices, ContainerResources, PodResources};
+
+    #[test]
+    fn device_ids_of_every_plugin_strategy() {
+        assert_eq!(
+            device_ref("GPU-1b2c"),
+            Some(DeviceRef::Uuid("GPU-1b2c".into()))
+        );
+        assert_eq!(
+            device_ref("GPU-1b2c::3"),
+            Some(DeviceRef::Uuid("GPU-1b2c".into()))
+        );
+        assert_eq!(
+            device_ref("MIG-5f6a::0"),
+            Some(DeviceRef::Uuid("MIG-5f6a".into()))
+        );
+        assert_eq!(
+            device_ref("MIG-GPU-1b2c/7/0"),
+            Some(DeviceRef::Instance {
+                uuid: "GPU-1b2c".into(),
+                gpu_instance: 7
+            })
+        );
+        assert_eq!(
+            device_ref("2"),
+            Some(DeviceRef::Index {
+                gpu: 2,
+                gpu_instance: None
+            })
+        );
+        assert_eq!(device_ref("fpga-0"), None);
+    }
+
+    #[test]
+    fn only_gpu_resources_are_read() {
+        let patterns: Vec<String> = DEFAULT_RESOURCE_NAMES
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert!(resource_matches(&patterns, "nvidia.com/gpu"));
+        assert!(resource_matches(&patterns, "nvidia.com/mig-1g.10gb"));
+        assert!(!resource_matches(&patterns, "nvidia.com/gpu.shared"));
+        assert!(!resource_matches(&patterns, "example.com/fpga"));
+        let response = ListPodResourcesResponse {
+            pod_resources: vec![PodResources {
+                name: "p".into(),
+                namespace: "ns".into(),
+                containers: vec![ContainerResources {
+                    name: "c".into(),
+                    devices: vec![
+                        ContainerDevices {
+                            resource_name: "nvidia.com/gpu".into(),
+                            device_ids: vec!["GPU-a".into(), "GPU-b::1".into()],
+                            topology: None,
+                        },
+                        ContainerDevices {
+                            resource_name: "example.com/fpga".into(),
+                            device_ids: vec!["GPU-looks-like-one".into()],
+                            topology: None,
+                        },
+                    ],
+                }],
+            }],
+        };
+        let pairs = attribution(&response, &patterns);
+        let devices: Vec<_> = pairs.iter().map(|(d, _)| d.clone()).collect();
+        assert_eq!(
+            devices,
+            [
+                DeviceRef::Uuid("GPU-a".into()),
+                DeviceRef::Uuid("GPU-b".into())
+            ]
+        );
+    }
+}

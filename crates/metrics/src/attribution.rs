@@ -1,0 +1,343 @@
+//! Attribution: which pod or HPC job holds each GPU or MIG instance, joined onto the device's
+//! series when a generation is encoded.
+//!
+//! Attribution sources (kubelet pod-resources, HPC job files) run on their own threads and hand
+//! the runner an [`AttributionSet`] with each successful poll; the store keeps the latest set per
+//! source and serves it only while that source is up. The join happens once per generation, in
+//! the encoder, never per scrape:
+//!
+//! - Devices are resolved to a key `(uuid, gpu_instance)` (`gpu_instance` empty for a whole
+//!   GPU): a `GPU-...` uuid directly, a `MIG-...` uuid through the NVML snapshot's
+//!   `dgx_pixels_mig_info`, a GPU index through `dgx_pixels_gpu_info`.
+//! - Every sample whose catalog labels include `uuid` (and none of the attribution labels) gets
+//!   the holder's labels when exactly **one** holder of a kind holds its key; the key of a
+//!   sample is its `uuid` and its `gpu_instance` label value, if any.
+//! - When several holders share a device (time slicing, several jobs) the device's series keep
+//!   no holder labels: one copy per holder would repeat one device reading under several label
+//!   sets, and `sum by (pod)` would count it once per pod. Instead one info series per holder
+//!   (`dgx_pixels_gpu_pod_info`, `dgx_pixels_gpu_hpc_job_info`) names every holder, so each
+//!   sharing pod or job is attributed and can be joined on `uuid` and `gpu_instance`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::catalog::Metric;
+use crate::snapshot::{Sample, Snapshot};
+
+/// The label names attribution adds to device series, in the order they are appended.
+pub const ATTRIBUTION_LABELS: &[&str] = &["namespace", "pod", "container", "hpc_job"];
+
+/// How an attribution source names a device.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum DeviceRef {
+    /// A GPU uuid (`GPU-...`) or a MIG device uuid (`MIG-...`).
+    Uuid(String),
+    /// One GPU instance of a GPU given by uuid (the device plugin's older `MIG-GPU-UUID/GI/CI`
+    /// ids).
+    Instance {
+        /// The GPU uuid (`GPU-...`).
+        uuid: String,
+        /// The MIG GPU instance id.
+        gpu_instance: u32,
+    },
+    /// A GPU by index, optionally one GPU instance of it (HPC job files `0` or `0.3`).
+    Index {
+        /// The GPU index (`gpu` label).
+        gpu: u32,
+        /// The MIG GPU instance id, for a MIG instance.
+        gpu_instance: Option<u32>,
+    },
+}
+
+/// Who holds a device.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Holder {
+    /// A container of a Kubernetes pod.
+    Pod {
+        /// The pod's namespace.
+        namespace: String,
+        /// The pod's name.
+        pod: String,
+        /// The container's name.
+        container: String,
+    },
+    /// An HPC (e.g. Slurm) job id.
+    Job(String),
+}
+
+/// Everything one attribution source saw in one poll: `(device, holder)` pairs. A holder may
+/// appear on several devices and a device under several holders; duplicates are harmless.
+pub type AttributionSet = Arc<Vec<(DeviceRef, Holder)>>;
+
+/// The extra labels of one device key, resolved from every attribution source.
+pub type Extra = Arc<[(&'static str, String)]>;
+
+/// The resolved join for one generation: extra labels per `(uuid, gpu_instance)` and the info
+/// samples naming every holder.
+#[derive(Debug, Default)]
+pub struct Join {
+    /// By uuid, then by `gpu_instance` (empty for the whole GPU): looked up by `&str`, so the
+    /// per-sample lookup allocates nothing.
+    extra: HashMap<String, Vec<(String, Extra)>>,
+    /// `dgx_pixels_gpu_pod_info` and `dgx_pixels_gpu_hpc_job_info` samples.
+    pub info: Vec<Sample>,
+}
+
+impl Join {
+    /// Resolves `sets` against the devices the up snapshots describe.
+    pub fn build(snapshots: &[Arc<Snapshot>], sets: &[(String, AttributionSet)]) -> Join {
+        if sets.iter().all(|(_, s)| s.is_empty()) {
+            return Join::default();
+        }
+        // uuid -> gpu index, index -> uuid, MIG uuid -> (uuid, gpu_instance).
+        let mut gpu_of: HashMap<&str, &str> = HashMap::new();
+        let mut uuid_of: HashMap<&str, &str> = HashMap::new();
+        let mut mig_of: HashMap<&str, (&str, &str)> = HashMap::new();
+        for snap in snapshots.iter().filter(|s| s.health.up) {
+            for s in &snap.samples {
+                match s.metric {
+                    Metric::GpuInfo if s.labels.len() >= 2 => {
+                        gpu_of.insert(&s.labels[1], &s.labels[0]);
+                        uuid_of.insert(&s.labels[0], &s.labels[1]);
+                    }
+                    Metric::MigInfo if s.labels.len() == 6 => {
+                        gpu_of.insert(&s.labels[1], &s.labels[0]);
+                        mig_of.insert(&s.labels[5], (&s.labels[1], &s.labels[2]));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let resolve = |d: &DeviceRef| -> Option<(String, String)> {
+            match d {
+                DeviceRef::Uuid(u) if u.starts_with("MIG-") => mig_of
+                    .get(u.as_str())
+                    .map(|(uuid, gi)| (uuid.to_string(), gi.to_string())),
+                DeviceRef::Uuid(u) => Some((u.clone(), String::new())),
+                DeviceRef::Instance { uuid, gpu_instance } => {
+                    Some((uuid.clone(), gpu_instance.to_string()))
+                }
+                DeviceRef::Index { gpu, gpu_instance } => {
+                    let uuid = uuid_of.get(gpu.to_string().as_str())?;
+                    let gi = gpu_instance.map(|g| g.to_string()).unwrap_or_default();
+                    Some((uuid.to_string(), gi))
+                }
+            }
+        };
+        // Holders per key, deduplicated and sorted so the output is stable.
+        let mut holders: HashMap<(String, String), Vec<&Holder>> = HashMap::new();
+        for (_, set) in sets {
+            for (device, holder) in set.iter() {
+                if let Some(key) = resolve(device) {
+                    holders.entry(key).or_default().push(holder);
+                }
+            }
+        }
+        let mut keys: Vec<_> = holders.keys().cloned().collect();
+        keys.sort();
+        let mut join = Join::default();
+        for key in keys {
+            let Some(list) = holders.get_mut(&key) else {
+                continue;
+            };
+            list.sort();
+            list.dedup();
+            // A device no up source describes has no series to label.
+            let Some(gpu) = gpu_of.get(key.0.as_str()).copied() else {
+                continue;
+            };
+            let pods: Vec<_> = list
+                .iter()
+                .filter(|h| matches!(h, Holder::Pod { .. }))
+                .collect();
+            let jobs: Vec<_> = list
+                .iter()
+                .filter(|h| matches!(h, Holder::Job(_)))
+                .collect();
+            let mut extra: Vec<(&'static str, String)> = Vec::new();
+            for h in list.iter() {
+                match h {
+                    Holder::Pod {
+                        namespace,
+                        pod,
+                        container,
+                    } => {
+                        join.info.push(Sample::new(
+                            Metric::GpuPodInfo,
+                            [gpu, &key.0, &key.1, namespace, pod, container],
+                            1.0,
+                        ));
+                        if pods.len() == 1 {
+                            extra.push(("namespace", namespace.clone()));
+                            extra.push(("pod", pod.clone()));
+                            extra.push(("container", container.clone()));
+                        }
+                    }
+                    Holder::Job(job) => {
+                        join.info.push(Sample::new(
+                            Metric::GpuHpcJobInfo,
+                            [gpu, &key.0, &key.1, job],
+                            1.0,
+                        ));
+                        if jobs.len() == 1 {
+                            extra.push(("hpc_job", job.clone()));
+                        }
+                    }
+                }
+            }
+            if !extra.is_empty() {
+                let (uuid, gi) = key;
+                join.extra.entry(uuid).or_default().push((gi, extra.into()));
+            }
+        }
+        join
+    }
+
+    /// The extra labels of `sample`, or none. Samples without a `uuid` label, or that already
+    /// carry an attribution label (the info series), get none.
+    pub fn labels_for(&self, sample: &Sample) -> Option<&Extra> {
+        if self.extra.is_empty() {
+            return None;
+        }
+        let names = sample.metric.def().labels;
+        if names.iter().any(|n| ATTRIBUTION_LABELS.contains(n)) {
+            return None;
+        }
+        let value = |name: &str| {
+            names
+                .iter()
+                .position(|n| *n == name)
+                .and_then(|i| sample.labels.get(i))
+        };
+        let instances = self.extra.get(value("uuid")?.as_str())?;
+        let gi = value("gpu_instance").map(String::as_str).unwrap_or("");
+        instances.iter().find(|(g, _)| g == gi).map(|(_, e)| e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::SourceHealth;
+
+    fn nvml() -> Arc<Snapshot> {
+        Arc::new(Snapshot {
+            source: "nvml".into(),
+            health: SourceHealth {
+                up: true,
+                polls: 1,
+                ..Default::default()
+            },
+            samples: vec![
+                Sample::new(
+                    Metric::GpuInfo,
+                    ["0", "GPU-a", "m", "s", "b", "v", "d", "c", "0", "nvidia0"],
+                    1.0,
+                ),
+                Sample::new(
+                    Metric::GpuInfo,
+                    ["1", "GPU-b", "m", "s", "b", "v", "d", "c", "1", "nvidia1"],
+                    1.0,
+                ),
+                Sample::new(
+                    Metric::MigInfo,
+                    ["1", "GPU-b", "3", "0", "1g.10gb", "MIG-x"],
+                    1.0,
+                ),
+                Sample::new(Metric::GpuPower, ["0", "GPU-a"], 100.0),
+                Sample::new(
+                    Metric::MigMemoryUsed,
+                    ["1", "GPU-b", "3", "0", "1g.10gb"],
+                    5.0,
+                ),
+            ],
+        })
+    }
+
+    fn pod(ns: &str, p: &str) -> Holder {
+        Holder::Pod {
+            namespace: ns.into(),
+            pod: p.into(),
+            container: "main".into(),
+        }
+    }
+
+    #[test]
+    fn a_single_holder_labels_the_device_and_mig_resolves_to_the_instance() {
+        let snaps = [nvml()];
+        let set: AttributionSet = Arc::new(vec![
+            (DeviceRef::Uuid("GPU-a".into()), pod("ml", "train")),
+            (DeviceRef::Uuid("MIG-x".into()), pod("ml", "infer")),
+            (
+                DeviceRef::Index {
+                    gpu: 0,
+                    gpu_instance: None,
+                },
+                Holder::Job("42".into()),
+            ),
+        ]);
+        let join = Join::build(&snaps, &[("kubernetes".into(), set)]);
+        let power = &snaps[0].samples[3];
+        let labels: Vec<_> = join
+            .labels_for(power)
+            .unwrap()
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        assert_eq!(
+            labels,
+            ["namespace=ml", "pod=train", "container=main", "hpc_job=42"]
+        );
+        let mig = &snaps[0].samples[4];
+        assert_eq!(
+            join.labels_for(mig).unwrap()[1],
+            ("pod", "infer".to_string())
+        );
+        // The whole GPU 1 is held by nobody.
+        let gpu1 = Sample::new(Metric::GpuPower, ["1", "GPU-b"], 1.0);
+        assert!(join.labels_for(&gpu1).is_none());
+        assert_eq!(join.info.len(), 3);
+        assert_eq!(
+            join.info[2].labels,
+            ["1", "GPU-b", "3", "ml", "infer", "main"]
+        );
+        // Info series are never joined again.
+        assert!(join.labels_for(&join.info[0]).is_none());
+    }
+
+    #[test]
+    fn shared_devices_get_info_series_but_no_labels() {
+        let snaps = [nvml()];
+        let set: AttributionSet = Arc::new(vec![
+            (DeviceRef::Uuid("GPU-a".into()), pod("a", "one")),
+            (DeviceRef::Uuid("GPU-a".into()), pod("b", "two")),
+            // The same container twice (two replicas of one GPU) is one holder.
+            (DeviceRef::Uuid("GPU-b".into()), pod("c", "three")),
+            (DeviceRef::Uuid("GPU-b".into()), pod("c", "three")),
+        ]);
+        let join = Join::build(&snaps, &[("kubernetes".into(), set)]);
+        assert!(join.labels_for(&snaps[0].samples[3]).is_none());
+        let gpu1 = Sample::new(Metric::GpuPower, ["1", "GPU-b"], 1.0);
+        assert_eq!(join.labels_for(&gpu1).unwrap().len(), 3);
+        let pods: Vec<_> = join.info.iter().map(|s| s.labels[4].as_str()).collect();
+        assert_eq!(pods, ["one", "two", "three"]);
+    }
+
+    #[test]
+    fn unknown_devices_and_down_snapshots_resolve_to_nothing() {
+        let mut down = (*nvml()).clone();
+        down.health.up = false;
+        let set: AttributionSet = Arc::new(vec![
+            (DeviceRef::Uuid("MIG-x".into()), pod("ml", "infer")),
+            (
+                DeviceRef::Index {
+                    gpu: 0,
+                    gpu_instance: None,
+                },
+                Holder::Job("1".into()),
+            ),
+        ]);
+        let join = Join::build(&[Arc::new(down)], &[("hpc".into(), set)]);
+        assert!(join.info.is_empty());
+    }
+}
