@@ -71,11 +71,22 @@ pub struct Timing {
     pub timeout: Duration,
 }
 
+/// One running source: its thread and its own stop signal, so it can be replaced alone.
+#[derive(Debug)]
+struct Running {
+    slot: Arc<Slot>,
+    stop: Arc<Shutdown>,
+    thread: JoinHandle<()>,
+}
+
 /// All running sources.
 #[derive(Debug)]
 pub struct Runners {
-    threads: Vec<JoinHandle<()>>,
-    shutdown: Arc<Shutdown>,
+    store: Arc<SnapshotStore>,
+    running: Vec<Running>,
+    /// What the watchdog checks; shared with its thread.
+    slots: Arc<Mutex<Vec<Arc<Slot>>>>,
+    watchdog: JoinHandle<()>,
     watchdog_stop: Arc<AtomicBool>,
 }
 
@@ -84,61 +95,119 @@ impl Runners {
     pub fn start(
         sources: Vec<(Box<dyn Source>, Timing)>,
         store: Arc<SnapshotStore>,
-        shutdown: Arc<Shutdown>,
     ) -> std::io::Result<Runners> {
-        let mut slots = Vec::new();
-        let mut threads = Vec::new();
-        for (source, timing) in sources {
-            let slot = Arc::new(Slot {
-                name: source.name(),
-                timeout: timing.timeout,
-                state: Mutex::new(State::default()),
-            });
-            slots.push(Arc::clone(&slot));
-            let store = Arc::clone(&store);
-            let shutdown = Arc::clone(&shutdown);
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("source-{}", slot.name))
-                    .spawn(move || run(source, timing.interval, &slot, &store, &shutdown))?,
-            );
-        }
+        let slots: Arc<Mutex<Vec<Arc<Slot>>>> = Arc::default();
         let watchdog_stop = Arc::new(AtomicBool::new(false));
-        {
+        let watchdog = {
             let stop = Arc::clone(&watchdog_stop);
-            threads.push(
-                std::thread::Builder::new()
-                    .name("source-watchdog".into())
-                    .spawn(move || {
-                        while !stop.load(Ordering::Relaxed) {
-                            std::thread::sleep(WATCHDOG_TICK);
-                            for slot in &slots {
-                                check_deadline(slot, &store);
-                            }
+            let slots = Arc::clone(&slots);
+            let store = Arc::clone(&store);
+            std::thread::Builder::new()
+                .name("source-watchdog".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(WATCHDOG_TICK);
+                        let current: Vec<Arc<Slot>> = lock(&slots).clone();
+                        for slot in &current {
+                            check_deadline(slot, &store);
                         }
-                    })?,
-            );
-        }
-        Ok(Runners {
-            threads,
-            shutdown,
+                    }
+                })?
+        };
+        let mut runners = Runners {
+            store,
+            running: Vec::new(),
+            slots,
+            watchdog,
             watchdog_stop,
-        })
+        };
+        for (source, timing) in sources {
+            runners.add(source, timing)?;
+        }
+        Ok(runners)
+    }
+
+    /// Starts one more source. Its name must not be running already (see [`Runners::remove`]).
+    pub fn add(&mut self, source: Box<dyn Source>, timing: Timing) -> std::io::Result<()> {
+        // A replacement (config reload) carries on its predecessor's counters, so they never
+        // go backwards.
+        let health = self
+            .store
+            .current()
+            .snapshots()
+            .iter()
+            .find(|s| s.source == source.name())
+            .map(|s| s.health.clone())
+            .unwrap_or_default();
+        let slot = Arc::new(Slot {
+            name: source.name(),
+            timeout: timing.timeout,
+            state: Mutex::new(State {
+                health,
+                ..State::default()
+            }),
+        });
+        let stop = Arc::new(Shutdown::default());
+        let thread = {
+            let (slot, store, stop) = (
+                Arc::clone(&slot),
+                Arc::clone(&self.store),
+                Arc::clone(&stop),
+            );
+            std::thread::Builder::new()
+                .name(format!("source-{}", slot.name))
+                .spawn(move || run(source, timing.interval, &slot, &store, &stop))?
+        };
+        lock(&self.slots).push(Arc::clone(&slot));
+        self.running.push(Running { slot, stop, thread });
+        Ok(())
+    }
+
+    /// Stops the source `name` and waits up to `grace` for its thread. Its last snapshot stays
+    /// in the store (a replacement's first poll overwrites it); a thread stuck in a library call
+    /// is left behind and never publishes again.
+    pub fn remove(&mut self, name: &str, grace: Duration) {
+        lock(&self.slots).retain(|s| s.name != name);
+        for r in self.running.iter().filter(|r| r.slot.name == name) {
+            // The watchdog may hold a copy of the slot list: leave it nothing to mark down.
+            lock(&r.slot.state).poll_started = None;
+        }
+        let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.running)
+            .into_iter()
+            .partition(|r| r.slot.name == name);
+        self.running = kept;
+        for r in &gone {
+            r.stop.trigger();
+        }
+        join_all(gone.into_iter().map(|r| r.thread), grace);
+    }
+
+    /// Names of the running sources.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.running.iter().map(|r| r.slot.name).collect()
     }
 
     /// Stops the runners, waiting up to `grace` for threads to finish (a thread stuck in a
     /// library call is left behind; the process is exiting anyway).
     pub fn stop(self, grace: Duration) {
-        self.shutdown.trigger();
         self.watchdog_stop.store(true, Ordering::Relaxed);
-        let deadline = Instant::now() + grace;
-        for t in self.threads {
-            while !t.is_finished() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            if t.is_finished() {
-                let _ = t.join();
-            }
+        for r in &self.running {
+            r.stop.trigger();
+        }
+        let threads = self.running.into_iter().map(|r| r.thread);
+        join_all(threads.chain(std::iter::once(self.watchdog)), grace);
+    }
+}
+
+/// Joins the threads that finish within `grace` (in all, not each).
+fn join_all(threads: impl Iterator<Item = JoinHandle<()>>, grace: Duration) {
+    let deadline = Instant::now() + grace;
+    for t in threads {
+        while !t.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if t.is_finished() {
+            let _ = t.join();
         }
     }
 }
@@ -184,6 +253,10 @@ fn run(
         lock(&slot.state).poll_started = Some(started);
         let result = source.poll();
         let took = started.elapsed();
+        if shutdown.is_triggered() {
+            // Stopped (or replaced by a reload) during the poll: its result is no longer wanted.
+            break;
+        }
         {
             let mut st = lock(&slot.state);
             st.poll_started = None;
@@ -282,7 +355,6 @@ mod tests {
             vec![],
             EncodeOptions::default(),
         ));
-        let shutdown = Arc::new(Shutdown::default());
         let calls = Arc::new(AtomicU32::new(0));
         let runners = Runners::start(
             vec![(
@@ -296,7 +368,6 @@ mod tests {
                 },
             )],
             Arc::clone(&store),
-            Arc::clone(&shutdown),
         )
         .unwrap();
         let first = wait_for(&store, |s| s.health.polls == 1);
