@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Longer property-based fuzzing of every parser than the test command runs (256 cases each):
 # the config loader, the web config loader, the textfile parser, the scenario loader, the
-# dcgm-exporter field-list CSV parser, and the
-# Accept / Accept-Encoding handling. Usage: scripts/fuzz.sh [CASES]   (default 20000)
+# dcgm-exporter field-list CSV parser, and the Accept / Accept-Encoding handling. Usage: scripts/fuzz.sh [CASES]   (default 20000)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PROPTEST_CASES="${1:-20000}"
