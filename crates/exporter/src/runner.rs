@@ -389,4 +389,60 @@ mod tests {
         std::thread::sleep(Duration::from_millis(300));
         assert_eq!(calls.load(Ordering::SeqCst), n, "no polls after stop");
     }
+
+    struct Constant(f64);
+
+    impl Source for Constant {
+        fn name(&self) -> &'static str {
+            "scripted"
+        }
+        fn poll(&mut self) -> Result<Vec<Sample>, PollError> {
+            Ok(vec![Sample::new(Metric::GpuPower, ["0", "GPU-a"], self.0)])
+        }
+    }
+
+    #[test]
+    fn a_replaced_source_keeps_its_series_and_counters_and_the_old_one_stops() {
+        let store = Arc::new(SnapshotStore::new(
+            &["scripted"],
+            vec![],
+            EncodeOptions::default(),
+        ));
+        let timing = Timing {
+            interval: Duration::from_millis(20),
+            timeout: Duration::from_secs(1),
+        };
+        let mut runners =
+            Runners::start(vec![(Box::new(Constant(1.0)), timing)], Arc::clone(&store)).unwrap();
+        wait_for(&store, |s| s.health.polls >= 3);
+        runners.remove("scripted", Duration::from_secs(1));
+        assert!(runners.names().is_empty());
+        let kept = wait_for(&store, |s| s.source == "scripted");
+        assert_eq!(
+            kept.samples.len(),
+            1,
+            "the last snapshot stays until the new first poll"
+        );
+        let slow = Timing {
+            interval: Duration::from_secs(10),
+            ..timing
+        };
+        runners.add(Box::new(Constant(2.0)), slow).unwrap();
+        let new = wait_for(&store, |s| {
+            s.samples.first().is_some_and(|x| x.value == 2.0)
+        });
+        assert_eq!(
+            new.health.polls,
+            kept.health.polls + 1,
+            "counters carry over"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        let g = store.current();
+        assert_eq!(
+            g.snapshots()[0].samples[0].value,
+            2.0,
+            "the old runner never publishes again"
+        );
+        runners.stop(Duration::from_secs(1));
+    }
 }
