@@ -45,7 +45,7 @@ fn a_gpu_lost_mid_run_goes_down_alone_and_comes_back() {
     ))
     .unwrap();
     let mut scenario = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
-    write!(scenario, "{builtin}recover_at_s = 33\n").unwrap();
+    writeln!(scenario, "{builtin}recover_at_s = 33").unwrap();
     let path = scenario.path().to_str().unwrap().to_string();
     let mut d = start_nvml(
         &[("FAKE_NVML_SCENARIO", &path), ("FAKE_NVML_START", "28")],
