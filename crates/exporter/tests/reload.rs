@@ -149,3 +149,92 @@ fn sighup_applies_a_good_config_without_a_gap_and_keeps_the_old_on_a_bad_one() {
         "{logs}"
     );
 }
+
+/// The DCGM field list is re-read on SIGHUP: a new field appears without a gap in the others;
+/// a malformed list is refused, counted, and the previous fields keep being served.
+#[test]
+fn sighup_rereads_the_dcgm_field_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("fields.csv");
+    let toml = dir.path().join("exporter.toml");
+    let tensor = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, gauge, Tensor pipe active.\n";
+    std::fs::write(&csv, tensor).unwrap();
+    std::fs::write(&toml, format!("[dcgm]\nfield_list = {csv:?}\n")).unwrap();
+    let d = start_with_env(
+        &[
+            "--no-collector.nvml",
+            "--collector.dcgm",
+            "--dcgm.library",
+            fake_dcgm_library(),
+            "--collector.dcgm.interval",
+            "200ms",
+            "--config.file",
+            toml.to_str().unwrap(),
+        ],
+        &[("FAKE_DCGM_TIME", "60")],
+    );
+    let port = d.port;
+    let instant = "dgx_pixels_dcgm_dev_power_usage_instant";
+    let (body, _) = wait_until(port, Duration::from_secs(5), |b| {
+        series(b, "dgx_pixels_gpu_tensor_pipe_active_ratio").len() == 8
+    });
+    assert!(series(&body, instant).is_empty());
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let scraper = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut bad = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let body = text(port);
+                let n = series(&body, "dgx_pixels_gpu_tensor_pipe_active_ratio").len();
+                if n != 8 {
+                    bad.push(n);
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            bad
+        })
+    };
+    std::fs::write(
+        &csv,
+        format!("{tensor}DCGM_FI_DEV_POWER_USAGE_INSTANT, gauge, Instant power (in W).\n"),
+    )
+    .unwrap();
+    hup(&d);
+    // The exporter's own counters are published once a second.
+    let (body, _) = wait_until(port, Duration::from_secs(5), |b| {
+        series(b, instant).len() == 8
+            && value(
+                b,
+                "dgx_pixels_exporter_config_reloads_total",
+                &[("result", "success")],
+            ) == Some(1.0)
+    });
+    assert_eq!(series(&body, instant).len(), 8, "the new field is served");
+    assert_eq!(
+        value(
+            &body,
+            "dgx_pixels_exporter_config_reloads_total",
+            &[("result", "success")]
+        ),
+        Some(1.0)
+    );
+    std::fs::write(&csv, "DCGM_FI_DEV_GPU_TEMP, histogram, no\n").unwrap();
+    hup(&d);
+    let (body, _) = wait_until(port, Duration::from_secs(5), |b| {
+        value(
+            b,
+            "dgx_pixels_exporter_config_reloads_total",
+            &[("result", "failure")],
+        ) == Some(1.0)
+    });
+    assert_eq!(series(&body, instant).len(), 8, "the previous list stays");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(series(&text(port), instant).len(), 8);
+    stop.store(true, Ordering::Relaxed);
+    let bad = scraper.join().unwrap();
+    assert!(bad.is_empty(), "scrapes without the tensor series: {bad:?}");
+    let logs = stop_and_logs(d);
+    assert!(logs.contains("fields.csv:1"), "{logs}");
+}
