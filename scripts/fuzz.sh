@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Longer property-based fuzzing of every parser than the test command runs (256 cases each):
-# the config loader, the web config loader, the textfile parser, the scenario loader, and the
-# Accept / Accept-Encoding handling. Usage: scripts/fuzz.sh [CASES]   (default 20000)
+# the config loader, the web config loader, the textfile parser, the scenario loader, the
+# dcgm-exporter field-list CSV parser, and the Accept / Accept-Encoding handling. Usage: scripts/fuzz.sh [CASES]   (default 20000)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PROPTEST_CASES="${1:-20000}"
@@ -9,5 +9,6 @@ start=$(date +%s)
 cargo test --release -q -p dgx-pixels-web --test fuzz
 cargo test --release -q -p dgx-pixels-textfile --test fuzz
 cargo test --release -q -p dgx-pixels-sim --test fuzz
+cargo test --release -q -p dgx-pixels-dcgm --test fuzz
 cargo test --release -q -p dgx-pixels-exporter --bin dgx-pixels-exporter fuzz_tests
 echo "fuzz: $PROPTEST_CASES cases per property, $(( $(date +%s) - start )) s, no failure"

@@ -13,6 +13,8 @@ pub struct HttpSource {
     pub web: Arc<WebState>,
     /// Scrapes refused by `--web.max-requests`.
     pub rejected_scrapes: Arc<AtomicU64>,
+    /// Outcomes of config reloads (SIGHUP).
+    pub config_reloads: Arc<crate::reload::ReloadCounters>,
 }
 
 impl Source for HttpSource {
@@ -23,7 +25,7 @@ impl Source for HttpSource {
     fn poll(&mut self) -> Result<Vec<Sample>, PollError> {
         let c = &self.web.counters;
         let n = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
-        let mut out = Vec::with_capacity(9);
+        let mut out = Vec::with_capacity(12);
         for (reason, v) in [
             ("connection_limit", n(&c.rejected_connections)),
             ("scrape_limit", n(&self.rejected_scrapes)),
@@ -50,6 +52,7 @@ impl Source for HttpSource {
             [] as [&str; 0],
             if ok { 1.0 } else { 0.0 },
         ));
+        out.extend(self.config_reloads.samples());
         Ok(out)
     }
 }

@@ -12,6 +12,7 @@ mod logging;
 mod ownership;
 mod probe_cmd;
 mod probes;
+mod reload;
 mod runner;
 mod server;
 mod sim_source;
@@ -36,7 +37,7 @@ use tokio::sync::Semaphore;
 
 use crate::cli::{Commands, DocsCommand};
 use crate::config::Settings;
-use crate::runner::{Runners, Shutdown, Timing};
+use crate::runner::{Runners, Timing};
 
 /// Time allowed for in-flight scrapes after SIGTERM/SIGINT; the whole shutdown stays under 1 s.
 const SHUTDOWN_GRACE: Duration = Duration::from_millis(800);
@@ -67,10 +68,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Err(e) = logging::init(&settings.log) {
-        eprintln!("dgx-pixels-exporter: error: {e}");
-        return ExitCode::from(2);
-    }
+    let level = match logging::init(&settings.log) {
+        Ok(handle) => handle,
+        Err(e) => {
+            eprintln!("dgx-pixels-exporter: error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     // A bad web config file is a config error: nothing is served until it is right.
     let web = match WebState::load(
         settings.web.config_file.as_deref(),
@@ -94,7 +98,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(settings, web)) {
+    match runtime.block_on(run(cli, settings, web, level)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -321,14 +325,26 @@ fn build_info(mode: &str, scenario: &str) -> Sample {
     )
 }
 
-async fn run(settings: Settings, web: Arc<WebState>) -> Result<()> {
+async fn run(
+    cli: cli::Cli,
+    settings: Settings,
+    web: Arc<WebState>,
+    level: logging::LevelHandle,
+) -> Result<()> {
     let store_slot = probes::StoreSlot::default();
     let mut plan = plan(&settings, &store_slot)?;
+    let fingerprints = plan
+        .sources
+        .iter()
+        .map(|(s, t)| (s.name(), reload::fingerprint(&settings, s.name(), t)))
+        .collect();
     let rejected_scrapes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let config_reloads = Arc::new(reload::ReloadCounters::default());
     plan.sources.push((
         Box::new(http_source::HttpSource {
             web: Arc::clone(&web),
             rejected_scrapes: Arc::clone(&rejected_scrapes),
+            config_reloads: Arc::clone(&config_reloads),
         }),
         Timing {
             interval: Duration::from_secs(1),
@@ -363,14 +379,15 @@ async fn run(settings: Settings, web: Arc<WebState>) -> Result<()> {
     let state = Arc::new(server::AppState {
         store: Arc::clone(&store),
         telemetry_path: settings.web.telemetry_path.clone(),
-        scrape_slots: (settings.web.max_requests > 0)
-            .then(|| Semaphore::new(settings.web.max_requests)),
+        scrape_slots: arc_swap::ArcSwapOption::new(
+            (settings.web.max_requests > 0)
+                .then(|| Arc::new(Semaphore::new(settings.web.max_requests))),
+        ),
         mode_line,
         rejected_scrapes,
     });
-    let shutdown = Arc::new(Shutdown::default());
-    let runners = Runners::start(plan.sources, Arc::clone(&store), Arc::clone(&shutdown))
-        .context("cannot start source threads")?;
+    let runners =
+        Runners::start(plan.sources, Arc::clone(&store)).context("cannot start source threads")?;
     tracing::info!(
         address = %addr,
         telemetry_path = %settings.web.telemetry_path,
@@ -387,7 +404,19 @@ async fn run(settings: Settings, web: Arc<WebState>) -> Result<()> {
     // readiness is never delivered to the default (terminating) action.
     let signal = shutdown_signal();
     let watcher = web.watch(WEB_CONFIG_CHECK);
-    let reloads = reload_on_sighup(Arc::clone(&web));
+    let live = Arc::new(std::sync::Mutex::new(reload::Live {
+        cli,
+        settings: settings.clone(),
+        runners: Some(runners),
+        fingerprints,
+        fixed: vec!["exporter"],
+        store: Arc::clone(&store),
+        store_slot,
+        app: Arc::clone(&state),
+        level: Some(level),
+        counters: config_reloads,
+    }));
+    let reloads = reload_on_sighup(Arc::clone(&web), Arc::clone(&live));
     let app = server::router(state).layer(axum::middleware::from_fn_with_state(
         Arc::clone(&web),
         dgx_pixels_web::guard,
@@ -406,15 +435,23 @@ async fn run(settings: Settings, web: Arc<WebState>) -> Result<()> {
         w.abort();
     }
     reloads.abort();
-    runners.stop(Duration::from_millis(100));
+    // A reload in progress keeps its runners: the process exits without waiting for them.
+    let runners = live.try_lock().ok().and_then(|mut l| l.runners.take());
+    if let Some(runners) = runners {
+        runners.stop(Duration::from_millis(100));
+    }
     Ok(())
 }
 
 /// How often the web config file (and the certificate files it names) are checked for changes.
 const WEB_CONFIG_CHECK: Duration = Duration::from_secs(5);
 
-/// Reloads the web config on every SIGHUP (a bad file is logged and counted; the old one stays).
-fn reload_on_sighup(web: Arc<WebState>) -> tokio::task::JoinHandle<()> {
+/// Reloads the web config, then the config file and field lists, on every SIGHUP (a bad file is
+/// logged and counted; the old one stays).
+fn reload_on_sighup(
+    web: Arc<WebState>,
+    live: Arc<std::sync::Mutex<reload::Live>>,
+) -> tokio::task::JoinHandle<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let handler = signal(SignalKind::hangup());
     tokio::spawn(async move {
@@ -423,9 +460,16 @@ fn reload_on_sighup(web: Arc<WebState>) -> tokio::task::JoinHandle<()> {
             return;
         };
         while hup.recv().await.is_some() {
-            tracing::info!("SIGHUP: reloading the web config");
+            tracing::info!("SIGHUP: reloading the web config, the config file and field lists");
             let web = Arc::clone(&web);
-            let _ = tokio::task::spawn_blocking(move || web.reload()).await;
+            let live = Arc::clone(&live);
+            let _ = tokio::task::spawn_blocking(move || {
+                let _ = web.reload(); // logged and counted by the web crate
+                if let Ok(mut live) = live.lock() {
+                    live.reload();
+                }
+            })
+            .await;
         }
     })
 }

@@ -71,11 +71,22 @@ pub struct Timing {
     pub timeout: Duration,
 }
 
+/// One running source: its thread and its own stop signal, so it can be replaced alone.
+#[derive(Debug)]
+struct Running {
+    slot: Arc<Slot>,
+    stop: Arc<Shutdown>,
+    thread: JoinHandle<()>,
+}
+
 /// All running sources.
 #[derive(Debug)]
 pub struct Runners {
-    threads: Vec<JoinHandle<()>>,
-    shutdown: Arc<Shutdown>,
+    store: Arc<SnapshotStore>,
+    running: Vec<Running>,
+    /// What the watchdog checks; shared with its thread.
+    slots: Arc<Mutex<Vec<Arc<Slot>>>>,
+    watchdog: JoinHandle<()>,
     watchdog_stop: Arc<AtomicBool>,
 }
 
@@ -84,61 +95,119 @@ impl Runners {
     pub fn start(
         sources: Vec<(Box<dyn Source>, Timing)>,
         store: Arc<SnapshotStore>,
-        shutdown: Arc<Shutdown>,
     ) -> std::io::Result<Runners> {
-        let mut slots = Vec::new();
-        let mut threads = Vec::new();
-        for (source, timing) in sources {
-            let slot = Arc::new(Slot {
-                name: source.name(),
-                timeout: timing.timeout,
-                state: Mutex::new(State::default()),
-            });
-            slots.push(Arc::clone(&slot));
-            let store = Arc::clone(&store);
-            let shutdown = Arc::clone(&shutdown);
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("source-{}", slot.name))
-                    .spawn(move || run(source, timing.interval, &slot, &store, &shutdown))?,
-            );
-        }
+        let slots: Arc<Mutex<Vec<Arc<Slot>>>> = Arc::default();
         let watchdog_stop = Arc::new(AtomicBool::new(false));
-        {
+        let watchdog = {
             let stop = Arc::clone(&watchdog_stop);
-            threads.push(
-                std::thread::Builder::new()
-                    .name("source-watchdog".into())
-                    .spawn(move || {
-                        while !stop.load(Ordering::Relaxed) {
-                            std::thread::sleep(WATCHDOG_TICK);
-                            for slot in &slots {
-                                check_deadline(slot, &store);
-                            }
+            let slots = Arc::clone(&slots);
+            let store = Arc::clone(&store);
+            std::thread::Builder::new()
+                .name("source-watchdog".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(WATCHDOG_TICK);
+                        let current: Vec<Arc<Slot>> = lock(&slots).clone();
+                        for slot in &current {
+                            check_deadline(slot, &store);
                         }
-                    })?,
-            );
-        }
-        Ok(Runners {
-            threads,
-            shutdown,
+                    }
+                })?
+        };
+        let mut runners = Runners {
+            store,
+            running: Vec::new(),
+            slots,
+            watchdog,
             watchdog_stop,
-        })
+        };
+        for (source, timing) in sources {
+            runners.add(source, timing)?;
+        }
+        Ok(runners)
+    }
+
+    /// Starts one more source. Its name must not be running already (see [`Runners::remove`]).
+    pub fn add(&mut self, source: Box<dyn Source>, timing: Timing) -> std::io::Result<()> {
+        // A replacement (config reload) carries on its predecessor's counters, so they never
+        // go backwards.
+        let health = self
+            .store
+            .current()
+            .snapshots()
+            .iter()
+            .find(|s| s.source == source.name())
+            .map(|s| s.health.clone())
+            .unwrap_or_default();
+        let slot = Arc::new(Slot {
+            name: source.name(),
+            timeout: timing.timeout,
+            state: Mutex::new(State {
+                health,
+                ..State::default()
+            }),
+        });
+        let stop = Arc::new(Shutdown::default());
+        let thread = {
+            let (slot, store, stop) = (
+                Arc::clone(&slot),
+                Arc::clone(&self.store),
+                Arc::clone(&stop),
+            );
+            std::thread::Builder::new()
+                .name(format!("source-{}", slot.name))
+                .spawn(move || run(source, timing.interval, &slot, &store, &stop))?
+        };
+        lock(&self.slots).push(Arc::clone(&slot));
+        self.running.push(Running { slot, stop, thread });
+        Ok(())
+    }
+
+    /// Stops the source `name` and waits up to `grace` for its thread. Its last snapshot stays
+    /// in the store (a replacement's first poll overwrites it); a thread stuck in a library call
+    /// is left behind and never publishes again.
+    pub fn remove(&mut self, name: &str, grace: Duration) {
+        lock(&self.slots).retain(|s| s.name != name);
+        for r in self.running.iter().filter(|r| r.slot.name == name) {
+            // The watchdog may hold a copy of the slot list: leave it nothing to mark down.
+            lock(&r.slot.state).poll_started = None;
+        }
+        let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.running)
+            .into_iter()
+            .partition(|r| r.slot.name == name);
+        self.running = kept;
+        for r in &gone {
+            r.stop.trigger();
+        }
+        join_all(gone.into_iter().map(|r| r.thread), grace);
+    }
+
+    /// Names of the running sources.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.running.iter().map(|r| r.slot.name).collect()
     }
 
     /// Stops the runners, waiting up to `grace` for threads to finish (a thread stuck in a
     /// library call is left behind; the process is exiting anyway).
     pub fn stop(self, grace: Duration) {
-        self.shutdown.trigger();
         self.watchdog_stop.store(true, Ordering::Relaxed);
-        let deadline = Instant::now() + grace;
-        for t in self.threads {
-            while !t.is_finished() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            if t.is_finished() {
-                let _ = t.join();
-            }
+        for r in &self.running {
+            r.stop.trigger();
+        }
+        let threads = self.running.into_iter().map(|r| r.thread);
+        join_all(threads.chain(std::iter::once(self.watchdog)), grace);
+    }
+}
+
+/// Joins the threads that finish within `grace` (in all, not each).
+fn join_all(threads: impl Iterator<Item = JoinHandle<()>>, grace: Duration) {
+    let deadline = Instant::now() + grace;
+    for t in threads {
+        while !t.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if t.is_finished() {
+            let _ = t.join();
         }
     }
 }
@@ -184,6 +253,10 @@ fn run(
         lock(&slot.state).poll_started = Some(started);
         let result = source.poll();
         let took = started.elapsed();
+        if shutdown.is_triggered() {
+            // Stopped (or replaced by a reload) during the poll: its result is no longer wanted.
+            break;
+        }
         {
             let mut st = lock(&slot.state);
             st.poll_started = None;
@@ -280,7 +353,6 @@ mod tests {
             vec![],
             EncodeOptions::default(),
         ));
-        let shutdown = Arc::new(Shutdown::default());
         let calls = Arc::new(AtomicU32::new(0));
         let runners = Runners::start(
             vec![(
@@ -294,7 +366,6 @@ mod tests {
                 },
             )],
             Arc::clone(&store),
-            Arc::clone(&shutdown),
         )
         .unwrap();
         let first = wait_for(&store, |s| s.health.polls == 1);
@@ -315,5 +386,61 @@ mod tests {
         let n = calls.load(Ordering::SeqCst);
         std::thread::sleep(Duration::from_millis(300));
         assert_eq!(calls.load(Ordering::SeqCst), n, "no polls after stop");
+    }
+
+    struct Constant(f64);
+
+    impl Source for Constant {
+        fn name(&self) -> &'static str {
+            "scripted"
+        }
+        fn poll(&mut self) -> Result<Vec<Sample>, PollError> {
+            Ok(vec![Sample::new(Metric::GpuPower, ["0", "GPU-a"], self.0)])
+        }
+    }
+
+    #[test]
+    fn a_replaced_source_keeps_its_series_and_counters_and_the_old_one_stops() {
+        let store = Arc::new(SnapshotStore::new(
+            &["scripted"],
+            vec![],
+            EncodeOptions::default(),
+        ));
+        let timing = Timing {
+            interval: Duration::from_millis(20),
+            timeout: Duration::from_secs(1),
+        };
+        let mut runners =
+            Runners::start(vec![(Box::new(Constant(1.0)), timing)], Arc::clone(&store)).unwrap();
+        wait_for(&store, |s| s.health.polls >= 3);
+        runners.remove("scripted", Duration::from_secs(1));
+        assert!(runners.names().is_empty());
+        let kept = wait_for(&store, |s| s.source == "scripted");
+        assert_eq!(
+            kept.samples.len(),
+            1,
+            "the last snapshot stays until the new first poll"
+        );
+        let slow = Timing {
+            interval: Duration::from_secs(10),
+            ..timing
+        };
+        runners.add(Box::new(Constant(2.0)), slow).unwrap();
+        let new = wait_for(&store, |s| {
+            s.samples.first().is_some_and(|x| x.value == 2.0)
+        });
+        assert_eq!(
+            new.health.polls,
+            kept.health.polls + 1,
+            "counters carry over"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        let g = store.current();
+        assert_eq!(
+            g.snapshots()[0].samples[0].value,
+            2.0,
+            "the old runner never publishes again"
+        );
+        runners.stop(Duration::from_secs(1));
     }
 }

@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use arc_swap::ArcSwapOption;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -20,8 +21,9 @@ pub struct AppState {
     pub store: Arc<SnapshotStore>,
     /// The metrics path, for the landing page.
     pub telemetry_path: String,
-    /// Caps concurrent scrapes; `None` = unlimited.
-    pub scrape_slots: Option<Semaphore>,
+    /// Caps concurrent scrapes; `None` = unlimited. Swapped by a config reload (scrapes in
+    /// flight keep the permit of the semaphore they started with).
+    pub scrape_slots: ArcSwapOption<Semaphore>,
     /// "simulated" or "hardware", for the landing page.
     pub mode_line: String,
     /// Scrapes refused because `scrape_slots` were all taken.
@@ -78,8 +80,8 @@ pub fn accepts_gzip(accept_encoding: Option<&str>) -> bool {
 }
 
 async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    let _permit = match &state.scrape_slots {
-        Some(sem) => match sem.try_acquire() {
+    let _permit = match state.scrape_slots.load_full() {
+        Some(sem) => match sem.try_acquire_owned() {
             Ok(p) => Some(p),
             Err(_) => {
                 state.rejected_scrapes.fetch_add(1, Ordering::Relaxed);
@@ -199,7 +201,7 @@ mod tests {
                 EncodeOptions::default(),
             )),
             telemetry_path: "/metrics".into(),
-            scrape_slots: max.map(Semaphore::new),
+            scrape_slots: ArcSwapOption::new(max.map(|n| Arc::new(Semaphore::new(n)))),
             mode_line: String::new(),
             rejected_scrapes: Arc::default(),
         })
@@ -237,7 +239,12 @@ mod tests {
     #[tokio::test]
     async fn scrapes_beyond_the_limit_get_503() {
         let s = state(Some(1));
-        let held = s.scrape_slots.as_ref().unwrap().try_acquire().unwrap();
+        let held = s
+            .scrape_slots
+            .load_full()
+            .unwrap()
+            .try_acquire_owned()
+            .unwrap();
         let r = metrics(State(Arc::clone(&s)), HeaderMap::new()).await;
         assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
         drop(held);

@@ -310,6 +310,10 @@ define_catalog! {
         "Reloads of the web config file (on change or SIGHUP), by result (success, failure; after a failure the previous config stays in force).";
     ExporterWebConfigLastReloadSuccessful => Gauge None "dgx_pixels_exporter_web_config_last_reload_successful" [] ["exporter"]
         "1 when the last load of the web config file succeeded, else 0.";
+    ExporterConfigReloads => Counter None "dgx_pixels_exporter_config_reloads_total" ["result"] ["exporter"]
+        "Reloads of the config file and field lists on SIGHUP, by result (success, failure; after a failure the previous config stays in force).";
+    ExporterConfigLastReloadSuccessful => Gauge None "dgx_pixels_exporter_config_last_reload_successful" [] ["exporter"]
+        "1 when the last SIGHUP reload of the config file and field lists succeeded (or none was asked for), else 0.";
     TextfileScrapeError => Gauge None "dgx_pixels_textfile_scrape_error" ["file"] ["textfile"]
         "1 when the *.prom file was skipped (unreadable, too big, invalid, or colliding with another file or an exporter metric), 0 when its metrics are served.";
     TextfileMtime => Gauge Seconds "dgx_pixels_textfile_mtime_seconds" ["file"] ["textfile"]

@@ -187,6 +187,45 @@ impl SnapshotStore {
         });
     }
 
+    /// Changes the set of sources, the static samples and the encoding options (a config
+    /// reload). Sources that stay keep their latest snapshot and external families, so their
+    /// series are served without a gap; new ones start pending; dropped ones disappear.
+    pub fn reconfigure(&self, sources: &[&str], statics: Vec<Sample>, options: EncodeOptions) {
+        let statics = Arc::new(statics);
+        let options = Arc::new(options);
+        self.current.rcu(|cur| {
+            let mut snapshots: Vec<Arc<Snapshot>> = sources
+                .iter()
+                .map(|name| {
+                    cur.input
+                        .snapshots
+                        .iter()
+                        .find(|s| s.source == *name)
+                        .cloned()
+                        .unwrap_or_else(|| Arc::new(Snapshot::pending(*name)))
+                })
+                .collect();
+            snapshots.sort_by(|a, b| a.source.cmp(&b.source));
+            snapshots.dedup_by(|a, b| a.source == b.source);
+            let external: Vec<_> = cur
+                .external
+                .iter()
+                .filter(|(s, _)| sources.contains(&s.as_str()))
+                .cloned()
+                .collect();
+            Generation {
+                number: cur.number + 1,
+                input: ExpositionInput {
+                    statics: Arc::clone(&statics),
+                    snapshots,
+                    options: Arc::clone(&options),
+                },
+                external: Arc::new(external),
+                cache: Default::default(),
+            }
+        });
+    }
+
     /// The current generation.
     pub fn current(&self) -> Arc<Generation> {
         self.current.load_full()
@@ -267,6 +306,27 @@ mod tests {
             .read_to_string(&mut plain)
             .unwrap();
         assert_eq!(plain.as_bytes(), &g.exposition(Format::Text, false)[..]);
+    }
+
+    #[test]
+    fn reconfigure_keeps_the_snapshots_of_sources_that_stay() {
+        let store = SnapshotStore::new(&["sim", "gone"], vec![], EncodeOptions::default());
+        store.publish(up("sim", 5.0));
+        store.publish(up("gone", 7.0));
+        let options = EncodeOptions {
+            const_labels: vec![("node".into(), "n1".into())],
+        };
+        store.reconfigure(&["sim", "new"], vec![], options);
+        let g = store.current();
+        let names: Vec<_> = g.snapshots().iter().map(|s| s.source.as_str()).collect();
+        assert_eq!(names, ["new", "sim"]);
+        assert_eq!(store.pending_sources(), ["new"]);
+        let text = String::from_utf8(g.exposition(Format::Text, false).to_vec()).unwrap();
+        assert!(
+            text.contains("dgx_pixels_gpu_power_watts{node=\"n1\",gpu=\"0\",uuid=\"GPU-a\"} 5\n"),
+            "{text}"
+        );
+        assert!(!text.contains("} 7\n"), "a dropped source's series go");
     }
 
     #[test]

@@ -126,6 +126,9 @@ struct Cached {
 /// systems keep mtime in coarse ticks, and a writer may rewrite a file in place within one.
 const SETTLE: Duration = Duration::from_secs(2);
 
+/// Why a half-written file is skipped.
+const BEING_WRITTEN: &str = "incomplete (changed while read, empty just after a write, or no line end after the last line): being written in place? write a temporary file and rename it into place";
+
 /// The result of reading one file.
 #[derive(Debug, Clone)]
 struct FileOutcome {
@@ -207,6 +210,23 @@ impl TextfileSource {
         }
         if bytes.len() as u64 > max {
             return FileOutcome::error(format!("grew over the {max} byte limit while being read"));
+        }
+        // A file written in place (not renamed into place) can be read half written. The
+        // common ways to see that: it changed while we read it, its last line has no line end
+        // (the text format requires one), or it was just truncated and is still empty.
+        let after = file.metadata().ok();
+        if after.as_ref().map(|m| (m.len(), m.modified().ok()))
+            != Some((meta.len(), meta.modified().ok()))
+        {
+            return FileOutcome::error(BEING_WRITTEN.into());
+        }
+        let just_modified = meta
+            .modified()
+            .ok()
+            .and_then(|m| SystemTime::now().duration_since(m).ok())
+            .is_none_or(|age| age < SETTLE);
+        if (bytes.is_empty() && just_modified) || bytes.last().is_some_and(|b| *b != b'\n') {
+            return FileOutcome::error(BEING_WRITTEN.into());
         }
         let Ok(text) = String::from_utf8(bytes) else {
             return FileOutcome::error("not valid UTF-8".into());

@@ -1,0 +1,261 @@
+//! Reload of the config file and field lists on SIGHUP.
+//!
+//! The new settings are resolved (flags, environment, file) and every source is built before
+//! anything changes, so a bad file, field list or scenario changes nothing: it is logged and
+//! counted, and the previous config stays in force. A good one applies live: log level, node
+//! label, cost gauges, `web.max_requests`, and each source whose own settings changed is
+//! restarted alone. The store keeps a restarted source's last snapshot until the new one's
+//! first poll, so no series disappears and no scrape fails. Settings bound at startup (listen
+//! address, telemetry path, connection cap, web config file path, log format) need a restart;
+//! a reload that changes them says so and applies the rest.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, Result};
+use dgx_pixels_metrics::{EncodeOptions, Metric, Sample, SnapshotStore};
+use tokio::sync::Semaphore;
+
+use crate::cli::Cli;
+use crate::config::{self, Settings};
+use crate::logging::LevelHandle;
+use crate::runner::{Runners, Timing};
+use crate::server::AppState;
+
+/// How long a reload waits for a replaced source's thread (one stuck in a library call is left
+/// behind; it never publishes again).
+const STOP_GRACE: Duration = Duration::from_secs(1);
+
+/// Reload outcomes, for `dgx_pixels_exporter_config_reloads_total`.
+#[derive(Debug)]
+pub struct ReloadCounters {
+    ok: AtomicU64,
+    failed: AtomicU64,
+    last_ok: AtomicBool,
+}
+
+impl Default for ReloadCounters {
+    fn default() -> Self {
+        ReloadCounters {
+            ok: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            last_ok: AtomicBool::new(true),
+        }
+    }
+}
+
+impl ReloadCounters {
+    /// The counter and gauge samples.
+    pub fn samples(&self) -> [Sample; 3] {
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
+        [
+            Sample::new(Metric::ExporterConfigReloads, ["success"], n(&self.ok)),
+            Sample::new(Metric::ExporterConfigReloads, ["failure"], n(&self.failed)),
+            Sample::new(
+                Metric::ExporterConfigLastReloadSuccessful,
+                [] as [&str; 0],
+                if self.last_ok.load(Ordering::Relaxed) {
+                    1.0
+                } else {
+                    0.0
+                },
+            ),
+        ]
+    }
+}
+
+/// What a reload may change.
+pub struct Live {
+    /// The command line, re-resolved against the file and environment on every reload.
+    pub cli: Cli,
+    /// The settings in force.
+    pub settings: Settings,
+    /// Running sources (taken at shutdown).
+    pub runners: Option<Runners>,
+    /// Fingerprint of the settings each running planned source was built from.
+    pub fingerprints: HashMap<&'static str, String>,
+    /// Sources that are not planned from the settings and always run (the `exporter` source).
+    pub fixed: Vec<&'static str>,
+    pub store: Arc<SnapshotStore>,
+    pub store_slot: crate::probes::StoreSlot,
+    pub app: Arc<AppState>,
+    pub level: Option<LevelHandle>,
+    pub counters: Arc<ReloadCounters>,
+}
+
+impl Live {
+    /// Reloads; on error the old config stays, and the error is logged and counted.
+    pub fn reload(&mut self) {
+        match self.try_reload() {
+            Ok(restarted) => {
+                self.counters.ok.fetch_add(1, Ordering::Relaxed);
+                self.counters.last_ok.store(true, Ordering::Relaxed);
+                tracing::info!(
+                    restarted_sources = %restarted.join(","),
+                    "config reloaded"
+                );
+            }
+            Err(e) => {
+                self.counters.failed.fetch_add(1, Ordering::Relaxed);
+                self.counters.last_ok.store(false, Ordering::Relaxed);
+                tracing::error!("config reload failed; the previous config stays in force: {e:#}");
+            }
+        }
+    }
+
+    fn try_reload(&mut self) -> Result<Vec<&'static str>> {
+        // Everything that can fail comes first, before anything changes.
+        let new = config::resolve(&self.cli, std::env::vars()).map_err(|e| anyhow!("{e}"))?;
+        crate::logging::parse(&new.log.level).map_err(|e| anyhow!(e))?;
+        new.listen_addr().map_err(|e| anyhow!("{e}"))?;
+        let plan = crate::plan(&new, &self.store_slot)?;
+        let runners = self
+            .runners
+            .as_mut()
+            .ok_or_else(|| anyhow!("the exporter is shutting down"))?;
+
+        for what in needs_restart(&self.settings, &new) {
+            tracing::warn!("{what} changed: it takes effect at the next restart; the rest of the config is applied now");
+        }
+        if let Some(level) = &self.level {
+            if let Err(e) = level.set(&new.log.level) {
+                tracing::warn!("{e}");
+            }
+        }
+        if new.web.max_requests != self.settings.web.max_requests {
+            self.app.scrape_slots.store(
+                (new.web.max_requests > 0).then(|| Arc::new(Semaphore::new(new.web.max_requests))),
+            );
+        }
+
+        let wanted: HashMap<&'static str, String> = plan
+            .sources
+            .iter()
+            .map(|(s, t)| (s.name(), fingerprint(&new, s.name(), t)))
+            .collect();
+        let mut restarted = Vec::new();
+        for name in runners.names() {
+            if self.fixed.contains(&name) {
+                continue;
+            }
+            if wanted.get(name) != self.fingerprints.get(name) {
+                runners.remove(name, STOP_GRACE);
+            }
+        }
+        let mut names: Vec<&str> = plan.sources.iter().map(|(s, _)| s.name()).collect();
+        names.extend(self.fixed.iter().copied());
+        let mut statics = vec![crate::build_info(plan.mode, &plan.scenario)];
+        statics.extend(crate::cost_samples(&new));
+        self.store.reconfigure(
+            &names,
+            statics,
+            EncodeOptions {
+                const_labels: crate::node_label(&new),
+            },
+        );
+        let running = runners.names();
+        for (source, timing) in plan.sources {
+            let name = source.name();
+            if running.contains(&name) {
+                continue; // unchanged: the new instance is dropped unused
+            }
+            runners.add(source, timing)?;
+            restarted.push(name);
+        }
+        self.fingerprints = wanted;
+        self.settings = new;
+        Ok(restarted)
+    }
+}
+
+/// The settings a source named `name` is built from: it is restarted when they change.
+pub fn fingerprint(s: &Settings, name: &str, timing: &Timing) -> String {
+    let dcgm_fields = || {
+        if s.collector_enabled("dcgm") {
+            format!("{:?}", crate::ownership::dcgm_fields(s).ok().map(|f| f.0))
+        } else {
+            String::new()
+        }
+    };
+    let t = format!("{timing:?}");
+    match name {
+        "nvml" => format!("{t}{:?}{:?}{}", s.nvml, s.path, dcgm_fields()),
+        "dcgm" => format!("{t}{:?}{}", s.dcgm, dcgm_fields()),
+        "textfile" => format!(
+            "{t}{:?}{:?}{:?}",
+            s.textfile, s.node_name, s.simulation.scenario
+        ),
+        "sim" => format!("{t}{:?}", s.simulation),
+        "probes" => format!("{t}{:?}", s.probes),
+        // Unknown to this list: any change restarts it.
+        _ => format!("{t}{s:?}"),
+    }
+}
+
+/// Settings in force until a restart that differ between `old` and `new`.
+fn needs_restart(old: &Settings, new: &Settings) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    let (a, b) = (&old.web, &new.web);
+    if a.listen_address != b.listen_address {
+        out.push("web.listen_address");
+    }
+    if a.telemetry_path != b.telemetry_path {
+        out.push("web.telemetry_path");
+    }
+    if a.max_connections != b.max_connections {
+        out.push("web.max_connections");
+    }
+    if a.config_file != b.config_file {
+        out.push("web.config_file");
+    }
+    if a.probes_need_auth != b.probes_need_auth {
+        out.push("web.probes_need_auth");
+    }
+    if old.log.format != new.log.format {
+        out.push("log.format");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_bound_at_startup_are_named() {
+        let old = Settings::default();
+        let mut new = old.clone();
+        assert!(needs_restart(&old, &new).is_empty());
+        new.web.listen_address = ":9999".into();
+        new.web.max_requests = 3;
+        assert_eq!(needs_restart(&old, &new), ["web.listen_address"]);
+    }
+
+    #[test]
+    fn a_source_is_restarted_only_when_its_own_settings_change() {
+        let t = Timing {
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_secs(2),
+        };
+        let old = Settings::default();
+        let mut new = old.clone();
+        new.node_name = Some("n1".into());
+        new.log.level = "debug".into();
+        assert_eq!(fingerprint(&old, "nvml", &t), fingerprint(&new, "nvml", &t));
+        assert_ne!(
+            fingerprint(&old, "textfile", &t),
+            fingerprint(&new, "textfile", &t),
+            "textfile reserves the node label"
+        );
+        let faster = Timing {
+            interval: Duration::from_millis(100),
+            ..t
+        };
+        assert_ne!(
+            fingerprint(&old, "nvml", &t),
+            fingerprint(&old, "nvml", &faster)
+        );
+    }
+}
