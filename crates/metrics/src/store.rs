@@ -213,12 +213,21 @@ impl SnapshotStore {
                 .filter(|(s, _)| sources.contains(&s.as_str()))
                 .cloned()
                 .collect();
+            // Attribution sets of sources that are gone go with them.
+            let attributions: Vec<_> = cur
+                .input
+                .attributions
+                .iter()
+                .filter(|(s, _)| sources.contains(&s.as_str()))
+                .cloned()
+                .collect();
             Generation {
                 number: cur.number + 1,
                 input: ExpositionInput {
                     statics: Arc::clone(&statics),
                     snapshots,
                     options: Arc::clone(&options),
+                    attributions: Arc::new(attributions),
                 },
                 external: Arc::new(external),
                 cache: Default::default(),
