@@ -48,54 +48,19 @@ use dcgm_sys::{
     dcgmProfGetMetricGroups_t, dcgmReturn_t, DcgmLib, DCGM_FE_GPU, OK,
 };
 use dgx_pixels_metrics::{
-    ExternalFamilies, ExternalFamily, ExternalKind, ExternalSample, Kind, PollError, Sample, Source,
+    Backoff, ExternalFamilies, ExternalFamily, ExternalKind, ExternalSample, Kind, PollError,
+    Sample, Source,
 };
 use tracing::{info, warn};
 
 pub use fields::{FieldChoice, Target};
 
-/// Retry delays after a failure: first, and the cap.
-const BACKOFF_FIRST: Duration = Duration::from_secs(1);
-const BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// DCGM's minimum update interval for profiling fields.
 pub const PROFILING_MIN_INTERVAL: Duration = Duration::from_millis(100);
 /// Most GPUs asked for at once (more than any node has; DCGM itself handles 32).
 const MAX_GPUS: usize = 256;
 /// DCGM's limit of fields per field group.
 const FIELDS_PER_GROUP: usize = 128;
-
-/// Exponential backoff between attempts.
-#[derive(Debug, Clone)]
-struct Backoff {
-    next_attempt: Option<Instant>,
-    delay: Duration,
-}
-
-impl Backoff {
-    fn new() -> Backoff {
-        Backoff {
-            next_attempt: None,
-            delay: BACKOFF_FIRST,
-        }
-    }
-
-    fn ready(&self, now: Instant) -> bool {
-        self.next_attempt.is_none_or(|t| now >= t)
-    }
-
-    fn failed(&mut self, now: Instant) -> Duration {
-        let wait = self.delay;
-        self.next_attempt = Some(now + wait);
-        self.delay = (self.delay * 2).min(BACKOFF_MAX);
-        wait
-    }
-
-    fn remaining(&self, now: Instant) -> Duration {
-        self.next_attempt
-            .map(|t| t.saturating_duration_since(now))
-            .unwrap_or_default()
-    }
-}
 
 /// Settings of the DCGM source.
 #[derive(Debug, Clone)]
@@ -746,20 +711,6 @@ impl Source for DcgmSource {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-
-    #[test]
-    fn backoff_doubles_up_to_the_cap() {
-        let mut b = Backoff::new();
-        let t0 = Instant::now();
-        assert!(b.ready(t0));
-        assert_eq!(b.failed(t0), Duration::from_secs(1));
-        assert!(!b.ready(t0 + Duration::from_millis(500)));
-        assert_eq!(b.failed(t0), Duration::from_secs(2));
-        for _ in 0..20 {
-            b.failed(t0);
-        }
-        assert_eq!(b.failed(t0), BACKOFF_MAX);
-    }
 
     #[test]
     fn a_missing_library_fails_fast_names_it_and_backs_off() {

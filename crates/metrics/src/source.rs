@@ -1,6 +1,7 @@
 //! The interface every source implements; the exporter's runner calls it on a dedicated thread.
 
 use std::fmt;
+use std::time::{Duration, Instant};
 
 use crate::attribution::AttributionSet;
 use crate::external::ExternalFamilies;
@@ -57,5 +58,82 @@ pub trait Source: Send {
     /// source is up.
     fn take_attribution(&mut self) -> Option<AttributionSet> {
         None
+    }
+}
+
+/// Exponential backoff between attempts to reach a library or service that is not there: 1 s,
+/// doubling to 5 min, so a node without it neither spins nor floods the log. Shared by the
+/// sources that load GPU libraries.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    next_attempt: Option<Instant>,
+    delay: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Backoff {
+        Backoff::new()
+    }
+}
+
+impl Backoff {
+    /// The first delay.
+    pub const FIRST: Duration = Duration::from_secs(1);
+    /// The longest delay.
+    pub const MAX: Duration = Duration::from_secs(300);
+
+    /// Ready at once; the first failure waits [`Backoff::FIRST`].
+    pub fn new() -> Backoff {
+        Backoff {
+            next_attempt: None,
+            delay: Backoff::FIRST,
+        }
+    }
+
+    /// Whether an attempt may be made at `now`.
+    pub fn ready(&self, now: Instant) -> bool {
+        self.next_attempt.is_none_or(|t| now >= t)
+    }
+
+    /// Records a failure at `now` and returns how long until the next attempt.
+    pub fn failed(&mut self, now: Instant) -> Duration {
+        let wait = self.delay;
+        self.next_attempt = Some(now + wait);
+        self.delay = (self.delay * 2).min(Backoff::MAX);
+        wait
+    }
+
+    /// Time left before the next attempt.
+    pub fn remaining(&self, now: Instant) -> Duration {
+        self.next_attempt
+            .map(|t| t.saturating_duration_since(now))
+            .unwrap_or_default()
+    }
+
+    /// The wait the next failure will get.
+    pub fn next_delay(&self) -> Duration {
+        self.delay
+    }
+}
+
+#[cfg(test)]
+mod backoff_tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        let mut b = Backoff::new();
+        let t0 = Instant::now();
+        assert!(b.ready(t0));
+        assert_eq!(b.failed(t0), Duration::from_secs(1));
+        assert!(!b.ready(t0 + Duration::from_millis(500)));
+        assert!(b.ready(t0 + Duration::from_secs(1)));
+        assert_eq!(b.remaining(t0), Duration::from_secs(1));
+        assert_eq!(b.failed(t0), Duration::from_secs(2));
+        assert_eq!(b.failed(t0), Duration::from_secs(4));
+        for _ in 0..20 {
+            b.failed(t0);
+        }
+        assert_eq!(b.failed(t0), Backoff::MAX);
     }
 }

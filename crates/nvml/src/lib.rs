@@ -48,7 +48,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use dgx_pixels_metrics::gpu::{push_gpu_samples, GpuIdentity, GpuReadout};
-use dgx_pixels_metrics::{PollError, Sample, Source};
+use dgx_pixels_metrics::{Backoff, PollError, Sample, Source};
 use nvml_wrapper::Nvml;
 use tracing::{info, warn};
 
@@ -58,44 +58,6 @@ use xid::XidWatcher;
 
 /// The library NVML is loaded from unless a path is configured.
 pub const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";
-
-/// Retry delays after a failed load: first, and the cap.
-const BACKOFF_FIRST: Duration = Duration::from_secs(1);
-const BACKOFF_MAX: Duration = Duration::from_secs(300);
-
-/// Exponential backoff between attempts to load NVML.
-#[derive(Debug, Clone)]
-struct Backoff {
-    next_attempt: Option<Instant>,
-    delay: Duration,
-}
-
-impl Backoff {
-    fn new() -> Backoff {
-        Backoff {
-            next_attempt: None,
-            delay: BACKOFF_FIRST,
-        }
-    }
-
-    fn ready(&self, now: Instant) -> bool {
-        self.next_attempt.is_none_or(|t| now >= t)
-    }
-
-    /// Records a failure at `now` and returns how long until the next attempt.
-    fn failed(&mut self, now: Instant) -> Duration {
-        let wait = self.delay;
-        self.next_attempt = Some(now + wait);
-        self.delay = (self.delay * 2).min(BACKOFF_MAX);
-        wait
-    }
-
-    fn remaining(&self, now: Instant) -> Duration {
-        self.next_attempt
-            .map(|t| t.saturating_duration_since(now))
-            .unwrap_or_default()
-    }
-}
 
 /// Settings of the NVML source.
 #[derive(Debug, Clone)]
@@ -381,22 +343,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backoff_doubles_up_to_the_cap() {
-        let mut b = Backoff::new();
-        let t0 = Instant::now();
-        assert!(b.ready(t0));
-        assert_eq!(b.failed(t0), Duration::from_secs(1));
-        assert!(!b.ready(t0 + Duration::from_millis(500)));
-        assert!(b.ready(t0 + Duration::from_secs(1)));
-        assert_eq!(b.failed(t0), Duration::from_secs(2));
-        assert_eq!(b.failed(t0), Duration::from_secs(4));
-        for _ in 0..20 {
-            b.failed(t0);
-        }
-        assert_eq!(b.failed(t0), BACKOFF_MAX);
-    }
-
-    #[test]
     fn a_missing_library_fails_fast_names_the_library_and_backs_off() {
         let mut s = NvmlSource::new(Some("/nonexistent/libnvidia-ml.so.1".into()));
         let first = s.poll().unwrap_err();
@@ -410,7 +356,7 @@ mod tests {
         let second = s.poll().unwrap_err();
         assert!(second.message.starts_with(&s.last_error), "{second}");
         assert_eq!(
-            s.backoff.delay,
+            s.backoff.next_delay(),
             Duration::from_secs(2),
             "no second attempt yet"
         );
