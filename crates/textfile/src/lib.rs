@@ -30,7 +30,7 @@ pub mod parse;
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io::Read;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -158,7 +158,13 @@ impl TextfileSource {
     }
 
     fn read_file(&mut self, path: &Path, name: &str) -> FileOutcome {
-        let mut file = match fs::File::open(path) {
+        // Non-blocking, so a FIFO dropped into the directory cannot hang the source in open();
+        // the regular-file check below then skips it. Reads of regular files never block.
+        let opened = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path);
+        let mut file = match opened {
             Ok(f) => f,
             Err(e) => return FileOutcome::error(format!("cannot open: {e}")),
         };
@@ -205,7 +211,7 @@ impl TextfileSource {
             ));
         }
         let mut bytes = Vec::with_capacity(meta.len() as usize);
-        if let Err(e) = file.take(max + 1).read_to_end(&mut bytes) {
+        if let Err(e) = file.take(max.saturating_add(1)).read_to_end(&mut bytes) {
             return FileOutcome::error(format!("cannot read: {e}"));
         }
         if bytes.len() as u64 > max {

@@ -237,3 +237,37 @@ fn a_missing_directory_fails_the_poll() {
     assert!(e.message.contains("/nonexistent/textfiles"));
     assert!(s.take_external().is_none());
 }
+
+#[test]
+fn a_fifo_named_like_a_textfile_is_skipped_without_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "a_good.prom", GOOD);
+    let fifo = std::ffi::CString::new(
+        dir.path()
+            .join("b_fifo.prom")
+            .into_os_string()
+            .into_encoded_bytes(),
+    )
+    .unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    let path = dir.path().to_path_buf();
+    // A blocking open() of a FIFO waits for a writer forever: poll on a thread and bound the wait.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut s = TextfileSource::new(path, Limits::default());
+        let _ = tx.send(poll(&mut s));
+    });
+    let (samples, families) = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the poll blocked on the FIFO");
+    assert_eq!(
+        value(&samples, Metric::TextfileScrapeError, "b_fifo.prom"),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&samples, Metric::TextfileScrapeError, "a_good.prom"),
+        Some(0.0)
+    );
+    assert_eq!(families.len(), 1);
+}
