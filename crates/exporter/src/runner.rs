@@ -2,12 +2,13 @@
 //! publishes its snapshots. A watchdog marks a source down (and drops its series) when a poll
 //! overruns its deadline, so a hung library call never leaves stale values served as current.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
-use dgx_pixels_metrics::{Snapshot, SnapshotStore, Source, SourceHealth};
+use dgx_pixels_metrics::{PollError, Snapshot, SnapshotStore, Source, SourceHealth};
 
 /// How often the watchdog looks for overrunning polls.
 const WATCHDOG_TICK: Duration = Duration::from_millis(100);
@@ -241,6 +242,15 @@ fn check_deadline(slot: &Slot, store: &SnapshotStore) {
     }
 }
 
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    let what = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)");
+    format!("the poll panicked: {what}")
+}
+
 fn run(
     mut source: Box<dyn Source>,
     interval: Duration,
@@ -251,7 +261,10 @@ fn run(
     while !shutdown.is_triggered() {
         let started = Instant::now();
         lock(&slot.state).poll_started = Some(started);
-        let result = source.poll();
+        // A panic inside a source (its own bug, or one in a library it calls) fails this poll
+        // like any error; without this the thread would die and the source never poll again.
+        let result = std::panic::catch_unwind(AssertUnwindSafe(|| source.poll()))
+            .unwrap_or_else(|payload| Err(PollError::new("panic", panic_message(&*payload))));
         let took = started.elapsed();
         if shutdown.is_triggered() {
             // Stopped (or replaced by a reload) during the poll: its result is no longer wanted.
@@ -386,6 +399,72 @@ mod tests {
         let n = calls.load(Ordering::SeqCst);
         std::thread::sleep(Duration::from_millis(300));
         assert_eq!(calls.load(Ordering::SeqCst), n, "no polls after stop");
+    }
+
+    #[test]
+    fn a_first_poll_past_its_deadline_does_not_hold_readiness_back() {
+        let store = Arc::new(SnapshotStore::new(
+            &["scripted"],
+            vec![],
+            EncodeOptions::default(),
+        ));
+        let runners = Runners::start(
+            vec![(
+                Box::new(Scripted {
+                    calls: Arc::new(AtomicU32::new(0)),
+                    hang_on: 0,
+                }),
+                Timing {
+                    interval: Duration::from_secs(10),
+                    timeout: Duration::from_millis(150),
+                },
+            )],
+            Arc::clone(&store),
+        )
+        .unwrap();
+        assert_eq!(store.pending_sources(), ["scripted"]);
+        let hung = wait_for(&store, |s| s.health.errors == 1);
+        assert_eq!(hung.health.polls, 0, "the first poll is still running");
+        assert!(
+            store.pending_sources().is_empty(),
+            "ready: the hung source is reported down"
+        );
+        runners.stop(Duration::from_secs(1));
+    }
+
+    struct Panicking(u32);
+
+    impl Source for Panicking {
+        fn name(&self) -> &'static str {
+            "scripted"
+        }
+        fn poll(&mut self) -> Result<Vec<Sample>, PollError> {
+            self.0 += 1;
+            assert!(self.0 != 2, "a bug in the second poll");
+            Ok(vec![Sample::new(Metric::GpuPower, ["0", "GPU-a"], 1.0)])
+        }
+    }
+
+    #[test]
+    fn a_panicking_poll_is_a_failed_poll_and_the_source_keeps_polling() {
+        let store = Arc::new(SnapshotStore::new(
+            &["scripted"],
+            vec![],
+            EncodeOptions::default(),
+        ));
+        let timing = Timing {
+            interval: Duration::from_millis(20),
+            timeout: Duration::from_secs(1),
+        };
+        let runners =
+            Runners::start(vec![(Box::new(Panicking(0)), timing)], Arc::clone(&store)).unwrap();
+        let after = wait_for(&store, |s| s.health.polls >= 3);
+        assert!(after.health.up && after.samples.len() == 1);
+        assert_eq!(
+            after.health.errors, 1,
+            "the panic counted as one failed poll"
+        );
+        runners.stop(Duration::from_secs(1));
     }
 
     struct Constant(f64);

@@ -240,14 +240,16 @@ impl SnapshotStore {
         self.current.load_full()
     }
 
-    /// Names of the sources that have not completed a poll yet (readiness waits for none).
+    /// Names of the sources that have not completed a poll yet (readiness waits for none). A
+    /// first poll that overran its deadline counts as done: the source is served as down, and a
+    /// hung library must not keep the exporter unready for good.
     pub fn pending_sources(&self) -> Vec<String> {
         self.current
             .load()
             .input
             .snapshots
             .iter()
-            .filter(|s| s.health.polls == 0)
+            .filter(|s| s.health.polls == 0 && s.health.errors == 0)
             .map(|s| s.source.clone())
             .collect()
     }
