@@ -196,6 +196,16 @@ fn tile(seed: u64) -> Vec<f32> {
 }
 
 impl Gpu {
+    /// Frees the GPU's buffers, cuBLAS handle and context. cudarc unwraps the results of those
+    /// frees in `Drop`, which panics after a sticky CUDA error (e.g. a GPU fault mid-probe):
+    /// a failed release is reported, not a crash.
+    pub fn release(self) -> Result<(), ProbeError> {
+        guarded("releasing the GPU", move || {
+            drop(self);
+            Ok(())
+        })
+    }
+
     /// Opens CUDA device `ordinal`.
     pub fn open(ordinal: usize) -> Result<Gpu, ProbeError> {
         availability().check(ProbeKind::CopyD2D)?;

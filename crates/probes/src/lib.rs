@@ -175,6 +175,10 @@ pub fn run_once(
                 Err(e) => failures.push((kind, ordinal, e)),
             }
         }
+        // A failed release follows a CUDA fault: report it against the GPU's last probe.
+        if let (Err(e), Some(&last)) = (gpu.release(), opts.probes.last()) {
+            failures.push((last, ordinal, e));
+        }
     }
     Ok((
         RunResults {

@@ -141,7 +141,9 @@ impl Backend for CudaBackend {
 
     fn run(&mut self, gpu: &GpuId, kind: ProbeKind) -> Result<Vec<f64>, ProbeError> {
         let mut g = crate::cuda::Gpu::open(gpu.ordinal)?;
-        g.run(kind, &self.sizes, 42, 1, 3, &mut || {})
+        let values = g.run(kind, &self.sizes, 42, 1, 3, &mut || {});
+        g.release()?;
+        values
     }
 }
 
