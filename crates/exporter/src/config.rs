@@ -20,6 +20,8 @@ use crate::collectors::{self, COLLECTORS};
 pub const DEFAULT_LISTEN_ADDRESS: &str = ":9403";
 /// Environment variable prefix.
 pub const ENV_PREFIX: &str = "DGX_PIXELS";
+/// Largest accepted `web.max_requests` and `web.max_connections` (0 means no cap).
+pub const MAX_HTTP_LIMIT: usize = 1 << 20;
 
 /// Log line formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
@@ -424,6 +426,25 @@ impl Settings {
                 "web.telemetry_path: {path:?} must start with '/' and not be '/' or under '/-/'"
             )));
         }
+        // axum treats '{', '}', ':' and '*' in a route as parameters: accept plain paths only.
+        if !path
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/-._~".contains(c))
+        {
+            return Err(ConfigError(format!(
+                "web.telemetry_path: {path:?} may contain only letters, digits and / - . _ ~"
+            )));
+        }
+        for (key, n) in [
+            ("max_requests", self.web.max_requests),
+            ("max_connections", self.web.max_connections),
+        ] {
+            if n > MAX_HTTP_LIMIT {
+                return Err(ConfigError(format!(
+                    "web.{key}: {n} is over the largest accepted value, {MAX_HTTP_LIMIT}"
+                )));
+            }
+        }
         self.listen_addr()?;
         let level = self.log.level.trim().to_ascii_lowercase();
         let plain = ["error", "warn", "info", "debug", "trace", "off"].contains(&level.as_str());
@@ -760,7 +781,7 @@ mod tests {
         let cli = parse_from(["x", "--config.file", bad.path().to_str().unwrap()]).unwrap();
         let e = resolve(&cli, []).unwrap_err().to_string();
         assert!(
-            e.contains("probes.duty_cycle") && e.contains("(0, 1]"),
+            e.contains("probes.duty_cycle") && e.contains("[0.000001, 1]"),
             "{e}"
         );
         let bad = file("[probes]\nprobes = \"gemm_int4\"\n");
@@ -874,6 +895,27 @@ mod tests {
         let cli = parse_from(["x", "--web.telemetry-path", "metrics"]).unwrap();
         let e = resolve(&cli, []).unwrap_err().to_string();
         assert!(e.starts_with("web.telemetry_path:"), "{e}");
+
+        // axum would panic on a route parameter; the config must refuse it first.
+        for path in ["/metrics/{gpu}", "/:x", "/*rest", "/a b"] {
+            let cli = parse_from(["x", "--web.telemetry-path", path]).unwrap();
+            let e = resolve(&cli, []).unwrap_err().to_string();
+            assert!(e.starts_with("web.telemetry_path:"), "{path}: {e}");
+        }
+        // tokio's Semaphore panics above usize::MAX >> 3 permits.
+        let e = resolve(
+            &parse_from(["x"]).unwrap(),
+            env(&[("DGX_PIXELS_WEB__MAX_CONNECTIONS", "9223372036854775807")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with("web.max_connections: 9223372036854775807 is over"),
+            "{e}"
+        );
+        let cli = parse_from(["x", "--web.max-requests", "2000000"]).unwrap();
+        let e = resolve(&cli, []).unwrap_err().to_string();
+        assert!(e.starts_with("web.max_requests: 2000000 is over"), "{e}");
 
         let cli = parse_from(["x", "--web.listen-address", "nonsense"]).unwrap();
         let e = resolve(&cli, []).unwrap_err().to_string();

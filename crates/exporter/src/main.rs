@@ -465,9 +465,8 @@ fn reload_on_sighup(
             let live = Arc::clone(&live);
             let _ = tokio::task::spawn_blocking(move || {
                 let _ = web.reload(); // logged and counted by the web crate
-                if let Ok(mut live) = live.lock() {
-                    live.reload();
-                }
+                                      // A poisoned lock (a panic in an earlier reload) must not disable reloads.
+                live.lock().unwrap_or_else(|p| p.into_inner()).reload();
             })
             .await;
         }

@@ -13,6 +13,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::cli::{ProbeCommand, ProbeCompareArgs, ProbeRunArgs};
 
+/// Most iterations (or warm-up iterations) per probe: every value is kept for the statistics.
+const MAX_ITERATIONS: usize = 1_000_000;
+
 const NAME: &str = "dgx-pixels-exporter probe";
 
 fn usage(msg: impl std::fmt::Display) -> ExitCode {
@@ -56,8 +59,13 @@ fn options(args: &ProbeRunArgs) -> Result<RunOptions, String> {
         sizes.host_copy_bytes = n;
     }
     sizes.validate().map_err(|e| e.to_string())?;
-    if args.iterations == 0 {
-        return Err("--iterations must be at least 1".into());
+    if args.iterations == 0 || args.iterations > MAX_ITERATIONS {
+        return Err(format!(
+            "--iterations must be between 1 and {MAX_ITERATIONS}"
+        ));
+    }
+    if args.warmup > MAX_ITERATIONS {
+        return Err(format!("--warmup must be at most {MAX_ITERATIONS}"));
     }
     Ok(RunOptions {
         probes,

@@ -181,7 +181,10 @@ impl ProbeSizes {
     /// Device memory the probe allocates, bytes (the CUDA context's own overhead excluded).
     pub fn device_bytes(&self, kind: ProbeKind) -> u64 {
         match kind.gemm_element_bytes() {
-            Some(b) => 3 * (self.gemm_n(kind) as u64).pow(2) * b as u64,
+            // Saturating: an absurd n must fail the memory check, not wrap around under it.
+            Some(b) => (self.gemm_n(kind) as u64)
+                .saturating_pow(2)
+                .saturating_mul(3 * b as u64),
             None => match kind {
                 ProbeKind::CopyD2D => 2 * self.copy_bytes as u64,
                 ProbeKind::CopyH2D | ProbeKind::CopyD2H => self.host_copy_bytes as u64,
@@ -252,5 +255,26 @@ mod tests {
         assert_eq!(s.device_bytes(ProbeKind::GemmFp64), 3 * 4096 * 4096 * 8);
         assert!(ProbeKind::GemmTf32.needs_cublas() && !ProbeKind::CopyD2D.needs_cublas());
         assert!(!ProbeKind::LaunchLatency.unit().higher_is_better());
+    }
+
+    #[test]
+    fn a_huge_gemm_saturates_instead_of_wrapping_under_the_memory_cap() {
+        let s = ProbeSizes {
+            gemm_n_64bit: i32::MAX as usize,
+            ..ProbeSizes::default()
+        };
+        assert_eq!(s.device_bytes(ProbeKind::GemmFp64), u64::MAX);
+        let settings = crate::scheduler::ScheduleSettings {
+            probes: vec![ProbeKind::GemmFp64],
+            sizes: s,
+            ..Default::default()
+        };
+        assert!(settings.validate().is_err());
+        let tiny = crate::scheduler::ScheduleSettings {
+            duty_cycle: 1e-20,
+            ..Default::default()
+        };
+        let e = tiny.validate().unwrap_err().to_string();
+        assert!(e.contains("probes.duty_cycle"), "{e}");
     }
 }

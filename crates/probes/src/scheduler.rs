@@ -69,12 +69,17 @@ impl Default for ScheduleSettings {
     }
 }
 
+/// Smallest accepted `duty_cycle`.
+pub const MIN_DUTY_CYCLE: f64 = 1e-6;
+
 impl ScheduleSettings {
     /// Checks ranges; returns the probes that fit the memory cap (an error when none does).
     pub fn validate(&self) -> Result<Vec<ProbeKind>, ProbeError> {
-        if !(self.duty_cycle > 0.0 && self.duty_cycle <= 1.0) {
+        // The lower bound keeps the pause after a probe (its duration / duty cycle) a
+        // representable duration: 1e-6 already means one 20 ms probe every 5.5 hours.
+        if !(self.duty_cycle >= MIN_DUTY_CYCLE && self.duty_cycle <= 1.0) {
             return Err(ProbeError::Config(format!(
-                "probes.duty_cycle: {} must be in (0, 1]",
+                "probes.duty_cycle: {} must be in [0.000001, 1]",
                 self.duty_cycle
             )));
         }
