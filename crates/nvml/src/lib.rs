@@ -91,6 +91,8 @@ type Reply = (u32, u64, GpuPoll);
 
 /// One GPU's worker thread.
 struct Worker {
+    /// The GPU's NVML index (a GPU whose thread could not start has no worker).
+    index: u32,
     requests: mpsc::Sender<u64>,
     busy: Arc<AtomicBool>,
 }
@@ -229,7 +231,11 @@ impl NvmlSource {
                 warn!(gpu = index, error = %e, "cannot start a worker thread; GPU not read");
                 continue;
             }
-            workers.push(Worker { requests, busy });
+            workers.push(Worker {
+                index,
+                requests,
+                busy,
+            });
         }
         let xid = XidWatcher::spawn(nvml.clone(), (0..count).collect());
         Loaded {
@@ -290,9 +296,8 @@ impl Source for NvmlSource {
                 "NVML answered UNINITIALIZED (driver reloaded?); initialising again",
             ));
         }
-        let count = loaded.workers.len() as u32;
-        let mut out = Vec::with_capacity(count as usize * 64);
-        for index in 0..count {
+        let mut out = Vec::with_capacity(loaded.workers.len() * 64);
+        for index in loaded.workers.iter().map(|w| w.index) {
             let mut readout = match results.remove(&index) {
                 Some(GpuPoll::Read { identity, readout }) => {
                     if let Some(id) = identity {
