@@ -101,7 +101,22 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
     };
     let format = negotiate_format(header(header::ACCEPT));
     let gzip = accepts_gzip(header(header::ACCEPT_ENCODING));
-    let body = state.store.current().exposition(format, gzip);
+    let generation = state.store.current();
+    let body = match generation.cached_exposition(format, gzip) {
+        Some(body) => body,
+        // The first scrape of a generation encodes it, which can take milliseconds: do it on
+        // the blocking pool so the two async workers keep accepting and answering probes.
+        None => {
+            match tokio::task::spawn_blocking(move || generation.exposition(format, gzip)).await {
+                Ok(body) => body,
+                Err(e) => {
+                    tracing::error!(error = %e, "encoding the exposition failed");
+                    return (StatusCode::INTERNAL_SERVER_ERROR, "encoding failed\n")
+                        .into_response();
+                }
+            }
+        }
+    };
     let mut resp = Response::new(Body::from(body));
     let h = resp.headers_mut();
     h.insert(

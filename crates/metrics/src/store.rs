@@ -40,15 +40,24 @@ impl Generation {
         &self.input.snapshots
     }
 
-    /// The exposition of this generation in `format`, gzip-compressed if `gzip`.
-    pub fn exposition(&self, format: Format, gzip: bool) -> Bytes {
-        let slot = match (format, gzip) {
+    fn slot(format: Format, gzip: bool) -> usize {
+        match (format, gzip) {
             (Format::OpenMetrics, false) => 0,
             (Format::Text, false) => 1,
             (Format::OpenMetrics, true) => 2,
             (Format::Text, true) => 3,
-        };
-        self.cache[slot]
+        }
+    }
+
+    /// The exposition in `format` if it was already encoded: never encodes, never blocks.
+    pub fn cached_exposition(&self, format: Format, gzip: bool) -> Option<Bytes> {
+        self.cache[Self::slot(format, gzip)].get().cloned()
+    }
+
+    /// The exposition of this generation in `format`, gzip-compressed if `gzip`. Encodes it on
+    /// first demand (up to milliseconds), and concurrent callers wait for that one encoding.
+    pub fn exposition(&self, format: Format, gzip: bool) -> Bytes {
+        self.cache[Self::slot(format, gzip)]
             .get_or_init(|| {
                 if gzip {
                     compress(&self.exposition(format, false))
@@ -300,10 +309,14 @@ mod tests {
         let store = SnapshotStore::new(&["sim"], vec![], EncodeOptions::default());
         store.publish(up("sim", 5.0));
         let g = store.current();
+        assert!(g.cached_exposition(Format::OpenMetrics, false).is_none());
         let a = g.exposition(Format::OpenMetrics, false);
         let b = g.exposition(Format::OpenMetrics, false);
         // Same allocation: the second call served the cached bytes.
         assert_eq!(a.as_ptr(), b.as_ptr());
+        let cached = g.cached_exposition(Format::OpenMetrics, false).unwrap();
+        assert_eq!(cached.as_ptr(), a.as_ptr());
+        assert!(g.cached_exposition(Format::OpenMetrics, true).is_none(), "per variant");
     }
 
     #[test]
