@@ -316,7 +316,10 @@ mod tests {
         assert_eq!(a.as_ptr(), b.as_ptr());
         let cached = g.cached_exposition(Format::OpenMetrics, false).unwrap();
         assert_eq!(cached.as_ptr(), a.as_ptr());
-        assert!(g.cached_exposition(Format::OpenMetrics, true).is_none(), "per variant");
+        assert!(
+            g.cached_exposition(Format::OpenMetrics, true).is_none(),
+            "per variant"
+        );
     }
 
     #[test]
