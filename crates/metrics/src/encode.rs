@@ -52,8 +52,8 @@ pub struct EncodeOptions {
 }
 
 /// Everything one exposition is made of: static samples (build info) and the latest snapshot
-/// of each source.
-#[derive(Debug)]
+/// of each source. Every field is shared, so a clone costs a few reference counts.
+#[derive(Debug, Clone)]
 pub struct ExpositionInput {
     /// Samples that never change (e.g. `dgx_pixels_exporter_build_info`).
     pub statics: Arc<Vec<Sample>>,
@@ -150,14 +150,24 @@ fn group<'a>(input: &'a ExpositionInput, health: &'a [Sample], join: &'a Join) -
     Families { groups }
 }
 
-/// Encodes the input in the given format.
-pub fn encode(input: &ExpositionInput, format: Format) -> String {
+/// Groups the input into families and hands them to `write`.
+fn with_families<T>(input: &ExpositionInput, write: impl FnOnce(&Families<'_>) -> T) -> T {
     let health = health_samples(&input.snapshots);
     let join = join(input);
-    let families = group(input, &health, &join);
+    write(&group(input, &health, &join))
+}
+
+/// Bytes to reserve for the exposition of `families`: about what one series takes.
+fn capacity(families: &Families<'_>) -> usize {
+    let series: usize = families.groups.iter().map(|(_, v)| v.len()).sum();
+    families.groups.len() * 256 + series * 160
+}
+
+/// Encodes the input in the given format.
+pub fn encode(input: &ExpositionInput, format: Format) -> String {
     match format {
-        Format::Text => encode_text(&families, &input.options),
-        Format::OpenMetrics => encode_openmetrics(&families, &input.options),
+        Format::Text => with_families(input, |f| encode_text(f, &input.options)),
+        Format::OpenMetrics => encode_openmetrics(input),
     }
 }
 
@@ -195,7 +205,7 @@ fn push_value(out: &mut String, v: f64) {
 }
 
 fn encode_text(families: &Families<'_>, options: &EncodeOptions) -> String {
-    let mut out = String::with_capacity(families.groups.len() * 256);
+    let mut out = String::with_capacity(capacity(families));
     for (def, samples) in &families.groups {
         out.push_str("# HELP ");
         out.push_str(def.name);
@@ -288,66 +298,69 @@ fn pc_unit(def: &MetricDef) -> Option<PcUnit> {
     def.unit.suffix().map(|u| PcUnit::Other(u.to_string()))
 }
 
-/// One family's samples with their attribution labels, owned.
-type OwnedFamily = (
-    &'static MetricDef,
-    Vec<(Sample, Option<attribution::Extra>)>,
-);
-
-/// A collector that writes pre-grouped families; prometheus-client's collectors must be
-/// `'static`, so it owns its copy of the grouped samples.
+/// A collector over one exposition's input. prometheus-client's collectors must be `'static`:
+/// it holds the input's shared parts (no sample is copied) and groups them while encoding.
 #[derive(Debug)]
 struct FamiliesCollector {
-    groups: Vec<OwnedFamily>,
-    consts: Vec<(String, String)>,
+    input: ExpositionInput,
 }
 
 impl Collector for FamiliesCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        for (def, samples) in &self.groups {
-            let unit = pc_unit(def);
-            let kind = match def.kind {
-                Kind::Gauge => MetricType::Gauge,
-                Kind::Counter => MetricType::Counter,
-                Kind::Histogram => MetricType::Histogram,
-            };
-            let mut family = encoder.encode_descriptor(
-                def.family_name_without_unit(),
-                def.help,
-                unit.as_ref(),
-                kind,
-            )?;
-            if def.kind == Kind::Histogram {
-                let refs: Vec<&Sample> = samples.iter().map(|(s, _)| s).collect();
-                for h in histogram::series(def, &refs) {
-                    let labels = Labels {
-                        consts: &self.consts,
-                        names: def.labels,
-                        values: h.labels,
-                        extra: None,
-                    };
-                    ConstHistogram(&h).encode(family.encode_family(&labels)?)?;
-                }
-                continue;
-            }
-            for (s, extra) in samples {
+    fn encode(&self, encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        with_families(&self.input, |families| {
+            write_families(families, &self.input.options.const_labels, encoder)
+        })
+    }
+}
+
+fn write_families(
+    families: &Families<'_>,
+    consts: &[(String, String)],
+    mut encoder: DescriptorEncoder,
+) -> Result<(), std::fmt::Error> {
+    for (def, samples) in &families.groups {
+        let unit = pc_unit(def);
+        let kind = match def.kind {
+            Kind::Gauge => MetricType::Gauge,
+            Kind::Counter => MetricType::Counter,
+            Kind::Histogram => MetricType::Histogram,
+        };
+        let mut family = encoder.encode_descriptor(
+            def.family_name_without_unit(),
+            def.help,
+            unit.as_ref(),
+            kind,
+        )?;
+        if def.kind == Kind::Histogram {
+            let refs: Vec<&Sample> = samples.iter().map(|(s, _)| *s).collect();
+            for h in histogram::series(def, &refs) {
                 let labels = Labels {
-                    consts: &self.consts,
+                    consts,
                     names: def.labels,
-                    values: &s.labels,
-                    extra: extra.as_ref(),
+                    values: h.labels,
+                    extra: None,
                 };
-                let series = family.encode_family(&labels)?;
-                match def.kind {
-                    Kind::Gauge => ConstGauge::new(s.value).encode(series)?,
-                    Kind::Counter => ConstCounter::new(s.value).encode(series)?,
-                    // Handled above.
-                    Kind::Histogram => {}
-                }
+                ConstHistogram(&h).encode(family.encode_family(&labels)?)?;
+            }
+            continue;
+        }
+        for (s, extra) in samples {
+            let labels = Labels {
+                consts,
+                names: def.labels,
+                values: &s.labels,
+                extra: *extra,
+            };
+            let series = family.encode_family(&labels)?;
+            match def.kind {
+                Kind::Gauge => ConstGauge::new(s.value).encode(series)?,
+                Kind::Counter => ConstCounter::new(s.value).encode(series)?,
+                // Handled above.
+                Kind::Histogram => {}
             }
         }
-        Ok(())
     }
+    Ok(())
 }
 
 /// A histogram series with fixed values, for prometheus-client's encoder.
@@ -375,21 +388,18 @@ impl EncodeMetric for ConstHistogram<'_, '_> {
     }
 }
 
-fn encode_openmetrics(families: &Families<'_>, options: &EncodeOptions) -> String {
-    let collector = FamiliesCollector {
-        groups: families
-            .groups
+fn encode_openmetrics(input: &ExpositionInput) -> String {
+    let series: usize = input.statics.len()
+        + input
+            .snapshots
             .iter()
-            .map(|(d, v)| {
-                let owned = v.iter().map(|(s, e)| ((*s).clone(), e.cloned())).collect();
-                (*d, owned)
-            })
-            .collect(),
-        consts: options.const_labels.clone(),
-    };
+            .map(|s| s.samples.len() + 5)
+            .sum::<usize>();
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(collector));
-    let mut out = String::with_capacity(families.groups.len() * 300);
+    registry.register_collector(Box::new(FamiliesCollector {
+        input: input.clone(),
+    }));
+    let mut out = String::with_capacity(series * 160 + 64 * 256);
     // Writing into a String cannot fail; an error here would be a bug in the encoder, and an
     // empty exposition is still better than a panic on the serving path.
     if prometheus_client::encoding::text::encode(&mut out, &registry).is_err() {
