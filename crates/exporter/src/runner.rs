@@ -347,6 +347,14 @@ mod tests {
         }
     }
 
+    fn scripted_store() -> Arc<SnapshotStore> {
+        Arc::new(SnapshotStore::new(
+            &["scripted"],
+            vec![],
+            EncodeOptions::default(),
+        ))
+    }
+
     fn wait_for(store: &SnapshotStore, what: impl Fn(&Snapshot) -> bool) -> Snapshot {
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
@@ -361,11 +369,7 @@ mod tests {
 
     #[test]
     fn polls_publish_failures_drop_series_and_overruns_are_marked_down() {
-        let store = Arc::new(SnapshotStore::new(
-            &["scripted"],
-            vec![],
-            EncodeOptions::default(),
-        ));
+        let store = scripted_store();
         let calls = Arc::new(AtomicU32::new(0));
         let runners = Runners::start(
             vec![(
@@ -403,11 +407,7 @@ mod tests {
 
     #[test]
     fn a_first_poll_past_its_deadline_does_not_hold_readiness_back() {
-        let store = Arc::new(SnapshotStore::new(
-            &["scripted"],
-            vec![],
-            EncodeOptions::default(),
-        ));
+        let store = scripted_store();
         let runners = Runners::start(
             vec![(
                 Box::new(Scripted {
@@ -447,11 +447,7 @@ mod tests {
 
     #[test]
     fn a_panicking_poll_is_a_failed_poll_and_the_source_keeps_polling() {
-        let store = Arc::new(SnapshotStore::new(
-            &["scripted"],
-            vec![],
-            EncodeOptions::default(),
-        ));
+        let store = scripted_store();
         let timing = Timing {
             interval: Duration::from_millis(20),
             timeout: Duration::from_secs(1),
@@ -480,11 +476,7 @@ mod tests {
 
     #[test]
     fn a_replaced_source_keeps_its_series_and_counters_and_the_old_one_stops() {
-        let store = Arc::new(SnapshotStore::new(
-            &["scripted"],
-            vec![],
-            EncodeOptions::default(),
-        ));
+        let store = scripted_store();
         let timing = Timing {
             interval: Duration::from_millis(20),
             timeout: Duration::from_secs(1),
