@@ -342,6 +342,13 @@ shorter (DCGM's minimum), and reads the latest sample of every GPU and field in 
 `dcgmEntitiesGetLatestValues` call per poll. Profiling values are averages over DCGM's sample
 period. A poll that fails (host engine gone, library missing, struct version refused) drops all
 DCGM series until the source reconnects; nothing is served stale.
+
+Every sample carries DCGM's timestamp. A sample older than 3 update intervals (at least 2 s)
+means DCGM stopped refreshing that watch: it is left out, not served as current, and counted in
+`dgx_pixels_gpu_stale_readings{source=\"dcgm\"}` for its GPU. After 3 polls in a row with stale
+samples the source re-creates its groups and watches (at most once a minute) and logs the field
+ids. `DCGM_FI_DEV_XID_ERRORS` is exempt: its timestamp is the time of the last XID. With a
+remote host engine on another machine, the two clocks must agree to within that margin.
 ";
 
 /// The Markdown table of docs/dcgm-fields.md: every known field and what it is exported as.

@@ -41,15 +41,15 @@ use std::collections::{BTreeSet, HashSet};
 use std::ffi::CString;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dcgm_sys::{
     dcgmConnectV2Params_t, dcgmFieldValue_v2, dcgmGroupEntityPair_t, dcgmHandle_t,
     dcgmProfGetMetricGroups_t, dcgmReturn_t, DcgmLib, DCGM_FE_GPU, OK,
 };
 use dgx_pixels_metrics::{
-    Backoff, ExternalFamilies, ExternalFamily, ExternalKind, ExternalSample, Kind, PollError,
-    Sample, Source,
+    Backoff, ExternalFamilies, ExternalFamily, ExternalKind, ExternalSample, Kind, Metric,
+    PollError, Sample, Source,
 };
 use tracing::{info, warn};
 
@@ -123,7 +123,18 @@ pub struct DcgmSource {
     said: HashSet<String>,
     /// Series of field-list families outside the catalog, from the last poll.
     extra: Vec<(Arc<fields::ExtraFamily>, [String; 2], f64)>,
+    /// Consecutive polls that found stale values.
+    stale_polls: u32,
+    /// When the watches were last re-created because of stale values.
+    last_rearm: Option<Instant>,
 }
+
+/// Polls in a row with stale values before the watches are re-created.
+const STALE_POLLS_BEFORE_REARM: u32 = 3;
+/// At most one re-creation of the watches per this period, however long values stay stale.
+const REARM_SPACING: Duration = Duration::from_secs(60);
+/// XID errors is event-valued: its timestamp is when the last XID happened, not a sample time.
+const EVENT_FIELDS: &[u16] = &[230];
 
 impl std::fmt::Debug for DcgmSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -157,7 +168,15 @@ impl DcgmSource {
             last_kind: "library_unavailable",
             said: HashSet::new(),
             extra: Vec::new(),
+            stale_polls: 0,
+            last_rearm: None,
         }
+    }
+
+    /// Age past which a sample means DCGM stopped updating the field: 3 update intervals
+    /// (profiling fields are sampled at least every 100 ms), and never under 2 s.
+    fn stale_after(&self) -> Duration {
+        (self.options.update_interval.max(PROFILING_MIN_INTERVAL) * 3).max(Duration::from_secs(2))
     }
 
     /// Logs `message` at warn level the first time only.
@@ -478,7 +497,9 @@ impl DcgmSource {
     }
 
     /// One read of every GPU and field; `Err` is DCGM's return code.
-    fn read(&mut self, lib: &DcgmLib) -> Result<Vec<Sample>, dcgmReturn_t> {
+    /// Reads every GPU and field; also returns the ids of fields left out as stale.
+    fn read(&mut self, lib: &DcgmLib) -> Result<(Vec<Sample>, BTreeSet<u16>), dcgmReturn_t> {
+        let stale_us = self.stale_after().as_micros() as i64;
         let Some(s) = self.session.as_mut() else {
             return Err(dcgm_sys::DCGM_ST_UNINITIALIZED);
         };
@@ -486,7 +507,7 @@ impl DcgmSource {
             v.version = dcgm_sys::dcgmFieldValue_version2;
         }
         if s.pairs.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), BTreeSet::new()));
         }
         // SAFETY: `pairs`, `ids` and `values` (pairs x ids) have the lengths passed.
         let rc = unsafe {
@@ -506,6 +527,10 @@ impl DcgmSource {
         let nf = s.ids.len();
         let mut out = Vec::with_capacity(s.values.len());
         self.extra.clear();
+        let now_us = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as i64);
+        let mut stale_fields: BTreeSet<u16> = BTreeSet::new();
         for (e, gpu) in s.gpus.iter().enumerate() {
             let row = &s.values[e * nf..(e + 1) * nf];
             let uuid = &row[0];
@@ -517,9 +542,16 @@ impl DcgmSource {
                 }
             }
             let gpu_label = gpu.to_string();
+            let mut stale = 0u32;
             for (v, target) in row.iter().zip(&s.targets).skip(1) {
                 let Some(index) = target else { continue };
                 if v.status != OK {
+                    continue;
+                }
+                // A sample DCGM stopped refreshing is not a current reading: leave it out.
+                if v.ts > 0 && now_us - v.ts > stale_us && !EVENT_FIELDS.contains(&v.fieldId) {
+                    stale += 1;
+                    stale_fields.insert(v.fieldId);
                     continue;
                 }
                 // SAFETY: the union member read matches fieldType.
@@ -555,8 +587,38 @@ impl DcgmSource {
                     )),
                 }
             }
+            out.push(Sample::new(
+                Metric::GpuStaleReadings,
+                [gpu_label.as_str(), s.uuids[e].as_str(), "dcgm"],
+                f64::from(stale),
+            ));
         }
-        Ok(out)
+        Ok((out, stale_fields))
+    }
+
+    /// Counts polls with stale values; after a few in a row, drops the session so that the
+    /// next poll re-creates groups and watches (what an operator would do by hand).
+    fn handle_stale(&mut self, stale_fields: &BTreeSet<u16>, now: Instant) {
+        if stale_fields.is_empty() {
+            self.stale_polls = 0;
+            return;
+        }
+        self.stale_polls += 1;
+        let spaced = self
+            .last_rearm
+            .is_none_or(|t| now.duration_since(t) >= REARM_SPACING);
+        if self.stale_polls >= STALE_POLLS_BEFORE_REARM && spaced {
+            let ids: Vec<String> = stale_fields.iter().map(u16::to_string).collect();
+            warn!(
+                fields = %ids.join(","),
+                polls = self.stale_polls,
+                "DCGM stopped updating these fields (samples older than {:?}); left out, re-creating groups and watches",
+                self.stale_after()
+            );
+            self.drop_session();
+            self.last_rearm = Some(now);
+            self.stale_polls = 0;
+        }
     }
 
     fn drop_session(&mut self) {
@@ -646,7 +708,10 @@ impl Source for DcgmSource {
             return Err(PollError::new("library_unavailable", "DCGM not loaded"));
         };
         match self.read(&lib) {
-            Ok(samples) => Ok(samples),
+            Ok((samples, stale_fields)) => {
+                self.handle_stale(&stale_fields, now);
+                Ok(samples)
+            }
             Err(code) => {
                 let kind = match code {
                     dcgm_sys::DCGM_ST_CONNECTION_NOT_VALID => "connection_lost",

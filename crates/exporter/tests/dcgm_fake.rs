@@ -488,3 +488,48 @@ fn a_fast_poll_still_watches_profiling_at_dcgms_minimum() {
     let logs = stop_and_logs(d);
     assert!(!logs.contains("profiling fields unavailable"), "{logs}");
 }
+
+#[test]
+fn a_field_dcgm_stops_updating_is_left_out_then_its_watches_are_re_created() {
+    // DCGM stops sampling SM active (1002) 1 s after it is watched: its timestamp freezes.
+    let d = start_fake(
+        &[
+            FROZEN,
+            ("FAKE_DCGM_STALL_FIELDS", "1002"),
+            ("FAKE_DCGM_STALL_AFTER", "1"),
+        ],
+        &["--no-collector.nvml"],
+    );
+    let sm = |b: &str| value(b, "dgx_pixels_gpu_sm_active_ratio", &[("gpu", "0")]);
+    let stale = |b: &str| {
+        value(
+            b,
+            "dgx_pixels_gpu_stale_readings",
+            &[("gpu", "0"), ("source", "dcgm")],
+        )
+    };
+    let (body, _) = wait_until(d.port, Duration::from_secs(5), |b| {
+        sm(b).is_some() && stale(b) == Some(0.0)
+    });
+    assert_eq!(stale(&body), Some(0.0), "{body}");
+    // Older than 2 s (3 x 200 ms, at least 2 s): left out and counted, the rest still served.
+    let (body, _) = wait_until(d.port, Duration::from_secs(8), |b| stale(b) == Some(1.0));
+    assert_eq!(stale(&body), Some(1.0), "{body}");
+    assert_eq!(sm(&body), None, "a stale sample is not served as current");
+    assert!(value(&body, "dgx_pixels_gpu_sm_occupancy_ratio", &[("gpu", "0")]).is_some());
+    assert_eq!(
+        value(&body, "dgx_pixels_source_up", &[("source", "dcgm")]),
+        Some(1.0)
+    );
+    // After 3 stale polls the source re-creates its groups and watches: sampled again.
+    let (body, _) = wait_until(d.port, Duration::from_secs(5), |b| {
+        sm(b).is_some() && stale(b) == Some(0.0)
+    });
+    assert!(sm(&body).is_some(), "{body}");
+    let logs = stop_and_logs(d);
+    assert!(
+        logs.contains("DCGM stopped updating these fields") && logs.contains("fields=1002"),
+        "{logs}"
+    );
+    assert_eq!(logs.matches("DCGM connected").count(), 2, "{logs}");
+}

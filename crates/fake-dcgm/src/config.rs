@@ -38,6 +38,25 @@ pub struct Config {
     pub field_value_version: u32,
     /// Fields answered with their blank sentinel whatever the GPU supports.
     pub blank_fields: Vec<u16>,
+    /// Fields whose sampling stops `stall_after` after they were watched: their timestamps stop
+    /// advancing until they are watched again.
+    pub stalled_fields: Vec<u16>,
+    /// See `stalled_fields`.
+    pub stall_after: Duration,
+}
+
+fn field_ids(name: &str, value: Option<String>) -> Result<Vec<u16>, String> {
+    let Some(v) = value else {
+        return Ok(Vec::new());
+    };
+    v.split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| {
+            s.trim()
+                .parse::<u16>()
+                .map_err(|_| format!("{name}={v:?}: expected field ids, comma separated"))
+        })
+        .collect()
 }
 
 fn seconds(name: &str, value: &str) -> Result<Duration, String> {
@@ -93,18 +112,12 @@ impl Config {
                 .map_err(|_| format!("FAKE_DCGM_FIELD_VALUE_VERSION={v:?}: expected hex"))?,
             None => dcgm_sys::dcgmFieldValue_version2,
         };
-        let blank_fields = match get("FAKE_DCGM_BLANK_FIELDS") {
-            Some(v) => v
-                .split(',')
-                .filter(|s| !s.trim().is_empty())
-                .map(|s| {
-                    s.trim().parse::<u16>().map_err(|_| {
-                        format!("FAKE_DCGM_BLANK_FIELDS={v:?}: expected field ids, comma separated")
-                    })
-                })
-                .collect::<Result<_, _>>()?,
-            None => Vec::new(),
-        };
+        let blank_fields = field_ids("FAKE_DCGM_BLANK_FIELDS", get("FAKE_DCGM_BLANK_FIELDS"))?;
+        let stalled_fields = field_ids("FAKE_DCGM_STALL_FIELDS", get("FAKE_DCGM_STALL_FIELDS"))?;
+        let stall_after = get("FAKE_DCGM_STALL_AFTER")
+            .map(|v| seconds("FAKE_DCGM_STALL_AFTER", &v))
+            .transpose()?
+            .unwrap_or_default();
         Ok(Config {
             scenario,
             frozen,
@@ -114,6 +127,8 @@ impl Config {
             connection_loss,
             field_value_version,
             blank_fields,
+            stalled_fields,
+            stall_after,
         })
     }
 
@@ -150,6 +165,8 @@ mod tests {
             ("FAKE_DCGM_CONNECTION_LOSS", "2:4.5"),
             ("FAKE_DCGM_FIELD_VALUE_VERSION", "0x03001020"),
             ("FAKE_DCGM_BLANK_FIELDS", "1004, 150"),
+            ("FAKE_DCGM_STALL_FIELDS", "1002"),
+            ("FAKE_DCGM_STALL_AFTER", "1.5"),
         ])
         .unwrap();
         assert_eq!(c.frozen, Some(Duration::from_secs(60)));
@@ -161,6 +178,8 @@ mod tests {
         );
         assert_eq!(c.field_value_version, 0x0300_1020);
         assert_eq!(c.blank_fields, [1004, 150]);
+        assert_eq!(c.stalled_fields, [1002]);
+        assert_eq!(c.stall_after, Duration::from_millis(1500));
     }
 
     #[test]
@@ -172,6 +191,8 @@ mod tests {
             ("FAKE_DCGM_CONNECTION_LOSS", "5:2"),
             ("FAKE_DCGM_FIELD_VALUE_VERSION", "zz"),
             ("FAKE_DCGM_BLANK_FIELDS", "sm"),
+            ("FAKE_DCGM_STALL_FIELDS", "1002;1003"),
+            ("FAKE_DCGM_STALL_AFTER", "-1"),
         ] {
             let err = parse(&[(k, v)]).unwrap_err();
             assert!(err.starts_with(k), "{err}");

@@ -21,6 +21,7 @@
 //! | `FAKE_DCGM_CONNECTION_LOSS` | `FROM:TO` seconds after init: the remote host engine is gone. Remote calls answer `CONNECTION_NOT_VALID`, connects fail, and connections opened before stay invalid (their groups and watches are gone). | unset |
 //! | `FAKE_DCGM_FIELD_VALUE_VERSION` | Hex `dcgmFieldValue_v2` version expected, to emulate a DCGM with another layout (`VER_MISMATCH` for ours). | `0x02001020` |
 //! | `FAKE_DCGM_BLANK_FIELDS` | Field ids answered with their blank sentinel. | none |
+//! | `FAKE_DCGM_STALL_FIELDS`, `FAKE_DCGM_STALL_AFTER` | Field ids whose sampling stops this many seconds after they were watched (a stuck DCGM watch): their timestamps stop advancing until they are watched again. | none, `0` |
 //!
 //! # Semantics
 //!
@@ -313,7 +314,7 @@ dcgm_fn! {
             }
             for gpu in gpus {
                 for f in &fields {
-                    c.watches.insert((gpu, *f), update_us);
+                    c.watches.insert((gpu, *f), (update_us, std::time::SystemTime::now()));
                 }
             }
             Ok(())
@@ -402,6 +403,7 @@ dcgm_fn! {
             lib.connection(handle)?;
             let rates = fields.iter().any(|f| matches!(*f, 1011 | 1012));
             let blank_fields = lib.config.blank_fields.clone();
+            let (stalled, stall_after) = (lib.config.stalled_fields.clone(), lib.config.stall_after);
             let driver = lib.node.driver_version().to_string();
             for (e, pair) in entities.iter().enumerate() {
                 let gpu = pair.entityId as usize;
@@ -411,12 +413,22 @@ dcgm_fn! {
                 let c = lib.connection(handle)?;
                 let watched: Vec<bool> =
                     fields.iter().map(|f| state::watched(c, pair.entityId, *f)).collect();
+                // A stalled field's last sample is from `stall_after` after its watch was set.
+                let stalled_at: Vec<Option<std::time::SystemTime>> = fields
+                    .iter()
+                    .map(|f| {
+                        let since = c.watches.get(&(pair.entityId, *f))?.1;
+                        let at = since + stall_after;
+                        (stalled.contains(f) && std::time::SystemTime::now() > at).then_some(at)
+                    })
+                    .collect();
                 for (k, field) in fields.iter().enumerate() {
                     let out = &mut values[e * nf + k];
                     out.entityGroupId = pair.entityGroupId;
                     out.entityId = pair.entityId;
                     out.fieldId = *field;
-                    out.ts = std::time::SystemTime::now()
+                    out.ts = stalled_at[k]
+                        .unwrap_or_else(std::time::SystemTime::now)
                         .duration_since(std::time::UNIX_EPOCH)
                         .map(|d| d.as_micros() as i64)
                         .unwrap_or(0);

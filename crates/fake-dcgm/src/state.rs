@@ -106,8 +106,9 @@ pub struct Connection {
     pub groups: HashMap<usize, Vec<u32>>,
     /// Field groups: id to field ids.
     pub field_groups: HashMap<usize, Vec<u16>>,
-    /// Watched (GPU, field) pairs with their update interval in microseconds.
-    pub watches: HashMap<(u32, u16), i64>,
+    /// Watched (GPU, field) pairs with their update interval in microseconds and when the
+    /// watch was set.
+    pub watches: HashMap<(u32, u16), (i64, std::time::SystemTime)>,
 }
 
 /// The loaded library.
