@@ -603,7 +603,7 @@ impl DcgmSource {
             self.stale_polls = 0;
             return;
         }
-        self.stale_polls += 1;
+        self.stale_polls = self.stale_polls.saturating_add(1);
         let spaced = self
             .last_rearm
             .is_none_or(|t| now.duration_since(t) >= REARM_SPACING);
