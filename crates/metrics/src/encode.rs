@@ -157,16 +157,22 @@ fn with_families<T>(input: &ExpositionInput, write: impl FnOnce(&Families<'_>) -
     write(&group(input, &health, &join))
 }
 
-/// Bytes to reserve for the exposition of `families`: about what one series takes.
-fn capacity(families: &Families<'_>) -> usize {
-    let series: usize = families.groups.iter().map(|(_, v)| v.len()).sum();
-    families.groups.len() * 256 + series * 160
+/// Bytes to reserve for the exposition of `input`: about what a series and a family header
+/// take, so the output is not copied while it grows.
+fn capacity(input: &ExpositionInput) -> usize {
+    let series: usize = input.statics.len()
+        + input
+            .snapshots
+            .iter()
+            .map(|s| s.samples.len() + 5)
+            .sum::<usize>();
+    series * 160 + 64 * 256
 }
 
 /// Encodes the input in the given format.
 pub fn encode(input: &ExpositionInput, format: Format) -> String {
     match format {
-        Format::Text => with_families(input, |f| encode_text(f, &input.options)),
+        Format::Text => with_families(input, |f| encode_text(f, &input.options, capacity(input))),
         Format::OpenMetrics => encode_openmetrics(input),
     }
 }
@@ -204,8 +210,8 @@ fn push_value(out: &mut String, v: f64) {
     }
 }
 
-fn encode_text(families: &Families<'_>, options: &EncodeOptions) -> String {
-    let mut out = String::with_capacity(capacity(families));
+fn encode_text(families: &Families<'_>, options: &EncodeOptions, capacity: usize) -> String {
+    let mut out = String::with_capacity(capacity);
     for (def, samples) in &families.groups {
         out.push_str("# HELP ");
         out.push_str(def.name);
@@ -389,17 +395,11 @@ impl EncodeMetric for ConstHistogram<'_, '_> {
 }
 
 fn encode_openmetrics(input: &ExpositionInput) -> String {
-    let series: usize = input.statics.len()
-        + input
-            .snapshots
-            .iter()
-            .map(|s| s.samples.len() + 5)
-            .sum::<usize>();
     let mut registry = Registry::default();
     registry.register_collector(Box::new(FamiliesCollector {
         input: input.clone(),
     }));
-    let mut out = String::with_capacity(series * 160 + 64 * 256);
+    let mut out = String::with_capacity(capacity(input));
     // Writing into a String cannot fail; an error here would be a bug in the encoder, and an
     // empty exposition is still better than a panic on the serving path.
     if prometheus_client::encoding::text::encode(&mut out, &registry).is_err() {
