@@ -496,8 +496,8 @@ impl DcgmSource {
         Ok(Some(out))
     }
 
-    /// One read of every GPU and field; `Err` is DCGM's return code.
-    /// Reads every GPU and field; also returns the ids of fields left out as stale.
+    /// One read of every GPU and field, with the ids of the fields left out as stale; `Err` is
+    /// DCGM's return code.
     fn read(&mut self, lib: &DcgmLib) -> Result<(Vec<Sample>, BTreeSet<u16>), dcgmReturn_t> {
         let stale_us = self.stale_after().as_micros() as i64;
         let Some(s) = self.session.as_mut() else {
