@@ -385,6 +385,7 @@ async fn run(
         ),
         mode_line,
         rejected_scrapes,
+        encoding: Default::default(),
     });
     let runners =
         Runners::start(plan.sources, Arc::clone(&store)).context("cannot start source threads")?;

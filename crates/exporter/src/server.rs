@@ -28,6 +28,9 @@ pub struct AppState {
     pub mode_line: String,
     /// Scrapes refused because `scrape_slots` were all taken.
     pub rejected_scrapes: Arc<AtomicU64>,
+    /// Held while a generation is encoded: concurrent first scrapes wait here, without a
+    /// thread each, and then find the bytes cached.
+    pub encoding: tokio::sync::Mutex<()>,
 }
 
 /// The router.
@@ -101,18 +104,27 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
     };
     let format = negotiate_format(header(header::ACCEPT));
     let gzip = accepts_gzip(header(header::ACCEPT_ENCODING));
-    let generation = state.store.current();
-    let body = match generation.cached_exposition(format, gzip) {
+    let body = match state.store.current().cached_exposition(format, gzip) {
         Some(body) => body,
-        // The first scrape of a generation encodes it, which can take milliseconds: do it on
-        // the blocking pool so the two async workers keep accepting and answering probes.
         None => {
-            match tokio::task::spawn_blocking(move || generation.exposition(format, gzip)).await {
-                Ok(body) => body,
-                Err(e) => {
-                    tracing::error!(error = %e, "encoding the exposition failed");
-                    return (StatusCode::INTERNAL_SERVER_ERROR, "encoding failed\n")
-                        .into_response();
+            // The first scrape of a generation encodes it, which can take milliseconds: on the
+            // blocking pool, so the two async workers keep accepting and answering probes, and
+            // one at a time, so a burst of scrapes does not start a thread each.
+            let _encoding = state.encoding.lock().await;
+            let generation = state.store.current();
+            match generation.cached_exposition(format, gzip) {
+                Some(body) => body,
+                None => {
+                    match tokio::task::spawn_blocking(move || generation.exposition(format, gzip))
+                        .await
+                    {
+                        Ok(body) => body,
+                        Err(e) => {
+                            tracing::error!(error = %e, "encoding the exposition failed");
+                            return (StatusCode::INTERNAL_SERVER_ERROR, "encoding failed\n")
+                                .into_response();
+                        }
+                    }
                 }
             }
         }
@@ -219,6 +231,7 @@ mod tests {
             scrape_slots: ArcSwapOption::new(max.map(|n| Arc::new(Semaphore::new(n)))),
             mode_line: String::new(),
             rejected_scrapes: Arc::default(),
+            encoding: Default::default(),
         })
     }
 
