@@ -465,8 +465,9 @@ fn reload_on_sighup(
             let web = Arc::clone(&web);
             let live = Arc::clone(&live);
             let _ = tokio::task::spawn_blocking(move || {
-                let _ = web.reload(); // logged and counted by the web crate
-                                      // A poisoned lock (a panic in an earlier reload) must not disable reloads.
+                // Failures are logged and counted by the web crate.
+                let _ = web.reload();
+                // A poisoned lock (a panic in an earlier reload) must not disable reloads.
                 live.lock().unwrap_or_else(|p| p.into_inner()).reload();
             })
             .await;

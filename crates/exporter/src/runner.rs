@@ -8,7 +8,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
-use dgx_pixels_metrics::{PollError, Snapshot, SnapshotStore, Source, SourceHealth};
+use dgx_pixels_metrics::{panic_message, PollError, Snapshot, SnapshotStore, Source, SourceHealth};
 
 /// How often the watchdog looks for overrunning polls.
 const WATCHDOG_TICK: Duration = Duration::from_millis(100);
@@ -242,15 +242,6 @@ fn check_deadline(slot: &Slot, store: &SnapshotStore) {
     }
 }
 
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    let what = payload
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(no message)");
-    format!("the poll panicked: {what}")
-}
-
 fn run(
     mut source: Box<dyn Source>,
     interval: Duration,
@@ -263,8 +254,15 @@ fn run(
         lock(&slot.state).poll_started = Some(started);
         // A panic inside a source (its own bug, or one in a library it calls) fails this poll
         // like any error; without this the thread would die and the source never poll again.
-        let result = std::panic::catch_unwind(AssertUnwindSafe(|| source.poll()))
-            .unwrap_or_else(|payload| Err(PollError::new("panic", panic_message(&*payload))));
+        let result = std::panic::catch_unwind(AssertUnwindSafe(|| source.poll())).unwrap_or_else(
+            |payload| {
+                let what = panic_message(&*payload);
+                Err(PollError::new(
+                    "panic",
+                    format!("the poll panicked: {what}"),
+                ))
+            },
+        );
         let took = started.elapsed();
         if shutdown.is_triggered() {
             // Stopped (or replaced by a reload) during the poll: its result is no longer wanted.

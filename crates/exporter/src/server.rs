@@ -11,6 +11,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use bytes::Bytes;
 use dgx_pixels_metrics::{Format, SnapshotStore};
 use tokio::sync::Semaphore;
 
@@ -106,28 +107,13 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
     let gzip = accepts_gzip(header(header::ACCEPT_ENCODING));
     let body = match state.store.current().cached_exposition(format, gzip) {
         Some(body) => body,
-        None => {
-            // The first scrape of a generation encodes it, which can take milliseconds: on the
-            // blocking pool, so the two async workers keep accepting and answering probes, and
-            // one at a time, so a burst of scrapes does not start a thread each.
-            let _encoding = state.encoding.lock().await;
-            let generation = state.store.current();
-            match generation.cached_exposition(format, gzip) {
-                Some(body) => body,
-                None => {
-                    match tokio::task::spawn_blocking(move || generation.exposition(format, gzip))
-                        .await
-                    {
-                        Ok(body) => body,
-                        Err(e) => {
-                            tracing::error!(error = %e, "encoding the exposition failed");
-                            return (StatusCode::INTERNAL_SERVER_ERROR, "encoding failed\n")
-                                .into_response();
-                        }
-                    }
-                }
+        None => match encode_first(&state, format, gzip).await {
+            Ok(body) => body,
+            Err(e) => {
+                tracing::error!(error = %e, "encoding the exposition failed");
+                return (StatusCode::INTERNAL_SERVER_ERROR, "encoding failed\n").into_response();
             }
-        }
+        },
     };
     let mut resp = Response::new(Body::from(body));
     let h = resp.headers_mut();
@@ -143,6 +129,23 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
         h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
     }
     resp
+}
+
+/// The first scrape of a generation encodes it, which can take milliseconds: on the blocking
+/// pool, so the two async workers keep accepting and answering probes, and one at a time, so a
+/// burst of scrapes waits here instead of starting a blocking thread each.
+async fn encode_first(
+    state: &AppState,
+    format: Format,
+    gzip: bool,
+) -> Result<Bytes, tokio::task::JoinError> {
+    let _encoding = state.encoding.lock().await;
+    // The newest generation: a scrape that waited serves what the one before it encoded.
+    let generation = state.store.current();
+    match generation.cached_exposition(format, gzip) {
+        Some(body) => Ok(body),
+        None => tokio::task::spawn_blocking(move || generation.exposition(format, gzip)).await,
+    }
 }
 
 async fn ready(State(state): State<Arc<AppState>>) -> Response {

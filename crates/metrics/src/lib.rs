@@ -41,5 +41,5 @@ pub use catalog::{Kind, Metric, MetricDef, Unit, CATALOG};
 pub use encode::{EncodeOptions, Format};
 pub use external::{ExternalFamilies, ExternalFamily, ExternalKind, ExternalSample};
 pub use snapshot::{Sample, Snapshot, SourceHealth};
-pub use source::{Backoff, PollError, Source};
+pub use source::{panic_message, Backoff, PollError, Source};
 pub use store::{Generation, SnapshotStore};

@@ -34,6 +34,16 @@ impl fmt::Display for PollError {
 
 impl std::error::Error for PollError {}
 
+/// The message of a caught panic (`catch_unwind`'s payload): sources and the libraries they
+/// call panic with a `&str` or a `String`.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
+
 /// A source of samples, polled on its own thread at its own interval.
 ///
 /// `poll` may block (library calls); the runner enforces a deadline around it and marks the
@@ -135,5 +145,21 @@ mod backoff_tests {
             b.failed(t0);
         }
         assert_eq!(b.failed(t0), Backoff::MAX);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::panic_message;
+
+    #[test]
+    fn panic_messages_of_both_payload_kinds() {
+        let literal = std::panic::catch_unwind(|| panic!("a literal")).unwrap_err();
+        assert_eq!(panic_message(&*literal), "a literal");
+        let n = 7;
+        let formatted = std::panic::catch_unwind(|| panic!("formatted {n}")).unwrap_err();
+        assert_eq!(panic_message(&*formatted), "formatted 7");
+        let other = std::panic::catch_unwind(|| std::panic::panic_any(42u8)).unwrap_err();
+        assert_eq!(panic_message(&*other), "(no message)");
     }
 }

@@ -62,16 +62,10 @@ pub fn availability() -> Availability {
 fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T, ProbeError>) -> Result<T, ProbeError> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
-        Err(panic) => {
-            let msg = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "unknown panic".into());
-            Err(ProbeError::Cuda(format!(
-                "{what}: CUDA library call failed: {msg}"
-            )))
-        }
+        Err(panic) => Err(ProbeError::Cuda(format!(
+            "{what}: CUDA library call failed: {}",
+            dgx_pixels_metrics::panic_message(&*panic)
+        ))),
     }
 }
 
