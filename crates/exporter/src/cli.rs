@@ -242,7 +242,11 @@ pub fn command() -> Command {
                     .long(format!("collector.{}.interval", c.name))
                     .value_name("DURATION")
                     .value_parser(duration_arg)
-                    .help(format!("How often the {} collector polls [default: 1s]", c.name))
+                    .help(format!(
+                        "How often the {} collector polls [default: {}]",
+                        c.name,
+                        humantime::format_duration(c.default_interval)
+                    ))
                     .help_heading("Collectors"),
             )
             .arg(
@@ -251,8 +255,9 @@ pub fn command() -> Command {
                     .value_name("DURATION")
                     .value_parser(duration_arg)
                     .help(format!(
-                        "Deadline of one {} poll; past it the source is marked down and its series dropped [default: 2s]",
-                        c.name
+                        "Deadline of one {} poll; past it the source is marked down and its series dropped [default: {}]",
+                        c.name,
+                        humantime::format_duration(c.default_timeout)
                     ))
                     .help_heading("Collectors"),
             );
@@ -309,6 +314,37 @@ mod tests {
     #[test]
     fn the_command_is_well_formed() {
         command().debug_assert();
+    }
+
+    /// Regression (hardening round 2): `--help` said 1s for the kubernetes interval (really 5s)
+    /// and 2s for the probes timeout (really 30s). It prints what the daemon then uses.
+    #[test]
+    fn help_prints_the_defaults_the_daemon_uses() {
+        let help = command().render_long_help().to_string();
+        let settings = crate::config::resolve(&parse_from(["x"]).unwrap(), []).unwrap();
+        let flat = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        for c in COLLECTORS {
+            let (interval, timeout) = settings.collector_timing(c.name);
+            for (flag, d) in [("interval", interval), ("timeout", timeout)] {
+                let at = flat
+                    .find(&format!("--collector.{}.{flag} <DURATION>", c.name))
+                    .unwrap_or_else(|| panic!("no --collector.{}.{flag}", c.name));
+                let text = &flat[at..];
+                let default = text[..text.find(']').unwrap() + 1]
+                    .rsplit("[default: ")
+                    .next()
+                    .unwrap()
+                    .trim_end_matches(']');
+                assert_eq!(
+                    default,
+                    humantime::format_duration(d).to_string(),
+                    "--collector.{}.{flag}",
+                    c.name
+                );
+            }
+        }
+        assert!(flat.contains("--collector.kubernetes.interval <DURATION> How often the kubernetes collector polls [default: 5s]"), "{flat}");
+        assert!(flat.contains("[default: 30s]"));
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::collectors::{self, COLLECTORS};
 pub const DEFAULT_LISTEN_ADDRESS: &str = ":9403";
 /// Environment variable prefix.
 pub const ENV_PREFIX: &str = "DGX_PIXELS";
-/// Largest accepted `web.max_requests` and `web.max_connections` (0 means no cap).
+/// Largest accepted `web.max_requests` and `web.max_connections`.
 pub const MAX_HTTP_LIMIT: usize = 1 << 20;
 
 /// Log line formats.
@@ -70,8 +70,11 @@ pub struct WebSettings {
     pub max_requests: usize,
     /// exporter-toolkit web config file (TLS, basic auth, headers); unset = plain HTTP.
     pub config_file: Option<PathBuf>,
-    /// Open connections at most; more are closed at once.
+    /// Open connections at most; more are closed at once (a few reserved for the probe paths).
     pub max_connections: usize,
+    /// Open connections from one client address at most; default 64, or `max_connections`
+    /// when that is lower.
+    pub max_connections_per_client: Option<usize>,
     /// Whether `/-/healthy` and `/-/ready` need basic auth too (kubelet probes cannot send it).
     pub probes_need_auth: bool,
 }
@@ -84,8 +87,17 @@ impl Default for WebSettings {
             max_requests: 40,
             config_file: None,
             max_connections: 512,
+            max_connections_per_client: None,
             probes_need_auth: false,
         }
+    }
+}
+
+impl WebSettings {
+    /// `max_connections_per_client` with its default applied.
+    pub fn connections_per_client(&self) -> usize {
+        self.max_connections_per_client
+            .unwrap_or(dgx_pixels_web::DEFAULT_MAX_CONNECTIONS_PER_CLIENT.min(self.max_connections))
     }
 }
 
@@ -369,12 +381,11 @@ pub struct Settings {
     pub probes: ProbesSettings,
 }
 
-/// Default poll interval.
-pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
-/// Default refresh interval of the kubernetes collector.
-pub const KUBERNETES_INTERVAL: Duration = Duration::from_secs(5);
-/// Default poll deadline.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+pub use collectors::{DEFAULT_INTERVAL, DEFAULT_TIMEOUT, MIN_INTERVAL, MIN_TIMEOUT};
+
+/// Longest label value taken from configuration (`node_name`, a scenario's name): each is
+/// repeated on many series, so a huge one would multiply into every scrape.
+pub const MAX_LABEL_VALUE_BYTES: usize = 1024;
 
 impl Settings {
     /// Whether collector `name` runs.
@@ -386,18 +397,17 @@ impl Settings {
             .unwrap_or(default)
     }
 
-    /// Interval and deadline of collector `name`.
+    /// Interval and deadline of collector `name` (its registered defaults unless configured).
     pub fn collector_timing(&self, name: &str) -> (Duration, Duration) {
         let c = self.collector.get(name);
-        // Pods change in seconds, not milliseconds; a List every second would only load the
-        // kubelet.
-        let default_interval = match name {
-            "kubernetes" => KUBERNETES_INTERVAL,
-            _ => DEFAULT_INTERVAL,
-        };
+        let def = collectors::find(name);
         (
-            c.and_then(|c| c.interval).unwrap_or(default_interval),
-            c.and_then(|c| c.timeout).unwrap_or(DEFAULT_TIMEOUT),
+            c.and_then(|c| c.interval)
+                .or(def.map(|d| d.default_interval))
+                .unwrap_or(DEFAULT_INTERVAL),
+            c.and_then(|c| c.timeout)
+                .or(def.map(|d| d.default_timeout))
+                .unwrap_or(DEFAULT_TIMEOUT),
         )
     }
 
@@ -464,11 +474,12 @@ impl Settings {
                     known.join(", ")
                 )));
             }
-            for (key, d) in [("interval", c.interval), ("timeout", c.timeout)] {
-                if d.is_some_and(|d| d.is_zero()) {
-                    return Err(ConfigError(format!("collector.{name}.{key}: must be > 0")));
-                }
-            }
+            check_min(
+                &format!("collector.{name}.interval"),
+                c.interval,
+                MIN_INTERVAL,
+            )?;
+            check_min(&format!("collector.{name}.timeout"), c.timeout, MIN_TIMEOUT)?;
         }
         self.probes.schedule()?;
         if let Some(address) = &self.dcgm.hostengine {
@@ -477,8 +488,44 @@ impl Settings {
         if let Some(path) = &self.dcgm.field_list {
             read_field_list(path)?;
         }
-        if self.simulation.interval.is_some_and(|d| d.is_zero()) {
-            return Err(ConfigError("simulation.interval: must be > 0".into()));
+        check_min(
+            "simulation.interval",
+            self.simulation.interval,
+            MIN_INTERVAL,
+        )?;
+        check_min("nvml.slow_interval", self.nvml.slow_interval, MIN_INTERVAL)?;
+        if let Some(n) = self
+            .node_name
+            .as_ref()
+            .filter(|n| n.len() > MAX_LABEL_VALUE_BYTES)
+        {
+            return Err(ConfigError(format!(
+                "node_name: {} bytes is over the {MAX_LABEL_VALUE_BYTES} byte limit of a label value",
+                n.len()
+            )));
+        }
+        if let Some(n) = self
+            .simulation
+            .scenario
+            .as_ref()
+            .filter(|n| n.len() > MAX_LABEL_VALUE_BYTES * 4)
+        {
+            return Err(ConfigError(format!(
+                "simulation.scenario: {} bytes is not a scenario name or path",
+                n.len()
+            )));
+        }
+        if self.web.max_connections == 0 {
+            return Err(ConfigError(
+                "web.max_connections: must be at least 1 (it caps open connections; there is no unlimited setting)".into(),
+            ));
+        }
+        let per_client = self.web.connections_per_client();
+        if per_client == 0 || per_client > self.web.max_connections {
+            return Err(ConfigError(format!(
+                "web.max_connections_per_client: {per_client} must be between 1 and web.max_connections ({})",
+                self.web.max_connections
+            )));
         }
         if self.textfile.max_files == 0 || self.textfile.max_file_bytes == 0 {
             return Err(ConfigError(
@@ -500,6 +547,18 @@ impl Settings {
             ));
         }
         Ok(())
+    }
+}
+
+/// Refuses a duration under `min` (e.g. an interval of 1ns, which would keep a core busy).
+fn check_min(key: &str, d: Option<Duration>, min: Duration) -> Result<(), ConfigError> {
+    match d {
+        Some(d) if d < min => Err(ConfigError(format!(
+            "{key}: {} is below the minimum of {}",
+            humantime::format_duration(d),
+            humantime::format_duration(min)
+        ))),
+        _ => Ok(()),
     }
 }
 
@@ -528,7 +587,7 @@ fn check_hostengine(address: &str) -> Result<(), ConfigError> {
 
 /// Reads and parses `dcgm.field_list`.
 pub fn read_field_list(path: &Path) -> Result<dgx_pixels_dcgm::fields::FieldList, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
+    let text = read_text(path).map_err(|e| {
         ConfigError(format!(
             "dcgm.field_list: cannot read {}: {e}",
             path.display()
@@ -565,13 +624,23 @@ fn key_at(text: &str, line: usize) -> Option<String> {
     }
 }
 
-/// Parses a config file strictly, for error messages that name the file, line and key.
-fn check_file(path: &Path) -> Result<(), ConfigError> {
-    let text = std::fs::read_to_string(path)
+/// Reads a config or field-list file: a regular file (a FIFO in its place must not hang a
+/// reload), of a sane size, in UTF-8.
+fn read_text(path: &Path) -> Result<String, String> {
+    let bytes = dgx_pixels_web::read_regular(path, dgx_pixels_web::MAX_CONFIG_FILE_BYTES)
+        .map_err(|e| e.to_string())?;
+    String::from_utf8(bytes).map_err(|_| "not valid UTF-8".to_string())
+}
+
+/// Reads and parses a config file strictly, for error messages that name the file, line and
+/// key; returns its text for the layered parse.
+fn check_file(path: &Path) -> Result<String, ConfigError> {
+    let text = read_text(path)
         .map_err(|e| ConfigError(format!("config file {}: cannot read: {e}", path.display())))?;
     match toml::from_str::<Settings>(&text) {
         Ok(s) => s
             .validate()
+            .map(|()| text)
             .map_err(|e| ConfigError(format!("config file {}: {e}", path.display()))),
         Err(e) => {
             let line = e.span().map(|s| line_of(&text, s.start));
@@ -602,12 +671,9 @@ pub fn resolve(
     let err = |e: config::ConfigError| ConfigError(e.to_string());
     let mut b = config::Config::builder();
     if let Some(path) = &cli.config_file {
-        check_file(path)?;
-        b = b.add_source(
-            config::File::from(path.as_path())
-                .format(config::FileFormat::Toml)
-                .required(true),
-        );
+        // The text checked is the text used: the file is read once.
+        let text = check_file(path)?;
+        b = b.add_source(config::File::from_str(&text, config::FileFormat::Toml));
     }
     let env: config::Map<String, String> = env
         .into_iter()
@@ -723,6 +789,35 @@ pub fn resolve(
         .map_err(|e| ConfigError(format!("configuration: {e}")))?;
     settings.validate()?;
     Ok(settings)
+}
+
+/// The `DGX_PIXELS_*` variables of `vars` (e.g. `std::env::vars_os()`). Other variables are
+/// never looked at beyond their name, so one that is not UTF-8 cannot stop the daemon (as
+/// `std::env::vars()` would, by panicking); a `DGX_PIXELS_*` one that is not UTF-8 is an error.
+pub fn environment(
+    vars: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+) -> Result<Vec<(String, String)>, ConfigError> {
+    use std::os::unix::ffi::OsStrExt;
+    let prefix = format!("{ENV_PREFIX}_");
+    let mut out = Vec::new();
+    for (k, v) in vars {
+        if !k.as_bytes().starts_with(prefix.as_bytes()) {
+            continue;
+        }
+        let shown = String::from_utf8_lossy(k.as_bytes()).into_owned();
+        let Ok(name) = k.into_string() else {
+            return Err(ConfigError(format!(
+                "environment variable {shown}: its name is not valid UTF-8"
+            )));
+        };
+        let Ok(value) = v.into_string() else {
+            return Err(ConfigError(format!(
+                "environment variable {name}: its value is not valid UTF-8"
+            )));
+        };
+        out.push((name, value));
+    }
+    Ok(out)
 }
 
 /// Whether `name` has the shape of a Kubernetes service-link variable.
@@ -973,7 +1068,7 @@ mod tests {
             Some(Path::new("/run/jobs"))
         );
         assert!(s.collector_enabled("kubernetes"));
-        assert_eq!(s.collector_timing("kubernetes").0, KUBERNETES_INTERVAL);
+        assert_eq!(s.collector_timing("kubernetes").0, Duration::from_secs(5));
         let cli = parse_from([
             "x",
             "--config.file",

@@ -25,9 +25,12 @@ impl Source for HttpSource {
     fn poll(&mut self) -> Result<Vec<Sample>, PollError> {
         let c = &self.web.counters;
         let n = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
-        let mut out = Vec::with_capacity(12);
+        let mut out = Vec::with_capacity(16);
         for (reason, v) in [
             ("connection_limit", n(&c.rejected_connections)),
+            ("per_client_limit", n(&c.rejected_per_client)),
+            ("request_timeout", n(&c.request_timeouts)),
+            ("auth_busy", n(&c.auth_throttled)),
             ("scrape_limit", n(&self.rejected_scrapes)),
             ("unauthorized", n(&c.unauthorized)),
             ("request_body", n(&c.bodies_refused)),

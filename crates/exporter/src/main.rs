@@ -20,7 +20,6 @@ mod sim_source;
 #[cfg(test)]
 mod fuzz_tests;
 
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,19 +60,14 @@ fn main() -> ExitCode {
         print!("{}", dgx_pixels_dcgm::fields::markdown());
         return ExitCode::SUCCESS;
     }
-    let settings = match config::resolve(&cli, std::env::vars()) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("dgx-pixels-exporter: error: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let settings =
+        match config::environment(std::env::vars_os()).and_then(|env| config::resolve(&cli, env)) {
+            Ok(s) => s,
+            Err(e) => return startup_error(StartError::Config(e.to_string())),
+        };
     let level = match logging::init(&settings.log) {
         Ok(handle) => handle,
-        Err(e) => {
-            eprintln!("dgx-pixels-exporter: error: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return startup_error(StartError::Config(e.to_string())),
     };
     // A bad web config file is a config error: nothing is served until it is right.
     let web = match WebState::load(
@@ -81,10 +75,7 @@ fn main() -> ExitCode {
         settings.web.probes_need_auth,
     ) {
         Ok(w) => w,
-        Err(e) => {
-            eprintln!("dgx-pixels-exporter: error: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return startup_error(StartError::Config(e.to_string())),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -94,17 +85,54 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            tracing::error!("cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
+            return startup_error(StartError::Other(format!(
+                "cannot start the async runtime: {e}"
+            )))
         }
     };
-    match runtime.block_on(run(cli, settings, web, level)) {
+    let started = runtime.block_on(async {
+        let store_slot = probes::StoreSlot::default();
+        let plan =
+            plan(&settings, &store_slot).map_err(|e| StartError::Config(format!("{e:#}")))?;
+        let listener = dgx_pixels_web::listen(&settings.web.listen_address)
+            .await
+            .map_err(|e| StartError::Other(format!("{e:#}")))?;
+        Ok::<_, StartError>((plan, store_slot, listener))
+    });
+    let (plan, store_slot, listener) = match started {
+        Ok(s) => s,
+        Err(e) => return startup_error(e),
+    };
+    let result = runtime.block_on(run(cli, settings, web, level, plan, store_slot, listener));
+    // Blocking work still running (a reload stuck on a file, a library call) must not keep
+    // the process alive after a signal: give it a moment, then exit regardless.
+    runtime.shutdown_timeout(SHUTDOWN_GRACE);
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Why the exporter did not start serving.
+enum StartError {
+    /// A usage or configuration error (flags, environment, files, scenario): exit code 2.
+    Config(String),
+    /// Anything else before serving (the address is taken, no threads): exit code 1.
+    Other(String),
+}
+
+/// Reports a startup error in one plain line on stderr, whatever the log format, with the
+/// exit code of its kind.
+fn startup_error(e: StartError) -> ExitCode {
+    let (code, message) = match e {
+        StartError::Config(m) => (2, m),
+        StartError::Other(m) => (1, m),
+    };
+    eprintln!("dgx-pixels-exporter: error: {}", message.replace('\n', " "));
+    ExitCode::from(code)
 }
 
 /// The sources to run, with their timing, and the mode and scenario for build info.
@@ -118,6 +146,14 @@ fn plan(settings: &Settings, store_slot: &probes::StoreSlot) -> Result<Plan> {
     if let Some(name) = &settings.simulation.scenario {
         let scenario = Scenario::load(name).map_err(|e| anyhow::anyhow!("{e}"))?;
         let scenario_name = scenario.name().to_string();
+        // It is a label value of build info: bounded like every label from configuration.
+        if scenario_name.len() > config::MAX_LABEL_VALUE_BYTES {
+            anyhow::bail!(
+                "scenario {name}: its name is {} bytes, over the {} byte limit of a label value",
+                scenario_name.len(),
+                config::MAX_LABEL_VALUE_BYTES
+            );
+        }
         let timing = Timing {
             interval: settings
                 .simulation
@@ -161,17 +197,7 @@ fn plan(settings: &Settings, store_slot: &probes::StoreSlot) -> Result<Plan> {
         if !settings.collector_enabled(c.name) {
             continue;
         }
-        let (interval, mut timeout) = settings.collector_timing(c.name);
-        if c.name == "probes"
-            && settings
-                .collector
-                .get("probes")
-                .and_then(|c| c.timeout)
-                .is_none()
-        {
-            // A probe run opens a CUDA context and cuBLAS first: seconds, not milliseconds.
-            timeout = probes::DEFAULT_TIMEOUT;
-        }
+        let (interval, timeout) = settings.collector_timing(c.name);
         let source: Box<dyn Source> = match c.name {
             "nvml" => {
                 let defaults = NvmlOptions::default();
@@ -224,6 +250,21 @@ fn plan(settings: &Settings, store_slot: &probes::StoreSlot) -> Result<Plan> {
         mode: "hardware",
         scenario: String::new(),
     })
+}
+
+/// Settings a simulated node does not use (it has no NVML, DCGM or CUDA to load).
+fn simulation_ignores(settings: &Settings) -> Vec<&'static str> {
+    let explicit = |name: &str| settings.collector.get(name).and_then(|c| c.enabled) == Some(true);
+    [
+        ("--collector.dcgm", explicit("dcgm")),
+        ("--collector.probes", explicit("probes")),
+        ("--dcgm.library", settings.dcgm.library.is_some()),
+        ("--dcgm.hostengine", settings.dcgm.hostengine.is_some()),
+        ("--nvml.library", settings.nvml.library.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(flag, set)| set.then_some(flag))
+    .collect()
 }
 
 /// The kubelet pod-resources source.
@@ -330,9 +371,22 @@ async fn run(
     settings: Settings,
     web: Arc<WebState>,
     level: logging::LevelHandle,
+    mut plan: Plan,
+    store_slot: probes::StoreSlot,
+    listener: tokio::net::TcpListener,
 ) -> Result<()> {
-    let store_slot = probes::StoreSlot::default();
-    let mut plan = plan(&settings, &store_slot)?;
+    if plan.sources.is_empty() {
+        tracing::warn!("no source enabled: only the exporter's own metrics will be served");
+    }
+    if plan.mode == "simulated" {
+        let ignored = simulation_ignores(&settings);
+        if !ignored.is_empty() {
+            tracing::warn!(
+                ignored = %ignored.join(","),
+                "--simulate replaces the GPU libraries: these settings have no effect on a simulated node"
+            );
+        }
+    }
     let fingerprints = plan
         .sources
         .iter()
@@ -351,15 +405,11 @@ async fn run(
             timeout: Duration::from_secs(1),
         },
     ));
-    let addr: SocketAddr = settings.listen_addr()?;
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr} (web.listen_address)"))?;
+    let addr = listener
+        .local_addr()
+        .context("the listening socket has no address")?;
 
     let names: Vec<&str> = plan.sources.iter().map(|(s, _)| s.name()).collect();
-    if names.is_empty() {
-        tracing::warn!("no source enabled: only the exporter's own metrics will be served");
-    }
     let options = EncodeOptions {
         const_labels: node_label(&settings),
     };
@@ -424,6 +474,7 @@ async fn run(
     ));
     let limits = dgx_pixels_web::Limits {
         max_connections: settings.web.max_connections,
+        max_connections_per_client: settings.web.connections_per_client(),
         shutdown_grace: SHUTDOWN_GRACE,
         ..dgx_pixels_web::Limits::default()
     };

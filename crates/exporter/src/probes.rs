@@ -5,16 +5,12 @@
 //! the simulator does not invent probe results (see docs/architecture.md).
 
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
 use anyhow::Result;
 use dgx_pixels_metrics::{Metric, SnapshotStore, Source};
 use dgx_pixels_probes::scheduler::{CudaBackend, ProbeSource, UtilizationView};
 
 use crate::config::Settings;
-
-/// Default poll deadline of the probes collector (a run includes CUDA context setup).
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The store, set once it exists (it is built after the sources are planned).
 pub type StoreSlot = Arc<OnceLock<Arc<SnapshotStore>>>;

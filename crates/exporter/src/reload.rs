@@ -107,7 +107,8 @@ impl Live {
 
     fn try_reload(&mut self) -> Result<Vec<&'static str>> {
         // Everything that can fail comes first, before anything changes.
-        let new = config::resolve(&self.cli, std::env::vars()).map_err(|e| anyhow!("{e}"))?;
+        let env = config::environment(std::env::vars_os()).map_err(|e| anyhow!("{e}"))?;
+        let new = config::resolve(&self.cli, env).map_err(|e| anyhow!("{e}"))?;
         crate::logging::parse(&new.log.level).map_err(|e| anyhow!(e))?;
         new.listen_addr().map_err(|e| anyhow!("{e}"))?;
         let plan = crate::plan(&new, &self.store_slot)?;

@@ -53,6 +53,9 @@ struct State {
     poll_started: Option<Instant>,
     timed_out: bool,
     last_error_kind: Option<&'static str>,
+    /// Polls overrun their deadline since the last one that did not: said once, and
+    /// "recovered" only when a poll fits its deadline again (not on each late answer).
+    overrunning: bool,
 }
 
 /// The shared state of one running source.
@@ -233,11 +236,14 @@ fn check_deadline(slot: &Slot, store: &SnapshotStore) {
         st.timed_out = true;
         st.health.up = false;
         st.health.errors += 1;
-        tracing::warn!(
-            source = slot.name,
-            timeout = ?slot.timeout,
-            "poll exceeded its deadline; marking the source down and dropping its series until it answers"
-        );
+        if !st.overrunning {
+            st.overrunning = true;
+            tracing::warn!(
+                source = slot.name,
+                timeout = ?slot.timeout,
+                "poll exceeded its deadline; marking the source down and dropping its series until it answers"
+            );
+        }
         publish(slot, &st, store, Vec::new());
     }
 }
@@ -273,10 +279,24 @@ fn run(
             st.poll_started = None;
             st.health.polls += 1;
             st.health.last_poll_duration = Some(took);
-            let late = std::mem::take(&mut st.timed_out);
+            let seen_late = std::mem::take(&mut st.timed_out);
+            // The watchdog looks now and then: a poll can overrun between two looks.
+            let late = seen_late || took > slot.timeout;
+            if late && !seen_late && !st.overrunning {
+                st.overrunning = true;
+                tracing::warn!(
+                    source = slot.name,
+                    timeout = ?slot.timeout,
+                    took = ?took,
+                    "poll exceeded its deadline"
+                );
+            }
             match result {
                 Ok(samples) => {
-                    if st.last_error_kind.take().is_some() || late {
+                    let was_failing = st.last_error_kind.take().is_some();
+                    if late {
+                        tracing::debug!(source = slot.name, took = ?took, "late poll answered");
+                    } else if was_failing || std::mem::take(&mut st.overrunning) {
                         tracing::info!(source = slot.name, "source recovered");
                     }
                     st.health.up = true;
@@ -293,8 +313,11 @@ fn run(
                 }
                 Err(e) => {
                     // The watchdog already counted an overrun poll as an error.
-                    if !late {
+                    if !seen_late {
                         st.health.errors += 1;
+                    }
+                    if !late {
+                        st.overrunning = false;
                     }
                     st.health.up = false;
                     // Say it once per distinct cause, not on every retry.
@@ -428,6 +451,77 @@ mod tests {
             "ready: the hung source is reported down"
         );
         runners.stop(Duration::from_secs(1));
+    }
+
+    /// Every poll takes longer than the deadline (a textfile directory too big to read in
+    /// time), but answers.
+    struct Slowpoke;
+
+    impl Source for Slowpoke {
+        fn name(&self) -> &'static str {
+            "slowpoke"
+        }
+        fn poll(&mut self) -> Result<Vec<Sample>, PollError> {
+            std::thread::sleep(Duration::from_millis(120));
+            Ok(vec![Sample::new(Metric::GpuPower, ["0", "GPU-a"], 1.0)])
+        }
+    }
+
+    /// What the runner threads logged (this test binary's only global subscriber).
+    fn captured_logs() -> Arc<std::sync::Mutex<Vec<u8>>> {
+        static LOGS: std::sync::OnceLock<Arc<std::sync::Mutex<Vec<u8>>>> =
+            std::sync::OnceLock::new();
+        Arc::clone(LOGS.get_or_init(|| {
+            #[derive(Clone)]
+            struct W(Arc<std::sync::Mutex<Vec<u8>>>);
+            impl std::io::Write for W {
+                fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                    lock(&self.0).extend_from_slice(b);
+                    Ok(b.len())
+                }
+                fn flush(&mut self) -> std::io::Result<()> {
+                    Ok(())
+                }
+            }
+            let buf = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let w = W(Arc::clone(&buf));
+            let subscriber = tracing_subscriber::fmt()
+                .with_max_level(tracing::Level::INFO)
+                .with_writer(move || w.clone())
+                .finish();
+            tracing::subscriber::set_global_default(subscriber).unwrap();
+            buf
+        }))
+    }
+
+    /// Regression (hardening round 2): a source whose every poll overran its deadline logged
+    /// "exceeded its deadline" and "recovered" alternately on every poll; once per change now.
+    #[test]
+    fn a_source_always_past_its_deadline_is_logged_once() {
+        let logs = captured_logs();
+        let store = Arc::new(SnapshotStore::new(
+            &["slowpoke"],
+            vec![],
+            EncodeOptions::default(),
+        ));
+        let runners = Runners::start(
+            vec![(
+                Box::new(Slowpoke),
+                Timing {
+                    interval: Duration::from_millis(20),
+                    timeout: Duration::from_millis(60),
+                },
+            )],
+            Arc::clone(&store),
+        )
+        .unwrap();
+        wait_for(&store, |s| s.health.polls >= 6);
+        runners.stop(Duration::from_secs(1));
+        let text = String::from_utf8(lock(&logs).clone()).unwrap();
+        let mine: Vec<&str> = text.lines().filter(|l| l.contains("slowpoke")).collect();
+        let count = |what: &str| mine.iter().filter(|l| l.contains(what)).count();
+        assert_eq!(count("exceeded its deadline"), 1, "{mine:#?}");
+        assert_eq!(count("recovered"), 0, "{mine:#?}");
     }
 
     struct Panicking(u32);

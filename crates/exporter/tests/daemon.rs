@@ -148,7 +148,7 @@ fn bad_input_exits_non_zero_with_one_clear_line() {
         ],
         &[],
     );
-    assert_eq!(code, 1);
+    assert_eq!(code, 2);
     assert!(
         err.contains("unknown scenario") && err.contains("dgx-h100"),
         "{err}"

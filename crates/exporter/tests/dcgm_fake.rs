@@ -328,7 +328,17 @@ fn a_struct_version_mismatch_is_a_clear_error() {
         Some(0.0)
     );
     assert!(series(&body, "dgx_pixels_gpu_sm_active_ratio").is_empty());
+    // Regression (hardening round 2, item 11): this permanent error reconnected and re-created
+    // the groups every second, with an info line each time. Now: backoff 1 s, 2 s, 4 s, ...
+    // and one line for the connection and one for the error.
+    std::thread::sleep(Duration::from_millis(4500));
     let logs = stop_and_logs(d);
+    assert_eq!(logs.matches("DCGM connected").count(), 1, "{logs}");
+    assert_eq!(
+        logs.matches("rejected our dcgmFieldValue_v2").count(),
+        1,
+        "{logs}"
+    );
     assert!(
         logs.contains("rejected our dcgmFieldValue_v2 version 0x02001020"),
         "{logs}"

@@ -128,6 +128,14 @@ fn nvml_uninitialized_mid_run_is_reinitialised() {
     assert_eq!(up(&body), Some(1.0), "back without a restart");
     let (body, _) = wait_until(d.port, Duration::from_secs(5), |b| gpus_up(b).len() == 8);
     assert_eq!(series(&body, "dgx_pixels_gpu_power_watts").len(), 8);
+    // Recovered, not flapping: the reset window (2 s long, at 2 s) does not come back after the
+    // re-init (before the fix the fake's clock restarted on dlclose and replayed it every 3 s).
+    for _ in 0..16 {
+        std::thread::sleep(Duration::from_millis(500));
+        let body = text(d.port);
+        assert_eq!(up(&body), Some(1.0), "flapped after recovering");
+        assert_eq!(gpus_up(&body).len(), 8);
+    }
     alive(&mut d);
     let logs = stop_and_logs(d);
     assert!(logs.contains("initialising the library again"), "{logs}");
@@ -222,7 +230,8 @@ fn textfiles_rewritten_during_reads_are_never_served_torn() {
         "--textfile.directory",
         dir.path().to_str().unwrap(),
         "--collector.textfile.interval",
-        "10ms",
+        // The shortest interval accepted: as many reads as possible during the rewrites.
+        "50ms",
     ]);
 
     let stop = Arc::new(AtomicBool::new(false));

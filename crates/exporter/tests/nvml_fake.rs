@@ -500,6 +500,35 @@ fn a_hung_gpu_is_reported_down_and_never_blocks_the_others() {
     );
 }
 
+/// Regression (hardening round 2, item 9): a GPU whose NVML calls hang from the first poll
+/// was left out entirely, though the log said "reporting gpu_up 0"; it is served as down, with
+/// its index (its uuid was never read).
+#[test]
+fn a_gpu_hung_from_startup_is_served_as_down() {
+    let d = start_fake(
+        "dgx-h100",
+        &[("FAKE_NVML_HANG_GPU", "5"), ("FAKE_NVML_HANG_AFTER", "0")],
+        &[
+            "--collector.nvml.interval",
+            "200ms",
+            "--collector.nvml.timeout",
+            "500ms",
+        ],
+    );
+    let (body, _) = wait_for(d.port, Duration::from_secs(10), |b| {
+        value(b, "dgx_pixels_gpu_up", &[("gpu", "0")]) == Some(1.0)
+    });
+    assert!(
+        series(&body, "dgx_pixels_gpu_up").contains(&"dgx_pixels_gpu_up{gpu=\"5\",uuid=\"\"} 0"),
+        "{:?}",
+        series(&body, "dgx_pixels_gpu_up")
+    );
+    assert!(series(&body, "dgx_pixels_gpu_info")
+        .iter()
+        .all(|s| !s.contains("gpu=\"5\"")));
+    assert_eq!(series(&body, "dgx_pixels_gpu_up").len(), 8);
+}
+
 /// Processes map to containers through /proc/PID/cgroup (here a fixture procfs).
 #[test]
 fn process_memory_carries_the_container_id() {

@@ -307,9 +307,9 @@ define_catalog! {
     ExporterBuildInfo => Gauge None "dgx_pixels_exporter_build_info" ["version", "revision", "rustc_version", "mode", "scenario"] ["exporter"]
         "Build facts of the exporter (value 1); mode is \"simulated\" when the GPUs are simulated, with the scenario's name.";
     ExporterHttpRejected => Counter None "dgx_pixels_exporter_http_rejected_total" ["reason"] ["exporter"]
-        "Connections or requests the HTTP server refused, by reason (connection_limit, scrape_limit, unauthorized, request_body, tls_handshake, stalled).";
+        "Connections or requests the HTTP server refused, by reason (connection_limit, per_client_limit, request_timeout, auth_busy, scrape_limit, unauthorized, request_body, tls_handshake, stalled).";
     ExporterWebConfigReloads => Counter None "dgx_pixels_exporter_web_config_reloads_total" ["result"] ["exporter"]
-        "Reloads of the web config file (on change or SIGHUP), by result (success, failure; after a failure the previous config stays in force).";
+        "Reloads of the web config file (on change or SIGHUP), by result (success, failure; after a failure, including a refused one that would remove TLS, client certificates or authentication, the previous config stays in force).";
     ExporterWebConfigLastReloadSuccessful => Gauge None "dgx_pixels_exporter_web_config_last_reload_successful" [] ["exporter"]
         "1 when the last load of the web config file succeeded, else 0.";
     ExporterConfigReloads => Counter None "dgx_pixels_exporter_config_reloads_total" ["result"] ["exporter"]

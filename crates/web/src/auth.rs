@@ -13,23 +13,28 @@ use base64::Engine;
 use crate::state::{Live, WebState};
 
 /// Paths the kubelet and load balancers probe; open unless `probes_need_auth`.
-const PROBE_PATHS: &[&str] = &["/-/healthy", "/-/ready"];
+pub(crate) const PROBE_PATHS: &[&str] = &["/-/healthy", "/-/ready"];
 
 /// At most this many bytes of request body are accepted (none of our endpoints reads one).
 const MAX_BODY: u64 = 0;
 
-/// A bcrypt hash to verify against for unknown users, so that a wrong user name takes as long
-/// as a wrong password and names cannot be probed by timing.
-fn dummy_hash() -> &'static str {
-    static HASH: OnceLock<String> = OnceLock::new();
-    HASH.get_or_init(|| bcrypt::hash("not a password", 10).unwrap_or_default())
+/// Password checks (bcrypt, tens of ms of CPU each) running at once, at most. Beyond them a
+/// request is refused at once (429) instead of queueing: a flood of wrong passwords can then
+/// neither occupy every core nor make an honest scraper wait behind it, and a scraper whose
+/// credentials verified before never needs a slot (see `Verified` in state.rs).
+pub const MAX_PASSWORD_CHECKS: usize = 2;
+
+fn bcrypt_slots() -> &'static Arc<tokio::sync::Semaphore> {
+    static SLOTS: OnceLock<Arc<tokio::sync::Semaphore>> = OnceLock::new();
+    SLOTS.get_or_init(|| Arc::new(tokio::sync::Semaphore::new(MAX_PASSWORD_CHECKS)))
 }
 
-/// Limits concurrent bcrypt checks (each takes tens of ms of CPU) so wrong passwords cannot
-/// occupy every core.
-fn bcrypt_slots() -> &'static tokio::sync::Semaphore {
-    static SLOTS: OnceLock<tokio::sync::Semaphore> = OnceLock::new();
-    SLOTS.get_or_init(|| tokio::sync::Semaphore::new(2))
+/// The outcome of a credential check.
+enum Auth {
+    Granted,
+    Denied,
+    /// Every password-check slot was busy.
+    Busy,
 }
 
 fn credentials(value: &HeaderValue) -> Option<(String, String)> {
@@ -46,31 +51,34 @@ fn credentials(value: &HeaderValue) -> Option<(String, String)> {
     Some((user.to_string(), password.to_string()))
 }
 
-async fn authorized(live: &Arc<Live>, value: Option<&HeaderValue>) -> bool {
+async fn authorized(web: &WebState, live: &Arc<Live>, value: Option<&HeaderValue>) -> Auth {
     let Some((user, password)) = value.and_then(credentials) else {
-        return false;
+        return Auth::Denied;
     };
-    if live.is_verified(&user, &password) {
-        return true;
+    if web.is_verified(live, &user, &password) {
+        return Auth::Granted;
     }
     let known = live.config.users.get(&user).cloned();
-    let is_known = known.is_some();
-    let Ok(_slot) = bcrypt_slots().acquire().await else {
-        return false;
+    // An unknown user is checked against a configured hash too and denied whatever the result.
+    let Some(hash) = known.clone().or_else(|| live.decoy.clone()) else {
+        return Auth::Denied;
     };
+    let Ok(_slot) = Arc::clone(bcrypt_slots()).try_acquire_owned() else {
+        return Auth::Busy;
+    };
+    web.counters.password_checks.fetch_add(1, Ordering::Relaxed);
     let pw = password.clone();
-    // On the blocking pool, like the dummy hash's one-time computation: both take tens of ms.
-    let ok = tokio::task::spawn_blocking(move || {
-        let hash = known.unwrap_or_else(|| dummy_hash().to_string());
-        bcrypt::verify(pw, &hash).unwrap_or(false)
-    })
-    .await
-    .unwrap_or(false);
-    let ok = ok && is_known;
-    if ok {
-        live.remember(&user, &password);
+    let verify_against = hash.clone();
+    let ok =
+        tokio::task::spawn_blocking(move || bcrypt::verify(pw, &verify_against).unwrap_or(false))
+            .await
+            .unwrap_or(false);
+    if ok && known.is_some() {
+        web.remember(&user, &password, &hash);
+        Auth::Granted
+    } else {
+        Auth::Denied
     }
-    ok
 }
 
 /// Axum middleware: refuses request bodies, enforces basic auth when users are configured
@@ -91,10 +99,20 @@ pub async fn guard(State(web): State<Arc<WebState>>, req: Request, next: Next) -
             .into_response();
     }
     let open = !web.probes_need_auth && PROBE_PATHS.contains(&req.uri().path());
-    if !live.config.users.is_empty()
-        && !open
-        && !authorized(&live, h.get(header::AUTHORIZATION)).await
-    {
+    let auth = if live.config.users.is_empty() || open {
+        Auth::Granted
+    } else {
+        authorized(&web, &live, h.get(header::AUTHORIZATION)).await
+    };
+    if let Auth::Busy = auth {
+        web.counters.auth_throttled.fetch_add(1, Ordering::Relaxed);
+        let mut resp = Response::new(Body::from("too many password checks in progress\n"));
+        *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return with_headers(resp, &live);
+    }
+    if let Auth::Denied = auth {
         web.counters.unauthorized.fetch_add(1, Ordering::Relaxed);
         let mut resp = Response::new(Body::from("Unauthorized\n"));
         *resp.status_mut() = StatusCode::UNAUTHORIZED;

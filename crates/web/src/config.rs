@@ -13,6 +13,8 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig, SupportedCipherSuite};
 use serde::Deserialize;
 
+use crate::file::{read_regular, MAX_CONFIG_FILE_BYTES};
+
 /// A web config error: names the file, and the line and key where they are known.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WebConfigError {
@@ -46,7 +48,7 @@ impl std::error::Error for WebConfigError {}
 struct File {
     tls_server_config: Option<TlsFile>,
     http_server_config: Option<HttpFile>,
-    basic_auth_users: Option<BTreeMap<String, String>>,
+    basic_auth_users: Option<UniqueMap>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -67,7 +69,38 @@ struct TlsFile {
 #[serde(deny_unknown_fields)]
 struct HttpFile {
     http2: Option<bool>,
-    headers: Option<BTreeMap<String, String>>,
+    headers: Option<UniqueMap>,
+}
+
+/// A YAML mapping of strings that refuses a key given twice (serde's maps keep the last one
+/// silently, so a second `basic_auth_users` entry for a user would replace the first unseen).
+#[derive(Debug, Default)]
+struct UniqueMap(BTreeMap<String, String>);
+
+impl<'de> Deserialize<'de> for UniqueMap {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = UniqueMap;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a mapping of strings")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> Result<UniqueMap, A::Error> {
+                let mut out = BTreeMap::new();
+                while let Some((k, v)) = m.next_entry::<String, String>()? {
+                    if out.contains_key(&k) {
+                        return Err(serde::de::Error::custom(format!("duplicate key `{k}`")));
+                    }
+                    out.insert(k, v);
+                }
+                Ok(UniqueMap(out))
+            }
+        }
+        d.deserialize_map(Visitor)
+    }
 }
 
 /// Response headers the file may set (exporter-toolkit's list).
@@ -79,11 +112,24 @@ const ALLOWED_HEADERS: &[&str] = &[
     "Strict-Transport-Security",
 ];
 
+/// How client certificates are checked, weakest first (so a reload can compare).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ClientAuth {
+    /// No client certificate asked for.
+    None,
+    /// A client certificate is verified when given.
+    VerifyIfGiven,
+    /// Every client must present a certificate that verifies.
+    Require,
+}
+
 /// A validated web config, ready to serve with.
 #[derive(Clone)]
 pub struct WebConfig {
     /// TLS settings; `None` serves plain HTTP.
     pub tls: Option<Arc<ServerConfig>>,
+    /// Client-certificate verification (always `None` without TLS).
+    pub client_auth: ClientAuth,
     /// User name to bcrypt hash; empty = no authentication.
     pub users: BTreeMap<String, String>,
     /// Extra response headers.
@@ -96,6 +142,7 @@ impl fmt::Debug for WebConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WebConfig")
             .field("tls", &self.tls.is_some())
+            .field("client_auth", &self.client_auth)
             .field("users", &self.users.keys().collect::<Vec<_>>())
             .field("headers", &self.headers)
             .finish()
@@ -107,20 +154,47 @@ impl WebConfig {
     pub fn plain() -> WebConfig {
         WebConfig {
             tls: None,
+            client_auth: ClientAuth::None,
             users: BTreeMap::new(),
             headers: Vec::new(),
             files: Vec::new(),
         }
     }
 
+    /// What `new` would take away from a server running with `self`: TLS, client-certificate
+    /// verification or authentication. A running server never loses them on a reload (a
+    /// truncated or half-written file must not turn security off); that takes a restart.
+    /// Changing users, passwords, certificates and CAs is fine.
+    pub fn weakened_by(&self, new: &WebConfig) -> Option<String> {
+        let mut lost = Vec::new();
+        if self.tls.is_some() && new.tls.is_none() {
+            lost.push("TLS");
+        }
+        if new.client_auth < self.client_auth {
+            lost.push("client certificate verification");
+        }
+        if !self.users.is_empty() && new.users.is_empty() {
+            lost.push("basic authentication");
+        }
+        (!lost.is_empty()).then(|| {
+            format!(
+                "the new file would remove {} from the running server; refused (restart the exporter to serve with less security)",
+                lost.join(" and ")
+            )
+        })
+    }
+
     /// Reads and validates a web config file; certificate and key files are read too.
     pub fn load(path: &Path) -> Result<WebConfig, WebConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| WebConfigError {
+        let cannot = |message: String| WebConfigError {
             file: path.to_path_buf(),
             line: None,
             key: None,
-            message: format!("cannot read: {e}"),
-        })?;
+            message,
+        };
+        let bytes = read_regular(path, MAX_CONFIG_FILE_BYTES)
+            .map_err(|e| cannot(format!("cannot read: {e}")))?;
+        let text = String::from_utf8(bytes).map_err(|_| cannot("not valid UTF-8".into()))?;
         WebConfig::parse(&text, path)
     }
 
@@ -153,7 +227,22 @@ impl WebConfig {
                             format!("unknown key{tail}"),
                         )
                     }
-                    _ => (None, message),
+                    _ => match message
+                        .split_once("duplicate ")
+                        .map(|(p, rest)| (p.trim_end().trim_end_matches(':'), rest))
+                    {
+                        // "duplicate field `a`" (a struct) or "a.b: duplicate key `c`" (a map).
+                        Some((parent, rest)) if !parent.contains(' ') => {
+                            let name = rest.split('`').nth(1).unwrap_or("");
+                            let key = if parent.is_empty() {
+                                name.to_string()
+                            } else {
+                                format!("{parent}.{name}")
+                            };
+                            (Some(key), "given twice".to_string())
+                        }
+                        _ => (None, message),
+                    },
                 };
                 WebConfigError {
                     file: path.to_path_buf(),
@@ -165,11 +254,14 @@ impl WebConfig {
         };
         let dir = path.parent().unwrap_or(Path::new("."));
         let mut files = Vec::new();
-        let tls = match file.tls_server_config {
-            Some(t) => Some(Arc::new(tls_config(t, dir, &err, &mut files)?)),
-            None => None,
+        let (tls, client_auth) = match file.tls_server_config {
+            Some(t) => {
+                let (config, auth) = tls_config(t, dir, &err, &mut files)?;
+                (Some(Arc::new(config)), auth)
+            }
+            None => (None, ClientAuth::None),
         };
-        let users = file.basic_auth_users.unwrap_or_default();
+        let users = file.basic_auth_users.unwrap_or_default().0;
         for (user, hash) in &users {
             if user.contains(':') {
                 return Err(err(
@@ -177,11 +269,23 @@ impl WebConfig {
                     format!("user name {user:?} contains ':'"),
                 ));
             }
-            if hash.parse::<bcrypt::HashParts>().is_err() {
+            let key = format!("basic_auth_users.{user}");
+            let Ok(parts) = hash.parse::<bcrypt::HashParts>() else {
                 return Err(err(
-                    &format!("basic_auth_users.{user}"),
+                    &key,
                     "not a bcrypt hash (generate one with htpasswd -nBC 10 \"\" | tr -d ':\\n')"
                         .to_string(),
+                ));
+            };
+            // bcrypt accepts costs 4 to 31; a hash outside them parses but never verifies, so
+            // its user could never log in.
+            if !(4..=31).contains(&parts.get_cost()) {
+                return Err(err(
+                    &key,
+                    format!(
+                        "bcrypt cost {} is outside 4..=31, so no password can ever match it",
+                        parts.get_cost()
+                    ),
                 ));
             }
         }
@@ -191,7 +295,7 @@ impl WebConfig {
                 // Accepted for compatibility; scrapes are served over HTTP/1.1.
                 tracing::debug!("http_server_config.http2 ignored: HTTP/1.1 only");
             }
-            for (name, value) in http.headers.unwrap_or_default() {
+            for (name, value) in http.headers.unwrap_or_default().0 {
                 let key = format!("http_server_config.headers.{name}");
                 let Some(allowed) = ALLOWED_HEADERS
                     .iter()
@@ -215,6 +319,7 @@ impl WebConfig {
         }
         Ok(WebConfig {
             tls,
+            client_auth,
             users,
             headers,
             files,
@@ -248,7 +353,7 @@ fn tls_config(
     dir: &Path,
     err: &dyn Fn(&str, String) -> WebConfigError,
     files: &mut Vec<PathBuf>,
-) -> Result<ServerConfig, WebConfigError> {
+) -> Result<(ServerConfig, ClientAuth), WebConfigError> {
     let resolve = |p: &PathBuf| {
         if p.is_absolute() {
             p.clone()
@@ -272,8 +377,13 @@ fn tls_config(
     let versions = versions(t.min_version.as_deref(), t.max_version.as_deref(), err)?;
     files.push(cert_path.clone());
     files.push(key_path.clone());
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&cert_path)
-        .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+    let read = |key: &str, p: &Path| {
+        read_regular(p, MAX_CONFIG_FILE_BYTES)
+            .map_err(|e| err(key, format!("{}: {e}", p.display())))
+    };
+    let cert_pem = read("tls_server_config.cert_file", &cert_path)?;
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
+        .collect::<Result<Vec<_>, _>>()
         .map_err(|e| {
             err(
                 "tls_server_config.cert_file",
@@ -286,7 +396,8 @@ fn tls_config(
             format!("{}: no certificate in it", cert_path.display()),
         ));
     }
-    let key = PrivateKeyDer::from_pem_file(&key_path).map_err(|e| {
+    let key_pem = read("tls_server_config.key_file", &key_path)?;
+    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
         err(
             "tls_server_config.key_file",
             format!("{}: {e}", key_path.display()),
@@ -361,8 +472,9 @@ fn tls_config(
             })?;
             files.push(ca_path.clone());
             let mut roots = RootCertStore::empty();
-            let cas = CertificateDer::pem_file_iter(&ca_path)
-                .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+            let ca_pem = read("tls_server_config.client_ca_file", &ca_path)?;
+            let cas = CertificateDer::pem_slice_iter(&ca_pem)
+                .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| {
                     err("tls_server_config.client_ca_file", format!("{}: {e}", ca_path.display()))
                 })?;
@@ -409,7 +521,12 @@ fn tls_config(
     })?;
     config.ignore_client_order = t.prefer_server_cipher_suites.unwrap_or(true);
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(config)
+    let level = match auth {
+        "RequireAndVerifyClientCert" => ClientAuth::Require,
+        "VerifyClientCertIfGiven" => ClientAuth::VerifyIfGiven,
+        _ => ClientAuth::None,
+    };
+    Ok((config, level))
 }
 
 fn supported_suites() -> Vec<&'static str> {

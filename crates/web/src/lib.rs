@@ -4,9 +4,11 @@
 //!   TLS through rustls (with client-certificate verification), bcrypt basic auth and extra
 //!   response headers. The same file works for node_exporter and for us.
 //! - [`WebState`]: the live config. It is re-read when the file changes (checked every few
-//!   seconds) or on request (SIGHUP); a bad new file is logged and counted, and the old config
-//!   keeps serving. New connections use the new TLS certificate, so certificates rotate without
-//!   a restart.
+//!   seconds, once it has not changed for a moment, so a file being written is not read) or on
+//!   request (SIGHUP). Reloads fail closed: a bad, empty or unreadable file, or one that would
+//!   take TLS, client-certificate verification or authentication away from the running server,
+//!   is logged at error and counted, and the old config keeps serving. New connections use the
+//!   new TLS certificate, so certificates rotate without a restart.
 //! - [`guard`]: the middleware that enforces basic auth (successful checks are cached, so a
 //!   scrape does not pay bcrypt's ~50 ms every time), refuses request bodies and adds the headers.
 //! - [`serve`]: the accept loop, with [`Limits`]: a cap on open connections (the ones beyond are
@@ -18,10 +20,14 @@
 
 mod auth;
 mod config;
+mod file;
+mod listen;
 mod serve;
 mod state;
 
-pub use auth::guard;
-pub use config::{WebConfig, WebConfigError};
-pub use serve::{serve, Limits};
+pub use auth::{guard, MAX_PASSWORD_CHECKS};
+pub use config::{ClientAuth, WebConfig, WebConfigError};
+pub use file::{read_regular, MAX_CONFIG_FILE_BYTES};
+pub use listen::listen;
+pub use serve::{serve, Limits, DEFAULT_MAX_CONNECTIONS_PER_CLIENT, PROBE_RESERVE};
 pub use state::{Counters, WebState};

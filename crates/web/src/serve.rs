@@ -1,15 +1,21 @@
 //! The accept loop: TLS when configured, hyper HTTP/1.1 with timeouts, a connection cap, and
 //! graceful shutdown.
 
+use std::collections::HashMap;
+use std::convert::Infallible;
 use std::future::Future;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use axum::http::{Request, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::Router;
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -18,22 +24,31 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::time::Sleep;
+use tower::util::BoxCloneSyncService;
+use tower::ServiceExt;
 
 use crate::state::WebState;
 
 /// Limits on connections and their timing.
 #[derive(Debug, Clone)]
 pub struct Limits {
-    /// Open connections at most; more are closed as soon as they are accepted.
+    /// Open connections at most; more are closed as soon as they are accepted (but for a few
+    /// reserved for `/-/healthy` and `/-/ready`, see [`PROBE_RESERVE`]).
     pub max_connections: usize,
+    /// Open connections from one client address at most, so one client cannot lock the
+    /// others out; more from it are closed as soon as they are accepted.
+    pub max_connections_per_client: usize,
     /// Time allowed for a TLS handshake.
     pub tls_handshake_timeout: Duration,
-    /// Time allowed to receive a request's headers (slow-header clients).
+    /// Time allowed to receive a complete request head: from the connection's start for its
+    /// first request (a connection that never sends one is closed after this), and from the
+    /// first byte of each later request. An idle keep-alive connection waits for
+    /// `idle_timeout` instead.
     pub header_read_timeout: Duration,
     /// Largest request head accepted, bytes.
     pub max_header_bytes: usize,
     /// A connection whose reads make no progress for this long is closed (idle keep-alive
-    /// included); longer than any sane scrape interval.
+    /// included); longer than any sane scrape interval, so Prometheus reuses its connection.
     pub idle_timeout: Duration,
     /// A connection whose writes make no progress for this long is closed: the reader stopped
     /// reading. A slow reader that keeps reading is never cut off.
@@ -42,10 +57,19 @@ pub struct Limits {
     pub shutdown_grace: Duration,
 }
 
+/// Connections accepted beyond `max_connections` that may still ask `/-/healthy` or
+/// `/-/ready` (one request each; anything else gets 503), so a liveness probe does not kill a
+/// busy exporter.
+pub const PROBE_RESERVE: usize = 8;
+
+/// Default of [`Limits::max_connections_per_client`].
+pub const DEFAULT_MAX_CONNECTIONS_PER_CLIENT: usize = 64;
+
 impl Default for Limits {
     fn default() -> Limits {
         Limits {
             max_connections: 512,
+            max_connections_per_client: DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
             tls_handshake_timeout: Duration::from_secs(10),
             header_read_timeout: Duration::from_secs(10),
             max_header_bytes: 16 * 1024,
@@ -54,6 +78,50 @@ impl Default for Limits {
             shutdown_grace: Duration::from_millis(800),
         }
     }
+}
+
+/// Open connections per client address.
+#[derive(Default)]
+struct PerClient(Mutex<HashMap<IpAddr, usize>>);
+
+/// One open connection of a client; releases its count when dropped.
+struct ClientSlot {
+    table: Arc<PerClient>,
+    ip: IpAddr,
+}
+
+impl PerClient {
+    fn try_take(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<ClientSlot> {
+        let mut t = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = t.entry(ip).or_insert(0);
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(ClientSlot {
+            table: Arc::clone(self),
+            ip,
+        })
+    }
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let mut t = self.table.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = t.get_mut(&self.ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                t.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// Whether a connection is a regular one or one of the [`PROBE_RESERVE`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lane {
+    Regular,
+    ProbesOnly,
 }
 
 /// Serves `app` on `listener` until `shutdown` resolves, then lets requests in flight finish
@@ -66,15 +134,24 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let reserve = Arc::new(Semaphore::new(PROBE_RESERVE));
+    let per_client = Arc::new(PerClient::default());
     let graceful = GracefulShutdown::new();
     let mut http = http1::Builder::new();
+    // No hyper header timeout: it also runs while a keep-alive connection waits between
+    // scrapes, which would close every idle connection after it. `Stall` times request heads.
+    // Vectored writes send the shared bytes of a generation as they are, instead of copying
+    // each response into a per-connection buffer.
     http.timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
+        .header_read_timeout(None)
         .max_buf_size(limits.max_header_bytes.max(8192))
+        .writev(true)
         .keep_alive(true);
+    let mut probes_http = http.clone();
+    probes_http.keep_alive(false);
     tokio::pin!(shutdown);
     loop {
-        let (tcp, _peer) = tokio::select! {
+        let (tcp, peer) = tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
@@ -86,24 +163,47 @@ pub async fn serve(
                 }
             },
         };
-        let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
-            web.counters
-                .rejected_connections
-                .fetch_add(1, Ordering::Relaxed);
+        let counters = &web.counters;
+        let Some(client) = per_client.try_take(
+            peer.ip().to_canonical(),
+            limits.max_connections_per_client.max(1),
+        ) else {
+            counters.rejected_per_client.fetch_add(1, Ordering::Relaxed);
             drop(tcp);
             continue;
         };
+        let (permit, lane) = match Arc::clone(&slots).try_acquire_owned() {
+            Ok(p) => (p, Lane::Regular),
+            Err(_) => match Arc::clone(&reserve).try_acquire_owned() {
+                Ok(p) => (p, Lane::ProbesOnly),
+                Err(_) => {
+                    counters
+                        .rejected_connections
+                        .fetch_add(1, Ordering::Relaxed);
+                    drop(tcp);
+                    continue;
+                }
+            },
+        };
         let _ = tcp.set_nodelay(true);
-        let io = Stall::new(tcp, limits.idle_timeout, limits.write_stall_timeout);
-        let service = TowerToHyperService::new(app.clone());
+        let io = Stall::new(tcp, &limits);
+        let service = match lane {
+            Lane::Regular => TowerToHyperService::new(BoxCloneSyncService::new(app.clone())),
+            Lane::ProbesOnly => TowerToHyperService::new(probes_only(app.clone(), &web)),
+        };
         let live = web.live();
-        let http = http.clone();
+        let http = match lane {
+            Lane::Regular => http.clone(),
+            Lane::ProbesOnly => probes_http.clone(),
+        };
         let watcher = graceful.watcher();
         let web = Arc::clone(&web);
         let handshake = limits.tls_handshake_timeout;
         tokio::spawn(async move {
             let _permit = permit;
+            let _client = client;
             let stalled = io.stalled_flag();
+            let head_timeout = io.head_timeout_flag();
             let result = match &live.acceptor {
                 Some(acceptor) => {
                     match tokio::time::timeout(handshake, acceptor.accept(io)).await {
@@ -126,7 +226,11 @@ pub async fn serve(
                         .await
                 }
             };
-            if stalled.load(Ordering::Relaxed) {
+            if head_timeout.load(Ordering::Relaxed) {
+                web.counters
+                    .request_timeouts
+                    .fetch_add(1, Ordering::Relaxed);
+            } else if stalled.load(Ordering::Relaxed) {
                 web.counters
                     .stalled_connections
                     .fetch_add(1, Ordering::Relaxed);
@@ -145,30 +249,122 @@ pub async fn serve(
     }
 }
 
-/// An IO that fails with `TimedOut` when reads or writes make no progress for too long.
+/// What a connection serves.
+type Service = BoxCloneSyncService<Request<Incoming>, Response, Infallible>;
+
+/// The service of a reserve connection: the probe paths, and 503 for anything else.
+fn probes_only(app: Router, web: &Arc<WebState>) -> Service {
+    let web = Arc::clone(web);
+    let inner = app;
+    BoxCloneSyncService::new(tower::service_fn(move |req: Request<Incoming>| {
+        let inner = inner.clone();
+        let web = Arc::clone(&web);
+        async move {
+            if crate::auth::PROBE_PATHS.contains(&req.uri().path()) {
+                return inner.oneshot(req).await;
+            }
+            web.counters
+                .rejected_connections
+                .fetch_add(1, Ordering::Relaxed);
+            Ok::<Response, Infallible>(
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "connection limit reached (--web.max-connections)\n",
+                )
+                    .into_response(),
+            )
+        }
+    }))
+}
+
+/// An IO that fails with `TimedOut` when reads or writes make no progress for too long, or a
+/// request head does not arrive in time.
 struct Stall<T> {
     inner: T,
     idle: Duration,
     write_stall: Duration,
     read_timer: Option<Pin<Box<Sleep>>>,
     write_timer: Option<Pin<Box<Sleep>>>,
-    stalled: Arc<std::sync::atomic::AtomicBool>,
+    stalled: Arc<AtomicBool>,
+    head: Head,
 }
 
-impl<T> Stall<T> {
-    fn new(inner: T, idle: Duration, write_stall: Duration) -> Stall<T> {
-        Stall {
-            inner,
-            idle,
-            write_stall,
-            read_timer: None,
-            write_timer: None,
-            stalled: Arc::default(),
+/// Times request heads. A head ends at an empty line; until it has, the connection has
+/// `header_read_timeout` from the start of the connection or from the head's first byte.
+struct Head {
+    limit: Duration,
+    /// Running while a head is awaited or arriving.
+    deadline: Option<Pin<Box<Sleep>>>,
+    /// Line ends seen in a row (CR ignored); 2 ends a head.
+    line_ends: u8,
+    timed_out: Arc<AtomicBool>,
+}
+
+impl Head {
+    fn new(limit: Duration) -> Head {
+        Head {
+            limit,
+            // The first request must come soon: an open connection that never asks is closed.
+            deadline: Some(Box::pin(tokio::time::sleep(limit))),
+            line_ends: 0,
+            timed_out: Arc::default(),
         }
     }
 
-    fn stalled_flag(&self) -> Arc<std::sync::atomic::AtomicBool> {
+    /// Takes bytes the client sent. Our requests have no bodies (they are refused), so every
+    /// byte belongs to a head.
+    fn saw(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            if self.deadline.is_none() {
+                self.deadline = Some(Box::pin(tokio::time::sleep(self.limit)));
+                self.line_ends = 0;
+            }
+            match b {
+                b'\n' => {
+                    self.line_ends += 1;
+                    if self.line_ends == 2 {
+                        self.deadline = None;
+                    }
+                }
+                b'\r' => {}
+                _ => self.line_ends = 0,
+            }
+        }
+    }
+
+    fn check(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        if let Some(d) = &mut self.deadline {
+            if d.as_mut().poll(cx).is_ready() {
+                self.timed_out.store(true, Ordering::Relaxed);
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "no complete request head in time",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<T> Stall<T> {
+    fn new(inner: T, limits: &Limits) -> Stall<T> {
+        Stall {
+            inner,
+            idle: limits.idle_timeout,
+            write_stall: limits.write_stall_timeout,
+            read_timer: None,
+            write_timer: None,
+            stalled: Arc::default(),
+            head: Head::new(limits.header_read_timeout),
+        }
+    }
+
+    fn stalled_flag(&self) -> Arc<AtomicBool> {
         Arc::clone(&self.stalled)
+    }
+
+    fn head_timeout_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.head.timed_out)
     }
 }
 
@@ -177,7 +373,7 @@ fn check(
     timer: &mut Option<Pin<Box<Sleep>>>,
     limit: Duration,
     cx: &mut Context<'_>,
-    stalled: &std::sync::atomic::AtomicBool,
+    stalled: &AtomicBool,
 ) -> io::Result<()> {
     let t = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
     if t.as_mut().poll(cx).is_ready() {
@@ -194,11 +390,28 @@ impl<T: AsyncRead + Unpin> AsyncRead for Stall<T> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let me = &mut *self;
+        let before = buf.filled().len();
         match Pin::new(&mut me.inner).poll_read(cx, buf) {
-            Poll::Pending => match check(&mut me.read_timer, me.idle, cx, &me.stalled) {
-                Ok(()) => Poll::Pending,
-                Err(e) => Poll::Ready(Err(e)),
-            },
+            Poll::Pending => {
+                let checked = me
+                    .head
+                    .check(cx)
+                    .and_then(|()| check(&mut me.read_timer, me.idle, cx, &me.stalled));
+                match checked {
+                    Ok(()) => Poll::Pending,
+                    Err(e) => Poll::Ready(Err(e)),
+                }
+            }
+            Poll::Ready(Ok(())) => {
+                me.read_timer = None;
+                me.head.saw(&buf.filled()[before..]);
+                // A head still incomplete after this read keeps its deadline: the client may
+                // trickle bytes, but not forever.
+                match me.head.check(cx) {
+                    Ok(()) => Poll::Ready(Ok(())),
+                    Err(e) => Poll::Ready(Err(e)),
+                }
+            }
             ready => {
                 me.read_timer = None;
                 ready
@@ -224,6 +437,28 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Stall<T> {
                 ready
             }
         }
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let me = &mut *self;
+        match Pin::new(&mut me.inner).poll_write_vectored(cx, bufs) {
+            Poll::Pending => match check(&mut me.write_timer, me.write_stall, cx, &me.stalled) {
+                Ok(()) => Poll::Pending,
+                Err(e) => Poll::Ready(Err(e)),
+            },
+            ready => {
+                me.write_timer = None;
+                ready
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

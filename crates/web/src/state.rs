@@ -1,15 +1,26 @@
 //! The live web config and the counters of what the HTTP layer refused.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::{WebConfig, WebConfigError};
+use crate::file::{read_regular, MAX_CONFIG_FILE_BYTES};
+
+/// A file modified less than this long ago may still be being written: the watcher waits for
+/// the next check, and a SIGHUP reload waits until it is this old (like the textfile source).
+pub const DEFAULT_SETTLE: Duration = Duration::from_secs(2);
+
+/// How long a SIGHUP reload waits for files that keep changing before it gives up.
+const MAX_SETTLE_WAIT: Duration = Duration::from_secs(10);
+
+/// Verified credentials remembered at most (a flood of distinct valid ones cannot grow it).
+const MAX_VERIFIED: usize = 256;
 
 /// What the HTTP layer counted; the exporter serves these as self-metrics.
 #[derive(Debug, Default)]
@@ -22,6 +33,15 @@ pub struct Counters {
     pub last_reload_ok: AtomicBool,
     /// Connections closed at once because `max_connections` were open.
     pub rejected_connections: AtomicU64,
+    /// Connections closed at once because their client address had its share open.
+    pub rejected_per_client: AtomicU64,
+    /// Connections closed because no complete request head arrived in time (never sent a
+    /// request, or sent its headers too slowly).
+    pub request_timeouts: AtomicU64,
+    /// Requests refused at once because every password-check slot was busy.
+    pub auth_throttled: AtomicU64,
+    /// bcrypt verifications run (credentials not found among the verified ones).
+    pub password_checks: AtomicU64,
     /// TLS handshakes that failed or timed out.
     pub failed_handshakes: AtomicU64,
     /// Requests refused for missing or wrong credentials.
@@ -33,11 +53,11 @@ pub struct Counters {
 }
 
 /// The contents of the config file and the files it names, to notice changes. Small files: a
-/// config, a certificate chain, a key.
+/// config, a certificate chain, a key; read without blocking (a FIFO reads as an error).
 fn fingerprint(path: &Path, files: &[PathBuf]) -> Vec<u8> {
     let mut out = Vec::new();
     for p in std::iter::once(path).chain(files.iter().map(PathBuf::as_path)) {
-        match std::fs::read(p) {
+        match read_regular(p, MAX_CONFIG_FILE_BYTES) {
             Ok(bytes) => {
                 out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
                 out.extend_from_slice(&bytes);
@@ -48,37 +68,67 @@ fn fingerprint(path: &Path, files: &[PathBuf]) -> Vec<u8> {
     out
 }
 
+/// How long ago the most recently modified of `paths` changed (`None`: none could be read,
+/// or a clock in the future, which counts as just now).
+fn youngest_age(paths: &[&Path]) -> Option<Duration> {
+    paths
+        .iter()
+        .filter_map(|p| std::fs::symlink_metadata(p).ok()?.modified().ok())
+        .map(|m| {
+            SystemTime::now()
+                .duration_since(m)
+                .unwrap_or(Duration::ZERO)
+        })
+        .min()
+}
+
 /// One loaded config with what is derived from it.
 pub(crate) struct Live {
     pub config: WebConfig,
     pub acceptor: Option<TlsAcceptor>,
-    /// `(user, password)` pairs that verified, so bcrypt runs once per credential and config.
-    pub verified: Mutex<HashSet<(String, String)>>,
+    /// The hash an unknown user's password is checked against: the costliest configured one,
+    /// so an unknown name takes as long as a known one with a wrong password (exactly as long
+    /// when, as usual, every user has the same cost) and names cannot be probed by timing.
+    pub decoy: Option<String>,
 }
 
 impl Live {
     fn new(config: WebConfig) -> Live {
+        let decoy = config
+            .users
+            .values()
+            .max_by_key(|h| h.parse::<bcrypt::HashParts>().map_or(0, |p| p.get_cost()))
+            .cloned();
         Live {
             acceptor: config.tls.clone().map(TlsAcceptor::from),
             config,
-            verified: Mutex::new(HashSet::new()),
+            decoy,
         }
     }
+}
 
-    pub fn is_verified(&self, user: &str, password: &str) -> bool {
-        self.verified
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .contains(&(user.to_string(), password.to_string()))
+/// Credentials that verified, with the hash they verified against. An entry counts only while
+/// the config in force has that same hash for the user, so it survives reloads that keep the
+/// user (a scraper is not sent back to the bcrypt queue by every reload) and dies with a
+/// password change or a removed user.
+#[derive(Default)]
+struct Verified(Mutex<HashMap<(String, String), String>>);
+
+impl Verified {
+    fn contains(&self, live: &Live, user: &str, password: &str) -> bool {
+        let Some(current) = live.config.users.get(user) else {
+            return false;
+        };
+        let v = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        v.get(&(user.to_string(), password.to_string())) == Some(current)
     }
 
-    pub fn remember(&self, user: &str, password: &str) {
-        let mut v = self.verified.lock().unwrap_or_else(PoisonError::into_inner);
-        // Bounded: a flood of distinct valid credentials cannot grow it without end.
-        if v.len() >= 256 {
+    fn insert(&self, user: &str, password: &str, hash: &str) {
+        let mut v = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if v.len() >= MAX_VERIFIED {
             v.clear();
         }
-        v.insert((user.to_string(), password.to_string()));
+        v.insert((user.to_string(), password.to_string()), hash.to_string());
     }
 }
 
@@ -88,6 +138,10 @@ pub struct WebState {
     live: ArcSwap<Live>,
     /// Last file contents loaded (or tried), to notice changes.
     seen: Mutex<Option<Vec<u8>>>,
+    /// Credentials that verified (see [`Verified`]).
+    verified: Verified,
+    /// [`DEFAULT_SETTLE`], shorter in tests; milliseconds.
+    settle_ms: AtomicU64,
     /// Whether `/-/healthy` and `/-/ready` need credentials too.
     pub probes_need_auth: bool,
     /// What the HTTP layer counted.
@@ -114,6 +168,12 @@ impl WebState {
             Some(p) => {
                 let config = WebConfig::load(p)?;
                 let seen = fingerprint(p, &config.files);
+                if config.tls.is_none() && config.users.is_empty() {
+                    tracing::warn!(
+                        file = %p.display(),
+                        "the web config sets neither TLS nor basic auth: serving plain HTTP without authentication"
+                    );
+                }
                 (config, Some(seen))
             }
             None => (WebConfig::plain(), None),
@@ -124,6 +184,8 @@ impl WebState {
             path: path.map(Path::to_path_buf),
             live: ArcSwap::from_pointee(Live::new(config)),
             seen: Mutex::new(seen),
+            verified: Verified::default(),
+            settle_ms: AtomicU64::new(DEFAULT_SETTLE.as_millis() as u64),
             probes_need_auth,
             counters,
         }))
@@ -138,16 +200,58 @@ impl WebState {
         self.live.load().config.clone()
     }
 
-    /// Re-reads the file. A valid file replaces the config (new connections and requests use
-    /// it); an invalid one is counted and the old config stays. `Ok(false)`: nothing to reload.
+    /// Sets how long files must be unchanged before they are read ([`DEFAULT_SETTLE`]).
+    pub fn set_settle(&self, settle: Duration) {
+        self.settle_ms
+            .store(settle.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    fn settle(&self) -> Duration {
+        Duration::from_millis(self.settle_ms.load(Ordering::Relaxed))
+    }
+
+    /// The config file and the files the config in force names.
+    fn watched(&self, path: &Path) -> Vec<PathBuf> {
+        let mut all = vec![path.to_path_buf()];
+        all.extend(self.live.load().config.files.iter().cloned());
+        all
+    }
+
+    /// Whether the files changed within the settle period (still being written, maybe).
+    fn unsettled(&self, path: &Path) -> bool {
+        let watched = self.watched(path);
+        let refs: Vec<&Path> = watched.iter().map(PathBuf::as_path).collect();
+        youngest_age(&refs).is_some_and(|age| age < self.settle())
+    }
+
+    /// Whether `user`'s `password` verified before against the hash in force.
+    pub(crate) fn is_verified(&self, live: &Live, user: &str, password: &str) -> bool {
+        self.verified.contains(live, user, password)
+    }
+
+    /// Remembers credentials that verified against `hash`.
+    pub(crate) fn remember(&self, user: &str, password: &str, hash: &str) {
+        self.verified.insert(user, password, hash);
+    }
+
+    /// Re-reads the file, once it has stopped changing (waiting at most a few seconds). A
+    /// valid file replaces the config (new connections and requests use it). A file that
+    /// cannot be read or parsed, is empty, or would take TLS, client-certificate verification
+    /// or authentication away is refused: logged at error, counted, and the old config stays.
+    /// `Ok(false)`: nothing to reload.
     pub fn reload(&self) -> Result<bool, WebConfigError> {
         let Some(path) = &self.path else {
             return Ok(false);
         };
-        let result = WebConfig::load(path);
+        let started = std::time::Instant::now();
+        while self.unsettled(path) && started.elapsed() < MAX_SETTLE_WAIT {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let old = self.live.load_full();
+        let result = self.load_checked(path, &old.config);
         let files = match &result {
             Ok(c) => c.files.clone(),
-            Err(_) => self.live.load().config.files.clone(),
+            Err(_) => old.config.files.clone(),
         };
         *self.seen.lock().unwrap_or_else(PoisonError::into_inner) = Some(fingerprint(path, &files));
         let c = &self.counters;
@@ -165,6 +269,29 @@ impl WebState {
                 tracing::error!(error = %e, "web config not reloaded; the previous one stays in force");
                 Err(e)
             }
+        }
+    }
+
+    /// Loads the file as a replacement for `old`; fails closed (see [`WebState::reload`]).
+    fn load_checked(&self, path: &Path, old: &WebConfig) -> Result<WebConfig, WebConfigError> {
+        let refuse = |message: String| WebConfigError {
+            file: path.to_path_buf(),
+            line: None,
+            key: None,
+            message,
+        };
+        let bytes = read_regular(path, MAX_CONFIG_FILE_BYTES)
+            .map_err(|e| refuse(format!("cannot read: {e}")))?;
+        // At startup an empty file means plain HTTP (with a warning); on a running server it is
+        // far more likely a file being rewritten (`: > web.yml`) than a wish to drop security.
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Err(refuse("the file is empty".into()));
+        }
+        let text = String::from_utf8(bytes).map_err(|_| refuse("not valid UTF-8".into()))?;
+        let config = WebConfig::parse(&text, path)?;
+        match old.weakened_by(&config) {
+            Some(why) => Err(refuse(why)),
+            None => Ok(config),
         }
     }
 
@@ -193,7 +320,11 @@ impl WebState {
                 let me2 = Arc::clone(&me);
                 // File reads and certificate parsing are blocking work.
                 let _ = tokio::task::spawn_blocking(move || {
-                    if me2.changed() {
+                    // A file changed moments ago may be half written: look again next tick.
+                    let Some(path) = me2.path.as_deref() else {
+                        return;
+                    };
+                    if me2.changed() && !me2.unsettled(path) {
                         let _ = me2.reload();
                     }
                 })

@@ -77,6 +77,8 @@ impl Drop for Server {
 
 async fn start(config: Option<&Path>, limits: Limits) -> Server {
     let web = WebState::load(config, false).unwrap();
+    // Tests write a file and reload at once; the settle period has its own test.
+    web.set_settle(Duration::ZERO);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let task = tokio::spawn(serve(
@@ -304,6 +306,7 @@ async fn a_rotated_certificate_is_picked_up_without_a_restart() {
         "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n",
     );
     let s = start(Some(&cfg), Limits::default()).await;
+    s.web.set_settle(Duration::from_millis(300));
     let watcher = s.web.watch(Duration::from_millis(100)).unwrap();
     assert_eq!(
         tls_get(s.port, &client(&pki, false), "/metrics").await.0,
@@ -311,7 +314,10 @@ async fn a_rotated_certificate_is_picked_up_without_a_restart() {
     );
     // Rotate to a certificate from a new CA, in place: old clients' trust no longer matches.
     let other = pki_in(pki.dir.path());
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Not before the files have settled: they might be half written.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(s.web.counters.reloads_ok.load(Ordering::Relaxed), 0);
+    tokio::time::sleep(Duration::from_millis(700)).await;
     assert_eq!(tls_get(s.port, &client(&pki, false), "/metrics").await.0, 0);
     assert_eq!(
         tls_get(s.port, &client(&other, false), "/metrics").await.0,
@@ -343,11 +349,25 @@ async fn connections_beyond_the_cap_are_closed_at_once() {
     let _a = TcpStream::connect(("127.0.0.1", s.port)).await.unwrap();
     let _b = TcpStream::connect(("127.0.0.1", s.port)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(plain_get(s.port, "/metrics", "").await.0, 0);
+    // At the cap, a few reserve connections still answer the probe paths, and only them.
+    assert_eq!(plain_get(s.port, "/-/healthy", "").await.0, 200);
+    assert_eq!(plain_get(s.port, "/metrics", "").await.0, 503);
     assert_eq!(
         s.web.counters.rejected_connections.load(Ordering::Relaxed),
         1
     );
+    // With the reserve held too, connections are closed at once, and counted.
+    let mut reserve = Vec::new();
+    for _ in 0..dgx_pixels_web::PROBE_RESERVE {
+        reserve.push(TcpStream::connect(("127.0.0.1", s.port)).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(plain_get(s.port, "/-/healthy", "").await.0, 0);
+    assert_eq!(
+        s.web.counters.rejected_connections.load(Ordering::Relaxed),
+        2
+    );
+    drop(reserve);
     drop(_a);
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(
@@ -472,7 +492,307 @@ fn invalid_files_name_file_line_and_key() {
     );
     let e = WebConfig::load(&p).unwrap_err().to_string();
     assert!(e.contains("does not match"), "{e}");
-    // An empty file is valid: plain HTTP.
+    // An empty file is valid at startup: plain HTTP.
     let p = write_config(dir.path(), "");
     assert!(WebConfig::load(&p).unwrap().tls.is_none());
+}
+
+/// Regression (hardening round 2): bcrypt costs outside 4..=31 parse as hashes but can never
+/// verify, so their user could never log in; keys given twice were taken silently.
+#[test]
+fn unusable_hashes_and_duplicate_keys_are_refused_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = hash("s3cret");
+    let cases = [
+        (
+            format!("basic_auth_users:\n  u: {}\n", good.replacen("$04$", "$99$", 1)),
+            "line 2: key basic_auth_users.u: bcrypt cost 99 is outside 4..=31".to_string(),
+        ),
+        (
+            format!("basic_auth_users:\n  u: {}\n", good.replacen("$04$", "$03$", 1)),
+            "key basic_auth_users.u: bcrypt cost 3 is outside 4..=31".to_string(),
+        ),
+        (
+            format!("basic_auth_users:\n  u: {good}\n  u: {good}\n"),
+            "key basic_auth_users.u: given twice".to_string(),
+        ),
+        (
+            "http_server_config:\n  headers:\n    X-Frame-Options: deny\n    X-Frame-Options: sameorigin\n".to_string(),
+            "key http_server_config.headers.X-Frame-Options: given twice".to_string(),
+        ),
+        (
+            format!("basic_auth_users:\n  u: {good}\nbasic_auth_users:\n  v: {good}\n"),
+            "key basic_auth_users: given twice".to_string(),
+        ),
+    ];
+    for (text, want) in cases {
+        let p = write_config(dir.path(), &text);
+        let e = WebConfig::load(&p).unwrap_err().to_string();
+        assert!(e.contains(&want), "{text:?}: {e}");
+    }
+}
+
+/// Regression (hardening round 2, item 1, severe): truncating the live web config was taken as
+/// a valid reload and the server went on without TLS, client certificates or authentication;
+/// a half-written file did the same. A reload now never takes them away.
+#[tokio::test]
+async fn reloads_never_remove_tls_client_certificates_or_authentication() {
+    let pki = pki();
+    let full = format!(
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\nbasic_auth_users:\n  a: {}\n",
+        hash("s3cret")
+    );
+    let cfg = write_config(pki.dir.path(), &full);
+    let s = start(Some(&cfg), Limits::default()).await;
+    let mtls = client(&pki, true);
+    let auth = basic("a", "s3cret");
+    let get = |connector: tokio_rustls::TlsConnector, extra: String| async move {
+        let tcp = TcpStream::connect(("127.0.0.1", s.port)).await.unwrap();
+        match connector
+            .connect(ServerName::try_from("localhost").unwrap(), tcp)
+            .await
+        {
+            Ok(tls) => get_on(tls, "/metrics", &extra).await.0,
+            Err(_) => 0,
+        }
+    };
+    assert_eq!(get(mtls.clone(), auth.clone()).await, 200);
+
+    let weaker = [
+        ("", "the file is empty"),
+        ("\n  \n", "the file is empty"),
+        // Half written: TLS there, the users not yet.
+        (
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n",
+            "would remove basic authentication",
+        ),
+        (
+            &format!("basic_auth_users:\n  a: {}\n", hash("s3cret")),
+            "would remove TLS and client certificate verification",
+        ),
+        (
+            &format!("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: ca.crt\nbasic_auth_users:\n  a: {}\n", hash("s3cret")),
+            "would remove client certificate verification",
+        ),
+        ("tls_server_config:\n  cert_file: server.crt\n", "tls_server_config.key_file"),
+    ];
+    for (n, (text, why)) in weaker.iter().enumerate() {
+        write_config(pki.dir.path(), text);
+        let e = s.web.reload().unwrap_err().to_string();
+        assert!(e.contains(why), "{text:?}: {e}");
+        assert_eq!(
+            s.web.counters.reloads_failed.load(Ordering::Relaxed),
+            n as u64 + 1
+        );
+        assert!(!s.web.counters.last_reload_ok.load(Ordering::Relaxed));
+        // Still TLS, still client certificates, still a password.
+        assert_eq!(get(client(&pki, false), auth.clone()).await, 0, "{text:?}");
+        assert_eq!(get(mtls.clone(), String::new()).await, 401, "{text:?}");
+        assert_eq!(get(mtls.clone(), auth.clone()).await, 200, "{text:?}");
+    }
+    // Changing the users is a reload like any other.
+    write_config(
+        pki.dir.path(),
+        &full.replace("  a: ", &format!("  b: {}\n  a: ", hash("other"))),
+    );
+    assert!(s.web.reload().unwrap());
+    assert_eq!(get(mtls.clone(), basic("b", "other")).await, 200);
+    assert_eq!(s.web.counters.reloads_ok.load(Ordering::Relaxed), 1);
+}
+
+/// Regression (hardening round 2, items 1 and 6): the watcher read files still being written,
+/// and a FIFO in place of the web config hung the reload (and then shutdown).
+#[tokio::test]
+async fn files_being_written_and_fifos_are_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &format!("basic_auth_users:\n  a: {}\n", hash("s3cret")),
+    );
+    let s = start(Some(&cfg), Limits::default()).await;
+    s.web.set_settle(Duration::from_millis(600));
+    let watcher = s.web.watch(Duration::from_millis(50)).unwrap();
+    // Rewritten, and then left alone: read only once it has settled.
+    write_config(
+        dir.path(),
+        &format!("basic_auth_users:\n  b: {}\n", hash("other")),
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(s.web.counters.reloads_ok.load(Ordering::Relaxed), 0);
+    assert_eq!(
+        plain_get(s.port, "/metrics", &basic("a", "s3cret")).await.0,
+        200
+    );
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(s.web.counters.reloads_ok.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        plain_get(s.port, "/metrics", &basic("b", "other")).await.0,
+        200
+    );
+    watcher.abort();
+
+    // A FIFO: refused at once (a blocking open would wait for a writer forever).
+    std::fs::remove_file(&cfg).unwrap();
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&cfg)
+        .status()
+        .unwrap()
+        .success());
+    s.web.set_settle(Duration::ZERO);
+    let web = Arc::clone(&s.web);
+    let t = std::time::Instant::now();
+    let e = tokio::task::spawn_blocking(move || web.reload())
+        .await
+        .unwrap()
+        .unwrap_err()
+        .to_string();
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    assert!(e.contains("not a regular file"), "{e}");
+    assert_eq!(
+        plain_get(s.port, "/metrics", &basic("b", "other")).await.0,
+        200
+    );
+}
+
+/// Regression (hardening round 2, item 8): verified credentials were forgotten at every reload,
+/// so a scraper queued behind a wrong-password flood for 22-30 s; the queue had no bound; and an
+/// unknown user was checked against a cost-10 dummy whatever the users' cost (timing oracle).
+#[tokio::test]
+async fn password_checks_are_bounded_cached_across_reloads_and_the_same_for_unknown_users() {
+    let dir = tempfile::tempdir().unwrap();
+    // Cost 9: slow enough that a flood holds every check slot while we look.
+    let slow = bcrypt::hash("s3cret", 9).unwrap();
+    let cfg = write_config(dir.path(), &format!("basic_auth_users:\n  a: {slow}\n"));
+    let s = start(Some(&cfg), Limits::default()).await;
+    let checks = || s.web.counters.password_checks.load(Ordering::Relaxed);
+    assert_eq!(
+        plain_get(s.port, "/metrics", &basic("a", "s3cret")).await.0,
+        200
+    );
+    assert_eq!(checks(), 1);
+    assert_eq!(
+        plain_get(s.port, "/metrics", &basic("a", "s3cret")).await.0,
+        200
+    );
+    assert_eq!(checks(), 1, "verified credentials are remembered");
+    // A reload that keeps the user's hash keeps the credential verified.
+    write_config(
+        dir.path(),
+        &format!("basic_auth_users:\n  a: {slow}\n  b: {slow}\n"),
+    );
+    assert!(s.web.reload().unwrap());
+    assert_eq!(
+        plain_get(s.port, "/metrics", &basic("a", "s3cret")).await.0,
+        200
+    );
+    assert_eq!(checks(), 1, "still remembered after the reload");
+
+    // A flood of wrong passwords: beyond the check slots they are refused at once (429), and
+    // the verified scraper is served meanwhile without waiting for a slot.
+    let port = s.port;
+    let flood: Vec<_> = (0..12)
+        .map(|i| {
+            tokio::spawn(async move {
+                plain_get(port, "/metrics", &basic("a", &format!("wrong{i}")))
+                    .await
+                    .0
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let t = std::time::Instant::now();
+    assert_eq!(
+        plain_get(s.port, "/metrics", &basic("a", "s3cret")).await.0,
+        200
+    );
+    let honest = t.elapsed();
+    let mut statuses = Vec::new();
+    for f in flood {
+        statuses.push(f.await.unwrap());
+    }
+    assert!(
+        statuses.iter().all(|c| *c == 401 || *c == 429),
+        "{statuses:?}"
+    );
+    assert!(statuses.contains(&429), "{statuses:?}");
+    assert!(
+        statuses.iter().filter(|c| **c == 401).count() >= dgx_pixels_web::MAX_PASSWORD_CHECKS,
+        "{statuses:?}"
+    );
+    assert!(s.web.counters.auth_throttled.load(Ordering::Relaxed) > 0);
+    assert!(
+        honest < Duration::from_millis(500),
+        "honest scrape took {honest:?}"
+    );
+
+    // A changed password hash forgets the old credential.
+    write_config(
+        dir.path(),
+        &format!("basic_auth_users:\n  a: {}\n", hash("new")),
+    );
+    assert!(s.web.reload().unwrap());
+    let before = checks();
+    assert_eq!(
+        plain_get(s.port, "/metrics", &basic("a", "s3cret")).await.0,
+        401
+    );
+    assert_eq!(checks(), before + 1);
+
+    // An unknown user runs the same bcrypt check as a known one with a wrong password.
+    let before = checks();
+    assert_eq!(
+        plain_get(s.port, "/metrics", &basic("nobody", "x")).await.0,
+        401
+    );
+    assert_eq!(checks(), before + 1, "unknown users are checked too");
+}
+
+/// Regression (hardening round 2, item 7): one client holding every connection locked all the
+/// others out; connections that never sent a request stayed; and idle keep-alive connections
+/// were closed after 10 s, so Prometheus never reused one.
+#[tokio::test]
+async fn one_client_cannot_hold_every_connection_and_silent_ones_are_closed() {
+    let s = start(
+        None,
+        Limits {
+            max_connections_per_client: 3,
+            header_read_timeout: Duration::from_millis(400),
+            ..Limits::default()
+        },
+    )
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(TcpStream::connect(("127.0.0.1", s.port)).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The fourth from the same address is closed at once and counted.
+    assert_eq!(plain_get(s.port, "/-/healthy", "").await.0, 0);
+    assert_eq!(
+        s.web.counters.rejected_per_client.load(Ordering::Relaxed),
+        1
+    );
+    // They never send a request: closed after the header timeout, and counted.
+    for mut h in held {
+        let mut buf = Vec::new();
+        let closed = tokio::time::timeout(Duration::from_secs(2), h.read_to_end(&mut buf)).await;
+        assert!(closed.is_ok(), "a silent connection is still open");
+    }
+    assert_eq!(s.web.counters.request_timeouts.load(Ordering::Relaxed), 3);
+    assert_eq!(plain_get(s.port, "/-/healthy", "").await.0, 200);
+
+    // A keep-alive connection idle between requests for longer than the header timeout stays.
+    let mut keep = TcpStream::connect(("127.0.0.1", s.port)).await.unwrap();
+    let req = b"GET /-/healthy HTTP/1.1\r\nHost: x\r\n\r\n";
+    let mut buf = vec![0u8; 4096];
+    for _ in 0..2 {
+        keep.write_all(req).await.unwrap();
+        let n = keep.read(&mut buf).await.unwrap();
+        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+    }
+    keep.write_all(req).await.unwrap();
+    let n = keep.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    assert_eq!(s.web.counters.request_timeouts.load(Ordering::Relaxed), 3);
 }
