@@ -51,7 +51,7 @@ use dgx_pixels_metrics::{
     Backoff, ExternalFamilies, ExternalFamily, ExternalKind, ExternalSample, Kind, Metric,
     PollError, Sample, Source,
 };
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 pub use fields::{FieldChoice, Target};
 
@@ -116,6 +116,9 @@ pub struct DcgmSource {
     library_name: String,
     session: Option<Session>,
     backoff: Backoff,
+    /// Whether the next connection is logged at info (the first one, and the first after the
+    /// session served); others at debug.
+    announce_connect: bool,
     last_error: String,
     /// Kind of the last failure, repeated while backing off (the runner logs each new kind).
     last_kind: &'static str,
@@ -164,6 +167,7 @@ impl DcgmSource {
             library_name: String::new(),
             session: None,
             backoff: Backoff::new(),
+            announce_connect: true,
             last_error: String::new(),
             last_kind: "library_unavailable",
             said: HashSet::new(),
@@ -683,15 +687,25 @@ impl Source for DcgmSource {
             }
             match self.connect() {
                 Ok(s) => {
-                    info!(
-                        mode = %self.where_(),
-                        library = %self.library_name,
-                        gpus = s.gpus.len(),
-                        fields = s.fields.len(),
-                        "DCGM connected; groups and watches set up"
-                    );
+                    // Said when it is news: the first connection, or one after the session
+                    // had served. A permanent read error reconnects on every backoff step
+                    // without serving, and that is not news (the runner logs the error once).
+                    if self.announce_connect {
+                        info!(
+                            mode = %self.where_(),
+                            library = %self.library_name,
+                            gpus = s.gpus.len(),
+                            fields = s.fields.len(),
+                            "DCGM connected; groups and watches set up"
+                        );
+                    } else {
+                        debug!(mode = %self.where_(), "DCGM reconnected; groups and watches set up again");
+                    }
+                    self.announce_connect = false;
                     self.session = Some(s);
-                    self.backoff = Backoff::new();
+                    // The backoff is reset by a successful read, not by a connection: a DCGM
+                    // that connects and then fails every read (a version mismatch) must not be
+                    // retried every second.
                 }
                 Err(e) => {
                     let wait = self.backoff.failed(now);
@@ -709,6 +723,8 @@ impl Source for DcgmSource {
         };
         match self.read(&lib) {
             Ok((samples, stale_fields)) => {
+                self.backoff = Backoff::new();
+                self.announce_connect = true;
                 self.handle_stale(&stale_fields, now);
                 Ok(samples)
             }

@@ -117,6 +117,38 @@ pub unsafe fn write_str(buf: *mut c_char, len: c_uint, s: &str) -> Result<(), Nv
     Ok(())
 }
 
+/// How long the process has been running, from its start time in `/proc/self/stat` (10 ms
+/// ticks) and the boot clock: the same in every load of this library within one process.
+/// Falls back to the time since the first call in this load where procfs is missing.
+pub fn process_age() -> Duration {
+    fn from_proc() -> Option<Duration> {
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        // The command name (field 2) may hold spaces: count fields after its closing paren.
+        let after = &stat[stat.rfind(')')? + 2..];
+        let start_ticks: u64 = after.split(' ').nth(19)?.parse().ok()?;
+        // SAFETY: sysconf has no preconditions.
+        let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
+            .ok()?
+            .max(1);
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid, writable timespec.
+        if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) } != 0 {
+            return None;
+        }
+        let now = Duration::new(
+            u64::try_from(ts.tv_sec).ok()?,
+            u32::try_from(ts.tv_nsec).ok()?,
+        );
+        let start = Duration::from_nanos(start_ticks.saturating_mul(1_000_000_000 / hz));
+        Some(now.saturating_sub(start))
+    }
+    static FALLBACK: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    from_proc().unwrap_or_else(|| FALLBACK.get_or_init(Instant::now).elapsed())
+}
+
 /// Wall-clock microseconds since the Unix epoch (NVML's timestamps).
 pub fn unix_micros() -> u64 {
     std::time::SystemTime::now()
@@ -163,7 +195,6 @@ impl Handle {
 pub struct Driver {
     pub config: Config,
     node: Node,
-    epoch: Instant,
     /// `nvmlInit` reference count of the current session.
     init_count: u32,
     /// Scenario time of the last successful init.
@@ -209,7 +240,6 @@ impl Driver {
         Ok(Driver {
             config,
             node,
-            epoch: Instant::now(),
             init_count: 0,
             init_at: Duration::ZERO,
             cache: vec![None; gpus],
@@ -223,7 +253,10 @@ impl Driver {
     pub fn now(&self) -> Duration {
         let t = match self.config.clock {
             ClockMode::Frozen(t) => t,
-            ClockMode::Running(start) => start.saturating_add(self.epoch.elapsed()),
+            // The age of the process, not the time since this load: the library is unloaded when
+            // the exporter shuts NVML down and loaded again on re-init, and a clock restarting
+            // there would replay the scenario (a driver reset every few seconds, not once).
+            ClockMode::Running(start) => start.saturating_add(process_age()),
         };
         Duration::from_millis(u64::try_from(t.as_millis()).unwrap_or(u64::MAX))
     }

@@ -5,6 +5,7 @@
 //! A file is named by the GPU index (`0`) or, for a MIG instance, `INDEX.GPU_INSTANCE` (`0.3`);
 //! each non-empty line is a job id. Other names (editor and temp files) are ignored.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -18,6 +19,8 @@ const MAX_FILE_BYTES: u64 = 64 * 1024;
 pub struct HpcJobSource {
     dir: PathBuf,
     latest: Option<AttributionSet>,
+    /// Files skipped for their size, to warn once per file rather than on every poll.
+    oversized: BTreeSet<PathBuf>,
 }
 
 impl HpcJobSource {
@@ -26,6 +29,7 @@ impl HpcJobSource {
         HpcJobSource {
             dir: dir.into(),
             latest: None,
+            oversized: BTreeSet::new(),
         }
     }
 }
@@ -46,15 +50,24 @@ pub fn device_of_file(name: &str) -> Option<DeviceRef> {
     })
 }
 
+/// What one read of the directory found.
+#[derive(Debug, Default)]
+pub struct JobFiles {
+    /// The job on each device.
+    pub jobs: Vec<(DeviceRef, Holder)>,
+    /// Job files skipped for being over the size limit.
+    pub oversized: BTreeSet<PathBuf>,
+}
+
 /// Reads every job file of `dir`.
-pub fn read_dir(dir: &Path) -> Result<Vec<(DeviceRef, Holder)>, PollError> {
+pub fn read_dir(dir: &Path) -> Result<JobFiles, PollError> {
     let entries = std::fs::read_dir(dir).map_err(|e| {
         PollError::new(
             "directory_unreadable",
             format!("HPC job mapping directory {}: {e}", dir.display()),
         )
     })?;
-    let mut out = Vec::new();
+    let mut out = JobFiles::default();
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(device) = name.to_str().and_then(device_of_file) else {
@@ -69,14 +82,15 @@ pub fn read_dir(dir: &Path) -> Result<Vec<(DeviceRef, Holder)>, PollError> {
             continue;
         }
         if meta.len() > MAX_FILE_BYTES {
-            tracing::warn!(file = %path.display(), "HPC job file over {MAX_FILE_BYTES} bytes; skipped");
+            out.oversized.insert(path);
             continue;
         }
         let Ok(text) = std::fs::read_to_string(&path) else {
             continue;
         };
         for job in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
-            out.push((device.clone(), Holder::Job(job.to_string())));
+            out.jobs
+                .push((device.clone(), Holder::Job(job.to_string())));
         }
     }
     Ok(out)
@@ -89,7 +103,12 @@ impl Source for HpcJobSource {
 
     fn poll(&mut self) -> Result<Vec<Sample>, PollError> {
         self.latest = None;
-        self.latest = Some(Arc::new(read_dir(&self.dir)?));
+        let found = read_dir(&self.dir)?;
+        for path in found.oversized.difference(&self.oversized) {
+            tracing::warn!(file = %path.display(), "HPC job file over {MAX_FILE_BYTES} bytes; skipped");
+        }
+        self.oversized = found.oversized;
+        self.latest = Some(Arc::new(found.jobs));
         Ok(Vec::new())
     }
 
@@ -100,7 +119,70 @@ impl Source for HpcJobSource {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// The log lines `f` writes at warn level.
+    fn warnings(f: impl FnOnce()) -> Vec<String> {
+        #[derive(Clone, Default)]
+        struct Buf(Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let writer = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        text.lines().map(str::to_string).collect()
+    }
+
+    /// Regression (hardening round 2, item 11): an oversized job file was warned about on
+    /// every poll. It is reported once, and again only after it was fixed and broke again.
+    #[test]
+    fn an_oversized_job_file_is_reported_once_per_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("0");
+        let oversize = || std::fs::write(&big, vec![b'1'; MAX_FILE_BYTES as usize + 1]).unwrap();
+        oversize();
+        std::fs::write(dir.path().join("1"), "job-7\n").unwrap();
+        let mut s = HpcJobSource::new(dir.path());
+        let mut per_round = Vec::new();
+        for round in 0..6 {
+            match round {
+                3 => std::fs::write(&big, "job-1\n").unwrap(),
+                4 => oversize(),
+                _ => {}
+            }
+            let lines = warnings(|| {
+                s.poll().unwrap();
+            });
+            per_round.push(
+                lines
+                    .iter()
+                    .filter(|l| l.contains("HPC job file over"))
+                    .count(),
+            );
+            let jobs = s.take_attribution().unwrap();
+            assert!(jobs.contains(&(
+                DeviceRef::Index {
+                    gpu: 1,
+                    gpu_instance: None
+                },
+                Holder::Job("job-7".into())
+            )));
+        }
+        assert_eq!(per_round, [1, 0, 0, 0, 1, 0]);
+    }
 
     #[test]
     fn file_names_are_indices_or_index_dot_instance() {

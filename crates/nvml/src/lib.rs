@@ -48,7 +48,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use dgx_pixels_metrics::gpu::{push_gpu_samples, GpuIdentity, GpuReadout};
-use dgx_pixels_metrics::{Backoff, PollError, Sample, Source};
+use dgx_pixels_metrics::{Backoff, Metric, PollError, Sample, Source};
 use nvml_wrapper::Nvml;
 use tracing::{info, warn};
 
@@ -335,8 +335,15 @@ impl Source for NvmlSource {
                 }
             };
             readout.xid_counts = loaded.xid.counts(index);
-            if let Some(id) = self.identities.get(&index) {
-                push_gpu_samples(id, &readout, &mut out);
+            match self.identities.get(&index) {
+                Some(id) => push_gpu_samples(id, &readout, &mut out),
+                // Never answered (hung or failing since the library was loaded): its uuid is
+                // unknown, but the GPU exists and is down, so say that much.
+                None => out.push(Sample::new(
+                    Metric::GpuUp,
+                    [index.to_string(), String::new()],
+                    0.0,
+                )),
             }
         }
         Ok(out)
