@@ -4,7 +4,8 @@
 1. Load: bursts of N concurrent connections (default 1000), each sending one GET /metrics at the
    same moment, against (a) the default limits (max_requests 40, max_connections 512): scrapes
    beyond the caps must be refused cleanly (503 or closed) and counted, nothing else may fail;
-   and (b) caps raised above N (--web.max-requests, DGX_PIXELS_WEB__MAX_CONNECTIONS): every
+   and (b) caps raised above N (--web.max-requests, DGX_PIXELS_WEB__MAX_CONNECTIONS and
+   ..._MAX_CONNECTIONS_PER_CLIENT, since every burst comes from one address): every
    scrape must succeed. Then sustained keep-alive scraping at concurrency levels below the
    default cap (1, 10, 40 connections): no failed scrape allowed; p50/p99 latency.
 2. Soak: a fixed rate of scrapes (default 50/s, one keep-alive connection, Prometheus' Accept
@@ -111,7 +112,8 @@ async def burst(port, n):
 def load_phase(n, limits, rounds=3):
     env, args = {}, []
     if limits == "raised":
-        env = {"DGX_PIXELS_WEB__MAX_CONNECTIONS": str(n + 100)}
+        env = {"DGX_PIXELS_WEB__MAX_CONNECTIONS": str(n + 100),
+               "DGX_PIXELS_WEB__MAX_CONNECTIONS_PER_CLIENT": str(n + 100)}
         args = ["--web.max-requests", str(n + 100)]
     proc, port = start(env, args)
     try:

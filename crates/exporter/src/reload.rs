@@ -208,6 +208,9 @@ fn needs_restart(old: &Settings, new: &Settings) -> Vec<&'static str> {
     if a.max_connections != b.max_connections {
         out.push("web.max_connections");
     }
+    if a.connections_per_client() != b.connections_per_client() {
+        out.push("web.max_connections_per_client");
+    }
     if a.config_file != b.config_file {
         out.push("web.config_file");
     }

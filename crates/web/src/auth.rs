@@ -1,7 +1,7 @@
 //! The request guard: basic auth, no request bodies, configured response headers.
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -23,11 +23,6 @@ const MAX_BODY: u64 = 0;
 /// neither occupy every core nor make an honest scraper wait behind it, and a scraper whose
 /// credentials verified before never needs a slot (see `Verified` in state.rs).
 pub const MAX_PASSWORD_CHECKS: usize = 2;
-
-fn bcrypt_slots() -> &'static Arc<tokio::sync::Semaphore> {
-    static SLOTS: OnceLock<Arc<tokio::sync::Semaphore>> = OnceLock::new();
-    SLOTS.get_or_init(|| Arc::new(tokio::sync::Semaphore::new(MAX_PASSWORD_CHECKS)))
-}
 
 /// The outcome of a credential check.
 enum Auth {
@@ -63,7 +58,7 @@ async fn authorized(web: &WebState, live: &Arc<Live>, value: Option<&HeaderValue
     let Some(hash) = known.clone().or_else(|| live.decoy.clone()) else {
         return Auth::Denied;
     };
-    let Ok(_slot) = Arc::clone(bcrypt_slots()).try_acquire_owned() else {
+    let Ok(_slot) = web.password_slots.try_acquire() else {
         return Auth::Busy;
     };
     web.counters.password_checks.fetch_add(1, Ordering::Relaxed);

@@ -139,7 +139,7 @@ pub async fn serve(
     let graceful = GracefulShutdown::new();
     let mut http = http1::Builder::new();
     // No hyper header timeout: it also runs while a keep-alive connection waits between
-    // scrapes, which would close every idle connection after it. `Stall` times request heads.
+    // scrapes, which would close every idle connection after it. `Head` times request heads.
     // Vectored writes send the shared bytes of a generation as they are, instead of copying
     // each response into a per-connection buffer.
     http.timer(TokioTimer::new())
@@ -199,17 +199,25 @@ pub async fn serve(
         let watcher = graceful.watcher();
         let web = Arc::clone(&web);
         let handshake = limits.tls_handshake_timeout;
+        let header_read_timeout = limits.header_read_timeout;
         tokio::spawn(async move {
             let _permit = permit;
             let _client = client;
             let stalled = io.stalled_flag();
-            let head_timeout = io.head_timeout_flag();
+            let head_timeout = Arc::new(AtomicBool::new(false));
             let result = match &live.acceptor {
                 Some(acceptor) => {
                     match tokio::time::timeout(handshake, acceptor.accept(io)).await {
                         Ok(Ok(tls)) => {
                             watcher
-                                .watch(http.serve_connection(TokioIo::new(tls), service))
+                                .watch(http.serve_connection(
+                                    TokioIo::new(Head::new(
+                                        tls,
+                                        header_read_timeout,
+                                        Arc::clone(&head_timeout),
+                                    )),
+                                    service,
+                                ))
                                 .await
                         }
                         _ => {
@@ -222,7 +230,14 @@ pub async fn serve(
                 }
                 None => {
                     watcher
-                        .watch(http.serve_connection(TokioIo::new(io), service))
+                        .watch(http.serve_connection(
+                            TokioIo::new(Head::new(
+                                io,
+                                header_read_timeout,
+                                Arc::clone(&head_timeout),
+                            )),
+                            service,
+                        ))
                         .await
                 }
             };
@@ -277,8 +292,7 @@ fn probes_only(app: Router, web: &Arc<WebState>) -> Service {
     }))
 }
 
-/// An IO that fails with `TimedOut` when reads or writes make no progress for too long, or a
-/// request head does not arrive in time.
+/// An IO that fails with `TimedOut` when reads or writes make no progress for too long.
 struct Stall<T> {
     inner: T,
     idle: Duration,
@@ -286,12 +300,13 @@ struct Stall<T> {
     read_timer: Option<Pin<Box<Sleep>>>,
     write_timer: Option<Pin<Box<Sleep>>>,
     stalled: Arc<AtomicBool>,
-    head: Head,
 }
 
-/// Times request heads. A head ends at an empty line; until it has, the connection has
-/// `header_read_timeout` from the start of the connection or from the head's first byte.
-struct Head {
+/// Times request heads on the plaintext side of a connection (inside TLS): a head ends at an
+/// empty line; until it has, the connection has `header_read_timeout` from its start (or the
+/// end of the TLS handshake) or from the head's first byte. Between requests it may idle.
+struct Head<T> {
+    inner: T,
     limit: Duration,
     /// Running while a head is awaited or arriving.
     deadline: Option<Pin<Box<Sleep>>>,
@@ -300,14 +315,15 @@ struct Head {
     timed_out: Arc<AtomicBool>,
 }
 
-impl Head {
-    fn new(limit: Duration) -> Head {
+impl<T> Head<T> {
+    fn new(inner: T, limit: Duration, timed_out: Arc<AtomicBool>) -> Head<T> {
         Head {
+            inner,
             limit,
             // The first request must come soon: an open connection that never asks is closed.
             deadline: Some(Box::pin(tokio::time::sleep(limit))),
             line_ends: 0,
-            timed_out: Arc::default(),
+            timed_out,
         }
     }
 
@@ -346,6 +362,63 @@ impl Head {
     }
 }
 
+impl<T: AsyncRead + Unpin> AsyncRead for Head<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let me = &mut *self;
+        let before = buf.filled().len();
+        match Pin::new(&mut me.inner).poll_read(cx, buf) {
+            Poll::Pending => match me.check(cx) {
+                Ok(()) => Poll::Pending,
+                Err(e) => Poll::Ready(Err(e)),
+            },
+            Poll::Ready(Ok(())) => {
+                me.saw(&buf.filled()[before..]);
+                // A head still incomplete after this read keeps its deadline: the client may
+                // trickle bytes, but not forever.
+                match me.check(cx) {
+                    Ok(()) => Poll::Ready(Ok(())),
+                    Err(e) => Poll::Ready(Err(e)),
+                }
+            }
+            err => err,
+        }
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Head<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
 impl<T> Stall<T> {
     fn new(inner: T, limits: &Limits) -> Stall<T> {
         Stall {
@@ -355,16 +428,11 @@ impl<T> Stall<T> {
             read_timer: None,
             write_timer: None,
             stalled: Arc::default(),
-            head: Head::new(limits.header_read_timeout),
         }
     }
 
     fn stalled_flag(&self) -> Arc<AtomicBool> {
         Arc::clone(&self.stalled)
-    }
-
-    fn head_timeout_flag(&self) -> Arc<AtomicBool> {
-        Arc::clone(&self.head.timed_out)
     }
 }
 
@@ -390,28 +458,11 @@ impl<T: AsyncRead + Unpin> AsyncRead for Stall<T> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let me = &mut *self;
-        let before = buf.filled().len();
         match Pin::new(&mut me.inner).poll_read(cx, buf) {
-            Poll::Pending => {
-                let checked = me
-                    .head
-                    .check(cx)
-                    .and_then(|()| check(&mut me.read_timer, me.idle, cx, &me.stalled));
-                match checked {
-                    Ok(()) => Poll::Pending,
-                    Err(e) => Poll::Ready(Err(e)),
-                }
-            }
-            Poll::Ready(Ok(())) => {
-                me.read_timer = None;
-                me.head.saw(&buf.filled()[before..]);
-                // A head still incomplete after this read keeps its deadline: the client may
-                // trickle bytes, but not forever.
-                match me.head.check(cx) {
-                    Ok(()) => Poll::Ready(Ok(())),
-                    Err(e) => Poll::Ready(Err(e)),
-                }
-            }
+            Poll::Pending => match check(&mut me.read_timer, me.idle, cx, &me.stalled) {
+                Ok(()) => Poll::Pending,
+                Err(e) => Poll::Ready(Err(e)),
+            },
             ready => {
                 me.read_timer = None;
                 ready

@@ -140,6 +140,8 @@ pub struct WebState {
     seen: Mutex<Option<Vec<u8>>>,
     /// Credentials that verified (see [`Verified`]).
     verified: Verified,
+    /// Password checks that may run at once (`auth::MAX_PASSWORD_CHECKS`).
+    pub(crate) password_slots: tokio::sync::Semaphore,
     /// [`DEFAULT_SETTLE`], shorter in tests; milliseconds.
     settle_ms: AtomicU64,
     /// Whether `/-/healthy` and `/-/ready` need credentials too.
@@ -185,6 +187,7 @@ impl WebState {
             live: ArcSwap::from_pointee(Live::new(config)),
             seen: Mutex::new(seen),
             verified: Verified::default(),
+            password_slots: tokio::sync::Semaphore::new(crate::auth::MAX_PASSWORD_CHECKS),
             settle_ms: AtomicU64::new(DEFAULT_SETTLE.as_millis() as u64),
             probes_need_auth,
             counters,

@@ -796,3 +796,43 @@ async fn one_client_cannot_hold_every_connection_and_silent_ones_are_closed() {
     assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
     assert_eq!(s.web.counters.request_timeouts.load(Ordering::Relaxed), 3);
 }
+
+/// Request heads are timed inside TLS: a TLS keep-alive connection idle between scrapes for
+/// longer than the header timeout stays open, and one that never sends a request is closed.
+#[tokio::test]
+async fn tls_keep_alive_connections_idle_between_requests_and_silent_ones_close() {
+    let pki = pki();
+    let cfg = write_config(
+        pki.dir.path(),
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n",
+    );
+    let s = start(
+        Some(&cfg),
+        Limits {
+            header_read_timeout: Duration::from_millis(400),
+            ..Limits::default()
+        },
+    )
+    .await;
+    let connect = || async {
+        let tcp = TcpStream::connect(("127.0.0.1", s.port)).await.unwrap();
+        client(&pki, false)
+            .connect(ServerName::try_from("localhost").unwrap(), tcp)
+            .await
+            .unwrap()
+    };
+    let mut keep = connect().await;
+    let mut buf = vec![0u8; 4096];
+    for _ in 0..3 {
+        keep.write_all(b"GET /-/healthy HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let n = keep.read(&mut buf).await.unwrap();
+        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+        tokio::time::sleep(Duration::from_millis(900)).await;
+    }
+    let mut silent = connect().await;
+    let closed = tokio::time::timeout(Duration::from_secs(2), silent.read(&mut buf)).await;
+    assert!(matches!(closed, Ok(Ok(0)) | Ok(Err(_))), "{closed:?}");
+    assert_eq!(s.web.counters.request_timeouts.load(Ordering::Relaxed), 1);
+}
