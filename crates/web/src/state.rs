@@ -73,7 +73,7 @@ fn fingerprint(path: &Path, files: &[PathBuf]) -> Vec<u8> {
 fn youngest_age(paths: &[&Path]) -> Option<Duration> {
     paths
         .iter()
-        .filter_map(|p| std::fs::symlink_metadata(p).ok()?.modified().ok())
+        .filter_map(|p| std::fs::metadata(p).ok()?.modified().ok())
         .map(|m| {
             SystemTime::now()
                 .duration_since(m)
