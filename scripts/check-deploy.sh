@@ -110,16 +110,22 @@ for want in "Additional property servicemonitor is not allowed" "service.port: I
   grep -qF "$want" "$TMP/err" || { cat "$TMP/err"; fail "schema error lacks: $want"; }
 done
 
-section "PrometheusRule: refuses to render without rule files; chart copy equals deploy/prometheus/rules/"
-if "$HELM" template dgx "$CHART" --set prometheusRule.enabled=true >"$TMP/rules.yaml" 2>"$TMP/err"; then
-  ls "$CHART"/files/prometheus-rules/*.y*ml >/dev/null 2>&1 \
-    || fail "prometheusRule.enabled rendered without any rule file"
-  # The shipped rules: every group of every file, in file-name order.
-  mapfile -t rule_files < <(ls "$CHART"/files/prometheus-rules/*.y*ml | LC_ALL=C sort)
-  "$VENV/python" helm/tests/check_render.py "$TMP/rules.yaml" "${rule_files[@]/#/--rules-fixture=}"
-else
-  grep -q "carries no rule files" "$TMP/err" || { cat "$TMP/err"; fail "unclear error without rules"; }
+section "PrometheusRule: renders the shipped rules; refuses to render without rule files; chart copy equals deploy/prometheus/rules/"
+# The shipped chart carries rule files: it must render them, every group of every file, in
+# file-name order.
+mapfile -t rule_files < <(ls "$CHART"/files/prometheus-rules/*.y*ml | LC_ALL=C sort)
+[ "${#rule_files[@]}" -gt 0 ] || fail "$CHART/files/prometheus-rules/ carries no rule file"
+"$HELM" template dgx "$CHART" --set prometheusRule.enabled=true >"$TMP/rules.yaml" 2>"$TMP/err" \
+  || { cat "$TMP/err"; fail "prometheusRule.enabled did not render with the shipped rules"; }
+"$VENV/python" helm/tests/check_render.py "$TMP/rules.yaml" "${rule_files[@]/#/--rules-fixture=}"
+# A copy of the chart without rule files must refuse, saying why (not render an empty rule).
+cp -r "$CHART" "$TMP/no-rules-chart"
+rm -f "$TMP/no-rules-chart"/files/prometheus-rules/*
+if "$HELM" template dgx "$TMP/no-rules-chart" --set prometheusRule.enabled=true >"$TMP/rules-none.yaml" 2>"$TMP/err"; then
+  fail "prometheusRule.enabled rendered from a chart without rule files"
 fi
+grep -q "prometheusRule.enabled, but this chart carries no rule files under files/prometheus-rules/" "$TMP/err" \
+  || { cat "$TMP/err"; fail "unclear error without rule files"; }
 mkdir -p "$TMP/rules-chart" "$TMP/rules-deploy"
 cp "$CHART"/files/prometheus-rules/*.y*ml "$TMP/rules-chart/" 2>/dev/null || true
 cp deploy/prometheus/rules/*.y*ml "$TMP/rules-deploy/" 2>/dev/null || true

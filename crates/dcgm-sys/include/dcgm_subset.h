@@ -167,7 +167,7 @@ dcgmReturn_t dcgmGroupAddEntity(dcgmHandle_t dcgmHandle, dcgmGpuGrp_t groupId,
 dcgmReturn_t dcgmGroupDestroy(dcgmHandle_t dcgmHandle, dcgmGpuGrp_t groupId);
 
 dcgmReturn_t dcgmFieldGroupCreate(dcgmHandle_t dcgmHandle, int numFieldIds,
-                                  unsigned short *fieldIds, const char *fieldGroupName,
+                                  const unsigned short *fieldIds, const char *fieldGroupName,
                                   dcgmFieldGrp_t *dcgmFieldGroupId);
 dcgmReturn_t dcgmFieldGroupDestroy(dcgmHandle_t dcgmHandle, dcgmFieldGrp_t dcgmFieldGroupId);
 

@@ -857,7 +857,7 @@ pub struct DcgmLib {
         unsafe extern "C" fn(
             dcgmHandle: dcgmHandle_t,
             numFieldIds: ::std::os::raw::c_int,
-            fieldIds: *mut ::std::os::raw::c_ushort,
+            fieldIds: *const ::std::os::raw::c_ushort,
             fieldGroupName: *const ::std::os::raw::c_char,
             dcgmFieldGroupId: *mut dcgmFieldGrp_t,
         ) -> dcgmReturn_t,
@@ -1087,7 +1087,7 @@ impl DcgmLib {
         &self,
         dcgmHandle: dcgmHandle_t,
         numFieldIds: ::std::os::raw::c_int,
-        fieldIds: *mut ::std::os::raw::c_ushort,
+        fieldIds: *const ::std::os::raw::c_ushort,
         fieldGroupName: *const ::std::os::raw::c_char,
         dcgmFieldGroupId: *mut dcgmFieldGrp_t,
     ) -> dcgmReturn_t {

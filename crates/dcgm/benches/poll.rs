@@ -81,7 +81,7 @@ fn per_gpu_reader(lib: &str, gpus: u32, ids: &[u16]) -> impl FnMut() {
             dcgm.dcgmFieldGroupCreate(
                 handle,
                 ids.len() as i32,
-                ids.as_mut_ptr(),
+                ids.as_ptr(),
                 c"peer".as_ptr(),
                 &mut fg
             ),

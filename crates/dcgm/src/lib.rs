@@ -433,7 +433,6 @@ impl DcgmSource {
         s: &mut Session,
         ids: &[u16],
     ) -> Result<usize, dcgmReturn_t> {
-        let mut ids = ids.to_vec();
         let name = CString::new(format!("dgx-pixels-exporter-{}", s.field_groups.len()))
             .map_err(|_| dcgm_sys::DCGM_ST_BADPARAM)?;
         let mut fg = 0;
@@ -442,7 +441,7 @@ impl DcgmSource {
             lib.dcgmFieldGroupCreate(
                 s.handle,
                 ids.len() as i32,
-                ids.as_mut_ptr(),
+                ids.as_ptr(),
                 name.as_ptr(),
                 &mut fg,
             )

@@ -161,7 +161,19 @@ fn pods_and_jobs_label_gpu_mig_and_process_series_and_follow_changes() {
     );
     assert!(series(&body, "dgx_pixels_gpu_power_watts").len() >= 8);
     let logs = stop_and_logs(d);
-    assert!(logs.contains("kubelet"), "{logs}");
+    // Said once, as a warning of the kubernetes source naming the socket that went away.
+    let warnings: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.contains("level=warn") && l.contains("source=kubernetes"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{logs}");
+    assert!(
+        warnings[0].contains("kind=socket_missing")
+            && warnings[0].contains(&format!("socket {} does not exist", socket.display()))
+            && warnings[0].contains("served unattributed"),
+        "{}",
+        warnings[0]
+    );
 }
 
 #[test]

@@ -1,6 +1,10 @@
-//! The probe subcommands and the probes collector through the real binary, on a machine
-//! without CUDA: clear failures, no panics, comparisons from fixture files, a daemon that
-//! keeps serving.
+//! The probe subcommands and the probes collector through the real binary: comparisons from
+//! fixture files anywhere; on a machine without CUDA, clear failures, no panics and a daemon
+//! that keeps serving; on a GPU host, measurements.
+//!
+//! Tests that depend on the machine are `#[ignore]`d and named for what they need:
+//! `no_driver_*` (no NVIDIA driver) and `gpu_*` (a driver and a GPU). `scripts/test` runs the
+//! set that applies with `--ignored` and reports the other as not run (docs/testing.md).
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 use std::io::{Read, Write};
@@ -26,8 +30,28 @@ fn run(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// Fails (never passes quietly) when run where a CUDA driver loads.
+fn require_no_driver() {
+    assert!(
+        !dgx_pixels_probes::cuda::availability().driver,
+        "this test needs a machine without an NVIDIA driver, and libcuda.so.1 loads here: \
+         scripts/test runs the gpu_* tests on such a machine instead"
+    );
+}
+
+/// Fails (never passes quietly) when run where no GPU can be used.
+fn require_gpu() {
+    assert!(
+        dgx_pixels_probes::cuda::device_count().is_ok_and(|n| n > 0),
+        "this test needs an NVIDIA driver and a GPU: scripts/test runs the no_driver_* tests \
+         on a machine without them instead"
+    );
+}
+
 #[test]
-fn probe_run_without_cuda_fails_clearly() {
+#[ignore = "environment: no-driver (needs a machine without an NVIDIA driver; scripts/test runs it there)"]
+fn no_driver_probe_run_fails_clearly() {
+    require_no_driver();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("r.json");
     let (code, stdout, stderr) = run(&[
@@ -135,20 +159,26 @@ fn daemon(args: &[&str]) -> Daemon {
 }
 
 fn wait_for(d: &Daemon, what: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    wait_for_within(d, what, Duration::from_secs(10))
+}
+
+fn wait_for_within(d: &Daemon, what: &str, limit: Duration) -> String {
+    let deadline = Instant::now() + limit;
     loop {
         if let Some(body) = metrics(d.1) {
             if body.contains(what) {
                 return body;
             }
         }
-        assert!(Instant::now() < deadline, "{what} not served in 10 s");
+        assert!(Instant::now() < deadline, "{what} not served in {limit:?}");
         std::thread::sleep(Duration::from_millis(50));
     }
 }
 
 #[test]
-fn the_probes_collector_without_cuda_is_down_and_the_daemon_keeps_serving() {
+#[ignore = "environment: no-driver (needs a machine without an NVIDIA driver; scripts/test runs it there)"]
+fn no_driver_the_probes_collector_is_down_and_the_daemon_keeps_serving() {
+    require_no_driver();
     let mut d = daemon(&[
         "--collector.probes",
         "--nvml.library",
@@ -189,4 +219,82 @@ fn a_simulated_node_serves_no_probe_results() {
     let body = wait_for(&d, "dgx_pixels_gpu_power_watts{");
     assert!(!body.contains("dgx_pixels_probe_"), "{body}");
     assert!(!body.contains("source=\"probes\""));
+}
+
+#[test]
+#[ignore = "environment: gpu (needs an NVIDIA driver and a GPU; scripts/test runs it on a GPU host)"]
+fn gpu_probe_run_measures_and_writes_results() {
+    require_gpu();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.json");
+    let (code, stdout, stderr) = run(&[
+        "probe",
+        "run",
+        "--probe",
+        "copy_d2d,launch_latency",
+        "--gpus",
+        "0",
+        "--warmup",
+        "1",
+        "--iterations",
+        "3",
+        "--copy-bytes",
+        "16777216",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        stdout.contains("copy_d2d") && stdout.contains("launch_latency"),
+        "a table of both probes: {stdout}"
+    );
+    let results = dgx_pixels_probes::RunResults::read(&out).unwrap();
+    assert_eq!(results.results.len(), 2, "{results:?}");
+    for r in &results.results {
+        assert_eq!(r.values.len(), 3, "{}", r.probe);
+        assert!(r.values.iter().all(|v| v.is_finite() && *v > 0.0), "{r:?}");
+        assert!(r.uuid.starts_with("GPU-"), "{}", r.uuid);
+    }
+}
+
+#[test]
+#[ignore = "environment: gpu (needs an NVIDIA driver and a GPU; scripts/test runs it on a GPU host)"]
+fn gpu_the_probes_collector_serves_measurements() {
+    require_gpu();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("exporter.toml");
+    // Both probes small and frequent; busy_threshold 1 so that a GPU in use still gets probed.
+    std::fs::write(
+        &config,
+        "[probes]\nprobes = \"launch_latency,copy_d2d\"\nduty_cycle = 1.0\nbusy_threshold = 1.0\n",
+    )
+    .unwrap();
+    let d = daemon(&[
+        "--collector.probes",
+        "--config.file",
+        config.to_str().unwrap(),
+    ]);
+    let body = wait_for_within(
+        &d,
+        "dgx_pixels_probe_launch_latency_seconds{",
+        Duration::from_secs(90),
+    );
+    assert!(
+        body.contains("dgx_pixels_source_up{source=\"probes\"} 1"),
+        "{body}"
+    );
+    assert!(
+        body.contains("dgx_pixels_source_up{source=\"nvml\"} 1"),
+        "{body}"
+    );
+    let latency: Vec<f64> = body
+        .lines()
+        .filter(|l| l.starts_with("dgx_pixels_probe_launch_latency_seconds{"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert!(
+        latency.iter().all(|v| (1e-7..1e-3).contains(v)),
+        "launch latency in seconds: {latency:?}"
+    );
 }

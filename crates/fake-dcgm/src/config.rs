@@ -110,7 +110,7 @@ impl Config {
         let field_value_version = match get("FAKE_DCGM_FIELD_VALUE_VERSION") {
             Some(v) => u32::from_str_radix(v.trim().trim_start_matches("0x"), 16)
                 .map_err(|_| format!("FAKE_DCGM_FIELD_VALUE_VERSION={v:?}: expected hex"))?,
-            None => dcgm_sys::dcgmFieldValue_version2,
+            None => crate::abi::FIELD_VALUE_VERSION2,
         };
         let blank_fields = field_ids("FAKE_DCGM_BLANK_FIELDS", get("FAKE_DCGM_BLANK_FIELDS"))?;
         let stalled_fields = field_ids("FAKE_DCGM_STALL_FIELDS", get("FAKE_DCGM_STALL_FIELDS"))?;

@@ -16,53 +16,9 @@ pub enum Value {
     Blank(u8),
 }
 
-/// Field ids the fake knows (see docs/dcgm-fields.md for their meaning).
-pub mod id {
-    #![allow(missing_docs)]
-    pub const DRIVER_VERSION: u16 = 1;
-    pub const NAME: u16 = 50;
-    pub const UUID: u16 = 54;
-    pub const PCI_BUSID: u16 = 57;
-    pub const SM_CLOCK: u16 = 100;
-    pub const MEM_CLOCK: u16 = 101;
-    pub const MEMORY_TEMP: u16 = 140;
-    pub const GPU_TEMP: u16 = 150;
-    pub const POWER_USAGE: u16 = 155;
-    pub const TOTAL_ENERGY: u16 = 156;
-    pub const POWER_USAGE_INSTANT: u16 = 157;
-    pub const PSTATE: u16 = 190;
-    pub const FAN_SPEED: u16 = 191;
-    pub const GPU_UTIL: u16 = 203;
-    pub const MEM_COPY_UTIL: u16 = 204;
-    pub const ENC_UTIL: u16 = 206;
-    pub const DEC_UTIL: u16 = 207;
-    pub const POWER_VIOLATION: u16 = 240;
-    pub const THERMAL_VIOLATION: u16 = 241;
-    pub const FB_TOTAL: u16 = 250;
-    pub const FB_FREE: u16 = 251;
-    pub const FB_USED: u16 = 252;
-    pub const FB_RESERVED: u16 = 253;
-    pub const ECC_SBE_VOL: u16 = 310;
-    pub const ECC_DBE_VOL: u16 = 311;
-    pub const ECC_SBE_AGG: u16 = 312;
-    pub const ECC_DBE_AGG: u16 = 313;
-    pub const ROW_REMAP_UNCORRECTABLE: u16 = 393;
-    pub const ROW_REMAP_CORRECTABLE: u16 = 394;
-    pub const ROW_REMAP_FAILURE: u16 = 395;
-    pub const ROW_REMAP_PENDING: u16 = 396;
-    pub const PROF_GR_ENGINE_ACTIVE: u16 = 1001;
-    pub const PROF_SM_ACTIVE: u16 = 1002;
-    pub const PROF_SM_OCCUPANCY: u16 = 1003;
-    pub const PROF_PIPE_TENSOR_ACTIVE: u16 = 1004;
-    pub const PROF_DRAM_ACTIVE: u16 = 1005;
-    pub const PROF_PIPE_FP64_ACTIVE: u16 = 1006;
-    pub const PROF_PIPE_FP32_ACTIVE: u16 = 1007;
-    pub const PROF_PIPE_FP16_ACTIVE: u16 = 1008;
-    pub const PROF_PCIE_TX_BYTES: u16 = 1009;
-    pub const PROF_PCIE_RX_BYTES: u16 = 1010;
-    pub const PROF_NVLINK_TX_BYTES: u16 = 1011;
-    pub const PROF_NVLINK_RX_BYTES: u16 = 1012;
-}
+/// Field ids the fake knows (see docs/dcgm-fields.md for their meaning), as [`crate::abi`]
+/// states them.
+pub use crate::abi::field as id;
 
 /// Whether `field` is a profiling (DCP) field, which needs the profiling module.
 pub fn is_profiling(field: u16) -> bool {

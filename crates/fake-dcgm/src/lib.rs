@@ -34,6 +34,13 @@
 //! - Profiling values are derived from the simulator ([`fields::profile`]): SM active is never
 //!   above graphics engine active, tensor and FP16 pipes are busy only under a tensor workload.
 //!
+//! # Its own statement of the ABI
+//!
+//! The fake does not use `dcgm-sys` (the exporter's bindings): its structs, sizes, versions,
+//! return codes and field ids are in [`abi`], written as literal numbers from NVIDIA's DCGM 4.x
+//! headers. A mistake in our header therefore makes the fake and the exporter disagree (a
+//! `VER_MISMATCH`, a failed comparison in `tests/abi_facts.rs`) instead of agreeing on it.
+//!
 //! # Control symbols
 //!
 //! Not part of DCGM: `fake_dcgm_call_count() -> u64`, `fake_dcgm_busy_ns() -> u64` (CPU time of
@@ -42,16 +49,21 @@
 #![deny(missing_docs)]
 #![allow(non_snake_case)]
 
+pub mod abi;
 pub mod config;
 pub mod fields;
 mod state;
 
 use std::ffi::{c_char, c_int, c_uint, CStr};
 
-use dcgm_sys::{
-    dcgmConnectV2Params_t, dcgmFieldGrp_t, dcgmFieldValue_v2, dcgmGpuGrp_t, dcgmGroupEntityPair_t,
-    dcgmGroupType_t, dcgmHandle_t, dcgmOperationMode_t, dcgmProfGetMetricGroups_t, dcgmReturn_t,
-    dcgm_field_eid_t, dcgm_field_entity_group_t, DCGM_FE_GPU,
+// The fake's own ABI types (crate::abi), under their upstream names.
+use crate::abi::{
+    entity::GPU as DCGM_FE_GPU, ConnectV2Params as dcgmConnectV2Params_t,
+    FieldGroup as dcgmFieldGrp_t, FieldValueV2 as dcgmFieldValue_v2, GpuGroup as dcgmGpuGrp_t,
+    GroupEntityPair as dcgmGroupEntityPair_t, Handle as dcgmHandle_t,
+    ProfGetMetricGroups as dcgmProfGetMetricGroups_t, Return as dcgmReturn_t,
+    Uint as dcgmGroupType_t, Uint as dcgmOperationMode_t, Uint as dcgm_field_eid_t,
+    Uint as dcgm_field_entity_group_t,
 };
 
 use crate::config::Profiling;
@@ -147,7 +159,7 @@ dcgm_fn! {
         }
         // SAFETY: a non-null address is a NUL-terminated string.
         let address = unsafe { CStr::from_ptr(address) }.to_string_lossy().into_owned();
-        if params.version != dcgm_sys::dcgmConnectV2Params_version2 {
+        if params.version != abi::CONNECT_V2_PARAMS_VERSION2 {
             return Err(code::VER_MISMATCH);
         }
         state::with(|lib| {
@@ -227,7 +239,7 @@ dcgm_fn! {
         // SAFETY: the caller passes a valid out-pointer or null.
         let group = unsafe { out(group) }?;
         state::with(|lib| {
-            let gpus: Vec<u32> = if kind == dcgm_sys::DCGM_GROUP_DEFAULT {
+            let gpus: Vec<u32> = if kind == abi::GROUP_DEFAULT {
                 (0..lib.node.gpu_count() as u32).collect()
             } else {
                 Vec::new()
@@ -267,11 +279,11 @@ dcgm_fn! {
 
 dcgm_fn! {
     /// Creates a field group of 1 to 128 fields.
-    fn dcgmFieldGroupCreate(handle: dcgmHandle_t, n: c_int, ids: *mut u16, _name: *const c_char, group: *mut dcgmFieldGrp_t) {
+    fn dcgmFieldGroupCreate(handle: dcgmHandle_t, n: c_int, ids: *const u16, _name: *const c_char, group: *mut dcgmFieldGrp_t) {
         // SAFETY: the caller passes a valid out-pointer or null.
         let group = unsafe { out(group) }?;
         let n = usize::try_from(n).map_err(|_| code::BADPARAM)?;
-        if n == 0 || n > dcgm_sys::DCGM_MAX_FIELD_IDS_PER_FIELD_GROUP as usize || ids.is_null() {
+        if n == 0 || n > abi::MAX_FIELD_IDS_PER_FIELD_GROUP || ids.is_null() {
             return Err(code::BADPARAM);
         }
         // SAFETY: `ids` holds `n` field ids.
@@ -365,9 +377,9 @@ fn fill(out: &mut dcgmFieldValue_v2, v: Value) {
         Value::Blank(t) => {
             out.fieldType = u16::from(t);
             match t {
-                b'd' => out.value.dbl = dcgm_sys::DCGM_FP64_BLANK + 2.0,
+                b'd' => out.value.dbl = abi::FP64_BLANK + 2.0,
                 b's' => write_str(out, "<<<NULL>>>"),
-                _ => out.value.i64_ = dcgm_sys::DCGM_INT64_BLANK as i64 + 2,
+                _ => out.value.i64_ = abi::INT64_BLANK + 2,
             }
         }
     }
@@ -464,7 +476,7 @@ dcgm_fn! {
     fn dcgmProfGetSupportedMetricGroups(handle: dcgmHandle_t, groups: *mut dcgmProfGetMetricGroups_t) {
         // SAFETY: the caller passes a valid pointer or null.
         let groups = unsafe { out(groups) }?;
-        if groups.version != dcgm_sys::dcgmProfGetMetricGroups_version3 {
+        if groups.version != abi::PROF_GET_METRIC_GROUPS_VERSION3 {
             return Err(code::VER_MISMATCH);
         }
         state::with(|lib| {

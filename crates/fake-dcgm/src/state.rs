@@ -7,28 +7,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use dcgm_sys::dcgmReturn_t;
+use crate::abi::Return as dcgmReturn_t;
 use dgx_pixels_sim::{GpuState, Node, Scenario};
 
 use crate::config::Config;
 
-/// Return codes the fake answers.
-pub mod code {
-    #![allow(missing_docs)]
-    use dcgm_sys::dcgmReturn_t;
-    pub const OK: dcgmReturn_t = 0;
-    pub const BADPARAM: dcgmReturn_t = dcgm_sys::DCGM_ST_BADPARAM;
-    pub const GENERIC_ERROR: dcgmReturn_t = -3;
-    pub const NOT_SUPPORTED: dcgmReturn_t = dcgm_sys::DCGM_ST_NOT_SUPPORTED;
-    pub const UNINITIALIZED: dcgmReturn_t = dcgm_sys::DCGM_ST_UNINITIALIZED;
-    pub const VER_MISMATCH: dcgmReturn_t = dcgm_sys::DCGM_ST_VER_MISMATCH;
-    pub const NO_DATA: dcgmReturn_t = dcgm_sys::DCGM_ST_NO_DATA;
-    pub const NOT_WATCHED: dcgmReturn_t = dcgm_sys::DCGM_ST_NOT_WATCHED;
-    pub const CONNECTION_NOT_VALID: dcgmReturn_t = dcgm_sys::DCGM_ST_CONNECTION_NOT_VALID;
-    pub const REQUIRES_ROOT: dcgmReturn_t = dcgm_sys::DCGM_ST_REQUIRES_ROOT;
-    pub const INSUFFICIENT_SIZE: dcgmReturn_t = dcgm_sys::DCGM_ST_INSUFFICIENT_SIZE;
-    pub const PROFILING_NOT_SUPPORTED: dcgmReturn_t = dcgm_sys::DCGM_ST_PROFILING_NOT_SUPPORTED;
-}
+/// Return codes the fake answers, as [`crate::abi`] states them.
+pub use crate::abi::code;
 
 static LIBRARY: Mutex<Option<Library>> = Mutex::new(None);
 static CALLS: AtomicU64 = AtomicU64::new(0);
@@ -88,8 +73,8 @@ macro_rules! dcgm_fn {
         ///
         /// Pointer arguments must be null or valid for the reads and writes DCGM documents.
         #[no_mangle]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> dcgm_sys::dcgmReturn_t {
-            $crate::state::guard(move || -> Result<(), dcgm_sys::dcgmReturn_t> { $body })
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $crate::abi::Return {
+            $crate::state::guard(move || -> Result<(), $crate::abi::Return> { $body })
         }
     };
 }

@@ -63,20 +63,13 @@ fn embedded(lib: &DcgmLib) -> dcgmHandle_t {
 
 fn watch(lib: &DcgmLib, h: dcgmHandle_t, ids: &[u16], us: i64) -> dcgmReturn_t {
     let (mut g, mut fg) = (0, 0);
-    let mut ids = ids.to_vec();
     unsafe {
         assert_eq!(
             lib.dcgmGroupCreate(h, DCGM_GROUP_DEFAULT, c"g".as_ptr(), &mut g),
             OK
         );
         assert_eq!(
-            lib.dcgmFieldGroupCreate(
-                h,
-                ids.len() as i32,
-                ids.as_mut_ptr(),
-                c"f".as_ptr(),
-                &mut fg
-            ),
+            lib.dcgmFieldGroupCreate(h, ids.len() as i32, ids.as_ptr(), c"f".as_ptr(), &mut fg),
             OK
         );
         lib.dcgmWatchFields(h, g, fg, us, 1.0, 2)

@@ -5,7 +5,6 @@
 use std::path::Path;
 
 use dgx_pixels_probes::compare::{chart, compare, markdown};
-use dgx_pixels_probes::stats::{summarize, welch};
 use dgx_pixels_probes::RunResults;
 
 fn fixture(name: &str) -> RunResults {
@@ -17,6 +16,21 @@ fn fixture(name: &str) -> RunResults {
     .unwrap()
 }
 
+/// `|got - want| <= tol`, with both in the message.
+fn close(what: &str, got: f64, want: f64, tol: f64) {
+    assert!(
+        (got - want).abs() <= tol,
+        "{what}: got {got}, want {want} ± {tol}"
+    );
+}
+
+// The expected numbers below were computed from the fixture files outside this crate (Python's
+// `statistics` module for means and variances, Welch's formulas written out, the two-sided
+// p-value by numerical integration of Student's t density), not with the code under test:
+//   probe           mean A               mean B               overhead   t          df       p
+//   gemm_bf16       7.001709137172249e14 3.3136021e14          52.674382  -303.3460  56.2478  4e-92
+//   copy_d2d        2.897914417274479e12 2.8988955e12          -0.033855    0.18365  53.5325  0.855
+//   launch_latency  3.988835266666667e-6 5.237575e-6           31.305874   21.5497  57.9810  2e-29
 #[test]
 fn overhead_significance_and_verdicts() {
     let (a, b) = (fixture("native.json"), fixture("container.csv"));
@@ -28,32 +42,39 @@ fn overhead_significance_and_verdicts() {
     assert_eq!(names, ["gemm_bf16", "copy_d2d", "launch_latency"]);
 
     let gemm = &cmp[0];
-    let (va, vb) = (&gemm.values.0, &gemm.values.1);
-    let (ma, mb) = (summarize(va).unwrap().mean, summarize(vb).unwrap().mean);
-    assert!((gemm.overhead_percent - (ma - mb) / ma * 100.0).abs() < 1e-9);
-    assert!(gemm.overhead_percent > 50.0 && gemm.significant());
-    assert_eq!(gemm.welch.as_ref().unwrap(), &welch(va, vb).unwrap());
-    assert!(gemm.verdict().starts_with("> 50%"), "{}", gemm.verdict());
+    close("gemm overhead %", gemm.overhead_percent, 52.674382, 1e-5);
+    let w = gemm.welch.as_ref().unwrap();
+    close(
+        "gemm difference",
+        w.difference,
+        3.3136021e14 - 7.001709137172249e14,
+        1e3,
+    );
+    close("gemm t", w.t, -303.346011, 1e-4);
+    close("gemm df", w.df, 56.2478, 1e-3);
+    assert!(w.p_value < 1e-50, "gemm p {}", w.p_value);
+    assert!(w.ci95.0 < w.difference && w.difference < w.ci95.1 && w.ci95.1 < 0.0);
+    assert!(gemm.significant());
+    assert_eq!(
+        gemm.verdict(),
+        "> 50%: B's environment is likely the problem"
+    );
 
-    // Latency: higher is worse, so 4.0 µs → 5.2 µs is +30% overhead.
+    // Latency: higher is worse, so 3.99 µs → 5.24 µs is +31.3% overhead.
     let lat = &cmp[2];
-    assert!(
-        (lat.overhead_percent - 30.0).abs() < 3.0,
-        "{}",
-        lat.overhead_percent
-    );
-    assert!(lat.verdict().starts_with("20–40%"), "{}", lat.verdict());
+    close("latency overhead %", lat.overhead_percent, 31.305874, 1e-5);
+    close("latency t", lat.welch.as_ref().unwrap().t, 21.549693, 1e-4);
+    assert_eq!(lat.verdict(), "20–40%: a normal containerization cost");
 
-    // Copies come from the same distribution: well under 10% either way.
+    // Copies come from the same distribution: p = 0.855, so no verdict band applies.
     let copy = &cmp[1];
-    assert!(copy.overhead_percent.abs() < 2.0);
-    assert!(
-        copy.verdict() == "no significant difference"
-            || copy.verdict().starts_with("< 10%")
-            || copy.verdict() == "B is faster",
-        "{}",
-        copy.verdict()
-    );
+    close("copy overhead %", copy.overhead_percent, -0.033855, 1e-5);
+    let w = copy.welch.as_ref().unwrap();
+    close("copy t", w.t, 0.183650, 1e-5);
+    close("copy df", w.df, 53.5325, 1e-3);
+    close("copy p", w.p_value, 0.855, 0.002);
+    assert!(!copy.significant());
+    assert_eq!(copy.verdict(), "no significant difference");
 }
 
 #[test]

@@ -209,8 +209,13 @@ fn the_duty_cycle_spaces_runs_and_busy_gpus_wait() {
         Some(1.0)
     );
     assert!(log.0.lock().unwrap().iter().all(|(g, _)| *g == 0));
-    std::thread::sleep(Duration::from_millis(120));
-    s.poll().unwrap();
+    // The next run is due d / duty_cycle after the first (>= 200 ms, longer when the machine is
+    // loaded and the 20 ms run took longer): wait for it rather than guessing when.
+    let t = std::time::Instant::now();
+    while log.0.lock().unwrap().len() < 2 && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+        s.poll().unwrap();
+    }
     let runs = log.0.lock().unwrap().clone();
     assert_eq!(
         runs,

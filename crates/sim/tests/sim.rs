@@ -3,9 +3,7 @@
 
 use std::time::Duration;
 
-use dgx_pixels_sim::{
-    GpuReading, GpuState, Node, Scenario, ScenarioError, BUILTIN_SCENARIOS, STEP,
-};
+use dgx_pixels_sim::{GpuReading, GpuState, Node, Scenario, ScenarioError, BUILTIN_SCENARIOS};
 
 fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s)
@@ -934,9 +932,55 @@ fn mangled_scenarios_never_panic() {
     assert!(errors > 100);
 }
 
+/// The model advances in 100 ms steps (the documented STEP): between two steps a reading holds
+/// the earlier step's state, with only the energy counter extended linearly at that step's power;
+/// at every 100 ms boundary of a transient the state moves on. A 50 ms step breaks the first
+/// half, a 200 ms step the second.
 #[test]
-fn step_is_100_ms() {
-    assert_eq!(STEP, Duration::from_millis(100));
+fn state_advances_every_100_ms_and_holds_in_between() {
+    let mut n = node("dgx-h100");
+    let mut changed = 0;
+    // 20 boundaries while GPU 0 heats up after its workload starts.
+    for k in 50..70u64 {
+        let t = Duration::from_millis(100 * k);
+        let at = |n: &mut Node, d: Duration| match n.reading(0, d) {
+            Some(GpuState::Ok(r)) => r,
+            other => panic!("{other:?}"),
+        };
+        let r0 = at(&mut n, t);
+        for mid in [1, 50, 99] {
+            let r = at(&mut n, t + Duration::from_millis(mid));
+            assert_eq!(
+                (
+                    r.temperature_gpu_celsius,
+                    r.power_watts,
+                    r.utilization_ratio,
+                    r.clocks
+                ),
+                (
+                    r0.temperature_gpu_celsius,
+                    r0.power_watts,
+                    r0.utilization_ratio,
+                    r0.clocks
+                ),
+                "{k}00 ms + {mid} ms: held from the step"
+            );
+            let want = r0.energy_joules + r0.power_watts * mid as f64 / 1000.0;
+            assert!(
+                (r.energy_joules - want).abs() < 1e-6,
+                "{k}00 ms + {mid} ms: energy {} want {want}",
+                r.energy_joules
+            );
+        }
+        let next = at(&mut n, t + Duration::from_millis(100));
+        if next.temperature_gpu_celsius != r0.temperature_gpu_celsius {
+            changed += 1;
+        }
+    }
+    assert_eq!(
+        changed, 20,
+        "the temperature moves at every 100 ms boundary"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,0 +1,108 @@
+//! The NVML source on a real GPU: the real `libnvidia-ml.so.1`, read through the same code the
+//! daemon runs, compared with what `nvidia-smi` (the driver's own tool) reports.
+//!
+//! Needs a GPU host (an NVIDIA driver, at least one GPU, `nvidia-smi` on PATH), so it is
+//! `#[ignore]`d: `scripts/test` runs it with `--ignored` where one is present and reports it as
+//! not run elsewhere (docs/testing.md). Run by hand: `cargo test -p dgx-pixels-nvml --test gpu
+//! -- --ignored`.
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use dgx_pixels_metrics::{Metric, Sample, Source};
+use dgx_pixels_nvml::NvmlSource;
+
+/// `uuid -> (memory.total MiB, power.limit W)` from nvidia-smi.
+fn nvidia_smi() -> BTreeMap<String, (f64, Option<f64>)> {
+    let out = Command::new("nvidia-smi")
+        .args([
+            "--query-gpu=uuid,memory.total,power.limit",
+            "--format=csv,noheader,nounits",
+        ])
+        .output()
+        .unwrap_or_else(|e| panic!("this test needs nvidia-smi on PATH (a GPU host): {e}"));
+    assert!(out.status.success(), "nvidia-smi failed: {out:?}");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').map(str::trim).collect();
+            (
+                f[0].to_string(),
+                (f[1].parse().unwrap(), f.get(2).and_then(|p| p.parse().ok())),
+            )
+        })
+        .collect()
+}
+
+fn by_uuid(samples: &[Sample], metric: Metric) -> BTreeMap<String, f64> {
+    samples
+        .iter()
+        .filter(|s| s.metric == metric)
+        .map(|s| (s.labels[1].clone(), s.value))
+        .collect()
+}
+
+#[test]
+#[ignore = "environment: gpu (needs an NVIDIA driver, a GPU and nvidia-smi; scripts/test runs it on a GPU host)"]
+fn gpu_nvml_reads_every_real_device_as_nvidia_smi_reports_it() {
+    let smi = nvidia_smi();
+    assert!(!smi.is_empty(), "nvidia-smi lists no GPU");
+
+    let mut source = NvmlSource::new(None);
+    let samples = source
+        .poll()
+        .unwrap_or_else(|e| panic!("NVML poll on a GPU host: {} ({})", e.message, e.kind));
+
+    // The same GPUs, by UUID, all answering.
+    let up = by_uuid(&samples, Metric::GpuUp);
+    assert_eq!(
+        up.keys().collect::<Vec<_>>(),
+        smi.keys().collect::<Vec<_>>(),
+        "GPUs seen by NVML vs nvidia-smi"
+    );
+    assert!(up.values().all(|v| *v == 1.0), "every GPU up: {up:?}");
+    let info = by_uuid(&samples, Metric::GpuInfo);
+    assert_eq!(info.len(), smi.len(), "one dgx_pixels_gpu_info per GPU");
+
+    // Values agree with nvidia-smi, converted to base units.
+    let total = by_uuid(&samples, Metric::GpuMemoryTotal);
+    let limit = by_uuid(&samples, Metric::GpuPowerLimit);
+    for (uuid, (mib, power_limit)) in &smi {
+        // Within 1%: nvidia-smi rounds to MiB; a unit mistake (MB for MiB, MiB for bytes) is
+        // off by 5% or more.
+        let bytes = total.get(uuid).copied().unwrap_or(0.0);
+        let want = mib * 1024.0 * 1024.0;
+        assert!(
+            (bytes - want).abs() <= want * 0.01,
+            "{uuid}: memory total {bytes} B vs nvidia-smi {mib} MiB"
+        );
+        if let (Some(want), Some(got)) = (power_limit, limit.get(uuid)) {
+            assert!(
+                (got - want).abs() <= want * 0.02,
+                "{uuid}: power limit {got} W vs nvidia-smi {want} W"
+            );
+        }
+    }
+    // Live readings are physically plausible.
+    for (uuid, w) in by_uuid(&samples, Metric::GpuPower) {
+        assert!(w > 0.0 && w < 2000.0, "{uuid}: power {w} W");
+    }
+    let temps: Vec<f64> = samples
+        .iter()
+        .filter(|s| s.metric == Metric::GpuTemperature && s.labels[2] == "gpu")
+        .map(|s| s.value)
+        .collect();
+    assert_eq!(temps.len(), smi.len(), "a GPU temperature per GPU");
+    assert!(
+        temps.iter().all(|t| (5.0..110.0).contains(t)),
+        "temperatures {temps:?}"
+    );
+    for (uuid, u) in by_uuid(&samples, Metric::GpuUtilization) {
+        assert!(
+            (0.0..=1.0).contains(&u),
+            "{uuid}: utilization {u} is a ratio"
+        );
+    }
+}
