@@ -327,10 +327,14 @@ struct Merged {
     series: HashMap<(String, Vec<(String, String)>), String>,
 }
 
+/// A series as Prometheus identifies it (labels with an empty value dropped).
 fn series_key(s: &ExternalSample) -> (String, Vec<(String, String)>) {
-    let mut labels = s.labels.clone();
-    labels.sort();
-    (s.name.clone(), labels)
+    let (name, labels) = parse::series_identity(&s.name, &s.labels);
+    let labels = labels
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    (name.to_string(), labels)
 }
 
 impl Merged {
@@ -404,16 +408,23 @@ impl Merged {
 }
 
 /// Every name a family owns: its own, those its kind may use (`_bucket`, `_sum`, `_count`),
-/// those of its samples, and for a `_total` counter its OpenMetrics family name without `_total`.
+/// those of its samples, for a `_total` counter its OpenMetrics family name without `_total`,
+/// and the `_created` name OpenMetrics gives the created timestamp of a counter (written as
+/// one: with `_total`), histogram or summary.
 fn series_names(f: &ExternalFamily) -> Vec<String> {
-    let om_base = match f.kind {
-        ExternalKind::Counter => f.name.strip_suffix("_total").map(str::to_string),
+    let om_family = match f.kind {
+        ExternalKind::Counter => f.name.strip_suffix("_total"),
+        ExternalKind::Histogram | ExternalKind::Summary => Some(f.name.as_str()),
         _ => None,
     };
+    let om_names = om_family.into_iter().flat_map(|base| {
+        let own = (base != f.name).then(|| base.to_string());
+        own.into_iter().chain(Some(format!("{base}_created")))
+    });
     let mut names: Vec<String> = std::iter::once(f.name.clone())
         .chain(f.kind.suffixes().iter().map(|s| format!("{}{s}", f.name)))
         .chain(f.samples.iter().map(|s| s.name.clone()))
-        .chain(om_base)
+        .chain(om_names)
         .collect();
     names.sort();
     names.dedup();
@@ -527,6 +538,40 @@ mod tests {
         fs::remove_file(&path).unwrap();
         s.poll().unwrap();
         assert!(s.cache.is_empty());
+    }
+
+    fn errors(dir: &Path) -> Vec<(String, f64)> {
+        let mut s = TextfileSource::new(dir, Limits::default());
+        s.poll()
+            .unwrap()
+            .iter()
+            .filter(|s| s.metric == Metric::TextfileScrapeError)
+            .map(|s| (s.labels[0].clone(), s.value))
+            .collect()
+    }
+
+    /// Issue 15, item 2: across files too, `e{x=""}` is `e`, and a counter, histogram or
+    /// summary owns the `_created` name OpenMetrics gives its created timestamp.
+    #[test]
+    fn openmetrics_identities_conflict_across_files_issue_15() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("a.prom"), "e 1\n").unwrap();
+        fs::write(dir.path().join("b.prom"), "e{x=\"\"} 2\n").unwrap();
+        fs::write(
+            dir.path().join("c.prom"),
+            "# TYPE jobs_total counter\njobs_total 1\n",
+        )
+        .unwrap();
+        fs::write(dir.path().join("d.prom"), "jobs_created 1\n").unwrap();
+        assert_eq!(
+            errors(dir.path()),
+            [
+                ("a.prom".into(), 0.0),
+                ("b.prom".into(), 1.0),
+                ("c.prom".into(), 0.0),
+                ("d.prom".into(), 1.0)
+            ]
+        );
     }
 
     #[test]

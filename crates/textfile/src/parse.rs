@@ -60,7 +60,11 @@ fn parse_float(s: &str) -> Option<f64> {
         "+Inf" | "Inf" | "+inf" | "inf" => Some(f64::INFINITY),
         "-Inf" | "-inf" => Some(f64::NEG_INFINITY),
         "NaN" | "nan" => Some(f64::NAN),
-        _ if s.chars().all(|c| c.is_ascii_digit() || "+-.eE".contains(c)) => s.parse().ok(),
+        // A finite literal too large for an f64 is an error in Prometheus' parsers (and in
+        // promtool), not infinity.
+        _ if s.chars().all(|c| c.is_ascii_digit() || "+-.eE".contains(c)) => {
+            s.parse().ok().filter(|v: &f64| v.is_finite())
+        }
         _ => None,
     }
 }
@@ -146,6 +150,9 @@ pub fn parse(text: &str, default_help: &str) -> Result<Parsed, ParseError> {
                 if !b.family.samples.is_empty() {
                     return err(n, format!("TYPE line for {name} after its samples"));
                 }
+                if let Some(why) = openmetrics_name_problem(name, kind) {
+                    return err(n, why);
+                }
                 b.family.kind = kind;
                 b.typed = true;
             }
@@ -209,9 +216,7 @@ pub fn parse(text: &str, default_help: &str) -> Result<Parsed, ParseError> {
             line: n,
             message: m,
         })?;
-        let mut key_labels = sample.labels.clone();
-        key_labels.sort();
-        if !series.insert((sample.name.clone(), key_labels)) {
+        if !series.insert(owned_identity(&sample.name, &sample.labels)) {
             return err(n, format!("duplicate series {}", describe(&sample)));
         }
         fam.samples.push(sample);
@@ -223,18 +228,65 @@ pub fn parse(text: &str, default_help: &str) -> Result<Parsed, ParseError> {
         if b.family.samples.is_empty() {
             continue;
         }
-        if b.family.kind == ExternalKind::Histogram {
-            check_histogram(&b.family).map_err(|m| ParseError {
-                line: b.first_line,
-                message: m,
-            })?;
-        }
+        let checked = match b.family.kind {
+            ExternalKind::Histogram => check_histogram(&b.family),
+            ExternalKind::Summary => check_summary(&b.family),
+            _ => Ok(()),
+        };
+        checked.map_err(|m| ParseError {
+            line: b.first_line,
+            message: m,
+        })?;
         if b.help_set {
             helped.insert(b.family.name.clone());
         }
         families.push(b.family);
     }
     Ok(Parsed { families, helped })
+}
+
+/// Why a family of this name and type, valid in the text format 0.0.4, cannot be written as
+/// valid OpenMetrics, or `None`. OpenMetrics names a counter's family without `_total`, so the
+/// rest must be a metric name of its own; and it reserves `<family>_created` samples of counters,
+/// histograms and summaries for created timestamps, which a summary's own samples (named like
+/// the family) would be taken for.
+pub fn openmetrics_name_problem(name: &str, kind: ExternalKind) -> Option<String> {
+    match kind {
+        ExternalKind::Counter => match name.strip_suffix("_total") {
+            Some(stem) if !is_metric_name(stem) => Some(format!(
+                "counter {name}: its OpenMetrics family name (the name without _total) {stem:?} is not a valid metric name"
+            )),
+            _ => None,
+        },
+        ExternalKind::Summary if name.ends_with("_created") => Some(format!(
+            "summary {name}: OpenMetrics reserves names ending in _created for created timestamps"
+        )),
+        _ => None,
+    }
+}
+
+/// The identity of a series as Prometheus stores it: the name and the labels sorted, without
+/// the labels whose value is empty (Prometheus drops those, so `x{a=""}` and `x` are one series).
+pub fn series_identity<'a>(
+    name: &'a str,
+    labels: &'a [(String, String)],
+) -> (&'a str, Vec<(&'a str, &'a str)>) {
+    let mut l: Vec<(&str, &str)> = labels
+        .iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    l.sort_unstable();
+    (name, l)
+}
+
+fn owned_identity(name: &str, labels: &[(String, String)]) -> (String, Vec<(String, String)>) {
+    let (name, labels) = series_identity(name, labels);
+    let labels = labels
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    (name.to_string(), labels)
 }
 
 fn describe(s: &ExternalSample) -> String {
@@ -291,37 +343,64 @@ fn check_kind(kind: ExternalKind, family: &str, s: &ExternalSample) -> Result<()
     }
 }
 
-/// Each histogram series needs a `+Inf` bucket, buckets that never decrease as `le` grows, and
-/// a `_count` (when given) equal to the `+Inf` bucket.
+/// The labels of a histogram or summary series without its `le` or `quantile` label, as
+/// Prometheus identifies them (sorted, empty values dropped).
+type GroupKey<'a> = Vec<(&'a str, &'a str)>;
+
+fn group_key<'a>(s: &'a ExternalSample, without: &str) -> GroupKey<'a> {
+    let (_, mut labels) = series_identity(&s.name, &s.labels);
+    labels.retain(|(k, _)| *k != without);
+    labels
+}
+
+fn label<'a>(s: &'a ExternalSample, name: &str) -> Option<&'a str> {
+    s.labels
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// Each histogram series needs a `+Inf` bucket, buckets that never decrease as `le` grows, no
+/// two buckets with the same bound (`1` and `1.0` are one series once Prometheus normalizes
+/// `le`), buckets if it has a `_sum` or `_count`, and a `_count` (when given) equal to the
+/// `+Inf` bucket.
 fn check_histogram(f: &ExternalFamily) -> Result<(), String> {
-    type Key = Vec<(String, String)>;
-    let mut buckets: HashMap<Key, Vec<(f64, f64)>> = HashMap::new();
-    let mut counts: HashMap<Key, f64> = HashMap::new();
+    let mut buckets: HashMap<GroupKey<'_>, Vec<(f64, f64)>> = HashMap::new();
+    let mut counts: HashMap<GroupKey<'_>, f64> = HashMap::new();
+    let mut others = Vec::new();
     for s in &f.samples {
-        let mut key: Key = s
-            .labels
-            .iter()
-            .filter(|(k, _)| k != "le")
-            .cloned()
-            .collect();
-        key.sort();
+        let key = group_key(s, "le");
         if s.name.ends_with("_bucket") {
-            let le = s
-                .labels
-                .iter()
-                .find(|(k, _)| k == "le")
-                .and_then(|(_, v)| parse_float(v))
-                .unwrap_or(f64::NAN);
+            let le = label(s, "le").and_then(parse_float).unwrap_or(f64::NAN);
             buckets.entry(key).or_default().push((le, s.value));
-        } else if s.name.ends_with("_count") {
-            counts.insert(key, s.value);
+        } else {
+            if s.name.ends_with("_count") {
+                counts.insert(key.clone(), s.value);
+            }
+            others.push(key);
         }
+    }
+    if let Some(key) = others.iter().find(|k| !buckets.contains_key(*k)) {
+        return Err(format!(
+            "histogram {} has a _sum or _count without buckets for {{{}}}",
+            f.name,
+            key.iter()
+                .map(|(k, v)| format!("{k}={v:?}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        ));
     }
     for (key, mut b) in buckets {
         b.sort_by(|x, y| x.0.total_cmp(&y.0));
         let Some(&(_, inf)) = b.last().filter(|(le, _)| *le == f64::INFINITY) else {
             return Err(format!("histogram {} has no le=\"+Inf\" bucket", f.name));
         };
+        if let Some(w) = b.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(format!(
+                "histogram {} has two buckets with le {} (written differently)",
+                f.name, w[0].0
+            ));
+        }
         if b.windows(2).any(|w| w[1].1 < w[0].1) {
             return Err(format!(
                 "histogram {} has buckets that decrease as le grows",
@@ -337,8 +416,27 @@ fn check_histogram(f: &ExternalFamily) -> Result<(), String> {
             }
         }
     }
-    if counts.keys().len() > 0 && f.samples.iter().all(|s| !s.name.ends_with("_bucket")) {
-        return Err(format!("histogram {} has no buckets", f.name));
+    Ok(())
+}
+
+/// No two quantiles of one summary series may be the same number written differently (`0.5`
+/// and `.5` are one series once Prometheus normalizes `quantile`).
+fn check_summary(f: &ExternalFamily) -> Result<(), String> {
+    let mut series: HashMap<GroupKey<'_>, Vec<f64>> = HashMap::new();
+    for s in f.samples.iter().filter(|s| s.name == f.name) {
+        let q = label(s, "quantile")
+            .and_then(parse_float)
+            .unwrap_or(f64::NAN);
+        series.entry(group_key(s, "quantile")).or_default().push(q);
+    }
+    for mut qs in series.into_values() {
+        qs.sort_by(f64::total_cmp);
+        if let Some(w) = qs.windows(2).find(|w| w[0] == w[1]) {
+            return Err(format!(
+                "summary {} has two samples with quantile {} (written differently)",
+                f.name, w[0]
+            ));
+        }
     }
     Ok(())
 }
@@ -354,6 +452,12 @@ fn unescape_help(s: &str) -> Result<String, String> {
     let mut out = String::with_capacity(s.len());
     let mut chars = s.chars();
     while let Some(c) = chars.next() {
+        if c == '\0' {
+            return Err(
+                "HELP contains a NUL byte (some Prometheus versions fail the whole scrape on it)"
+                    .into(),
+            );
+        }
         if c != '\\' {
             out.push(c);
             continue;
@@ -461,6 +565,11 @@ fn parse_labels<'a>(mut s: &'a str, labels: &mut Vec<(String, String)>) -> Resul
                         ))
                     }
                 },
+                '\0' => {
+                    return Err(format!(
+                        "label {key}: value contains a NUL byte (some Prometheus versions fail the whole scrape on it)"
+                    ))
+                }
                 c => value.push(c),
             }
         }
@@ -578,6 +687,67 @@ mod tests {
             assert!(e.message.contains(what), "{text:?}: {e}");
             assert!(e.to_string().starts_with(&format!("line {line}: ")));
         }
+    }
+
+    /// Issue 15, item 2: families that are valid text format 0.0.4 but would be invalid (or
+    /// change meaning) once written as OpenMetrics are refused, each with its line.
+    #[test]
+    fn families_invalid_in_openmetrics_are_refused_issue_15() {
+        let cases = [
+            // `# TYPE  counter`: an empty OpenMetrics family name fails the whole scrape.
+            ("# TYPE _total counter\n_total 1\n", 1, "OpenMetrics family name"),
+            // Its created-timestamp name would hide a summary's own samples.
+            (
+                "# TYPE rpc_created summary\nrpc_created{quantile=\"0.5\"} 1\n",
+                1,
+                "_created",
+            ),
+            // Prometheus drops empty labels: these are one series.
+            ("e{x=\"\"} 1\ne 2\n", 2, "duplicate series"),
+            ("e 1\ne{x=\"\",y=\"\"} 2\n", 2, "duplicate series"),
+            // le and quantile are normalized (1 and 1.0 are one series).
+            (
+                "# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_bucket{le=\"1.0\"} 1\nh_bucket{le=\"+Inf\"} 1\n",
+                1,
+                "two buckets with le 1",
+            ),
+            (
+                "# TYPE s summary\ns{quantile=\"0.5\"} 1\ns{quantile=\".5\"} 1\n",
+                1,
+                "two samples with quantile 0.5",
+            ),
+            // A finite literal out of range is an error for Prometheus' parsers.
+            ("big 1e400\n", 1, "invalid value"),
+            (
+                "# TYPE h histogram\nh_bucket{le=\"1e999\"} 1\n",
+                2,
+                "invalid le",
+            ),
+            // NUL bytes end the input for some Prometheus lexers.
+            ("n{x=\"a\0b\"} 1\n", 1, "NUL"),
+            ("# HELP n a\0b\nn 1\n", 1, "NUL"),
+            // A _sum or _count without buckets is no histogram.
+            (
+                "# TYPE h histogram\nh_sum 1\n",
+                1,
+                "without buckets",
+            ),
+            (
+                "# TYPE h histogram\nh_bucket{le=\"+Inf\",a=\"1\"} 1\nh_count{a=\"2\"} 1\n",
+                1,
+                "without buckets",
+            ),
+        ];
+        for (text, line, what) in cases {
+            let e = fails(text);
+            assert_eq!(e.line, line, "{text:?}: {e}");
+            assert!(e.message.contains(what), "{text:?}: {e}");
+        }
+        // Still fine: a counter named like its stem with more before _total, an empty label in
+        // one of two different series, a histogram whose buckets carry empty labels.
+        ok("# TYPE a_total counter\na_total 1\n");
+        ok("e{x=\"\"} 1\ne{x=\"1\"} 2\n");
+        ok("# TYPE h histogram\nh_bucket{le=\"+Inf\",a=\"\"} 1\nh_count 1\n");
     }
 
     #[test]
