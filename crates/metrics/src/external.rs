@@ -19,7 +19,7 @@ use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use crate::encode::Format;
+use crate::encode::{push_value, Format};
 use crate::snapshot::Snapshot;
 
 /// Type of an external family, as declared on its `# TYPE` line.
@@ -106,16 +106,6 @@ fn push_escaped(out: &mut String, s: &str, quote: bool) {
             '"' if quote => out.push_str("\\\""),
             c => out.push(c),
         }
-    }
-}
-
-fn push_value(out: &mut String, v: f64) {
-    if v.is_nan() {
-        out.push_str("NaN");
-    } else if v.is_infinite() {
-        out.push_str(if v > 0.0 { "+Inf" } else { "-Inf" });
-    } else {
-        let _ = write!(out, "{v}");
     }
 }
 
@@ -323,6 +313,30 @@ mod tests {
             &[],
         );
         assert_eq!(twice.matches("# TYPE lat_seconds ").count(), 1);
+    }
+
+    /// Issue 15: a textfile's 1e-300 was written as a 302-character decimal.
+    #[test]
+    fn values_are_written_short_in_both_formats_issue_15() {
+        let f = Arc::new(vec![ExternalFamily {
+            name: "tiny".into(),
+            help: "h".into(),
+            kind: ExternalKind::Gauge,
+            samples: vec![
+                sample("tiny", &[], 1e-300),
+                sample("tiny", &[("a", "b")], f64::NAN),
+            ],
+        }]);
+        for format in [Format::Text, Format::OpenMetrics] {
+            let out = append(
+                String::new(),
+                format,
+                &[snapshot("t", true)],
+                &[("t".into(), f.clone())],
+                &[],
+            );
+            assert!(out.contains("\ntiny 1e-300\ntiny{a=\"b\"} NaN\n"), "{out}");
+        }
     }
 
     #[test]
