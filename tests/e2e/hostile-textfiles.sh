@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # End to end, hostile textfiles (issue 15): the real exporter on the simulated dgx-h100 node, with a
 # textfile directory full of files that are valid (or nearly valid) text format 0.0.4 but would be
-# invalid, or change meaning, once written as OpenMetrics. A real Prometheus scrapes it over
-# OpenMetrics (its default) and must keep the target up with every GPU series; each hostile file is
-# reported by dgx_pixels_textfile_scrape_error 1, the good ones are served, and promtool accepts
-# the classic text exposition.
+# invalid, or change meaning, once written as OpenMetrics, plus a symlink out of the directory to
+# a file holding a secret. A real Prometheus scrapes it over OpenMetrics (its default) and must
+# keep the target up with every GPU series; each hostile file is reported by
+# dgx_pixels_textfile_scrape_error 1, the good ones are served, promtool accepts the classic text
+# exposition, and the secret never reaches the exporter's log.
 # Usage: tests/e2e/hostile-textfiles.sh PATH/TO/dgx-pixels-exporter   (prometheus, promtool on PATH)
 set -euo pipefail
 BIN=${1:?usage: $0 EXPORTER_BINARY}
@@ -50,6 +51,12 @@ put sum_only.prom '# TYPE hostile_hs histogram\nhostile_hs_sum 1\nhostile_hs_cou
 put zz_created_clash.prom 'hostile_jobs_created 1\n'
 # The same series as good_a.prom, with an extra empty label.
 put zz_empty_label_clash.prom '# HELP hostile_ok_ratio A good series.\n# TYPE hostile_ok_ratio gauge\nhostile_ok_ratio{x=""} 0.25\n'
+
+# A symlink out of the directory, to a file whose content must never be logged (a parse error of
+# it would quote its first line).
+printf '$6$SECRET-d41d8cd98f00b204:19000:0:99999:7:::\n' >"$work/secret.txt"
+ln -s "$work/secret.txt" "$dir/shadow.prom"
+hostile+=(shadow.prom)
 
 # Good files: served beside the hostile ones (and lint-clean for promtool).
 printf '# HELP hostile_ok_ratio A good series.\n# TYPE hostile_ok_ratio gauge\nhostile_ok_ratio 0.5\n# HELP hostile_jobs_total Jobs.\n# TYPE hostile_jobs_total counter\nhostile_jobs_total 3\n' >"$dir/good_a.prom"
@@ -114,5 +121,12 @@ if lint=$(promtool check metrics <"$work/metrics.txt" 2>&1) && [ -z "$lint" ]; t
 else
   not_ok "promtool check metrics: $lint"
 fi
+if grep -q 'SECRET-d41d8cd98f00b204' "$work/exporter.log"; then
+  not_ok "the content of a file outside the directory was logged"
+else
+  ok "nothing of the symlinked file's content was logged"
+fi
+grep -q 'shadow.prom' "$work/exporter.log" && ok "the symlink's refusal was logged" || not_ok "no log line for shadow.prom"
+
 echo "hostile textfiles: $passed passed, $failed failed"
 [ "$failed" = 0 ] || fail "$failed checks failed"

@@ -7,7 +7,8 @@
 //! How it fits: [`TextfileSource`] implements [`Source`], so the exporter's runner polls it on
 //! its own thread and interval, with a deadline; a scrape never reads a file. Each poll looks at
 //! every `*.prom` file (hidden files and anything else are ignored, so writers can write a temp
-//! file and rename it into place), parses it strictly ([`parse`]) unless it is unchanged since
+//! file and rename it into place; a symlink is followed only to a file inside the directory, so
+//! no file from elsewhere is ever read, served or quoted in a log line), parses it strictly ([`parse`]) unless it is unchanged since
 //! the last poll (same inode, size and mtime, modified over 2 s ago), and checks it against the
 //! other files and against the exporter's own names ([`owned_by_exporter`]). A file that fails
 //! is skipped whole and reported by `dgx_pixels_textfile_scrape_error{file} 1`; the other files
@@ -129,6 +130,39 @@ const SETTLE: Duration = Duration::from_secs(2);
 /// Why a half-written file is skipped.
 const BEING_WRITTEN: &str = "incomplete (changed while read, empty just after a write, or no line end after the last line): being written in place? write a temporary file and rename it into place";
 
+/// Why a symlink out of the directory is skipped (it says nothing of the target).
+const OUTSIDE: &str = "a symlink to a file outside the textfile directory: not read";
+
+/// The path to open for a directory entry, and whether it was a symlink: the entry itself, or
+/// the symlink's target if that is inside `root` (the directory, canonical). Without `root`
+/// (the directory could not be resolved), no symlink is followed.
+fn resolve(path: &Path, root: Option<&Path>) -> Result<(PathBuf, bool), String> {
+    match fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => {}
+        _ => return Ok((path.to_path_buf(), false)),
+    }
+    let target = fs::canonicalize(path)
+        .map_err(|e| format!("a symlink whose target cannot be resolved: {e}"))?;
+    match root {
+        Some(root) if target.starts_with(root) => Ok((target, true)),
+        _ => Err(OUTSIDE.into()),
+    }
+}
+
+/// Whether the file opened through a symlink is still inside `root` (a directory on its path
+/// may have been swapped for a symlink since [`resolve`]); true where /proc cannot say.
+fn opened_inside(file: &fs::File, root: Option<&Path>) -> bool {
+    use std::os::fd::AsRawFd;
+    match (
+        fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())),
+        root,
+    ) {
+        (Ok(real), Some(root)) => real.starts_with(root),
+        (Ok(_), None) => false,
+        (Err(_), _) => true,
+    }
+}
+
 /// The result of reading one file.
 #[derive(Debug, Clone)]
 struct FileOutcome {
@@ -157,17 +191,27 @@ impl TextfileSource {
         }
     }
 
-    fn read_file(&mut self, path: &Path, name: &str) -> FileOutcome {
+    fn read_file(&mut self, path: &Path, name: &str, root: Option<&Path>) -> FileOutcome {
+        // A symlink is followed only to a file inside the directory: a file elsewhere is never
+        // opened (opening some devices has effects), read, served or quoted in a log line.
+        let (path, symlinked) = match resolve(path, root) {
+            Ok(p) => p,
+            Err(e) => return FileOutcome::error(e),
+        };
         // Non-blocking, so a FIFO dropped into the directory cannot hang the source in open();
         // the regular-file check below then skips it. Reads of regular files never block.
+        // No-follow: a symlink swapped in after the check above is not followed.
         let opened = fs::OpenOptions::new()
             .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(path);
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+            .open(&path);
         let mut file = match opened {
             Ok(f) => f,
             Err(e) => return FileOutcome::error(format!("cannot open: {e}")),
         };
+        if symlinked && !opened_inside(&file, root) {
+            return FileOutcome::error(OUTSIDE.into());
+        }
         // Metadata of the opened file: after a rename, this is the file we read.
         let meta = match file.metadata() {
             Ok(m) => m,
@@ -458,6 +502,7 @@ impl Source for TextfileSource {
             .collect();
         names.sort();
 
+        let root = fs::canonicalize(&self.directory).ok();
         let mut outcomes = Vec::with_capacity(names.len());
         for (i, name) in names.iter().enumerate() {
             let outcome = if i >= self.limits.max_files {
@@ -466,7 +511,7 @@ impl Source for TextfileSource {
                     self.limits.max_files
                 ))
             } else {
-                self.read_file(&self.directory.join(name), name)
+                self.read_file(&self.directory.join(name), name, root.as_deref())
             };
             outcomes.push((name, outcome));
         }
@@ -572,6 +617,47 @@ mod tests {
                 ("d.prom".into(), 1.0)
             ]
         );
+    }
+
+    /// Issue 15: a symlink out of the directory had its target's content quoted in the log
+    /// (`shadow.prom -> /etc/shadow`). Such a file is now never read; one inside is served.
+    #[test]
+    fn a_symlink_out_of_the_directory_is_never_read_issue_15() {
+        let outside = tempfile::tempdir().unwrap();
+        let secret = outside.path().join("shadow");
+        fs::write(&secret, "$6$SECRET-d41d8cd98f00b204:19000:0:99999:7:::\n").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(&secret, dir.path().join("shadow.prom")).unwrap();
+        // Through a subdirectory of the directory that is itself a symlink out.
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("sub")).unwrap();
+        std::os::unix::fs::symlink("sub/shadow", dir.path().join("via_sub.prom")).unwrap();
+        std::os::unix::fs::symlink("/nonexistent/x", dir.path().join("dangling.prom")).unwrap();
+        fs::write(dir.path().join("real.prom.data"), "inside 1\n").unwrap();
+        std::os::unix::fs::symlink("real.prom.data", dir.path().join("inside.prom")).unwrap();
+
+        let mut s = TextfileSource::new(dir.path(), Limits::default());
+        let samples = s.poll().unwrap();
+        let errors: Vec<(String, f64)> = samples
+            .iter()
+            .filter(|s| s.metric == Metric::TextfileScrapeError)
+            .map(|s| (s.labels[0].clone(), s.value))
+            .collect();
+        assert_eq!(
+            errors,
+            [
+                ("dangling.prom".into(), 1.0),
+                ("inside.prom".into(), 0.0),
+                ("shadow.prom".into(), 1.0),
+                ("via_sub.prom".into(), 1.0)
+            ]
+        );
+        assert_eq!(s.take_external().unwrap()[0].name, "inside");
+        // What was logged (one line per file and problem) says why, and nothing of the content.
+        assert_eq!(s.logged.len(), 3);
+        for (file, message) in &s.logged {
+            assert!(!message.contains("SECRET"), "{file}: {message}");
+        }
+        assert!(s.logged["shadow.prom"].contains("outside the textfile directory"));
     }
 
     #[test]
