@@ -71,15 +71,50 @@ impl ExternalKind {
     }
 }
 
+/// The label pairs of an external sample, in the order they were given. Shared and immutable:
+/// a clone of a sample is a few reference counts, and a reader may intern the names and values
+/// it repeats (the textfile source does), so a family costs about its text size in memory.
+pub type ExternalLabels = Arc<[(Arc<str>, Arc<str>)]>;
+
 /// One series of an external family.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExternalSample {
     /// Full sample name (e.g. `..._bucket` for a histogram bucket).
-    pub name: String,
+    pub name: Arc<str>,
     /// Label pairs in the order they were given.
-    pub labels: Vec<(String, String)>,
+    pub labels: ExternalLabels,
     /// The value.
     pub value: f64,
+}
+
+impl ExternalSample {
+    /// A sample from owned or borrowed strings.
+    pub fn new<K, V>(
+        name: impl Into<Arc<str>>,
+        labels: impl IntoIterator<Item = (K, V)>,
+        value: f64,
+    ) -> ExternalSample
+    where
+        K: Into<Arc<str>>,
+        V: Into<Arc<str>>,
+    {
+        ExternalSample {
+            name: name.into(),
+            labels: labels
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+            value,
+        }
+    }
+
+    /// The value of label `name`, if the sample has it.
+    pub fn label(&self, name: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(k, _)| &**k == name)
+            .map(|(_, v)| &**v)
+    }
 }
 
 /// One external family: a `# TYPE` block with its samples.
@@ -136,15 +171,15 @@ fn push_family(out: &mut String, f: &ExternalFamily, format: Format, consts: &[(
         // rather than serve an invalid line (the textfile source rejects such files up front).
         if s.labels
             .iter()
-            .any(|(k, _)| consts.iter().any(|(c, _)| c == k))
+            .any(|(k, _)| consts.iter().any(|(c, _)| **c == **k))
         {
             continue;
         }
         out.push_str(&s.name);
         let pairs = consts
             .iter()
-            .chain(s.labels.iter())
-            .map(|(k, v)| (k.as_str(), v.as_str()));
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .chain(s.labels.iter().map(|(k, v)| (&**k, &**v)));
         let mut first = true;
         for (k, v) in pairs {
             out.push(if first { '{' } else { ',' });
@@ -206,14 +241,7 @@ mod tests {
     use crate::snapshot::SourceHealth;
 
     fn sample(name: &str, labels: &[(&str, &str)], value: f64) -> ExternalSample {
-        ExternalSample {
-            name: name.into(),
-            labels: labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            value,
-        }
+        ExternalSample::new(name, labels.iter().copied(), value)
     }
 
     fn families() -> ExternalFamilies {

@@ -6,8 +6,11 @@
 //! twice, negative or NaN counters, histograms without a `+Inf` bucket or with decreasing
 //! buckets, and anything after the value are errors. CRLF line ends and `#` comments are fine.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use dgx_pixels_metrics::{ExternalFamily, ExternalKind, ExternalSample};
 
@@ -88,8 +91,11 @@ pub struct Parsed {
 /// Parses one file's text; `default_help` is used for families without `# HELP`.
 pub fn parse(text: &str, default_help: &str) -> Result<Parsed, ParseError> {
     let mut builders: Vec<Builder> = Vec::new();
-    let mut index: HashMap<String, usize> = HashMap::new();
-    let mut series: HashSet<(String, Vec<(String, String)>)> = HashSet::new();
+    let mut index: HashMap<Arc<str>, usize> = HashMap::new();
+    // Series seen so far, as a hash and where the sample is (not a copy of it).
+    let mut series: SeriesIndex<(u32, u32)> = SeriesIndex::default();
+    let mut strings = Interner::default();
+    let mut scratch = Vec::new();
 
     for (i, raw) in text.split('\n').enumerate() {
         let n = i + 1;
@@ -125,7 +131,7 @@ pub fn parse(text: &str, default_help: &str) -> Result<Parsed, ParseError> {
                         typed: false,
                         first_line: n,
                     });
-                    index.insert(name.to_string(), builders.len() - 1);
+                    index.insert(Arc::from(name), builders.len() - 1);
                     builders.len() - 1
                 }
             };
@@ -159,7 +165,7 @@ pub fn parse(text: &str, default_help: &str) -> Result<Parsed, ParseError> {
             continue;
         }
 
-        let sample = parse_sample(trimmed).map_err(|m| ParseError {
+        let sample = parse_sample(trimmed, &mut strings, &mut scratch).map_err(|m| ParseError {
             line: n,
             message: m,
         })?;
@@ -184,12 +190,12 @@ pub fn parse(text: &str, default_help: &str) -> Result<Parsed, ParseError> {
                 }
             }
         }
-        let at = match family_at.or_else(|| index.get(&sample.name).copied()) {
+        let at = match family_at.or_else(|| index.get(&*sample.name).copied()) {
             Some(at) => at,
             None => {
                 builders.push(Builder {
                     family: ExternalFamily {
-                        name: sample.name.clone(),
+                        name: sample.name.to_string(),
                         help: default_help.to_string(),
                         kind: ExternalKind::Untyped,
                         samples: Vec::new(),
@@ -203,7 +209,7 @@ pub fn parse(text: &str, default_help: &str) -> Result<Parsed, ParseError> {
             }
         };
         let fam = &mut builders[at].family;
-        if fam.kind == ExternalKind::Histogram && sample.name == fam.name {
+        if fam.kind == ExternalKind::Histogram && *sample.name == *fam.name {
             return err(
                 n,
                 format!(
@@ -216,18 +222,25 @@ pub fn parse(text: &str, default_help: &str) -> Result<Parsed, ParseError> {
             line: n,
             message: m,
         })?;
-        if !series.insert(owned_identity(&sample.name, &sample.labels)) {
+        let hash = identity_hash(&sample);
+        let here = (at as u32, fam.samples.len() as u32);
+        let duplicate = series.insert(hash, here, |(f, i)| {
+            same_series(&builders[f as usize].family.samples[i as usize], &sample)
+        });
+        if duplicate.is_some() {
             return err(n, format!("duplicate series {}", describe(&sample)));
         }
-        fam.samples.push(sample);
+        builders[at].family.samples.push(sample);
     }
 
     let mut helped = HashSet::new();
     let mut families = Vec::with_capacity(builders.len());
-    for b in builders {
+    for mut b in builders {
         if b.family.samples.is_empty() {
             continue;
         }
+        // Kept for as long as the file is unchanged: no spare capacity.
+        b.family.samples.shrink_to_fit();
         let checked = match b.family.kind {
             ExternalKind::Histogram => check_histogram(&b.family),
             ExternalKind::Summary => check_summary(&b.family),
@@ -269,24 +282,109 @@ pub fn openmetrics_name_problem(name: &str, kind: ExternalKind) -> Option<String
 /// the labels whose value is empty (Prometheus drops those, so `x{a=""}` and `x` are one series).
 pub fn series_identity<'a>(
     name: &'a str,
-    labels: &'a [(String, String)],
+    labels: &'a [(Arc<str>, Arc<str>)],
 ) -> (&'a str, Vec<(&'a str, &'a str)>) {
     let mut l: Vec<(&str, &str)> = labels
         .iter()
         .filter(|(_, v)| !v.is_empty())
-        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .map(|(k, v)| (&**k, &**v))
         .collect();
     l.sort_unstable();
     (name, l)
 }
 
-fn owned_identity(name: &str, labels: &[(String, String)]) -> (String, Vec<(String, String)>) {
-    let (name, labels) = series_identity(name, labels);
-    let labels = labels
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    (name.to_string(), labels)
+/// A hash of [`series_identity`] without building it: label names are unique within a series,
+/// so the pairs' hashes are summed in any order.
+pub fn identity_hash(s: &ExternalSample) -> u64 {
+    let one = |x: &dyn Fn(&mut std::collections::hash_map::DefaultHasher)| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        x(&mut h);
+        h.finish()
+    };
+    s.labels
+        .iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| {
+            one(&|h| {
+                k.hash(h);
+                v.hash(h);
+            })
+        })
+        .fold(one(&|h| s.name.hash(h)), u64::wrapping_add)
+}
+
+/// Whether two samples are one series for Prometheus.
+pub fn same_series(a: &ExternalSample, b: &ExternalSample) -> bool {
+    a.name == b.name && series_identity(&a.name, &a.labels) == series_identity(&b.name, &b.labels)
+}
+
+/// A set of series that holds a hash and a locator per series, not a copy of it: a file's
+/// series cost 16 bytes each to check for duplicates. Locators of equal hashes are compared
+/// with the caller's `same`, so a hash collision is never taken for a duplicate.
+#[derive(Debug)]
+pub struct SeriesIndex<T> {
+    first: HashMap<u64, T>,
+    /// Further series whose hash collides with one in `first` (all but never).
+    more: Vec<(u64, T)>,
+}
+
+impl<T> Default for SeriesIndex<T> {
+    fn default() -> Self {
+        SeriesIndex {
+            first: HashMap::new(),
+            more: Vec::new(),
+        }
+    }
+}
+
+impl<T: Copy> SeriesIndex<T> {
+    /// The series equal (`same`) to one with this hash, if there is one.
+    pub fn find(&self, hash: u64, mut same: impl FnMut(T) -> bool) -> Option<T> {
+        let first = self.first.get(&hash).copied().filter(|t| same(*t));
+        first.or_else(|| {
+            self.more
+                .iter()
+                .find(|(h, t)| *h == hash && same(*t))
+                .map(|(_, t)| *t)
+        })
+    }
+
+    /// Adds the series at `at` unless an equal one (`same`) is there: then returns that one.
+    pub fn insert(&mut self, hash: u64, at: T, mut same: impl FnMut(T) -> bool) -> Option<T> {
+        match self.first.entry(hash) {
+            Entry::Vacant(e) => {
+                e.insert(at);
+                None
+            }
+            Entry::Occupied(e) => {
+                let prev = *e.get();
+                if same(prev) {
+                    return Some(prev);
+                }
+                if let Some(&(_, t)) = self.more.iter().find(|(h, t)| *h == hash && same(*t)) {
+                    return Some(t);
+                }
+                self.more.push((hash, at));
+                None
+            }
+        }
+    }
+}
+
+/// Interns the strings a file repeats (sample names, label names and values): each distinct
+/// string is stored once, however many samples use it.
+#[derive(Default)]
+struct Interner(HashSet<Arc<str>>);
+
+impl Interner {
+    fn get(&mut self, s: &str) -> Arc<str> {
+        if let Some(a) = self.0.get(s) {
+            return a.clone();
+        }
+        let a: Arc<str> = Arc::from(s);
+        self.0.insert(a.clone());
+        a
+    }
 }
 
 fn describe(s: &ExternalSample) -> String {
@@ -295,7 +393,7 @@ fn describe(s: &ExternalSample) -> String {
 }
 
 fn check_kind(kind: ExternalKind, family: &str, s: &ExternalSample) -> Result<(), String> {
-    let label = |name: &str| s.labels.iter().find(|(k, _)| k == name).map(|(_, v)| v);
+    let label = |name: &str| s.label(name);
     let non_negative = |what: &str| {
         if s.value.is_nan() || s.value < 0.0 {
             Err(format!("{what} {} must be >= 0, got {}", s.name, s.value))
@@ -323,7 +421,7 @@ fn check_kind(kind: ExternalKind, family: &str, s: &ExternalSample) -> Result<()
             }
         }
         ExternalKind::Summary => {
-            if s.name == family {
+            if *s.name == *family {
                 let Some(q) = label("quantile") else {
                     return Err(format!("summary {} has no quantile label", s.name));
                 };
@@ -354,10 +452,7 @@ fn group_key<'a>(s: &'a ExternalSample, without: &str) -> GroupKey<'a> {
 }
 
 fn label<'a>(s: &'a ExternalSample, name: &str) -> Option<&'a str> {
-    s.labels
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.as_str())
+    s.label(name)
 }
 
 /// Each histogram series needs a `+Inf` bucket, buckets that never decrease as `le` grows, no
@@ -423,7 +518,7 @@ fn check_histogram(f: &ExternalFamily) -> Result<(), String> {
 /// and `.5` are one series once Prometheus normalizes `quantile`).
 fn check_summary(f: &ExternalFamily) -> Result<(), String> {
     let mut series: HashMap<GroupKey<'_>, Vec<f64>> = HashMap::new();
-    for s in f.samples.iter().filter(|s| s.name == f.name) {
+    for s in f.samples.iter().filter(|s| *s.name == *f.name) {
         let q = label(s, "quantile")
             .and_then(parse_float)
             .unwrap_or(f64::NAN);
@@ -477,7 +572,11 @@ fn unescape_help(s: &str) -> Result<String, String> {
 }
 
 /// Parses `name{labels} value`; anything else on the line (a timestamp included) is an error.
-fn parse_sample(line: &str) -> Result<ExternalSample, String> {
+fn parse_sample(
+    line: &str,
+    strings: &mut Interner,
+    labels: &mut Vec<(Arc<str>, Arc<str>)>,
+) -> Result<ExternalSample, String> {
     let end = line
         .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
         .unwrap_or(line.len());
@@ -486,10 +585,10 @@ fn parse_sample(line: &str) -> Result<ExternalSample, String> {
         return Err(format!("invalid metric name at {:?}", truncate(line)));
     }
     let mut rest = &line[end..];
-    let mut labels: Vec<(String, String)> = Vec::new();
+    labels.clear();
     let after_name = rest.trim_start_matches([' ', '\t']);
     if let Some(body) = after_name.strip_prefix('{') {
-        rest = parse_labels(body, &mut labels)?;
+        rest = parse_labels(body, strings, labels)?;
     } else if rest.len() == after_name.len() && !rest.is_empty() {
         return Err(format!("invalid character after metric name {name}"));
     }
@@ -510,8 +609,8 @@ fn parse_sample(line: &str) -> Result<ExternalSample, String> {
         });
     }
     Ok(ExternalSample {
-        name: name.to_string(),
-        labels,
+        name: strings.get(name),
+        labels: Arc::from(&labels[..]),
         value,
     })
 }
@@ -520,8 +619,16 @@ fn truncate(s: &str) -> String {
     s.chars().take(40).collect()
 }
 
-/// Parses `k="v",...}` and returns what follows the closing brace.
-fn parse_labels<'a>(mut s: &'a str, labels: &mut Vec<(String, String)>) -> Result<&'a str, String> {
+/// Parses `k="v",...}` into `labels` (interned) and returns what follows the closing brace.
+fn parse_labels<'a>(
+    mut s: &'a str,
+    strings: &mut Interner,
+    labels: &mut Vec<(Arc<str>, Arc<str>)>,
+) -> Result<&'a str, String> {
+    // Label names given so far, once there are too many for a linear scan (a hostile line may
+    // have thousands: a scan per label would be quadratic).
+    let mut seen: HashSet<Arc<str>> = HashSet::new();
+    let mut value = String::new();
     loop {
         s = s.trim_start_matches([' ', '\t']);
         if let Some(rest) = s.strip_prefix('}') {
@@ -534,7 +641,15 @@ fn parse_labels<'a>(mut s: &'a str, labels: &mut Vec<(String, String)>) -> Resul
         if !is_label_name(key) {
             return Err(format!("invalid label name {key:?}"));
         }
-        if labels.iter().any(|(k, _)| k == key) {
+        let twice = if labels.len() < 16 {
+            labels.iter().any(|(k, _)| &**k == key)
+        } else {
+            if seen.is_empty() {
+                seen.extend(labels.iter().map(|(k, _)| k.clone()));
+            }
+            seen.contains(key)
+        };
+        if twice {
             return Err(format!("label {key} given twice"));
         }
         s = s[end..].trim_start_matches([' ', '\t']);
@@ -545,7 +660,7 @@ fn parse_labels<'a>(mut s: &'a str, labels: &mut Vec<(String, String)>) -> Resul
         let Some(rest) = s.strip_prefix('"') else {
             return Err(format!("label {key}: value must be quoted"));
         };
-        let mut value = String::new();
+        value.clear();
         let mut chars = rest.char_indices();
         let mut closed = None;
         while let Some((i, c)) = chars.next() {
@@ -576,7 +691,11 @@ fn parse_labels<'a>(mut s: &'a str, labels: &mut Vec<(String, String)>) -> Resul
         let Some(after) = closed else {
             return Err(format!("label {key}: unterminated value"));
         };
-        labels.push((key.to_string(), value));
+        let key = strings.get(key);
+        if !seen.is_empty() {
+            seen.insert(key.clone());
+        }
+        labels.push((key.clone(), strings.get(&value)));
         s = rest[after..].trim_start_matches([' ', '\t']);
         if let Some(rest) = s.strip_prefix(',') {
             s = rest;
@@ -632,10 +751,10 @@ mod tests {
         );
         assert_eq!(f[0].help, "Jobs done\nby \\ model.");
         assert_eq!(
-            f[0].samples[0].labels,
+            f[0].samples[0].labels[..],
             [
-                ("model".to_string(), "a \"b\"\n".to_string()),
-                ("lora".to_string(), String::new())
+                (Arc::from("model"), Arc::from("a \"b\"\n")),
+                (Arc::from("lora"), Arc::from(""))
             ]
         );
         assert_eq!(f[1].samples.len(), 5);
