@@ -765,11 +765,8 @@ impl Source for DcgmSource {
         }
         let mut families: Vec<ExternalFamily> = Vec::new();
         for (family, [gpu, uuid], value) in std::mem::take(&mut self.extra) {
-            let sample = ExternalSample {
-                name: family.name.clone(),
-                labels: vec![("gpu".to_string(), gpu), ("uuid".to_string(), uuid)],
-                value,
-            };
+            let sample =
+                ExternalSample::new(family.name.as_str(), [("gpu", gpu), ("uuid", uuid)], value);
             match families.iter_mut().find(|f| f.name == family.name) {
                 Some(f) => f.samples.push(sample),
                 None => families.push(ExternalFamily {

@@ -225,6 +225,9 @@ pub struct TextfileSettings {
     pub max_file_bytes: u64,
     /// Files past this many (in name order) are skipped and reported.
     pub max_files: usize,
+    /// Files that would take the bytes read per poll past this (in name order) are skipped and
+    /// reported.
+    pub max_total_bytes: u64,
 }
 
 impl Default for TextfileSettings {
@@ -233,6 +236,7 @@ impl Default for TextfileSettings {
             directory: None,
             max_file_bytes: dgx_pixels_textfile::DEFAULT_MAX_FILE_BYTES,
             max_files: dgx_pixels_textfile::DEFAULT_MAX_FILES,
+            max_total_bytes: dgx_pixels_textfile::DEFAULT_MAX_TOTAL_BYTES,
         }
     }
 }
@@ -531,6 +535,9 @@ impl Settings {
             return Err(ConfigError(
                 "textfile.max_files and textfile.max_file_bytes: must be > 0".into(),
             ));
+        }
+        if self.textfile.max_total_bytes == 0 {
+            return Err(ConfigError("textfile.max_total_bytes: must be > 0".into()));
         }
         if let Some(cost) = &self.cost {
             cost.validate()?;
@@ -1163,6 +1170,7 @@ mod tests {
             ("[cost]\nelectricity_price_per_kwh = 0.1\nprice = 1\n", "line 3 key cost.price"),
             ("[cost]\ngpu_cost_per_hour = 1\n", "electricity_price_per_kwh"),
             ("[textfile]\nmax_files = 0\n", "textfile.max_files"),
+            ("[textfile]\nmax_total_bytes = 0\n", "textfile.max_total_bytes"),
         ];
         for (text, want) in cases {
             let f = file(text);

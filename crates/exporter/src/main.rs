@@ -308,6 +308,7 @@ fn textfile(settings: &Settings, reserved: &[&str]) -> Option<(Box<dyn Source>, 
     let limits = Limits {
         max_file_bytes: settings.textfile.max_file_bytes,
         max_files: settings.textfile.max_files,
+        max_total_bytes: settings.textfile.max_total_bytes,
         reserved_labels: node_label(settings).into_iter().map(|(k, _)| k).collect(),
         reserved_families: reserved.iter().map(|s| s.to_string()).collect(),
     };

@@ -152,11 +152,8 @@ impl Workload {
                 .chain(job.iter().map(|(k, v)| (k.to_string(), v.to_string())))
                 .collect()
         };
-        let one = |name: &str, l: Vec<(String, String)>, value: f64| ExternalSample {
-            name: name.to_string(),
-            labels: l,
-            value,
-        };
+        let one =
+            |name: &str, l: Vec<(String, String)>, value: f64| ExternalSample::new(name, l, value);
         let family = |name: &str, kind, help: &str, samples| ExternalFamily {
             name: name.to_string(),
             help: format!("{help} (simulated workload)"),
@@ -567,11 +564,7 @@ mod tests {
         let images = fam(IMAGES);
         assert_eq!(images.kind, ExternalKind::Counter);
         // GPUs 0-3 run it, 4-7 do not.
-        let gpus: Vec<&str> = images
-            .samples
-            .iter()
-            .map(|s| s.labels[0].1.as_str())
-            .collect();
+        let gpus: Vec<&str> = images.samples.iter().map(|s| &*s.labels[0].1).collect();
         assert_eq!(gpus, ["0", "1", "2", "3"]);
         // Images are the energy above idle over the energy per image.
         let mut n = node("dgx-h100");
@@ -597,7 +590,7 @@ mod tests {
         let gpu0: Vec<&ExternalSample> = latency
             .samples
             .iter()
-            .filter(|s| s.labels[0].1 == "0")
+            .filter(|s| &*s.labels[0].1 == "0")
             .collect();
         let count = gpu0.iter().find(|s| s.name.ends_with("_count")).unwrap();
         assert_eq!(count.value, served);

@@ -25,11 +25,8 @@ fn families(gpus: u32) -> Vec<ExternalFamily> {
             ("dataset".into(), "pixels-16x16".into()),
         ]
     };
-    let sample = |name: &str, labels, value| ExternalSample {
-        name: name.into(),
-        labels,
-        value,
-    };
+    let sample =
+        |name: &str, labels: Vec<(String, String)>, value| ExternalSample::new(name, labels, value);
     let mut images = Vec::new();
     let mut latency = Vec::new();
     let mut batch = Vec::new();

@@ -19,7 +19,7 @@ use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use crate::encode::Format;
+use crate::encode::{push_value, Format};
 use crate::snapshot::Snapshot;
 
 /// Type of an external family, as declared on its `# TYPE` line.
@@ -71,15 +71,50 @@ impl ExternalKind {
     }
 }
 
+/// The label pairs of an external sample, in the order they were given. Shared and immutable:
+/// a clone of a sample is a few reference counts, and a reader may intern the names and values
+/// it repeats (the textfile source does), so a family costs about its text size in memory.
+pub type ExternalLabels = Arc<[(Arc<str>, Arc<str>)]>;
+
 /// One series of an external family.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExternalSample {
     /// Full sample name (e.g. `..._bucket` for a histogram bucket).
-    pub name: String,
+    pub name: Arc<str>,
     /// Label pairs in the order they were given.
-    pub labels: Vec<(String, String)>,
+    pub labels: ExternalLabels,
     /// The value.
     pub value: f64,
+}
+
+impl ExternalSample {
+    /// A sample from owned or borrowed strings.
+    pub fn new<K, V>(
+        name: impl Into<Arc<str>>,
+        labels: impl IntoIterator<Item = (K, V)>,
+        value: f64,
+    ) -> ExternalSample
+    where
+        K: Into<Arc<str>>,
+        V: Into<Arc<str>>,
+    {
+        ExternalSample {
+            name: name.into(),
+            labels: labels
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+            value,
+        }
+    }
+
+    /// The value of label `name`, if the sample has it.
+    pub fn label(&self, name: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(k, _)| &**k == name)
+            .map(|(_, v)| &**v)
+    }
 }
 
 /// One external family: a `# TYPE` block with its samples.
@@ -106,16 +141,6 @@ fn push_escaped(out: &mut String, s: &str, quote: bool) {
             '"' if quote => out.push_str("\\\""),
             c => out.push(c),
         }
-    }
-}
-
-fn push_value(out: &mut String, v: f64) {
-    if v.is_nan() {
-        out.push_str("NaN");
-    } else if v.is_infinite() {
-        out.push_str(if v > 0.0 { "+Inf" } else { "-Inf" });
-    } else {
-        let _ = write!(out, "{v}");
     }
 }
 
@@ -146,15 +171,15 @@ fn push_family(out: &mut String, f: &ExternalFamily, format: Format, consts: &[(
         // rather than serve an invalid line (the textfile source rejects such files up front).
         if s.labels
             .iter()
-            .any(|(k, _)| consts.iter().any(|(c, _)| c == k))
+            .any(|(k, _)| consts.iter().any(|(c, _)| **c == **k))
         {
             continue;
         }
         out.push_str(&s.name);
         let pairs = consts
             .iter()
-            .chain(s.labels.iter())
-            .map(|(k, v)| (k.as_str(), v.as_str()));
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .chain(s.labels.iter().map(|(k, v)| (&**k, &**v)));
         let mut first = true;
         for (k, v) in pairs {
             out.push(if first { '{' } else { ',' });
@@ -216,14 +241,7 @@ mod tests {
     use crate::snapshot::SourceHealth;
 
     fn sample(name: &str, labels: &[(&str, &str)], value: f64) -> ExternalSample {
-        ExternalSample {
-            name: name.into(),
-            labels: labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            value,
-        }
+        ExternalSample::new(name, labels.iter().copied(), value)
     }
 
     fn families() -> ExternalFamilies {
@@ -323,6 +341,30 @@ mod tests {
             &[],
         );
         assert_eq!(twice.matches("# TYPE lat_seconds ").count(), 1);
+    }
+
+    /// Issue 15: a textfile's 1e-300 was written as a 302-character decimal.
+    #[test]
+    fn values_are_written_short_in_both_formats_issue_15() {
+        let f = Arc::new(vec![ExternalFamily {
+            name: "tiny".into(),
+            help: "h".into(),
+            kind: ExternalKind::Gauge,
+            samples: vec![
+                sample("tiny", &[], 1e-300),
+                sample("tiny", &[("a", "b")], f64::NAN),
+            ],
+        }]);
+        for format in [Format::Text, Format::OpenMetrics] {
+            let out = append(
+                String::new(),
+                format,
+                &[snapshot("t", true)],
+                &[("t".into(), f.clone())],
+                &[],
+            );
+            assert!(out.contains("\ntiny 1e-300\ntiny{a=\"b\"} NaN\n"), "{out}");
+        }
     }
 
     #[test]

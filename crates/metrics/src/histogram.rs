@@ -175,7 +175,10 @@ pub(crate) fn write_text(
                 format!("{}_{suffix}{{{trimmed}}}", def.name)
             }
         };
-        let _ = writeln!(out, "{} {}", braces("sum"), s.sum);
+        out.push_str(&braces("sum"));
+        out.push(' ');
+        crate::encode::push_value(out, s.sum);
+        out.push('\n');
         let _ = writeln!(out, "{} {}", braces("count"), s.count);
     }
 }

@@ -39,7 +39,9 @@ pub mod store;
 pub use attribution::{AttributionSet, DeviceRef, Holder};
 pub use catalog::{Kind, Metric, MetricDef, Unit, CATALOG};
 pub use encode::{EncodeOptions, Format};
-pub use external::{ExternalFamilies, ExternalFamily, ExternalKind, ExternalSample};
+pub use external::{
+    ExternalFamilies, ExternalFamily, ExternalKind, ExternalLabels, ExternalSample,
+};
 pub use snapshot::{Sample, Snapshot, SourceHealth};
 pub use source::{panic_message, Backoff, PollError, Source};
 pub use store::{Generation, SnapshotStore};

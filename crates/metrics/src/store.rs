@@ -372,11 +372,11 @@ mod tests {
             name: "dgx_pixels_workload_images_generated_total".into(),
             help: "Images.".into(),
             kind: ExternalKind::Counter,
-            samples: vec![ExternalSample {
-                name: "dgx_pixels_workload_images_generated_total".into(),
-                labels: vec![("model".into(), "m".into())],
-                value: 7.0,
-            }],
+            samples: vec![ExternalSample::new(
+                "dgx_pixels_workload_images_generated_total",
+                [("model", "m")],
+                7.0,
+            )],
         }]);
         store.publish_with_external(up("textfile", 1.0), families);
         let g = store.current();

@@ -6,8 +6,11 @@
 //! twice, negative or NaN counters, histograms without a `+Inf` bucket or with decreasing
 //! buckets, and anything after the value are errors. CRLF line ends and `#` comments are fine.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use dgx_pixels_metrics::{ExternalFamily, ExternalKind, ExternalSample};
 
@@ -60,7 +63,11 @@ fn parse_float(s: &str) -> Option<f64> {
         "+Inf" | "Inf" | "+inf" | "inf" => Some(f64::INFINITY),
         "-Inf" | "-inf" => Some(f64::NEG_INFINITY),
         "NaN" | "nan" => Some(f64::NAN),
-        _ if s.chars().all(|c| c.is_ascii_digit() || "+-.eE".contains(c)) => s.parse().ok(),
+        // A finite literal too large for an f64 is an error in Prometheus' parsers (and in
+        // promtool), not infinity.
+        _ if s.chars().all(|c| c.is_ascii_digit() || "+-.eE".contains(c)) => {
+            s.parse().ok().filter(|v: &f64| v.is_finite())
+        }
         _ => None,
     }
 }
@@ -84,8 +91,11 @@ pub struct Parsed {
 /// Parses one file's text; `default_help` is used for families without `# HELP`.
 pub fn parse(text: &str, default_help: &str) -> Result<Parsed, ParseError> {
     let mut builders: Vec<Builder> = Vec::new();
-    let mut index: HashMap<String, usize> = HashMap::new();
-    let mut series: HashSet<(String, Vec<(String, String)>)> = HashSet::new();
+    let mut index: HashMap<Arc<str>, usize> = HashMap::new();
+    // Series seen so far, as a hash and where the sample is (not a copy of it).
+    let mut series: SeriesIndex<(u32, u32)> = SeriesIndex::default();
+    let mut strings = Interner::default();
+    let mut scratch = Vec::new();
 
     for (i, raw) in text.split('\n').enumerate() {
         let n = i + 1;
@@ -121,7 +131,7 @@ pub fn parse(text: &str, default_help: &str) -> Result<Parsed, ParseError> {
                         typed: false,
                         first_line: n,
                     });
-                    index.insert(name.to_string(), builders.len() - 1);
+                    index.insert(Arc::from(name), builders.len() - 1);
                     builders.len() - 1
                 }
             };
@@ -146,13 +156,16 @@ pub fn parse(text: &str, default_help: &str) -> Result<Parsed, ParseError> {
                 if !b.family.samples.is_empty() {
                     return err(n, format!("TYPE line for {name} after its samples"));
                 }
+                if let Some(why) = openmetrics_name_problem(name, kind) {
+                    return err(n, why);
+                }
                 b.family.kind = kind;
                 b.typed = true;
             }
             continue;
         }
 
-        let sample = parse_sample(trimmed).map_err(|m| ParseError {
+        let sample = parse_sample(trimmed, &mut strings, &mut scratch).map_err(|m| ParseError {
             line: n,
             message: m,
         })?;
@@ -177,12 +190,12 @@ pub fn parse(text: &str, default_help: &str) -> Result<Parsed, ParseError> {
                 }
             }
         }
-        let at = match family_at.or_else(|| index.get(&sample.name).copied()) {
+        let at = match family_at.or_else(|| index.get(&*sample.name).copied()) {
             Some(at) => at,
             None => {
                 builders.push(Builder {
                     family: ExternalFamily {
-                        name: sample.name.clone(),
+                        name: sample.name.to_string(),
                         help: default_help.to_string(),
                         kind: ExternalKind::Untyped,
                         samples: Vec::new(),
@@ -196,7 +209,7 @@ pub fn parse(text: &str, default_help: &str) -> Result<Parsed, ParseError> {
             }
         };
         let fam = &mut builders[at].family;
-        if fam.kind == ExternalKind::Histogram && sample.name == fam.name {
+        if fam.kind == ExternalKind::Histogram && *sample.name == *fam.name {
             return err(
                 n,
                 format!(
@@ -209,26 +222,34 @@ pub fn parse(text: &str, default_help: &str) -> Result<Parsed, ParseError> {
             line: n,
             message: m,
         })?;
-        let mut key_labels = sample.labels.clone();
-        key_labels.sort();
-        if !series.insert((sample.name.clone(), key_labels)) {
+        let hash = identity_hash(&sample);
+        let here = (at as u32, fam.samples.len() as u32);
+        let duplicate = series.insert(hash, here, |(f, i)| {
+            same_series(&builders[f as usize].family.samples[i as usize], &sample)
+        });
+        if duplicate.is_some() {
             return err(n, format!("duplicate series {}", describe(&sample)));
         }
-        fam.samples.push(sample);
+        builders[at].family.samples.push(sample);
     }
 
     let mut helped = HashSet::new();
     let mut families = Vec::with_capacity(builders.len());
-    for b in builders {
+    for mut b in builders {
         if b.family.samples.is_empty() {
             continue;
         }
-        if b.family.kind == ExternalKind::Histogram {
-            check_histogram(&b.family).map_err(|m| ParseError {
-                line: b.first_line,
-                message: m,
-            })?;
-        }
+        // Kept for as long as the file is unchanged: no spare capacity.
+        b.family.samples.shrink_to_fit();
+        let checked = match b.family.kind {
+            ExternalKind::Histogram => check_histogram(&b.family),
+            ExternalKind::Summary => check_summary(&b.family),
+            _ => Ok(()),
+        };
+        checked.map_err(|m| ParseError {
+            line: b.first_line,
+            message: m,
+        })?;
         if b.help_set {
             helped.insert(b.family.name.clone());
         }
@@ -237,13 +258,142 @@ pub fn parse(text: &str, default_help: &str) -> Result<Parsed, ParseError> {
     Ok(Parsed { families, helped })
 }
 
+/// Why a family of this name and type, valid in the text format 0.0.4, cannot be written as
+/// valid OpenMetrics, or `None`. OpenMetrics names a counter's family without `_total`, so the
+/// rest must be a metric name of its own; and it reserves `<family>_created` samples of counters,
+/// histograms and summaries for created timestamps, which a summary's own samples (named like
+/// the family) would be taken for.
+pub fn openmetrics_name_problem(name: &str, kind: ExternalKind) -> Option<String> {
+    match kind {
+        ExternalKind::Counter => match name.strip_suffix("_total") {
+            Some(stem) if !is_metric_name(stem) => Some(format!(
+                "counter {name}: its OpenMetrics family name (the name without _total) {stem:?} is not a valid metric name"
+            )),
+            _ => None,
+        },
+        ExternalKind::Summary if name.ends_with("_created") => Some(format!(
+            "summary {name}: OpenMetrics reserves names ending in _created for created timestamps"
+        )),
+        _ => None,
+    }
+}
+
+/// The identity of a series as Prometheus stores it: the name and the labels sorted, without
+/// the labels whose value is empty (Prometheus drops those, so `x{a=""}` and `x` are one series).
+pub fn series_identity<'a>(
+    name: &'a str,
+    labels: &'a [(Arc<str>, Arc<str>)],
+) -> (&'a str, Vec<(&'a str, &'a str)>) {
+    let mut l: Vec<(&str, &str)> = labels
+        .iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| (&**k, &**v))
+        .collect();
+    l.sort_unstable();
+    (name, l)
+}
+
+/// A hash of [`series_identity`] without building it: label names are unique within a series,
+/// so the pairs' hashes are summed in any order.
+pub fn identity_hash(s: &ExternalSample) -> u64 {
+    let one = |x: &dyn Fn(&mut std::collections::hash_map::DefaultHasher)| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        x(&mut h);
+        h.finish()
+    };
+    s.labels
+        .iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| {
+            one(&|h| {
+                k.hash(h);
+                v.hash(h);
+            })
+        })
+        .fold(one(&|h| s.name.hash(h)), u64::wrapping_add)
+}
+
+/// Whether two samples are one series for Prometheus.
+pub fn same_series(a: &ExternalSample, b: &ExternalSample) -> bool {
+    a.name == b.name && series_identity(&a.name, &a.labels) == series_identity(&b.name, &b.labels)
+}
+
+/// A set of series that holds a hash and a locator per series, not a copy of it: a file's
+/// series cost 16 bytes each to check for duplicates. Locators of equal hashes are compared
+/// with the caller's `same`, so a hash collision is never taken for a duplicate.
+#[derive(Debug)]
+pub struct SeriesIndex<T> {
+    first: HashMap<u64, T>,
+    /// Further series whose hash collides with one in `first` (all but never).
+    more: Vec<(u64, T)>,
+}
+
+impl<T> Default for SeriesIndex<T> {
+    fn default() -> Self {
+        SeriesIndex {
+            first: HashMap::new(),
+            more: Vec::new(),
+        }
+    }
+}
+
+impl<T: Copy> SeriesIndex<T> {
+    /// The series equal (`same`) to one with this hash, if there is one.
+    pub fn find(&self, hash: u64, mut same: impl FnMut(T) -> bool) -> Option<T> {
+        let first = self.first.get(&hash).copied().filter(|t| same(*t));
+        first.or_else(|| {
+            self.more
+                .iter()
+                .find(|(h, t)| *h == hash && same(*t))
+                .map(|(_, t)| *t)
+        })
+    }
+
+    /// Adds the series at `at` unless an equal one (`same`) is there: then returns that one.
+    pub fn insert(&mut self, hash: u64, at: T, mut same: impl FnMut(T) -> bool) -> Option<T> {
+        match self.first.entry(hash) {
+            Entry::Vacant(e) => {
+                e.insert(at);
+                None
+            }
+            Entry::Occupied(e) => {
+                let prev = *e.get();
+                if same(prev) {
+                    return Some(prev);
+                }
+                if let Some(&(_, t)) = self.more.iter().find(|(h, t)| *h == hash && same(*t)) {
+                    return Some(t);
+                }
+                self.more.push((hash, at));
+                None
+            }
+        }
+    }
+}
+
+/// Interns the strings a file repeats (sample names, label names and values): each distinct
+/// string is stored once, however many samples use it.
+#[derive(Default)]
+struct Interner(HashSet<Arc<str>>);
+
+impl Interner {
+    fn get(&mut self, s: &str) -> Arc<str> {
+        if let Some(a) = self.0.get(s) {
+            return a.clone();
+        }
+        let a: Arc<str> = Arc::from(s);
+        self.0.insert(a.clone());
+        a
+    }
+}
+
 fn describe(s: &ExternalSample) -> String {
     let labels: Vec<String> = s.labels.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
     format!("{}{{{}}}", s.name, labels.join(","))
 }
 
 fn check_kind(kind: ExternalKind, family: &str, s: &ExternalSample) -> Result<(), String> {
-    let label = |name: &str| s.labels.iter().find(|(k, _)| k == name).map(|(_, v)| v);
+    let label = |name: &str| s.label(name);
     let non_negative = |what: &str| {
         if s.value.is_nan() || s.value < 0.0 {
             Err(format!("{what} {} must be >= 0, got {}", s.name, s.value))
@@ -271,7 +421,7 @@ fn check_kind(kind: ExternalKind, family: &str, s: &ExternalSample) -> Result<()
             }
         }
         ExternalKind::Summary => {
-            if s.name == family {
+            if *s.name == *family {
                 let Some(q) = label("quantile") else {
                     return Err(format!("summary {} has no quantile label", s.name));
                 };
@@ -291,37 +441,61 @@ fn check_kind(kind: ExternalKind, family: &str, s: &ExternalSample) -> Result<()
     }
 }
 
-/// Each histogram series needs a `+Inf` bucket, buckets that never decrease as `le` grows, and
-/// a `_count` (when given) equal to the `+Inf` bucket.
+/// The labels of a histogram or summary series without its `le` or `quantile` label, as
+/// Prometheus identifies them (sorted, empty values dropped).
+type GroupKey<'a> = Vec<(&'a str, &'a str)>;
+
+fn group_key<'a>(s: &'a ExternalSample, without: &str) -> GroupKey<'a> {
+    let (_, mut labels) = series_identity(&s.name, &s.labels);
+    labels.retain(|(k, _)| *k != without);
+    labels
+}
+
+fn label<'a>(s: &'a ExternalSample, name: &str) -> Option<&'a str> {
+    s.label(name)
+}
+
+/// Each histogram series needs a `+Inf` bucket, buckets that never decrease as `le` grows, no
+/// two buckets with the same bound (`1` and `1.0` are one series once Prometheus normalizes
+/// `le`), buckets if it has a `_sum` or `_count`, and a `_count` (when given) equal to the
+/// `+Inf` bucket.
 fn check_histogram(f: &ExternalFamily) -> Result<(), String> {
-    type Key = Vec<(String, String)>;
-    let mut buckets: HashMap<Key, Vec<(f64, f64)>> = HashMap::new();
-    let mut counts: HashMap<Key, f64> = HashMap::new();
+    let mut buckets: HashMap<GroupKey<'_>, Vec<(f64, f64)>> = HashMap::new();
+    let mut counts: HashMap<GroupKey<'_>, f64> = HashMap::new();
+    let mut others = Vec::new();
     for s in &f.samples {
-        let mut key: Key = s
-            .labels
-            .iter()
-            .filter(|(k, _)| k != "le")
-            .cloned()
-            .collect();
-        key.sort();
+        let key = group_key(s, "le");
         if s.name.ends_with("_bucket") {
-            let le = s
-                .labels
-                .iter()
-                .find(|(k, _)| k == "le")
-                .and_then(|(_, v)| parse_float(v))
-                .unwrap_or(f64::NAN);
+            let le = label(s, "le").and_then(parse_float).unwrap_or(f64::NAN);
             buckets.entry(key).or_default().push((le, s.value));
-        } else if s.name.ends_with("_count") {
-            counts.insert(key, s.value);
+        } else {
+            if s.name.ends_with("_count") {
+                counts.insert(key.clone(), s.value);
+            }
+            others.push(key);
         }
+    }
+    if let Some(key) = others.iter().find(|k| !buckets.contains_key(*k)) {
+        return Err(format!(
+            "histogram {} has a _sum or _count without buckets for {{{}}}",
+            f.name,
+            key.iter()
+                .map(|(k, v)| format!("{k}={v:?}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        ));
     }
     for (key, mut b) in buckets {
         b.sort_by(|x, y| x.0.total_cmp(&y.0));
         let Some(&(_, inf)) = b.last().filter(|(le, _)| *le == f64::INFINITY) else {
             return Err(format!("histogram {} has no le=\"+Inf\" bucket", f.name));
         };
+        if let Some(w) = b.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(format!(
+                "histogram {} has two buckets with le {} (written differently)",
+                f.name, w[0].0
+            ));
+        }
         if b.windows(2).any(|w| w[1].1 < w[0].1) {
             return Err(format!(
                 "histogram {} has buckets that decrease as le grows",
@@ -337,8 +511,27 @@ fn check_histogram(f: &ExternalFamily) -> Result<(), String> {
             }
         }
     }
-    if counts.keys().len() > 0 && f.samples.iter().all(|s| !s.name.ends_with("_bucket")) {
-        return Err(format!("histogram {} has no buckets", f.name));
+    Ok(())
+}
+
+/// No two quantiles of one summary series may be the same number written differently (`0.5`
+/// and `.5` are one series once Prometheus normalizes `quantile`).
+fn check_summary(f: &ExternalFamily) -> Result<(), String> {
+    let mut series: HashMap<GroupKey<'_>, Vec<f64>> = HashMap::new();
+    for s in f.samples.iter().filter(|s| *s.name == *f.name) {
+        let q = label(s, "quantile")
+            .and_then(parse_float)
+            .unwrap_or(f64::NAN);
+        series.entry(group_key(s, "quantile")).or_default().push(q);
+    }
+    for mut qs in series.into_values() {
+        qs.sort_by(f64::total_cmp);
+        if let Some(w) = qs.windows(2).find(|w| w[0] == w[1]) {
+            return Err(format!(
+                "summary {} has two samples with quantile {} (written differently)",
+                f.name, w[0]
+            ));
+        }
     }
     Ok(())
 }
@@ -354,6 +547,12 @@ fn unescape_help(s: &str) -> Result<String, String> {
     let mut out = String::with_capacity(s.len());
     let mut chars = s.chars();
     while let Some(c) = chars.next() {
+        if c == '\0' {
+            return Err(
+                "HELP contains a NUL byte (some Prometheus versions fail the whole scrape on it)"
+                    .into(),
+            );
+        }
         if c != '\\' {
             out.push(c);
             continue;
@@ -373,7 +572,11 @@ fn unescape_help(s: &str) -> Result<String, String> {
 }
 
 /// Parses `name{labels} value`; anything else on the line (a timestamp included) is an error.
-fn parse_sample(line: &str) -> Result<ExternalSample, String> {
+fn parse_sample(
+    line: &str,
+    strings: &mut Interner,
+    labels: &mut Vec<(Arc<str>, Arc<str>)>,
+) -> Result<ExternalSample, String> {
     let end = line
         .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
         .unwrap_or(line.len());
@@ -382,10 +585,10 @@ fn parse_sample(line: &str) -> Result<ExternalSample, String> {
         return Err(format!("invalid metric name at {:?}", truncate(line)));
     }
     let mut rest = &line[end..];
-    let mut labels: Vec<(String, String)> = Vec::new();
+    labels.clear();
     let after_name = rest.trim_start_matches([' ', '\t']);
     if let Some(body) = after_name.strip_prefix('{') {
-        rest = parse_labels(body, &mut labels)?;
+        rest = parse_labels(body, strings, labels)?;
     } else if rest.len() == after_name.len() && !rest.is_empty() {
         return Err(format!("invalid character after metric name {name}"));
     }
@@ -406,8 +609,8 @@ fn parse_sample(line: &str) -> Result<ExternalSample, String> {
         });
     }
     Ok(ExternalSample {
-        name: name.to_string(),
-        labels,
+        name: strings.get(name),
+        labels: Arc::from(&labels[..]),
         value,
     })
 }
@@ -416,8 +619,16 @@ fn truncate(s: &str) -> String {
     s.chars().take(40).collect()
 }
 
-/// Parses `k="v",...}` and returns what follows the closing brace.
-fn parse_labels<'a>(mut s: &'a str, labels: &mut Vec<(String, String)>) -> Result<&'a str, String> {
+/// Parses `k="v",...}` into `labels` (interned) and returns what follows the closing brace.
+fn parse_labels<'a>(
+    mut s: &'a str,
+    strings: &mut Interner,
+    labels: &mut Vec<(Arc<str>, Arc<str>)>,
+) -> Result<&'a str, String> {
+    // Label names given so far, once there are too many for a linear scan (a hostile line may
+    // have thousands: a scan per label would be quadratic).
+    let mut seen: HashSet<Arc<str>> = HashSet::new();
+    let mut value = String::new();
     loop {
         s = s.trim_start_matches([' ', '\t']);
         if let Some(rest) = s.strip_prefix('}') {
@@ -430,7 +641,15 @@ fn parse_labels<'a>(mut s: &'a str, labels: &mut Vec<(String, String)>) -> Resul
         if !is_label_name(key) {
             return Err(format!("invalid label name {key:?}"));
         }
-        if labels.iter().any(|(k, _)| k == key) {
+        let twice = if labels.len() < 16 {
+            labels.iter().any(|(k, _)| &**k == key)
+        } else {
+            if seen.is_empty() {
+                seen.extend(labels.iter().map(|(k, _)| k.clone()));
+            }
+            seen.contains(key)
+        };
+        if twice {
             return Err(format!("label {key} given twice"));
         }
         s = s[end..].trim_start_matches([' ', '\t']);
@@ -441,7 +660,7 @@ fn parse_labels<'a>(mut s: &'a str, labels: &mut Vec<(String, String)>) -> Resul
         let Some(rest) = s.strip_prefix('"') else {
             return Err(format!("label {key}: value must be quoted"));
         };
-        let mut value = String::new();
+        value.clear();
         let mut chars = rest.char_indices();
         let mut closed = None;
         while let Some((i, c)) = chars.next() {
@@ -461,13 +680,22 @@ fn parse_labels<'a>(mut s: &'a str, labels: &mut Vec<(String, String)>) -> Resul
                         ))
                     }
                 },
+                '\0' => {
+                    return Err(format!(
+                        "label {key}: value contains a NUL byte (some Prometheus versions fail the whole scrape on it)"
+                    ))
+                }
                 c => value.push(c),
             }
         }
         let Some(after) = closed else {
             return Err(format!("label {key}: unterminated value"));
         };
-        labels.push((key.to_string(), value));
+        let key = strings.get(key);
+        if !seen.is_empty() {
+            seen.insert(key.clone());
+        }
+        labels.push((key.clone(), strings.get(&value)));
         s = rest[after..].trim_start_matches([' ', '\t']);
         if let Some(rest) = s.strip_prefix(',') {
             s = rest;
@@ -523,10 +751,10 @@ mod tests {
         );
         assert_eq!(f[0].help, "Jobs done\nby \\ model.");
         assert_eq!(
-            f[0].samples[0].labels,
+            f[0].samples[0].labels[..],
             [
-                ("model".to_string(), "a \"b\"\n".to_string()),
-                ("lora".to_string(), String::new())
+                (Arc::from("model"), Arc::from("a \"b\"\n")),
+                (Arc::from("lora"), Arc::from(""))
             ]
         );
         assert_eq!(f[1].samples.len(), 5);
@@ -578,6 +806,67 @@ mod tests {
             assert!(e.message.contains(what), "{text:?}: {e}");
             assert!(e.to_string().starts_with(&format!("line {line}: ")));
         }
+    }
+
+    /// Issue 15, item 2: families that are valid text format 0.0.4 but would be invalid (or
+    /// change meaning) once written as OpenMetrics are refused, each with its line.
+    #[test]
+    fn families_invalid_in_openmetrics_are_refused_issue_15() {
+        let cases = [
+            // `# TYPE  counter`: an empty OpenMetrics family name fails the whole scrape.
+            ("# TYPE _total counter\n_total 1\n", 1, "OpenMetrics family name"),
+            // Its created-timestamp name would hide a summary's own samples.
+            (
+                "# TYPE rpc_created summary\nrpc_created{quantile=\"0.5\"} 1\n",
+                1,
+                "_created",
+            ),
+            // Prometheus drops empty labels: these are one series.
+            ("e{x=\"\"} 1\ne 2\n", 2, "duplicate series"),
+            ("e 1\ne{x=\"\",y=\"\"} 2\n", 2, "duplicate series"),
+            // le and quantile are normalized (1 and 1.0 are one series).
+            (
+                "# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_bucket{le=\"1.0\"} 1\nh_bucket{le=\"+Inf\"} 1\n",
+                1,
+                "two buckets with le 1",
+            ),
+            (
+                "# TYPE s summary\ns{quantile=\"0.5\"} 1\ns{quantile=\".5\"} 1\n",
+                1,
+                "two samples with quantile 0.5",
+            ),
+            // A finite literal out of range is an error for Prometheus' parsers.
+            ("big 1e400\n", 1, "invalid value"),
+            (
+                "# TYPE h histogram\nh_bucket{le=\"1e999\"} 1\n",
+                2,
+                "invalid le",
+            ),
+            // NUL bytes end the input for some Prometheus lexers.
+            ("n{x=\"a\0b\"} 1\n", 1, "NUL"),
+            ("# HELP n a\0b\nn 1\n", 1, "NUL"),
+            // A _sum or _count without buckets is no histogram.
+            (
+                "# TYPE h histogram\nh_sum 1\n",
+                1,
+                "without buckets",
+            ),
+            (
+                "# TYPE h histogram\nh_bucket{le=\"+Inf\",a=\"1\"} 1\nh_count{a=\"2\"} 1\n",
+                1,
+                "without buckets",
+            ),
+        ];
+        for (text, line, what) in cases {
+            let e = fails(text);
+            assert_eq!(e.line, line, "{text:?}: {e}");
+            assert!(e.message.contains(what), "{text:?}: {e}");
+        }
+        // Still fine: a counter named like its stem with more before _total, an empty label in
+        // one of two different series, a histogram whose buckets carry empty labels.
+        ok("# TYPE a_total counter\na_total 1\n");
+        ok("e{x=\"\"} 1\ne{x=\"1\"} 2\n");
+        ok("# TYPE h histogram\nh_bucket{le=\"+Inf\",a=\"\"} 1\nh_count 1\n");
     }
 
     #[test]

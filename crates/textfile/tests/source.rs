@@ -212,6 +212,65 @@ fn size_and_count_are_bounded() {
     );
 }
 
+/// Issue 15, item 5: the total of the files read per poll is bounded too. A file that would
+/// take it over the limit is skipped and reported; the files before it are served, and a later
+/// file that still fits is too.
+#[test]
+fn total_bytes_are_bounded_issue_15() {
+    let dir = tempfile::tempdir().unwrap();
+    let line = |name: &str, n: usize| format!("{name}{{pad=\"{}\"}} 1\n", "p".repeat(n));
+    write(dir.path(), "a.prom", &line("first", 40)); // 56 bytes
+    write(dir.path(), "b.prom", &line("second", 40)); // 57 bytes: 113 > 100
+    write(dir.path(), "c.prom", &line("third", 20)); // 36 bytes: 92 <= 100
+    let limits = Limits {
+        max_total_bytes: 100,
+        ..Limits::default()
+    };
+    let mut s = TextfileSource::new(dir.path(), limits);
+    for _ in 0..2 {
+        let (samples, families) = poll(&mut s);
+        let errors: Vec<Option<f64>> = ["a.prom", "b.prom", "c.prom"]
+            .iter()
+            .map(|f| value(&samples, Metric::TextfileScrapeError, f))
+            .collect();
+        assert_eq!(errors, [Some(0.0), Some(1.0), Some(0.0)]);
+        assert_eq!(
+            families.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(),
+            ["first", "third"]
+        );
+    }
+}
+
+/// Issue 15, item 5: a poll of a directory whose files have not changed reuses the last
+/// merge (before, every poll copied every series of every file again).
+#[test]
+fn an_unchanged_directory_is_not_merged_again_issue_15() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "a.prom", "x{a=\"1\"} 1\nx{a=\"2\"} 2\n");
+    write(dir.path(), "b.prom", "x{a=\"3\"} 3\n");
+    for f in ["a.prom", "b.prom"] {
+        let file = fs::File::options()
+            .write(true)
+            .open(dir.path().join(f))
+            .unwrap();
+        file.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(60))
+            .unwrap();
+    }
+    let mut s = TextfileSource::new(dir.path(), Limits::default());
+    s.poll().unwrap();
+    let first = s.take_external().unwrap();
+    s.poll().unwrap();
+    let second = s.take_external().unwrap();
+    assert!(std::sync::Arc::ptr_eq(&first, &second));
+    assert_eq!(second[0].samples.len(), 3);
+    // A change is merged again.
+    write(dir.path(), "b.prom", "x{a=\"3\"} 4\n");
+    s.poll().unwrap();
+    let third = s.take_external().unwrap();
+    assert!(!std::sync::Arc::ptr_eq(&second, &third));
+    assert_eq!(third[0].samples[2].value, 4.0);
+}
+
 #[test]
 fn write_then_rename_replaces_a_file_whole() {
     let dir = tempfile::tempdir().unwrap();
