@@ -440,17 +440,6 @@ async fn run(
     });
     let runners =
         Runners::start(plan.sources, Arc::clone(&store)).context("cannot start source threads")?;
-    tracing::info!(
-        address = %addr,
-        telemetry_path = %settings.web.telemetry_path,
-        mode = plan.mode,
-        scenario = %plan.scenario,
-        sources = %names.join(","),
-        version = env!("CARGO_PKG_VERSION"),
-        tls = web.config().tls.is_some(),
-        basic_auth = !web.config().users.is_empty(),
-        "listening"
-    );
 
     // Handlers are installed before the server answers /-/ready, so a signal sent right after
     // readiness is never delivered to the default (terminating) action.
@@ -469,6 +458,19 @@ async fn run(
         counters: config_reloads,
     }));
     let reloads = reload_on_sighup(Arc::clone(&web), Arc::clone(&live));
+    // Logged once the signal handlers are in place: a SIGHUP sent on seeing this line reloads
+    // (before them, its default action would end the process).
+    tracing::info!(
+        address = %addr,
+        telemetry_path = %settings.web.telemetry_path,
+        mode = plan.mode,
+        scenario = %plan.scenario,
+        sources = %names.join(","),
+        version = env!("CARGO_PKG_VERSION"),
+        tls = web.config().tls.is_some(),
+        basic_auth = !web.config().users.is_empty(),
+        "listening"
+    );
     let app = server::router(state).layer(axum::middleware::from_fn_with_state(
         Arc::clone(&web),
         dgx_pixels_web::guard,
