@@ -280,4 +280,40 @@ fn sigterm_exits_within_2s_during_a_reload() {
         t.elapsed()
     );
     assert!(status.success(), "{status:?}");
+
+    // The original report: a FIFO in place of the web config blocked the reload in open(), and
+    // SIGTERM then never ended the process. Now the FIFO is refused at once, and SIGTERM works.
+    let (mut child, rx) = spawn(&[
+        "--simulate",
+        "dgx-spark",
+        "--web.listen-address",
+        "127.0.0.1:0",
+        "--web.config.file",
+        web.to_str().unwrap(),
+    ]);
+    line_with(&rx, "listening", Duration::from_secs(10));
+    std::fs::remove_file(&web).unwrap();
+    assert!(Command::new("mkfifo").arg(&web).status().unwrap().success());
+    let pid = child.id().to_string();
+    Command::new("kill").args(["-HUP", &pid]).status().unwrap();
+    let refused = line_with(&rx, "web config not reloaded", Duration::from_secs(5));
+    assert!(refused.contains("not a regular file"), "{refused}");
+    let t = Instant::now();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t.elapsed() > Duration::from_secs(5) {
+            let _ = child.kill();
+            panic!("still running 5 s after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert!(status.success(), "{status:?}");
 }

@@ -124,7 +124,7 @@ pub fn process_age() -> Duration {
     fn from_proc() -> Option<Duration> {
         let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
         // The command name (field 2) may hold spaces: count fields after its closing paren.
-        let after = &stat[stat.rfind(')')? + 2..];
+        let after = stat.get(stat.rfind(')')? + 2..)?;
         let start_ticks: u64 = after.split(' ').nth(19)?.parse().ok()?;
         // SAFETY: sysconf has no preconditions.
         let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })

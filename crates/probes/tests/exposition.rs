@@ -82,7 +82,7 @@ fn probe_series_pass_promtool() {
     for needle in [
         "dgx_pixels_probe_gemm_flops{gpu=\"0\",uuid=\"GPU-a\",probe=\"gemm_bf16\"} 700000000000000\n",
         "dgx_pixels_probe_bandwidth_bytes_per_second{gpu=\"0\",uuid=\"GPU-a\",probe=\"copy_d2d\"} 3000000000000\n",
-        "dgx_pixels_probe_launch_latency_seconds{gpu=\"0\",uuid=\"GPU-a\"} 0.000004\n",
+        "dgx_pixels_probe_launch_latency_seconds{gpu=\"0\",uuid=\"GPU-a\"} 4e-6\n",
         "dgx_pixels_probe_runs_total{gpu=\"0\",uuid=\"GPU-a\",probe=\"gemm_fp64\",outcome=\"ok\"} 1\n",
         "# TYPE dgx_pixels_probe_duration_seconds histogram\n",
         "dgx_pixels_probe_duration_seconds_count{gpu=\"0\",uuid=\"GPU-a\",probe=\"launch_latency\"} 1\n",

@@ -58,16 +58,20 @@ async fn authorized(web: &WebState, live: &Arc<Live>, value: Option<&HeaderValue
     let Some(hash) = known.clone().or_else(|| live.decoy.clone()) else {
         return Auth::Denied;
     };
-    let Ok(_slot) = web.password_slots.try_acquire() else {
+    let Ok(slot) = Arc::clone(&web.password_slots).try_acquire_owned() else {
         return Auth::Busy;
     };
     web.counters.password_checks.fetch_add(1, Ordering::Relaxed);
     let pw = password.clone();
     let verify_against = hash.clone();
-    let ok =
-        tokio::task::spawn_blocking(move || bcrypt::verify(pw, &verify_against).unwrap_or(false))
-            .await
-            .unwrap_or(false);
+    // The slot goes with the check: a client that hangs up cancels this future, but not the
+    // bcrypt run on the blocking pool, which keeps its slot until it ends.
+    let ok = tokio::task::spawn_blocking(move || {
+        let _slot = slot;
+        bcrypt::verify(pw, &verify_against).unwrap_or(false)
+    })
+    .await
+    .unwrap_or(false);
     if ok && known.is_some() {
         web.remember(&user, &password, &hash);
         Auth::Granted
@@ -87,8 +91,10 @@ pub async fn guard(State(web): State<Arc<WebState>>, req: Request, next: Next) -
         .and_then(|v| v.parse::<u64>().ok());
     if length.is_some_and(|n| n > MAX_BODY) || h.contains_key(header::TRANSFER_ENCODING) {
         web.counters.bodies_refused.fetch_add(1, Ordering::Relaxed);
+        // Closed after the answer: body bytes left unread must not be taken for the next request.
         return (
             StatusCode::PAYLOAD_TOO_LARGE,
+            [(header::CONNECTION, "close")],
             "request bodies are not accepted\n",
         )
             .into_response();

@@ -184,6 +184,24 @@ impl WebConfig {
         })
     }
 
+    /// The certificate, key and CA files the text of a config file at `path` names, resolved
+    /// as [`WebConfig::parse`] does, whether or not those files exist or are valid (nothing
+    /// when the text is not a web config).
+    pub fn named_files(text: &str, path: &Path) -> Vec<PathBuf> {
+        let Ok(file) = serde_yaml_ng::from_str::<File>(text) else {
+            return Vec::new();
+        };
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let Some(t) = file.tls_server_config else {
+            return Vec::new();
+        };
+        [t.cert_file, t.key_file, t.client_ca_file]
+            .into_iter()
+            .flatten()
+            .map(|p| if p.is_absolute() { p } else { dir.join(p) })
+            .collect()
+    }
+
     /// Reads and validates a web config file; certificate and key files are read too.
     pub fn load(path: &Path) -> Result<WebConfig, WebConfigError> {
         let cannot = |message: String| WebConfigError {

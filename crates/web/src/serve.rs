@@ -62,6 +62,9 @@ pub struct Limits {
 /// busy exporter.
 pub const PROBE_RESERVE: usize = 8;
 
+/// Time a reserve connection has to send its request head.
+const RESERVE_HEAD_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Default of [`Limits::max_connections_per_client`].
 pub const DEFAULT_MAX_CONNECTIONS_PER_CLIENT: usize = 64;
 
@@ -117,6 +120,19 @@ impl Drop for ClientSlot {
     }
 }
 
+/// The client an address belongs to: an IPv4 address, or an IPv6 /64 (one host or LAN gets a
+/// whole /64, so counting single IPv6 addresses would give it no limit at all).
+fn client_of(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let mut s = v6.segments();
+            s[4..].fill(0);
+            IpAddr::V6(s.into())
+        }
+        v4 => v4,
+    }
+}
+
 /// Whether a connection is a regular one or one of the [`PROBE_RESERVE`].
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Lane {
@@ -165,7 +181,7 @@ pub async fn serve(
         };
         let counters = &web.counters;
         let Some(client) = per_client.try_take(
-            peer.ip().to_canonical(),
+            client_of(peer.ip()),
             limits.max_connections_per_client.max(1),
         ) else {
             counters.rejected_per_client.fetch_add(1, Ordering::Relaxed);
@@ -199,7 +215,12 @@ pub async fn serve(
         let watcher = graceful.watcher();
         let web = Arc::clone(&web);
         let handshake = limits.tls_handshake_timeout;
-        let header_read_timeout = limits.header_read_timeout;
+        // A reserve connection is for a probe, which asks at once: silent ones must not hold
+        // the reserve for long.
+        let header_read_timeout = match lane {
+            Lane::Regular => limits.header_read_timeout,
+            Lane::ProbesOnly => limits.header_read_timeout.min(RESERVE_HEAD_TIMEOUT),
+        };
         tokio::spawn(async move {
             let _permit = permit;
             let _client = client;
@@ -528,5 +549,26 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Stall<T> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn ipv6_clients_are_counted_by_slash_64() {
+        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2:bbbb::9".parse().unwrap();
+        let other: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(client_of(a), client_of(b));
+        assert_ne!(client_of(a), client_of(other));
+        let mapped: IpAddr = "::ffff:10.0.0.7".parse().unwrap();
+        assert_eq!(client_of(mapped), "10.0.0.7".parse::<IpAddr>().unwrap());
+        assert_ne!(
+            client_of("10.0.0.7".parse().unwrap()),
+            client_of("10.0.0.8".parse().unwrap())
+        );
     }
 }

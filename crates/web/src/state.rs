@@ -54,9 +54,9 @@ pub struct Counters {
 
 /// The contents of the config file and the files it names, to notice changes. Small files: a
 /// config, a certificate chain, a key; read without blocking (a FIFO reads as an error).
-fn fingerprint(path: &Path, files: &[PathBuf]) -> Vec<u8> {
+fn fingerprint(files: &[PathBuf]) -> Vec<u8> {
     let mut out = Vec::new();
-    for p in std::iter::once(path).chain(files.iter().map(PathBuf::as_path)) {
+    for p in files {
         match read_regular(p, MAX_CONFIG_FILE_BYTES) {
             Ok(bytes) => {
                 out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
@@ -68,17 +68,14 @@ fn fingerprint(path: &Path, files: &[PathBuf]) -> Vec<u8> {
     out
 }
 
-/// How long ago the most recently modified of `paths` changed (`None`: none could be read,
-/// or a clock in the future, which counts as just now).
-fn youngest_age(paths: &[&Path]) -> Option<Duration> {
+/// How long ago the most recently modified of `paths` changed (`None`: none could be read).
+/// A modification time in the future tells nothing about a write in progress and is skipped,
+/// or such a file would block reloads until that time.
+fn youngest_age(paths: &[PathBuf]) -> Option<Duration> {
     paths
         .iter()
         .filter_map(|p| std::fs::metadata(p).ok()?.modified().ok())
-        .map(|m| {
-            SystemTime::now()
-                .duration_since(m)
-                .unwrap_or(Duration::ZERO)
-        })
+        .filter_map(|m| SystemTime::now().duration_since(m).ok())
         .min()
 }
 
@@ -110,25 +107,52 @@ impl Live {
 /// Credentials that verified, with the hash they verified against. An entry counts only while
 /// the config in force has that same hash for the user, so it survives reloads that keep the
 /// user (a scraper is not sent back to the bcrypt queue by every reload) and dies with a
-/// password change or a removed user.
-#[derive(Default)]
-struct Verified(Mutex<HashMap<(String, String), String>>);
+/// password change or a removed user. Entries are keyed by an HMAC of user and password under a
+/// key made at startup, so no password is kept in memory (or in a core dump).
+struct Verified {
+    key: ring::hmac::Key,
+    entries: Mutex<HashMap<Vec<u8>, String>>,
+}
+
+impl Default for Verified {
+    fn default() -> Self {
+        let rng = ring::rand::SystemRandom::new();
+        // Without a random key (no entropy source), a fixed one still hides the passwords
+        // from a casual reader of memory; the cache works the same.
+        let key = ring::hmac::Key::generate(ring::hmac::HMAC_SHA256, &rng)
+            .unwrap_or_else(|_| ring::hmac::Key::new(ring::hmac::HMAC_SHA256, b"dgx-pixels"));
+        Verified {
+            key,
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+}
 
 impl Verified {
+    fn tag(&self, user: &str, password: &str) -> Vec<u8> {
+        let mut ctx = ring::hmac::Context::with_key(&self.key);
+        ctx.update(user.as_bytes());
+        ctx.update(&[0]);
+        ctx.update(password.as_bytes());
+        ctx.sign().as_ref().to_vec()
+    }
+
     fn contains(&self, live: &Live, user: &str, password: &str) -> bool {
         let Some(current) = live.config.users.get(user) else {
             return false;
         };
-        let v = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        v.get(&(user.to_string(), password.to_string())) == Some(current)
+        let tag = self.tag(user, password);
+        let v = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        v.get(&tag) == Some(current)
     }
 
     fn insert(&self, user: &str, password: &str, hash: &str) {
-        let mut v = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let tag = self.tag(user, password);
+        let mut v = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         if v.len() >= MAX_VERIFIED {
             v.clear();
         }
-        v.insert((user.to_string(), password.to_string()), hash.to_string());
+        v.insert(tag, hash.to_string());
     }
 }
 
@@ -141,7 +165,9 @@ pub struct WebState {
     /// Credentials that verified (see [`Verified`]).
     verified: Verified,
     /// Password checks that may run at once (`auth::MAX_PASSWORD_CHECKS`).
-    pub(crate) password_slots: tokio::sync::Semaphore,
+    pub(crate) password_slots: Arc<tokio::sync::Semaphore>,
+    /// Held for a whole reload, so the watcher and SIGHUP never reload at the same time.
+    reloading: Mutex<()>,
     /// [`DEFAULT_SETTLE`], shorter in tests; milliseconds.
     settle_ms: AtomicU64,
     /// Whether `/-/healthy` and `/-/ready` need credentials too.
@@ -169,7 +195,11 @@ impl WebState {
         let (config, seen) = match path {
             Some(p) => {
                 let config = WebConfig::load(p)?;
-                let seen = fingerprint(p, &config.files);
+                let mut files = vec![p.to_path_buf()];
+                files.extend(config.files.iter().cloned());
+                files.sort();
+                files.dedup();
+                let seen = fingerprint(&files);
                 if config.tls.is_none() && config.users.is_empty() {
                     tracing::warn!(
                         file = %p.display(),
@@ -187,7 +217,10 @@ impl WebState {
             live: ArcSwap::from_pointee(Live::new(config)),
             seen: Mutex::new(seen),
             verified: Verified::default(),
-            password_slots: tokio::sync::Semaphore::new(crate::auth::MAX_PASSWORD_CHECKS),
+            password_slots: Arc::new(tokio::sync::Semaphore::new(
+                crate::auth::MAX_PASSWORD_CHECKS,
+            )),
+            reloading: Mutex::new(()),
             settle_ms: AtomicU64::new(DEFAULT_SETTLE.as_millis() as u64),
             probes_need_auth,
             counters,
@@ -213,18 +246,30 @@ impl WebState {
         Duration::from_millis(self.settle_ms.load(Ordering::Relaxed))
     }
 
-    /// The config file and the files the config in force names.
+    /// The config file, the files the config in force names, and those the file on disk names
+    /// now (a new certificate may not exist yet, or be half written: its arrival is a change).
     fn watched(&self, path: &Path) -> Vec<PathBuf> {
+        self.watched_with(path, &self.live.load().config.files)
+    }
+
+    /// The config file, `in_force`, and the files the file on disk names.
+    fn watched_with(&self, path: &Path, in_force: &[PathBuf]) -> Vec<PathBuf> {
         let mut all = vec![path.to_path_buf()];
-        all.extend(self.live.load().config.files.iter().cloned());
+        all.extend(in_force.iter().cloned());
+        if let Ok(bytes) = read_regular(path, MAX_CONFIG_FILE_BYTES) {
+            all.extend(WebConfig::named_files(
+                &String::from_utf8_lossy(&bytes),
+                path,
+            ));
+        }
+        all.sort();
+        all.dedup();
         all
     }
 
     /// Whether the files changed within the settle period (still being written, maybe).
     fn unsettled(&self, path: &Path) -> bool {
-        let watched = self.watched(path);
-        let refs: Vec<&Path> = watched.iter().map(PathBuf::as_path).collect();
-        youngest_age(&refs).is_some_and(|age| age < self.settle())
+        youngest_age(&self.watched(path)).is_some_and(|age| age < self.settle())
     }
 
     /// Whether `user`'s `password` verified before against the hash in force.
@@ -246,17 +291,26 @@ impl WebState {
         let Some(path) = &self.path else {
             return Ok(false);
         };
+        let _one_at_a_time = self
+            .reloading
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let started = std::time::Instant::now();
         while self.unsettled(path) && started.elapsed() < MAX_SETTLE_WAIT {
             std::thread::sleep(Duration::from_millis(100));
         }
+        // Taken before the files are loaded: a write landing during the load is then a change
+        // seen at the next check, never one recorded as seen but not loaded. Two versions, as
+        // the files watched afterwards depend on the outcome (a loaded config no longer names
+        // the old certificate).
         let old = self.live.load_full();
+        let seen_if_loaded = fingerprint(&self.watched_with(path, &[]));
+        let seen_if_refused = fingerprint(&self.watched(path));
         let result = self.load_checked(path, &old.config);
-        let files = match &result {
-            Ok(c) => c.files.clone(),
-            Err(_) => old.config.files.clone(),
-        };
-        *self.seen.lock().unwrap_or_else(PoisonError::into_inner) = Some(fingerprint(path, &files));
+        *self.seen.lock().unwrap_or_else(PoisonError::into_inner) = Some(match result {
+            Ok(_) => seen_if_loaded,
+            Err(_) => seen_if_refused,
+        });
         let c = &self.counters;
         match result {
             Ok(config) => {
@@ -304,8 +358,7 @@ impl WebState {
         let Some(path) = &self.path else {
             return false;
         };
-        let files = self.live.load().config.files.clone();
-        let now = fingerprint(path, &files);
+        let now = fingerprint(&self.watched(path));
         let seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
         seen.as_ref() != Some(&now)
     }

@@ -836,3 +836,36 @@ async fn tls_keep_alive_connections_idle_between_requests_and_silent_ones_close(
     assert!(matches!(closed, Ok(Ok(0)) | Ok(Err(_))), "{closed:?}");
     assert_eq!(s.web.counters.request_timeouts.load(Ordering::Relaxed), 1);
 }
+
+/// A web config naming a certificate that is not there yet is refused, and picked up by the
+/// watcher once the certificate arrives (its arrival is a change, though the config file
+/// itself did not change again).
+#[tokio::test]
+async fn a_certificate_arriving_after_its_config_is_picked_up() {
+    let old = pki();
+    let cfg = write_config(
+        old.dir.path(),
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n",
+    );
+    let s = start(Some(&cfg), Limits::default()).await;
+    s.web.set_settle(Duration::from_millis(200));
+    let watcher = s.web.watch(Duration::from_millis(50)).unwrap();
+    write_config(
+        old.dir.path(),
+        "tls_server_config:\n  cert_file: next.crt\n  key_file: next.key\n",
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(s.web.counters.reloads_failed.load(Ordering::Relaxed), 1);
+    assert_eq!(s.web.counters.reloads_ok.load(Ordering::Relaxed), 0);
+    let fresh = pki();
+    for (from, to) in [("server.crt", "next.crt"), ("server.key", "next.key")] {
+        std::fs::copy(fresh.dir.path().join(from), old.dir.path().join(to)).unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(s.web.counters.reloads_ok.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        tls_get(s.port, &client(&fresh, false), "/metrics").await.0,
+        200
+    );
+    watcher.abort();
+}
