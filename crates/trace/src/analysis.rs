@@ -538,9 +538,23 @@ fn raw_union(mut v: Vec<(f64, f64)>) -> f64 {
     sum
 }
 
+/// Overlapping intervals merged, by start (for [`within`]).
+fn merged_raw(mut v: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
+    v.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut out: Vec<(f64, f64)> = Vec::with_capacity(v.len());
+    for (s, e) in v {
+        match out.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => out.push((s, e)),
+        }
+    }
+    out
+}
+
+/// Whether `t` falls in one of `iv` (merged and sorted by [`merged_raw`]): a binary search.
 fn within(iv: &[(f64, f64)], t: f64) -> bool {
-    // iv sorted by start; any interval containing t.
-    iv.iter().any(|&(s, e)| s <= t && t < e)
+    let i = iv.partition_point(|&(s, _)| s <= t);
+    i > 0 && t < iv[i - 1].1
 }
 
 /// Analyses one rank. `filter_steps` is HTA's job-wide decision (≥ 2 step names over all ranks).
@@ -1001,7 +1015,8 @@ fn phases_fsdp(
     steps: &[(u64, f64, f64)],
     step_sum: f64,
 ) -> (Vec<PhaseStats>, Vec<FsdpStats>) {
-    let in_step = |ts: f64| steps.iter().any(|&(_, s, e)| s <= ts && ts < e);
+    let step_iv = merged_raw(steps.iter().map(|&(_, s, e)| (s, e)).collect());
+    let in_step = |ts: f64| within(&step_iv, ts);
     let mut phase_iv: HashMap<Phase, Vec<(f64, f64)>> = HashMap::new();
     let mut fsdp_iv: HashMap<FsdpOp, Vec<(f64, f64)>> = HashMap::new();
     for a in &t.annotations {
@@ -1016,8 +1031,10 @@ fn phases_fsdp(
             fsdp_iv.entry(op).or_default().push((a.ts, a.end));
         }
     }
+    let phase_counts: HashMap<Phase, usize> = phase_iv.iter().map(|(k, v)| (*k, v.len())).collect();
+    let fsdp_counts: HashMap<FsdpOp, usize> = fsdp_iv.iter().map(|(k, v)| (*k, v.len())).collect();
     for v in phase_iv.values_mut().chain(fsdp_iv.values_mut()) {
-        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        *v = merged_raw(std::mem::take(v));
     }
     // Launch time of each kept GPU row (raw), through its correlated CPU row.
     let launch: HashMap<i64, f64> = t
@@ -1038,7 +1055,7 @@ fn phases_fsdp(
         let cpu = raw_union(iv.clone());
         phases.push(PhaseStats {
             phase: p.as_str().to_string(),
-            count: iv.len() as u64,
+            count: phase_counts.get(&p).copied().unwrap_or(0) as u64,
             cpu_time_us: cpu,
             share_of_step: share(cpu),
             gpu_time_us: gpu,
@@ -1056,7 +1073,7 @@ fn phases_fsdp(
         let cpu = raw_union(iv.clone());
         fsdp.push(FsdpStats {
             op: op.as_str().to_string(),
-            count: iv.len() as u64,
+            count: fsdp_counts.get(&op).copied().unwrap_or(0) as u64,
             cpu_time_us: cpu,
             share_of_step: share(cpu),
             comm_gpu_time_us: comm,

@@ -824,7 +824,8 @@ impl Builder {
             if stream == -1
                 && (is_step
                     || cat.0 == "user_annotation"
-                    || crate::classify::phase_of(name).is_some())
+                    || name.starts_with("Optimizer.")
+                    || name.starts_with("## "))
             {
                 let name_idx = self.name_id(name);
                 self.out.stats.annotations += 1;
