@@ -48,7 +48,7 @@ pub fn chart(rep: &Report, path: &Path) -> Result<(), TraceError> {
     let e = err(path);
     let n = rep.ranks.len().max(1) as i32;
     let (bar, gap, left, top, bottom) = (36i32, 28i32, 50i32, 40i32, 330i32);
-    let width = (left + n * (2 * bar + gap) + 20).max(420) as u32;
+    let width = (left + n * (2 * bar + gap) + 20).max(760) as u32;
     let root = BitMapBackend::new(path, (width, 380)).into_drawing_area();
     root.fill(&WHITE).map_err(|x| e(x.to_string()))?;
     let text = font_available();
