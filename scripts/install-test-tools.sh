@@ -2,7 +2,7 @@
 # Installs, idempotently, the tools the test suite runs beside cargo: Prometheus and promtool
 # (Debian's package, unpacked under .tools/ rather than installed system-wide), curl, jq, and
 # bindgen with libclang (for the dcgm-sys bindings check), TypeScript with @grafana/schema (for the
-# dashboards' type check).
+# dashboards' type check), traceinsight (HTA) in .venv-tools for the trace analysis comparison.
 # Usage: scripts/install-test-tools.sh [--bench]   (--bench adds node_exporter and wrk)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,6 +48,15 @@ if [ "$(cat "$TOOLS/grafana-ts/.installed" 2>/dev/null)" != "$GRAFANA_TS_PACKAGE
   echo "$GRAFANA_TS_PACKAGES" >"$TOOLS/grafana-ts/.installed"
 fi
 echo "tsc $("$TOOLS/grafana-ts/node_modules/.bin/tsc" --version)"
+
+# traceinsight (HTA, imported as `hta`) for the trace analysis' comparison with HTA
+# (crates/trace/tests/hta-compare.sh): pinned, with pandas, numpy, plotly and jupyterlab (~450 MB).
+TRACEINSIGHT=traceinsight==0.6.1
+if ! .venv-tools/bin/python -c 'import hta' 2>/dev/null; then
+  [ -x .venv-tools/bin/pip ] || python3 -m venv .venv-tools
+  .venv-tools/bin/pip install -q --disable-pip-version-check "$TRACEINSIGHT"
+fi
+echo "traceinsight $(.venv-tools/bin/python -c 'import importlib.metadata as m; print(m.version("traceinsight"))')"
 
 if [ "${1:-}" = "--bench" ]; then
   command -v prometheus-node-exporter >/dev/null || [ -x /usr/bin/prometheus-node-exporter ] || apt_install prometheus-node-exporter

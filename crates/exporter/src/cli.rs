@@ -117,6 +117,11 @@ pub enum Commands {
         #[command(subcommand)]
         what: ProbeCommand,
     },
+    /// Analyse PyTorch profiler traces and memory snapshots (analyze, compare).
+    Trace {
+        #[command(subcommand)]
+        what: dgx_pixels_trace::cmd::TraceCommand,
+    },
 }
 
 /// `probe` subcommands: one-shot benchmarks with the CUDA probes.

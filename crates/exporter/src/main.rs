@@ -16,6 +16,7 @@ mod reload;
 mod runner;
 mod server;
 mod sim_source;
+mod trace_cmd;
 
 #[cfg(test)]
 mod fuzz_tests;
@@ -52,6 +53,9 @@ fn main() -> ExitCode {
     }
     if let Some(Commands::Probe { what }) = &cli.command {
         return probe_cmd::run(what);
+    }
+    if let Some(Commands::Trace { what }) = &cli.command {
+        return trace_cmd::run(what);
     }
     if let Some(Commands::Docs {
         what: DocsCommand::DcgmFields,

@@ -1,0 +1,30 @@
+//! `analyze PATH...`: the JSON report of `dgx-pixels-exporter trace analyze --format json`,
+//! from the library alone (used by the benchmark so it does not need the whole exporter).
+
+use dgx_pixels_trace::cmd::{load_and_analyze, InputArgs};
+use dgx_pixels_trace::DEFAULT_MAX_VALUE_BYTES;
+
+fn main() -> std::process::ExitCode {
+    let paths: Vec<std::path::PathBuf> = std::env::args().skip(1).map(Into::into).collect();
+    let input = InputArgs {
+        items_per_step: None,
+        items_name: "items".into(),
+        max_event_bytes: DEFAULT_MAX_VALUE_BYTES,
+    };
+    match load_and_analyze(&paths, &input, false) {
+        Ok(rep) => match serde_json::to_string(&rep) {
+            Ok(s) => {
+                println!("{s}");
+                std::process::ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("analyze: {e}");
+                std::process::ExitCode::FAILURE
+            }
+        },
+        Err(e) => {
+            eprintln!("analyze: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs HTA (traceinsight, in .venv-tools) and our `trace analyze --format json` on generated
+# traces and fails on any difference in an HTA-defined number (µs equal, percentages within
+# 0.01 points). Several shapes: 4 ranks with a straggler, gzip with distributedInfo first and
+# more than 10 kernel names per class, one rank, and one profiler step (no step filter).
+# Usage: crates/trace/tests/hta-compare.sh [path/to/dgx-pixels-exporter]
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+BIN="${1:-target/debug/dgx-pixels-exporter}"
+PY=.venv-tools/bin/python
+"$PY" -c 'import hta' 2>/dev/null || { echo "hta-compare: traceinsight is not installed in .venv-tools (scripts/install-test-tools.sh)"; exit 1; }
+cargo build -q --locked -p dgx-pixels-trace --example gen_trace
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+run() {
+  local name=$1; shift
+  local dir="$tmp/$name"
+  target/debug/examples/gen_trace "$dir" "$@"
+  "$BIN" trace analyze --format json "$dir" >"$tmp/$name.report.json"
+  echo "-- $name"
+  "$PY" crates/trace/tests/hta_compare.py "$dir" "$tmp/$name.report.json"
+}
+run straggler --ranks 4 --steps 4 --layers 6
+run gzip-many-kernels --ranks 2 --steps 3 --layers 14 --gz --no-straggler
+run one-rank --ranks 1 --steps 5 --layers 4
+run one-step --ranks 2 --steps 1 --layers 5
