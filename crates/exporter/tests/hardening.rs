@@ -218,6 +218,20 @@ fn startup_says_what_it_does() {
     let _ = child.wait();
 }
 
+/// Waits for `child` to exit (killing it past 5 s after `since`).
+fn exit_status(child: &mut std::process::Child, since: Instant) -> std::process::ExitStatus {
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if since.elapsed() > Duration::from_secs(5) {
+            let _ = child.kill();
+            panic!("still running 5 s after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Item 6: with a reload stuck (here: waiting for a web config that never stops changing;
 /// before the fix, a FIFO in its place blocked it forever), SIGTERM logged "shutting down" and
 /// the process never exited. It now exits within 2 s whatever a reload is doing.
@@ -262,16 +276,7 @@ fn sigterm_exits_within_2s_during_a_reload() {
     std::thread::sleep(Duration::from_millis(300));
     let t = Instant::now();
     Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if t.elapsed() > Duration::from_secs(5) {
-            let _ = child.kill();
-            panic!("still running 5 s after SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let status = exit_status(&mut child, t);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     writer.join().unwrap();
     assert!(
@@ -300,16 +305,7 @@ fn sigterm_exits_within_2s_during_a_reload() {
     assert!(refused.contains("not a regular file"), "{refused}");
     let t = Instant::now();
     Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if t.elapsed() > Duration::from_secs(5) {
-            let _ = child.kill();
-            panic!("still running 5 s after SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let status = exit_status(&mut child, t);
     assert!(
         t.elapsed() < Duration::from_secs(2),
         "took {:?}",

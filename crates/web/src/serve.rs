@@ -457,19 +457,25 @@ impl<T> Stall<T> {
     }
 }
 
-/// Polls `timer` (started on the first pending poll); `Err` when it fired.
-fn check(
+/// Passes `polled` through, timing it: a pending poll starts `timer` (or checks it) and fails
+/// with `TimedOut` once it fired; progress resets it.
+fn timed<R>(
+    polled: Poll<io::Result<R>>,
     timer: &mut Option<Pin<Box<Sleep>>>,
     limit: Duration,
     cx: &mut Context<'_>,
     stalled: &AtomicBool,
-) -> io::Result<()> {
+) -> Poll<io::Result<R>> {
+    if polled.is_ready() {
+        *timer = None;
+        return polled;
+    }
     let t = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
     if t.as_mut().poll(cx).is_ready() {
         stalled.store(true, Ordering::Relaxed);
-        return Err(io::Error::new(io::ErrorKind::TimedOut, "no progress"));
+        return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "no progress")));
     }
-    Ok(())
+    Poll::Pending
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for Stall<T> {
@@ -479,16 +485,8 @@ impl<T: AsyncRead + Unpin> AsyncRead for Stall<T> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let me = &mut *self;
-        match Pin::new(&mut me.inner).poll_read(cx, buf) {
-            Poll::Pending => match check(&mut me.read_timer, me.idle, cx, &me.stalled) {
-                Ok(()) => Poll::Pending,
-                Err(e) => Poll::Ready(Err(e)),
-            },
-            ready => {
-                me.read_timer = None;
-                ready
-            }
-        }
+        let polled = Pin::new(&mut me.inner).poll_read(cx, buf);
+        timed(polled, &mut me.read_timer, me.idle, cx, &me.stalled)
     }
 }
 
@@ -499,16 +497,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Stall<T> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let me = &mut *self;
-        match Pin::new(&mut me.inner).poll_write(cx, buf) {
-            Poll::Pending => match check(&mut me.write_timer, me.write_stall, cx, &me.stalled) {
-                Ok(()) => Poll::Pending,
-                Err(e) => Poll::Ready(Err(e)),
-            },
-            ready => {
-                me.write_timer = None;
-                ready
-            }
-        }
+        let polled = Pin::new(&mut me.inner).poll_write(cx, buf);
+        timed(polled, &mut me.write_timer, me.write_stall, cx, &me.stalled)
     }
 
     fn poll_write_vectored(
@@ -517,16 +507,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Stall<T> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let me = &mut *self;
-        match Pin::new(&mut me.inner).poll_write_vectored(cx, bufs) {
-            Poll::Pending => match check(&mut me.write_timer, me.write_stall, cx, &me.stalled) {
-                Ok(()) => Poll::Pending,
-                Err(e) => Poll::Ready(Err(e)),
-            },
-            ready => {
-                me.write_timer = None;
-                ready
-            }
-        }
+        let polled = Pin::new(&mut me.inner).poll_write_vectored(cx, bufs);
+        timed(polled, &mut me.write_timer, me.write_stall, cx, &me.stalled)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -535,16 +517,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Stall<T> {
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let me = &mut *self;
-        match Pin::new(&mut me.inner).poll_flush(cx) {
-            Poll::Pending => match check(&mut me.write_timer, me.write_stall, cx, &me.stalled) {
-                Ok(()) => Poll::Pending,
-                Err(e) => Poll::Ready(Err(e)),
-            },
-            ready => {
-                me.write_timer = None;
-                ready
-            }
-        }
+        let polled = Pin::new(&mut me.inner).poll_flush(cx);
+        timed(polled, &mut me.write_timer, me.write_stall, cx, &me.stalled)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
