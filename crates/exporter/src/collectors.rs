@@ -52,7 +52,7 @@ pub const COLLECTORS: &[CollectorDef] = &[
         default_interval: DEFAULT_INTERVAL,
         default_timeout: // A probe run opens a CUDA context and cuBLAS first: seconds, not milliseconds.
         Duration::from_secs(30),
-        help: "CUDA probe workloads on idle GPUs (libcuda.so.1 and cuBLAS, loaded at run time)",
+        help: "CUDA probe workloads on idle GPUs (libcuda.so.1 and cuBLAS, loaded at run time; with --simulate, simulated and on unless turned off)",
     },
     // Off by default: an embedded host engine is a heavy, privileged component to start on
     // every node, and DGX OS already runs nv-hostengine (see docs/architecture.md).
@@ -61,7 +61,7 @@ pub const COLLECTORS: &[CollectorDef] = &[
         enabled_by_default: false,
         default_interval: DEFAULT_INTERVAL,
         default_timeout: DEFAULT_TIMEOUT,
-        help: "GPU profiling (and optionally device) fields through DCGM (libdcgm.so.4 or .so.3, loaded at run time; embedded host engine unless --dcgm.hostengine)",
+        help: "GPU profiling (and optionally device) fields through DCGM (libdcgm.so.4 or .so.3, loaded at run time; embedded host engine unless --dcgm.hostengine; with --simulate, simulated profiling, on unless turned off)",
     },
     // Off by default: it needs the kubelet's socket mounted, which only a Kubernetes
     // deployment has (the Helm chart's podResources.enabled turns both on).

@@ -271,6 +271,15 @@ pub struct CostSettings {
 }
 
 impl CostSettings {
+    /// A simulated scenario's `[cost]` table (same keys as the config file's), checked.
+    pub fn from_scenario(scenario: &str, table: &toml::Table) -> Result<CostSettings, ConfigError> {
+        let cost = CostSettings::deserialize(toml::Value::Table(table.clone()))
+            .map_err(|e| ConfigError(format!("scenario {scenario}: [cost]: {}", e.message())))?;
+        cost.validate()
+            .map_err(|e| ConfigError(format!("scenario {scenario}: {}", e.0)))?;
+        Ok(cost)
+    }
+
     fn validate(&self) -> Result<(), ConfigError> {
         let bad = |key: &str, why: &str| Err(ConfigError(format!("cost.{key}: {why}")));
         let c = &self.currency;
@@ -399,6 +408,22 @@ impl Settings {
             .get(name)
             .and_then(|c| c.enabled)
             .unwrap_or(default)
+    }
+
+    /// Whether collector `name` runs on a simulated node. `dcgm` and `probes` select the
+    /// simulated profiling and probe families there, and are on unless turned off (their
+    /// reasons to be off by default on hardware, a privileged host engine and work put on the
+    /// GPUs, do not apply to a simulation; see docs/architecture.md). The others as on
+    /// hardware.
+    pub fn simulated_collector_enabled(&self, name: &str) -> bool {
+        match name {
+            "dcgm" | "probes" => self
+                .collector
+                .get(name)
+                .and_then(|c| c.enabled)
+                .unwrap_or(true),
+            _ => self.collector_enabled(name),
+        }
     }
 
     /// Interval and deadline of collector `name` (its registered defaults unless configured).
@@ -891,6 +916,51 @@ mod tests {
         let e = resolve(&cli, []).unwrap_err().to_string();
         assert!(
             e.contains("probes.probes: unknown probe \"gemm_int4\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn simulation_turns_profiling_and_probes_on_unless_they_are_turned_off() {
+        let s = resolve(&parse_from(["x", "--simulate", "dgx-h100"]).unwrap(), []).unwrap();
+        assert!(!s.collector_enabled("dcgm") && !s.collector_enabled("probes"));
+        assert!(s.simulated_collector_enabled("dcgm"));
+        assert!(s.simulated_collector_enabled("probes"));
+        assert!(
+            !s.simulated_collector_enabled("kubernetes"),
+            "others as on hardware"
+        );
+        let cli = parse_from(["x", "--simulate", "dgx-h100", "--no-collector.probes"]).unwrap();
+        let s = resolve(
+            &cli,
+            [("DGX_PIXELS_COLLECTOR__DCGM__ENABLED".into(), "false".into())],
+        );
+        let s = s.unwrap();
+        assert!(!s.simulated_collector_enabled("probes"));
+        assert!(!s.simulated_collector_enabled("dcgm"));
+    }
+
+    #[test]
+    fn a_scenarios_cost_table_is_checked_like_the_config_files() {
+        let table: toml::Table =
+            toml::from_str("currency = \"USD\"\nelectricity_price_per_kwh = 0.15\npue = 1.3\ngpu_cost_per_hour = 1.0\n")
+                .unwrap();
+        let c = CostSettings::from_scenario("dgx-h100", &table).unwrap();
+        assert_eq!((c.currency.as_str(), c.pue), ("USD", 1.3));
+        let bad: toml::Table =
+            toml::from_str("electricity_price_per_kwh = 0.1\npue = 0.5\ngpu_cost_per_hour = 1\n")
+                .unwrap();
+        let e = CostSettings::from_scenario("mine.toml", &bad)
+            .unwrap_err()
+            .0;
+        assert!(e.starts_with("scenario mine.toml: cost.pue"), "{e}");
+        let bad: toml::Table =
+            toml::from_str("electricity_price_per_kwh = 0.1\nprice = 1\n").unwrap();
+        let e = CostSettings::from_scenario("mine.toml", &bad)
+            .unwrap_err()
+            .0;
+        assert!(
+            e.contains("scenario mine.toml: [cost]") && e.contains("price"),
             "{e}"
         );
     }

@@ -15,6 +15,7 @@ mod probes;
 mod reload;
 mod runner;
 mod server;
+mod sim_probes;
 mod sim_source;
 mod trace_cmd;
 
@@ -144,6 +145,8 @@ struct Plan {
     sources: Vec<(Box<dyn Source>, Timing)>,
     mode: &'static str,
     scenario: String,
+    /// The cost model in force: the config file's, else a simulated scenario's.
+    cost: Option<config::CostSettings>,
 }
 
 fn plan(settings: &Settings, store_slot: &probes::StoreSlot) -> Result<Plan> {
@@ -170,8 +173,25 @@ fn plan(settings: &Settings, store_slot: &probes::StoreSlot) -> Result<Plan> {
             Some(_) => sim_source::SIMULATED_FAMILIES,
             None => &[],
         };
-        let source: Box<dyn Source> = Box::new(sim_source::SimSource::new(Node::new(scenario)));
-        let mut sources = vec![(source, timing)];
+        // The config file's [cost] wins over the scenario's.
+        let cost = match (&settings.cost, scenario.cost()) {
+            (Some(c), _) => Some(c.clone()),
+            (None, Some(table)) => {
+                Some(config::CostSettings::from_scenario(&scenario_name, table)?)
+            }
+            (None, None) => None,
+        };
+        let sim = sim_source::SimSource::new(Node::new(scenario.clone()))
+            .with_profiling(settings.simulated_collector_enabled("dcgm"));
+        let started = sim.started();
+        let mut sources: Vec<(Box<dyn Source>, Timing)> = vec![(Box::new(sim), timing)];
+        if settings.simulated_collector_enabled("probes") {
+            let (interval, timeout) = settings.collector_timing("probes");
+            sources.push((
+                Box::new(sim_probes::source(settings, Node::new(scenario), started)?),
+                Timing { interval, timeout },
+            ));
+        }
         sources.extend(textfile(settings, reserved));
         // Attribution works on simulated GPUs too (their uuids and MIG ids are the model's).
         if settings.collector_enabled("kubernetes") {
@@ -182,6 +202,7 @@ fn plan(settings: &Settings, store_slot: &probes::StoreSlot) -> Result<Plan> {
             sources,
             mode: "simulated",
             scenario: scenario_name,
+            cost,
         });
     }
     let mut sources: Vec<(Box<dyn Source>, Timing)> = Vec::new();
@@ -253,15 +274,14 @@ fn plan(settings: &Settings, store_slot: &probes::StoreSlot) -> Result<Plan> {
         sources,
         mode: "hardware",
         scenario: String::new(),
+        cost: settings.cost.clone(),
     })
 }
 
-/// Settings a simulated node does not use (it has no NVML, DCGM or CUDA to load).
+/// Settings a simulated node does not use (it has no NVML, DCGM or CUDA library to load;
+/// `--collector.dcgm` and `--collector.probes` select its simulated profiling and probes).
 fn simulation_ignores(settings: &Settings) -> Vec<&'static str> {
-    let explicit = |name: &str| settings.collector.get(name).and_then(|c| c.enabled) == Some(true);
     [
-        ("--collector.dcgm", explicit("dcgm")),
-        ("--collector.probes", explicit("probes")),
         ("--dcgm.library", settings.dcgm.library.is_some()),
         ("--dcgm.hostengine", settings.dcgm.hostengine.is_some()),
         ("--nvml.library", settings.nvml.library.is_some()),
@@ -332,9 +352,9 @@ fn node_label(settings: &Settings) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The `dgx_pixels_cost_*` gauges of the `[cost]` settings (none without them).
-fn cost_samples(settings: &Settings) -> Vec<Sample> {
-    let Some(cost) = &settings.cost else {
+/// The `dgx_pixels_cost_*` gauges of the cost model in force (none without one).
+fn cost_samples(cost: Option<&config::CostSettings>) -> Vec<Sample> {
+    let Some(cost) = cost else {
         return Vec::new();
     };
     let currency = [cost.currency.as_str()];
@@ -419,7 +439,7 @@ async fn run(
         const_labels: node_label(&settings),
     };
     let mut statics = vec![build_info(plan.mode, &plan.scenario)];
-    statics.extend(cost_samples(&settings));
+    statics.extend(cost_samples(plan.cost.as_ref()));
     let store = Arc::new(SnapshotStore::new(&names, statics, options));
     // The probe scheduler reads GPU utilization from the store it publishes into.
     let _ = store_slot.set(Arc::clone(&store));

@@ -1,8 +1,9 @@
 //! Wiring of the `probes` collector: the CUDA probe scheduler, reading GPU utilization from the
 //! snapshot store (the latest NVML/DCGM readings) to leave busy GPUs alone.
 //!
-//! In `--simulate` mode this collector never runs: a simulated node has no GPU to probe, and
-//! the simulator does not invent probe results (see docs/architecture.md).
+//! In `--simulate` mode the same scheduler runs over the simulator instead (`sim_probes`):
+//! its results are what the simulator's benchmark model says a probe would measure (see
+//! docs/architecture.md, "The simulated node").
 
 use std::sync::{Arc, OnceLock};
 

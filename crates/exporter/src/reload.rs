@@ -148,7 +148,7 @@ impl Live {
         let mut names: Vec<&str> = plan.sources.iter().map(|(s, _)| s.name()).collect();
         names.extend(self.fixed.iter().copied());
         let mut statics = vec![crate::build_info(plan.mode, &plan.scenario)];
-        statics.extend(crate::cost_samples(&new));
+        statics.extend(crate::cost_samples(plan.cost.as_ref()));
         self.store.reconfigure(
             &names,
             statics,
@@ -188,8 +188,13 @@ pub fn fingerprint(s: &Settings, name: &str, timing: &Timing) -> String {
             "{t}{:?}{:?}{:?}",
             s.textfile, s.node_name, s.simulation.scenario
         ),
-        "sim" => format!("{t}{:?}", s.simulation),
-        "probes" => format!("{t}{:?}", s.probes),
+        "sim" => format!(
+            "{t}{:?}{}",
+            s.simulation,
+            s.simulated_collector_enabled("dcgm")
+        ),
+        // On a simulated node, its probes run on the simulated node (and restart with it).
+        "probes" => format!("{t}{:?}{:?}", s.probes, s.simulation),
         // Unknown to this list: any change restarts it.
         _ => format!("{t}{s:?}"),
     }

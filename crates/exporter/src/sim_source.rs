@@ -1,6 +1,12 @@
 //! The `sim` source: reads the simulated node at the time elapsed since start and maps its
 //! readings through the same [`push_gpu_samples`] as the NVML source.
 //!
+//! With profiling on (`--collector.dcgm`, on by default in simulation), it also serves the
+//! DCGM profiling families (SM activity and occupancy, pipe and DRAM activity, NVLink rates)
+//! from the simulator's profiling model ([`dgx_pixels_sim::profile`]), under the same names
+//! and labels as the DCGM source. The probe families come from the `probes` source over the
+//! simulator (see `sim_probes`).
+//!
 //! Where the scenario plays an image-generation workload ([`ImageGeneration`]), the source also
 //! serves it under the workload contract's names (docs/workloads.md), exactly as a real
 //! workload's textfile would: same names, same labels. What marks it simulated is the target's
@@ -16,6 +22,7 @@ use dgx_pixels_metrics::gpu::{
     EccTotals, GpuIdentity, GpuReadout, MigReadout, NvlinkReadout, ProcessReadout,
     RemappedRowsReadout,
 };
+use dgx_pixels_metrics::Metric;
 use dgx_pixels_metrics::{
     ExternalFamilies, ExternalFamily, ExternalKind, ExternalSample, PollError, Sample, Source,
 };
@@ -78,9 +85,21 @@ pub struct SimSource {
     xids: Vec<BTreeMap<u32, u64>>,
     workload: Option<Workload>,
     families: Option<ExternalFamilies>,
+    profiling: bool,
 }
 
 impl SimSource {
+    /// Serves the DCGM profiling families too (or not).
+    pub fn with_profiling(mut self, on: bool) -> SimSource {
+        self.profiling = on;
+        self
+    }
+
+    /// When the scenario time started (time 0 of the node).
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
     /// A source over `node`, whose scenario time starts now.
     pub fn new(node: Node) -> SimSource {
         let identities = (0..node.gpu_count())
@@ -120,6 +139,7 @@ impl SimSource {
             xids,
             workload,
             families: None,
+            profiling: false,
         }
     }
 }
@@ -288,6 +308,29 @@ fn clocks(c: &Clocks) -> ClockReadout {
     }
 }
 
+/// The DCGM profiling samples of one GPU, from the simulator's profiling model (pure).
+pub fn push_profile(id: &GpuIdentity, g: &GpuStatic, r: &GpuReading, out: &mut Vec<Sample>) {
+    let p = dgx_pixels_sim::profile(g, r);
+    let gpu = id.index.to_string();
+    let labels = [gpu.as_str(), id.uuid.as_str()];
+    for (metric, value) in [
+        (Metric::GpuGraphicsEngineActive, Some(p.gr_engine_active)),
+        (Metric::GpuSmActive, Some(p.sm_active)),
+        (Metric::GpuSmOccupancy, Some(p.sm_occupancy)),
+        (Metric::GpuTensorPipeActive, Some(p.tensor_active)),
+        (Metric::GpuDramActive, Some(p.dram_active)),
+        (Metric::GpuFp64PipeActive, Some(p.fp64_active)),
+        (Metric::GpuFp32PipeActive, Some(p.fp32_active)),
+        (Metric::GpuFp16PipeActive, Some(p.fp16_active)),
+        (Metric::NvlinkTransmitRate, p.nvlink_tx_bytes_per_second),
+        (Metric::NvlinkReceiveRate, p.nvlink_rx_bytes_per_second),
+    ] {
+        if let Some(v) = value {
+            out.push(Sample::new(metric, labels, v));
+        }
+    }
+}
+
 /// Maps one simulated reading to a readout (pure; unit-tested).
 pub fn readout(g: &GpuStatic, r: &GpuReading) -> GpuReadout {
     let t = &r.throttle;
@@ -413,6 +456,9 @@ impl Source for SimSource {
             let r = match &state {
                 GpuState::Ok(r) => {
                     self.xids[i] = r.xid_counts.clone();
+                    if self.profiling {
+                        push_profile(id, g, r, &mut out);
+                    }
                     readout(g, r)
                 }
                 GpuState::Lost { xid, .. } => {
@@ -508,6 +554,55 @@ mod tests {
             .unwrap();
         assert_eq!(cap.value == 1.0, r.throttle.sw_power_cap);
         assert_eq!(out[0].labels[1], g.uuid);
+    }
+
+    #[test]
+    fn profiling_serves_the_simulators_profile_when_on() {
+        let out = SimSource::new(node("dgx-h100")).poll().unwrap();
+        assert!(
+            values(&out, Metric::GpuSmActive).is_empty(),
+            "off unless asked"
+        );
+        let mut s = SimSource::new(node("dgx-h100")).with_profiling(true);
+        s.started = Instant::now() - Duration::from_secs(60);
+        let out = s.poll().unwrap();
+        let t = s.started.elapsed();
+        assert!(out.iter().all(Sample::is_well_formed));
+        let mut n = node("dgx-h100");
+        let g = n.gpu(2).unwrap().clone();
+        let served = |m: Metric| {
+            out.iter()
+                .find(|x| x.metric == m && x.labels[0] == "2")
+                .map(|x| x.value)
+                .unwrap()
+        };
+        // The poll read the node a moment before `t`: the profile of a reading in between.
+        let before = dgx_pixels_sim::profile(
+            &g,
+            n.reading(2, t - Duration::from_millis(500))
+                .unwrap()
+                .ok()
+                .unwrap(),
+        );
+        let after = dgx_pixels_sim::profile(&g, n.reading(2, t).unwrap().ok().unwrap());
+        let within = |v: f64, a: f64, b: f64| v >= a.min(b) - 0.05 && v <= a.max(b) + 0.05;
+        let sm = served(Metric::GpuSmActive);
+        assert!(
+            within(sm, before.sm_active, after.sm_active),
+            "{sm} {before:?}"
+        );
+        assert!(sm > 0.8, "training at 60 s: {sm}");
+        assert!(served(Metric::GpuSmOccupancy) < sm);
+        assert!(served(Metric::GpuTensorPipeActive) > 0.0);
+        assert!(served(Metric::NvlinkTransmitRate) > 1e11);
+        assert_eq!(values(&out, Metric::GpuSmActive).len(), 8);
+        // GB10 has no NVLink: no NVLink rate series.
+        let out = SimSource::new(node("dgx-spark"))
+            .with_profiling(true)
+            .poll()
+            .unwrap();
+        assert_eq!(values(&out, Metric::GpuSmActive).len(), 1);
+        assert!(values(&out, Metric::NvlinkTransmitRate).is_empty());
     }
 
     #[test]

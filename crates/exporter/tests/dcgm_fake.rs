@@ -1,7 +1,7 @@
 //! The real binary reading "GPUs" through DCGM: `--dcgm.library` points at our fake libdcgm
 //! (crates/fake-dcgm), which answers from the simulator, in embedded and in remote mode.
-//! Served values must equal the simulator's (and the fake's profiling model) for the same
-//! scenario and time.
+//! Served values must equal the simulator's (its readings and its profiling model) for the
+//! same scenario and time.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 mod common;
@@ -31,6 +31,12 @@ fn reading(scenario: &str, gpu: usize, t: f64) -> GpuReading {
     }
 }
 
+/// The simulator's profiling model for GPU `gpu` of `scenario` in state `r`.
+fn profile(scenario: &str, gpu: usize, r: &GpuReading) -> dgx_pixels_sim::Profile {
+    let n = Node::new(Scenario::builtin(scenario).unwrap());
+    dgx_pixels_sim::profile(n.gpu(gpu).unwrap(), r)
+}
+
 fn close(served: Option<f64>, want: f64, tolerance: f64, what: &str) {
     let served = served.unwrap_or_else(|| panic!("{what}: not served"));
     assert!(
@@ -56,7 +62,7 @@ fn assert_values(body: &str, scenario: &str, gpus: usize) {
     );
     for i in 0..gpus {
         let r = reading(scenario, i, 60.0);
-        let p = fake_dcgm::fields::profile(&r);
+        let p = profile(scenario, i, &r);
         let gpu = i.to_string();
         let uuid = uuid(scenario, i);
         let l = [("gpu", gpu.as_str()), ("uuid", uuid.as_str())];
@@ -151,6 +157,15 @@ fn assert_values(body: &str, scenario: &str, gpus: usize) {
             1e-3,
             "pcie rx",
         );
+        if let Some(rate) = p.nvlink_tx_bytes_per_second {
+            close(
+                v("dgx_pixels_nvlink_transmit_bytes_per_second"),
+                rate,
+                1e-3,
+                "nvlink tx",
+            );
+            assert_eq!(rate, r.nvlink_tx_bytes_per_second);
+        }
         assert!(
             v("dgx_pixels_gpu_sm_active_ratio") <= v("dgx_pixels_gpu_graphics_engine_active_ratio")
         );
@@ -166,7 +181,7 @@ fn embedded_mode_serves_the_simulators_values() {
         b.contains("dgx_pixels_gpu_sm_active_ratio{")
     });
     assert_values(&body, "dgx-h100", 8);
-    // NVLink rates over the last simulated second, for GPUs with links.
+    // NVLink rates of the simulated links, for GPUs with links.
     assert_eq!(
         series(&body, "dgx_pixels_nvlink_transmit_bytes_per_second").len(),
         8
@@ -402,7 +417,7 @@ fn a_dcgm_exporter_field_list_is_accepted() {
         b.contains("dgx_pixels_dcgm_dev_power_usage_instant{")
     });
     let r = reading("dgx-h100", 0, 60.0);
-    let p = fake_dcgm::fields::profile(&r);
+    let p = profile("dgx-h100", 0, &r);
     let uuid = uuid("dgx-h100", 0);
     let l = [("gpu", "0"), ("uuid", uuid.as_str())];
     close(

@@ -73,7 +73,7 @@ fn with_nvml_and_dcgm_both_running_no_series_is_served_twice() {
         let Some(GpuState::Ok(r)) = node.reading(0, Duration::from_secs(60)) else {
             panic!("GPU 0 is healthy")
         };
-        let p = fake_dcgm::fields::profile(&r);
+        let p = dgx_pixels_sim::profile(node.gpu(0).unwrap(), &r);
         let l = [("gpu", "0"), ("uuid", u.as_str())];
         // Profiling (PCIe byte rates included) from DCGM: its exact double, not NVML's KiB/s.
         close(

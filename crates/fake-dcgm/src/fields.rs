@@ -1,7 +1,8 @@
 //! What each DCGM field answers for a simulated GPU, in DCGM's own units (percent, MiB, MHz,
-//! millijoules, nanoseconds), and the profiling model derived from the simulator's readings.
+//! millijoules, nanoseconds). Profiling fields answer the simulator's profiling model
+//! ([`dgx_pixels_sim::profile`]), the same values the exporter's simulated node serves.
 
-use dgx_pixels_sim::{GpuReading, GpuStatic};
+use dgx_pixels_sim::{profile, GpuReading, GpuStatic};
 
 /// A field's value as DCGM returns it.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,56 +35,6 @@ pub const PROFILING_GROUPS: &[(u16, u16, &[u16])] = &[
     (3, 0, &[1011, 1012]),
 ];
 
-/// Profiling readings of one GPU, ratios in 0..1 and bytes per second.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Profile {
-    /// Graphics or compute engine active.
-    pub gr_engine_active: f64,
-    /// At least one warp resident on an SM, averaged over SMs.
-    pub sm_active: f64,
-    /// Resident warps relative to the maximum.
-    pub sm_occupancy: f64,
-    /// Tensor pipe active.
-    pub tensor_active: f64,
-    /// Device memory interface active.
-    pub dram_active: f64,
-    /// FP64 pipe active.
-    pub fp64_active: f64,
-    /// FP32 pipe active.
-    pub fp32_active: f64,
-    /// FP16 pipe active.
-    pub fp16_active: f64,
-    /// PCIe transmit rate.
-    pub pcie_tx_bytes_per_second: f64,
-    /// PCIe receive rate.
-    pub pcie_rx_bytes_per_second: f64,
-}
-
-/// Utilization above which the simulated workload counts as tensor work (training phases);
-/// below it (data loading, evaluation dips, idle) the tensor pipes are idle.
-pub const TENSOR_WORKLOAD_UTILIZATION: f64 = 0.6;
-
-/// The fake's profiling model: coherent with utilization by construction. SM activity is a
-/// fixed share of engine activity (never above it), occupancy a share of SM activity, and the
-/// tensor and FP16 pipes are busy only under a tensor workload.
-pub fn profile(r: &GpuReading) -> Profile {
-    let gr = r.utilization_ratio.clamp(0.0, 1.0);
-    let sm = 0.92 * gr;
-    let tensor_workload = gr >= TENSOR_WORKLOAD_UTILIZATION;
-    Profile {
-        gr_engine_active: gr,
-        sm_active: sm,
-        sm_occupancy: 0.55 * sm,
-        tensor_active: if tensor_workload { 0.7 * sm } else { 0.0 },
-        dram_active: r.memory_utilization_ratio.clamp(0.0, 1.0),
-        fp64_active: 0.01 * sm,
-        fp32_active: 0.25 * sm,
-        fp16_active: if tensor_workload { 0.2 * sm } else { 0.0 },
-        pcie_tx_bytes_per_second: r.pcie_tx_bytes_per_second,
-        pcie_rx_bytes_per_second: r.pcie_rx_bytes_per_second,
-    }
-}
-
 const MIB: f64 = 1024.0 * 1024.0;
 
 fn mib(v: Option<u64>) -> Value {
@@ -96,14 +47,12 @@ fn pct(ratio: f64) -> Value {
     Value::Int((ratio * 100.0).round() as i64)
 }
 
-/// The value of `field` for a GPU: `reading` is `None` when it is lost (every reading blank);
-/// `nvlink_rate` is `(tx, rx)` bytes per second over the last second.
+/// The value of `field` for a GPU: `reading` is `None` when it is lost (every reading blank).
 pub fn value(
     field: u16,
     g: &GpuStatic,
     driver_version: &str,
     reading: Option<&GpuReading>,
-    nvlink_rate: (f64, f64),
 ) -> Value {
     match field {
         id::DRIVER_VERSION => return Value::Str(driver_version.to_string()),
@@ -119,7 +68,7 @@ pub fn value(
         Value::Blank(b'i')
     };
     let Some(r) = reading else { return blank };
-    let p = profile(r);
+    let p = profile(g, r);
     match field {
         id::SM_CLOCK => Value::Int((r.clocks.sm_hz / 1e6).round() as i64),
         id::MEM_CLOCK => Value::Int((r.clocks.memory_hz / 1e6).round() as i64),
@@ -159,50 +108,8 @@ pub fn value(
         id::PROF_PIPE_FP16_ACTIVE => Value::Double(p.fp16_active),
         id::PROF_PCIE_TX_BYTES => Value::Double(p.pcie_tx_bytes_per_second),
         id::PROF_PCIE_RX_BYTES => Value::Double(p.pcie_rx_bytes_per_second),
-        id::PROF_NVLINK_TX_BYTES if g.nvlink_count > 0 => Value::Double(nvlink_rate.0),
-        id::PROF_NVLINK_RX_BYTES if g.nvlink_count > 0 => Value::Double(nvlink_rate.1),
+        id::PROF_NVLINK_TX_BYTES => p.nvlink_tx_bytes_per_second.map_or(blank, Value::Double),
+        id::PROF_NVLINK_RX_BYTES => p.nvlink_rx_bytes_per_second.map_or(blank, Value::Double),
         _ => blank,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-    use dgx_pixels_sim::{GpuState, Node, Scenario};
-    use std::time::Duration;
-
-    #[test]
-    fn profiling_is_coherent_with_utilization_over_a_whole_workload_cycle() {
-        let mut node = Node::new(Scenario::builtin("dgx-h100").unwrap());
-        let (mut tensor_seen, mut idle_tensor_seen) = (false, false);
-        for s in (0..480).step_by(3) {
-            let Some(GpuState::Ok(r)) = node.reading(0, Duration::from_secs(s)) else {
-                panic!()
-            };
-            let p = profile(&r);
-            assert!(p.sm_active <= p.gr_engine_active, "{p:?}");
-            assert!(p.sm_occupancy <= p.sm_active);
-            assert!(p.tensor_active <= p.sm_active);
-            for v in [
-                p.gr_engine_active,
-                p.sm_active,
-                p.dram_active,
-                p.fp32_active,
-            ] {
-                assert!((0.0..=1.0).contains(&v));
-            }
-            if r.utilization_ratio < TENSOR_WORKLOAD_UTILIZATION {
-                assert_eq!(p.tensor_active, 0.0, "tensor idle outside tensor work");
-                idle_tensor_seen = true;
-            } else {
-                assert!(p.tensor_active > 0.0);
-                tensor_seen = true;
-            }
-        }
-        assert!(
-            tensor_seen && idle_tensor_seen,
-            "the cycle has both kinds of phase"
-        );
     }
 }

@@ -31,8 +31,10 @@
 //!   lacks (memory temperature, fans, framebuffer on unified memory, NVLink without links, any
 //!   reading of a lost GPU) answers its blank sentinel + 2 (NOT_SUPPORTED), never 0.
 //! - Watches of profiling fields need an update interval of at least 100 ms (`BADPARAM` below).
-//! - Profiling values are derived from the simulator ([`fields::profile`]): SM active is never
-//!   above graphics engine active, tensor and FP16 pipes are busy only under a tensor workload.
+//! - Profiling values are the simulator's profiling model ([`dgx_pixels_sim::profile`], the
+//!   values the exporter's simulated node serves too): SM active is never above graphics engine
+//!   active, tensor and FP16 pipes are busy only under a tensor workload, NVLink rates are the
+//!   simulated links' rates.
 //!
 //! # Its own statement of the ABI
 //!
@@ -413,14 +415,13 @@ dcgm_fn! {
                 return Err(code::VER_MISMATCH);
             }
             lib.connection(handle)?;
-            let rates = fields.iter().any(|f| matches!(*f, 1011 | 1012));
             let blank_fields = lib.config.blank_fields.clone();
             let (stalled, stall_after) = (lib.config.stalled_fields.clone(), lib.config.stall_after);
             let driver = lib.node.driver_version().to_string();
             for (e, pair) in entities.iter().enumerate() {
                 let gpu = pair.entityId as usize;
                 let known = pair.entityGroupId == DCGM_FE_GPU && gpu < lib.node.gpu_count();
-                let (state, rate) = if known { lib.gpu_state(gpu, rates) } else { (None, (0.0, 0.0)) };
+                let state = if known { lib.gpu_state(gpu) } else { None };
                 let reading = state.as_ref().and_then(|s| s.ok());
                 let c = lib.connection(handle)?;
                 let watched: Vec<bool> =
@@ -449,7 +450,7 @@ dcgm_fn! {
                         out.status = code::BADPARAM;
                         continue;
                     };
-                    let v = fields::value(*field, g, &driver, reading, rate);
+                    let v = fields::value(*field, g, &driver, reading);
                     let v = if blank_fields.contains(field) {
                         match v {
                             Value::Str(_) => Value::Blank(b's'),

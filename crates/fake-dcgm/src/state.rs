@@ -102,8 +102,6 @@ pub struct Library {
     pub config: Config,
     /// The simulated node, read at the scenario time.
     pub node: Node,
-    /// The same node read one second earlier (NVLink byte rates); moving forward only.
-    pub lagged: Node,
     /// When `dcgmInit` loaded it.
     pub loaded_at: Instant,
     /// Open connections by handle.
@@ -118,7 +116,6 @@ impl Library {
         let node = Node::new(scenario);
         Ok(Library {
             config,
-            lagged: node.clone(),
             node,
             loaded_at: Instant::now(),
             connections: HashMap::new(),
@@ -164,32 +161,10 @@ impl Library {
         Ok(c)
     }
 
-    /// GPU `index`'s state now (and its NVLink rates over the last second when asked for).
-    pub fn gpu_state(&mut self, index: usize, rates: bool) -> (Option<GpuState>, (f64, f64)) {
+    /// GPU `index`'s state now.
+    pub fn gpu_state(&mut self, index: usize) -> Option<GpuState> {
         let t = self.now();
-        let state = self.node.reading(index, t);
-        let mut rate = (0.0, 0.0);
-        if rates {
-            let earlier = t.saturating_sub(Duration::from_secs(1));
-            let span = (t - earlier).as_secs_f64();
-            if let (Some(GpuState::Ok(now)), Some(GpuState::Ok(then))) =
-                (&state, self.lagged.reading(index, earlier))
-            {
-                if span > 0.0 {
-                    rate = (
-                        now.nvlink_tx_bytes_total
-                            .saturating_sub(then.nvlink_tx_bytes_total)
-                            as f64
-                            / span,
-                        now.nvlink_rx_bytes_total
-                            .saturating_sub(then.nvlink_rx_bytes_total)
-                            as f64
-                            / span,
-                    );
-                }
-            }
-        }
-        (state, rate)
+        self.node.reading(index, t)
     }
 }
 

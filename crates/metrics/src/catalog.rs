@@ -156,7 +156,8 @@ impl Metric {
     }
 }
 
-// Sources: "nvml", "dcgm", "probes" (CUDA probes), "sim" (the simulated node), "textfile",
+// Sources: "nvml", "dcgm", "probes" (CUDA probes, or simulated ones on a simulated node), "sim"
+// (the simulated node, DCGM profiling included), "textfile",
 // "kubernetes" and "hpc" (attribution, see `attribution`) and "exporter" (the daemon itself,
 // including the [cost] settings).
 define_catalog! {
@@ -256,25 +257,25 @@ define_catalog! {
         "Memory in use in the MIG instance.";
     MigMemoryTotal => Gauge Bytes "dgx_pixels_mig_memory_total_bytes" ["gpu", "uuid", "gpu_instance", "compute_instance", "mig_profile"] ["nvml", "sim"]
         "Memory of the MIG instance.";
-    GpuGraphicsEngineActive => Gauge Ratio "dgx_pixels_gpu_graphics_engine_active_ratio" ["gpu", "uuid"] ["dcgm"]
+    GpuGraphicsEngineActive => Gauge Ratio "dgx_pixels_gpu_graphics_engine_active_ratio" ["gpu", "uuid"] ["dcgm", "sim"]
         "Fraction of time a graphics or compute context was active on the GPU (DCGM profiling, DCGM_FI_PROF_GR_ENGINE_ACTIVE).";
-    GpuSmActive => Gauge Ratio "dgx_pixels_gpu_sm_active_ratio" ["gpu", "uuid"] ["dcgm"]
+    GpuSmActive => Gauge Ratio "dgx_pixels_gpu_sm_active_ratio" ["gpu", "uuid"] ["dcgm", "sim"]
         "Fraction of time at least one warp was resident on an SM, averaged over all SMs (DCGM profiling).";
-    GpuSmOccupancy => Gauge Ratio "dgx_pixels_gpu_sm_occupancy_ratio" ["gpu", "uuid"] ["dcgm"]
+    GpuSmOccupancy => Gauge Ratio "dgx_pixels_gpu_sm_occupancy_ratio" ["gpu", "uuid"] ["dcgm", "sim"]
         "Resident warps relative to the maximum an SM can hold, averaged over all SMs (DCGM profiling).";
-    GpuTensorPipeActive => Gauge Ratio "dgx_pixels_gpu_tensor_pipe_active_ratio" ["gpu", "uuid"] ["dcgm"]
+    GpuTensorPipeActive => Gauge Ratio "dgx_pixels_gpu_tensor_pipe_active_ratio" ["gpu", "uuid"] ["dcgm", "sim"]
         "Fraction of cycles the tensor (HMMA/IMMA) pipes were active (DCGM profiling).";
-    GpuDramActive => Gauge Ratio "dgx_pixels_gpu_dram_active_ratio" ["gpu", "uuid"] ["dcgm"]
+    GpuDramActive => Gauge Ratio "dgx_pixels_gpu_dram_active_ratio" ["gpu", "uuid"] ["dcgm", "sim"]
         "Fraction of cycles the device memory interface was sending or receiving data (DCGM profiling).";
-    GpuFp64PipeActive => Gauge Ratio "dgx_pixels_gpu_fp64_pipe_active_ratio" ["gpu", "uuid"] ["dcgm"]
+    GpuFp64PipeActive => Gauge Ratio "dgx_pixels_gpu_fp64_pipe_active_ratio" ["gpu", "uuid"] ["dcgm", "sim"]
         "Fraction of cycles the FP64 pipes were active (DCGM profiling).";
-    GpuFp32PipeActive => Gauge Ratio "dgx_pixels_gpu_fp32_pipe_active_ratio" ["gpu", "uuid"] ["dcgm"]
+    GpuFp32PipeActive => Gauge Ratio "dgx_pixels_gpu_fp32_pipe_active_ratio" ["gpu", "uuid"] ["dcgm", "sim"]
         "Fraction of cycles the FP32 pipes were active (DCGM profiling).";
-    GpuFp16PipeActive => Gauge Ratio "dgx_pixels_gpu_fp16_pipe_active_ratio" ["gpu", "uuid"] ["dcgm"]
+    GpuFp16PipeActive => Gauge Ratio "dgx_pixels_gpu_fp16_pipe_active_ratio" ["gpu", "uuid"] ["dcgm", "sim"]
         "Fraction of cycles the FP16 pipes were active (DCGM profiling).";
-    NvlinkTransmitRate => Gauge BytesPerSecond "dgx_pixels_nvlink_transmit_bytes_per_second" ["gpu", "uuid"] ["dcgm"]
+    NvlinkTransmitRate => Gauge BytesPerSecond "dgx_pixels_nvlink_transmit_bytes_per_second" ["gpu", "uuid"] ["dcgm", "sim"]
         "Data transmitted over all NVLinks of the GPU, headers included, per second (DCGM profiling).";
-    NvlinkReceiveRate => Gauge BytesPerSecond "dgx_pixels_nvlink_receive_bytes_per_second" ["gpu", "uuid"] ["dcgm"]
+    NvlinkReceiveRate => Gauge BytesPerSecond "dgx_pixels_nvlink_receive_bytes_per_second" ["gpu", "uuid"] ["dcgm", "sim"]
         "Data received over all NVLinks of the GPU, headers included, per second (DCGM profiling).";
     SourceUp => Gauge None "dgx_pixels_source_up" ["source"] ["exporter"]
         "1 when the source's last poll succeeded within its deadline, else 0 (its series are then omitted).";

@@ -123,6 +123,14 @@ pub trait Backend: Send {
     fn discover(&mut self) -> Result<Vec<GpuId>, ProbeError>;
     /// Runs one probe on one GPU and returns its measured values.
     fn run(&mut self, gpu: &GpuId, kind: ProbeKind) -> Result<Vec<f64>, ProbeError>;
+
+    /// How long the last [`Backend::run`] held the GPU, where the backend knows it better than
+    /// the wall clock around the call: a simulated GPU answers at once but models the time a
+    /// real run takes, which sets the pause before the next probe (the duty cycle) and the
+    /// duration histogram. `None` (the default): the wall time of the call.
+    fn held_for(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// The CUDA backend: opens the GPU, runs 1 warm-up and 3 measured iterations, releases it.
@@ -279,7 +287,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         }
         let t0 = Instant::now();
         let result = self.backend.run(&g.id, kind);
-        let took = t0.elapsed();
+        let took = self.backend.held_for().unwrap_or_else(|| t0.elapsed());
         g.busy += took;
         g.durations
             .entry(kind)
@@ -316,7 +324,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         }
         g.next_probe = (g.next_probe + 1) % probes.len();
         let pause = took.div_f64(self.settings.duty_cycle);
-        g.next_due = Instant::now() + pause;
+        g.next_due = t0 + took.max(t0.elapsed()) + pause;
     }
 
     fn samples(&self, now: Instant) -> Vec<Sample> {

@@ -28,6 +28,12 @@
 //! thermal throttle reasons are set above the GPU's maximum operating and slowdown temperatures.
 //! The same scenario and time always give the same reading, whatever was queried before.
 //!
+//! Two models derive from a reading, so they stay coherent with it: [`profile`] gives what
+//! DCGM's profiling fields would report (SM activity, occupancy, pipe and DRAM activity, link
+//! rates), and [`Node::benchmark`] what the exporter's CUDA probes would measure (GEMM
+//! throughput following the clock a full load would get, copy bandwidth following the memory
+//! and the PCIe link, launch latency), in [`bench`].
+//!
 //! Some built-in scenarios also play an image-generation service on some of their GPUs
 //! ([`ImageGeneration`], in [`imagegen`]); its throughput and latency follow the GPU's power and
 //! clocks.
@@ -61,17 +67,21 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod bench;
 mod error;
 pub mod imagegen;
 mod locate;
 mod node;
 mod noise;
+pub mod profile;
 pub mod scenario;
 mod types;
 
+pub use bench::{Benchmark, BenchmarkError, BenchmarkRun, Precision, Transfer};
 pub use error::ScenarioError;
 pub use imagegen::ImageGeneration;
 pub use node::{Node, STEP};
+pub use profile::{profile, Profile};
 pub use scenario::{Scenario, BUILTIN_SCENARIOS, MAX_GPUS, XID_GPU_LOST};
 pub use types::{
     Clocks, EccCounts, GpuReading, GpuState, GpuStatic, MigInstance, MigReading, PcieLink,

@@ -370,6 +370,21 @@ impl GpuSim {
         ((sw - hw).max(MIN_CLOCK_FACTOR), true, temperature > sd)
     }
 
+    /// The SM clock at full load and `temperature`: what [`GpuSim::eval`] gives at utilization 1,
+    /// without the power controller's wobble.
+    fn full_load_sm_clock(&self, temperature: f64) -> f64 {
+        let m = &self.model;
+        let (thermal, _, _) = self.thermal_factor(temperature);
+        let dynamic = (m.max_power - m.idle_power).max(0.0) * thermal;
+        let cap = if m.idle_power + dynamic > m.power_limit && dynamic > 0.0 {
+            ((m.power_limit - m.idle_power) / dynamic).clamp(0.0, 1.0)
+        } else {
+            1.0
+        };
+        let scale = (thermal * cap).clamp(0.0, 1.0);
+        m.idle_clocks.sm_hz + (m.max_clocks.sm_hz - m.idle_clocks.sm_hz) * scale
+    }
+
     fn eval(&self, step: u64, temperature: f64) -> StepEval {
         let m = &self.model;
         let (seed, g) = (self.seed, self.index);
@@ -607,6 +622,9 @@ impl GpuSim {
                 .state
                 .nvlink_rx
                 .saturating_add((e.nvlink_rx * partial) as u64),
+            nvlink_tx_bytes_per_second: e.nvlink_tx,
+            nvlink_rx_bytes_per_second: e.nvlink_rx,
+            full_load_sm_clock_hz: self.full_load_sm_clock(temperature),
             mig,
             encoder_utilization_ratio: 0.0,
             decoder_utilization_ratio: 0.0,

@@ -68,6 +68,9 @@ struct RawScenario {
     phases: Vec<RawPhase>,
     #[serde(default)]
     faults: Vec<RawFault>,
+    /// Kept as written: its keys are the exporter's `[cost]` settings, checked there.
+    #[serde(default)]
+    cost: Option<toml::Table>,
 }
 
 #[derive(Deserialize)]
@@ -329,6 +332,7 @@ pub struct Scenario {
     /// Sorted by start time (stable).
     pub(crate) phases: Vec<Phase>,
     pub(crate) faults: Vec<Fault>,
+    cost: Option<toml::Table>,
 }
 
 impl Scenario {
@@ -405,6 +409,12 @@ impl Scenario {
     /// Static facts of every GPU, by index.
     pub fn gpus(&self) -> &[GpuStatic] {
         &self.gpus
+    }
+
+    /// The `[cost]` table as written, if the scenario has one: the same keys as the exporter's
+    /// config file `[cost]`, which checks them.
+    pub fn cost(&self) -> Option<&toml::Table> {
+        self.cost.as_ref()
     }
 
     /// Period after which the workload phases start over, if they repeat.
@@ -1252,6 +1262,7 @@ fn validate(ctx: &Ctx<'_>, raw: RawScenario) -> Result<Scenario, ScenarioError> 
         models,
         phases,
         faults,
+        cost: raw.cost,
     })
 }
 

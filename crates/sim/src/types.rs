@@ -219,6 +219,15 @@ pub struct GpuReading {
     pub nvlink_tx_bytes_total: u64,
     /// Bytes received over all NVLinks since scenario start (0 without NVLink).
     pub nvlink_rx_bytes_total: u64,
+    /// NVLink transmit rate now, bytes per second (the rate the total grows at; 0 without
+    /// NVLink).
+    pub nvlink_tx_bytes_per_second: f64,
+    /// NVLink receive rate now, bytes per second (0 without NVLink).
+    pub nvlink_rx_bytes_per_second: f64,
+    /// SM clock the GPU would run at under full load now, hertz: its maximum, reduced by the
+    /// thermal slowdown its temperature causes and by the power cap a full load would meet.
+    /// What a benchmark started now would get (see [`crate::bench`]).
+    pub full_load_sm_clock_hz: f64,
     /// One entry per MIG instance; empty when the GPU is not in MIG mode.
     pub mig: Vec<MigReading>,
     /// Fraction of time the video encoder was busy, 0..1 (the modelled workloads do no video).

@@ -1056,3 +1056,12 @@ fn discrete_parts_have_bar1_and_a_pcie_link_unified_memory_parts_do_not() {
     assert_eq!(s.gpu(0).unwrap().pcie_link, None);
     assert_eq!(ok(&mut s, 0, 10.0).bar1_used_bytes, None);
 }
+
+#[test]
+fn a_scenario_may_carry_a_cost_table_kept_as_written() {
+    let h100 = Scenario::builtin("dgx-h100").unwrap();
+    let cost = h100.cost().expect("dgx-h100 has an example price");
+    assert_eq!(cost.get("currency").and_then(|v| v.as_str()), Some("USD"));
+    assert!(cost.contains_key("electricity_price_per_kwh"));
+    assert!(Scenario::builtin("dgx-a100-mig").unwrap().cost().is_none());
+}

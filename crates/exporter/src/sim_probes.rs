@@ -1,0 +1,251 @@
+//! The `probes` collector of a simulated node: the real probe scheduler
+//! ([`ProbeSource`]: the same politeness rules, cadence, families and labels as on hardware)
+//! over a backend that asks the simulator what each probe would measure
+//! ([`Node::benchmark`]), and the simulator's utilization to decide which GPUs are busy.
+//!
+//! A simulated run answers at once but reports the time a real one holds the GPU
+//! ([`Backend::held_for`]), so the duty cycle and the duration histogram are those of real
+//! probes. GPUs in MIG mode are not probed (a probe would need a MIG instance of its own); a
+//! lost GPU has no utilization reading and is skipped, as on hardware.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use dgx_pixels_probes::scheduler::{Backend, GpuId, ProbeSource, UtilizationView};
+use dgx_pixels_probes::{ProbeError, ProbeKind};
+use dgx_pixels_sim::{Benchmark, BenchmarkError, GpuState, Node, Precision, Transfer};
+
+use crate::config::Settings;
+
+/// The simulated node the backend and the utilization view share, and when its time started.
+struct Shared {
+    node: Node,
+    started: Instant,
+    /// GPU index by UUID.
+    index: HashMap<String, usize>,
+}
+
+impl Shared {
+    fn now(&self) -> Duration {
+        self.started.elapsed()
+    }
+}
+
+type Handle = Arc<Mutex<Shared>>;
+
+fn lock(h: &Handle) -> std::sync::MutexGuard<'_, Shared> {
+    h.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The benchmark a probe runs.
+pub fn benchmark(kind: ProbeKind) -> Benchmark {
+    match kind {
+        ProbeKind::GemmBf16 => Benchmark::Gemm(Precision::Bf16),
+        ProbeKind::GemmFp16 => Benchmark::Gemm(Precision::Fp16),
+        ProbeKind::GemmTf32 => Benchmark::Gemm(Precision::Tf32),
+        ProbeKind::GemmFp32 => Benchmark::Gemm(Precision::Fp32),
+        ProbeKind::GemmFp64 => Benchmark::Gemm(Precision::Fp64),
+        ProbeKind::CopyD2D => Benchmark::Copy(Transfer::DeviceToDevice),
+        ProbeKind::CopyH2D => Benchmark::Copy(Transfer::HostToDevice),
+        ProbeKind::CopyD2H => Benchmark::Copy(Transfer::DeviceToHost),
+        ProbeKind::LaunchLatency => Benchmark::LaunchLatency,
+    }
+}
+
+/// Runs probes on the simulator.
+pub struct SimBackend {
+    shared: Handle,
+    held: Option<Duration>,
+}
+
+impl Backend for SimBackend {
+    fn discover(&mut self) -> Result<Vec<GpuId>, ProbeError> {
+        let s = lock(&self.shared);
+        Ok((0..s.node.gpu_count())
+            .filter_map(|i| s.node.gpu(i))
+            .filter(|g| g.mig.is_none())
+            .map(|g| GpuId {
+                ordinal: g.index as usize,
+                uuid: g.uuid.clone(),
+                model: g.name.clone(),
+            })
+            .collect())
+    }
+
+    fn run(&mut self, gpu: &GpuId, kind: ProbeKind) -> Result<Vec<f64>, ProbeError> {
+        let mut s = lock(&self.shared);
+        let t = s.now();
+        self.held = None;
+        match s.node.benchmark(gpu.ordinal, t, benchmark(kind)) {
+            Ok(run) => {
+                self.held = Some(run.held);
+                Ok(run.values)
+            }
+            Err(e @ BenchmarkError::NoRates { .. }) => Err(ProbeError::Unavailable(e.to_string())),
+            Err(e) => Err(ProbeError::Cuda(e.to_string())),
+        }
+    }
+
+    fn held_for(&self) -> Option<Duration> {
+        self.held
+    }
+}
+
+/// The simulator's utilization of a GPU now, by UUID; none for a lost GPU.
+pub struct SimUtilization(Handle);
+
+impl UtilizationView for SimUtilization {
+    fn lookup(&self, uuid: &str) -> Option<(String, f64)> {
+        let mut s = lock(&self.0);
+        let i = *s.index.get(uuid)?;
+        let t = s.now();
+        match s.node.reading(i, t)? {
+            GpuState::Ok(r) => Some((i.to_string(), r.utilization_ratio)),
+            GpuState::Lost { .. } => None,
+        }
+    }
+}
+
+/// The simulated probes source over `node`, whose scenario time started at `started` (the
+/// simulated node's own start, so both read the same moment).
+pub fn source(
+    settings: &Settings,
+    node: Node,
+    started: Instant,
+) -> anyhow::Result<ProbeSource<SimBackend, SimUtilization>> {
+    let schedule = settings.probes.schedule()?;
+    let index = (0..node.gpu_count())
+        .filter_map(|i| Some((node.gpu(i)?.uuid.clone(), i)))
+        .collect();
+    let shared = Arc::new(Mutex::new(Shared {
+        node,
+        started,
+        index,
+    }));
+    let backend = SimBackend {
+        shared: Arc::clone(&shared),
+        held: None,
+    };
+    Ok(ProbeSource::new(backend, SimUtilization(shared), schedule)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dgx_pixels_metrics::{Metric, Sample, Source};
+    use dgx_pixels_sim::Scenario;
+
+    fn settings(toml: &str) -> Settings {
+        use std::io::Write;
+        let mut f = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+        f.write_all(toml.as_bytes()).unwrap();
+        let cli = crate::cli::parse_from(["x", "--config.file", f.path().to_str().unwrap()]);
+        crate::config::resolve(&cli.unwrap(), []).unwrap()
+    }
+
+    fn node(name: &str) -> Node {
+        Node::new(Scenario::builtin(name).unwrap())
+    }
+
+    fn find<'a>(out: &'a [Sample], m: Metric, labels: &[&str]) -> Option<&'a Sample> {
+        out.iter()
+            .find(|s| s.metric == m && labels.iter().zip(&s.labels).all(|(a, b)| a == b))
+    }
+
+    #[test]
+    fn busy_gpus_are_left_alone_as_on_hardware() {
+        // dgx-h100 trains on every GPU: every probe is skipped as busy.
+        let mut s = source(&settings(""), node("dgx-h100"), Instant::now()).unwrap();
+        for _ in 0..8 {
+            s.poll().unwrap();
+        }
+        let out = s.poll().unwrap();
+        assert!(out.iter().all(|x| x.metric != Metric::ProbeGemm));
+        let skipped = out.iter().find(|x| {
+            x.metric == Metric::ProbeRuns
+                && x.labels[0] == "0"
+                && x.labels[2] == "gemm_bf16"
+                && x.labels[3] == "skipped_busy"
+        });
+        assert_eq!(skipped.map(|x| x.value), Some(1.0));
+    }
+
+    #[test]
+    fn probes_measure_what_the_simulator_says_at_the_pace_of_real_ones() {
+        // With busy GPUs allowed, each GPU is probed in turn, one probe per poll.
+        let cfg = settings("[probes]\nbusy_threshold = 1.0\nprobes = \"gemm_bf16,copy_h2d\"\n");
+        let started = Instant::now() - Duration::from_secs(60);
+        let mut s = source(&cfg, node("dgx-h100"), started).unwrap();
+        let mut out = Vec::new();
+        for _ in 0..8 {
+            out = s.poll().unwrap();
+        }
+        let mut n = node("dgx-h100");
+        for gpu in 0..8 {
+            let label = gpu.to_string();
+            let uuid = n.gpu(gpu).unwrap().uuid.clone();
+            let served = find(&out, Metric::ProbeGemm, &[&label, &uuid, "gemm_bf16"])
+                .unwrap_or_else(|| panic!("GPU {gpu} probed: {out:?}"))
+                .value;
+            // The median of the simulator's values around the poll's moment.
+            let want = n
+                .benchmark(gpu, started.elapsed(), benchmark(ProbeKind::GemmBf16))
+                .unwrap()
+                .values;
+            let lo = want.iter().copied().fold(f64::MAX, f64::min) * 0.95;
+            let hi = want.iter().copied().fold(0.0, f64::max) * 1.05;
+            assert!((lo..=hi).contains(&served), "{lo} <= {served} <= {hi}");
+            let fraction = find(
+                &out,
+                Metric::ProbePeakFraction,
+                &[&label, &uuid, "gemm_bf16"],
+            )
+            .unwrap()
+            .value;
+            assert!((0.3..0.9).contains(&fraction), "{fraction}");
+        }
+        // The simulated run held the GPU for the modelled time: the histogram has it, and the
+        // next probe of a GPU waits held / duty cycle (330 ms / 0.005 = 66 s).
+        let sum = out
+            .iter()
+            .find(|x| x.metric == Metric::ProbeDuration && x.labels[0] == "0")
+            .map(|x| x.value);
+        assert!(sum.is_some());
+        let again = s.poll().unwrap();
+        assert!(
+            find(&again, Metric::ProbeBandwidth, &["0"]).is_none(),
+            "not due yet"
+        );
+    }
+
+    #[test]
+    fn mig_gpus_are_not_probed_and_lost_gpus_are_skipped() {
+        let mut s = source(&settings(""), node("dgx-a100-mig"), Instant::now()).unwrap();
+        let gpus = s_gpus(&mut s);
+        assert_eq!(gpus, ["2", "3", "4", "5", "6", "7"]);
+        let started = Instant::now() - Duration::from_secs(40);
+        let mut s = source(&settings(""), node("fault-gpu-lost"), started).unwrap();
+        for _ in 0..8 {
+            s.poll().unwrap();
+        }
+        let out = s.poll().unwrap();
+        let lost = out.iter().find(|x| {
+            x.metric == Metric::ProbeRuns
+                && x.labels[0] == "3"
+                && x.labels[3] == "skipped_no_utilization"
+        });
+        assert_eq!(lost.map(|x| x.value), Some(1.0));
+    }
+
+    fn s_gpus(s: &mut ProbeSource<SimBackend, SimUtilization>) -> Vec<String> {
+        let out = s.poll().unwrap();
+        let mut gpus: Vec<String> = out
+            .iter()
+            .filter(|x| x.metric == Metric::ProbeRuns)
+            .map(|x| x.labels[0].clone())
+            .collect();
+        gpus.dedup();
+        gpus
+    }
+}
