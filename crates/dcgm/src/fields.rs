@@ -565,6 +565,43 @@ mod tests {
     }
 
     #[test]
+    fn errors_keep_their_messages() {
+        let csv = |text: &str| parse_field_list(text, "f.csv").unwrap_err().to_string();
+        assert_eq!(
+            csv("DCGM_FI_DEV_SM_CLOCK\n"),
+            "field list f.csv:1: expected `DCGM_FI_NAME, type, help`, got \"DCGM_FI_DEV_SM_CLOCK\""
+        );
+        assert_eq!(
+            csv("\nDCGM_FI_DEV_SM_CLOCK, histogram, x\n"),
+            "field list f.csv:2: type \"histogram\" of DCGM_FI_DEV_SM_CLOCK; expected gauge, counter or label"
+        );
+        assert_eq!(
+            csv("sm_clock, gauge, x\n"),
+            "field list f.csv:1: \"sm_clock\" is not a DCGM field name (DCGM_FI_...)"
+        );
+        assert_eq!(csv("# none\n"), "field list f.csv: no usable DCGM field");
+        let family = |name: &str, kind: Kind, help: &str| {
+            ExtraFamily::new(name, kind, help).unwrap_err().to_string()
+        };
+        assert_eq!(
+            family("foo", Kind::Gauge, ""),
+            "\"foo\" is not a valid dgx_pixels_ metric name"
+        );
+        assert_eq!(
+            family("dgx_pixels_source_poll_errors_total", Kind::Counter, ""),
+            "dgx_pixels_source_poll_errors_total is already a catalog metric"
+        );
+        assert_eq!(
+            family("dgx_pixels_x", Kind::Counter, ""),
+            "dgx_pixels_x: counters and only counters end in _total"
+        );
+        assert_eq!(
+            family("dgx_pixels_x", Kind::Gauge, "a\\b"),
+            "dgx_pixels_x: help must be one line without backslashes"
+        );
+    }
+
+    #[test]
     fn bad_lines_name_file_and_line() {
         for (text, want) in [
             ("DCGM_FI_DEV_SM_CLOCK\n", "f.csv:1: expected"),

@@ -226,4 +226,32 @@ mod tests {
             assert!(err.starts_with(k), "{err}");
         }
     }
+
+    #[test]
+    fn errors_keep_their_messages() {
+        for (k, v, want) in [
+            (
+                "FAKE_DCGM_BLANK_FIELDS",
+                "1,x",
+                "FAKE_DCGM_BLANK_FIELDS=\"1,x\": expected field ids, comma separated",
+            ),
+            (
+                "FAKE_DCGM_PROFILING",
+                "maybe",
+                "FAKE_DCGM_PROFILING=\"maybe\": expected supported, unsupported or requires_root",
+            ),
+            (
+                "FAKE_DCGM_CONNECTION_LOSS",
+                "5",
+                "FAKE_DCGM_CONNECTION_LOSS=\"5\": expected FROM:TO in seconds",
+            ),
+            (
+                "FAKE_DCGM_FIELD_VALUE_VERSION",
+                "zz",
+                "FAKE_DCGM_FIELD_VALUE_VERSION=\"zz\": expected hex",
+            ),
+        ] {
+            assert_eq!(parse(&[(k, v)]).unwrap_err().to_string(), want);
+        }
+    }
 }

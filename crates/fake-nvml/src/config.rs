@@ -190,4 +190,32 @@ mod tests {
             assert!(err.starts_with(k), "{err}");
         }
     }
+
+    #[test]
+    fn errors_keep_their_messages() {
+        for (k, v, want) in [
+            (
+                "FAKE_NVML_TIME",
+                "x",
+                "FAKE_NVML_TIME=\"x\": expected a number of seconds",
+            ),
+            (
+                "FAKE_NVML_START",
+                "-1",
+                "FAKE_NVML_START=\"-1\": expected a number of seconds >= 0",
+            ),
+            (
+                "FAKE_NVML_UNINITIALIZED",
+                "3:1",
+                "FAKE_NVML_UNINITIALIZED=\"3:1\": TO must be after FROM",
+            ),
+            (
+                "FAKE_NVML_HANG_GPU",
+                "x",
+                "FAKE_NVML_HANG_GPU=\"x\": expected a GPU index",
+            ),
+        ] {
+            assert_eq!(parse(&[(k, v)]).unwrap_err().to_string(), want);
+        }
+    }
 }

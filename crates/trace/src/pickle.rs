@@ -339,4 +339,28 @@ mod tests {
         assert!(loads(&b[..20]).is_err());
         assert!(loads(b"\x80\x04c__builtin__\neval\n").is_err());
     }
+
+    #[test]
+    fn errors_say_what_and_at_which_byte() {
+        let cases: [(&[u8], &str); 8] = [
+            (b"", "truncated at byte 0 (needs 1 more bytes)"),
+            (b".", "stack underflow at byte 0"),
+            (b"Na", "append to a non-list at byte 1"),
+            (b"}NNNs", "setitem on a non-dict at byte 4"),
+            (b"Nh\x05", "memo 5 missing at byte 1"),
+            (b"Nr\xff\xff\xff\x7f", "memo index 2147483647 out of range"),
+            (b"\x80\x04K", "truncated at byte 3 (needs 1 more bytes)"),
+            (
+                b"\x80\x04c__builtin__\neval\n",
+                "unsupported pickle opcode 0x63 at byte 2 (a snapshot holds only dicts, lists, strings and numbers)",
+            ),
+        ];
+        for (b, want) in cases {
+            assert_eq!(loads(b).unwrap_err().to_string(), want, "{b:?}");
+        }
+        assert_eq!(
+            loads(b"Na").unwrap_err(),
+            PickleError::AppendToNonList { at: 1 }
+        );
+    }
 }
