@@ -18,7 +18,7 @@
 //!
 //! ```
 //! let err = dcgm_sys::open("/nonexistent/libdcgm.so.4").err().unwrap();
-//! assert!(err.contains("/nonexistent/libdcgm.so.4"));
+//! assert!(err.to_string().contains("/nonexistent/libdcgm.so.4"));
 //! ```
 
 #[allow(
@@ -148,22 +148,46 @@ impl DcgmLib {
 /// `RTLD_NOW | RTLD_GLOBAL`, as go-dcgm does, so the modules the host engine loads later can
 /// resolve symbols against it. Fails, naming the library, when it cannot be opened or lacks a
 /// required symbol.
-pub fn open(path: &str) -> Result<DcgmLib, String> {
+pub fn open(path: &str) -> Result<DcgmLib, OpenError> {
     use libloading::os::unix::Library;
+    let load = |source| OpenError::Load {
+        path: path.to_string(),
+        source,
+    };
     // SAFETY: loading runs the library's initialisers; DCGM's (and our fake's) are benign.
-    let lib = unsafe { Library::open(Some(path), libc::RTLD_NOW | libc::RTLD_GLOBAL) }
-        .map_err(|e| format!("cannot load {path}: {e}"))?;
+    let lib =
+        unsafe { Library::open(Some(path), libc::RTLD_NOW | libc::RTLD_GLOBAL) }.map_err(load)?;
     // SAFETY: every symbol is resolved with the signature our header declares for it.
-    let dcgm =
-        unsafe { DcgmLib::from_library(lib) }.map_err(|e| format!("cannot load {path}: {e}"))?;
+    let dcgm = unsafe { DcgmLib::from_library(lib) }.map_err(load)?;
     let missing = dcgm.missing_symbols();
     if !missing.is_empty() {
-        return Err(format!(
-            "{path} is not a usable DCGM library: missing {}",
-            missing.join(", ")
-        ));
+        return Err(OpenError::MissingSymbols {
+            path: path.to_string(),
+            missing,
+        });
     }
     Ok(dcgm)
+}
+
+/// Why [`open`] failed; the message names the library.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The loader could not open the file or resolve the symbol table.
+    #[error("cannot load {path}: {source}")]
+    Load {
+        /// The path or soname given to [`open`].
+        path: String,
+        /// The loader's error.
+        source: libloading::Error,
+    },
+    /// The library loaded but lacks functions this crate calls.
+    #[error("{path} is not a usable DCGM library: missing {}", missing.join(", "))]
+    MissingSymbols {
+        /// The path or soname given to [`open`].
+        path: String,
+        /// The missing symbols' names.
+        missing: Vec<&'static str>,
+    },
 }
 
 /// Whether an integer field value is one of DCGM's blank sentinels (no data, not found, not
@@ -202,6 +226,8 @@ mod tests {
     #[test]
     fn a_missing_library_is_named() {
         let err = open("/nonexistent/libdcgm.so.4").err();
-        assert!(err.is_some_and(|e| e.starts_with("cannot load /nonexistent/libdcgm.so.4")));
+        assert!(err.is_some_and(|e| e
+            .to_string()
+            .starts_with("cannot load /nonexistent/libdcgm.so.4")));
     }
 }

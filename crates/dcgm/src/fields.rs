@@ -146,26 +146,26 @@ pub struct ExtraFamily {
 impl ExtraFamily {
     /// A family, checked against the catalog's naming rules: a valid name under `dgx_pixels_`,
     /// no clash with a catalog row, `_total` on counters and only on them, a one-line help.
-    pub fn new(name: &str, kind: Kind, help: &str) -> Result<ExtraFamily, String> {
+    pub fn new(name: &str, kind: Kind, help: &str) -> Result<ExtraFamily, FamilyError> {
         let valid = name.starts_with("dgx_pixels_")
             && name
                 .chars()
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
         if !valid {
-            return Err(format!("{name:?} is not a valid dgx_pixels_ metric name"));
+            return Err(FamilyError::InvalidName(name.to_string()));
         }
         if CATALOG
             .iter()
             .any(|d| d.name == name || d.family_name() == name)
         {
-            return Err(format!("{name} is already a catalog metric"));
+            return Err(FamilyError::CatalogClash(name.to_string()));
         }
         if (kind == Kind::Counter) != name.ends_with("_total") {
-            return Err(format!("{name}: counters and only counters end in _total"));
+            return Err(FamilyError::TotalSuffix(name.to_string()));
         }
         let help = help.trim();
         if help.contains(['\n', '\\']) {
-            return Err(format!("{name}: help must be one line without backslashes"));
+            return Err(FamilyError::Help(name.to_string()));
         }
         Ok(ExtraFamily {
             name: name.to_string(),
@@ -177,6 +177,77 @@ impl ExtraFamily {
             },
         })
     }
+}
+
+/// Why a run-time family was refused ([`ExtraFamily::new`]); the message names the family.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FamilyError {
+    /// Not a metric name under `dgx_pixels_`.
+    #[error("{0:?} is not a valid dgx_pixels_ metric name")]
+    InvalidName(String),
+    /// The name is a catalog family or series.
+    #[error("{0} is already a catalog metric")]
+    CatalogClash(String),
+    /// A counter without `_total`, or a gauge with it.
+    #[error("{0}: counters and only counters end in _total")]
+    TotalSuffix(String),
+    /// The help text spans lines or holds a backslash.
+    #[error("{0}: help must be one line without backslashes")]
+    Help(String),
+}
+
+/// Why a field list was refused ([`parse_field_list`]); the message names the file and, for
+/// a bad line, the line number.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FieldListError {
+    /// A line without the `type` column.
+    #[error("field list {file}:{line}: expected `DCGM_FI_NAME, type, help`, got {text:?}")]
+    Malformed {
+        /// The file name given to the parser.
+        file: String,
+        /// 1-based line number.
+        line: usize,
+        /// The (trimmed) line.
+        text: String,
+    },
+    /// The first column is not a `DCGM_FI_` name.
+    #[error("field list {file}:{line}: {name:?} is not a DCGM field name (DCGM_FI_...)")]
+    NotAFieldName {
+        /// The file name given to the parser.
+        file: String,
+        /// 1-based line number.
+        line: usize,
+        /// The first column.
+        name: String,
+    },
+    /// The type column is not gauge, counter or label.
+    #[error("field list {file}:{line}: type {kind:?} of {name}; expected gauge, counter or label")]
+    UnknownType {
+        /// The file name given to the parser.
+        file: String,
+        /// 1-based line number.
+        line: usize,
+        /// The type column.
+        kind: String,
+        /// The field's name.
+        name: String,
+    },
+    /// The field's run-time family is refused.
+    #[error("field list {file}:{line}: {source}")]
+    Family {
+        /// The file name given to the parser.
+        file: String,
+        /// 1-based line number.
+        line: usize,
+        /// Why the family was refused.
+        source: FamilyError,
+    },
+    /// No line names a field this exporter can watch.
+    #[error("field list {file}: no usable DCGM field")]
+    Empty {
+        /// The file name given to the parser.
+        file: String,
+    },
 }
 
 /// Where a watched field's values go.
@@ -259,7 +330,7 @@ pub struct FieldList {
 /// known fields become `dgx_pixels_dcgm_*` families with the CSV's type and help. Names whose
 /// id this exporter does not know, and `label` rows, are skipped with a reason. Malformed lines
 /// are errors naming the file and line.
-pub fn parse_field_list(text: &str, file: &str) -> Result<FieldList, String> {
+pub fn parse_field_list(text: &str, file: &str) -> Result<FieldList, FieldListError> {
     let mut out = FieldList::default();
     for (i, raw) in text.lines().enumerate() {
         let line = raw.trim();
@@ -269,18 +340,25 @@ pub fn parse_field_list(text: &str, file: &str) -> Result<FieldList, String> {
         }
         let mut parts = line.splitn(3, ',');
         let name = parts.next().unwrap_or_default().trim();
-        let kind = parts.next().map(str::trim).ok_or_else(|| {
-            format!("field list {at}: expected `DCGM_FI_NAME, type, help`, got {line:?}")
-        })?;
+        let kind = parts
+            .next()
+            .map(str::trim)
+            .ok_or_else(|| FieldListError::Malformed {
+                file: file.to_string(),
+                line: i + 1,
+                text: line.to_string(),
+            })?;
         let help = parts.next().unwrap_or_default().trim();
         if !name.starts_with("DCGM_FI_")
             || !name
                 .chars()
                 .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
         {
-            return Err(format!(
-                "field list {at}: {name:?} is not a DCGM field name (DCGM_FI_...)"
-            ));
+            return Err(FieldListError::NotAFieldName {
+                file: file.to_string(),
+                line: i + 1,
+                name: name.to_string(),
+            });
         }
         let kind = match kind {
             "gauge" => Kind::Gauge,
@@ -292,9 +370,12 @@ pub fn parse_field_list(text: &str, file: &str) -> Result<FieldList, String> {
                 continue;
             }
             other => {
-                return Err(format!(
-                    "field list {at}: type {other:?} of {name}; expected gauge, counter or label"
-                ))
+                return Err(FieldListError::UnknownType {
+                    file: file.to_string(),
+                    line: i + 1,
+                    kind: other.to_string(),
+                    name: name.to_string(),
+                })
             }
         };
         let Some(known) = by_name(name) else {
@@ -319,15 +400,22 @@ pub fn parse_field_list(text: &str, file: &str) -> Result<FieldList, String> {
                 name: known.name,
                 profiling: known.profiling,
                 target: Target::Extra(Arc::new(
-                    ExtraFamily::new(&extra_name(name, kind), kind, help)
-                        .map_err(|e| format!("field list {at}: {e}"))?,
+                    ExtraFamily::new(&extra_name(name, kind), kind, help).map_err(|source| {
+                        FieldListError::Family {
+                            file: file.to_string(),
+                            line: i + 1,
+                            source,
+                        }
+                    })?,
                 )),
             },
         };
         out.fields.push(choice);
     }
     if out.fields.is_empty() {
-        return Err(format!("field list {file}: no usable DCGM field"));
+        return Err(FieldListError::Empty {
+            file: file.to_string(),
+        });
     }
     Ok(out)
 }
@@ -477,6 +565,43 @@ mod tests {
     }
 
     #[test]
+    fn errors_keep_their_messages() {
+        let csv = |text: &str| parse_field_list(text, "f.csv").unwrap_err().to_string();
+        assert_eq!(
+            csv("DCGM_FI_DEV_SM_CLOCK\n"),
+            "field list f.csv:1: expected `DCGM_FI_NAME, type, help`, got \"DCGM_FI_DEV_SM_CLOCK\""
+        );
+        assert_eq!(
+            csv("\nDCGM_FI_DEV_SM_CLOCK, histogram, x\n"),
+            "field list f.csv:2: type \"histogram\" of DCGM_FI_DEV_SM_CLOCK; expected gauge, counter or label"
+        );
+        assert_eq!(
+            csv("sm_clock, gauge, x\n"),
+            "field list f.csv:1: \"sm_clock\" is not a DCGM field name (DCGM_FI_...)"
+        );
+        assert_eq!(csv("# none\n"), "field list f.csv: no usable DCGM field");
+        let family = |name: &str, kind: Kind, help: &str| {
+            ExtraFamily::new(name, kind, help).unwrap_err().to_string()
+        };
+        assert_eq!(
+            family("foo", Kind::Gauge, ""),
+            "\"foo\" is not a valid dgx_pixels_ metric name"
+        );
+        assert_eq!(
+            family("dgx_pixels_source_poll_errors_total", Kind::Counter, ""),
+            "dgx_pixels_source_poll_errors_total is already a catalog metric"
+        );
+        assert_eq!(
+            family("dgx_pixels_x", Kind::Counter, ""),
+            "dgx_pixels_x: counters and only counters end in _total"
+        );
+        assert_eq!(
+            family("dgx_pixels_x", Kind::Gauge, "a\\b"),
+            "dgx_pixels_x: help must be one line without backslashes"
+        );
+    }
+
+    #[test]
     fn bad_lines_name_file_and_line() {
         for (text, want) in [
             ("DCGM_FI_DEV_SM_CLOCK\n", "f.csv:1: expected"),
@@ -490,7 +615,7 @@ mod tests {
             ),
             ("# only comments\n", "f.csv: no usable DCGM field"),
         ] {
-            let e = parse_field_list(text, "f.csv").unwrap_err();
+            let e = parse_field_list(text, "f.csv").unwrap_err().to_string();
             assert!(e.contains(want), "{text:?}: {e}");
         }
     }

@@ -49,7 +49,7 @@ use dcgm_sys::{
 };
 use dgx_pixels_metrics::{
     Backoff, ExternalFamilies, ExternalFamily, ExternalKind, ExternalSample, Kind, Metric,
-    PollError, Sample, Source,
+    PollError, PollErrorKind, Sample, Source,
 };
 use tracing::{debug, info, warn};
 
@@ -121,7 +121,7 @@ pub struct DcgmSource {
     announce_connect: bool,
     last_error: String,
     /// Kind of the last failure, repeated while backing off (the runner logs each new kind).
-    last_kind: &'static str,
+    last_kind: PollErrorKind,
     /// Messages already logged (each is said once).
     said: HashSet<String>,
     /// Series of field-list families outside the catalog, from the last poll.
@@ -169,7 +169,7 @@ impl DcgmSource {
             backoff: Backoff::new(),
             announce_connect: true,
             last_error: String::new(),
-            last_kind: "library_unavailable",
+            last_kind: PollErrorKind::LibraryUnavailable,
             said: HashSet::new(),
             extra: Vec::new(),
             stale_polls: 0,
@@ -224,11 +224,11 @@ impl DcgmSource {
                     self.library_name = name.clone();
                     return Ok(lib);
                 }
-                Err(e) => why.push(e),
+                Err(e) => why.push(e.to_string()),
             }
         }
         Err(PollError::new(
-            "library_unavailable",
+            PollErrorKind::LibraryUnavailable,
             format!(
                 "DCGM unavailable: {}; is DCGM (datacenter-gpu-manager) installed?",
                 why.join("; ")
@@ -248,8 +248,9 @@ impl DcgmSource {
             }
             Some(address) => {
                 let unix = address.starts_with('/');
-                let c = CString::new(address.as_str())
-                    .map_err(|_| PollError::new("config", "dcgm.hostengine contains a NUL byte"))?;
+                let c = CString::new(address.as_str()).map_err(|_| {
+                    PollError::new(PollErrorKind::Config, "dcgm.hostengine contains a NUL byte")
+                })?;
                 let mut params = dcgmConnectV2Params_t {
                     version: dcgm_sys::dcgmConnectV2Params_version2,
                     persistAfterDisconnect: 0,
@@ -266,7 +267,7 @@ impl DcgmSource {
                 Some(a) => format!("cannot connect to the DCGM host engine at {a}"),
             };
             return Err(PollError::new(
-                "connect_failed",
+                PollErrorKind::ConnectFailed,
                 format!("{what}: {}", self.err(rc)),
             ));
         }
@@ -295,9 +296,9 @@ impl DcgmSource {
     fn setup(&mut self, lib: &DcgmLib, s: &mut Session) -> Result<(), Fail> {
         let fail = |what: &str, rc: dcgmReturn_t, this: &DcgmSource| {
             let kind = if rc == dcgm_sys::DCGM_ST_CONNECTION_NOT_VALID {
-                "connection_lost"
+                PollErrorKind::ConnectionLost
             } else {
-                "setup_failed"
+                PollErrorKind::SetupFailed
             };
             PollError::new(kind, format!("DCGM {what} failed: {}", this.err(rc)))
         };
@@ -472,7 +473,7 @@ impl DcgmSource {
         let rc = unsafe { get(s.handle, &mut groups) };
         if rc == dcgm_sys::DCGM_ST_CONNECTION_NOT_VALID {
             return Err(PollError::new(
-                "connection_lost",
+                PollErrorKind::ConnectionLost,
                 format!("DCGM profiling query failed: {}", self.err(rc)),
             ));
         }
@@ -718,7 +719,10 @@ impl Source for DcgmSource {
             }
         }
         let Some(lib) = self.lib.clone() else {
-            return Err(PollError::new("library_unavailable", "DCGM not loaded"));
+            return Err(PollError::new(
+                PollErrorKind::LibraryUnavailable,
+                "DCGM not loaded",
+            ));
         };
         match self.read(&lib) {
             Ok((samples, stale_fields)) => {
@@ -729,17 +733,17 @@ impl Source for DcgmSource {
             }
             Err(code) => {
                 let kind = match code {
-                    dcgm_sys::DCGM_ST_CONNECTION_NOT_VALID => "connection_lost",
-                    dcgm_sys::DCGM_ST_VER_MISMATCH => "version_mismatch",
-                    _ => "read_failed",
+                    dcgm_sys::DCGM_ST_CONNECTION_NOT_VALID => PollErrorKind::ConnectionLost,
+                    dcgm_sys::DCGM_ST_VER_MISMATCH => PollErrorKind::VersionMismatch,
+                    _ => PollErrorKind::ReadFailed,
                 };
                 let message = match kind {
-                    "connection_lost" => format!(
+                    PollErrorKind::ConnectionLost => format!(
                         "lost the connection to the DCGM {}: {}; reconnecting with backoff",
                         self.where_(),
                         self.err(code)
                     ),
-                    "version_mismatch" => format!(
+                    PollErrorKind::VersionMismatch => format!(
                         "{} rejected our dcgmFieldValue_v2 version {:#010x} ({}): this DCGM uses another struct layout; DCGM 3.x and 4.x are supported",
                         self.library_name,
                         dcgm_sys::dcgmFieldValue_version2,

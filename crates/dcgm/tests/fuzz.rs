@@ -24,6 +24,7 @@ proptest! {
                 prop_assert_eq!(ids.len(), list.fields.len(), "a field listed twice");
             }
             Err(e) => {
+                let e = e.to_string();
                 prop_assert!(e.starts_with("field list fields.csv"), "{}", e);
                 prop_assert!(!e.contains('\n'), "{}", e);
             }

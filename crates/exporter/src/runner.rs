@@ -8,7 +8,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
-use dgx_pixels_metrics::{panic_message, PollError, Snapshot, SnapshotStore, Source, SourceHealth};
+use dgx_pixels_metrics::{
+    panic_message, PollError, PollErrorKind, Snapshot, SnapshotStore, Source, SourceHealth,
+};
 
 /// How often the watchdog looks for overrunning polls.
 const WATCHDOG_TICK: Duration = Duration::from_millis(100);
@@ -52,7 +54,7 @@ struct State {
     health: SourceHealth,
     poll_started: Option<Instant>,
     timed_out: bool,
-    last_error_kind: Option<&'static str>,
+    last_error_kind: Option<PollErrorKind>,
     /// Polls overrun their deadline since the last one that did not: said once, and
     /// "recovered" only when a poll fits its deadline again (not on each late answer).
     overrunning: bool,
@@ -264,7 +266,7 @@ fn run(
             |payload| {
                 let what = panic_message(&*payload);
                 Err(PollError::new(
-                    "panic",
+                    PollErrorKind::Panic,
                     format!("the poll panicked: {what}"),
                 ))
             },
@@ -322,9 +324,14 @@ fn run(
                     st.health.up = false;
                     // Say it once per distinct cause, not on every retry.
                     if st.last_error_kind != Some(e.kind) {
-                        tracing::warn!(source = slot.name, kind = e.kind, "{}", e.message);
+                        tracing::warn!(source = slot.name, kind = e.kind.as_str(), "{}", e.message);
                     } else {
-                        tracing::debug!(source = slot.name, kind = e.kind, "{}", e.message);
+                        tracing::debug!(
+                            source = slot.name,
+                            kind = e.kind.as_str(),
+                            "{}",
+                            e.message
+                        );
                     }
                     st.last_error_kind = Some(e.kind);
                     publish(slot, &st, store, Vec::new());
@@ -340,7 +347,7 @@ fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dgx_pixels_metrics::{EncodeOptions, Metric, PollError, Sample};
+    use dgx_pixels_metrics::{EncodeOptions, Metric, PollError, PollErrorKind, Sample};
     use std::sync::atomic::AtomicU32;
 
     struct Scripted {
@@ -358,7 +365,10 @@ mod tests {
                 std::thread::sleep(Duration::from_millis(600));
             }
             if n == 1 {
-                return Err(PollError::new("boom", "second poll fails"));
+                return Err(PollError::new(
+                    PollErrorKind::ReadFailed,
+                    "second poll fails",
+                ));
             }
             Ok(vec![Sample::new(
                 Metric::GpuPower,

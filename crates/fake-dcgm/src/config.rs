@@ -45,7 +45,7 @@ pub struct Config {
     pub stall_after: Duration,
 }
 
-fn field_ids(name: &str, value: Option<String>) -> Result<Vec<u16>, String> {
+fn field_ids(name: &'static str, value: Option<String>) -> Result<Vec<u16>, ConfigError> {
     let Some(v) = value else {
         return Ok(Vec::new());
     };
@@ -54,23 +54,43 @@ fn field_ids(name: &str, value: Option<String>) -> Result<Vec<u16>, String> {
         .map(|s| {
             s.trim()
                 .parse::<u16>()
-                .map_err(|_| format!("{name}={v:?}: expected field ids, comma separated"))
+                .map_err(|_| bad(name, &v, "expected field ids, comma separated"))
         })
         .collect()
 }
 
-fn seconds(name: &str, value: &str) -> Result<Duration, String> {
+/// A `FAKE_DCGM_*` variable the fake cannot use; the message names the variable and its value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{variable}={value:?}: {problem}")]
+pub struct ConfigError {
+    /// The variable's name.
+    pub variable: &'static str,
+    /// Its value (or the part of it that is wrong).
+    pub value: String,
+    /// What was expected instead.
+    pub problem: &'static str,
+}
+
+fn bad(variable: &'static str, value: &str, problem: &'static str) -> ConfigError {
+    ConfigError {
+        variable,
+        value: value.to_string(),
+        problem,
+    }
+}
+
+fn seconds(name: &'static str, value: &str) -> Result<Duration, ConfigError> {
     let s: f64 = value
         .trim()
         .parse()
-        .map_err(|_| format!("{name}={value:?}: expected a number of seconds"))?;
+        .map_err(|_| bad(name, value, "expected a number of seconds"))?;
     Duration::try_from_secs_f64(s)
-        .map_err(|_| format!("{name}={value:?}: expected a number of seconds >= 0"))
+        .map_err(|_| bad(name, value, "expected a number of seconds >= 0"))
 }
 
 impl Config {
     /// Reads the configuration through `get` (the process environment in the library).
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         let scenario = get("FAKE_DCGM_SCENARIO")
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| DEFAULT_SCENARIO.to_string());
@@ -86,21 +106,29 @@ impl Config {
             Some("unsupported") => Profiling::NotSupported,
             Some("requires_root") => Profiling::RequiresRoot,
             Some(v) => {
-                return Err(format!(
-                    "FAKE_DCGM_PROFILING={v:?}: expected supported, unsupported or requires_root"
+                return Err(bad(
+                    "FAKE_DCGM_PROFILING",
+                    v,
+                    "expected supported, unsupported or requires_root",
                 ))
             }
         };
         let connection_loss = match get("FAKE_DCGM_CONNECTION_LOSS") {
             Some(v) => {
                 let (from, to) = v.split_once(':').ok_or_else(|| {
-                    format!("FAKE_DCGM_CONNECTION_LOSS={v:?}: expected FROM:TO in seconds")
+                    bad(
+                        "FAKE_DCGM_CONNECTION_LOSS",
+                        &v,
+                        "expected FROM:TO in seconds",
+                    )
                 })?;
                 let from = seconds("FAKE_DCGM_CONNECTION_LOSS", from)?;
                 let to = seconds("FAKE_DCGM_CONNECTION_LOSS", to)?;
                 if to <= from {
-                    return Err(format!(
-                        "FAKE_DCGM_CONNECTION_LOSS={v:?}: TO must be after FROM"
+                    return Err(bad(
+                        "FAKE_DCGM_CONNECTION_LOSS",
+                        &v,
+                        "TO must be after FROM",
                     ));
                 }
                 Some((from, to))
@@ -109,7 +137,7 @@ impl Config {
         };
         let field_value_version = match get("FAKE_DCGM_FIELD_VALUE_VERSION") {
             Some(v) => u32::from_str_radix(v.trim().trim_start_matches("0x"), 16)
-                .map_err(|_| format!("FAKE_DCGM_FIELD_VALUE_VERSION={v:?}: expected hex"))?,
+                .map_err(|_| bad("FAKE_DCGM_FIELD_VALUE_VERSION", &v, "expected hex"))?,
             None => crate::abi::FIELD_VALUE_VERSION2,
         };
         let blank_fields = field_ids("FAKE_DCGM_BLANK_FIELDS", get("FAKE_DCGM_BLANK_FIELDS"))?;
@@ -133,7 +161,7 @@ impl Config {
     }
 
     /// Reads the configuration from the process environment.
-    pub fn from_env() -> Result<Config, String> {
+    pub fn from_env() -> Result<Config, ConfigError> {
         Config::from_lookup(|k| std::env::var(k).ok())
     }
 }
@@ -143,7 +171,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    fn parse(vars: &[(&str, &str)]) -> Result<Config, String> {
+    fn parse(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
         Config::from_lookup(|k| {
             vars.iter()
                 .find(|(n, _)| *n == k)
@@ -194,8 +222,36 @@ mod tests {
             ("FAKE_DCGM_STALL_FIELDS", "1002;1003"),
             ("FAKE_DCGM_STALL_AFTER", "-1"),
         ] {
-            let err = parse(&[(k, v)]).unwrap_err();
+            let err = parse(&[(k, v)]).unwrap_err().to_string();
             assert!(err.starts_with(k), "{err}");
+        }
+    }
+
+    #[test]
+    fn errors_keep_their_messages() {
+        for (k, v, want) in [
+            (
+                "FAKE_DCGM_BLANK_FIELDS",
+                "1,x",
+                "FAKE_DCGM_BLANK_FIELDS=\"1,x\": expected field ids, comma separated",
+            ),
+            (
+                "FAKE_DCGM_PROFILING",
+                "maybe",
+                "FAKE_DCGM_PROFILING=\"maybe\": expected supported, unsupported or requires_root",
+            ),
+            (
+                "FAKE_DCGM_CONNECTION_LOSS",
+                "5",
+                "FAKE_DCGM_CONNECTION_LOSS=\"5\": expected FROM:TO in seconds",
+            ),
+            (
+                "FAKE_DCGM_FIELD_VALUE_VERSION",
+                "zz",
+                "FAKE_DCGM_FIELD_VALUE_VERSION=\"zz\": expected hex",
+            ),
+        ] {
+            assert_eq!(parse(&[(k, v)]).unwrap_err().to_string(), want);
         }
     }
 }

@@ -177,10 +177,13 @@ pub fn lock() -> MutexGuard<'static, Option<Library>> {
 pub fn init() -> Result<(), dcgmReturn_t> {
     let mut guard = lock();
     if guard.is_none() {
-        let loaded = Config::from_env().and_then(Library::load).map_err(|e| {
-            eprintln!("fake-dcgm: {e}");
-            code::GENERIC_ERROR
-        })?;
+        let loaded = Config::from_env()
+            .map_err(|e| e.to_string())
+            .and_then(Library::load)
+            .map_err(|e| {
+                eprintln!("fake-dcgm: {e}");
+                code::GENERIC_ERROR
+            })?;
         *guard = Some(loaded);
     }
     Ok(())

@@ -31,18 +31,38 @@ pub enum ClockMode {
     Running(Duration),
 }
 
-fn seconds(name: &str, value: &str) -> Result<Duration, String> {
+/// A `FAKE_NVML_*` variable the fake cannot use; the message names the variable and its value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{variable}={value:?}: {problem}")]
+pub struct ConfigError {
+    /// The variable's name.
+    pub variable: &'static str,
+    /// Its value (or the part of it that is wrong).
+    pub value: String,
+    /// What was expected instead.
+    pub problem: &'static str,
+}
+
+fn bad(variable: &'static str, value: &str, problem: &'static str) -> ConfigError {
+    ConfigError {
+        variable,
+        value: value.to_string(),
+        problem,
+    }
+}
+
+fn seconds(name: &'static str, value: &str) -> Result<Duration, ConfigError> {
     let s: f64 = value
         .trim()
         .parse()
-        .map_err(|_| format!("{name}={value:?}: expected a number of seconds"))?;
+        .map_err(|_| bad(name, value, "expected a number of seconds"))?;
     Duration::try_from_secs_f64(s)
-        .map_err(|_| format!("{name}={value:?}: expected a number of seconds >= 0"))
+        .map_err(|_| bad(name, value, "expected a number of seconds >= 0"))
 }
 
 impl Config {
     /// Reads the configuration through `get` (the process environment in the library).
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         let scenario = get("FAKE_NVML_SCENARIO")
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| DEFAULT_SCENARIO.to_string());
@@ -56,7 +76,7 @@ impl Config {
         let pcie_delay = match get("FAKE_NVML_PCIE_DELAY_MS") {
             Some(v) => {
                 let ms: u64 = v.trim().parse().map_err(|_| {
-                    format!("FAKE_NVML_PCIE_DELAY_MS={v:?}: expected whole milliseconds")
+                    bad("FAKE_NVML_PCIE_DELAY_MS", &v, "expected whole milliseconds")
                 })?;
                 Duration::from_millis(ms)
             }
@@ -67,7 +87,7 @@ impl Config {
                 let gpu: u32 = v
                     .trim()
                     .parse()
-                    .map_err(|_| format!("FAKE_NVML_HANG_GPU={v:?}: expected a GPU index"))?;
+                    .map_err(|_| bad("FAKE_NVML_HANG_GPU", &v, "expected a GPU index"))?;
                 let after = match get("FAKE_NVML_HANG_AFTER") {
                     Some(a) => seconds("FAKE_NVML_HANG_AFTER", &a)?,
                     None => Duration::ZERO,
@@ -79,16 +99,14 @@ impl Config {
         let uninitialized = match get("FAKE_NVML_UNINITIALIZED") {
             Some(v) => {
                 let (from, to) = v.split_once(':').ok_or_else(|| {
-                    format!("FAKE_NVML_UNINITIALIZED={v:?}: expected FROM:TO in seconds")
+                    bad("FAKE_NVML_UNINITIALIZED", &v, "expected FROM:TO in seconds")
                 })?;
                 let (from, to) = (
                     seconds("FAKE_NVML_UNINITIALIZED", from)?,
                     seconds("FAKE_NVML_UNINITIALIZED", to)?,
                 );
                 if to <= from {
-                    return Err(format!(
-                        "FAKE_NVML_UNINITIALIZED={v:?}: TO must be after FROM"
-                    ));
+                    return Err(bad("FAKE_NVML_UNINITIALIZED", &v, "TO must be after FROM"));
                 }
                 Some((from, to))
             }
@@ -104,7 +122,7 @@ impl Config {
     }
 
     /// Reads the configuration from the process environment.
-    pub fn from_env() -> Result<Config, String> {
+    pub fn from_env() -> Result<Config, ConfigError> {
         Config::from_lookup(|k| std::env::var(k).ok())
     }
 }
@@ -114,7 +132,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    fn parse(vars: &[(&str, &str)]) -> Result<Config, String> {
+    fn parse(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
         Config::from_lookup(|k| {
             vars.iter()
                 .find(|(n, _)| *n == k)
@@ -168,8 +186,36 @@ mod tests {
             ("FAKE_NVML_UNINITIALIZED", "5"),
             ("FAKE_NVML_UNINITIALIZED", "5:2"),
         ] {
-            let err = parse(&[(k, v)]).unwrap_err();
+            let err = parse(&[(k, v)]).unwrap_err().to_string();
             assert!(err.starts_with(k), "{err}");
+        }
+    }
+
+    #[test]
+    fn errors_keep_their_messages() {
+        for (k, v, want) in [
+            (
+                "FAKE_NVML_TIME",
+                "x",
+                "FAKE_NVML_TIME=\"x\": expected a number of seconds",
+            ),
+            (
+                "FAKE_NVML_START",
+                "-1",
+                "FAKE_NVML_START=\"-1\": expected a number of seconds >= 0",
+            ),
+            (
+                "FAKE_NVML_UNINITIALIZED",
+                "3:1",
+                "FAKE_NVML_UNINITIALIZED=\"3:1\": TO must be after FROM",
+            ),
+            (
+                "FAKE_NVML_HANG_GPU",
+                "x",
+                "FAKE_NVML_HANG_GPU=\"x\": expected a GPU index",
+            ),
+        ] {
+            assert_eq!(parse(&[(k, v)]).unwrap_err().to_string(), want);
         }
     }
 }

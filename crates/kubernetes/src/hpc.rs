@@ -9,7 +9,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use dgx_pixels_metrics::{AttributionSet, DeviceRef, Holder, PollError, Sample, Source};
+use dgx_pixels_metrics::{
+    AttributionSet, DeviceRef, Holder, PollError, PollErrorKind, Sample, Source,
+};
 
 /// A job file larger than this is not a list of job ids; it is skipped.
 const MAX_FILE_BYTES: u64 = 64 * 1024;
@@ -63,7 +65,7 @@ pub struct JobFiles {
 pub fn read_dir(dir: &Path) -> Result<JobFiles, PollError> {
     let entries = std::fs::read_dir(dir).map_err(|e| {
         PollError::new(
-            "directory_unreadable",
+            PollErrorKind::DirectoryUnreadable,
             format!("HPC job mapping directory {}: {e}", dir.display()),
         )
     })?;

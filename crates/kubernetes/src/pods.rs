@@ -4,7 +4,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dgx_pixels_metrics::{AttributionSet, DeviceRef, Holder, PollError, Sample, Source};
+use dgx_pixels_metrics::{
+    AttributionSet, DeviceRef, Holder, PollError, PollErrorKind, Sample, Source,
+};
 use hyper_util::rt::TokioIo;
 use tonic::transport::{Channel, Endpoint};
 
@@ -81,7 +83,7 @@ impl PodResourcesSource {
         // Say plainly what is missing rather than a transport error.
         if !socket.exists() {
             return Err(PollError::new(
-                "socket_missing",
+                PollErrorKind::SocketMissing,
                 format!(
                     "kubelet pod-resources socket {} does not exist (is /var/lib/kubelet/pod-resources mounted?); series are served unattributed",
                     socket.display()
@@ -92,11 +94,16 @@ impl PodResourcesSource {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
-                .map_err(|e| PollError::new("runtime", format!("tokio runtime: {e}")))?;
+                .map_err(|e| {
+                    PollError::new(PollErrorKind::Runtime, format!("tokio runtime: {e}"))
+                })?;
             self.runtime = Some(rt);
         }
         let Some(rt) = self.runtime.as_ref() else {
-            return Err(PollError::new("runtime", "tokio runtime missing"));
+            return Err(PollError::new(
+                PollErrorKind::Runtime,
+                "tokio runtime missing",
+            ));
         };
         let _entered = rt.enter();
         let client = match self.client.take() {
@@ -131,7 +138,7 @@ impl PodResourcesSource {
             // A fresh channel next time: the kubelet may have restarted.
             Ok(Err(status)) => Err(self.status_error(&status)),
             Err(_) => Err(PollError::new(
-                "timeout",
+                PollErrorKind::Timeout,
                 format!(
                     "kubelet pod-resources List did not answer within {timeout:?} on {}",
                     self.options.socket.display()
@@ -143,7 +150,7 @@ impl PodResourcesSource {
     fn status_error(&self, status: &tonic::Status) -> PollError {
         if status.code() == tonic::Code::OutOfRange {
             return PollError::new(
-                "response_too_large",
+                PollErrorKind::ResponseTooLarge,
                 format!(
                     "kubelet pod-resources List response exceeds the limit of {} bytes; raise [kubernetes] max_response_bytes (--kubernetes.max-response-bytes): {}",
                     self.options.max_response_bytes,
@@ -152,7 +159,7 @@ impl PodResourcesSource {
             );
         }
         PollError::new(
-            "kubelet_unavailable",
+            PollErrorKind::KubeletUnavailable,
             format!(
                 "kubelet pod-resources List on {} failed: {:?}: {}",
                 self.options.socket.display(),

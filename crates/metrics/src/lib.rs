@@ -43,5 +43,5 @@ pub use external::{
     ExternalFamilies, ExternalFamily, ExternalKind, ExternalLabels, ExternalSample,
 };
 pub use snapshot::{Sample, Snapshot, SourceHealth};
-pub use source::{panic_message, Backoff, PollError, Source};
+pub use source::{panic_message, Backoff, PollError, PollErrorKind, Source};
 pub use store::{Generation, SnapshotStore};

@@ -7,18 +7,126 @@ use crate::attribution::AttributionSet;
 use crate::external::ExternalFamilies;
 use crate::snapshot::Sample;
 
+/// Why a poll failed, classified: the `kind` field of the runner's warning and of tests.
+///
+/// The set is closed: a source picks one of these, so the values a log pipeline (or, later, a
+/// `kind` label) sees are bounded. `as_str` is the stable spelling; add a variant (and its
+/// spelling) when a source needs a new classification.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PollErrorKind {
+    /// The vendor library (NVML, DCGM) could not be loaded or is not loaded.
+    LibraryUnavailable,
+    /// The library loaded but did not initialise (NVML: no driver).
+    Uninitialized,
+    /// The source's own configuration cannot be used (e.g. a NUL byte in an address).
+    Config,
+    /// Connecting to a daemon (DCGM host engine) failed.
+    ConnectFailed,
+    /// Connected, but setting up groups and watches failed.
+    SetupFailed,
+    /// An established connection went away.
+    ConnectionLost,
+    /// The daemon speaks another struct version than ours.
+    VersionMismatch,
+    /// A read on an established connection failed.
+    ReadFailed,
+    /// A directory the source reads cannot be listed.
+    DirectoryUnreadable,
+    /// The kubelet pod-resources socket does not exist.
+    SocketMissing,
+    /// The kubelet answered with an error or could not be reached.
+    KubeletUnavailable,
+    /// The kubelet's answer exceeded the size limit.
+    ResponseTooLarge,
+    /// A request did not answer in time.
+    Timeout,
+    /// The source's async runtime is missing or could not be built.
+    Runtime,
+    /// CUDA (libcuda) is not available to the probes.
+    CudaUnavailable,
+    /// CUDA is available but a call failed.
+    CudaError,
+    /// The source panicked inside `poll` (set by the runner).
+    Panic,
+}
+
+impl PollErrorKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [PollErrorKind; 17] = [
+        PollErrorKind::LibraryUnavailable,
+        PollErrorKind::Uninitialized,
+        PollErrorKind::Config,
+        PollErrorKind::ConnectFailed,
+        PollErrorKind::SetupFailed,
+        PollErrorKind::ConnectionLost,
+        PollErrorKind::VersionMismatch,
+        PollErrorKind::ReadFailed,
+        PollErrorKind::DirectoryUnreadable,
+        PollErrorKind::SocketMissing,
+        PollErrorKind::KubeletUnavailable,
+        PollErrorKind::ResponseTooLarge,
+        PollErrorKind::Timeout,
+        PollErrorKind::Runtime,
+        PollErrorKind::CudaUnavailable,
+        PollErrorKind::CudaError,
+        PollErrorKind::Panic,
+    ];
+
+    /// The stable spelling: the log field's value (and a label value, should it become one).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            PollErrorKind::LibraryUnavailable => "library_unavailable",
+            PollErrorKind::Uninitialized => "uninitialized",
+            PollErrorKind::Config => "config",
+            PollErrorKind::ConnectFailed => "connect_failed",
+            PollErrorKind::SetupFailed => "setup_failed",
+            PollErrorKind::ConnectionLost => "connection_lost",
+            PollErrorKind::VersionMismatch => "version_mismatch",
+            PollErrorKind::ReadFailed => "read_failed",
+            PollErrorKind::DirectoryUnreadable => "directory_unreadable",
+            PollErrorKind::SocketMissing => "socket_missing",
+            PollErrorKind::KubeletUnavailable => "kubelet_unavailable",
+            PollErrorKind::ResponseTooLarge => "response_too_large",
+            PollErrorKind::Timeout => "timeout",
+            PollErrorKind::Runtime => "runtime",
+            PollErrorKind::CudaUnavailable => "cuda_unavailable",
+            PollErrorKind::CudaError => "cuda_error",
+            PollErrorKind::Panic => "panic",
+        }
+    }
+}
+
+impl fmt::Display for PollErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A kind equals its spelling, so checks read `assert_eq!(err.kind, "timeout")`.
+impl PartialEq<&str> for PollErrorKind {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl PartialEq<str> for PollErrorKind {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
 /// Why a poll produced no samples.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PollError {
-    /// A short, stable classification (e.g. "library_unavailable"), for logs and tests.
-    pub kind: &'static str,
+    /// A short, stable classification, for logs and tests.
+    pub kind: PollErrorKind,
     /// What went wrong, in one line.
     pub message: String,
 }
 
 impl PollError {
     /// A poll error of `kind` with `message`.
-    pub fn new(kind: &'static str, message: impl Into<String>) -> PollError {
+    pub fn new(kind: PollErrorKind, message: impl Into<String>) -> PollError {
         PollError {
             kind,
             message: message.into(),
@@ -150,7 +258,22 @@ mod backoff_tests {
 
 #[cfg(test)]
 mod tests {
-    use super::panic_message;
+    use super::{panic_message, PollErrorKind};
+
+    #[test]
+    fn poll_error_kinds_are_spelled_once_and_distinctly() {
+        let mut seen = std::collections::BTreeSet::new();
+        for k in PollErrorKind::ALL {
+            let s = k.as_str();
+            assert!(seen.insert(s), "{s} spelled twice");
+            assert!(
+                s.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                "{s} is not snake_case"
+            );
+            assert_eq!(k.to_string(), s);
+            assert_eq!(k, s);
+        }
+    }
 
     #[test]
     fn panic_messages_of_both_payload_kinds() {

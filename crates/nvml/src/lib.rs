@@ -48,7 +48,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use dgx_pixels_metrics::gpu::{push_gpu_samples, GpuIdentity, GpuReadout};
-use dgx_pixels_metrics::{Backoff, Metric, PollError, Sample, Source};
+use dgx_pixels_metrics::{Backoff, Metric, PollError, PollErrorKind, Sample, Source};
 use nvml_wrapper::Nvml;
 use tracing::{info, warn};
 
@@ -160,7 +160,7 @@ impl NvmlSource {
         let now = Instant::now();
         if !self.backoff.ready(now) {
             return Err(PollError::new(
-                "library_unavailable",
+                PollErrorKind::LibraryUnavailable,
                 format!(
                     "{}; next attempt in {:.0}s",
                     self.last_error,
@@ -190,7 +190,7 @@ impl NvmlSource {
                     self.library_name()
                 );
                 Err(PollError::new(
-                    "library_unavailable",
+                    PollErrorKind::LibraryUnavailable,
                     format!(
                         "{}; next attempt in {:.0}s",
                         self.last_error,
@@ -256,7 +256,10 @@ impl Source for NvmlSource {
             self.load()?;
         }
         let Some(loaded) = self.loaded.as_ref() else {
-            return Err(PollError::new("library_unavailable", "NVML not loaded"));
+            return Err(PollError::new(
+                PollErrorKind::LibraryUnavailable,
+                "NVML not loaded",
+            ));
         };
         self.poll_number += 1;
         let number = self.poll_number;
@@ -292,7 +295,7 @@ impl Source for NvmlSource {
             warn!("NVML answered UNINITIALIZED; initialising the library again");
             self.loaded = None;
             return Err(PollError::new(
-                "uninitialized",
+                PollErrorKind::Uninitialized,
                 "NVML answered UNINITIALIZED (driver reloaded?); initialising again",
             ));
         }

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dgx_pixels_metrics::histogram::Histogram;
-use dgx_pixels_metrics::{Metric, PollError, Sample, Source};
+use dgx_pixels_metrics::{Metric, PollError, PollErrorKind, Sample, Source};
 
 use crate::probe::{ProbeKind, ProbeSizes, ProbeUnit};
 use crate::stats::summarize;
@@ -245,8 +245,8 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
             }
             Err(e) => {
                 let kind = match e {
-                    ProbeError::Unavailable(_) => "cuda_unavailable",
-                    _ => "cuda_error",
+                    ProbeError::Unavailable(_) => PollErrorKind::CudaUnavailable,
+                    _ => PollErrorKind::CudaError,
                 };
                 let err = PollError::new(kind, format!("probes: {e}"));
                 self.unavailable = Some((now, err.clone()));

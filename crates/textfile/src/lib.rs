@@ -41,8 +41,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use dgx_pixels_metrics::{
-    ExternalFamilies, ExternalFamily, ExternalKind, ExternalSample, Metric, PollError, Sample,
-    Source, CATALOG,
+    ExternalFamilies, ExternalFamily, ExternalKind, ExternalSample, Metric, PollError,
+    PollErrorKind, Sample, Source, CATALOG,
 };
 
 /// Default maximum size of one file.
@@ -589,7 +589,7 @@ impl Source for TextfileSource {
     fn poll(&mut self) -> Result<Vec<Sample>, PollError> {
         let entries = fs::read_dir(&self.directory).map_err(|e| {
             PollError::new(
-                "directory_unreadable",
+                PollErrorKind::DirectoryUnreadable,
                 format!(
                     "textfile directory {}: cannot read: {e}",
                     self.directory.display()

@@ -165,6 +165,7 @@ pub fn read_snapshot(path: &Path) -> Result<SnapshotReport, TraceError> {
 /// Reads a snapshot from pickle bytes (`path` names it in errors).
 pub fn snapshot_from_bytes(bytes: &[u8], path: &Path) -> Result<SnapshotReport, TraceError> {
     let snap = crate::pickle::loads(bytes)
+        .map_err(|e| e.to_string())
         .and_then(|v| snapshot_of(&v))
         .map_err(|message| TraceError::Snapshot {
             path: path.to_path_buf(),

@@ -75,25 +75,92 @@ impl PVal {
     }
 }
 
+/// Why [`loads`] failed: what, and at which byte.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PickleError {
+    /// The input ends inside an opcode's argument.
+    #[error("truncated at byte {len} (needs {need} more bytes)")]
+    Truncated {
+        /// The input's length.
+        len: usize,
+        /// How many bytes the argument needs.
+        need: usize,
+    },
+    /// The input is empty.
+    #[error("empty")]
+    Empty,
+    /// A memo index far beyond the memo (a hostile file's allocation bomb).
+    #[error("memo index {index} out of range")]
+    MemoOutOfRange {
+        /// The index.
+        index: usize,
+    },
+    /// A memo reference to an index never stored.
+    #[error("memo {index} missing at byte {at}")]
+    MemoMissing {
+        /// The index.
+        index: usize,
+        /// Offset of the opcode.
+        at: usize,
+    },
+    /// An opcode needs more values (or a mark) than the stack has.
+    #[error("stack underflow at byte {at}")]
+    StackUnderflow {
+        /// Offset of the opcode.
+        at: usize,
+    },
+    /// A length that does not fit this machine's address space.
+    #[error("length {length} at byte {at}")]
+    Length {
+        /// The length.
+        length: u64,
+        /// Offset of the opcode.
+        at: usize,
+    },
+    /// An append whose target is not a list.
+    #[error("append to a non-list at byte {at}")]
+    AppendToNonList {
+        /// Offset of the opcode.
+        at: usize,
+    },
+    /// A setitem whose target is not a dict.
+    #[error("setitem on a non-dict at byte {at}")]
+    SetitemOnNonDict {
+        /// Offset of the opcode.
+        at: usize,
+    },
+    /// An opcode outside the subset a snapshot uses (objects, globals, reduce).
+    #[error("unsupported pickle opcode 0x{op:02x} at byte {at} (a snapshot holds only dicts, lists, strings and numbers)")]
+    UnsupportedOpcode {
+        /// The opcode.
+        op: u8,
+        /// Its offset.
+        at: usize,
+    },
+}
+
 /// Unpickles `b`; errors say what and at which byte.
-pub fn loads(b: &[u8]) -> Result<PVal, String> {
+pub fn loads(b: &[u8]) -> Result<PVal, PickleError> {
     let mut pos = 0usize;
     let mut stack: Vec<PVal> = Vec::new();
     let mut marks: Vec<usize> = Vec::new();
     let mut memo: Vec<Option<PVal>> = Vec::new();
-    let take = |pos: &mut usize, n: usize| -> Result<&[u8], String> {
+    let take = |pos: &mut usize, n: usize| -> Result<&[u8], PickleError> {
         let end = pos
             .checked_add(n)
             .filter(|&e| e <= b.len())
-            .ok_or_else(|| format!("truncated at byte {} (needs {n} more bytes)", b.len()))?;
+            .ok_or(PickleError::Truncated {
+                len: b.len(),
+                need: n,
+            })?;
         let s = &b[*pos..end];
         *pos = end;
         Ok(s)
     };
     let le = |s: &[u8]| s.iter().rev().fold(0u64, |a, &x| (a << 8) | u64::from(x));
-    let put = |memo: &mut Vec<Option<PVal>>, idx: usize, v: PVal| -> Result<(), String> {
+    let put = |memo: &mut Vec<Option<PVal>>, idx: usize, v: PVal| -> Result<(), PickleError> {
         if idx > memo.len() + (1 << 20) {
-            return Err(format!("memo index {idx} out of range"));
+            return Err(PickleError::MemoOutOfRange { index: idx });
         }
         if memo.len() <= idx {
             memo.resize(idx + 1, None);
@@ -103,8 +170,8 @@ pub fn loads(b: &[u8]) -> Result<PVal, String> {
     };
     loop {
         let at = pos;
-        let op = *take(&mut pos, 1)?.first().ok_or("empty")?;
-        let underflow = || format!("stack underflow at byte {at}");
+        let op = *take(&mut pos, 1)?.first().ok_or(PickleError::Empty)?;
+        let underflow = || PickleError::StackUnderflow { at };
         match op {
             0x80 => {
                 take(&mut pos, 1)?;
@@ -121,7 +188,9 @@ pub fn loads(b: &[u8]) -> Result<PVal, String> {
             0x89 => stack.push(PVal::Bool(false)),
             b'J' => {
                 let s = take(&mut pos, 4)?;
-                stack.push(PVal::Int(i128::from(i32::from_le_bytes([s[0], s[1], s[2], s[3]]))));
+                stack.push(PVal::Int(i128::from(i32::from_le_bytes([
+                    s[0], s[1], s[2], s[3],
+                ]))));
             }
             b'K' => stack.push(PVal::Int(i128::from(take(&mut pos, 1)?[0]))),
             b'M' => {
@@ -162,7 +231,7 @@ pub fn loads(b: &[u8]) -> Result<PVal, String> {
                     b'X' | b'B' => le(take(&mut pos, 4)?),
                     _ => le(take(&mut pos, 8)?),
                 };
-                let n = usize::try_from(n).map_err(|_| format!("length {n} at byte {at}"))?;
+                let n = usize::try_from(n).map_err(|_| PickleError::Length { length: n, at })?;
                 let s = take(&mut pos, n)?;
                 if matches!(op, b'X' | 0x8c | 0x8d) {
                     let s = String::from_utf8_lossy(s);
@@ -193,7 +262,7 @@ pub fn loads(b: &[u8]) -> Result<PVal, String> {
                 };
                 match stack.last() {
                     Some(PVal::List(l)) => l.borrow_mut().extend(items),
-                    _ => return Err(format!("append to a non-list at byte {at}")),
+                    _ => return Err(PickleError::AppendToNonList { at }),
                 }
             }
             b's' | b'u' => {
@@ -214,7 +283,7 @@ pub fn loads(b: &[u8]) -> Result<PVal, String> {
                             d.push((k, v));
                         }
                     }
-                    _ => return Err(format!("setitem on a non-dict at byte {at}")),
+                    _ => return Err(PickleError::SetitemOnNonDict { at }),
                 }
             }
             0x94 => {
@@ -241,14 +310,10 @@ pub fn loads(b: &[u8]) -> Result<PVal, String> {
                     .get(idx)
                     .cloned()
                     .flatten()
-                    .ok_or_else(|| format!("memo {idx} missing at byte {at}"))?;
+                    .ok_or(PickleError::MemoMissing { index: idx, at })?;
                 stack.push(v);
             }
-            other => {
-                return Err(format!(
-                    "unsupported pickle opcode 0x{other:02x} at byte {at} (a snapshot holds only dicts, lists, strings and numbers)"
-                ))
-            }
+            other => return Err(PickleError::UnsupportedOpcode { op: other, at }),
         }
     }
 }
@@ -273,5 +338,29 @@ mod tests {
         assert_eq!(v.get("b").unwrap().items()[0].as_i64(), Some(1));
         assert!(loads(&b[..20]).is_err());
         assert!(loads(b"\x80\x04c__builtin__\neval\n").is_err());
+    }
+
+    #[test]
+    fn errors_say_what_and_at_which_byte() {
+        let cases: [(&[u8], &str); 8] = [
+            (b"", "truncated at byte 0 (needs 1 more bytes)"),
+            (b".", "stack underflow at byte 0"),
+            (b"Na", "append to a non-list at byte 1"),
+            (b"}NNNs", "setitem on a non-dict at byte 4"),
+            (b"Nh\x05", "memo 5 missing at byte 1"),
+            (b"Nr\xff\xff\xff\x7f", "memo index 2147483647 out of range"),
+            (b"\x80\x04K", "truncated at byte 3 (needs 1 more bytes)"),
+            (
+                b"\x80\x04c__builtin__\neval\n",
+                "unsupported pickle opcode 0x63 at byte 2 (a snapshot holds only dicts, lists, strings and numbers)",
+            ),
+        ];
+        for (b, want) in cases {
+            assert_eq!(loads(b).unwrap_err().to_string(), want, "{b:?}");
+        }
+        assert_eq!(
+            loads(b"Na").unwrap_err(),
+            PickleError::AppendToNonList { at: 1 }
+        );
     }
 }
