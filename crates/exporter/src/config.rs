@@ -401,43 +401,30 @@ pub use collectors::{DEFAULT_INTERVAL, DEFAULT_TIMEOUT, MIN_INTERVAL, MIN_TIMEOU
 pub const MAX_LABEL_VALUE_BYTES: usize = 1024;
 
 impl Settings {
-    /// Whether collector `name` runs.
+    /// Whether collector `name` runs on real GPUs (its registered default unless configured).
+    /// Tests look collectors up by name; the daemon asks the descriptors.
+    #[cfg(test)]
     pub fn collector_enabled(&self, name: &str) -> bool {
-        let default = collectors::find(name).is_some_and(|c| c.enabled_by_default);
-        self.collector
-            .get(name)
-            .and_then(|c| c.enabled)
-            .unwrap_or(default)
+        collectors::find(name).is_some_and(|c| c.enabled(self, false))
     }
 
-    /// Whether collector `name` runs on a simulated node. `dcgm` and `probes` select the
-    /// simulated profiling and probe families there, and are on unless turned off (their
-    /// reasons to be off by default on hardware, a privileged host engine and work put on the
-    /// GPUs, do not apply to a simulation; see docs/architecture.md). The others as on
-    /// hardware.
+    /// Whether collector `name` runs on a simulated node. Its descriptor says when that
+    /// differs from real GPUs: `dcgm` and `probes` select the simulated profiling and probe
+    /// families there, and are on unless turned off (their reasons to be off by default on
+    /// hardware, a privileged host engine and work put on the GPUs, do not apply to a
+    /// simulation; see docs/architecture.md).
+    #[cfg(test)]
     pub fn simulated_collector_enabled(&self, name: &str) -> bool {
-        match name {
-            "dcgm" | "probes" => self
-                .collector
-                .get(name)
-                .and_then(|c| c.enabled)
-                .unwrap_or(true),
-            _ => self.collector_enabled(name),
-        }
+        collectors::find(name).is_some_and(|c| c.enabled(self, true))
     }
 
     /// Interval and deadline of collector `name` (its registered defaults unless configured).
+    #[cfg(test)]
     pub fn collector_timing(&self, name: &str) -> (Duration, Duration) {
-        let c = self.collector.get(name);
-        let def = collectors::find(name);
-        (
-            c.and_then(|c| c.interval)
-                .or(def.map(|d| d.default_interval))
-                .unwrap_or(DEFAULT_INTERVAL),
-            c.and_then(|c| c.timeout)
-                .or(def.map(|d| d.default_timeout))
-                .unwrap_or(DEFAULT_TIMEOUT),
-        )
+        collectors::find(name).map_or((DEFAULT_INTERVAL, DEFAULT_TIMEOUT), |c| {
+            let t = c.timing(self);
+            (t.interval, t.timeout)
+        })
     }
 
     /// The socket address to bind.
