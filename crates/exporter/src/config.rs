@@ -145,20 +145,6 @@ pub struct SimulationSettings {
     pub interval: Option<Duration>,
 }
 
-/// `[nvml]`.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct NvmlSettings {
-    /// Path of libnvidia-ml.
-    pub library: Option<PathBuf>,
-    /// How often slow readings (PCIe throughput, NVLink links, violation times, ECC mode,
-    /// retired pages, MIG layout) are re-read; default 5 s.
-    #[serde(deserialize_with = "de_duration")]
-    pub slow_interval: Option<Duration>,
-    /// At most this many processes per GPU get a `process_memory_used_bytes` series; default 10.
-    pub processes_per_gpu: Option<usize>,
-}
-
 /// `[dcgm]`.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -374,8 +360,8 @@ pub struct Settings {
     pub log: LogSettings,
     /// Simulated node.
     pub simulation: SimulationSettings,
-    /// NVML.
-    pub nvml: NvmlSettings,
+    /// NVML: the nvml crate's own options (`library`, `slow_interval`, `processes_per_gpu`).
+    pub nvml: dgx_pixels_nvml::NvmlOptions,
     /// DCGM.
     pub dcgm: DcgmSettings,
     /// Host filesystem mount points.
@@ -509,7 +495,11 @@ impl Settings {
             self.simulation.interval,
             MIN_INTERVAL,
         )?;
-        check_min("nvml.slow_interval", self.nvml.slow_interval, MIN_INTERVAL)?;
+        check_min(
+            "nvml.slow_interval",
+            Some(self.nvml.slow_interval),
+            MIN_INTERVAL,
+        )?;
         if let Some(n) = self
             .node_name
             .as_ref()
@@ -1235,6 +1225,44 @@ mod tests {
             let e = resolve(&cli, []).unwrap_err().to_string();
             assert!(e.contains(want), "{text:?}: {e}");
             assert!(e.contains(&f.path().display().to_string()), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_nvml_table_is_the_nvml_crates_own_options() {
+        let f = file("[nvml]\nlibrary = \"/opt/libnvidia-ml.so.1\"\nslow_interval = \"2s\"\nprocesses_per_gpu = 3\n");
+        let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
+        let s = resolve(&cli, env(&[("DGX_PIXELS_NVML__PROCESSES_PER_GPU", "4")])).unwrap();
+        assert_eq!(
+            s.nvml.library,
+            Some(PathBuf::from("/opt/libnvidia-ml.so.1"))
+        );
+        assert_eq!(s.nvml.slow_interval, Duration::from_secs(2));
+        assert_eq!(s.nvml.max_processes_per_gpu, 4, "env beats file");
+        let d = dgx_pixels_nvml::NvmlOptions::default();
+        assert_eq!(
+            (s.nvml.gpu_deadline, &s.nvml.procfs),
+            (d.gpu_deadline, &d.procfs)
+        );
+        let s = resolve(&parse_from(["x"]).unwrap(), []).unwrap();
+        assert_eq!(s.nvml, d, "defaults are the crate's");
+        for (text, want) in [
+            ("[nvml]\nprocfs = \"/p\"\n", "line 2 key nvml.procfs"),
+            (
+                "[nvml]\ngpu_deadline = \"1s\"\n",
+                "line 2 key nvml.gpu_deadline",
+            ),
+            ("[nvml]\nmax_processes_per_gpu = 1\n", "unknown field"),
+            ("[nvml]\nslow_interval = \"soon\"\n", "invalid duration"),
+            (
+                "[nvml]\nslow_interval = \"1ms\"\n",
+                "nvml.slow_interval: 1ms is below the minimum",
+            ),
+        ] {
+            let f = file(text);
+            let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
+            let e = resolve(&cli, []).unwrap_err().to_string();
+            assert!(e.contains(want), "{text:?}: {e}");
         }
     }
 

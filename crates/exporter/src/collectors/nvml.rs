@@ -25,21 +25,17 @@ fn build(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
         return Ok(None);
     }
     let settings = ctx.settings;
-    let defaults = NvmlOptions::default();
     Ok(Some(Box::new(NvmlSource::with_options(NvmlOptions {
-        library: settings.nvml.library.clone(),
         // Leave the runner's watchdog room: a poll returns before its timeout even when a GPU
         // hangs, and that GPU alone is reported down.
         gpu_deadline: ctx.timing.timeout.mul_f64(0.6),
-        slow_interval: settings
-            .nvml
-            .slow_interval
-            .unwrap_or(defaults.slow_interval),
-        max_processes_per_gpu: settings
-            .nvml
-            .processes_per_gpu
-            .unwrap_or(defaults.max_processes_per_gpu),
-        procfs: settings.path.procfs.clone().unwrap_or(defaults.procfs),
+        procfs: settings
+            .path
+            .procfs
+            .clone()
+            .unwrap_or_else(|| NvmlOptions::default().procfs),
+        // `[nvml]` is the crate's own options type: library, slow_interval, processes_per_gpu.
+        ..settings.nvml.clone()
     }))))
 }
 
