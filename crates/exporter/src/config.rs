@@ -201,32 +201,6 @@ pub struct HpcSettings {
     pub job_mapping_dir: Option<PathBuf>,
 }
 
-/// `[textfile]`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct TextfileSettings {
-    /// Directory of `*.prom` files; unset = no textfile source.
-    pub directory: Option<PathBuf>,
-    /// Larger files are skipped and reported.
-    pub max_file_bytes: u64,
-    /// Files past this many (in name order) are skipped and reported.
-    pub max_files: usize,
-    /// Files that would take the bytes read per poll past this (in name order) are skipped and
-    /// reported.
-    pub max_total_bytes: u64,
-}
-
-impl Default for TextfileSettings {
-    fn default() -> Self {
-        TextfileSettings {
-            directory: None,
-            max_file_bytes: dgx_pixels_textfile::DEFAULT_MAX_FILE_BYTES,
-            max_files: dgx_pixels_textfile::DEFAULT_MAX_FILES,
-            max_total_bytes: dgx_pixels_textfile::DEFAULT_MAX_TOTAL_BYTES,
-        }
-    }
-}
-
 fn default_currency() -> String {
     "USD".into()
 }
@@ -369,7 +343,7 @@ pub struct Settings {
     /// Per-collector settings, keyed by collector name.
     pub collector: BTreeMap<String, CollectorSettings>,
     /// Textfile source.
-    pub textfile: TextfileSettings,
+    pub textfile: dgx_pixels_textfile::TextfileOptions,
     /// Kubelet pod-resources source.
     pub kubernetes: KubernetesSettings,
     /// HPC job files.

@@ -1,8 +1,6 @@
 //! The `textfile` collector: workload metrics from the `*.prom` files of a directory, on by
 //! default but running only when `--textfile.directory` is set (also with `--simulate`).
 
-use dgx_pixels_textfile::{Limits, TextfileSource};
-
 use super::{BuildContext, Built, Collector, RestartKey, DEFAULT_INTERVAL, DEFAULT_TIMEOUT};
 use crate::config::Settings;
 
@@ -21,22 +19,23 @@ pub const COLLECTOR: Collector = Collector {
 
 fn build(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
     let settings = ctx.settings;
-    let Some(dir) = settings.textfile.directory.as_ref() else {
-        return Ok(None);
-    };
-    // Textfiles may not serve what another source serves: the simulated workload's families.
-    let reserved = ctx.simulated.map_or(&[][..], |s| s.reserved_families);
-    let limits = Limits {
-        max_file_bytes: settings.textfile.max_file_bytes,
-        max_files: settings.textfile.max_files,
-        max_total_bytes: settings.textfile.max_total_bytes,
-        reserved_labels: crate::node_label(settings)
-            .into_iter()
-            .map(|(k, _)| k)
-            .collect(),
-        reserved_families: reserved.iter().map(|s| s.to_string()).collect(),
-    };
-    Ok(Some(Box::new(TextfileSource::new(dir.clone(), limits))))
+    // Textfiles may not serve what another source serves: the node label, and the simulated
+    // workload's families.
+    let reserved_labels = crate::node_label(settings)
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    let reserved_families = ctx
+        .simulated
+        .map_or(&[][..], |s| s.reserved_families)
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    // `[textfile]` is the crate's own options type; no source without a directory.
+    Ok(settings
+        .textfile
+        .source(reserved_labels, reserved_families)
+        .map(|s| Box::new(s) as Box<dyn dgx_pixels_metrics::Source>))
 }
 
 /// `[textfile]`, the node label it reserves, and the scenario whose families it may not serve.
