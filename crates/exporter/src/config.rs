@@ -145,20 +145,6 @@ pub struct SimulationSettings {
     pub interval: Option<Duration>,
 }
 
-/// `[nvml]`.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct NvmlSettings {
-    /// Path of libnvidia-ml.
-    pub library: Option<PathBuf>,
-    /// How often slow readings (PCIe throughput, NVLink links, violation times, ECC mode,
-    /// retired pages, MIG layout) are re-read; default 5 s.
-    #[serde(deserialize_with = "de_duration")]
-    pub slow_interval: Option<Duration>,
-    /// At most this many processes per GPU get a `process_memory_used_bytes` series; default 10.
-    pub processes_per_gpu: Option<usize>,
-}
-
 /// `[dcgm]`.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -213,32 +199,6 @@ impl Default for KubernetesSettings {
 pub struct HpcSettings {
     /// Directory with one file per GPU listing job ids; unset = no hpc source.
     pub job_mapping_dir: Option<PathBuf>,
-}
-
-/// `[textfile]`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct TextfileSettings {
-    /// Directory of `*.prom` files; unset = no textfile source.
-    pub directory: Option<PathBuf>,
-    /// Larger files are skipped and reported.
-    pub max_file_bytes: u64,
-    /// Files past this many (in name order) are skipped and reported.
-    pub max_files: usize,
-    /// Files that would take the bytes read per poll past this (in name order) are skipped and
-    /// reported.
-    pub max_total_bytes: u64,
-}
-
-impl Default for TextfileSettings {
-    fn default() -> Self {
-        TextfileSettings {
-            directory: None,
-            max_file_bytes: dgx_pixels_textfile::DEFAULT_MAX_FILE_BYTES,
-            max_files: dgx_pixels_textfile::DEFAULT_MAX_FILES,
-            max_total_bytes: dgx_pixels_textfile::DEFAULT_MAX_TOTAL_BYTES,
-        }
-    }
 }
 
 fn default_currency() -> String {
@@ -374,8 +334,8 @@ pub struct Settings {
     pub log: LogSettings,
     /// Simulated node.
     pub simulation: SimulationSettings,
-    /// NVML.
-    pub nvml: NvmlSettings,
+    /// NVML: the nvml crate's own options (`library`, `slow_interval`, `processes_per_gpu`).
+    pub nvml: dgx_pixels_nvml::NvmlOptions,
     /// DCGM.
     pub dcgm: DcgmSettings,
     /// Host filesystem mount points.
@@ -383,7 +343,7 @@ pub struct Settings {
     /// Per-collector settings, keyed by collector name.
     pub collector: BTreeMap<String, CollectorSettings>,
     /// Textfile source.
-    pub textfile: TextfileSettings,
+    pub textfile: dgx_pixels_textfile::TextfileOptions,
     /// Kubelet pod-resources source.
     pub kubernetes: KubernetesSettings,
     /// HPC job files.
@@ -401,43 +361,30 @@ pub use collectors::{DEFAULT_INTERVAL, DEFAULT_TIMEOUT, MIN_INTERVAL, MIN_TIMEOU
 pub const MAX_LABEL_VALUE_BYTES: usize = 1024;
 
 impl Settings {
-    /// Whether collector `name` runs.
+    /// Whether collector `name` runs on real GPUs (its registered default unless configured).
+    /// Tests look collectors up by name; the daemon asks the descriptors.
+    #[cfg(test)]
     pub fn collector_enabled(&self, name: &str) -> bool {
-        let default = collectors::find(name).is_some_and(|c| c.enabled_by_default);
-        self.collector
-            .get(name)
-            .and_then(|c| c.enabled)
-            .unwrap_or(default)
+        collectors::find(name).is_some_and(|c| c.enabled(self, false))
     }
 
-    /// Whether collector `name` runs on a simulated node. `dcgm` and `probes` select the
-    /// simulated profiling and probe families there, and are on unless turned off (their
-    /// reasons to be off by default on hardware, a privileged host engine and work put on the
-    /// GPUs, do not apply to a simulation; see docs/architecture.md). The others as on
-    /// hardware.
+    /// Whether collector `name` runs on a simulated node. Its descriptor says when that
+    /// differs from real GPUs: `dcgm` and `probes` select the simulated profiling and probe
+    /// families there, and are on unless turned off (their reasons to be off by default on
+    /// hardware, a privileged host engine and work put on the GPUs, do not apply to a
+    /// simulation; see docs/architecture.md).
+    #[cfg(test)]
     pub fn simulated_collector_enabled(&self, name: &str) -> bool {
-        match name {
-            "dcgm" | "probes" => self
-                .collector
-                .get(name)
-                .and_then(|c| c.enabled)
-                .unwrap_or(true),
-            _ => self.collector_enabled(name),
-        }
+        collectors::find(name).is_some_and(|c| c.enabled(self, true))
     }
 
     /// Interval and deadline of collector `name` (its registered defaults unless configured).
+    #[cfg(test)]
     pub fn collector_timing(&self, name: &str) -> (Duration, Duration) {
-        let c = self.collector.get(name);
-        let def = collectors::find(name);
-        (
-            c.and_then(|c| c.interval)
-                .or(def.map(|d| d.default_interval))
-                .unwrap_or(DEFAULT_INTERVAL),
-            c.and_then(|c| c.timeout)
-                .or(def.map(|d| d.default_timeout))
-                .unwrap_or(DEFAULT_TIMEOUT),
-        )
+        collectors::find(name).map_or((DEFAULT_INTERVAL, DEFAULT_TIMEOUT), |c| {
+            let t = c.timing(self);
+            (t.interval, t.timeout)
+        })
     }
 
     /// The socket address to bind.
@@ -522,7 +469,11 @@ impl Settings {
             self.simulation.interval,
             MIN_INTERVAL,
         )?;
-        check_min("nvml.slow_interval", self.nvml.slow_interval, MIN_INTERVAL)?;
+        check_min(
+            "nvml.slow_interval",
+            Some(self.nvml.slow_interval),
+            MIN_INTERVAL,
+        )?;
         if let Some(n) = self
             .node_name
             .as_ref()
@@ -1248,6 +1199,44 @@ mod tests {
             let e = resolve(&cli, []).unwrap_err().to_string();
             assert!(e.contains(want), "{text:?}: {e}");
             assert!(e.contains(&f.path().display().to_string()), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_nvml_table_is_the_nvml_crates_own_options() {
+        let f = file("[nvml]\nlibrary = \"/opt/libnvidia-ml.so.1\"\nslow_interval = \"2s\"\nprocesses_per_gpu = 3\n");
+        let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
+        let s = resolve(&cli, env(&[("DGX_PIXELS_NVML__PROCESSES_PER_GPU", "4")])).unwrap();
+        assert_eq!(
+            s.nvml.library,
+            Some(PathBuf::from("/opt/libnvidia-ml.so.1"))
+        );
+        assert_eq!(s.nvml.slow_interval, Duration::from_secs(2));
+        assert_eq!(s.nvml.max_processes_per_gpu, 4, "env beats file");
+        let d = dgx_pixels_nvml::NvmlOptions::default();
+        assert_eq!(
+            (s.nvml.gpu_deadline, &s.nvml.procfs),
+            (d.gpu_deadline, &d.procfs)
+        );
+        let s = resolve(&parse_from(["x"]).unwrap(), []).unwrap();
+        assert_eq!(s.nvml, d, "defaults are the crate's");
+        for (text, want) in [
+            ("[nvml]\nprocfs = \"/p\"\n", "line 2 key nvml.procfs"),
+            (
+                "[nvml]\ngpu_deadline = \"1s\"\n",
+                "line 2 key nvml.gpu_deadline",
+            ),
+            ("[nvml]\nmax_processes_per_gpu = 1\n", "unknown field"),
+            ("[nvml]\nslow_interval = \"soon\"\n", "invalid duration"),
+            (
+                "[nvml]\nslow_interval = \"1ms\"\n",
+                "nvml.slow_interval: 1ms is below the minimum",
+            ),
+        ] {
+            let f = file(text);
+            let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
+            let e = resolve(&cli, []).unwrap_err().to_string();
+            assert!(e.contains(want), "{text:?}: {e}");
         }
     }
 

@@ -11,7 +11,6 @@ mod http_source;
 mod logging;
 mod ownership;
 mod probe_cmd;
-mod probes;
 mod reload;
 mod runner;
 mod server;
@@ -22,21 +21,19 @@ mod trace_cmd;
 #[cfg(test)]
 mod fuzz_tests;
 
+use std::collections::{HashMap, HashSet};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use dgx_pixels_dcgm::{DcgmOptions, DcgmSource};
-use dgx_pixels_kubernetes::{HpcJobSource, PodResourcesOptions, PodResourcesSource};
 use dgx_pixels_metrics::{EncodeOptions, Metric, Sample, SnapshotStore, Source};
-use dgx_pixels_nvml::{NvmlOptions, NvmlSource};
 use dgx_pixels_sim::{Node, Scenario};
-use dgx_pixels_textfile::{Limits, TextfileSource};
 use dgx_pixels_web::WebState;
 use tokio::sync::Semaphore;
 
 use crate::cli::{Commands, DocsCommand};
+use crate::collectors::Fingerprint;
 use crate::config::Settings;
 use crate::runner::{Runners, Timing};
 
@@ -96,7 +93,7 @@ fn main() -> ExitCode {
         }
     };
     let started = runtime.block_on(async {
-        let store_slot = probes::StoreSlot::default();
+        let store_slot = collectors::probes::StoreSlot::default();
         let plan =
             plan(&settings, &store_slot).map_err(|e| StartError::Config(format!("{e:#}")))?;
         let listener = dgx_pixels_web::listen(&settings.web.listen_address)
@@ -143,138 +140,121 @@ fn startup_error(e: StartError) -> ExitCode {
 /// The sources to run, with their timing, and the mode and scenario for build info.
 struct Plan {
     sources: Vec<(Box<dyn Source>, Timing)>,
+    /// What each planned source is built from, by source name (compared on reload).
+    fingerprints: HashMap<&'static str, Fingerprint>,
     mode: &'static str,
     scenario: String,
     /// The cost model in force: the config file's, else a simulated scenario's.
     cost: Option<config::CostSettings>,
 }
 
-fn plan(settings: &Settings, store_slot: &probes::StoreSlot) -> Result<Plan> {
-    if let Some(name) = &settings.simulation.scenario {
-        let scenario = Scenario::load(name).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let scenario_name = scenario.name().to_string();
-        // It is a label value of build info: bounded like every label from configuration.
-        if scenario_name.len() > config::MAX_LABEL_VALUE_BYTES {
-            anyhow::bail!(
-                "scenario {name}: its name is {} bytes, over the {} byte limit of a label value",
-                scenario_name.len(),
-                config::MAX_LABEL_VALUE_BYTES
-            );
-        }
-        let timing = Timing {
-            interval: settings
-                .simulation
-                .interval
-                .unwrap_or(config::DEFAULT_INTERVAL),
-            timeout: config::DEFAULT_TIMEOUT,
-        };
-        // Textfiles may not serve what the simulated workload serves, if the scenario has one.
-        let reserved = match dgx_pixels_sim::ImageGeneration::for_scenario(&scenario_name) {
-            Some(_) => sim_source::SIMULATED_FAMILIES,
-            None => &[],
-        };
-        // The config file's [cost] wins over the scenario's.
-        let cost = match (&settings.cost, scenario.cost()) {
-            (Some(c), _) => Some(c.clone()),
-            (None, Some(table)) => {
-                Some(config::CostSettings::from_scenario(&scenario_name, table)?)
-            }
-            (None, None) => None,
-        };
-        let sim = sim_source::SimSource::new(Node::new(scenario.clone()))
-            .with_profiling(settings.simulated_collector_enabled("dcgm"));
-        let started = sim.started();
-        let mut sources: Vec<(Box<dyn Source>, Timing)> = vec![(Box::new(sim), timing)];
-        if settings.simulated_collector_enabled("probes") {
-            let (interval, timeout) = settings.collector_timing("probes");
-            sources.push((
-                Box::new(sim_probes::source(settings, Node::new(scenario), started)?),
-                Timing { interval, timeout },
-            ));
-        }
-        sources.extend(textfile(settings, reserved));
-        // Attribution works on simulated GPUs too (their uuids and MIG ids are the model's).
-        if settings.collector_enabled("kubernetes") {
-            sources.push(kubernetes(settings));
-        }
-        sources.extend(hpc(settings));
-        return Ok(Plan {
-            sources,
-            mode: "simulated",
-            scenario: scenario_name,
-            cost,
-        });
+impl Plan {
+    fn push(&mut self, source: Box<dyn Source>, fingerprint: Fingerprint, timing: Timing) {
+        self.fingerprints.insert(source.name(), fingerprint);
+        self.sources.push((source, timing));
     }
-    let mut sources: Vec<(Box<dyn Source>, Timing)> = Vec::new();
-    // Metrics DCGM provides; NVML's samples of them are dropped (see ownership.rs).
-    let mut dcgm_owned = std::collections::HashSet::new();
-    let dcgm_fields = if settings.collector_enabled("dcgm") {
+}
+
+/// The sources `settings` ask for: the simulated node (under `--simulate`), then every enabled
+/// collector of the registry, built by its descriptor.
+fn plan(settings: &Settings, store_slot: &collectors::probes::StoreSlot) -> Result<Plan> {
+    let mut plan = Plan {
+        sources: Vec::new(),
+        fingerprints: HashMap::new(),
+        mode: "hardware",
+        scenario: String::new(),
+        cost: settings.cost.clone(),
+    };
+    let simulated = match &settings.simulation.scenario {
+        Some(name) => Some(simulated_node(settings, name, &mut plan)?),
+        None => None,
+    };
+    // Series DCGM provides on real GPUs; the samples of them from collectors that yield owned
+    // series (NVML, probes) are dropped (see ownership.rs).
+    let dcgm_fields = if simulated.is_none() && collectors::dcgm::COLLECTOR.enabled(settings, false)
+    {
         let (fields, notes) = ownership::dcgm_fields(settings)?;
         for note in notes {
             tracing::info!("dcgm field list: {note}");
         }
-        dcgm_owned.extend(fields.iter().filter_map(ownership::series_of));
         fields
     } else {
         Vec::new()
     };
+    let owned: HashSet<ownership::Owned> = dcgm_fields
+        .iter()
+        .filter_map(ownership::series_of)
+        .collect();
     for c in collectors::COLLECTORS {
-        if !settings.collector_enabled(c.name) {
+        if !c.enabled(settings, simulated.is_some()) {
             continue;
         }
-        let (interval, timeout) = settings.collector_timing(c.name);
-        let source: Box<dyn Source> = match c.name {
-            "nvml" => {
-                let defaults = NvmlOptions::default();
-                Box::new(NvmlSource::with_options(NvmlOptions {
-                    library: settings.nvml.library.clone(),
-                    // Leave the runner's watchdog room: a poll returns before its timeout even
-                    // when a GPU hangs, and that GPU alone is reported down.
-                    gpu_deadline: timeout.mul_f64(0.6),
-                    slow_interval: settings
-                        .nvml
-                        .slow_interval
-                        .unwrap_or(defaults.slow_interval),
-                    max_processes_per_gpu: settings
-                        .nvml
-                        .processes_per_gpu
-                        .unwrap_or(defaults.max_processes_per_gpu),
-                    procfs: settings.path.procfs.clone().unwrap_or(defaults.procfs),
-                }))
-            }
-            "textfile" => {
-                sources.extend(textfile(settings, &[]));
-                continue;
-            }
-            "kubernetes" => {
-                sources.push(kubernetes(settings));
-                continue;
-            }
-            "hpc" => {
-                sources.extend(hpc(settings));
-                continue;
-            }
-            "probes" => probes::source(settings, Arc::clone(store_slot))?,
-            "dcgm" => Box::new(DcgmSource::new(DcgmOptions {
-                library: settings.dcgm.library.clone(),
-                hostengine: settings.dcgm.hostengine.clone(),
-                update_interval: interval,
-                fields: dcgm_fields.clone(),
-            })),
-            other => anyhow::bail!("collector {other} is registered but has no implementation"),
+        let timing = c.timing(settings);
+        let ctx = collectors::BuildContext {
+            settings,
+            timing,
+            store_slot,
+            simulated: simulated.as_ref(),
+            dcgm_fields: &dcgm_fields,
         };
-        let source: Box<dyn Source> = if c.name != "dcgm" && !dcgm_owned.is_empty() {
-            Box::new(ownership::Without::new(source, dcgm_owned.clone()))
+        let Some(source) = (c.build)(&ctx)? else {
+            continue;
+        };
+        let source: Box<dyn Source> = if c.yields_owned_series && !owned.is_empty() {
+            Box::new(ownership::Without::new(source, owned.clone()))
         } else {
             source
         };
-        sources.push((source, Timing { interval, timeout }));
+        plan.push(source, c.fingerprint(settings), timing);
     }
-    Ok(Plan {
-        sources,
-        mode: "hardware",
-        scenario: String::new(),
-        cost: settings.cost.clone(),
+    Ok(plan)
+}
+
+/// Loads the scenario of `--simulate`, plans the simulated node's own source into `plan` and
+/// returns the node the collectors build on.
+fn simulated_node(
+    settings: &Settings,
+    name: &str,
+    plan: &mut Plan,
+) -> Result<collectors::Simulated> {
+    let scenario = Scenario::load(name).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let scenario_name = scenario.name().to_string();
+    // It is a label value of build info: bounded like every label from configuration.
+    if scenario_name.len() > config::MAX_LABEL_VALUE_BYTES {
+        anyhow::bail!(
+            "scenario {name}: its name is {} bytes, over the {} byte limit of a label value",
+            scenario_name.len(),
+            config::MAX_LABEL_VALUE_BYTES
+        );
+    }
+    let timing = Timing {
+        interval: settings
+            .simulation
+            .interval
+            .unwrap_or(config::DEFAULT_INTERVAL),
+        timeout: config::DEFAULT_TIMEOUT,
+    };
+    // Textfiles may not serve what the simulated workload serves, if the scenario has one.
+    let reserved_families = match dgx_pixels_sim::ImageGeneration::for_scenario(&scenario_name) {
+        Some(_) => sim_source::SIMULATED_FAMILIES,
+        None => &[],
+    };
+    // The config file's [cost] wins over the scenario's.
+    if let (None, Some(table)) = (&settings.cost, scenario.cost()) {
+        plan.cost = Some(config::CostSettings::from_scenario(&scenario_name, table)?);
+    }
+    // The dcgm collector selects the simulated profiling families.
+    let profiling = collectors::dcgm::COLLECTOR.enabled(settings, true);
+    let sim = sim_source::SimSource::new(Node::new(scenario.clone())).with_profiling(profiling);
+    let started = sim.started();
+    let key: collectors::RestartKey = Box::new((settings.simulation.clone(), profiling));
+    plan.push(Box::new(sim), Fingerprint::new(timing, key), timing);
+    plan.mode = "simulated";
+    plan.scenario = scenario_name;
+    Ok(collectors::Simulated {
+        scenario,
+        started,
+        reserved_families,
     })
 }
 
@@ -291,59 +271,7 @@ fn simulation_ignores(settings: &Settings) -> Vec<&'static str> {
     .collect()
 }
 
-/// The kubelet pod-resources source.
-fn kubernetes(settings: &Settings) -> (Box<dyn Source>, Timing) {
-    let (interval, timeout) = settings.collector_timing("kubernetes");
-    let k = &settings.kubernetes;
-    let options = PodResourcesOptions {
-        socket: k.pod_resources_socket.clone(),
-        // Checked by config validation to fit.
-        max_response_bytes: usize::try_from(k.max_response_bytes).unwrap_or(usize::MAX),
-        resource_names: k.resource_names.clone(),
-        // Leave the runner's watchdog room to see the call fail on its own.
-        call_timeout: timeout.mul_f64(0.8),
-    };
-    (
-        Box::new(PodResourcesSource::new(options)),
-        Timing { interval, timeout },
-    )
-}
-
-/// The HPC job-file source, when enabled and a directory is set.
-fn hpc(settings: &Settings) -> Option<(Box<dyn Source>, Timing)> {
-    let dir = settings.hpc.job_mapping_dir.as_ref()?;
-    if !settings.collector_enabled("hpc") {
-        return None;
-    }
-    let (interval, timeout) = settings.collector_timing("hpc");
-    Some((
-        Box::new(HpcJobSource::new(dir.clone())),
-        Timing { interval, timeout },
-    ))
-}
-
-/// The textfile source, when enabled and a directory is set; `reserved` are family names
-/// another source serves.
-fn textfile(settings: &Settings, reserved: &[&str]) -> Option<(Box<dyn Source>, Timing)> {
-    let dir = settings.textfile.directory.as_ref()?;
-    if !settings.collector_enabled("textfile") {
-        return None;
-    }
-    let limits = Limits {
-        max_file_bytes: settings.textfile.max_file_bytes,
-        max_files: settings.textfile.max_files,
-        max_total_bytes: settings.textfile.max_total_bytes,
-        reserved_labels: node_label(settings).into_iter().map(|(k, _)| k).collect(),
-        reserved_families: reserved.iter().map(|s| s.to_string()).collect(),
-    };
-    let (interval, timeout) = settings.collector_timing("textfile");
-    Some((
-        Box::new(TextfileSource::new(dir.clone(), limits)),
-        Timing { interval, timeout },
-    ))
-}
-
-fn node_label(settings: &Settings) -> Vec<(String, String)> {
+pub(crate) fn node_label(settings: &Settings) -> Vec<(String, String)> {
     settings
         .node_name
         .iter()
@@ -397,7 +325,7 @@ async fn run(
     web: Arc<WebState>,
     level: logging::LevelHandle,
     mut plan: Plan,
-    store_slot: probes::StoreSlot,
+    store_slot: collectors::probes::StoreSlot,
     listener: tokio::net::TcpListener,
 ) -> Result<()> {
     if plan.sources.is_empty() {
@@ -412,11 +340,7 @@ async fn run(
             );
         }
     }
-    let fingerprints = plan
-        .sources
-        .iter()
-        .map(|(s, t)| (s.name(), reload::fingerprint(&settings, s.name(), t)))
-        .collect();
+    let fingerprints = std::mem::take(&mut plan.fingerprints);
     let rejected_scrapes = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let config_reloads = Arc::new(reload::ReloadCounters::default());
     plan.sources.push((

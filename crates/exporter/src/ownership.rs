@@ -20,7 +20,7 @@ pub fn dcgm_fields(settings: &Settings) -> Result<(Vec<FieldChoice>, Vec<String>
     let device_metrics = settings
         .dcgm
         .device_metrics
-        .unwrap_or(!settings.collector_enabled("nvml"));
+        .unwrap_or(!crate::collectors::nvml::COLLECTOR.enabled(settings, false));
     let (mut fields, mut notes) = match &settings.dcgm.field_list {
         Some(path) => {
             let list = config::read_field_list(path)?;

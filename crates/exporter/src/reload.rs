@@ -19,9 +19,10 @@ use dgx_pixels_metrics::{EncodeOptions, Metric, Sample, SnapshotStore};
 use tokio::sync::Semaphore;
 
 use crate::cli::Cli;
+use crate::collectors::Fingerprint;
 use crate::config::{self, Settings};
 use crate::logging::LevelHandle;
-use crate::runner::{Runners, Timing};
+use crate::runner::Runners;
 use crate::server::AppState;
 
 /// How long a reload waits for a replaced source's thread (one stuck in a library call is left
@@ -74,12 +75,12 @@ pub struct Live {
     pub settings: Settings,
     /// Running sources (taken at shutdown).
     pub runners: Option<Runners>,
-    /// Fingerprint of the settings each running planned source was built from.
-    pub fingerprints: HashMap<&'static str, String>,
+    /// What each running planned source was built from (its timing and settings).
+    pub fingerprints: HashMap<&'static str, Fingerprint>,
     /// Sources that are not planned from the settings and always run (the `exporter` source).
     pub fixed: Vec<&'static str>,
     pub store: Arc<SnapshotStore>,
-    pub store_slot: crate::probes::StoreSlot,
+    pub store_slot: crate::collectors::probes::StoreSlot,
     pub app: Arc<AppState>,
     pub level: Option<LevelHandle>,
     pub counters: Arc<ReloadCounters>,
@@ -131,11 +132,7 @@ impl Live {
             );
         }
 
-        let wanted: HashMap<&'static str, String> = plan
-            .sources
-            .iter()
-            .map(|(s, t)| (s.name(), fingerprint(&new, s.name(), t)))
-            .collect();
+        let wanted = plan.fingerprints;
         let mut restarted = Vec::new();
         for name in runners.names() {
             if self.fixed.contains(&name) {
@@ -168,35 +165,6 @@ impl Live {
         self.fingerprints = wanted;
         self.settings = new;
         Ok(restarted)
-    }
-}
-
-/// The settings a source named `name` is built from: it is restarted when they change.
-pub fn fingerprint(s: &Settings, name: &str, timing: &Timing) -> String {
-    let dcgm_fields = || {
-        if s.collector_enabled("dcgm") {
-            format!("{:?}", crate::ownership::dcgm_fields(s).ok().map(|f| f.0))
-        } else {
-            String::new()
-        }
-    };
-    let t = format!("{timing:?}");
-    match name {
-        "nvml" => format!("{t}{:?}{:?}{}", s.nvml, s.path, dcgm_fields()),
-        "dcgm" => format!("{t}{:?}{}", s.dcgm, dcgm_fields()),
-        "textfile" => format!(
-            "{t}{:?}{:?}{:?}",
-            s.textfile, s.node_name, s.simulation.scenario
-        ),
-        "sim" => format!(
-            "{t}{:?}{}",
-            s.simulation,
-            s.simulated_collector_enabled("dcgm")
-        ),
-        // On a simulated node, its probes run on the simulated node (and restart with it).
-        "probes" => format!("{t}{:?}{:?}", s.probes, s.simulation),
-        // Unknown to this list: any change restarts it.
-        _ => format!("{t}{s:?}"),
     }
 }
 
@@ -244,27 +212,33 @@ mod tests {
 
     #[test]
     fn a_source_is_restarted_only_when_its_own_settings_change() {
-        let t = Timing {
-            interval: Duration::from_secs(1),
-            timeout: Duration::from_secs(2),
-        };
+        let c = |name| crate::collectors::find(name).unwrap();
         let old = Settings::default();
         let mut new = old.clone();
         new.node_name = Some("n1".into());
         new.log.level = "debug".into();
-        assert_eq!(fingerprint(&old, "nvml", &t), fingerprint(&new, "nvml", &t));
+        assert_eq!(c("nvml").fingerprint(&old), c("nvml").fingerprint(&new));
         assert_ne!(
-            fingerprint(&old, "textfile", &t),
-            fingerprint(&new, "textfile", &t),
+            c("textfile").fingerprint(&old),
+            c("textfile").fingerprint(&new),
             "textfile reserves the node label"
         );
-        let faster = Timing {
-            interval: Duration::from_millis(100),
-            ..t
-        };
-        assert_ne!(
-            fingerprint(&old, "nvml", &t),
-            fingerprint(&old, "nvml", &faster)
+        let mut faster = old.clone();
+        faster.collector.insert(
+            "nvml".into(),
+            config::CollectorSettings {
+                interval: Some(Duration::from_millis(100)),
+                ..Default::default()
+            },
         );
+        assert_ne!(c("nvml").fingerprint(&old), c("nvml").fingerprint(&faster));
+        assert_eq!(c("dcgm").fingerprint(&old), c("dcgm").fingerprint(&faster));
+        let mut probes = old.clone();
+        probes.probes.duty_cycle = Some(0.01);
+        assert_ne!(
+            c("probes").fingerprint(&old),
+            c("probes").fingerprint(&probes)
+        );
+        assert_eq!(c("nvml").fingerprint(&old), c("nvml").fingerprint(&probes));
     }
 }

@@ -69,7 +69,7 @@ struct Slot {
 }
 
 /// Timing of one source.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Timing {
     /// Time between poll starts.
     pub interval: Duration,

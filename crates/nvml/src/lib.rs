@@ -59,19 +59,42 @@ use xid::XidWatcher;
 /// The library NVML is loaded from unless a path is configured.
 pub const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";
 
-/// Settings of the NVML source.
-#[derive(Debug, Clone)]
+/// Settings of the NVML source. The daemon's `[nvml]` config table deserializes into it
+/// (unknown keys are errors, durations are humantime strings such as `"5s"`); the fields that
+/// are not keys of the table come from elsewhere: `gpu_deadline` from the collector's timeout,
+/// `procfs` from `[path]`.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct NvmlOptions {
-    /// Library path; `None` loads [`DEFAULT_LIBRARY`] through the dynamic loader's search path.
+    /// `library`: path of libnvidia-ml; unset loads [`DEFAULT_LIBRARY`] through the dynamic
+    /// loader's search path.
     pub library: Option<PathBuf>,
-    /// How long a poll waits for each GPU before reporting it as not answering.
+    /// How long a poll waits for each GPU before reporting it as not answering (not a key:
+    /// the daemon derives it from the collector's timeout).
+    #[serde(skip)]
     pub gpu_deadline: Duration,
-    /// How often slow readings are re-read.
+    /// `slow_interval`: how often slow readings (PCIe throughput, NVLink links, violation
+    /// times, ECC mode, retired pages, MIG layout) are re-read; default 5 s.
+    #[serde(deserialize_with = "de_duration")]
     pub slow_interval: Duration,
-    /// At most this many processes per GPU get their own series (largest memory first).
+    /// `processes_per_gpu`: at most this many processes per GPU get a
+    /// `process_memory_used_bytes` series (largest memory first); default 10.
+    #[serde(rename = "processes_per_gpu")]
     pub max_processes_per_gpu: usize,
-    /// Where procfs is mounted (to map processes to containers).
+    /// Where procfs is mounted, to map processes to containers (not a key: the daemon's
+    /// `[path] procfs`).
+    #[serde(skip)]
     pub procfs: PathBuf,
+}
+
+/// A duration in humantime syntax ("500ms", "5s", "2m").
+fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let s = <String as serde::Deserialize>::deserialize(d)?;
+    humantime::parse_duration(s.trim()).map_err(|e| {
+        serde::de::Error::custom(format!(
+            "invalid duration {s:?} ({e}); use e.g. 500ms, 1s, 2m"
+        ))
+    })
 }
 
 impl Default for NvmlOptions {

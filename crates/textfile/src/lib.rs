@@ -86,6 +86,54 @@ impl Default for Limits {
     }
 }
 
+/// Settings of the textfile source. The daemon's `[textfile]` config table deserializes into it
+/// (unknown keys are errors).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TextfileOptions {
+    /// `directory`: where the `*.prom` files are; unset = no textfile source.
+    pub directory: Option<PathBuf>,
+    /// `max_file_bytes`: larger files are skipped and reported.
+    pub max_file_bytes: u64,
+    /// `max_files`: files past this many (in name order) are skipped and reported.
+    pub max_files: usize,
+    /// `max_total_bytes`: files that would take the bytes read per poll past this (in name
+    /// order) are skipped and reported.
+    pub max_total_bytes: u64,
+}
+
+impl Default for TextfileOptions {
+    fn default() -> Self {
+        TextfileOptions {
+            directory: None,
+            max_file_bytes: DEFAULT_MAX_FILE_BYTES,
+            max_files: DEFAULT_MAX_FILES,
+            max_total_bytes: DEFAULT_MAX_TOTAL_BYTES,
+        }
+    }
+}
+
+impl TextfileOptions {
+    /// The source over [`TextfileOptions::directory`], or `None` when it is unset, refusing
+    /// the label and family names another source serves ([`Limits::reserved_labels`],
+    /// [`Limits::reserved_families`]).
+    pub fn source(
+        &self,
+        reserved_labels: Vec<String>,
+        reserved_families: Vec<String>,
+    ) -> Option<TextfileSource> {
+        let dir = self.directory.as_ref()?;
+        let limits = Limits {
+            max_file_bytes: self.max_file_bytes,
+            max_files: self.max_files,
+            max_total_bytes: self.max_total_bytes,
+            reserved_labels,
+            reserved_families,
+        };
+        Some(TextfileSource::new(dir.clone(), limits))
+    }
+}
+
 /// Why `name` belongs to the exporter and may not come from a textfile, or `None` if it may.
 pub fn owned_by_exporter(name: &str) -> Option<String> {
     for def in CATALOG {

@@ -1,17 +1,51 @@
-//! Wiring of the `probes` collector: the CUDA probe scheduler, reading GPU utilization from the
+//! The `probes` collector: the CUDA probe scheduler, reading GPU utilization from the
 //! snapshot store (the latest NVML/DCGM readings) to leave busy GPUs alone.
 //!
-//! In `--simulate` mode the same scheduler runs over the simulator instead (`sim_probes`):
-//! its results are what the simulator's benchmark model says a probe would measure (see
-//! docs/architecture.md, "The simulated node").
+//! Off by default on real GPUs: it puts work on the GPUs (politely, see `[probes]` in the
+//! config file). In `--simulate` mode the same scheduler runs over the simulator instead
+//! (`sim_probes`), on unless turned off: its results are what the simulator's benchmark model
+//! says a probe would measure (see docs/architecture.md, "The simulated node").
 
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use anyhow::Result;
 use dgx_pixels_metrics::{Metric, SnapshotStore, Source};
 use dgx_pixels_probes::scheduler::{CudaBackend, ProbeSource, UtilizationView};
+use dgx_pixels_sim::Node;
 
+use super::{BuildContext, Built, Collector, RestartKey, DEFAULT_INTERVAL};
 use crate::config::Settings;
+
+/// The descriptor.
+pub const COLLECTOR: Collector = Collector {
+    name: "probes",
+    enabled_by_default: false,
+    enabled_in_simulation: true,
+    default_interval: DEFAULT_INTERVAL,
+    // A probe run opens a CUDA context and cuBLAS first: seconds, not milliseconds.
+    default_timeout: Duration::from_secs(30),
+    help: "CUDA probe workloads on idle GPUs (libcuda.so.1 and cuBLAS, loaded at run time; with --simulate, simulated and on unless turned off)",
+    yields_owned_series: true,
+    build,
+    restart_key,
+};
+
+fn build(ctx: &BuildContext<'_>) -> Result<Built> {
+    match ctx.simulated {
+        Some(sim) => Ok(Some(Box::new(crate::sim_probes::source(
+            ctx.settings,
+            Node::new(sim.scenario.clone()),
+            sim.started,
+        )?))),
+        None => source(ctx.settings, Arc::clone(ctx.store_slot)).map(Some),
+    }
+}
+
+/// `[probes]`, and on a simulated node the node it probes (it restarts with it).
+fn restart_key(s: &Settings) -> RestartKey {
+    Box::new((s.probes.clone(), s.simulation.clone()))
+}
 
 /// The store, set once it exists (it is built after the sources are planned).
 pub type StoreSlot = Arc<OnceLock<Arc<SnapshotStore>>>;

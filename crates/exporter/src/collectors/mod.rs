@@ -1,0 +1,212 @@
+//! The registry of collectors (sources that read real backends), node_exporter style.
+//!
+//! Each collector is one file in this folder holding one [`Collector`] descriptor: its name,
+//! whether it is on by default (on hardware and on a simulated node), its default timing, its
+//! `--help` line, how it is built from the settings, and which settings restart it on reload.
+//! [`COLLECTORS`] lists them; everything per collector is generated from that list:
+//! `--collector.NAME`, `--no-collector.NAME`, `--collector.NAME.interval` and
+//! `--collector.NAME.timeout` (with the real defaults in `--help`), the `[collector.NAME]`
+//! tables and `DGX_PIXELS_COLLECTOR__NAME__*` variables, the plan of sources, and the reload
+//! decision. Nothing outside this folder matches on a collector's name.
+
+use std::any::Any;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use dgx_pixels_dcgm::fields::FieldChoice;
+use dgx_pixels_metrics::Source;
+use dgx_pixels_sim::Scenario;
+
+use crate::config::Settings;
+use crate::runner::Timing;
+
+pub mod dcgm;
+pub mod hpc;
+pub mod kubernetes;
+pub mod nvml;
+pub mod probes;
+pub mod textfile;
+
+/// Default poll interval.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
+/// Default poll deadline.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Shortest poll interval accepted (20 polls a second): shorter ones would keep a core busy
+/// polling for readings that libraries refresh far less often.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(50);
+/// Shortest poll deadline accepted.
+pub const MIN_TIMEOUT: Duration = Duration::from_millis(10);
+
+/// Every collector the exporter knows, in `--help` order.
+pub const COLLECTORS: &[Collector] = &[
+    nvml::COLLECTOR,
+    textfile::COLLECTOR,
+    probes::COLLECTOR,
+    dcgm::COLLECTOR,
+    kubernetes::COLLECTOR,
+    hpc::COLLECTOR,
+];
+
+/// What a collector's `build` returns: its source, or `None` when there is nothing to run.
+pub type Built = Option<Box<dyn Source>>;
+
+/// One registered collector.
+#[derive(Debug)]
+pub struct Collector {
+    /// Name, as in `--collector.NAME`, `[collector.NAME]` and the `source` label.
+    pub name: &'static str,
+    /// Whether it runs on real GPUs unless disabled.
+    pub enabled_by_default: bool,
+    /// Whether it runs on a simulated node unless disabled (differs where the reason to be off
+    /// on hardware does not apply to a simulation).
+    pub enabled_in_simulation: bool,
+    /// Poll interval unless configured; `--help` prints it from here.
+    pub default_interval: Duration,
+    /// Poll deadline unless configured; `--help` prints it from here.
+    pub default_timeout: Duration,
+    /// One-line description for `--help`.
+    pub help: &'static str,
+    /// Whether its catalog samples of series another source owns are dropped (NVML's and the
+    /// probes' samples of what DCGM provides; see `ownership.rs`).
+    pub yields_owned_series: bool,
+    /// Builds its source; `None` when there is nothing to run (e.g. no directory configured,
+    /// or a simulated node serves its families itself).
+    pub build: fn(&BuildContext<'_>) -> Result<Built>,
+    /// The effective settings its source is built from, compared on reload: the source is
+    /// restarted when they (or its timing) change.
+    pub restart_key: fn(&Settings) -> RestartKey,
+}
+
+impl Collector {
+    /// Whether it runs, on a simulated node or on real GPUs.
+    pub fn enabled(&self, settings: &Settings, simulated: bool) -> bool {
+        let default = if simulated {
+            self.enabled_in_simulation
+        } else {
+            self.enabled_by_default
+        };
+        settings
+            .collector
+            .get(self.name)
+            .and_then(|c| c.enabled)
+            .unwrap_or(default)
+    }
+
+    /// Its interval and deadline: configured, else its defaults.
+    pub fn timing(&self, settings: &Settings) -> Timing {
+        let c = settings.collector.get(self.name);
+        Timing {
+            interval: c.and_then(|c| c.interval).unwrap_or(self.default_interval),
+            timeout: c.and_then(|c| c.timeout).unwrap_or(self.default_timeout),
+        }
+    }
+
+    /// What its running source is compared by on reload.
+    pub fn fingerprint(&self, settings: &Settings) -> Fingerprint {
+        Fingerprint::new(self.timing(settings), (self.restart_key)(settings))
+    }
+}
+
+/// Looks a collector up by name.
+pub fn find(name: &str) -> Option<&'static Collector> {
+    COLLECTORS.iter().find(|c| c.name == name)
+}
+
+/// What a collector's `build` gets.
+pub struct BuildContext<'a> {
+    /// The settings in force.
+    pub settings: &'a Settings,
+    /// Its interval and deadline.
+    pub timing: Timing,
+    /// The snapshot store, once it exists (the probe scheduler reads utilization from it).
+    pub store_slot: &'a probes::StoreSlot,
+    /// The simulated node, when `--simulate` replaces the GPU libraries.
+    pub simulated: Option<&'a Simulated>,
+    /// The DCGM fields to watch, after ownership (empty unless the dcgm collector runs on real
+    /// GPUs).
+    pub dcgm_fields: &'a [FieldChoice],
+}
+
+/// The simulated node collectors build on under `--simulate`.
+pub struct Simulated {
+    /// Its scenario.
+    pub scenario: Scenario,
+    /// When the node's scenario time started, shared by every source over it.
+    pub started: Instant,
+    /// Family names the simulated workload serves (textfiles may not serve them).
+    pub reserved_families: &'static [&'static str],
+}
+
+/// A collector's effective settings as a comparable value of any type (its settings structs
+/// derive `PartialEq`): equality is the settings' own, not a formatting of them.
+pub trait SettingsKey: Any + Send + Sync {
+    /// Whether `other` holds the same settings (of the same type).
+    fn same_as(&self, other: &dyn SettingsKey) -> bool;
+    /// For the downcast in `same_as`.
+    fn as_any(&self) -> &dyn Any;
+}
+
+impl<T: Any + PartialEq + Send + Sync> SettingsKey for T {
+    fn same_as(&self, other: &dyn SettingsKey) -> bool {
+        other.as_any().downcast_ref::<T>() == Some(self)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// A boxed [`SettingsKey`].
+pub type RestartKey = Box<dyn SettingsKey>;
+
+/// What a running source was built from: its timing and its settings key. A reload restarts
+/// the source when the new fingerprint differs.
+pub struct Fingerprint {
+    timing: Timing,
+    settings: RestartKey,
+}
+
+impl Fingerprint {
+    /// The fingerprint of a source with `timing` built from `settings`.
+    pub fn new(timing: Timing, settings: RestartKey) -> Fingerprint {
+        Fingerprint { timing, settings }
+    }
+}
+
+impl PartialEq for Fingerprint {
+    fn eq(&self, other: &Fingerprint) -> bool {
+        self.timing == other.timing && self.settings.same_as(other.settings.as_ref())
+    }
+}
+
+impl std::fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fingerprint")
+            .field("timing", &self.timing)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_flag_safe() {
+        let mut names: Vec<&str> = COLLECTORS.iter().map(|c| c.name).collect();
+        assert!(names
+            .iter()
+            .all(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_lowercase())));
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), COLLECTORS.len());
+    }
+
+    #[test]
+    fn settings_keys_compare_by_value_and_type() {
+        let a: RestartKey = Box::new((1u32, "x".to_string()));
+        assert!(a.same_as(&(1u32, "x".to_string())));
+        assert!(!a.same_as(&(2u32, "x".to_string())));
+        assert!(!a.same_as(&1u32), "another type is never the same");
+    }
+}

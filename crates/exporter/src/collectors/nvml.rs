@@ -1,0 +1,49 @@
+//! The `nvml` collector: GPU telemetry through NVML, on by default.
+
+use dgx_pixels_nvml::{NvmlOptions, NvmlSource};
+
+use super::{BuildContext, Built, Collector, RestartKey, DEFAULT_INTERVAL, DEFAULT_TIMEOUT};
+use crate::config::Settings;
+
+/// The descriptor.
+pub const COLLECTOR: Collector = Collector {
+    name: "nvml",
+    enabled_by_default: true,
+    // A simulated node serves the GPU families itself (see `build`).
+    enabled_in_simulation: true,
+    default_interval: DEFAULT_INTERVAL,
+    default_timeout: DEFAULT_TIMEOUT,
+    help: "GPU telemetry through NVML (libnvidia-ml.so.1, loaded at run time)",
+    yields_owned_series: true,
+    build,
+    restart_key,
+};
+
+fn build(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
+    // The simulated node is the NVML of a simulation: it serves these families itself.
+    if ctx.simulated.is_some() {
+        return Ok(None);
+    }
+    let settings = ctx.settings;
+    Ok(Some(Box::new(NvmlSource::with_options(NvmlOptions {
+        // Leave the runner's watchdog room: a poll returns before its timeout even when a GPU
+        // hangs, and that GPU alone is reported down.
+        gpu_deadline: ctx.timing.timeout.mul_f64(0.6),
+        procfs: settings
+            .path
+            .procfs
+            .clone()
+            .unwrap_or_else(|| NvmlOptions::default().procfs),
+        // `[nvml]` is the crate's own options type: library, slow_interval, processes_per_gpu.
+        ..settings.nvml.clone()
+    }))))
+}
+
+/// `[nvml]`, `[path]`, and the series DCGM takes over (its samples of them are dropped).
+fn restart_key(s: &Settings) -> RestartKey {
+    Box::new((
+        s.nvml.clone(),
+        s.path.clone(),
+        super::dcgm::watched_fields(s),
+    ))
+}
