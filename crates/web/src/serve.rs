@@ -232,11 +232,7 @@ pub async fn serve(
                         Ok(Ok(tls)) => {
                             watcher
                                 .watch(http.serve_connection(
-                                    TokioIo::new(Head::new(
-                                        tls,
-                                        header_read_timeout,
-                                        Arc::clone(&head_timeout),
-                                    )),
+                                    Head::wrap(tls, header_read_timeout, &head_timeout),
                                     service,
                                 ))
                                 .await
@@ -252,11 +248,7 @@ pub async fn serve(
                 None => {
                     watcher
                         .watch(http.serve_connection(
-                            TokioIo::new(Head::new(
-                                io,
-                                header_read_timeout,
-                                Arc::clone(&head_timeout),
-                            )),
+                            Head::wrap(io, header_read_timeout, &head_timeout),
                             service,
                         ))
                         .await
@@ -337,6 +329,11 @@ struct Head<T> {
 }
 
 impl<T> Head<T> {
+    /// `inner` with its request heads timed, ready for hyper; `timed_out` is set if one is late.
+    fn wrap(inner: T, limit: Duration, timed_out: &Arc<AtomicBool>) -> TokioIo<Head<T>> {
+        TokioIo::new(Head::new(inner, limit, Arc::clone(timed_out)))
+    }
+
     fn new(inner: T, limit: Duration, timed_out: Arc<AtomicBool>) -> Head<T> {
         Head {
             inner,
