@@ -4,42 +4,11 @@
 # Usage: tests/e2e/prometheus.sh PATH/TO/dgx-pixels-exporter   (prometheus, promtool on PATH)
 set -euo pipefail
 BIN=${1:?usage: $0 EXPORTER_BINARY}
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/lib.sh"
 
-fail() { echo "FAIL: $*" >&2; echo "--- exporter log" >&2; tail -20 "$work/exporter.log" >&2 || true; echo "--- prometheus log" >&2; tail -20 "$work/prometheus.log" >&2 || true; exit 1; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_for() { # URL TIMEOUT_S
-  local deadline=$((SECONDS + $2))
-  until curl -sf "$1" >/dev/null; do [ $SECONDS -lt $deadline ] || return 1; sleep 0.1; done
-}
-query() { curl -sf --get "http://127.0.0.1:$PROM_PORT/api/v1/query" --data-urlencode "query=$1" | jq -r '.data.result[0].value[1] // "none"'; }
+start_exporter --simulate dgx-h100
 
-EXP_PORT=$(free_port)
-"$BIN" --simulate dgx-h100 --web.listen-address "127.0.0.1:$EXP_PORT" >"$work/exporter.log" 2>&1 &
-pids+=($!)
-wait_for "http://127.0.0.1:$EXP_PORT/-/ready" 10 || fail "exporter not ready"
-
-PROM_PORT=$(free_port)
-cat >"$work/prometheus.yml" <<YAML
-global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-scrape_configs:
-  - job_name: dgx-pixels
-    static_configs:
-      - targets: ["127.0.0.1:$EXP_PORT"]
-YAML
-prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/data" \
-  --web.listen-address="127.0.0.1:$PROM_PORT" >"$work/prometheus.log" 2>&1 &
-pids+=($!)
-wait_for "http://127.0.0.1:$PROM_PORT/-/ready" 30 || fail "prometheus not ready"
+start_prometheus
 
 passed=0 failed=0
 check() { # NAME EXPR EXPECTED
