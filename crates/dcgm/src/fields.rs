@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use dcgm_sys::fields as f;
+use dgx_pixels_metrics::gpu::violation;
 use dgx_pixels_metrics::{Kind, Metric, CATALOG};
 
 /// How a known field becomes a catalog series: the metric, its label values after `gpu` and
@@ -34,7 +35,7 @@ pub struct KnownField {
 const MIB: f64 = 1024.0 * 1024.0;
 
 macro_rules! known {
-    ($($id:ident $(=> $metric:ident [$($l:literal),*] $scale:expr)? $(; $prof:ident)?,)*) => {
+    ($($id:ident $(=> $metric:ident [$($l:expr),*] $scale:expr)? $(; $prof:ident)?,)*) => {
         /// Every field the exporter knows, by id.
         pub const KNOWN_FIELDS: &[KnownField] = &[$(KnownField {
             id: f::$id,
@@ -43,7 +44,7 @@ macro_rules! known {
             profiling: known!(@prof $($prof)?),
         },)*];
     };
-    (@map $metric:ident [$($l:literal),*] $scale:expr) => {
+    (@map $metric:ident [$($l:expr),*] $scale:expr) => {
         Some(Mapping { metric: Metric::$metric, labels: &[$($l),*], scale: $scale })
     };
     (@map) => { None };
@@ -72,8 +73,8 @@ known! {
     DCGM_FI_DEV_ENC_UTIL => GpuEncoderUtilization [] 0.01,
     DCGM_FI_DEV_DEC_UTIL => GpuDecoderUtilization [] 0.01,
     DCGM_FI_DEV_XID_ERRORS,
-    DCGM_FI_DEV_POWER_VIOLATION => GpuThrottleViolation ["power"] 1e-9,
-    DCGM_FI_DEV_THERMAL_VIOLATION => GpuThrottleViolation ["thermal"] 1e-9,
+    DCGM_FI_DEV_POWER_VIOLATION => GpuThrottleViolation [violation::POWER] 1e-9,
+    DCGM_FI_DEV_THERMAL_VIOLATION => GpuThrottleViolation [violation::THERMAL] 1e-9,
     DCGM_FI_DEV_FB_TOTAL => GpuMemoryTotal [] MIB,
     DCGM_FI_DEV_FB_FREE => GpuMemoryFree [] MIB,
     DCGM_FI_DEV_FB_USED => GpuMemoryUsed [] MIB,
