@@ -34,6 +34,8 @@ mod bindings;
 
 pub use bindings::*;
 
+pub mod fields;
+
 use std::mem::size_of;
 
 /// `MAKE_DCGM_VERSION`: the struct size in the low bits, the version in the top byte.

@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use dcgm_sys::fields as f;
+use dgx_pixels_metrics::gpu::violation;
 use dgx_pixels_metrics::{Kind, Metric, CATALOG};
 
 /// How a known field becomes a catalog series: the metric, its label values after `gpu` and
@@ -33,16 +35,16 @@ pub struct KnownField {
 const MIB: f64 = 1024.0 * 1024.0;
 
 macro_rules! known {
-    ($($id:literal $name:literal $(=> $metric:ident [$($l:literal),*] $scale:expr)? $(; $prof:ident)?,)*) => {
+    ($($id:ident $(=> $metric:ident [$($l:expr),*] $scale:expr)? $(; $prof:ident)?,)*) => {
         /// Every field the exporter knows, by id.
         pub const KNOWN_FIELDS: &[KnownField] = &[$(KnownField {
-            id: $id,
-            name: $name,
+            id: f::$id,
+            name: stringify!($id),
             mapping: known!(@map $($metric [$($l),*] $scale)?),
             profiling: known!(@prof $($prof)?),
         },)*];
     };
-    (@map $metric:ident [$($l:literal),*] $scale:expr) => {
+    (@map $metric:ident [$($l:expr),*] $scale:expr) => {
         Some(Mapping { metric: Metric::$metric, labels: &[$($l),*], scale: $scale })
     };
     (@map) => { None };
@@ -51,69 +53,77 @@ macro_rules! known {
 }
 
 known! {
-    1 "DCGM_FI_DRIVER_VERSION",
-    50 "DCGM_FI_DEV_NAME",
-    54 "DCGM_FI_DEV_UUID",
-    57 "DCGM_FI_DEV_PCI_BUSID",
-    100 "DCGM_FI_DEV_SM_CLOCK" => GpuClock ["sm"] 1e6,
-    101 "DCGM_FI_DEV_MEM_CLOCK" => GpuClock ["memory"] 1e6,
-    112 "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
-    140 "DCGM_FI_DEV_MEMORY_TEMP" => GpuTemperature ["memory"] 1.0,
-    150 "DCGM_FI_DEV_GPU_TEMP" => GpuTemperature ["gpu"] 1.0,
-    155 "DCGM_FI_DEV_POWER_USAGE" => GpuPower [] 1.0,
-    156 "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION" => GpuEnergy [] 1e-3,
-    157 "DCGM_FI_DEV_POWER_USAGE_INSTANT",
-    190 "DCGM_FI_DEV_PSTATE" => GpuPerformanceState [] 1.0,
-    191 "DCGM_FI_DEV_FAN_SPEED" => GpuFanSpeed ["0"] 0.01,
-    202 "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
-    203 "DCGM_FI_DEV_GPU_UTIL" => GpuUtilization [] 0.01,
-    204 "DCGM_FI_DEV_MEM_COPY_UTIL" => GpuMemoryUtilization [] 0.01,
-    206 "DCGM_FI_DEV_ENC_UTIL" => GpuEncoderUtilization [] 0.01,
-    207 "DCGM_FI_DEV_DEC_UTIL" => GpuDecoderUtilization [] 0.01,
-    230 "DCGM_FI_DEV_XID_ERRORS",
-    240 "DCGM_FI_DEV_POWER_VIOLATION" => GpuThrottleViolation ["power"] 1e-9,
-    241 "DCGM_FI_DEV_THERMAL_VIOLATION" => GpuThrottleViolation ["thermal"] 1e-9,
-    250 "DCGM_FI_DEV_FB_TOTAL" => GpuMemoryTotal [] MIB,
-    251 "DCGM_FI_DEV_FB_FREE" => GpuMemoryFree [] MIB,
-    252 "DCGM_FI_DEV_FB_USED" => GpuMemoryUsed [] MIB,
-    253 "DCGM_FI_DEV_FB_RESERVED" => GpuMemoryReserved [] MIB,
-    254 "DCGM_FI_DEV_FB_USED_PERCENT",
-    310 "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL" => GpuEccErrors ["corrected", "volatile"] 1.0,
-    311 "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL" => GpuEccErrors ["uncorrected", "volatile"] 1.0,
-    312 "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL" => GpuEccErrors ["corrected", "aggregate"] 1.0,
-    313 "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL" => GpuEccErrors ["uncorrected", "aggregate"] 1.0,
-    390 "DCGM_FI_DEV_RETIRED_SBE",
-    391 "DCGM_FI_DEV_RETIRED_DBE",
-    392 "DCGM_FI_DEV_RETIRED_PENDING",
-    393 "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS" => GpuRemappedRows ["uncorrectable"] 1.0,
-    394 "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS" => GpuRemappedRows ["correctable"] 1.0,
-    395 "DCGM_FI_DEV_ROW_REMAP_FAILURE" => GpuRemappedRowsFailure [] 1.0,
-    396 "DCGM_FI_DEV_ROW_REMAP_PENDING" => GpuRemappedRowsPending [] 1.0,
-    449 "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-    1001 "DCGM_FI_PROF_GR_ENGINE_ACTIVE" => GpuGraphicsEngineActive [] 1.0; prof,
-    1002 "DCGM_FI_PROF_SM_ACTIVE" => GpuSmActive [] 1.0; prof,
-    1003 "DCGM_FI_PROF_SM_OCCUPANCY" => GpuSmOccupancy [] 1.0; prof,
-    1004 "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE" => GpuTensorPipeActive [] 1.0; prof,
-    1005 "DCGM_FI_PROF_DRAM_ACTIVE" => GpuDramActive [] 1.0; prof,
-    1006 "DCGM_FI_PROF_PIPE_FP64_ACTIVE" => GpuFp64PipeActive [] 1.0; prof,
-    1007 "DCGM_FI_PROF_PIPE_FP32_ACTIVE" => GpuFp32PipeActive [] 1.0; prof,
-    1008 "DCGM_FI_PROF_PIPE_FP16_ACTIVE" => GpuFp16PipeActive [] 1.0; prof,
-    1009 "DCGM_FI_PROF_PCIE_TX_BYTES" => PcieTransmit [] 1.0; prof,
-    1010 "DCGM_FI_PROF_PCIE_RX_BYTES" => PcieReceive [] 1.0; prof,
-    1011 "DCGM_FI_PROF_NVLINK_TX_BYTES" => NvlinkTransmitRate [] 1.0; prof,
-    1012 "DCGM_FI_PROF_NVLINK_RX_BYTES" => NvlinkReceiveRate [] 1.0; prof,
+    DCGM_FI_DRIVER_VERSION,
+    DCGM_FI_DEV_NAME,
+    DCGM_FI_DEV_UUID,
+    DCGM_FI_DEV_PCI_BUSID,
+    DCGM_FI_DEV_SM_CLOCK => GpuClock ["sm"] 1e6,
+    DCGM_FI_DEV_MEM_CLOCK => GpuClock ["memory"] 1e6,
+    DCGM_FI_DEV_CLOCK_THROTTLE_REASONS,
+    DCGM_FI_DEV_MEMORY_TEMP => GpuTemperature ["memory"] 1.0,
+    DCGM_FI_DEV_GPU_TEMP => GpuTemperature ["gpu"] 1.0,
+    DCGM_FI_DEV_POWER_USAGE => GpuPower [] 1.0,
+    DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION => GpuEnergy [] 1e-3,
+    DCGM_FI_DEV_POWER_USAGE_INSTANT,
+    DCGM_FI_DEV_PSTATE => GpuPerformanceState [] 1.0,
+    DCGM_FI_DEV_FAN_SPEED => GpuFanSpeed ["0"] 0.01,
+    DCGM_FI_DEV_PCIE_REPLAY_COUNTER,
+    DCGM_FI_DEV_GPU_UTIL => GpuUtilization [] 0.01,
+    DCGM_FI_DEV_MEM_COPY_UTIL => GpuMemoryUtilization [] 0.01,
+    DCGM_FI_DEV_ENC_UTIL => GpuEncoderUtilization [] 0.01,
+    DCGM_FI_DEV_DEC_UTIL => GpuDecoderUtilization [] 0.01,
+    DCGM_FI_DEV_XID_ERRORS,
+    DCGM_FI_DEV_POWER_VIOLATION => GpuThrottleViolation [violation::POWER] 1e-9,
+    DCGM_FI_DEV_THERMAL_VIOLATION => GpuThrottleViolation [violation::THERMAL] 1e-9,
+    DCGM_FI_DEV_FB_TOTAL => GpuMemoryTotal [] MIB,
+    DCGM_FI_DEV_FB_FREE => GpuMemoryFree [] MIB,
+    DCGM_FI_DEV_FB_USED => GpuMemoryUsed [] MIB,
+    DCGM_FI_DEV_FB_RESERVED => GpuMemoryReserved [] MIB,
+    DCGM_FI_DEV_FB_USED_PERCENT,
+    DCGM_FI_DEV_ECC_SBE_VOL_TOTAL => GpuEccErrors ["corrected", "volatile"] 1.0,
+    DCGM_FI_DEV_ECC_DBE_VOL_TOTAL => GpuEccErrors ["uncorrected", "volatile"] 1.0,
+    DCGM_FI_DEV_ECC_SBE_AGG_TOTAL => GpuEccErrors ["corrected", "aggregate"] 1.0,
+    DCGM_FI_DEV_ECC_DBE_AGG_TOTAL => GpuEccErrors ["uncorrected", "aggregate"] 1.0,
+    DCGM_FI_DEV_RETIRED_SBE,
+    DCGM_FI_DEV_RETIRED_DBE,
+    DCGM_FI_DEV_RETIRED_PENDING,
+    DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS => GpuRemappedRows ["uncorrectable"] 1.0,
+    DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS => GpuRemappedRows ["correctable"] 1.0,
+    DCGM_FI_DEV_ROW_REMAP_FAILURE => GpuRemappedRowsFailure [] 1.0,
+    DCGM_FI_DEV_ROW_REMAP_PENDING => GpuRemappedRowsPending [] 1.0,
+    DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL,
+    DCGM_FI_PROF_GR_ENGINE_ACTIVE => GpuGraphicsEngineActive [] 1.0; prof,
+    DCGM_FI_PROF_SM_ACTIVE => GpuSmActive [] 1.0; prof,
+    DCGM_FI_PROF_SM_OCCUPANCY => GpuSmOccupancy [] 1.0; prof,
+    DCGM_FI_PROF_PIPE_TENSOR_ACTIVE => GpuTensorPipeActive [] 1.0; prof,
+    DCGM_FI_PROF_DRAM_ACTIVE => GpuDramActive [] 1.0; prof,
+    DCGM_FI_PROF_PIPE_FP64_ACTIVE => GpuFp64PipeActive [] 1.0; prof,
+    DCGM_FI_PROF_PIPE_FP32_ACTIVE => GpuFp32PipeActive [] 1.0; prof,
+    DCGM_FI_PROF_PIPE_FP16_ACTIVE => GpuFp16PipeActive [] 1.0; prof,
+    DCGM_FI_PROF_PCIE_TX_BYTES => PcieTransmit [] 1.0; prof,
+    DCGM_FI_PROF_PCIE_RX_BYTES => PcieReceive [] 1.0; prof,
+    DCGM_FI_PROF_NVLINK_TX_BYTES => NvlinkTransmitRate [] 1.0; prof,
+    DCGM_FI_PROF_NVLINK_RX_BYTES => NvlinkReceiveRate [] 1.0; prof,
 }
 
 /// `DCGM_FI_DEV_UUID`: read with every poll for the `uuid` label.
-pub const UUID_FIELD: u16 = 54;
+pub const UUID_FIELD: u16 = f::DCGM_FI_DEV_UUID;
 
 /// String fields (identity): not exported as values; `dgx_pixels_gpu_info` carries identity.
-pub const STRING_FIELDS: [u16; 4] = [1, 50, 54, 57];
+pub const STRING_FIELDS: [u16; 4] = [
+    f::DCGM_FI_DRIVER_VERSION,
+    f::DCGM_FI_DEV_NAME,
+    f::DCGM_FI_DEV_UUID,
+    f::DCGM_FI_DEV_PCI_BUSID,
+];
 
 /// Aliases DCGM 4 introduced for fields above, accepted in field lists.
 const ALIASES: &[(&str, u16)] = &[
-    ("DCGM_FI_DEV_GPU_UTIL_RATIO", 203),
-    ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", 112),
+    ("DCGM_FI_DEV_GPU_UTIL_RATIO", f::DCGM_FI_DEV_GPU_UTIL),
+    (
+        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+        f::DCGM_FI_DEV_CLOCK_THROTTLE_REASONS,
+    ),
 ];
 
 /// The known field with this id.

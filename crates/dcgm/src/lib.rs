@@ -137,7 +137,7 @@ const STALE_POLLS_BEFORE_REARM: u32 = 3;
 /// At most one re-creation of the watches per this period, however long values stay stale.
 const REARM_SPACING: Duration = Duration::from_secs(60);
 /// XID errors is event-valued: its timestamp is when the last XID happened, not a sample time.
-const EVENT_FIELDS: &[u16] = &[230];
+const EVENT_FIELDS: &[u16] = &[dcgm_sys::fields::DCGM_FI_DEV_XID_ERRORS];
 
 impl std::fmt::Debug for DcgmSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -14,8 +14,6 @@ mod probe_cmd;
 mod reload;
 mod runner;
 mod server;
-mod sim_probes;
-mod sim_source;
 mod trace_cmd;
 
 #[cfg(test)]
@@ -236,7 +234,7 @@ fn simulated_node(
     };
     // Textfiles may not serve what the simulated workload serves, if the scenario has one.
     let reserved_families = match dgx_pixels_sim::ImageGeneration::for_scenario(&scenario_name) {
-        Some(_) => sim_source::SIMULATED_FAMILIES,
+        Some(_) => dgx_pixels_sim_source::SIMULATED_FAMILIES,
         None => &[],
     };
     // The config file's [cost] wins over the scenario's.
@@ -245,7 +243,8 @@ fn simulated_node(
     }
     // The dcgm collector selects the simulated profiling families.
     let profiling = collectors::dcgm::COLLECTOR.enabled(settings, true);
-    let sim = sim_source::SimSource::new(Node::new(scenario.clone())).with_profiling(profiling);
+    let sim = dgx_pixels_sim_source::SimSource::new(Node::new(scenario.clone()))
+        .with_profiling(profiling);
     let started = sim.started();
     let key: collectors::RestartKey = Box::new((settings.simulation.clone(), profiling));
     plan.push(Box::new(sim), Fingerprint::new(timing, key), timing);

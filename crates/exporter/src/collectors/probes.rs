@@ -3,8 +3,9 @@
 //!
 //! Off by default on real GPUs: it puts work on the GPUs (politely, see `[probes]` in the
 //! config file). In `--simulate` mode the same scheduler runs over the simulator instead
-//! (`sim_probes`), on unless turned off: its results are what the simulator's benchmark model
-//! says a probe would measure (see docs/architecture.md, "The simulated node").
+//! (`dgx_pixels_sim_source::probes`), on unless turned off: its results are what the
+//! simulator's benchmark model says a probe would measure (see docs/architecture.md, "The
+//! simulated node").
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -33,8 +34,8 @@ pub const COLLECTOR: Collector = Collector {
 
 fn build(ctx: &BuildContext<'_>) -> Result<Built> {
     match ctx.simulated {
-        Some(sim) => Ok(Some(Box::new(crate::sim_probes::source(
-            ctx.settings,
+        Some(sim) => Ok(Some(Box::new(dgx_pixels_sim_source::probes::source(
+            ctx.settings.probes.schedule()?,
             Node::new(sim.scenario.clone()),
             sim.started,
         )?))),

@@ -5,7 +5,7 @@
 //! DCGM profiling families (SM activity and occupancy, pipe and DRAM activity, NVLink rates)
 //! from the simulator's profiling model ([`dgx_pixels_sim::profile`]), under the same names
 //! and labels as the DCGM source. The probe families come from the `probes` source over the
-//! simulator (see `sim_probes`).
+//! simulator (see [`crate::probes`]).
 //!
 //! Where the scenario plays an image-generation workload ([`ImageGeneration`]), the source also
 //! serves it under the workload contract's names (docs/workloads.md), exactly as a real

@@ -12,11 +12,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use dgx_pixels_probes::scheduler::{Backend, GpuId, ProbeSource, UtilizationView};
+use dgx_pixels_probes::scheduler::{
+    Backend, GpuId, ProbeSource, ScheduleSettings, UtilizationView,
+};
 use dgx_pixels_probes::{ProbeError, ProbeKind};
 use dgx_pixels_sim::{Benchmark, BenchmarkError, GpuState, Node, Precision, Transfer};
-
-use crate::config::Settings;
 
 /// The simulated node the backend and the utilization view share, and when its time started.
 struct Shared {
@@ -107,14 +107,13 @@ impl UtilizationView for SimUtilization {
     }
 }
 
-/// The simulated probes source over `node`, whose scenario time started at `started` (the
-/// simulated node's own start, so both read the same moment).
+/// The simulated probes source over `node` on `schedule` (`[probes]`), whose scenario time
+/// started at `started` (the simulated node's own start, so both read the same moment).
 pub fn source(
-    settings: &Settings,
+    schedule: ScheduleSettings,
     node: Node,
     started: Instant,
-) -> anyhow::Result<ProbeSource<SimBackend, SimUtilization>> {
-    let schedule = settings.probes.schedule()?;
+) -> Result<ProbeSource<SimBackend, SimUtilization>, ProbeError> {
     let index = (0..node.gpu_count())
         .filter_map(|i| Some((node.gpu(i)?.uuid.clone(), i)))
         .collect();
@@ -127,7 +126,7 @@ pub fn source(
         shared: Arc::clone(&shared),
         held: None,
     };
-    Ok(ProbeSource::new(backend, SimUtilization(shared), schedule)?)
+    ProbeSource::new(backend, SimUtilization(shared), schedule)
 }
 
 #[cfg(test)]
@@ -136,12 +135,8 @@ mod tests {
     use dgx_pixels_metrics::{Metric, Sample, Source};
     use dgx_pixels_sim::Scenario;
 
-    fn settings(toml: &str) -> Settings {
-        use std::io::Write;
-        let mut f = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
-        f.write_all(toml.as_bytes()).unwrap();
-        let cli = crate::cli::parse_from(["x", "--config.file", f.path().to_str().unwrap()]);
-        crate::config::resolve(&cli.unwrap(), []).unwrap()
+    fn settings() -> ScheduleSettings {
+        ScheduleSettings::default()
     }
 
     fn node(name: &str) -> Node {
@@ -156,7 +151,7 @@ mod tests {
     #[test]
     fn busy_gpus_are_left_alone_as_on_hardware() {
         // dgx-h100 trains on every GPU: every probe is skipped as busy.
-        let mut s = source(&settings(""), node("dgx-h100"), Instant::now()).unwrap();
+        let mut s = source(settings(), node("dgx-h100"), Instant::now()).unwrap();
         for _ in 0..8 {
             s.poll().unwrap();
         }
@@ -174,9 +169,13 @@ mod tests {
     #[test]
     fn probes_measure_what_the_simulator_says_at_the_pace_of_real_ones() {
         // With busy GPUs allowed, each GPU is probed in turn, one probe per poll.
-        let cfg = settings("[probes]\nbusy_threshold = 1.0\nprobes = \"gemm_bf16,copy_h2d\"\n");
+        let cfg = ScheduleSettings {
+            busy_threshold: 1.0,
+            probes: dgx_pixels_probes::probe::parse_list("gemm_bf16,copy_h2d").unwrap(),
+            ..ScheduleSettings::default()
+        };
         let started = Instant::now() - Duration::from_secs(60);
-        let mut s = source(&cfg, node("dgx-h100"), started).unwrap();
+        let mut s = source(cfg, node("dgx-h100"), started).unwrap();
         let mut out = Vec::new();
         for _ in 0..8 {
             out = s.poll().unwrap();
@@ -221,11 +220,11 @@ mod tests {
 
     #[test]
     fn mig_gpus_are_not_probed_and_lost_gpus_are_skipped() {
-        let mut s = source(&settings(""), node("dgx-a100-mig"), Instant::now()).unwrap();
+        let mut s = source(settings(), node("dgx-a100-mig"), Instant::now()).unwrap();
         let gpus = s_gpus(&mut s);
         assert_eq!(gpus, ["2", "3", "4", "5", "6", "7"]);
         let started = Instant::now() - Duration::from_secs(40);
-        let mut s = source(&settings(""), node("fault-gpu-lost"), started).unwrap();
+        let mut s = source(settings(), node("fault-gpu-lost"), started).unwrap();
         for _ in 0..8 {
             s.poll().unwrap();
         }

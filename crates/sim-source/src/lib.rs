@@ -1,0 +1,14 @@
+//! The simulated node as exporter sources.
+//!
+//! - [`node`]: the `sim` source, the simulated node's GPU readings (through the same mapping
+//!   as the NVML source), its DCGM profiling families and its image-generation workload;
+//! - [`probes`]: the `probes` collector of a simulated node, the real probe scheduler over a
+//!   backend that asks the simulator what each probe would measure.
+//!
+//! The simulator itself (`dgx-pixels-sim`) knows nothing of metrics; this crate maps it onto
+//! the exporter's catalog, and the binary only wires it (`--simulate`).
+
+pub mod node;
+pub mod probes;
+
+pub use node::{SimSource, LATENCY_BUCKETS, SIMULATED_FAMILIES};
