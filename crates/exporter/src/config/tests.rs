@@ -1,0 +1,467 @@
+use super::sources::*;
+use super::*;
+use crate::cli::parse_from;
+use std::io::Write;
+use std::path::Path;
+
+fn file(text: &str) -> tempfile::NamedTempFile {
+    let mut f = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+    f
+}
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn probe_settings_come_from_file_and_env_and_are_checked() {
+    let f = file("[probes]\nprobes = \"gemm_bf16,copy_d2d\"\nduty_cycle = 0.01\n");
+    let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
+    let s = resolve(&cli, env(&[("DGX_PIXELS_PROBES__BUSY_THRESHOLD", "0.2")])).unwrap();
+    let sched = s.probes.schedule().unwrap();
+    assert_eq!(sched.duty_cycle, 0.01);
+    assert_eq!(sched.busy_threshold, 0.2);
+    assert_eq!(sched.probes.len(), 2);
+    assert_eq!(sched.memory_limit_bytes, 1 << 30);
+    let bad = file("[probes]\nduty_cycle = 2.0\n");
+    let cli = parse_from(["x", "--config.file", bad.path().to_str().unwrap()]).unwrap();
+    let e = resolve(&cli, []).unwrap_err().to_string();
+    assert!(
+        e.contains("probes.duty_cycle") && e.contains("[0.000001, 1]"),
+        "{e}"
+    );
+    let bad = file("[probes]\nprobes = \"gemm_int4\"\n");
+    let cli = parse_from(["x", "--config.file", bad.path().to_str().unwrap()]).unwrap();
+    let e = resolve(&cli, []).unwrap_err().to_string();
+    assert!(
+        e.contains("probes.probes: unknown probe \"gemm_int4\""),
+        "{e}"
+    );
+}
+
+#[test]
+fn simulation_turns_profiling_and_probes_on_unless_they_are_turned_off() {
+    let s = resolve(&parse_from(["x", "--simulate", "dgx-h100"]).unwrap(), []).unwrap();
+    assert!(!s.collector_enabled("dcgm") && !s.collector_enabled("probes"));
+    assert!(s.simulated_collector_enabled("dcgm"));
+    assert!(s.simulated_collector_enabled("probes"));
+    assert!(
+        !s.simulated_collector_enabled("kubernetes"),
+        "others as on hardware"
+    );
+    let cli = parse_from(["x", "--simulate", "dgx-h100", "--no-collector.probes"]).unwrap();
+    let s = resolve(
+        &cli,
+        [("DGX_PIXELS_COLLECTOR__DCGM__ENABLED".into(), "false".into())],
+    );
+    let s = s.unwrap();
+    assert!(!s.simulated_collector_enabled("probes"));
+    assert!(!s.simulated_collector_enabled("dcgm"));
+}
+
+#[test]
+fn a_scenarios_cost_table_is_checked_like_the_config_files() {
+    let table: toml::Table =
+        toml::from_str("currency = \"USD\"\nelectricity_price_per_kwh = 0.15\npue = 1.3\ngpu_cost_per_hour = 1.0\n")
+            .unwrap();
+    let c = CostSettings::from_scenario("dgx-h100", &table).unwrap();
+    assert_eq!((c.currency.as_str(), c.pue), ("USD", 1.3));
+    let bad: toml::Table =
+        toml::from_str("electricity_price_per_kwh = 0.1\npue = 0.5\ngpu_cost_per_hour = 1\n")
+            .unwrap();
+    let e = CostSettings::from_scenario("mine.toml", &bad)
+        .unwrap_err()
+        .0;
+    assert!(e.starts_with("scenario mine.toml: cost.pue"), "{e}");
+    let bad: toml::Table = toml::from_str("electricity_price_per_kwh = 0.1\nprice = 1\n").unwrap();
+    let e = CostSettings::from_scenario("mine.toml", &bad)
+        .unwrap_err()
+        .0;
+    assert!(
+        e.contains("scenario mine.toml: [cost]") && e.contains("price"),
+        "{e}"
+    );
+}
+
+#[test]
+fn defaults_apply_without_any_input() {
+    let s = resolve(&parse_from(["x"]).unwrap(), []).unwrap();
+    assert_eq!(s, Settings::default());
+    assert_eq!(s.listen_addr().unwrap().port(), 9403);
+    assert!(s.collector_enabled("nvml"));
+    assert_eq!(
+        s.collector_timing("nvml"),
+        (DEFAULT_INTERVAL, DEFAULT_TIMEOUT)
+    );
+}
+
+#[test]
+fn precedence_is_flags_then_env_then_file_then_defaults() {
+    let f = file(
+        "node_name = \"from-file\"\n[web]\nlisten_address = \":1111\"\ntelemetry_path = \"/file\"\n[log]\nlevel = \"debug\"\n[collector.nvml]\ninterval = \"5s\"\n",
+    );
+    let path = f.path().to_str().unwrap();
+    let cli = parse_from(["x", "--config.file", path, "--web.listen-address", ":3333"]).unwrap();
+    let s = resolve(
+        &cli,
+        env(&[
+            ("DGX_PIXELS_WEB__LISTEN_ADDRESS", ":2222"),
+            ("DGX_PIXELS_WEB__TELEMETRY_PATH", "/env"),
+            ("DGX_PIXELS_COLLECTOR__NVML__TIMEOUT", "3s"),
+            ("UNRELATED", "x"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(s.web.listen_address, ":3333", "flag beats env and file");
+    assert_eq!(s.web.telemetry_path, "/env", "env beats file");
+    assert_eq!(s.log.level, "debug", "file beats default");
+    assert_eq!(s.node_name.as_deref(), Some("from-file"));
+    assert_eq!(s.log.format, LogFormat::Logfmt, "default");
+    assert_eq!(
+        s.collector_timing("nvml"),
+        (Duration::from_secs(5), Duration::from_secs(3))
+    );
+    let cli = parse_from([
+        "x",
+        "--config.file",
+        path,
+        "--no-collector.nvml",
+        "--collector.nvml.interval",
+        "250ms",
+    ])
+    .unwrap();
+    let s = resolve(&cli, []).unwrap();
+    assert!(!s.collector_enabled("nvml"));
+    assert_eq!(s.collector_timing("nvml").0, Duration::from_millis(250));
+}
+
+#[test]
+fn file_errors_name_file_line_and_key() {
+    let cases = [
+        (
+            "[web]\nlisten_address = 9403\n",
+            "line 2 key web.listen_address",
+            "invalid type",
+        ),
+        (
+            "[web]\nlisten_adress = \":1\"\n",
+            "line 2 key web.listen_adress",
+            "unknown field",
+        ),
+        (
+            "[log]\nlevel = \"info\"\nformat = \"xml\"\n",
+            "line 3 key log.format",
+            "unknown variant",
+        ),
+        (
+            "[collector.nvml]\ninterval = \"soon\"\n",
+            "line 2 key collector.nvml.interval",
+            "invalid duration",
+        ),
+        ("[web\n", "line 1", ""),
+    ];
+    for (text, place, what) in cases {
+        let f = file(text);
+        let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
+        let e = resolve(&cli, []).unwrap_err().to_string();
+        assert!(e.contains(&f.path().display().to_string()), "{e}");
+        assert!(e.contains(place), "{text:?}: {e}");
+        assert!(e.contains(what), "{text:?}: {e}");
+        assert!(!e.contains('\n'), "one line: {e}");
+    }
+}
+
+#[test]
+fn semantic_errors_name_the_key() {
+    let f = file("[collector.gpu]\nenabled = true\n");
+    let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
+    let e = resolve(&cli, []).unwrap_err().to_string();
+    assert!(
+        e.contains("collector.gpu: unknown collector; known: nvml, textfile, probes, dcgm, kubernetes, hpc"),
+        "{e}"
+    );
+
+    let cli = parse_from(["x", "--web.telemetry-path", "metrics"]).unwrap();
+    let e = resolve(&cli, []).unwrap_err().to_string();
+    assert!(e.starts_with("web.telemetry_path:"), "{e}");
+
+    // axum would panic on a route parameter; the config must refuse it first.
+    for path in ["/metrics/{gpu}", "/:x", "/*rest", "/a b"] {
+        let cli = parse_from(["x", "--web.telemetry-path", path]).unwrap();
+        let e = resolve(&cli, []).unwrap_err().to_string();
+        assert!(e.starts_with("web.telemetry_path:"), "{path}: {e}");
+    }
+    // tokio's Semaphore panics above usize::MAX >> 3 permits.
+    let e = resolve(
+        &parse_from(["x"]).unwrap(),
+        env(&[("DGX_PIXELS_WEB__MAX_CONNECTIONS", "9223372036854775807")]),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.starts_with("web.max_connections: 9223372036854775807 is over"),
+        "{e}"
+    );
+    let cli = parse_from(["x", "--web.max-requests", "2000000"]).unwrap();
+    let e = resolve(&cli, []).unwrap_err().to_string();
+    assert!(e.starts_with("web.max_requests: 2000000 is over"), "{e}");
+
+    let cli = parse_from(["x", "--web.listen-address", "nonsense"]).unwrap();
+    let e = resolve(&cli, []).unwrap_err().to_string();
+    assert!(e.starts_with("web.listen_address: invalid address"), "{e}");
+
+    let e = resolve(
+        &parse_from(["x"]).unwrap(),
+        env(&[("DGX_PIXELS_WEB__NOPE", "1")]),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("nope"), "{e}");
+}
+
+#[test]
+fn kubernetes_service_links_are_not_settings() {
+    let links = [
+        ("DGX_PIXELS_EXPORTER_SERVICE_HOST", "10.0.0.1"),
+        ("DGX_PIXELS_EXPORTER_SERVICE_PORT", "9403"),
+        ("DGX_PIXELS_EXPORTER_SERVICE_PORT_METRICS", "9403"),
+        ("DGX_PIXELS_EXPORTER_PORT", "tcp://10.0.0.1:9403"),
+        ("DGX_PIXELS_EXPORTER_PORT_9403_TCP", "tcp://10.0.0.1:9403"),
+        ("DGX_PIXELS_EXPORTER_PORT_9403_TCP_PROTO", "tcp"),
+        ("DGX_PIXELS_EXPORTER_PORT_9403_TCP_PORT", "9403"),
+        ("DGX_PIXELS_EXPORTER_PORT_9403_TCP_ADDR", "10.0.0.1"),
+    ];
+    let mut vars = links.to_vec();
+    vars.push(("DGX_PIXELS_NODE_NAME", "gpu-17"));
+    let s = resolve(&parse_from(["x"]).unwrap(), env(&vars)).unwrap();
+    assert_eq!(
+        s.node_name.as_deref(),
+        Some("gpu-17"),
+        "real settings still apply"
+    );
+    // Anything else unknown is still an error.
+    let e = resolve(
+        &parse_from(["x"]).unwrap(),
+        env(&[("DGX_PIXELS_EXPORTER_PORTS", "1")]),
+    );
+    assert!(e.is_err());
+}
+
+#[test]
+fn kubernetes_and_hpc_tables_parse_validate_and_yield_to_flags() {
+    let f = file(
+        "[kubernetes]\npod_resources_socket = \"/run/k.sock\"\nmax_response_bytes = 33554432\nresource_names = [\"nvidia.com/gpu\", \"example.com/gpu-*\"]\n[hpc]\njob_mapping_dir = \"/run/jobs\"\n[collector.kubernetes]\nenabled = true\n",
+    );
+    let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
+    let s = resolve(&cli, []).unwrap();
+    assert_eq!(s.kubernetes.pod_resources_socket, Path::new("/run/k.sock"));
+    assert_eq!(s.kubernetes.max_response_bytes, 32 << 20);
+    assert_eq!(s.kubernetes.resource_names[1], "example.com/gpu-*");
+    assert_eq!(
+        s.hpc.job_mapping_dir.as_deref(),
+        Some(Path::new("/run/jobs"))
+    );
+    assert!(s.collector_enabled("kubernetes"));
+    assert_eq!(s.collector_timing("kubernetes").0, Duration::from_secs(5));
+    let cli = parse_from([
+        "x",
+        "--config.file",
+        f.path().to_str().unwrap(),
+        "--kubernetes.pod-resources-socket",
+        "/flag.sock",
+        "--kubernetes.max-response-bytes",
+        "1024",
+        "--hpc.job-mapping-dir",
+        "/flag",
+    ])
+    .unwrap();
+    let s = resolve(&cli, []).unwrap();
+    assert_eq!(s.kubernetes.pod_resources_socket, Path::new("/flag.sock"));
+    assert_eq!(s.kubernetes.max_response_bytes, 1024);
+    assert_eq!(s.hpc.job_mapping_dir.as_deref(), Some(Path::new("/flag")));
+    // Defaults: off, the kubelet's standard socket, 16 MiB.
+    let s = resolve(&parse_from(["x"]).unwrap(), []).unwrap();
+    assert!(!s.collector_enabled("kubernetes"));
+    assert_eq!(
+        s.kubernetes.pod_resources_socket,
+        Path::new("/var/lib/kubelet/pod-resources/kubelet.sock")
+    );
+    assert_eq!(s.kubernetes.max_response_bytes, 16 << 20);
+    for (text, want) in [
+        (
+            "[kubernetes]\nmax_response_bytes = 0\n",
+            "kubernetes.max_response_bytes",
+        ),
+        (
+            "[kubernetes]\nresource_names = []\n",
+            "kubernetes.resource_names",
+        ),
+        (
+            "[kubernetes]\n\nsocket = \"/x\"\n",
+            "line 3 key kubernetes.socket",
+        ),
+        ("[hpc]\njob_dir = \"/x\"\n", "line 2 key hpc.job_dir"),
+    ] {
+        let f = file(text);
+        let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
+        let e = resolve(&cli, []).unwrap_err().to_string();
+        assert!(e.contains(want), "{text:?}: {e}");
+        assert!(e.contains(&f.path().display().to_string()), "{e}");
+    }
+}
+
+#[test]
+fn cost_and_textfile_tables_parse_and_validate() {
+    let f = file(
+        "[textfile]\ndirectory = \"/tmp/tf\"\n[cost]\ncurrency = \"EUR\"\nelectricity_price_per_kwh = 0.36\npue = 1.25\ngpu_purchase_price = 31557.6\ngpu_lifetime = \"1year\"\n",
+    );
+    let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
+    let s = resolve(&cli, []).unwrap();
+    assert_eq!(s.textfile.directory.as_deref(), Some(Path::new("/tmp/tf")));
+    let cost = s.cost.unwrap();
+    assert_eq!(cost.currency, "EUR");
+    assert!((cost.price_per_joule() - 1.0e-7).abs() < 1e-18);
+    // humantime's year is 365.25 days = 31_557_600 s.
+    assert!((cost.gpu_amortization_per_second() - 0.001).abs() < 1e-12);
+    let cli = parse_from(["x", "--textfile.directory", "/flag"]).unwrap();
+    let s = resolve(&cli, env(&[("DGX_PIXELS_TEXTFILE__DIRECTORY", "/env")])).unwrap();
+    assert_eq!(s.textfile.directory.as_deref(), Some(Path::new("/flag")));
+    assert!(s.cost.is_none());
+    let s = resolve(
+        &parse_from(["x"]).unwrap(),
+        env(&[
+            ("DGX_PIXELS_COST__ELECTRICITY_PRICE_PER_KWH", "0.18"),
+            ("DGX_PIXELS_COST__GPU_COST_PER_HOUR", "3.6"),
+        ]),
+    )
+    .unwrap();
+    let cost = s.cost.unwrap();
+    assert_eq!((cost.currency.as_str(), cost.pue), ("USD", 1.0), "defaults");
+    assert!((cost.gpu_amortization_per_second() - 0.001).abs() < 1e-15);
+    assert!((cost.price_per_joule() - 0.05e-6).abs() < 1e-18);
+
+    let cases = [
+        ("[cost]\nelectricity_price_per_kwh = 0.1\n", "cost.gpu_cost_per_hour: set either"),
+        (
+            "[cost]\nelectricity_price_per_kwh = 0.1\ngpu_cost_per_hour = 1\npue = 0.8\n",
+            "cost.pue: must be >= 1",
+        ),
+        (
+            "[cost]\nelectricity_price_per_kwh = -1\ngpu_cost_per_hour = 1\n",
+            "cost.electricity_price_per_kwh",
+        ),
+        (
+            "[cost]\nelectricity_price_per_kwh = 0.1\ngpu_cost_per_hour = 1\ngpu_purchase_price = 2\n",
+            "set either",
+        ),
+        ("[cost]\nelectricity_price_per_kwh = 0.1\nprice = 1\n", "line 3 key cost.price"),
+        ("[cost]\ngpu_cost_per_hour = 1\n", "electricity_price_per_kwh"),
+        ("[textfile]\nmax_files = 0\n", "textfile.max_files"),
+        ("[textfile]\nmax_total_bytes = 0\n", "textfile.max_total_bytes"),
+    ];
+    for (text, want) in cases {
+        let f = file(text);
+        let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
+        let e = resolve(&cli, []).unwrap_err().to_string();
+        assert!(e.contains(want), "{text:?}: {e}");
+        assert!(e.contains(&f.path().display().to_string()), "{e}");
+    }
+}
+
+#[test]
+fn the_nvml_table_is_the_nvml_crates_own_options() {
+    let f = file("[nvml]\nlibrary = \"/opt/libnvidia-ml.so.1\"\nslow_interval = \"2s\"\nprocesses_per_gpu = 3\n");
+    let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
+    let s = resolve(&cli, env(&[("DGX_PIXELS_NVML__PROCESSES_PER_GPU", "4")])).unwrap();
+    assert_eq!(
+        s.nvml.library,
+        Some(PathBuf::from("/opt/libnvidia-ml.so.1"))
+    );
+    assert_eq!(s.nvml.slow_interval, Duration::from_secs(2));
+    assert_eq!(s.nvml.max_processes_per_gpu, 4, "env beats file");
+    let d = dgx_pixels_nvml::NvmlOptions::default();
+    assert_eq!(
+        (s.nvml.gpu_deadline, &s.nvml.procfs),
+        (d.gpu_deadline, &d.procfs)
+    );
+    let s = resolve(&parse_from(["x"]).unwrap(), []).unwrap();
+    assert_eq!(s.nvml, d, "defaults are the crate's");
+    for (text, want) in [
+        ("[nvml]\nprocfs = \"/p\"\n", "line 2 key nvml.procfs"),
+        (
+            "[nvml]\ngpu_deadline = \"1s\"\n",
+            "line 2 key nvml.gpu_deadline",
+        ),
+        ("[nvml]\nmax_processes_per_gpu = 1\n", "unknown field"),
+        ("[nvml]\nslow_interval = \"soon\"\n", "invalid duration"),
+        (
+            "[nvml]\nslow_interval = \"1ms\"\n",
+            "nvml.slow_interval: 1ms is below the minimum",
+        ),
+    ] {
+        let f = file(text);
+        let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
+        let e = resolve(&cli, []).unwrap_err().to_string();
+        assert!(e.contains(want), "{text:?}: {e}");
+    }
+}
+
+#[test]
+fn an_unreadable_file_is_named() {
+    let cli = parse_from(["x", "--config.file", "/nonexistent/dgx.toml"]).unwrap();
+    let e = resolve(&cli, []).unwrap_err().to_string();
+    assert!(
+        e.starts_with("config file /nonexistent/dgx.toml: cannot read"),
+        "{e}"
+    );
+}
+
+#[test]
+fn dcgm_settings_parse_strictly_and_flags_win() {
+    let f = file("[dcgm]\nhostengine = \"10.0.0.1:5555\"\nlibrary = \"/opt/libdcgm.so.4\"\n");
+    let path = f.path().to_str().unwrap();
+    let s = resolve(&parse_from(["x", "--config.file", path]).unwrap(), []).unwrap();
+    assert_eq!(s.dcgm.hostengine.as_deref(), Some("10.0.0.1:5555"));
+    assert_eq!(s.dcgm.library, Some(PathBuf::from("/opt/libdcgm.so.4")));
+    assert!(!s.collector_enabled("dcgm"), "off by default");
+    let cli = parse_from([
+        "x",
+        "--config.file",
+        path,
+        "--dcgm.hostengine",
+        "/run/nvidia-dcgm.sock",
+        "--dcgm.library",
+        "/x/libdcgm.so.3",
+        "--collector.dcgm",
+    ])
+    .unwrap();
+    let s = resolve(&cli, []).unwrap();
+    assert_eq!(s.dcgm.hostengine.as_deref(), Some("/run/nvidia-dcgm.sock"));
+    assert_eq!(s.dcgm.library, Some(PathBuf::from("/x/libdcgm.so.3")));
+    assert!(s.collector_enabled("dcgm"));
+
+    for (text, want) in [
+        ("[dcgm]\nhostengine = 5555\n", "line 2 key dcgm.hostengine"),
+        ("[dcgm]\nlibary = \"x\"\n", "line 2 key dcgm.libary"),
+        (
+            "[dcgm]\nhostengine = \"host:99999\"\n",
+            "dcgm.hostengine: \"host:99999\" has an invalid port",
+        ),
+        (
+            "[dcgm]\nfield_list = \"/nonexistent.csv\"\n",
+            "dcgm.field_list: cannot read /nonexistent.csv",
+        ),
+    ] {
+        let f = file(text);
+        let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
+        let e = resolve(&cli, []).unwrap_err().to_string();
+        assert!(e.contains(want), "{text:?}: {e}");
+    }
+    let cli = parse_from(["x", "--dcgm.hostengine", ":5555"]).unwrap();
+    let e = resolve(&cli, []).unwrap_err().to_string();
+    assert!(e.contains("has no host"), "{e}");
+}
