@@ -869,3 +869,55 @@ async fn a_certificate_arriving_after_its_config_is_picked_up() {
     );
     watcher.abort();
 }
+
+/// A refused body closes the connection: body bytes left unread are never taken for the start
+/// of the next request (which would also start a request-head deadline on an idle connection).
+#[tokio::test]
+async fn a_refused_body_closes_the_connection() {
+    let s = start(None, Limits::default()).await;
+    let mut c = TcpStream::connect(("127.0.0.1", s.port)).await.unwrap();
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(2), c.read_to_end(&mut out)).await;
+    assert!(closed.is_ok(), "still open after the 413");
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    assert!(
+        text.to_ascii_lowercase().contains("connection: close"),
+        "{text}"
+    );
+}
+
+/// A web config whose modification time lies in the future is not taken for one still being
+/// written: the watcher reloads it (before, such a file blocked reloads until that time).
+#[tokio::test]
+async fn a_future_modification_time_does_not_block_reloads() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &format!("basic_auth_users:\n  a: {}\n", hash("s3cret")),
+    );
+    let s = start(Some(&cfg), Limits::default()).await;
+    s.web.set_settle(Duration::from_millis(300));
+    let watcher = s.web.watch(Duration::from_millis(50)).unwrap();
+    write_config(
+        dir.path(),
+        &format!("basic_auth_users:\n  b: {}\n", hash("other")),
+    );
+    let future = std::time::SystemTime::now() + Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&cfg)
+        .unwrap()
+        .set_modified(future)
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(s.web.counters.reloads_ok.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        plain_get(s.port, "/metrics", &basic("b", "other")).await.0,
+        200
+    );
+    watcher.abort();
+}
