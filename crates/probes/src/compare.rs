@@ -4,7 +4,6 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
-use std::sync::OnceLock;
 
 use plotters::prelude::*;
 
@@ -261,29 +260,6 @@ pub fn markdown(
     out
 }
 
-/// Registers a system sans-serif font for chart labels, once; false when none is found (the
-/// chart is then drawn without text, and the report carries the labels).
-fn font_available() -> bool {
-    static FONT: OnceLock<bool> = OnceLock::new();
-    *FONT.get_or_init(|| {
-        const CANDIDATES: &[&str] = &[
-            "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-            "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-            "/usr/share/fonts/TTF/DejaVuSans.ttf",
-            "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
-        ];
-        for path in CANDIDATES {
-            if let Ok(bytes) = std::fs::read(path) {
-                let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-                if plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).is_ok() {
-                    return true;
-                }
-            }
-        }
-        false
-    })
-}
-
 const PANEL_W: u32 = 320;
 const PANEL_H: u32 = 300;
 const A_COLOR: RGBColor = RGBColor(31, 119, 180);
@@ -300,7 +276,7 @@ pub fn chart(comparisons: &[Comparison], path: &Path) -> Result<(), ProbeError> 
     let rows = (comparisons.len() as u32).div_ceil(cols).max(1);
     let root = BitMapBackend::new(path, (cols * PANEL_W, rows * PANEL_H)).into_drawing_area();
     root.fill(&WHITE).map_err(chart_err(path))?;
-    let text = font_available();
+    let text = dgx_pixels_charts::sans_serif_font();
     let panels = root.split_evenly((rows as usize, cols as usize));
     for (c, area) in comparisons.iter().zip(panels.iter()) {
         let base = c.a.mean;

@@ -3,7 +3,6 @@
 //! hidden behind compute. Drawn with plotters' bitmap backend, like `probe compare`.
 
 use std::path::Path;
-use std::sync::OnceLock;
 
 use plotters::prelude::*;
 
@@ -14,27 +13,6 @@ const COMPUTE: RGBColor = RGBColor(44, 160, 44);
 const NON_COMPUTE: RGBColor = RGBColor(255, 127, 14);
 const IDLE: RGBColor = RGBColor(180, 180, 180);
 const OVERLAP: RGBColor = RGBColor(31, 119, 180);
-
-fn font_available() -> bool {
-    static FONT: OnceLock<bool> = OnceLock::new();
-    *FONT.get_or_init(|| {
-        const CANDIDATES: &[&str] = &[
-            "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-            "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-            "/usr/share/fonts/TTF/DejaVuSans.ttf",
-            "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
-        ];
-        for path in CANDIDATES {
-            if let Ok(bytes) = std::fs::read(path) {
-                let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-                if plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).is_ok() {
-                    return true;
-                }
-            }
-        }
-        false
-    })
-}
 
 fn err(path: &Path) -> impl Fn(String) -> TraceError + '_ {
     move |e| TraceError::Io {
@@ -51,7 +29,7 @@ pub fn chart(rep: &Report, path: &Path) -> Result<(), TraceError> {
     let width = (left + n * (2 * bar + gap) + 20).max(760) as u32;
     let root = BitMapBackend::new(path, (width, 380)).into_drawing_area();
     root.fill(&WHITE).map_err(|x| e(x.to_string()))?;
-    let text = font_available();
+    let text = dgx_pixels_charts::sans_serif_font();
     let y = |share: f64| bottom - (share.clamp(0.0, 1.0) * f64::from(bottom - top)) as i32;
     root.draw(&PathElement::new(
         vec![(left - 4, top), (left - 4, bottom)],
