@@ -143,7 +143,7 @@ fn child(gpus: u32, lib: &str) {
             fields,
         });
         let ours = measure(&f, || {
-            let samples = source.poll().unwrap();
+            let samples = source.poll().unwrap().samples;
             assert!(samples.len() >= gpus as usize * 12);
         });
         drop(source);

@@ -49,7 +49,7 @@ use dcgm_sys::{
 };
 use dgx_pixels_metrics::{
     Backoff, ExternalFamilies, ExternalFamily, ExternalKind, ExternalSample, Kind, Metric,
-    PollError, PollErrorKind, Sample, Source,
+    PollError, PollErrorKind, PollOutput, Sample, Source,
 };
 use tracing::{debug, info, warn};
 
@@ -667,12 +667,39 @@ impl Drop for DcgmSource {
     }
 }
 
+impl DcgmSource {
+    /// The last read's fields without a catalog row, as families of their own.
+    fn extra_families(&mut self) -> ExternalFamilies {
+        if self.extra.is_empty() {
+            return ExternalFamilies::default();
+        }
+        let mut families: Vec<ExternalFamily> = Vec::new();
+        for (family, [gpu, uuid], value) in std::mem::take(&mut self.extra) {
+            let sample =
+                ExternalSample::new(family.name.as_str(), [("gpu", gpu), ("uuid", uuid)], value);
+            match families.iter_mut().find(|f| f.name == family.name) {
+                Some(f) => f.samples.push(sample),
+                None => families.push(ExternalFamily {
+                    name: family.name.clone(),
+                    help: family.help.clone(),
+                    kind: match family.kind {
+                        Kind::Counter => ExternalKind::Counter,
+                        _ => ExternalKind::Gauge,
+                    },
+                    samples: vec![sample],
+                }),
+            }
+        }
+        Arc::new(families)
+    }
+}
+
 impl Source for DcgmSource {
     fn name(&self) -> &'static str {
         "dcgm"
     }
 
-    fn poll(&mut self) -> Result<Vec<Sample>, PollError> {
+    fn poll(&mut self) -> Result<PollOutput, PollError> {
         let now = Instant::now();
         if self.session.is_none() {
             if !self.backoff.ready(now) {
@@ -729,7 +756,11 @@ impl Source for DcgmSource {
                 self.backoff = Backoff::new();
                 self.announce_connect = true;
                 self.handle_stale(&stale_fields, now);
-                Ok(samples)
+                Ok(PollOutput {
+                    samples,
+                    external: self.extra_families(),
+                    attribution: None,
+                })
             }
             Err(code) => {
                 let kind = match code {
@@ -761,30 +792,6 @@ impl Source for DcgmSource {
                 ))
             }
         }
-    }
-
-    fn take_external(&mut self) -> Option<ExternalFamilies> {
-        if self.extra.is_empty() {
-            return None;
-        }
-        let mut families: Vec<ExternalFamily> = Vec::new();
-        for (family, [gpu, uuid], value) in std::mem::take(&mut self.extra) {
-            let sample =
-                ExternalSample::new(family.name.as_str(), [("gpu", gpu), ("uuid", uuid)], value);
-            match families.iter_mut().find(|f| f.name == family.name) {
-                Some(f) => f.samples.push(sample),
-                None => families.push(ExternalFamily {
-                    name: family.name.clone(),
-                    help: family.help.clone(),
-                    kind: match family.kind {
-                        Kind::Counter => ExternalKind::Counter,
-                        _ => ExternalKind::Gauge,
-                    },
-                    samples: vec![sample],
-                }),
-            }
-        }
-        Some(Arc::new(families))
     }
 }
 

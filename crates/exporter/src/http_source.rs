@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use dgx_pixels_metrics::{Metric, PollError, Sample, Source};
+use dgx_pixels_metrics::{Metric, PollError, PollOutput, Sample, Source};
 use dgx_pixels_web::WebState;
 
 /// Reads the HTTP counters.
@@ -22,7 +22,7 @@ impl Source for HttpSource {
         "exporter"
     }
 
-    fn poll(&mut self) -> Result<Vec<Sample>, PollError> {
+    fn poll(&mut self) -> Result<PollOutput, PollError> {
         let c = &self.web.counters;
         let n = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
         let mut out = Vec::with_capacity(16);
@@ -56,6 +56,6 @@ impl Source for HttpSource {
             if ok { 1.0 } else { 0.0 },
         ));
         out.extend(self.config_reloads.samples());
-        Ok(out)
+        Ok(PollOutput::samples(out))
     }
 }

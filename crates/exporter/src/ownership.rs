@@ -10,7 +10,7 @@
 use std::collections::HashSet;
 
 use dgx_pixels_dcgm::fields::{default_fields, FieldChoice, Target};
-use dgx_pixels_metrics::{ExternalFamilies, Metric, PollError, Sample, Source};
+use dgx_pixels_metrics::{Metric, PollError, PollOutput, Sample, Source};
 
 use crate::config::{self, ConfigError, Settings};
 
@@ -82,14 +82,11 @@ impl Source for Without {
         self.inner.name()
     }
 
-    fn poll(&mut self) -> Result<Vec<Sample>, PollError> {
-        let mut samples = self.inner.poll()?;
-        samples.retain(|s| !self.owned_elsewhere(s));
-        Ok(samples)
-    }
-
-    fn take_external(&mut self) -> Option<ExternalFamilies> {
-        self.inner.take_external()
+    /// The inner output, whole, but for the catalog series owned elsewhere.
+    fn poll(&mut self) -> Result<PollOutput, PollError> {
+        let mut output = self.inner.poll()?;
+        output.samples.retain(|s| !self.owned_elsewhere(s));
+        Ok(output)
     }
 }
 
@@ -145,13 +142,22 @@ mod tests {
             fn name(&self) -> &'static str {
                 "nvml"
             }
-            fn poll(&mut self) -> Result<Vec<Sample>, PollError> {
-                Ok(vec![
-                    Sample::new(Metric::PcieTransmit, ["0", "u"], 1.0),
-                    Sample::new(Metric::GpuPower, ["0", "u"], 2.0),
-                    Sample::new(Metric::GpuClock, ["0", "u", "sm"], 3.0),
-                    Sample::new(Metric::GpuClock, ["0", "u", "graphics"], 4.0),
-                ])
+            fn poll(&mut self) -> Result<PollOutput, PollError> {
+                Ok(PollOutput {
+                    samples: vec![
+                        Sample::new(Metric::PcieTransmit, ["0", "u"], 1.0),
+                        Sample::new(Metric::GpuPower, ["0", "u"], 2.0),
+                        Sample::new(Metric::GpuClock, ["0", "u", "sm"], 3.0),
+                        Sample::new(Metric::GpuClock, ["0", "u", "graphics"], 4.0),
+                    ],
+                    external: std::sync::Arc::new(vec![dgx_pixels_metrics::ExternalFamily {
+                        name: "dcgm_fi_dev_extra".into(),
+                        help: "h".into(),
+                        kind: dgx_pixels_metrics::ExternalKind::Gauge,
+                        samples: vec![],
+                    }]),
+                    attribution: None,
+                })
             }
         }
         let dcgm = [default_fields(true)[0].clone()];
@@ -162,8 +168,11 @@ mod tests {
             .chain([(Metric::PcieTransmit, &[][..])])
             .collect();
         let mut w = Without::new(Box::new(Two), owned);
-        let got: Vec<f64> = w.poll().unwrap().iter().map(|s| s.value).collect();
+        let output = w.poll().unwrap();
+        let got: Vec<f64> = output.samples.iter().map(|s| s.value).collect();
         assert_eq!(got, [2.0, 4.0], "NVML keeps the clocks DCGM does not read");
+        // The rest of the output passes whole (the old decorator lost a channel this way).
+        assert_eq!(output.external.len(), 1);
         assert_eq!(w.name(), "nvml");
     }
 }

@@ -218,17 +218,9 @@ fn join_all(threads: impl Iterator<Item = JoinHandle<()>>, grace: Duration) {
     }
 }
 
-fn publish(
-    slot: &Slot,
-    st: &State,
-    store: &SnapshotStore,
-    samples: Vec<dgx_pixels_metrics::Sample>,
-) {
-    store.publish(Snapshot {
-        source: slot.name.to_string(),
-        health: st.health.clone(),
-        samples,
-    });
+/// Publishes the source as down: its health, nothing to serve.
+fn publish_down(slot: &Slot, st: &State, store: &SnapshotStore) {
+    store.publish(Snapshot::down(slot.name, st.health.clone()));
 }
 
 fn check_deadline(slot: &Slot, store: &SnapshotStore) {
@@ -246,7 +238,7 @@ fn check_deadline(slot: &Slot, store: &SnapshotStore) {
                 "poll exceeded its deadline; marking the source down and dropping its series until it answers"
             );
         }
-        publish(slot, &st, store, Vec::new());
+        publish_down(slot, &st, store);
     }
 }
 
@@ -294,7 +286,7 @@ fn run(
                 );
             }
             match result {
-                Ok(samples) => {
+                Ok(output) => {
                     let was_failing = st.last_error_kind.take().is_some();
                     if late {
                         tracing::debug!(source = slot.name, took = ?took, "late poll answered");
@@ -303,15 +295,11 @@ fn run(
                     }
                     st.health.up = true;
                     st.health.last_success = Some(SystemTime::now());
-                    store.publish_full(
-                        Snapshot {
-                            source: slot.name.to_string(),
-                            health: st.health.clone(),
-                            samples,
-                        },
-                        source.take_external(),
-                        source.take_attribution(),
-                    );
+                    store.publish(Snapshot {
+                        source: slot.name.to_string(),
+                        health: st.health.clone(),
+                        output,
+                    });
                 }
                 Err(e) => {
                     // The watchdog already counted an overrun poll as an error.
@@ -334,7 +322,7 @@ fn run(
                         );
                     }
                     st.last_error_kind = Some(e.kind);
-                    publish(slot, &st, store, Vec::new());
+                    publish_down(slot, &st, store);
                 }
             }
         }
@@ -347,7 +335,7 @@ fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dgx_pixels_metrics::{EncodeOptions, Metric, PollError, PollErrorKind, Sample};
+    use dgx_pixels_metrics::{EncodeOptions, Metric, PollError, PollErrorKind, PollOutput, Sample};
     use std::sync::atomic::AtomicU32;
 
     struct Scripted {
@@ -359,7 +347,7 @@ mod tests {
         fn name(&self) -> &'static str {
             "scripted"
         }
-        fn poll(&mut self) -> Result<Vec<Sample>, PollError> {
+        fn poll(&mut self) -> Result<PollOutput, PollError> {
             let n = self.calls.fetch_add(1, Ordering::SeqCst);
             if n == self.hang_on {
                 std::thread::sleep(Duration::from_millis(600));
@@ -370,11 +358,7 @@ mod tests {
                     "second poll fails",
                 ));
             }
-            Ok(vec![Sample::new(
-                Metric::GpuPower,
-                ["0", "GPU-a"],
-                f64::from(n),
-            )])
+            Ok(vec![Sample::new(Metric::GpuPower, ["0", "GPU-a"], f64::from(n))].into())
         }
     }
 
@@ -417,13 +401,17 @@ mod tests {
         )
         .unwrap();
         let first = wait_for(&store, |s| s.health.polls == 1);
-        assert!(first.health.up && first.samples.len() == 1 && first.health.last_success.is_some());
+        assert!(
+            first.health.up
+                && first.output.samples.len() == 1
+                && first.health.last_success.is_some()
+        );
         let failed = wait_for(&store, |s| s.health.polls == 2);
-        assert!(!failed.health.up && failed.samples.is_empty());
+        assert!(!failed.health.up && failed.output.samples.is_empty());
         assert_eq!(failed.health.errors, 1);
         // Third poll hangs 600 ms > 200 ms deadline: marked down while still running.
         let hung = wait_for(&store, |s| s.health.polls == 2 && s.health.errors == 2);
-        assert!(!hung.health.up && hung.samples.is_empty());
+        assert!(!hung.health.up && hung.output.samples.is_empty());
         // When it finally answers, the source is up again and the overrun is not counted twice.
         let back = wait_for(&store, |s| s.health.polls >= 3);
         assert!(back.health.up);
@@ -471,9 +459,9 @@ mod tests {
         fn name(&self) -> &'static str {
             "slowpoke"
         }
-        fn poll(&mut self) -> Result<Vec<Sample>, PollError> {
+        fn poll(&mut self) -> Result<PollOutput, PollError> {
             std::thread::sleep(Duration::from_millis(120));
-            Ok(vec![Sample::new(Metric::GpuPower, ["0", "GPU-a"], 1.0)])
+            Ok(vec![Sample::new(Metric::GpuPower, ["0", "GPU-a"], 1.0)].into())
         }
     }
 
@@ -540,10 +528,10 @@ mod tests {
         fn name(&self) -> &'static str {
             "scripted"
         }
-        fn poll(&mut self) -> Result<Vec<Sample>, PollError> {
+        fn poll(&mut self) -> Result<PollOutput, PollError> {
             self.0 += 1;
             assert!(self.0 != 2, "a bug in the second poll");
-            Ok(vec![Sample::new(Metric::GpuPower, ["0", "GPU-a"], 1.0)])
+            Ok(vec![Sample::new(Metric::GpuPower, ["0", "GPU-a"], 1.0)].into())
         }
     }
 
@@ -557,7 +545,7 @@ mod tests {
         let runners =
             Runners::start(vec![(Box::new(Panicking(0)), timing)], Arc::clone(&store)).unwrap();
         let after = wait_for(&store, |s| s.health.polls >= 3);
-        assert!(after.health.up && after.samples.len() == 1);
+        assert!(after.health.up && after.output.samples.len() == 1);
         assert_eq!(
             after.health.errors, 1,
             "the panic counted as one failed poll"
@@ -571,8 +559,8 @@ mod tests {
         fn name(&self) -> &'static str {
             "scripted"
         }
-        fn poll(&mut self) -> Result<Vec<Sample>, PollError> {
-            Ok(vec![Sample::new(Metric::GpuPower, ["0", "GPU-a"], self.0)])
+        fn poll(&mut self) -> Result<PollOutput, PollError> {
+            Ok(vec![Sample::new(Metric::GpuPower, ["0", "GPU-a"], self.0)].into())
         }
     }
 
@@ -590,7 +578,7 @@ mod tests {
         assert!(runners.names().is_empty());
         let kept = wait_for(&store, |s| s.source == "scripted");
         assert_eq!(
-            kept.samples.len(),
+            kept.output.samples.len(),
             1,
             "the last snapshot stays until the new first poll"
         );
@@ -600,7 +588,7 @@ mod tests {
         };
         runners.add(Box::new(Constant(2.0)), slow).unwrap();
         let new = wait_for(&store, |s| {
-            s.samples.first().is_some_and(|x| x.value == 2.0)
+            s.output.samples.first().is_some_and(|x| x.value == 2.0)
         });
         assert_eq!(
             new.health.polls,
@@ -610,7 +598,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(100));
         let g = store.current();
         assert_eq!(
-            g.snapshots()[0].samples[0].value,
+            g.snapshots()[0].output.samples[0].value,
             2.0,
             "the old runner never publishes again"
         );

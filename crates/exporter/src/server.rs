@@ -261,7 +261,7 @@ mod tests {
                     polls: 1,
                     ..Default::default()
                 },
-                samples: vec![],
+                output: Default::default(),
             });
         }
         assert_eq!(ready(State(s)).await.status(), StatusCode::OK);

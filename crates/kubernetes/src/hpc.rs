@@ -9,9 +9,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use dgx_pixels_metrics::{
-    AttributionSet, DeviceRef, Holder, PollError, PollErrorKind, Sample, Source,
-};
+use dgx_pixels_metrics::{DeviceRef, Holder, PollError, PollErrorKind, PollOutput, Source};
 
 /// A job file larger than this is not a list of job ids; it is skipped.
 const MAX_FILE_BYTES: u64 = 64 * 1024;
@@ -20,7 +18,6 @@ const MAX_FILE_BYTES: u64 = 64 * 1024;
 #[derive(Debug)]
 pub struct HpcJobSource {
     dir: PathBuf,
-    latest: Option<AttributionSet>,
     /// Files skipped for their size, to warn once per file rather than on every poll.
     oversized: BTreeSet<PathBuf>,
 }
@@ -30,7 +27,6 @@ impl HpcJobSource {
     pub fn new(dir: impl Into<PathBuf>) -> HpcJobSource {
         HpcJobSource {
             dir: dir.into(),
-            latest: None,
             oversized: BTreeSet::new(),
         }
     }
@@ -103,19 +99,16 @@ impl Source for HpcJobSource {
         "hpc"
     }
 
-    fn poll(&mut self) -> Result<Vec<Sample>, PollError> {
-        self.latest = None;
+    fn poll(&mut self) -> Result<PollOutput, PollError> {
         let found = read_dir(&self.dir)?;
         for path in found.oversized.difference(&self.oversized) {
             tracing::warn!(file = %path.display(), "HPC job file over {MAX_FILE_BYTES} bytes; skipped");
         }
         self.oversized = found.oversized;
-        self.latest = Some(Arc::new(found.jobs));
-        Ok(Vec::new())
-    }
-
-    fn take_attribution(&mut self) -> Option<AttributionSet> {
-        self.latest.take()
+        Ok(PollOutput {
+            attribution: Some(Arc::new(found.jobs)),
+            ..PollOutput::default()
+        })
     }
 }
 
@@ -165,8 +158,9 @@ mod tests {
                 4 => oversize(),
                 _ => {}
             }
+            let mut jobs = None;
             let lines = warnings(|| {
-                s.poll().unwrap();
+                jobs = s.poll().unwrap().attribution;
             });
             per_round.push(
                 lines
@@ -174,7 +168,7 @@ mod tests {
                     .filter(|l| l.contains("HPC job file over"))
                     .count(),
             );
-            let jobs = s.take_attribution().unwrap();
+            let jobs = jobs.unwrap();
             assert!(jobs.contains(&(
                 DeviceRef::Index {
                     gpu: 1,

@@ -14,8 +14,8 @@
 //! - [`HpcJobSource`] reads a directory with one file per GPU listing job ids (dcgm-exporter's
 //!   HPC job mapping convention).
 //!
-//! Both implement [`dgx_pixels_metrics::Source`] and hand their findings over through
-//! [`Source::take_attribution`](dgx_pixels_metrics::Source::take_attribution).
+//! Both implement [`dgx_pixels_metrics::Source`] and return their findings as the
+//! `attribution` of their [`PollOutput`](dgx_pixels_metrics::PollOutput).
 #![deny(missing_docs)]
 
 pub mod hpc;

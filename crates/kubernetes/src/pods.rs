@@ -4,9 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dgx_pixels_metrics::{
-    AttributionSet, DeviceRef, Holder, PollError, PollErrorKind, Sample, Source,
-};
+use dgx_pixels_metrics::{DeviceRef, Holder, PollError, PollErrorKind, PollOutput, Source};
 use hyper_util::rt::TokioIo;
 use tonic::transport::{Channel, Endpoint};
 
@@ -55,7 +53,6 @@ pub struct PodResourcesSource {
     /// A runtime of its own: the source runs on a runner thread, outside the HTTP runtime.
     runtime: Option<tokio::runtime::Runtime>,
     client: Option<PodResourcesListerClient<Channel>>,
-    latest: Option<AttributionSet>,
 }
 
 impl std::fmt::Debug for PodResourcesSource {
@@ -74,7 +71,6 @@ impl PodResourcesSource {
             options,
             runtime: None,
             client: None,
-            latest: None,
         }
     }
 
@@ -175,18 +171,15 @@ impl Source for PodResourcesSource {
         "kubernetes"
     }
 
-    fn poll(&mut self) -> Result<Vec<Sample>, PollError> {
-        self.latest = None;
+    fn poll(&mut self) -> Result<PollOutput, PollError> {
         let response = self.list()?;
-        self.latest = Some(Arc::new(attribution(
-            &response,
-            &self.options.resource_names,
-        )));
-        Ok(Vec::new())
-    }
-
-    fn take_attribution(&mut self) -> Option<AttributionSet> {
-        self.latest.take()
+        Ok(PollOutput {
+            attribution: Some(Arc::new(attribution(
+                &response,
+                &self.options.resource_names,
+            ))),
+            ..PollOutput::default()
+        })
     }
 }
 

@@ -54,27 +54,22 @@ fn nvml_snapshot() -> Snapshot {
             polls: 1,
             ..Default::default()
         },
-        samples,
+        output: samples.into(),
     }
 }
 
 /// Polls once, publishes as the runner does, and returns the exposition.
 fn exposition(store: &SnapshotStore, source: &mut PodResourcesSource) -> String {
     let result = source.poll();
-    let set = source.take_attribution();
-    store.publish_full(
-        Snapshot {
-            source: "kubernetes".into(),
-            health: SourceHealth {
-                up: result.is_ok(),
-                polls: 1,
-                ..Default::default()
-            },
-            samples: result.unwrap_or_default(),
+    store.publish(Snapshot {
+        source: "kubernetes".into(),
+        health: SourceHealth {
+            up: result.is_ok(),
+            polls: 1,
+            ..Default::default()
         },
-        None,
-        set,
-    );
+        output: result.unwrap_or_default(),
+    });
     String::from_utf8(store.current().exposition(Format::Text, false).to_vec()).unwrap()
 }
 
@@ -204,7 +199,6 @@ fn responses_above_4_mib_work_and_the_limit_gives_a_clear_error() {
         "{}",
         err.message
     );
-    assert!(small.take_attribution().is_none());
     // The scrape still serves every series, unattributed, with the source down.
     let text = exposition(&store, &mut small);
     assert!(text.contains("dgx_pixels_source_up{source=\"kubernetes\"} 0\n"));
@@ -223,21 +217,20 @@ fn a_missing_socket_and_a_kubelet_restart() {
     // The kubelet comes up: the next poll reads it.
     let kubelet = FakeKubelet::start(&path).unwrap();
     kubelet.set_pods(vec![pod("ml", "p", "c", GPU, &["GPU-0"])]);
-    src.poll().unwrap();
-    assert_eq!(src.take_attribution().unwrap().len(), 1);
+    assert_eq!(src.poll().unwrap().attribution.unwrap().len(), 1);
 
     // It goes away, then comes back on a new socket at the same path: the source recovers.
     drop(kubelet);
     assert!(src.poll().is_err());
     let kubelet = FakeKubelet::start(&path).unwrap();
     kubelet.set_pods(vec![]);
-    let recovered = (0..20).any(|_| {
-        let ok = src.poll().is_ok();
-        if !ok {
+    let recovered = (0..20).find_map(|_| {
+        let output = src.poll().ok();
+        if output.is_none() {
             std::thread::sleep(Duration::from_millis(100));
         }
-        ok
+        output
     });
-    assert!(recovered, "the source reconnects after a kubelet restart");
-    assert_eq!(src.take_attribution().map(|s| s.len()), Some(0));
+    let recovered = recovered.expect("the source reconnects after a kubelet restart");
+    assert_eq!(recovered.attribution.map(|s| s.len()), Some(0));
 }

@@ -10,7 +10,7 @@ use dgx_pixels_metrics::gpu::{
     ProcessReadout, RemappedRowsReadout,
 };
 use dgx_pixels_metrics::{
-    AttributionSet, DeviceRef, EncodeOptions, Format, Generation, Holder, Snapshot, SnapshotStore,
+    DeviceRef, EncodeOptions, Format, Generation, Holder, PollOutput, Snapshot, SnapshotStore,
     SourceHealth,
 };
 
@@ -107,7 +107,7 @@ fn snapshot(gpus: u32) -> Snapshot {
             last_poll_duration: Some(Duration::from_millis(3)),
             ..Default::default()
         },
-        samples,
+        output: PollOutput::samples(samples),
     }
 }
 
@@ -164,7 +164,7 @@ fn bench(c: &mut Criterion) {
 
 /// A kubernetes snapshot (up) and its attribution set: `pods` pods spread over 8 GPUs,
 /// time-sliced when there are more pods than GPUs.
-fn pods(pods: u32) -> (Snapshot, AttributionSet) {
+fn pods(pods: u32) -> Snapshot {
     let set = (0..pods)
         .map(|p| {
             let gpu = p % 8;
@@ -189,16 +189,18 @@ fn pods(pods: u32) -> (Snapshot, AttributionSet) {
             other => (other, h),
         })
         .collect();
-    let snap = Snapshot {
+    Snapshot {
         source: "kubernetes".into(),
         health: SourceHealth {
             up: true,
             polls: 1,
             ..Default::default()
         },
-        samples: vec![],
-    };
-    (snap, Arc::new(set))
+        output: PollOutput {
+            attribution: Some(Arc::new(set)),
+            ..PollOutput::default()
+        },
+    }
 }
 
 /// Scrape cost of 8 GPUs with and without pod attribution (the join runs when a generation is
@@ -216,8 +218,7 @@ fn attribution(c: &mut Criterion) {
             Some(n) => {
                 let store =
                     SnapshotStore::new(&["nvml", "kubernetes"], vec![], EncodeOptions::default());
-                let (k, set) = pods(n);
-                store.publish_full(k, None, Some(set));
+                store.publish(pods(n));
                 store
             }
         };
@@ -265,8 +266,7 @@ fn paired(snap: &Snapshot) {
             Some(n) => {
                 let store =
                     SnapshotStore::new(&["nvml", "kubernetes"], vec![], EncodeOptions::default());
-                let (k, set) = pods(n);
-                store.publish_full(k, None, Some(set));
+                store.publish(pods(n));
                 store
             }
         };

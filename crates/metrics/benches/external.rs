@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use dgx_pixels_metrics::{
-    EncodeOptions, ExternalFamily, ExternalKind, ExternalSample, Format, Snapshot, SnapshotStore,
-    SourceHealth,
+    EncodeOptions, ExternalFamily, ExternalKind, ExternalSample, Format, PollOutput, Snapshot,
+    SnapshotStore, SourceHealth,
 };
 
 fn families(gpus: u32) -> Vec<ExternalFamily> {
@@ -80,9 +80,12 @@ fn bench(c: &mut Criterion) {
                 polls: 1,
                 ..Default::default()
             },
-            samples: vec![],
+            output: PollOutput {
+                external: Arc::new(families(gpus)),
+                ..PollOutput::default()
+            },
         };
-        let fams = Arc::new(families(gpus));
+        let fams = &snap.output.external;
         for (name, format, gzip) in [
             ("new_generation_text", Format::Text, false),
             ("new_generation_openmetrics", Format::OpenMetrics, false),
@@ -90,7 +93,7 @@ fn bench(c: &mut Criterion) {
         ] {
             group.bench_with_input(BenchmarkId::new(name, gpus), &gpus, |b, _| {
                 b.iter(|| {
-                    store.publish_with_external(snap.clone(), Arc::clone(&fams));
+                    store.publish(snap.clone());
                     store.current().exposition(format, gzip).len()
                 })
             });

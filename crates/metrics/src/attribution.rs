@@ -84,17 +84,20 @@ pub struct Join {
 }
 
 impl Join {
-    /// Resolves `sets` against the devices the up snapshots describe.
-    pub fn build(snapshots: &[Arc<Snapshot>], sets: &[(String, AttributionSet)]) -> Join {
-        if sets.iter().all(|(_, s)| s.is_empty()) {
+    /// Resolves the attribution sets of the served snapshots against the devices they
+    /// describe.
+    pub fn build(snapshots: &[Arc<Snapshot>]) -> Join {
+        let served = || snapshots.iter().filter_map(|s| s.served());
+        let sets: Vec<&AttributionSet> = served().filter_map(|o| o.attribution.as_ref()).collect();
+        if sets.iter().all(|s| s.is_empty()) {
             return Join::default();
         }
         // uuid -> gpu index, index -> uuid, MIG uuid -> (uuid, gpu_instance).
         let mut gpu_of: HashMap<&str, &str> = HashMap::new();
         let mut uuid_of: HashMap<&str, &str> = HashMap::new();
         let mut mig_of: HashMap<&str, (&str, &str)> = HashMap::new();
-        for snap in snapshots.iter().filter(|s| s.health.up) {
-            for s in &snap.samples {
+        for output in served() {
+            for s in &output.samples {
                 match s.metric {
                     Metric::GpuInfo if s.labels.len() >= 2 => {
                         gpu_of.insert(&s.labels[1], &s.labels[0]);
@@ -126,7 +129,7 @@ impl Join {
         };
         // Holders per key, deduplicated and sorted so the output is stable.
         let mut holders: HashMap<(String, String), Vec<&Holder>> = HashMap::new();
-        for (_, set) in sets {
+        for set in sets {
             for (device, holder) in set.iter() {
                 if let Some(key) = resolve(device) {
                     holders.entry(key).or_default().push(holder);
@@ -218,7 +221,22 @@ impl Join {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::SourceHealth;
+    use crate::snapshot::{PollOutput, SourceHealth};
+
+    fn holders(source: &str, set: AttributionSet) -> Arc<Snapshot> {
+        Arc::new(Snapshot {
+            source: source.into(),
+            health: SourceHealth {
+                up: true,
+                polls: 1,
+                ..Default::default()
+            },
+            output: PollOutput {
+                attribution: Some(set),
+                ..PollOutput::default()
+            },
+        })
+    }
 
     fn nvml() -> Arc<Snapshot> {
         Arc::new(Snapshot {
@@ -228,7 +246,7 @@ mod tests {
                 polls: 1,
                 ..Default::default()
             },
-            samples: vec![
+            output: PollOutput::samples(vec![
                 Sample::new(
                     Metric::GpuInfo,
                     ["0", "GPU-a", "m", "s", "b", "v", "d", "c", "0", "nvidia0"],
@@ -250,7 +268,7 @@ mod tests {
                     ["1", "GPU-b", "3", "0", "1g.10gb"],
                     5.0,
                 ),
-            ],
+            ]),
         })
     }
 
@@ -264,7 +282,6 @@ mod tests {
 
     #[test]
     fn a_single_holder_labels_the_device_and_mig_resolves_to_the_instance() {
-        let snaps = [nvml()];
         let set: AttributionSet = Arc::new(vec![
             (DeviceRef::Uuid("GPU-a".into()), pod("ml", "train")),
             (DeviceRef::Uuid("MIG-x".into()), pod("ml", "infer")),
@@ -276,8 +293,9 @@ mod tests {
                 Holder::Job("42".into()),
             ),
         ]);
-        let join = Join::build(&snaps, &[("kubernetes".into(), set)]);
-        let power = &snaps[0].samples[3];
+        let snaps = [nvml(), holders("kubernetes", set)];
+        let join = Join::build(&snaps);
+        let power = &snaps[0].output.samples[3];
         let labels: Vec<_> = join
             .labels_for(power)
             .unwrap()
@@ -288,7 +306,7 @@ mod tests {
             labels,
             ["namespace=ml", "pod=train", "container=main", "hpc_job=42"]
         );
-        let mig = &snaps[0].samples[4];
+        let mig = &snaps[0].output.samples[4];
         assert_eq!(
             join.labels_for(mig).unwrap()[1],
             ("pod", "infer".to_string())
@@ -307,7 +325,6 @@ mod tests {
 
     #[test]
     fn shared_devices_get_info_series_but_no_labels() {
-        let snaps = [nvml()];
         let set: AttributionSet = Arc::new(vec![
             (DeviceRef::Uuid("GPU-a".into()), pod("a", "one")),
             (DeviceRef::Uuid("GPU-a".into()), pod("b", "two")),
@@ -315,8 +332,9 @@ mod tests {
             (DeviceRef::Uuid("GPU-b".into()), pod("c", "three")),
             (DeviceRef::Uuid("GPU-b".into()), pod("c", "three")),
         ]);
-        let join = Join::build(&snaps, &[("kubernetes".into(), set)]);
-        assert!(join.labels_for(&snaps[0].samples[3]).is_none());
+        let snaps = [nvml(), holders("kubernetes", set)];
+        let join = Join::build(&snaps);
+        assert!(join.labels_for(&snaps[0].output.samples[3]).is_none());
         let gpu1 = Sample::new(Metric::GpuPower, ["1", "GPU-b"], 1.0);
         assert_eq!(join.labels_for(&gpu1).unwrap().len(), 3);
         let pods: Vec<_> = join.info.iter().map(|s| s.labels[4].as_str()).collect();
@@ -337,7 +355,12 @@ mod tests {
                 Holder::Job("1".into()),
             ),
         ]);
-        let join = Join::build(&[Arc::new(down)], &[("hpc".into(), set)]);
+        let join = Join::build(&[Arc::new(down), holders("hpc", Arc::clone(&set))]);
+        assert!(join.info.is_empty());
+        // A down attribution source attributes nothing either.
+        let mut hpc = (*holders("hpc", set)).clone();
+        hpc.health.up = false;
+        let join = Join::build(&[nvml(), Arc::new(hpc)]);
         assert!(join.info.is_empty());
     }
 }

@@ -14,7 +14,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit as PcUnit};
 
-use crate::attribution::{self, AttributionSet, Join};
+use crate::attribution::{self, Join};
 use crate::catalog::{Kind, Metric, MetricDef};
 use crate::histogram;
 use crate::snapshot::{Sample, Snapshot};
@@ -61,9 +61,6 @@ pub struct ExpositionInput {
     pub snapshots: Vec<Arc<Snapshot>>,
     /// Labels and other options.
     pub options: Arc<EncodeOptions>,
-    /// The latest attribution set of each attribution source, by source name; joined onto
-    /// device series while that source is up (see [`crate::attribution`]).
-    pub attributions: Arc<Vec<(String, AttributionSet)>>,
 }
 
 /// Extra (attribution) labels of one sample.
@@ -107,23 +104,6 @@ fn health_samples(snapshots: &[Arc<Snapshot>]) -> Vec<Sample> {
     out
 }
 
-/// The attribution join of this input: the sets of the sources that are up, resolved against
-/// the devices the snapshots describe.
-fn join(input: &ExpositionInput) -> Join {
-    let active: Vec<(String, AttributionSet)> = input
-        .attributions
-        .iter()
-        .filter(|(source, _)| {
-            input
-                .snapshots
-                .iter()
-                .any(|s| s.source == *source && s.health.up)
-        })
-        .cloned()
-        .collect();
-    Join::build(&input.snapshots, &active)
-}
-
 fn group<'a>(input: &'a ExpositionInput, health: &'a [Sample], join: &'a Join) -> Families<'a> {
     let mut all: Vec<&Sample> = input
         .statics
@@ -131,10 +111,8 @@ fn group<'a>(input: &'a ExpositionInput, health: &'a [Sample], join: &'a Join) -
         .chain(health.iter())
         .chain(join.info.iter())
         .collect();
-    for snap in &input.snapshots {
-        if snap.health.up {
-            all.extend(snap.samples.iter());
-        }
+    for output in input.snapshots.iter().filter_map(|s| s.served()) {
+        all.extend(output.samples.iter());
     }
     all.retain(|s| s.is_well_formed() && !s.value.is_nan());
     // Stable: series keep their source order within a family.
@@ -153,7 +131,7 @@ fn group<'a>(input: &'a ExpositionInput, health: &'a [Sample], join: &'a Join) -
 /// Groups the input into families and hands them to `write`.
 fn with_families<T>(input: &ExpositionInput, write: impl FnOnce(&Families<'_>) -> T) -> T {
     let health = health_samples(&input.snapshots);
-    let join = join(input);
+    let join = Join::build(&input.snapshots);
     write(&group(input, &health, &join))
 }
 
@@ -164,7 +142,7 @@ fn capacity(input: &ExpositionInput) -> usize {
         + input
             .snapshots
             .iter()
-            .map(|s| s.samples.len() + 5)
+            .map(|s| s.output.samples.len() + 5)
             .sum::<usize>();
     series * 160 + 64 * 256
 }
@@ -547,12 +525,11 @@ mod tests {
                     polls: 7,
                     errors: 1,
                 },
-                samples,
+                output: samples.into(),
             })],
             options: Arc::new(EncodeOptions {
                 const_labels: vec![("node".into(), "dgx-01".into())],
             }),
-            attributions: Arc::default(),
         }
     }
 
@@ -666,7 +643,7 @@ mod tests {
         // prometheus-client (the catalog's OpenMetrics samples) writes shortest forms too.
         let mut i = input(true);
         let tiny = Sample::new(Metric::GpuPower, ["2", "GPU-c"], 1e-300);
-        Arc::make_mut(&mut i.snapshots[0]).samples.push(tiny);
+        Arc::make_mut(&mut i.snapshots[0]).output.samples.push(tiny);
         let om = encode(&i, Format::OpenMetrics);
         assert!(om.contains("uuid=\"GPU-c\"} 1e-300\n"), "{om}");
         let text = encode(&i, Format::Text);

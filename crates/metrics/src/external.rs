@@ -3,9 +3,9 @@
 //! families.
 //!
 //! Their names are the workloads' (docs/workloads.md), so they cannot be [`Metric`] rows. A
-//! source hands them over with [`Source::take_external`](crate::Source::take_external); the
-//! store keeps the latest set per source and serves it only while that source is up, exactly
-//! like its catalog samples.
+//! source returns them in its [`PollOutput`](crate::PollOutput); the store keeps the latest
+//! output per source and serves it only while that source is up, exactly like its catalog
+//! samples.
 //!
 //! This is a separate, additive path of the encoders: the catalog families are encoded first
 //! (`encode.rs`), then [`append`] adds the external ones in the same format. The sample lines are
@@ -205,14 +205,13 @@ pub fn append(
     mut exposition: String,
     format: Format,
     snapshots: &[Arc<Snapshot>],
-    external: &[(String, ExternalFamilies)],
     consts: &[(String, String)],
 ) -> String {
-    let up = |source: &str| snapshots.iter().any(|s| s.source == source && s.health.up);
-    let live: Vec<&ExternalFamilies> = external
+    let live: Vec<&ExternalFamilies> = snapshots
         .iter()
-        .filter(|(source, families)| !families.is_empty() && up(source))
-        .map(|(_, f)| f)
+        .filter_map(|s| s.served())
+        .map(|o| &o.external)
+        .filter(|families| !families.is_empty())
         .collect();
     if live.is_empty() {
         return exposition;
@@ -278,14 +277,17 @@ mod tests {
         ])
     }
 
-    fn snapshot(source: &str, up: bool) -> Arc<Snapshot> {
+    fn snapshot(source: &str, up: bool, external: ExternalFamilies) -> Arc<Snapshot> {
         Arc::new(Snapshot {
             source: source.into(),
             health: SourceHealth {
                 up,
                 ..Default::default()
             },
-            samples: vec![],
+            output: crate::PollOutput {
+                external,
+                ..Default::default()
+            },
         })
     }
 
@@ -295,8 +297,7 @@ mod tests {
         let out = append(
             "x 1\n".into(),
             Format::Text,
-            &[snapshot("textfile", true)],
-            &[("textfile".into(), families())],
+            &[snapshot("textfile", true, families())],
             &consts,
         );
         assert!(out.starts_with("x 1\n# HELP jobs_done_total Jobs \"done\"\\\\n\n# TYPE jobs_done_total counter\njobs_done_total{node=\"n1\",model=\"a\\\"b\"} 3\n"), "{out}");
@@ -310,8 +311,7 @@ mod tests {
         let out = append(
             "# TYPE x gauge\nx 1\n# EOF\n".into(),
             Format::OpenMetrics,
-            &[snapshot("textfile", true)],
-            &[("textfile".into(), families())],
+            &[snapshot("textfile", true, families())],
             &[],
         );
         assert!(out.contains("# TYPE jobs_done counter\n# HELP jobs_done Jobs \\\"done\\\"\\\\n\njobs_done_total{model=\"a\\\"b\"} 3\n"), "{out}");
@@ -328,16 +328,17 @@ mod tests {
         let down = append(
             input.clone(),
             Format::Text,
-            &[snapshot("textfile", false)],
-            &[("textfile".into(), families())],
+            &[snapshot("textfile", false, families())],
             &[],
         );
         assert_eq!(down, input);
         let twice = append(
             input,
             Format::Text,
-            &[snapshot("a", true), snapshot("b", true)],
-            &[("a".into(), families()), ("b".into(), families())],
+            &[
+                snapshot("a", true, families()),
+                snapshot("b", true, families()),
+            ],
             &[],
         );
         assert_eq!(twice.matches("# TYPE lat_seconds ").count(), 1);
@@ -359,8 +360,7 @@ mod tests {
             let out = append(
                 String::new(),
                 format,
-                &[snapshot("t", true)],
-                &[("t".into(), f.clone())],
+                &[snapshot("t", true, f.clone())],
                 &[],
             );
             assert!(out.contains("\ntiny 1e-300\ntiny{a=\"b\"} NaN\n"), "{out}");
@@ -381,8 +381,7 @@ mod tests {
         let out = append(
             String::new(),
             Format::Text,
-            &[snapshot("t", true)],
-            &[("t".into(), f)],
+            &[snapshot("t", true, f)],
             &[("node".into(), "n".into())],
         );
         assert!(!out.contains("other"));

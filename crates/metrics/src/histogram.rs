@@ -232,12 +232,11 @@ mod tests {
                         polls: 1,
                         ..Default::default()
                     },
-                    samples,
+                    output: samples.into(),
                 })],
                 options: Arc::new(EncodeOptions {
                     const_labels: vec![("node".into(), "n1".into())],
                 }),
-                attributions: Arc::default(),
             },
             format,
         )

@@ -5,8 +5,10 @@
 //! HTTP server meet here, and none of them should depend on another.
 //!
 //! - [`catalog`] is the one table defining every metric ([`Metric`], [`CATALOG`]).
-//! - A source polls, builds [`Sample`]s (per GPU through [`gpu::push_gpu_samples`]) and publishes
-//!   an immutable [`Snapshot`] with its [`SourceHealth`] into the [`SnapshotStore`].
+//! - A source polls and returns one [`PollOutput`]: its [`Sample`]s (per GPU through
+//!   [`gpu::push_gpu_samples`]), families outside the catalog and attribution. The runner
+//!   publishes it whole, with its [`SourceHealth`], as an immutable [`Snapshot`] into the
+//!   [`SnapshotStore`]; [`Snapshot::served`] is the one "only while up" rule.
 //! - The HTTP server asks the store's current [`Generation`] for an exposition; each generation
 //!   encodes each format once ([`Format::OpenMetrics`] through prometheus-client, or the classic
 //!   [`Format::Text`]), optionally gzipped, and serves the cached bytes to every scraper.
@@ -18,7 +20,7 @@
 //! store.publish(Snapshot {
 //!     source: "sim".into(),
 //!     health: SourceHealth { up: true, polls: 1, ..Default::default() },
-//!     samples: vec![Sample::new(Metric::GpuPower, ["0", "GPU-0"], 300.0)],
+//!     output: vec![Sample::new(Metric::GpuPower, ["0", "GPU-0"], 300.0)].into(),
 //! });
 //! let body = store.current().exposition(Format::Text, false);
 //! assert!(std::str::from_utf8(&body).unwrap()
@@ -42,6 +44,6 @@ pub use encode::{EncodeOptions, Format};
 pub use external::{
     ExternalFamilies, ExternalFamily, ExternalKind, ExternalLabels, ExternalSample,
 };
-pub use snapshot::{Sample, Snapshot, SourceHealth};
+pub use snapshot::{PollOutput, Sample, Snapshot, SourceHealth};
 pub use source::{panic_message, Backoff, PollError, PollErrorKind, Source};
 pub use store::{Generation, SnapshotStore};

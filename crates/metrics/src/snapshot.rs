@@ -2,7 +2,9 @@
 
 use std::time::{Duration, SystemTime};
 
+use crate::attribution::AttributionSet;
 use crate::catalog::Metric;
+use crate::external::ExternalFamilies;
 
 /// One series value: a catalog metric, its label values (in the order of the metric's label
 /// names) and the value.
@@ -56,24 +58,66 @@ pub struct SourceHealth {
     pub errors: u64,
 }
 
-/// The latest state of one source: its health and, when it is up, its samples.
+/// Everything one successful poll of a source produced, kept whole from the source to the
+/// encoder: one value, so no part of a poll can be published, filtered or dropped without the
+/// others.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PollOutput {
+    /// Catalog series.
+    pub samples: Vec<Sample>,
+    /// Families outside the catalog (workload textfiles, the simulated workload); empty for
+    /// most sources.
+    pub external: ExternalFamilies,
+    /// Who holds which device, for an attribution source (kubelet pod-resources, HPC job
+    /// files); `None` for every other source. Joined onto device series while the source is up.
+    pub attribution: Option<AttributionSet>,
+}
+
+impl PollOutput {
+    /// An output of catalog samples only.
+    pub fn samples(samples: Vec<Sample>) -> PollOutput {
+        PollOutput {
+            samples,
+            ..PollOutput::default()
+        }
+    }
+}
+
+impl From<Vec<Sample>> for PollOutput {
+    fn from(samples: Vec<Sample>) -> PollOutput {
+        PollOutput::samples(samples)
+    }
+}
+
+/// The latest state of one source: its health and the output of its last successful poll.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Snapshot {
     /// The source's name (the `source` label).
     pub source: String,
     /// Health counters and timings.
     pub health: SourceHealth,
-    /// The series; the encoders ignore them unless `health.up`.
-    pub samples: Vec<Sample>,
+    /// What the source produced; served only while `health.up` (see [`Snapshot::served`]).
+    pub output: PollOutput,
 }
 
 impl Snapshot {
     /// The snapshot of a source that has not completed a poll yet.
     pub fn pending(source: impl Into<String>) -> Snapshot {
+        Snapshot::down(source, SourceHealth::default())
+    }
+
+    /// The snapshot of a source whose last poll failed: health only, nothing to serve.
+    pub fn down(source: impl Into<String>, health: SourceHealth) -> Snapshot {
         Snapshot {
             source: source.into(),
-            health: SourceHealth::default(),
-            samples: Vec::new(),
+            health,
+            output: PollOutput::default(),
         }
+    }
+
+    /// The output to serve: the one place that decides "served only while up". Every reader of
+    /// a generation (catalog series, external families, the attribution join) goes through it.
+    pub fn served(&self) -> Option<&PollOutput> {
+        self.health.up.then_some(&self.output)
     }
 }

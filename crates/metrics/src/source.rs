@@ -3,9 +3,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use crate::attribution::AttributionSet;
-use crate::external::ExternalFamilies;
-use crate::snapshot::Sample;
+use crate::snapshot::PollOutput;
 
 /// Why a poll failed, classified: the `kind` field of the runner's warning and of tests.
 ///
@@ -160,23 +158,9 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
 pub trait Source: Send {
     /// The source's name: the `source` label and the `--collector.NAME` flag.
     fn name(&self) -> &'static str;
-    /// Reads the backend and returns every sample of this source.
-    fn poll(&mut self) -> Result<Vec<Sample>, PollError>;
-
-    /// Families outside the catalog (workload textfiles, the simulated workload) read by the
-    /// last successful `poll`, or `None` for a source that has none. Called right after each
-    /// successful poll; the runner publishes them with that poll's samples.
-    fn take_external(&mut self) -> Option<ExternalFamilies> {
-        None
-    }
-
-    /// Who holds which device, as read by the last successful `poll`, for an attribution
-    /// source (kubelet pod-resources, HPC job files); `None` for every other source. Called
-    /// right after each successful poll; the store joins it onto device series while this
-    /// source is up.
-    fn take_attribution(&mut self) -> Option<AttributionSet> {
-        None
-    }
+    /// Reads the backend and returns everything this source has to serve: catalog samples,
+    /// families outside the catalog, attribution. The runner publishes it whole.
+    fn poll(&mut self) -> Result<PollOutput, PollError>;
 }
 
 /// Exponential backoff between attempts to reach a library or service that is not there: 1 s,

@@ -13,9 +13,8 @@ use bytes::Bytes;
 use flate2::write::GzEncoder;
 use flate2::Compression;
 
-use crate::attribution::AttributionSet;
 use crate::encode::{encode, EncodeOptions, ExpositionInput, Format};
-use crate::external::{self, ExternalFamilies};
+use crate::external;
 use crate::snapshot::{Sample, Snapshot};
 
 /// One immutable state of all sources, with its lazily encoded expositions.
@@ -23,8 +22,6 @@ use crate::snapshot::{Sample, Snapshot};
 pub struct Generation {
     number: u64,
     input: ExpositionInput,
-    /// The latest external (non-catalog) families of each source that has any.
-    external: Arc<Vec<(String, ExternalFamilies)>>,
     // OpenMetrics, text, OpenMetrics gzip, text gzip.
     cache: [OnceLock<Bytes>; 4],
 }
@@ -67,7 +64,6 @@ impl Generation {
                         catalog,
                         format,
                         &self.input.snapshots,
-                        &self.external,
                         &self.input.options.const_labels,
                     ))
                 }
@@ -105,79 +101,21 @@ impl SnapshotStore {
             statics: Arc::new(statics),
             snapshots,
             options: Arc::new(options),
-            attributions: Arc::default(),
         };
         SnapshotStore {
             current: ArcSwap::from_pointee(Generation {
                 number: 0,
                 input,
-                external: Arc::default(),
                 cache: Default::default(),
             }),
         }
     }
 
-    /// Replaces the snapshot of `snapshot.source`. Unknown source names are ignored (the set of
-    /// sources is fixed when the store is built).
+    /// Replaces the snapshot of `snapshot.source`, everything its poll produced at once.
+    /// Unknown source names are ignored (the set of sources is fixed when the store is built).
     pub fn publish(&self, snapshot: Snapshot) {
-        self.publish_inner(snapshot, None);
-    }
-
-    /// Replaces the snapshot of `snapshot.source` and, in the same generation, that source's
-    /// external families (served only while the source is up).
-    pub fn publish_with_external(&self, snapshot: Snapshot, families: ExternalFamilies) {
-        self.publish_inner(snapshot, Some(families));
-    }
-
-    /// Replaces the snapshot of `snapshot.source` and, in the same generation, that source's
-    /// attribution set (joined onto device series only while the source is up).
-    pub fn publish_with_attribution(&self, snapshot: Snapshot, set: AttributionSet) {
-        self.publish_full(snapshot, None, Some(set));
-    }
-
-    fn publish_inner(&self, snapshot: Snapshot, families: Option<ExternalFamilies>) {
-        self.publish_full(snapshot, families, None);
-    }
-
-    /// Replaces the snapshot of `snapshot.source` and, where given, that source's external
-    /// families and attribution set, in one generation.
-    pub fn publish_full(
-        &self,
-        snapshot: Snapshot,
-        families: Option<ExternalFamilies>,
-        set: Option<AttributionSet>,
-    ) {
         let snapshot = Arc::new(snapshot);
         self.current.rcu(|cur| {
-            let attributions = match &set {
-                None => Arc::clone(&cur.input.attributions),
-                Some(set) => {
-                    let mut v: Vec<_> = cur
-                        .input
-                        .attributions
-                        .iter()
-                        .filter(|(s, _)| *s != snapshot.source)
-                        .cloned()
-                        .collect();
-                    v.push((snapshot.source.clone(), Arc::clone(set)));
-                    v.sort_by(|a, b| a.0.cmp(&b.0));
-                    Arc::new(v)
-                }
-            };
-            let external = match &families {
-                None => Arc::clone(&cur.external),
-                Some(f) => {
-                    let mut v: Vec<_> = cur
-                        .external
-                        .iter()
-                        .filter(|(s, _)| *s != snapshot.source)
-                        .cloned()
-                        .collect();
-                    v.push((snapshot.source.clone(), Arc::clone(f)));
-                    v.sort_by(|a, b| a.0.cmp(&b.0));
-                    Arc::new(v)
-                }
-            };
             let mut snapshots = cur.input.snapshots.clone();
             if let Some(slot) = snapshots.iter_mut().find(|s| s.source == snapshot.source) {
                 *slot = Arc::clone(&snapshot);
@@ -188,9 +126,7 @@ impl SnapshotStore {
                     statics: Arc::clone(&cur.input.statics),
                     snapshots,
                     options: Arc::clone(&cur.input.options),
-                    attributions,
                 },
-                external,
                 cache: Default::default(),
             }
         });
@@ -216,29 +152,13 @@ impl SnapshotStore {
                 .collect();
             snapshots.sort_by(|a, b| a.source.cmp(&b.source));
             snapshots.dedup_by(|a, b| a.source == b.source);
-            let external: Vec<_> = cur
-                .external
-                .iter()
-                .filter(|(s, _)| sources.contains(&s.as_str()))
-                .cloned()
-                .collect();
-            // Attribution sets of sources that are gone go with them.
-            let attributions: Vec<_> = cur
-                .input
-                .attributions
-                .iter()
-                .filter(|(s, _)| sources.contains(&s.as_str()))
-                .cloned()
-                .collect();
             Generation {
                 number: cur.number + 1,
                 input: ExpositionInput {
                     statics: Arc::clone(&statics),
                     snapshots,
                     options: Arc::clone(&options),
-                    attributions: Arc::new(attributions),
                 },
-                external: Arc::new(external),
                 cache: Default::default(),
             }
         });
@@ -268,7 +188,7 @@ impl SnapshotStore {
 mod tests {
     use super::*;
     use crate::catalog::Metric;
-    use crate::snapshot::SourceHealth;
+    use crate::snapshot::{PollOutput, SourceHealth};
     use std::io::Read;
 
     fn up(source: &str, watts: f64) -> Snapshot {
@@ -279,7 +199,7 @@ mod tests {
                 polls: 1,
                 ..Default::default()
             },
-            samples: vec![Sample::new(Metric::GpuPower, ["0", "GPU-a"], watts)],
+            output: vec![Sample::new(Metric::GpuPower, ["0", "GPU-a"], watts)].into(),
         }
     }
 
@@ -378,20 +298,27 @@ mod tests {
                 7.0,
             )],
         }]);
-        store.publish_with_external(up("textfile", 1.0), families);
+        let with_families = |watts| {
+            let mut snap = up("textfile", watts);
+            snap.output.external = Arc::clone(&families);
+            snap
+        };
+        store.publish(with_families(1.0));
         let g = store.current();
         let text = String::from_utf8(g.exposition(Format::Text, false).to_vec()).unwrap();
         assert!(text.contains("dgx_pixels_workload_images_generated_total{model=\"m\"} 7\n"));
         let om = String::from_utf8(g.exposition(Format::OpenMetrics, false).to_vec()).unwrap();
         assert!(om.contains("# TYPE dgx_pixels_workload_images_generated counter\n"));
         assert!(om.ends_with("dgx_pixels_workload_images_generated_total{model=\"m\"} 7\n# EOF\n"));
-        // A plain publish keeps the families; a down snapshot hides them.
-        store.publish(up("textfile", 2.0));
-        let text = store.current().exposition(Format::Text, false);
-        assert!(String::from_utf8_lossy(&text).contains("images_generated_total{"));
-        let mut down = up("textfile", 2.0);
+        // A down snapshot hides them, even one that still carries them.
+        let mut down = with_families(2.0);
         down.health.up = false;
         store.publish(down);
+        let text = store.current().exposition(Format::Text, false);
+        assert!(!String::from_utf8_lossy(&text).contains("images_generated_total{"));
+        // A poll without them replaces them: nothing from an older poll lingers.
+        store.publish(with_families(3.0));
+        store.publish(up("textfile", 4.0));
         let text = store.current().exposition(Format::Text, false);
         assert!(!String::from_utf8_lossy(&text).contains("images_generated_total{"));
     }
@@ -401,16 +328,7 @@ mod tests {
         use crate::attribution::{DeviceRef, Holder};
         let store = SnapshotStore::new(&["nvml", "kubernetes"], vec![], EncodeOptions::default());
         store.publish(up("nvml", 300.0));
-        let k8s = |up: bool| Snapshot {
-            source: "kubernetes".into(),
-            health: SourceHealth {
-                up,
-                polls: 1,
-                ..Default::default()
-            },
-            samples: vec![],
-        };
-        let set = Arc::new(vec![(
+        let set: crate::AttributionSet = Arc::new(vec![(
             DeviceRef::Uuid("GPU-a".into()),
             Holder::Pod {
                 namespace: "ml".into(),
@@ -418,13 +336,25 @@ mod tests {
                 container: "main".into(),
             },
         )]);
+        let k8s = |up: bool| Snapshot {
+            source: "kubernetes".into(),
+            health: SourceHealth {
+                up,
+                polls: 1,
+                ..Default::default()
+            },
+            output: PollOutput {
+                attribution: Some(Arc::clone(&set)),
+                ..PollOutput::default()
+            },
+        };
         // Without gpu_info the device is unknown: nothing is labelled.
-        store.publish_with_attribution(k8s(true), Arc::clone(&set));
+        store.publish(k8s(true));
         let text = store.current().exposition(Format::Text, false);
         assert!(String::from_utf8_lossy(&text)
             .contains("dgx_pixels_gpu_power_watts{gpu=\"0\",uuid=\"GPU-a\"} 300\n"));
         let mut nvml = up("nvml", 300.0);
-        nvml.samples.push(Sample::new(
+        nvml.output.samples.push(Sample::new(
             Metric::GpuInfo,
             ["0", "GPU-a", "m", "s", "b", "v", "d", "c", "0", "nvidia0"],
             1.0,

@@ -72,7 +72,7 @@ fn child(gpus: u32, lib: &str) {
         ..NvmlOptions::default()
     });
     let ours = measure(&f, || {
-        let samples = source.poll().unwrap();
+        let samples = source.poll().unwrap().samples;
         assert!(samples.len() > gpus as usize * 20);
     });
     let mut every = NvmlSource::with_options(NvmlOptions {

@@ -48,7 +48,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use dgx_pixels_metrics::gpu::{push_gpu_samples, GpuIdentity, GpuReadout};
-use dgx_pixels_metrics::{Backoff, Metric, PollError, PollErrorKind, Sample, Source};
+use dgx_pixels_metrics::{Backoff, Metric, PollError, PollErrorKind, PollOutput, Sample, Source};
 use nvml_wrapper::Nvml;
 use tracing::{info, warn};
 
@@ -274,7 +274,7 @@ impl Source for NvmlSource {
         "nvml"
     }
 
-    fn poll(&mut self) -> Result<Vec<Sample>, PollError> {
+    fn poll(&mut self) -> Result<PollOutput, PollError> {
         if self.loaded.is_none() {
             self.load()?;
         }
@@ -372,7 +372,7 @@ impl Source for NvmlSource {
                 )),
             }
         }
-        Ok(out)
+        Ok(PollOutput::samples(out))
     }
 }
 

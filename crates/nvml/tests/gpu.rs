@@ -53,7 +53,8 @@ fn gpu_nvml_reads_every_real_device_as_nvidia_smi_reports_it() {
     let mut source = NvmlSource::new(None);
     let samples = source
         .poll()
-        .unwrap_or_else(|e| panic!("NVML poll on a GPU host: {} ({})", e.message, e.kind));
+        .unwrap_or_else(|e| panic!("NVML poll on a GPU host: {} ({})", e.message, e.kind))
+        .samples;
 
     // The same GPUs, by UUID, all answering.
     let up = by_uuid(&samples, Metric::GpuUp);

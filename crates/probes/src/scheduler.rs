@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dgx_pixels_metrics::histogram::Histogram;
-use dgx_pixels_metrics::{Metric, PollError, PollErrorKind, Sample, Source};
+use dgx_pixels_metrics::{Metric, PollError, PollErrorKind, PollOutput, Sample, Source};
 
 use crate::probe::{ProbeKind, ProbeSizes, ProbeUnit};
 use crate::stats::summarize;
@@ -406,10 +406,10 @@ impl<B: Backend, U: UtilizationView> Source for ProbeSource<B, U> {
         "probes"
     }
 
-    fn poll(&mut self) -> Result<Vec<Sample>, PollError> {
+    fn poll(&mut self) -> Result<PollOutput, PollError> {
         let now = Instant::now();
         self.discover(now)?;
         self.step(now);
-        Ok(self.samples(Instant::now()))
+        Ok(PollOutput::samples(self.samples(Instant::now())))
     }
 }

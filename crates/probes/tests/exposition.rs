@@ -66,7 +66,7 @@ fn probe_series_pass_promtool() {
     let mut samples = Vec::new();
     // Every probe once (duty cycle 1: no pause between runs).
     for _ in 0..ProbeKind::ALL.len() {
-        samples = source.poll().unwrap();
+        samples = source.poll().unwrap().samples;
     }
     let store = SnapshotStore::new(&["probes"], vec![], EncodeOptions::default());
     store.publish(Snapshot {
@@ -76,7 +76,7 @@ fn probe_series_pass_promtool() {
             polls: 1,
             ..Default::default()
         },
-        samples,
+        output: samples.into(),
     });
     let text = String::from_utf8(store.current().exposition(Format::Text, false).to_vec()).unwrap();
     for needle in [

@@ -112,7 +112,7 @@ fn gpu_the_daemon_source_serves_measurements() {
     let mut samples = Vec::new();
     for _ in 0..100 {
         std::thread::sleep(std::time::Duration::from_millis(50));
-        samples = source.poll().unwrap();
+        samples = source.poll().unwrap().samples;
         let has = |m: Metric| samples.iter().any(|s| s.metric == m);
         if has(Metric::ProbeLaunchLatency) && has(Metric::ProbeBandwidth) {
             break;

@@ -109,8 +109,8 @@ fn busy_and_unknown_gpus_are_skipped_idle_ones_probed() {
         .unwrap()
         .insert("GPU-a".into(), ("3".into(), 0.0));
     // GPU-b has no reading yet.
-    let samples = s.poll().unwrap();
-    let samples2 = s.poll().unwrap();
+    let samples = s.poll().unwrap().samples;
+    let samples2 = s.poll().unwrap().samples;
     assert_eq!(
         *log.0.lock().unwrap(),
         [(0, ProbeKind::GemmBf16)],
@@ -198,7 +198,7 @@ fn the_duty_cycle_spaces_runs_and_busy_gpus_wait() {
         1,
         "a second run came before d / duty_cycle"
     );
-    let samples = s.poll().unwrap();
+    let samples = s.poll().unwrap().samples;
     // GPU-b was busy (0.5 > 0.05): skipped once, then left alone for the retry period.
     assert_eq!(
         value(
@@ -222,7 +222,7 @@ fn the_duty_cycle_spaces_runs_and_busy_gpus_wait() {
         [(0, ProbeKind::GemmBf16), (0, ProbeKind::CopyD2D)],
         "probes rotate"
     );
-    let samples = s.poll().unwrap();
+    let samples = s.poll().unwrap().samples;
     let duty = value(&samples, Metric::ProbeDutyCycle, &["0", "GPU-a"]).unwrap();
     assert!(duty > 0.0 && duty <= 0.2, "{duty}");
 }
@@ -240,7 +240,7 @@ fn a_failing_probe_counts_an_error_and_exports_no_result() {
         .insert("GPU-b".into(), ("1".into(), 0.0));
     let mut samples = Vec::new();
     for _ in 0..4 {
-        samples = s.poll().unwrap();
+        samples = s.poll().unwrap().samples;
     }
     assert_eq!(
         value(

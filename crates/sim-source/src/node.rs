@@ -24,7 +24,8 @@ use dgx_pixels_metrics::gpu::{
 };
 use dgx_pixels_metrics::Metric;
 use dgx_pixels_metrics::{
-    ExternalFamilies, ExternalFamily, ExternalKind, ExternalSample, PollError, Sample, Source,
+    ExternalFamilies, ExternalFamily, ExternalKind, ExternalSample, PollError, PollOutput, Sample,
+    Source,
 };
 use dgx_pixels_sim::imagegen::{latency_cdf, latency_mean};
 use dgx_pixels_sim::{Clocks, GpuReading, GpuState, GpuStatic, ImageGeneration, Node};
@@ -84,7 +85,6 @@ pub struct SimSource {
     /// XID counts seen per GPU, kept while a GPU is lost (they are observed events, not readings).
     xids: Vec<BTreeMap<u32, u64>>,
     workload: Option<Workload>,
-    families: Option<ExternalFamilies>,
     profiling: bool,
 }
 
@@ -138,7 +138,6 @@ impl SimSource {
             identities,
             xids,
             workload,
-            families: None,
             profiling: false,
         }
     }
@@ -445,7 +444,7 @@ impl Source for SimSource {
         "sim"
     }
 
-    fn poll(&mut self) -> Result<Vec<Sample>, PollError> {
+    fn poll(&mut self) -> Result<PollOutput, PollError> {
         let t = self.started.elapsed();
         let mut out = Vec::with_capacity(self.identities.len() * 64);
         for (i, id) in self.identities.iter().enumerate() {
@@ -475,6 +474,7 @@ impl Source for SimSource {
             };
             push_gpu_samples(id, &r, &mut out);
         }
+        let mut external = ExternalFamilies::default();
         if let Some(w) = &mut self.workload {
             let mut live = vec![false; self.identities.len()];
             for k in 0..w.gpus.len() {
@@ -486,13 +486,13 @@ impl Source for SimSource {
                 live[i] = true;
                 w.advance(k, g, &r, t);
             }
-            self.families = Some(Arc::new(w.families(&self.identities, &live)));
+            external = Arc::new(w.families(&self.identities, &live));
         }
-        Ok(out)
-    }
-
-    fn take_external(&mut self) -> Option<ExternalFamilies> {
-        self.families.take()
+        Ok(PollOutput {
+            samples: out,
+            external,
+            attribution: None,
+        })
     }
 }
 
@@ -558,14 +558,14 @@ mod tests {
 
     #[test]
     fn profiling_serves_the_simulators_profile_when_on() {
-        let out = SimSource::new(node("dgx-h100")).poll().unwrap();
+        let out = SimSource::new(node("dgx-h100")).poll().unwrap().samples;
         assert!(
             values(&out, Metric::GpuSmActive).is_empty(),
             "off unless asked"
         );
         let mut s = SimSource::new(node("dgx-h100")).with_profiling(true);
         s.started = Instant::now() - Duration::from_secs(60);
-        let out = s.poll().unwrap();
+        let out = s.poll().unwrap().samples;
         let t = s.started.elapsed();
         assert!(out.iter().all(Sample::is_well_formed));
         let mut n = node("dgx-h100");
@@ -600,7 +600,8 @@ mod tests {
         let out = SimSource::new(node("dgx-spark"))
             .with_profiling(true)
             .poll()
-            .unwrap();
+            .unwrap()
+            .samples;
         assert_eq!(values(&out, Metric::GpuSmActive).len(), 1);
         assert!(values(&out, Metric::NvlinkTransmitRate).is_empty());
     }
@@ -608,18 +609,18 @@ mod tests {
     #[test]
     fn the_h100_node_serves_eight_gpus() {
         let mut s = SimSource::new(node("dgx-h100"));
-        let out = s.poll().unwrap();
+        let out = s.poll().unwrap().samples;
         assert_eq!(values(&out, Metric::GpuPower).len(), 8);
         assert_eq!(values(&out, Metric::GpuUp), vec![1.0; 8]);
     }
 
     #[test]
     fn spark_has_no_framebuffer_series_and_mig_node_has_instances() {
-        let out = SimSource::new(node("dgx-spark")).poll().unwrap();
+        let out = SimSource::new(node("dgx-spark")).poll().unwrap().samples;
         assert_eq!(values(&out, Metric::GpuPower).len(), 1);
         assert!(values(&out, Metric::GpuMemoryUsed).is_empty());
         assert!(values(&out, Metric::GpuMemoryTotal).is_empty());
-        let out = SimSource::new(node("dgx-a100-mig")).poll().unwrap();
+        let out = SimSource::new(node("dgx-a100-mig")).poll().unwrap().samples;
         let gpus: std::collections::BTreeSet<_> = out
             .iter()
             .filter(|s| s.metric == Metric::MigInfo)
@@ -634,7 +635,7 @@ mod tests {
         let g = n.gpu(3).unwrap().clone();
         let mut s = SimSource::new(node("fault-gpu-lost"));
         s.started = Instant::now() - Duration::from_secs(31);
-        let out = s.poll().unwrap();
+        let out = s.poll().unwrap().samples;
         let up: Vec<f64> = values(&out, Metric::GpuUp);
         assert_eq!(up, [1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0]);
         assert_eq!(values(&out, Metric::GpuPower).len(), 7);
@@ -653,8 +654,7 @@ mod tests {
     fn the_simulated_workload_follows_the_gpus_energy_and_clocks() {
         let mut s = SimSource::new(node("dgx-h100"));
         s.started = Instant::now() - Duration::from_secs(60);
-        s.poll().unwrap();
-        let families = s.take_external().unwrap();
+        let families = s.poll().unwrap().external;
         let fam = |name: &str| families.iter().find(|f| f.name == name).unwrap();
         let images = fam(IMAGES);
         assert_eq!(images.kind, ExternalKind::Counter);
@@ -712,7 +712,6 @@ mod tests {
     #[test]
     fn scenarios_without_a_workload_serve_no_workload_families() {
         let mut s = SimSource::new(node("fault-ecc"));
-        s.poll().unwrap();
-        assert!(s.take_external().is_none());
+        assert!(s.poll().unwrap().external.is_empty());
     }
 }

@@ -155,7 +155,7 @@ mod tests {
         for _ in 0..8 {
             s.poll().unwrap();
         }
-        let out = s.poll().unwrap();
+        let out = s.poll().unwrap().samples;
         assert!(out.iter().all(|x| x.metric != Metric::ProbeGemm));
         let skipped = out.iter().find(|x| {
             x.metric == Metric::ProbeRuns
@@ -178,7 +178,7 @@ mod tests {
         let mut s = source(cfg, node("dgx-h100"), started).unwrap();
         let mut out = Vec::new();
         for _ in 0..8 {
-            out = s.poll().unwrap();
+            out = s.poll().unwrap().samples;
         }
         let mut n = node("dgx-h100");
         for gpu in 0..8 {
@@ -211,7 +211,7 @@ mod tests {
             .find(|x| x.metric == Metric::ProbeDuration && x.labels[0] == "0")
             .map(|x| x.value);
         assert!(sum.is_some());
-        let again = s.poll().unwrap();
+        let again = s.poll().unwrap().samples;
         assert!(
             find(&again, Metric::ProbeBandwidth, &["0"]).is_none(),
             "not due yet"
@@ -228,7 +228,7 @@ mod tests {
         for _ in 0..8 {
             s.poll().unwrap();
         }
-        let out = s.poll().unwrap();
+        let out = s.poll().unwrap().samples;
         let lost = out.iter().find(|x| {
             x.metric == Metric::ProbeRuns
                 && x.labels[0] == "3"
@@ -238,7 +238,7 @@ mod tests {
     }
 
     fn s_gpus(s: &mut ProbeSource<SimBackend, SimUtilization>) -> Vec<String> {
-        let out = s.poll().unwrap();
+        let out = s.poll().unwrap().samples;
         let mut gpus: Vec<String> = out
             .iter()
             .filter(|x| x.metric == Metric::ProbeRuns)

@@ -24,8 +24,9 @@
 //! use dgx_pixels_textfile::{Limits, TextfileSource};
 //!
 //! let mut source = TextfileSource::new("/var/lib/dgx-pixels/textfile", Limits::default());
-//! let samples = source.poll()?; // scrape_error and mtime per file
-//! let families = source.take_external(); // the files' own metric families
+//! let output = source.poll()?;
+//! let _per_file = output.samples; // scrape_error and mtime per file
+//! let _families = output.external; // the files' own metric families
 //! # Ok::<(), dgx_pixels_metrics::PollError>(())
 //! ```
 #![deny(missing_docs)]
@@ -42,7 +43,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use dgx_pixels_metrics::{
     ExternalFamilies, ExternalFamily, ExternalKind, ExternalSample, Metric, PollError,
-    PollErrorKind, Sample, Source, CATALOG,
+    PollErrorKind, PollOutput, Sample, Source, CATALOG,
 };
 
 /// Default maximum size of one file.
@@ -159,7 +160,6 @@ pub fn owned_by_exporter(name: &str) -> Option<String> {
 pub struct TextfileSource {
     directory: PathBuf,
     limits: Limits,
-    families: Option<ExternalFamilies>,
     /// Last error logged per file, to log each distinct problem once.
     logged: HashMap<String, String>,
     /// Parse results of files that have not changed since, by file name.
@@ -247,7 +247,6 @@ impl TextfileSource {
         TextfileSource {
             directory: directory.into(),
             limits,
-            families: None,
             logged: HashMap::new(),
             cache: HashMap::new(),
             last: None,
@@ -634,7 +633,7 @@ impl Source for TextfileSource {
         "textfile"
     }
 
-    fn poll(&mut self) -> Result<Vec<Sample>, PollError> {
+    fn poll(&mut self) -> Result<PollOutput, PollError> {
         let entries = fs::read_dir(&self.directory).map_err(|e| {
             PollError::new(
                 PollErrorKind::DirectoryUnreadable,
@@ -728,13 +727,13 @@ impl Source for TextfileSource {
             }
             self.over_count = not_counted;
         }
-        self.families = Some(last.families.clone());
+        let external = Arc::clone(&last.families);
         self.last = Some(last);
-        Ok(samples)
-    }
-
-    fn take_external(&mut self) -> Option<ExternalFamilies> {
-        self.families.take()
+        Ok(PollOutput {
+            samples,
+            external,
+            attribution: None,
+        })
     }
 }
 
@@ -749,8 +748,7 @@ mod tests {
     }
 
     fn served(s: &mut TextfileSource) -> f64 {
-        s.poll().unwrap();
-        s.take_external().unwrap()[0].samples[0].value
+        s.poll().unwrap().external[0].samples[0].value
     }
 
     #[test]
@@ -784,6 +782,7 @@ mod tests {
         let mut s = TextfileSource::new(dir, Limits::default());
         s.poll()
             .unwrap()
+            .samples
             .iter()
             .filter(|s| s.metric == Metric::TextfileScrapeError)
             .map(|s| (s.labels[0].clone(), s.value))
@@ -831,8 +830,9 @@ mod tests {
         std::os::unix::fs::symlink("real.prom.data", dir.path().join("inside.prom")).unwrap();
 
         let mut s = TextfileSource::new(dir.path(), Limits::default());
-        let samples = s.poll().unwrap();
-        let errors: Vec<(String, f64)> = samples
+        let output = s.poll().unwrap();
+        let errors: Vec<(String, f64)> = output
+            .samples
             .iter()
             .filter(|s| s.metric == Metric::TextfileScrapeError)
             .map(|s| (s.labels[0].clone(), s.value))
@@ -846,7 +846,7 @@ mod tests {
                 ("via_sub.prom".into(), 1.0)
             ]
         );
-        assert_eq!(s.take_external().unwrap()[0].name, "inside");
+        assert_eq!(output.external[0].name, "inside");
         // What was logged (one line per file and problem) says why, and nothing of the content.
         assert_eq!(s.logged.len(), 3);
         for (file, message) in &s.logged {
@@ -865,8 +865,9 @@ mod tests {
         .unwrap();
         fs::write(dir.path().join("b.prom"), "# TYPE x gauge\nx 1\n").unwrap();
         let mut s = TextfileSource::new(dir.path(), Limits::default());
-        let samples = s.poll().unwrap();
-        let errors: Vec<(String, f64)> = samples
+        let output = s.poll().unwrap();
+        let errors: Vec<(String, f64)> = output
+            .samples
             .iter()
             .filter(|s| s.metric == Metric::TextfileScrapeError)
             .map(|s| (s.labels[0].clone(), s.value))

@@ -12,9 +12,8 @@ fn write(dir: &Path, name: &str, text: &str) {
 }
 
 fn poll(source: &mut TextfileSource) -> (Vec<Sample>, Vec<ExternalFamily>) {
-    let samples = source.poll().unwrap();
-    let families = source.take_external().unwrap();
-    (samples, (*families).clone())
+    let output = source.poll().unwrap();
+    (output.samples, (*output.external).clone())
 }
 
 fn value(samples: &[Sample], metric: Metric, file: &str) -> Option<f64> {
@@ -257,16 +256,13 @@ fn an_unchanged_directory_is_not_merged_again_issue_15() {
             .unwrap();
     }
     let mut s = TextfileSource::new(dir.path(), Limits::default());
-    s.poll().unwrap();
-    let first = s.take_external().unwrap();
-    s.poll().unwrap();
-    let second = s.take_external().unwrap();
+    let first = s.poll().unwrap().external;
+    let second = s.poll().unwrap().external;
     assert!(std::sync::Arc::ptr_eq(&first, &second));
     assert_eq!(second[0].samples.len(), 3);
     // A change is merged again.
     write(dir.path(), "b.prom", "x{a=\"3\"} 4\n");
-    s.poll().unwrap();
-    let third = s.take_external().unwrap();
+    let third = s.poll().unwrap().external;
     assert!(!std::sync::Arc::ptr_eq(&second, &third));
     assert_eq!(third[0].samples[2].value, 4.0);
 }
@@ -294,7 +290,6 @@ fn a_missing_directory_fails_the_poll() {
     let e = s.poll().unwrap_err();
     assert_eq!(e.kind, "directory_unreadable");
     assert!(e.message.contains("/nonexistent/textfiles"));
-    assert!(s.take_external().is_none());
 }
 
 #[test]

@@ -61,8 +61,8 @@ impl UtilizationView for StoreUtilization {
         generation
             .snapshots()
             .iter()
-            .filter(|s| s.health.up)
-            .flat_map(|s| s.samples.iter())
+            .filter_map(|s| s.served())
+            .flat_map(|o| o.samples.iter())
             .find(|s| {
                 s.metric == Metric::GpuUtilization && s.labels.get(1).is_some_and(|u| u == uuid)
             })
@@ -103,10 +103,11 @@ mod tests {
                 polls: 1,
                 ..Default::default()
             },
-            samples: vec![
+            output: vec![
                 Sample::new(Metric::GpuUtilization, ["2", "GPU-a"], 0.25),
                 Sample::new(Metric::GpuUtilization, ["3", "GPU-b"], 0.0),
-            ],
+            ]
+            .into(),
         };
         store.publish(snap(true));
         assert_eq!(view.lookup("GPU-a"), Some(("2".into(), 0.25)));
