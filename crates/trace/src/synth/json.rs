@@ -1,0 +1,153 @@
+//! Writes a designed timeline as a Kineto trace, with the CPU noise, flow events and args a
+//! real PyTorch profiler trace carries.
+//!
+//! Separate because it is only serialization: the design is fixed before a byte is written.
+
+use std::fmt::Write as _;
+use std::io::Write;
+
+use super::{Class, CpuAnno, GpuItem, SynthConfig, SYNC_STREAM, T0};
+
+pub(super) fn write_json(
+    cfg: &SynthConfig,
+    rank: usize,
+    gpu: &[GpuItem],
+    annos: &[CpuAnno],
+    _bounds: &[(i64, i64)],
+    out: &mut dyn Write,
+) -> std::io::Result<()> {
+    let dist = format!(
+        r#""distributedInfo": {{"backend": "nccl", "rank": {rank}, "world_size": {n}, "pg_count": 1, "pg_config": [{{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", "pg_size": {n}, "ranks": "{ranks:?}"}}], "nccl_version": "2.21.5"}}"#,
+        n = cfg.ranks,
+        ranks = (0..cfg.ranks).collect::<Vec<_>>()
+    );
+    write!(
+        out,
+        r#"{{
+  "schemaVersion": 1,
+  "deviceProperties": [{{"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 84929347584, "computeMajor": 9, "computeMinor": 0}}],
+"#
+    )?;
+    if !cfg.distributed_info_last {
+        writeln!(out, "  {dist},")?;
+    }
+    writeln!(out, r#"  "baseTimeNanoseconds": 1699999999000000000,"#)?;
+    writeln!(out, r#"  "traceEvents": ["#)?;
+    let pid = 4242 + rank;
+    let mut first = true;
+    let mut line = String::with_capacity(1024);
+    let mut emit = |out: &mut dyn Write, s: &str| -> std::io::Result<()> {
+        if !std::mem::replace(&mut first, false) {
+            out.write_all(b",\n")?;
+        }
+        out.write_all(b"  ")?;
+        out.write_all(s.as_bytes())
+    };
+    let fmt = |t: i64, e: i64, a: f64, b: f64| -> (String, String) {
+        let ts = t as f64 - a;
+        let dur = (e - t) as f64 + a + b;
+        (format!("{ts:.3}"), format!("{dur:.3}"))
+    };
+    emit(
+        out,
+        &format!(
+            r#"{{"name": "process_name", "ph": "M", "ts": {T0}, "pid": {pid}, "tid": 0, "args": {{"name": "python3"}}}}"#
+        ),
+    )?;
+    for a in annos {
+        let (ts, dur) = fmt(a.t, a.e, 0.375, 0.5);
+        emit(
+            out,
+            &format!(
+                r#"{{"ph": "X", "cat": "user_annotation", "name": "{}", "pid": {pid}, "tid": {pid}, "ts": {ts}, "dur": {dur}, "args": {{"External id": 1, "Record function id": 0, "Ev Idx": 0}}}}"#,
+                a.name
+            ),
+        )?;
+    }
+    let mut pad = 0u64;
+    for (i, g) in gpu.iter().enumerate() {
+        let corr = 1000 + i;
+        let (ts, dur) = fmt(g.t, g.e, g.a, g.b);
+        let (lts, ldur) = fmt(g.launch, g.launch + 4, 0.25, 0.125);
+        // CPU-side noise around the launch: operator and python events (never analysed).
+        for k in 0..cfg.cpu_events_per_kernel {
+            pad += 1;
+            let t = g.launch as f64 - 0.875 + k as f64 * 0.001;
+            let (cat, name) = if k % 2 == 0 {
+                ("cpu_op", "aten::mm")
+            } else {
+                (
+                    "python_function",
+                    "torch/nn/modules/linear.py(125): forward",
+                )
+            };
+            line.clear();
+            let _ = write!(
+                line,
+                r#"{{"ph": "X", "cat": "{cat}", "name": "{name}", "pid": {pid}, "tid": {pid}, "ts": {t:.3}, "dur": 0.500, "args": {{"External id": {pad}, "Sequence number": {pad}, "Fwd thread id": 0, "Record function id": 0, "Concrete Inputs": ["", "", ""], "Input type": ["c10::BFloat16", "c10::BFloat16", "Scalar"], "Input Strides": [[4096, 1], [4096, 1], []], "Input Dims": [[8, 4096], [4096, 4096], []], "Ev Idx": {pad}}}}}"#
+            );
+            emit(out, &line)?;
+        }
+        line.clear();
+        let _ = write!(
+            line,
+            r#"{{"ph": "X", "cat": "cuda_runtime", "name": "{}", "pid": {pid}, "tid": {pid}, "ts": {lts}, "dur": {ldur}, "args": {{"External id": {corr}, "cbid": 211, "correlation": {corr}}}}}"#,
+            g.launch_name
+        );
+        emit(out, &line)?;
+        line.clear();
+        let (cat, extra) = match g.class {
+            Class::Mem => ("gpu_memcpy", format!(r#", "bytes": {}, "memory bandwidth (GB/s)": 20.0"#, g.bytes.unwrap_or(0))),
+            Class::Sync => ("cuda_sync", String::new()),
+            _ => ("kernel", r#", "registers per thread": 128, "shared memory": 0, "blocks per SM": 1.5, "warps per SM": 6.0, "grid": [132, 1, 1], "block": [128, 1, 1], "est. achieved occupancy %": 25"#.to_string()),
+        };
+        let mut nccl = String::new();
+        if let Some((coll, i, o, dt, gs)) = g.nccl {
+            let _ = write!(
+                nccl,
+                r#", "Collective name": "{coll}", "In msg nelems": {i}, "Out msg nelems": {o}, "Group size": {gs}, "dtype": "{dt}", "In split size": "[]", "Out split size": "[]", "Process Group Name": "0", "Process Group Description": "default_pg", "Process Group Ranks": "{:?}", "Seq": {corr}"#,
+                (0..cfg.ranks).collect::<Vec<_>>()
+            );
+        }
+        let tid = if g.stream == SYNC_STREAM { 0 } else { g.stream };
+        let _ = write!(
+            line,
+            r#"{{"ph": "X", "cat": "{cat}", "name": "{}", "pid": 0, "tid": {tid}, "ts": {ts}, "dur": {dur}, "args": {{"External id": {corr}, "device": 0, "stream": {}, "correlation": {corr}{extra}{nccl}}}}}"#,
+            g.name, g.stream
+        );
+        emit(out, &line)?;
+        if g.class != Class::Sync {
+            emit(
+                out,
+                &format!(
+                    r#"{{"ph": "s", "id": {corr}, "pid": {pid}, "tid": {pid}, "ts": {lts}, "cat": "ac2g", "name": "ac2g"}}"#
+                ),
+            )?;
+            emit(
+                out,
+                &format!(
+                    r#"{{"ph": "f", "id": {corr}, "pid": 0, "tid": {tid}, "ts": {ts}, "cat": "ac2g", "name": "ac2g", "bp": "e"}}"#
+                ),
+            )?;
+        }
+    }
+    emit(
+        out,
+        &format!(
+            r#"{{"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g", "pid": "Traces", "tid": "Trace PyTorch Profiler", "ts": {T0}}}"#
+        ),
+    )?;
+    emit(
+        out,
+        &format!(
+            r#"{{"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": {}}}"#,
+            T0 + 10_000_000
+        ),
+    )?;
+    write!(out, "\n  ],\n  \"traceName\": \"rank{rank}.pt.trace.json\"")?;
+    if cfg.distributed_info_last {
+        write!(out, ",\n  {dist}")?;
+    }
+    writeln!(out, "\n}}")?;
+    Ok(())
+}
