@@ -7,7 +7,9 @@
 use std::sync::Arc;
 
 use dcgm_sys::fields as f;
-use dgx_pixels_metrics::gpu::violation;
+use dgx_pixels_metrics::labels::{
+    ClockDomain, EccCounter, EccErrorType, RemappedRowCause, TemperatureSensor, ViolationPolicy,
+};
 use dgx_pixels_metrics::{Kind, Metric, CATALOG};
 
 /// How a known field becomes a catalog series: the metric, its label values after `gpu` and
@@ -60,11 +62,11 @@ known! {
     DCGM_FI_DEV_NAME,
     DCGM_FI_DEV_UUID,
     DCGM_FI_DEV_PCI_BUSID,
-    DCGM_FI_DEV_SM_CLOCK => GpuClock ["sm"] 1e6,
-    DCGM_FI_DEV_MEM_CLOCK => GpuClock ["memory"] 1e6,
+    DCGM_FI_DEV_SM_CLOCK => GpuClock [ClockDomain::Sm.as_str()] 1e6,
+    DCGM_FI_DEV_MEM_CLOCK => GpuClock [ClockDomain::Memory.as_str()] 1e6,
     DCGM_FI_DEV_CLOCK_THROTTLE_REASONS,
-    DCGM_FI_DEV_MEMORY_TEMP => GpuTemperature ["memory"] 1.0,
-    DCGM_FI_DEV_GPU_TEMP => GpuTemperature ["gpu"] 1.0,
+    DCGM_FI_DEV_MEMORY_TEMP => GpuTemperature [TemperatureSensor::Memory.as_str()] 1.0,
+    DCGM_FI_DEV_GPU_TEMP => GpuTemperature [TemperatureSensor::Gpu.as_str()] 1.0,
     DCGM_FI_DEV_POWER_USAGE => GpuPower [] 1.0,
     DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION => GpuEnergy [] 1e-3,
     DCGM_FI_DEV_POWER_USAGE_INSTANT,
@@ -76,22 +78,22 @@ known! {
     DCGM_FI_DEV_ENC_UTIL => GpuEncoderUtilization [] 0.01,
     DCGM_FI_DEV_DEC_UTIL => GpuDecoderUtilization [] 0.01,
     DCGM_FI_DEV_XID_ERRORS,
-    DCGM_FI_DEV_POWER_VIOLATION => GpuThrottleViolation [violation::POWER] 1e-9,
-    DCGM_FI_DEV_THERMAL_VIOLATION => GpuThrottleViolation [violation::THERMAL] 1e-9,
+    DCGM_FI_DEV_POWER_VIOLATION => GpuThrottleViolation [ViolationPolicy::Power.as_str()] 1e-9,
+    DCGM_FI_DEV_THERMAL_VIOLATION => GpuThrottleViolation [ViolationPolicy::Thermal.as_str()] 1e-9,
     DCGM_FI_DEV_FB_TOTAL => GpuMemoryTotal [] MIB,
     DCGM_FI_DEV_FB_FREE => GpuMemoryFree [] MIB,
     DCGM_FI_DEV_FB_USED => GpuMemoryUsed [] MIB,
     DCGM_FI_DEV_FB_RESERVED => GpuMemoryReserved [] MIB,
     DCGM_FI_DEV_FB_USED_PERCENT,
-    DCGM_FI_DEV_ECC_SBE_VOL_TOTAL => GpuEccErrors ["corrected", "volatile"] 1.0,
-    DCGM_FI_DEV_ECC_DBE_VOL_TOTAL => GpuEccErrors ["uncorrected", "volatile"] 1.0,
-    DCGM_FI_DEV_ECC_SBE_AGG_TOTAL => GpuEccErrors ["corrected", "aggregate"] 1.0,
-    DCGM_FI_DEV_ECC_DBE_AGG_TOTAL => GpuEccErrors ["uncorrected", "aggregate"] 1.0,
+    DCGM_FI_DEV_ECC_SBE_VOL_TOTAL => GpuEccErrors [EccErrorType::Corrected.as_str(), EccCounter::Volatile.as_str()] 1.0,
+    DCGM_FI_DEV_ECC_DBE_VOL_TOTAL => GpuEccErrors [EccErrorType::Uncorrected.as_str(), EccCounter::Volatile.as_str()] 1.0,
+    DCGM_FI_DEV_ECC_SBE_AGG_TOTAL => GpuEccErrors [EccErrorType::Corrected.as_str(), EccCounter::Aggregate.as_str()] 1.0,
+    DCGM_FI_DEV_ECC_DBE_AGG_TOTAL => GpuEccErrors [EccErrorType::Uncorrected.as_str(), EccCounter::Aggregate.as_str()] 1.0,
     DCGM_FI_DEV_RETIRED_SBE,
     DCGM_FI_DEV_RETIRED_DBE,
     DCGM_FI_DEV_RETIRED_PENDING,
-    DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS => GpuRemappedRows ["uncorrectable"] 1.0,
-    DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS => GpuRemappedRows ["correctable"] 1.0,
+    DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS => GpuRemappedRows [RemappedRowCause::Uncorrectable.as_str()] 1.0,
+    DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS => GpuRemappedRows [RemappedRowCause::Correctable.as_str()] 1.0,
     DCGM_FI_DEV_ROW_REMAP_FAILURE => GpuRemappedRowsFailure [] 1.0,
     DCGM_FI_DEV_ROW_REMAP_PENDING => GpuRemappedRowsPending [] 1.0,
     DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL,

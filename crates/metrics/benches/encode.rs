@@ -9,6 +9,7 @@ use dgx_pixels_metrics::gpu::{
     push_gpu_samples, ClockReadout, EccTotals, GpuIdentity, GpuReadout, NvlinkReadout,
     ProcessReadout, RemappedRowsReadout,
 };
+use dgx_pixels_metrics::labels::{NvlinkErrorType, ThrottleReason, ViolationPolicy};
 use dgx_pixels_metrics::{
     DeviceRef, EncodeOptions, Format, Generation, Holder, PollOutput, Snapshot, SnapshotStore,
     SourceHealth,
@@ -52,14 +53,14 @@ fn snapshot(gpus: u32) -> Snapshot {
             performance_state: Some(0),
             fan_speed_ratios: vec![],
             throttle_reasons: vec![
-                ("gpu_idle", false),
-                ("sw_power_cap", true),
-                ("hw_slowdown", false),
-                ("sw_thermal_slowdown", false),
-                ("hw_thermal_slowdown", false),
-                ("hw_power_brake_slowdown", false),
+                (ThrottleReason::GpuIdle, false),
+                (ThrottleReason::SwPowerCap, true),
+                (ThrottleReason::HwSlowdown, false),
+                (ThrottleReason::SwThermalSlowdown, false),
+                (ThrottleReason::HwThermalSlowdown, false),
+                (ThrottleReason::HwPowerBrakeSlowdown, false),
             ],
-            xid_counts: vec![],
+            xid_counts: Default::default(),
             ecc: Some(EccTotals::default()),
             pcie_transmit_bytes_per_second: Some(1.2e9),
             pcie_receive_bytes_per_second: Some(3.4e9),
@@ -73,7 +74,10 @@ fn snapshot(gpus: u32) -> Snapshot {
             ecc_enabled: Some(true),
             retired_pages: None,
             remapped_rows: Some(RemappedRowsReadout::default()),
-            throttle_violations: vec![("power", 1234.5), ("thermal", 0.0)],
+            throttle_violations: vec![
+                (ViolationPolicy::Power, 1234.5),
+                (ViolationPolicy::Thermal, 0.0),
+            ],
             pcie_replays: Some(0.0),
             pcie_link_generation: Some(5.0),
             pcie_link_width: Some(16.0),
@@ -82,12 +86,7 @@ fn snapshot(gpus: u32) -> Snapshot {
                 .map(|link| NvlinkReadout {
                     link,
                     up: true,
-                    errors: vec![
-                        ("replay", 0.0),
-                        ("recovery", 0.0),
-                        ("crc_flit", 0.0),
-                        ("crc_data", 0.0),
-                    ],
+                    errors: NvlinkErrorType::ALL.map(|e| (e, 0.0)).to_vec(),
                 })
                 .collect(),
             process_count: Some(1),

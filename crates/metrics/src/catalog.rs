@@ -204,7 +204,7 @@ define_catalog! {
     GpuFanSpeed => Gauge Ratio "dgx_pixels_gpu_fan_speed_ratio" ["gpu", "uuid", "fan"] ["nvml", "dcgm", "sim"]
         "Intended fan speed as a fraction of the maximum, per fan; absent on passively cooled GPUs.";
     GpuThrottleReason => Gauge None "dgx_pixels_gpu_throttle_reason" ["gpu", "uuid", "reason"] ["nvml", "sim"]
-        "1 while the given reason is holding clocks down, else 0; one series per reason.";
+        "1 while the given reason is holding clocks down, else 0; one series per reason the GPU reports (gpu_idle, applications_clocks_setting, sw_power_cap, hw_slowdown, sync_boost, sw_thermal_slowdown, hw_thermal_slowdown, hw_power_brake_slowdown).";
     GpuThrottleViolation => Counter Seconds "dgx_pixels_gpu_throttle_violation_seconds_total" ["gpu", "uuid", "policy"] ["nvml", "dcgm", "sim"]
         "Time clocks were held below the requested clocks, per policy (power, thermal, sync_boost, board_limit, low_utilization, reliability).";
     GpuXidErrors => Counter None "dgx_pixels_gpu_xid_errors_total" ["gpu", "uuid", "xid"] ["nvml", "sim"]

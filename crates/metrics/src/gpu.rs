@@ -3,276 +3,20 @@
 //!
 //! A source fills a [`GpuReadout`] with what the device answered (`None` for a reading it does
 //! not support or did not return) and calls [`push_gpu_samples`]. Readings that are `None` are
-//! omitted, never exported as 0.
+//! omitted, never exported as 0. The readout types and the label values ([`crate::labels`])
+//! live in `dgx-pixels-readout`, which the simulator shares without the catalog; they are
+//! re-exported here.
+
+pub use dgx_pixels_readout::{
+    cuda_version_string, ClockReadout, EccTotals, GpuIdentity, GpuReadout, MigReadout,
+    NvlinkReadout, ProcessReadout, RemappedRowsReadout, RetiredPages,
+};
 
 use crate::catalog::Metric;
+use crate::labels::{
+    ClockDomain, EccCounter, EccErrorType, RemappedRowCause, RetiredPageCause, TemperatureSensor,
+};
 use crate::snapshot::Sample;
-
-/// `reason` label values of `dgx_pixels_gpu_throttle_reason`, shared by every GPU source so the
-/// same condition has the same name whichever source reports it.
-pub mod throttle {
-    /// The GPU is idle and clocks are lowered.
-    pub const GPU_IDLE: &str = "gpu_idle";
-    /// Application clocks setting.
-    pub const APPLICATIONS_CLOCKS_SETTING: &str = "applications_clocks_setting";
-    /// Software power cap (the power limit).
-    pub const SW_POWER_CAP: &str = "sw_power_cap";
-    /// Hardware slowdown.
-    pub const HW_SLOWDOWN: &str = "hw_slowdown";
-    /// Sync boost.
-    pub const SYNC_BOOST: &str = "sync_boost";
-    /// Software thermal slowdown.
-    pub const SW_THERMAL_SLOWDOWN: &str = "sw_thermal_slowdown";
-    /// Hardware thermal slowdown.
-    pub const HW_THERMAL_SLOWDOWN: &str = "hw_thermal_slowdown";
-    /// Hardware power brake slowdown.
-    pub const HW_POWER_BRAKE_SLOWDOWN: &str = "hw_power_brake_slowdown";
-}
-
-/// `policy` label values of `dgx_pixels_gpu_throttle_violation_seconds_total`.
-pub mod violation {
-    /// Held down by the power limit.
-    pub const POWER: &str = "power";
-    /// Held down by temperature.
-    pub const THERMAL: &str = "thermal";
-    /// Held down by sync boost.
-    pub const SYNC_BOOST: &str = "sync_boost";
-    /// Held down by the board power limit.
-    pub const BOARD_LIMIT: &str = "board_limit";
-    /// Held down because of low utilization.
-    pub const LOW_UTILIZATION: &str = "low_utilization";
-    /// Held down by the board reliability limit.
-    pub const RELIABILITY: &str = "reliability";
-}
-
-/// `error_type` label values of `dgx_pixels_nvlink_errors_total`.
-pub mod nvlink_error {
-    /// Data link replays.
-    pub const REPLAY: &str = "replay";
-    /// Link recoveries.
-    pub const RECOVERY: &str = "recovery";
-    /// Flow-control CRC errors.
-    pub const CRC_FLIT: &str = "crc_flit";
-    /// Data CRC errors.
-    pub const CRC_DATA: &str = "crc_data";
-}
-
-/// Static facts about a GPU, read once at discovery.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct GpuIdentity {
-    /// Index as enumerated by the driver.
-    pub index: u32,
-    /// `GPU-...` UUID.
-    pub uuid: String,
-    /// Product name, e.g. "NVIDIA H100 80GB HBM3".
-    pub model: String,
-    /// Board serial number.
-    pub serial: String,
-    /// PCI bus id, e.g. "00000000:18:00.0".
-    pub pci_bus_id: String,
-    /// VBIOS version.
-    pub vbios_version: String,
-    /// Driver version.
-    pub driver_version: String,
-    /// Highest CUDA version the driver supports, e.g. "12.4".
-    pub cuda_driver_version: String,
-    /// Minor number of `/dev/nvidiaN`.
-    pub minor_number: u32,
-}
-
-/// One MIG instance's readings.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct MigReadout {
-    /// GPU instance id.
-    pub gpu_instance: u32,
-    /// Compute instance id.
-    pub compute_instance: u32,
-    /// Profile name, e.g. "3g.40gb".
-    pub profile: String,
-    /// `MIG-...` UUID.
-    pub mig_uuid: String,
-    /// Fraction of time the instance's engines were active.
-    pub graphics_engine_active_ratio: Option<f64>,
-    /// Memory in use.
-    pub memory_used_bytes: Option<f64>,
-    /// Memory of the instance.
-    pub memory_total_bytes: Option<f64>,
-}
-
-/// ECC error totals.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct EccTotals {
-    /// Corrected since driver load.
-    pub volatile_corrected: f64,
-    /// Uncorrected since driver load.
-    pub volatile_uncorrected: f64,
-    /// Corrected over the board's lifetime.
-    pub aggregate_corrected: f64,
-    /// Uncorrected over the board's lifetime.
-    pub aggregate_uncorrected: f64,
-}
-
-/// Retired memory pages (GPUs before Ampere; later ones remap rows instead).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct RetiredPages {
-    /// Pages retired after multiple single-bit errors.
-    pub single_bit_ecc: f64,
-    /// Pages retired after a double-bit error.
-    pub double_bit_ecc: f64,
-    /// Pages wait for retirement at the next driver reload.
-    pub pending: bool,
-}
-
-/// Row-remapping state (Ampere and later).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct RemappedRowsReadout {
-    /// Rows remapped after correctable errors.
-    pub correctable: f64,
-    /// Rows remapped after uncorrectable errors.
-    pub uncorrectable: f64,
-    /// A remapping waits for the next GPU reset.
-    pub pending: bool,
-    /// A remapping failed.
-    pub failure: bool,
-}
-
-/// One NVLink link.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct NvlinkReadout {
-    /// Link number.
-    pub link: u32,
-    /// Whether the link is active.
-    pub up: bool,
-    /// Error counters by type (`replay`, `recovery`, `crc_flit`, `crc_data`).
-    pub errors: Vec<(&'static str, f64)>,
-}
-
-/// A compute process using device memory.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ProcessReadout {
-    /// Host process id.
-    pub pid: u32,
-    /// Container id from `/proc/PID/cgroup`, empty when unknown.
-    pub container_id: String,
-    /// GPU instance on a GPU in MIG mode.
-    pub gpu_instance: Option<u32>,
-    /// Compute instance on a GPU in MIG mode.
-    pub compute_instance: Option<u32>,
-    /// Device memory used.
-    pub used_memory_bytes: f64,
-}
-
-/// Clock domains, as the `clock` label names them.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct ClockReadout {
-    /// Graphics clock, hertz.
-    pub graphics: Option<f64>,
-    /// SM clock, hertz.
-    pub sm: Option<f64>,
-    /// Memory clock, hertz.
-    pub memory: Option<f64>,
-    /// Video clock, hertz.
-    pub video: Option<f64>,
-}
-
-impl ClockReadout {
-    fn each(&self) -> [(&'static str, Option<f64>); 4] {
-        [
-            ("graphics", self.graphics),
-            ("sm", self.sm),
-            ("memory", self.memory),
-            ("video", self.video),
-        ]
-    }
-}
-
-/// Everything one poll read from one GPU, in base units. `None` means not supported or not
-/// returned; such readings are omitted.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct GpuReadout {
-    /// False when the GPU is lost or not answering: only `gpu_info`, `gpu_up 0` and the XID
-    /// counters (events the exporter observed, not device readings) are then exported.
-    pub up: bool,
-    /// Utilization of the GPU, 0–1.
-    pub utilization_ratio: Option<f64>,
-    /// Utilization of the memory controller, 0–1.
-    pub memory_utilization_ratio: Option<f64>,
-    /// Utilization of the video encoder, 0–1.
-    pub encoder_utilization_ratio: Option<f64>,
-    /// Utilization of the video decoder, 0–1.
-    pub decoder_utilization_ratio: Option<f64>,
-    /// BAR1 in use.
-    pub bar1_used_bytes: Option<f64>,
-    /// BAR1 size.
-    pub bar1_total_bytes: Option<f64>,
-    /// Framebuffer used.
-    pub memory_used_bytes: Option<f64>,
-    /// Framebuffer free.
-    pub memory_free_bytes: Option<f64>,
-    /// Framebuffer reserved.
-    pub memory_reserved_bytes: Option<f64>,
-    /// Framebuffer total.
-    pub memory_total_bytes: Option<f64>,
-    /// Board power.
-    pub power_watts: Option<f64>,
-    /// Enforced power limit.
-    pub power_limit_watts: Option<f64>,
-    /// Energy since driver load.
-    pub energy_joules: Option<f64>,
-    /// Die temperature.
-    pub temperature_gpu_celsius: Option<f64>,
-    /// Memory (HBM) temperature.
-    pub temperature_memory_celsius: Option<f64>,
-    /// Current clocks.
-    pub clocks: ClockReadout,
-    /// Maximum clocks.
-    pub max_clocks: ClockReadout,
-    /// P-state number.
-    pub performance_state: Option<u32>,
-    /// Fan speed per fan, 0–1.
-    pub fan_speed_ratios: Vec<f64>,
-    /// Throttle reasons known to the device, with whether each is active.
-    pub throttle_reasons: Vec<(&'static str, bool)>,
-    /// XID code to number of occurrences observed.
-    pub xid_counts: Vec<(u32, u64)>,
-    /// ECC totals, when ECC is enabled.
-    pub ecc: Option<EccTotals>,
-    /// Whether ECC is enabled, where the GPU supports ECC.
-    pub ecc_enabled: Option<bool>,
-    /// Retired pages, where the GPU retires pages.
-    pub retired_pages: Option<RetiredPages>,
-    /// Row remapping, where the GPU remaps rows.
-    pub remapped_rows: Option<RemappedRowsReadout>,
-    /// Time clocks were held down, per policy name, in seconds.
-    pub throttle_violations: Vec<(&'static str, f64)>,
-    /// PCIe replay counter.
-    pub pcie_replays: Option<f64>,
-    /// Current PCIe link generation.
-    pub pcie_link_generation: Option<f64>,
-    /// Current PCIe link width.
-    pub pcie_link_width: Option<f64>,
-    /// NVLink links the GPU has.
-    pub nvlinks: Vec<NvlinkReadout>,
-    /// Number of compute processes, where the GPU reports them.
-    pub process_count: Option<usize>,
-    /// The processes to export (the caller bounds how many).
-    pub processes: Vec<ProcessReadout>,
-    /// PCIe transmit throughput.
-    pub pcie_transmit_bytes_per_second: Option<f64>,
-    /// PCIe receive throughput.
-    pub pcie_receive_bytes_per_second: Option<f64>,
-    /// NVLink bytes transmitted, all links.
-    pub nvlink_transmit_bytes: Option<f64>,
-    /// NVLink bytes received, all links.
-    pub nvlink_receive_bytes: Option<f64>,
-    /// MIG instances, when MIG is enabled.
-    pub mig: Vec<MigReadout>,
-}
-
-/// Formats a CUDA version as NVML encodes it (1000 × major + 10 × minor, e.g. 12040) as "12.4".
-pub fn cuda_version_string(v: u32) -> String {
-    format!("{}.{}", v / 1000, (v % 1000) / 10)
-}
 
 fn flag(b: bool) -> f64 {
     if b {
@@ -305,11 +49,7 @@ pub fn push_gpu_samples(id: &GpuIdentity, r: &GpuReadout, out: &mut Vec<Sample>)
         ],
         1.0,
     ));
-    out.push(Sample::new(
-        Metric::GpuUp,
-        [gpu.as_str(), uuid],
-        if r.up { 1.0 } else { 0.0 },
-    ));
+    out.push(Sample::new(Metric::GpuUp, [gpu.as_str(), uuid], flag(r.up)));
     for (xid, count) in &r.xid_counts {
         out.push(Sample::new(
             Metric::GpuXidErrors,
@@ -368,72 +108,56 @@ pub fn push_gpu_samples(id: &GpuIdentity, r: &GpuReadout, out: &mut Vec<Sample>)
             value,
         });
     };
-    for (sensor, v) in [
-        ("gpu", r.temperature_gpu_celsius),
-        ("memory", r.temperature_memory_celsius),
+    for sensor in TemperatureSensor::ALL {
+        if let Some(v) = r.temperature(sensor) {
+            labelled(Metric::GpuTemperature, &[sensor.as_str()], v);
+        }
+    }
+    for (metric, clocks) in [
+        (Metric::GpuClock, &r.clocks),
+        (Metric::GpuClockMax, &r.max_clocks),
     ] {
-        if let Some(v) = v {
-            labelled(Metric::GpuTemperature, &[sensor], v);
-        }
-    }
-    for (clock, v) in r.clocks.each() {
-        if let Some(v) = v {
-            labelled(Metric::GpuClock, &[clock], v);
-        }
-    }
-    for (clock, v) in r.max_clocks.each() {
-        if let Some(v) = v {
-            labelled(Metric::GpuClockMax, &[clock], v);
+        for domain in ClockDomain::ALL {
+            if let Some(v) = clocks.get(domain) {
+                labelled(metric, &[domain.as_str()], v);
+            }
         }
     }
     for (fan, v) in r.fan_speed_ratios.iter().enumerate() {
         labelled(Metric::GpuFanSpeed, &[&fan.to_string()], *v);
     }
     for (reason, active) in &r.throttle_reasons {
-        labelled(
-            Metric::GpuThrottleReason,
-            &[reason],
-            if *active { 1.0 } else { 0.0 },
-        );
+        labelled(Metric::GpuThrottleReason, &[reason.as_str()], flag(*active));
     }
     if let Some(e) = r.ecc {
-        for (kind, counter, v) in [
-            ("corrected", "volatile", e.volatile_corrected),
-            ("uncorrected", "volatile", e.volatile_uncorrected),
-            ("corrected", "aggregate", e.aggregate_corrected),
-            ("uncorrected", "aggregate", e.aggregate_uncorrected),
-        ] {
-            labelled(Metric::GpuEccErrors, &[kind, counter], v);
+        for counter in EccCounter::ALL {
+            for error_type in EccErrorType::ALL {
+                labelled(
+                    Metric::GpuEccErrors,
+                    &[error_type.as_str(), counter.as_str()],
+                    e.get(error_type, counter),
+                );
+            }
         }
     }
     if let Some(p) = r.retired_pages {
-        labelled(
-            Metric::GpuRetiredPages,
-            &["single_bit_ecc"],
-            p.single_bit_ecc,
-        );
-        labelled(
-            Metric::GpuRetiredPages,
-            &["double_bit_ecc"],
-            p.double_bit_ecc,
-        );
+        for cause in RetiredPageCause::ALL {
+            labelled(Metric::GpuRetiredPages, &[cause.as_str()], p.get(cause));
+        }
     }
     if let Some(rr) = r.remapped_rows {
-        labelled(Metric::GpuRemappedRows, &["correctable"], rr.correctable);
-        labelled(
-            Metric::GpuRemappedRows,
-            &["uncorrectable"],
-            rr.uncorrectable,
-        );
+        for cause in RemappedRowCause::ALL {
+            labelled(Metric::GpuRemappedRows, &[cause.as_str()], rr.get(cause));
+        }
     }
     for (policy, seconds) in &r.throttle_violations {
-        labelled(Metric::GpuThrottleViolation, &[policy], *seconds);
+        labelled(Metric::GpuThrottleViolation, &[policy.as_str()], *seconds);
     }
     for l in &r.nvlinks {
         let link = l.link.to_string();
         labelled(Metric::NvlinkUp, &[&link], flag(l.up));
         for (kind, v) in &l.errors {
-            labelled(Metric::NvlinkErrors, &[&link, kind], *v);
+            labelled(Metric::NvlinkErrors, &[&link, kind.as_str()], *v);
         }
     }
     for p in &r.processes {
@@ -471,6 +195,7 @@ pub fn push_gpu_samples(id: &GpuIdentity, r: &GpuReadout, out: &mut Vec<Sample>)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::labels::{NvlinkErrorType, ThrottleReason, ViolationPolicy};
 
     fn id() -> GpuIdentity {
         GpuIdentity {
@@ -496,8 +221,11 @@ mod tests {
                 sm: Some(1.98e9),
                 ..Default::default()
             },
-            throttle_reasons: vec![("sw_power_cap", true), ("gpu_idle", false)],
-            xid_counts: vec![(13, 2)],
+            throttle_reasons: vec![
+                (ThrottleReason::SwPowerCap, true),
+                (ThrottleReason::GpuIdle, false),
+            ],
+            xid_counts: [(13, 2)].into(),
             ecc: Some(EccTotals {
                 aggregate_uncorrected: 1.0,
                 ..Default::default()
@@ -547,11 +275,11 @@ mod tests {
                 pending: true,
                 ..Default::default()
             }),
-            throttle_violations: vec![(violation::POWER, 12.5)],
+            throttle_violations: vec![(ViolationPolicy::Power, 12.5)],
             nvlinks: vec![NvlinkReadout {
                 link: 3,
                 up: true,
-                errors: vec![(nvlink_error::REPLAY, 4.0)],
+                errors: vec![(NvlinkErrorType::Replay, 4.0)],
             }],
             process_count: Some(2),
             processes: vec![ProcessReadout {
@@ -593,11 +321,60 @@ mod tests {
         assert!(find(&out, Metric::PcieLinkWidth).is_empty());
     }
 
+    /// The values the help text of `metric` lists in parentheses after `after`, without their
+    /// explanations: `sensor (gpu: the die, memory: HBM)` lists gpu and memory.
+    fn listed(metric: Metric, after: &str) -> Vec<&'static str> {
+        let help = metric.def().help;
+        let from = help
+            .find(&format!("{after} ("))
+            .unwrap_or_else(|| panic!("{help:?} lists no {after}"))
+            + after.len()
+            + 2;
+        let list = &help[from..from + help[from..].find(')').unwrap()];
+        list.split(", ")
+            .map(|v| v.split(':').next().unwrap())
+            .collect()
+    }
+
     #[test]
-    fn cuda_versions_read_like_nvidia_smi() {
-        assert_eq!(cuda_version_string(12040), "12.4");
-        assert_eq!(cuda_version_string(13000), "13.0");
-        assert_eq!(cuda_version_string(11080), "11.8");
+    fn label_values_are_those_the_catalog_help_names() {
+        use crate::labels::*;
+        assert_eq!(
+            listed(Metric::GpuClock, "clock domain"),
+            ClockDomain::ALL.map(ClockDomain::as_str)
+        );
+        assert_eq!(
+            listed(Metric::GpuTemperature, "sensor"),
+            TemperatureSensor::ALL.map(TemperatureSensor::as_str)
+        );
+        assert_eq!(
+            listed(Metric::GpuEccErrors, "type"),
+            EccErrorType::ALL.map(EccErrorType::as_str)
+        );
+        assert_eq!(
+            listed(Metric::GpuEccErrors, "counter"),
+            EccCounter::ALL.map(EccCounter::as_str)
+        );
+        assert_eq!(
+            listed(Metric::GpuThrottleReason, "reports"),
+            ThrottleReason::ALL.map(ThrottleReason::as_str)
+        );
+        assert_eq!(
+            listed(Metric::GpuThrottleViolation, "policy"),
+            ViolationPolicy::ALL.map(ViolationPolicy::as_str)
+        );
+        assert_eq!(
+            listed(Metric::GpuRetiredPages, "cause"),
+            RetiredPageCause::ALL.map(RetiredPageCause::as_str)
+        );
+        assert_eq!(
+            listed(Metric::GpuRemappedRows, "cause"),
+            RemappedRowCause::ALL.map(RemappedRowCause::as_str)
+        );
+        assert_eq!(
+            listed(Metric::NvlinkErrors, "type"),
+            NvlinkErrorType::ALL.map(NvlinkErrorType::as_str)
+        );
     }
 
     #[test]
@@ -605,7 +382,7 @@ mod tests {
         let r = GpuReadout {
             up: false,
             power_watts: Some(412.0),
-            xid_counts: vec![(79, 1)],
+            xid_counts: [(79, 1)].into(),
             ..Default::default()
         };
         let mut out = Vec::new();

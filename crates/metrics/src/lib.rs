@@ -9,6 +9,8 @@
 //!   [`gpu::push_gpu_samples`]), families outside the catalog and attribution. The runner
 //!   publishes it whole, with its [`SourceHealth`], as an immutable [`Snapshot`] into the
 //!   [`SnapshotStore`]; [`Snapshot::served`] is the one "only while up" rule.
+//! - [`labels`] (from `dgx-pixels-readout`) spells the label values of a GPU's parts (clock
+//!   domains, sensors, throttle reasons, ...) once, for every source.
 //! - The HTTP server asks the store's current [`Generation`] for an exposition; each generation
 //!   encodes each format once ([`Format::OpenMetrics`] through prometheus-client, or the classic
 //!   [`Format::Text`]), optionally gzipped, and serves the cached bytes to every scraper.
@@ -40,6 +42,7 @@ pub mod store;
 
 pub use attribution::{AttributionSet, DeviceRef, Holder};
 pub use catalog::{Kind, Metric, MetricDef, Unit, CATALOG};
+pub use dgx_pixels_readout::labels;
 pub use encode::{EncodeOptions, Format};
 pub use external::{
     ExternalFamilies, ExternalFamily, ExternalKind, ExternalLabels, ExternalSample,

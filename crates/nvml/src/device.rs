@@ -5,9 +5,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use dgx_pixels_metrics::gpu::{
-    cuda_version_string, nvlink_error, throttle, violation, ClockReadout, EccTotals, GpuIdentity,
-    GpuReadout, MigReadout, NvlinkReadout, ProcessReadout, RemappedRowsReadout, RetiredPages,
+    cuda_version_string, ClockReadout, EccTotals, GpuIdentity, GpuReadout, MigReadout,
+    NvlinkReadout, ProcessReadout, RemappedRowsReadout, RetiredPages,
 };
+use dgx_pixels_metrics::labels::{NvlinkErrorType, ThrottleReason, ViolationPolicy};
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::enum_wrappers::device::{
     Clock, EccCounter, MemoryError, PcieUtilCounter, PerformancePolicy, RetirementCause,
@@ -21,47 +22,47 @@ use tracing::debug;
 
 use crate::{cgroup, fields};
 
-/// Throttle reasons as NVML names them, with our label values.
-const THROTTLE_REASONS: &[(ThrottleReasons, &str)] = &[
-    (ThrottleReasons::GPU_IDLE, throttle::GPU_IDLE),
+/// Throttle reasons as NVML names them, with ours.
+const THROTTLE_REASONS: &[(ThrottleReasons, ThrottleReason)] = &[
+    (ThrottleReasons::GPU_IDLE, ThrottleReason::GpuIdle),
     (
         ThrottleReasons::APPLICATIONS_CLOCKS_SETTING,
-        throttle::APPLICATIONS_CLOCKS_SETTING,
+        ThrottleReason::ApplicationsClocksSetting,
     ),
-    (ThrottleReasons::SW_POWER_CAP, throttle::SW_POWER_CAP),
-    (ThrottleReasons::HW_SLOWDOWN, throttle::HW_SLOWDOWN),
-    (ThrottleReasons::SYNC_BOOST, throttle::SYNC_BOOST),
+    (ThrottleReasons::SW_POWER_CAP, ThrottleReason::SwPowerCap),
+    (ThrottleReasons::HW_SLOWDOWN, ThrottleReason::HwSlowdown),
+    (ThrottleReasons::SYNC_BOOST, ThrottleReason::SyncBoost),
     (
         ThrottleReasons::SW_THERMAL_SLOWDOWN,
-        throttle::SW_THERMAL_SLOWDOWN,
+        ThrottleReason::SwThermalSlowdown,
     ),
     (
         ThrottleReasons::HW_THERMAL_SLOWDOWN,
-        throttle::HW_THERMAL_SLOWDOWN,
+        ThrottleReason::HwThermalSlowdown,
     ),
     (
         ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN,
-        throttle::HW_POWER_BRAKE_SLOWDOWN,
+        ThrottleReason::HwPowerBrakeSlowdown,
     ),
 ];
 
-const VIOLATION_POLICIES: &[(PerformancePolicy, &str)] = &[
-    (PerformancePolicy::Power, violation::POWER),
-    (PerformancePolicy::Thermal, violation::THERMAL),
-    (PerformancePolicy::SyncBoost, violation::SYNC_BOOST),
-    (PerformancePolicy::BoardLimit, violation::BOARD_LIMIT),
+const VIOLATION_POLICIES: &[(PerformancePolicy, ViolationPolicy)] = &[
+    (PerformancePolicy::Power, ViolationPolicy::Power),
+    (PerformancePolicy::Thermal, ViolationPolicy::Thermal),
+    (PerformancePolicy::SyncBoost, ViolationPolicy::SyncBoost),
+    (PerformancePolicy::BoardLimit, ViolationPolicy::BoardLimit),
     (
         PerformancePolicy::LowUtilization,
-        violation::LOW_UTILIZATION,
+        ViolationPolicy::LowUtilization,
     ),
-    (PerformancePolicy::Reliability, violation::RELIABILITY),
+    (PerformancePolicy::Reliability, ViolationPolicy::Reliability),
 ];
 
-const NVLINK_ERRORS: &[(ErrorCounter, &str)] = &[
-    (ErrorCounter::DlReplay, nvlink_error::REPLAY),
-    (ErrorCounter::DlRecovery, nvlink_error::RECOVERY),
-    (ErrorCounter::DlCrcFlit, nvlink_error::CRC_FLIT),
-    (ErrorCounter::DlCrcData, nvlink_error::CRC_DATA),
+const NVLINK_ERRORS: &[(ErrorCounter, NvlinkErrorType)] = &[
+    (ErrorCounter::DlReplay, NvlinkErrorType::Replay),
+    (ErrorCounter::DlRecovery, NvlinkErrorType::Recovery),
+    (ErrorCounter::DlCrcFlit, NvlinkErrorType::CrcFlit),
+    (ErrorCounter::DlCrcData, NvlinkErrorType::CrcData),
 ];
 
 /// NVML's maximum number of NVLink links per GPU (NVML_NVLINK_MAX_LINKS).
@@ -101,7 +102,7 @@ struct Slow {
     pcie_tx: Option<f64>,
     pcie_rx: Option<f64>,
     nvlinks: Vec<NvlinkReadout>,
-    violations: Vec<(&'static str, f64)>,
+    violations: Vec<(ViolationPolicy, f64)>,
     ecc_enabled: Option<bool>,
     retired_pages: Option<RetiredPages>,
     /// `(gpu instance, compute instance, profile, MIG uuid, MIG index)`.
@@ -625,7 +626,7 @@ fn read_fast(
                     .collect()
             })
             .unwrap_or_default(),
-        xid_counts: Vec::new(),
+        xid_counts: Default::default(),
         ecc,
         ecc_enabled: slow.ecc_enabled,
         retired_pages: slow.retired_pages,
@@ -647,5 +648,21 @@ fn read_fast(
         process_count: None,
         processes: Vec::new(),
         mig,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn throttle_reasons_are_spelled_as_nvml_names_them() {
+        // Our label value is NVML's flag name in lower case: a misspelling on either side fails.
+        for (bit, reason) in THROTTLE_REASONS {
+            let name = reason.as_str().to_ascii_uppercase();
+            assert_eq!(ThrottleReasons::from_name(&name), Some(*bit), "{reason}");
+        }
+        let ours: Vec<ThrottleReason> = THROTTLE_REASONS.iter().map(|(_, r)| *r).collect();
+        assert_eq!(ours, ThrottleReason::ALL, "every reason, in export order");
     }
 }

@@ -45,12 +45,12 @@ impl XidWatcher {
     }
 
     /// XID counts of GPU `index` observed so far.
-    pub fn counts(&self, index: u32) -> Vec<(u32, u64)> {
+    pub fn counts(&self, index: u32) -> BTreeMap<u32, u64> {
         self.counts
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(&index)
-            .map(|m| m.iter().map(|(k, v)| (*k, *v)).collect())
+            .cloned()
             .unwrap_or_default()
     }
 }

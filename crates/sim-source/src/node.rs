@@ -18,10 +18,10 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use dgx_pixels_metrics::gpu::{
-    cuda_version_string, nvlink_error, push_gpu_samples, throttle, violation, ClockReadout,
-    EccTotals, GpuIdentity, GpuReadout, MigReadout, NvlinkReadout, ProcessReadout,
-    RemappedRowsReadout,
+    cuda_version_string, push_gpu_samples, ClockReadout, EccTotals, GpuIdentity, GpuReadout,
+    MigReadout, NvlinkReadout, ProcessReadout, RemappedRowsReadout,
 };
+use dgx_pixels_metrics::labels::{NvlinkErrorType, ThrottleReason, ViolationPolicy};
 use dgx_pixels_metrics::Metric;
 use dgx_pixels_metrics::{
     ExternalFamilies, ExternalFamily, ExternalKind, ExternalSample, PollError, PollOutput, Sample,
@@ -351,8 +351,8 @@ pub fn readout(g: &GpuStatic, r: &GpuReading) -> GpuReadout {
             failure: r.remapped_rows.failure,
         }),
         throttle_violations: vec![
-            (violation::POWER, r.violation_power_seconds),
-            (violation::THERMAL, r.violation_thermal_seconds),
+            (ViolationPolicy::Power, r.violation_power_seconds),
+            (ViolationPolicy::Thermal, r.violation_thermal_seconds),
         ],
         pcie_replays: g.pcie_link.map(|_| 0.0),
         pcie_link_generation: g.pcie_link.map(|l| f64::from(l.generation)),
@@ -361,15 +361,7 @@ pub fn readout(g: &GpuStatic, r: &GpuReading) -> GpuReadout {
             .map(|link| NvlinkReadout {
                 link,
                 up: true,
-                errors: [
-                    nvlink_error::REPLAY,
-                    nvlink_error::RECOVERY,
-                    nvlink_error::CRC_FLIT,
-                    nvlink_error::CRC_DATA,
-                ]
-                .iter()
-                .map(|k| (*k, 0.0))
-                .collect(),
+                errors: NvlinkErrorType::ALL.map(|e| (e, 0.0)).to_vec(),
             })
             .collect(),
         process_count: Some(r.processes.len()),
@@ -398,14 +390,17 @@ pub fn readout(g: &GpuStatic, r: &GpuReading) -> GpuReadout {
         performance_state: Some(r.pstate),
         fan_speed_ratios: r.fan_speed_ratio.into_iter().collect(),
         throttle_reasons: vec![
-            (throttle::GPU_IDLE, t.gpu_idle),
-            (throttle::SW_POWER_CAP, t.sw_power_cap),
-            (throttle::HW_SLOWDOWN, t.hw_slowdown),
-            (throttle::SW_THERMAL_SLOWDOWN, t.sw_thermal_slowdown),
-            (throttle::HW_THERMAL_SLOWDOWN, t.hw_thermal_slowdown),
-            (throttle::HW_POWER_BRAKE_SLOWDOWN, t.hw_power_brake_slowdown),
+            (ThrottleReason::GpuIdle, t.gpu_idle),
+            (ThrottleReason::SwPowerCap, t.sw_power_cap),
+            (ThrottleReason::HwSlowdown, t.hw_slowdown),
+            (ThrottleReason::SwThermalSlowdown, t.sw_thermal_slowdown),
+            (ThrottleReason::HwThermalSlowdown, t.hw_thermal_slowdown),
+            (
+                ThrottleReason::HwPowerBrakeSlowdown,
+                t.hw_power_brake_slowdown,
+            ),
         ],
-        xid_counts: r.xid_counts.iter().map(|(k, v)| (*k, *v)).collect(),
+        xid_counts: r.xid_counts.clone(),
         ecc: Some(EccTotals {
             volatile_corrected: r.ecc.volatile_corrected as f64,
             volatile_uncorrected: r.ecc.volatile_uncorrected as f64,
@@ -467,7 +462,7 @@ impl Source for SimSource {
                     }
                     GpuReadout {
                         up: false,
-                        xid_counts: seen.iter().map(|(k, v)| (*k, *v)).collect(),
+                        xid_counts: seen.clone(),
                         ..Default::default()
                     }
                 }

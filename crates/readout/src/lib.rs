@@ -1,0 +1,341 @@
+//! One GPU reading model: what a poll read from one GPU ([`GpuReadout`]), its static identity
+//! ([`GpuIdentity`]), and the label values that name its parts ([`labels`]).
+//!
+//! Why a crate of its own: every GPU source fills these types and one mapping turns them into
+//! series (`dgx_pixels_metrics::gpu::push_gpu_samples`). The NVML source fills them from the
+//! driver; the simulator (`dgx-pixels-sim`) produces them directly, and the fake NVML and DCGM
+//! libraries answer from them. The simulator and the fakes need the types but not the metric
+//! catalog or the encoders, so the types live here, with no dependencies, and
+//! `dgx-pixels-metrics` re-exports them.
+//!
+//! Values are in base units (bytes, watts, joules, celsius, hertz, seconds, ratios in 0..1).
+//! `None` means the GPU does not support the reading or did not return it; such readings are
+//! omitted, never exported as 0.
+#![deny(missing_docs)]
+
+use std::collections::BTreeMap;
+
+pub mod labels;
+
+use labels::{
+    ClockDomain, EccCounter, EccErrorType, NvlinkErrorType, RemappedRowCause, RetiredPageCause,
+    TemperatureSensor, ThrottleReason, ViolationPolicy,
+};
+
+/// Static facts about a GPU, read once at discovery.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpuIdentity {
+    /// Index as enumerated by the driver.
+    pub index: u32,
+    /// `GPU-...` UUID.
+    pub uuid: String,
+    /// Product name, e.g. "NVIDIA H100 80GB HBM3".
+    pub model: String,
+    /// Board serial number.
+    pub serial: String,
+    /// PCI bus id, e.g. "00000000:18:00.0".
+    pub pci_bus_id: String,
+    /// VBIOS version.
+    pub vbios_version: String,
+    /// Driver version.
+    pub driver_version: String,
+    /// Highest CUDA version the driver supports, e.g. "12.4".
+    pub cuda_driver_version: String,
+    /// Minor number of `/dev/nvidiaN`.
+    pub minor_number: u32,
+}
+
+/// Formats a CUDA version as NVML encodes it (1000 × major + 10 × minor, e.g. 12040) as "12.4".
+pub fn cuda_version_string(v: u32) -> String {
+    format!("{}.{}", v / 1000, (v % 1000) / 10)
+}
+
+/// One MIG instance's readings.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MigReadout {
+    /// GPU instance id.
+    pub gpu_instance: u32,
+    /// Compute instance id.
+    pub compute_instance: u32,
+    /// Profile name, e.g. "3g.40gb".
+    pub profile: String,
+    /// `MIG-...` UUID.
+    pub mig_uuid: String,
+    /// Fraction of time the instance's engines were active.
+    pub graphics_engine_active_ratio: Option<f64>,
+    /// Memory in use.
+    pub memory_used_bytes: Option<f64>,
+    /// Memory of the instance.
+    pub memory_total_bytes: Option<f64>,
+}
+
+/// ECC error totals.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct EccTotals {
+    /// Corrected since driver load.
+    pub volatile_corrected: f64,
+    /// Uncorrected since driver load.
+    pub volatile_uncorrected: f64,
+    /// Corrected over the board's lifetime.
+    pub aggregate_corrected: f64,
+    /// Uncorrected over the board's lifetime.
+    pub aggregate_uncorrected: f64,
+}
+
+impl EccTotals {
+    /// The total of one error type and counter.
+    pub fn get(&self, error_type: EccErrorType, counter: EccCounter) -> f64 {
+        match (error_type, counter) {
+            (EccErrorType::Corrected, EccCounter::Volatile) => self.volatile_corrected,
+            (EccErrorType::Uncorrected, EccCounter::Volatile) => self.volatile_uncorrected,
+            (EccErrorType::Corrected, EccCounter::Aggregate) => self.aggregate_corrected,
+            (EccErrorType::Uncorrected, EccCounter::Aggregate) => self.aggregate_uncorrected,
+        }
+    }
+}
+
+/// Retired memory pages (GPUs before Ampere; later ones remap rows instead).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RetiredPages {
+    /// Pages retired after multiple single-bit errors.
+    pub single_bit_ecc: f64,
+    /// Pages retired after a double-bit error.
+    pub double_bit_ecc: f64,
+    /// Pages wait for retirement at the next driver reload.
+    pub pending: bool,
+}
+
+impl RetiredPages {
+    /// Pages retired for one cause.
+    pub fn get(&self, cause: RetiredPageCause) -> f64 {
+        match cause {
+            RetiredPageCause::SingleBitEcc => self.single_bit_ecc,
+            RetiredPageCause::DoubleBitEcc => self.double_bit_ecc,
+        }
+    }
+}
+
+/// Row-remapping state (Ampere and later).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RemappedRowsReadout {
+    /// Rows remapped after correctable errors.
+    pub correctable: f64,
+    /// Rows remapped after uncorrectable errors.
+    pub uncorrectable: f64,
+    /// A remapping waits for the next GPU reset.
+    pub pending: bool,
+    /// A remapping failed.
+    pub failure: bool,
+}
+
+impl RemappedRowsReadout {
+    /// Rows remapped for one cause.
+    pub fn get(&self, cause: RemappedRowCause) -> f64 {
+        match cause {
+            RemappedRowCause::Correctable => self.correctable,
+            RemappedRowCause::Uncorrectable => self.uncorrectable,
+        }
+    }
+}
+
+/// One NVLink link.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NvlinkReadout {
+    /// Link number.
+    pub link: u32,
+    /// Whether the link is active.
+    pub up: bool,
+    /// Error counters by type, those the GPU answered.
+    pub errors: Vec<(NvlinkErrorType, f64)>,
+}
+
+/// A compute process using device memory.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProcessReadout {
+    /// Host process id.
+    pub pid: u32,
+    /// Container id from `/proc/PID/cgroup`, empty when unknown.
+    pub container_id: String,
+    /// GPU instance on a GPU in MIG mode.
+    pub gpu_instance: Option<u32>,
+    /// Compute instance on a GPU in MIG mode.
+    pub compute_instance: Option<u32>,
+    /// Device memory used.
+    pub used_memory_bytes: f64,
+}
+
+/// Clocks per domain ([`ClockDomain`]), hertz.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ClockReadout {
+    /// Graphics clock.
+    pub graphics: Option<f64>,
+    /// SM clock.
+    pub sm: Option<f64>,
+    /// Memory clock.
+    pub memory: Option<f64>,
+    /// Video clock.
+    pub video: Option<f64>,
+}
+
+impl ClockReadout {
+    /// The clock of one domain.
+    pub fn get(&self, domain: ClockDomain) -> Option<f64> {
+        match domain {
+            ClockDomain::Graphics => self.graphics,
+            ClockDomain::Sm => self.sm,
+            ClockDomain::Memory => self.memory,
+            ClockDomain::Video => self.video,
+        }
+    }
+}
+
+/// Everything one poll read from one GPU, in base units. `None` means not supported or not
+/// returned; such readings are omitted.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpuReadout {
+    /// False when the GPU is lost or not answering: only `gpu_info`, `gpu_up 0` and the XID
+    /// counters (events the exporter observed, not device readings) are then exported.
+    pub up: bool,
+    /// Utilization of the GPU, 0–1.
+    pub utilization_ratio: Option<f64>,
+    /// Utilization of the memory controller, 0–1.
+    pub memory_utilization_ratio: Option<f64>,
+    /// Utilization of the video encoder, 0–1.
+    pub encoder_utilization_ratio: Option<f64>,
+    /// Utilization of the video decoder, 0–1.
+    pub decoder_utilization_ratio: Option<f64>,
+    /// BAR1 in use.
+    pub bar1_used_bytes: Option<f64>,
+    /// BAR1 size.
+    pub bar1_total_bytes: Option<f64>,
+    /// Framebuffer used.
+    pub memory_used_bytes: Option<f64>,
+    /// Framebuffer free.
+    pub memory_free_bytes: Option<f64>,
+    /// Framebuffer reserved.
+    pub memory_reserved_bytes: Option<f64>,
+    /// Framebuffer total.
+    pub memory_total_bytes: Option<f64>,
+    /// Board power.
+    pub power_watts: Option<f64>,
+    /// Enforced power limit.
+    pub power_limit_watts: Option<f64>,
+    /// Energy since driver load.
+    pub energy_joules: Option<f64>,
+    /// Die temperature ([`TemperatureSensor::Gpu`]).
+    pub temperature_gpu_celsius: Option<f64>,
+    /// Memory (HBM) temperature ([`TemperatureSensor::Memory`]).
+    pub temperature_memory_celsius: Option<f64>,
+    /// Current clocks.
+    pub clocks: ClockReadout,
+    /// Maximum clocks.
+    pub max_clocks: ClockReadout,
+    /// P-state number.
+    pub performance_state: Option<u32>,
+    /// Fan speed per fan, 0–1.
+    pub fan_speed_ratios: Vec<f64>,
+    /// Throttle reasons known to the device, with whether each is active.
+    pub throttle_reasons: Vec<(ThrottleReason, bool)>,
+    /// XID code to number of occurrences observed.
+    pub xid_counts: BTreeMap<u32, u64>,
+    /// ECC totals, when ECC is enabled.
+    pub ecc: Option<EccTotals>,
+    /// Whether ECC is enabled, where the GPU supports ECC.
+    pub ecc_enabled: Option<bool>,
+    /// Retired pages, where the GPU retires pages.
+    pub retired_pages: Option<RetiredPages>,
+    /// Row remapping, where the GPU remaps rows.
+    pub remapped_rows: Option<RemappedRowsReadout>,
+    /// Time clocks were held down, per policy, in seconds.
+    pub throttle_violations: Vec<(ViolationPolicy, f64)>,
+    /// PCIe replay counter.
+    pub pcie_replays: Option<f64>,
+    /// Current PCIe link generation.
+    pub pcie_link_generation: Option<f64>,
+    /// Current PCIe link width.
+    pub pcie_link_width: Option<f64>,
+    /// NVLink links the GPU has.
+    pub nvlinks: Vec<NvlinkReadout>,
+    /// Number of compute processes, where the GPU reports them.
+    pub process_count: Option<usize>,
+    /// The processes to export (the caller bounds how many).
+    pub processes: Vec<ProcessReadout>,
+    /// PCIe transmit throughput.
+    pub pcie_transmit_bytes_per_second: Option<f64>,
+    /// PCIe receive throughput.
+    pub pcie_receive_bytes_per_second: Option<f64>,
+    /// NVLink bytes transmitted, all links.
+    pub nvlink_transmit_bytes: Option<f64>,
+    /// NVLink bytes received, all links.
+    pub nvlink_receive_bytes: Option<f64>,
+    /// MIG instances, when MIG is enabled.
+    pub mig: Vec<MigReadout>,
+}
+
+impl GpuReadout {
+    /// The temperature of one sensor.
+    pub fn temperature(&self, sensor: TemperatureSensor) -> Option<f64> {
+        match sensor {
+            TemperatureSensor::Gpu => self.temperature_gpu_celsius,
+            TemperatureSensor::Memory => self.temperature_memory_celsius,
+        }
+    }
+
+    /// Whether `reason` holds clocks down; `None` when the device does not report it.
+    pub fn throttle_reason(&self, reason: ThrottleReason) -> Option<bool> {
+        self.throttle_reasons
+            .iter()
+            .find(|(r, _)| *r == reason)
+            .map(|(_, active)| *active)
+    }
+
+    /// Seconds clocks were held down by `policy`; `None` when the device does not report it.
+    pub fn violation_seconds(&self, policy: ViolationPolicy) -> Option<f64> {
+        self.throttle_violations
+            .iter()
+            .find(|(p, _)| *p == policy)
+            .map(|(_, s)| *s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuda_versions_read_like_nvidia_smi() {
+        assert_eq!(cuda_version_string(12040), "12.4");
+        assert_eq!(cuda_version_string(13000), "13.0");
+        assert_eq!(cuda_version_string(11080), "11.8");
+    }
+
+    #[test]
+    fn parts_are_read_by_label_value() {
+        let r = GpuReadout {
+            temperature_memory_celsius: Some(70.0),
+            clocks: ClockReadout {
+                sm: Some(1.98e9),
+                ..Default::default()
+            },
+            ecc: Some(EccTotals {
+                aggregate_uncorrected: 3.0,
+                ..Default::default()
+            }),
+            throttle_reasons: vec![(ThrottleReason::SwPowerCap, true)],
+            throttle_violations: vec![(ViolationPolicy::Thermal, 2.5)],
+            ..Default::default()
+        };
+        assert_eq!(r.temperature(TemperatureSensor::Memory), Some(70.0));
+        assert_eq!(r.temperature(TemperatureSensor::Gpu), None);
+        assert_eq!(r.clocks.get(ClockDomain::Sm), Some(1.98e9));
+        assert_eq!(
+            r.ecc
+                .map(|e| e.get(EccErrorType::Uncorrected, EccCounter::Aggregate)),
+            Some(3.0)
+        );
+        assert_eq!(r.throttle_reason(ThrottleReason::SwPowerCap), Some(true));
+        assert_eq!(r.throttle_reason(ThrottleReason::GpuIdle), None);
+        assert_eq!(r.violation_seconds(ViolationPolicy::Thermal), Some(2.5));
+        assert_eq!(r.violation_seconds(ViolationPolicy::Power), None);
+    }
+}
