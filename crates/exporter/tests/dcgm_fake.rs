@@ -69,19 +69,19 @@ fn assert_values(body: &str, scenario: &str, gpus: usize) {
         let v = |name: &str| value(body, name, &l);
         close(
             v("dgx_pixels_gpu_utilization_ratio"),
-            r.utilization_ratio,
+            r.readout.utilization_ratio.unwrap(),
             0.005,
             "util",
         );
         close(
             v("dgx_pixels_gpu_power_watts"),
-            r.power_watts,
+            r.readout.power_watts.unwrap(),
             1e-9,
             "power",
         );
         close(
             v("dgx_pixels_gpu_energy_joules_total"),
-            r.energy_joules,
+            r.readout.energy_joules.unwrap(),
             1e-3,
             "energy",
         );
@@ -91,20 +91,20 @@ fn assert_values(body: &str, scenario: &str, gpus: usize) {
                 "dgx_pixels_gpu_temperature_celsius",
                 &[l[0], ("sensor", "gpu")],
             ),
-            r.temperature_gpu_celsius,
+            r.readout.temperature_gpu_celsius.unwrap(),
             0.5,
             "temperature",
         );
         close(
             value(body, "dgx_pixels_gpu_clock_hertz", &[l[0], ("clock", "sm")]),
-            r.clocks.sm_hz,
+            r.readout.clocks.sm.unwrap(),
             0.5e6,
             "sm clock",
         );
-        if let Some(used) = r.memory_used_bytes {
+        if let Some(used) = r.readout.memory_used_bytes {
             close(
                 v("dgx_pixels_gpu_memory_used_bytes"),
-                used as f64,
+                used,
                 0.5 * 1048576.0,
                 "fb used",
             );
@@ -422,7 +422,7 @@ fn a_dcgm_exporter_field_list_is_accepted() {
     let l = [("gpu", "0"), ("uuid", uuid.as_str())];
     close(
         value(&body, "dgx_pixels_dcgm_dev_power_usage_instant", &l),
-        r.power_watts,
+        r.readout.power_watts.unwrap(),
         1e-9,
         "instant power",
     );
@@ -438,7 +438,7 @@ fn a_dcgm_exporter_field_list_is_accepted() {
             "dgx_pixels_gpu_clock_hertz",
             &[l[0], ("clock", "sm")],
         ),
-        r.clocks.sm_hz,
+        r.readout.clocks.sm.unwrap(),
         0.5e6,
         "sm clock",
     );

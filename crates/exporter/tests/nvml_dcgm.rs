@@ -98,18 +98,18 @@ fn with_nvml_and_dcgm_both_running_no_series_is_served_twice() {
         assert_eq!(series(&body, "dgx_pixels_gpu_info").len(), 8);
         // Power: NVML's (milliwatts) by default, DCGM's exact double with device_metrics.
         let power = value(&body, "dgx_pixels_gpu_power_watts", &l).unwrap();
-        let error = (power - r.power_watts).abs();
+        let error = (power - r.readout.power_watts.unwrap()).abs();
         if device_metrics {
             assert!(
                 error <= 1e-9,
                 "power from dcgm: {power} vs {}",
-                r.power_watts
+                r.readout.power_watts.unwrap()
             );
         } else {
             assert!(
                 error > 1e-9 && error <= 1e-3,
                 "power from nvml: {power} vs {}",
-                r.power_watts
+                r.readout.power_watts.unwrap()
             );
         }
     }

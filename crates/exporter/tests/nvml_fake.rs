@@ -11,7 +11,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use common::*;
-use dgx_pixels_sim::{GpuReading, GpuState, Node, Scenario, BUILTIN_SCENARIOS};
+use dgx_pixels_metrics::labels::{ThrottleReason, ViolationPolicy};
+use dgx_pixels_sim::{GpuReadout, GpuState, Node, Scenario, BUILTIN_SCENARIOS};
 
 /// Builds the fake library once per test process (cargo test does not build cdylibs).
 fn fake_library() -> &'static str {
@@ -46,9 +47,9 @@ fn node(scenario: &str) -> Node {
     Node::new(Scenario::builtin(scenario).unwrap())
 }
 
-fn reading(n: &mut Node, gpu: usize, t: f64) -> Option<GpuReading> {
+fn reading(n: &mut Node, gpu: usize, t: f64) -> Option<GpuReadout> {
     match n.reading(gpu, Duration::from_secs_f64(t)) {
-        Some(GpuState::Ok(r)) => Some(r),
+        Some(GpuState::Ok(r)) => Some(r.readout),
         _ => None,
     }
 }
@@ -106,13 +107,13 @@ fn served_values_equal_the_simulator_for_every_builtin_scenario() {
             let served = |name: &str| value(&body, name, &l);
             close(
                 served("dgx_pixels_gpu_power_watts").unwrap(),
-                r.power_watts,
+                r.power_watts.unwrap(),
                 0.001,
                 &what("power"),
             );
             close(
                 served("dgx_pixels_gpu_energy_joules_total").unwrap(),
-                r.energy_joules,
+                r.energy_joules.unwrap(),
                 0.001,
                 &what("energy"),
             );
@@ -124,27 +125,24 @@ fn served_values_equal_the_simulator_for_every_builtin_scenario() {
             );
             close(
                 served("dgx_pixels_gpu_utilization_ratio").unwrap(),
-                r.utilization_ratio,
+                r.utilization_ratio.unwrap(),
                 0.01,
                 &what("utilization"),
             );
             match r.memory_used_bytes {
                 Some(used) => {
-                    assert_eq!(
-                        served("dgx_pixels_gpu_memory_used_bytes"),
-                        Some(used as f64)
-                    );
+                    assert_eq!(served("dgx_pixels_gpu_memory_used_bytes"), Some(used));
                     assert_eq!(
                         served("dgx_pixels_gpu_memory_total_bytes"),
                         g.memory_total_bytes.map(|b| b as f64)
                     );
                     assert_eq!(
                         served("dgx_pixels_gpu_memory_free_bytes"),
-                        r.memory_free_bytes.map(|b| b as f64)
+                        r.memory_free_bytes
                     );
                     assert_eq!(
                         served("dgx_pixels_gpu_memory_reserved_bytes"),
-                        r.memory_reserved_bytes.map(|b| b as f64)
+                        r.memory_reserved_bytes
                     );
                 }
                 None => {
@@ -166,7 +164,7 @@ fn served_values_equal_the_simulator_for_every_builtin_scenario() {
             );
             close(
                 temp.unwrap(),
-                r.temperature_gpu_celsius,
+                r.temperature_gpu_celsius.unwrap(),
                 1.0,
                 &what("temperature"),
             );
@@ -182,9 +180,9 @@ fn served_values_equal_the_simulator_for_every_builtin_scenario() {
                 what("memory sensor")
             );
             for (clock, hz) in [
-                ("graphics", r.clocks.graphics_hz),
-                ("sm", r.clocks.sm_hz),
-                ("memory", r.clocks.memory_hz),
+                ("graphics", r.clocks.graphics.unwrap()),
+                ("sm", r.clocks.sm.unwrap()),
+                ("memory", r.clocks.memory.unwrap()),
             ] {
                 let v = value(
                     &body,
@@ -211,21 +209,30 @@ fn served_values_equal_the_simulator_for_every_builtin_scenario() {
             );
             assert_eq!(
                 cap,
-                Some(if r.throttle.sw_power_cap { 1.0 } else { 0.0 }),
+                r.throttle_reason(ThrottleReason::SwPowerCap)
+                    .map(|on| if on { 1.0 } else { 0.0 }),
                 "{}",
                 what("power cap")
             );
             for (kind, counter, v) in [
-                ("corrected", "volatile", r.ecc.volatile_corrected),
-                ("uncorrected", "volatile", r.ecc.volatile_uncorrected),
-                ("uncorrected", "aggregate", r.ecc.aggregate_uncorrected),
+                ("corrected", "volatile", r.ecc.unwrap().volatile_corrected),
+                (
+                    "uncorrected",
+                    "volatile",
+                    r.ecc.unwrap().volatile_uncorrected,
+                ),
+                (
+                    "uncorrected",
+                    "aggregate",
+                    r.ecc.unwrap().aggregate_uncorrected,
+                ),
             ] {
                 let served = value(
                     &body,
                     "dgx_pixels_gpu_ecc_errors_total",
                     &[l[0], ("error_type", kind), ("counter", counter)],
                 );
-                assert_eq!(served, Some(v as f64), "{}", what("ecc"));
+                assert_eq!(served, Some(v), "{}", what("ecc"));
             }
             let rows = value(
                 &body,
@@ -234,7 +241,7 @@ fn served_values_equal_the_simulator_for_every_builtin_scenario() {
             );
             assert_eq!(
                 rows,
-                Some(r.remapped_rows.uncorrectable as f64),
+                r.remapped_rows.map(|rows| rows.uncorrectable),
                 "{}",
                 what("remapped rows")
             );
@@ -243,7 +250,7 @@ fn served_values_equal_the_simulator_for_every_builtin_scenario() {
                 let tx = value(&body, "dgx_pixels_nvlink_transmit_bytes_total", &l).unwrap();
                 close(
                     tx,
-                    r.nvlink_tx_bytes_total as f64,
+                    r.nvlink_transmit_bytes.unwrap(),
                     1024.0 * f64::from(g.nvlink_count),
                     &what("nvlink tx"),
                 );
@@ -269,7 +276,7 @@ fn served_values_equal_the_simulator_for_every_builtin_scenario() {
             );
             close(
                 violation.unwrap(),
-                r.violation_power_seconds,
+                r.violation_seconds(ViolationPolicy::Power).unwrap(),
                 1e-6,
                 &what("power violation"),
             );
@@ -288,7 +295,7 @@ fn served_values_equal_the_simulator_for_every_builtin_scenario() {
                 );
                 assert_eq!(
                     served,
-                    Some(p.used_memory_bytes as f64),
+                    Some(p.used_memory_bytes),
                     "{}",
                     what("process memory")
                 );
@@ -314,7 +321,7 @@ fn served_values_equal_the_simulator_for_every_builtin_scenario() {
                 ];
                 assert_eq!(
                     value(&body, "dgx_pixels_mig_memory_used_bytes", &labels),
-                    Some(m.memory_used_bytes as f64),
+                    m.memory_used_bytes,
                     "{}",
                     what("MIG memory")
                 );

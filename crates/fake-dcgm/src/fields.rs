@@ -2,6 +2,9 @@
 //! millijoules, nanoseconds). Profiling fields answer the simulator's profiling model
 //! ([`dgx_pixels_sim::profile`]), the same values the exporter's simulated node serves.
 
+use dgx_pixels_sim::labels::{
+    ClockDomain, EccCounter, EccErrorType, RemappedRowCause, TemperatureSensor, ViolationPolicy,
+};
 use dgx_pixels_sim::{profile, GpuReading, GpuStatic};
 
 /// A field's value as DCGM returns it.
@@ -37,14 +40,8 @@ pub const PROFILING_GROUPS: &[(u16, u16, &[u16])] = &[
 
 const MIB: f64 = 1024.0 * 1024.0;
 
-fn mib(v: Option<u64>) -> Value {
-    v.map_or(Value::Blank(b'i'), |b| {
-        Value::Int((b as f64 / MIB).round() as i64)
-    })
-}
-
-fn pct(ratio: f64) -> Value {
-    Value::Int((ratio * 100.0).round() as i64)
+fn mib(v: Option<f64>) -> Value {
+    v.map_or(Value::Blank(b'i'), |b| Value::Int((b / MIB).round() as i64))
 }
 
 /// The value of `field` for a GPU: `reading` is `None` when it is lost (every reading blank).
@@ -67,37 +64,46 @@ pub fn value(
     } else {
         Value::Blank(b'i')
     };
-    let Some(r) = reading else { return blank };
-    let p = profile(g, r);
+    let Some(reading) = reading else {
+        return blank;
+    };
+    let p = profile(g, reading);
+    let r = &reading.readout;
+    // DCGM's integer fields; a reading the GPU lacks is blank.
+    let int = |v: Option<f64>, scale: f64| {
+        v.map_or(blank.clone(), |v| Value::Int((v * scale).round() as i64))
+    };
+    let pct = |v: Option<f64>| int(v, 100.0);
+    let ecc = |t, c| int(r.ecc.map(|e| e.get(t, c)), 1.0);
+    let rows = |cause| int(r.remapped_rows.map(|rr| rr.get(cause)), 1.0);
+    let flag = |b: bool| if b { 1.0 } else { 0.0 };
     match field {
-        id::SM_CLOCK => Value::Int((r.clocks.sm_hz / 1e6).round() as i64),
-        id::MEM_CLOCK => Value::Int((r.clocks.memory_hz / 1e6).round() as i64),
-        id::MEMORY_TEMP => r
-            .temperature_memory_celsius
-            .map_or(blank, |t| Value::Int(t.round() as i64)),
-        id::GPU_TEMP => Value::Int(r.temperature_gpu_celsius.round() as i64),
-        id::POWER_USAGE | id::POWER_USAGE_INSTANT => Value::Double(r.power_watts),
-        id::TOTAL_ENERGY => Value::Int((r.energy_joules * 1000.0).round() as i64),
-        id::PSTATE => Value::Int(i64::from(r.pstate)),
-        id::FAN_SPEED => r.fan_speed_ratio.map_or(blank, pct),
+        id::SM_CLOCK => int(r.clocks.get(ClockDomain::Sm).map(|hz| hz / 1e6), 1.0),
+        id::MEM_CLOCK => int(r.clocks.get(ClockDomain::Memory).map(|hz| hz / 1e6), 1.0),
+        id::MEMORY_TEMP => int(r.temperature(TemperatureSensor::Memory), 1.0),
+        id::GPU_TEMP => int(r.temperature(TemperatureSensor::Gpu), 1.0),
+        id::POWER_USAGE | id::POWER_USAGE_INSTANT => r.power_watts.map_or(blank, Value::Double),
+        id::TOTAL_ENERGY => int(r.energy_joules, 1000.0),
+        id::PSTATE => int(r.performance_state.map(f64::from), 1.0),
+        id::FAN_SPEED => pct(r.fan_speed_ratios.first().copied()),
         id::GPU_UTIL => pct(r.utilization_ratio),
         id::MEM_COPY_UTIL => pct(r.memory_utilization_ratio),
         id::ENC_UTIL => pct(r.encoder_utilization_ratio),
         id::DEC_UTIL => pct(r.decoder_utilization_ratio),
-        id::POWER_VIOLATION => Value::Int((r.violation_power_seconds * 1e9).round() as i64),
-        id::THERMAL_VIOLATION => Value::Int((r.violation_thermal_seconds * 1e9).round() as i64),
-        id::FB_TOTAL => mib(g.memory_total_bytes),
+        id::POWER_VIOLATION => int(r.violation_seconds(ViolationPolicy::Power), 1e9),
+        id::THERMAL_VIOLATION => int(r.violation_seconds(ViolationPolicy::Thermal), 1e9),
+        id::FB_TOTAL => mib(r.memory_total_bytes),
         id::FB_FREE => mib(r.memory_free_bytes),
         id::FB_USED => mib(r.memory_used_bytes),
         id::FB_RESERVED => mib(r.memory_reserved_bytes),
-        id::ECC_SBE_VOL => Value::Int(r.ecc.volatile_corrected as i64),
-        id::ECC_DBE_VOL => Value::Int(r.ecc.volatile_uncorrected as i64),
-        id::ECC_SBE_AGG => Value::Int(r.ecc.aggregate_corrected as i64),
-        id::ECC_DBE_AGG => Value::Int(r.ecc.aggregate_uncorrected as i64),
-        id::ROW_REMAP_UNCORRECTABLE => Value::Int(r.remapped_rows.uncorrectable as i64),
-        id::ROW_REMAP_CORRECTABLE => Value::Int(r.remapped_rows.correctable as i64),
-        id::ROW_REMAP_FAILURE => Value::Int(i64::from(r.remapped_rows.failure)),
-        id::ROW_REMAP_PENDING => Value::Int(i64::from(r.remapped_rows.pending)),
+        id::ECC_SBE_VOL => ecc(EccErrorType::Corrected, EccCounter::Volatile),
+        id::ECC_DBE_VOL => ecc(EccErrorType::Uncorrected, EccCounter::Volatile),
+        id::ECC_SBE_AGG => ecc(EccErrorType::Corrected, EccCounter::Aggregate),
+        id::ECC_DBE_AGG => ecc(EccErrorType::Uncorrected, EccCounter::Aggregate),
+        id::ROW_REMAP_UNCORRECTABLE => rows(RemappedRowCause::Uncorrectable),
+        id::ROW_REMAP_CORRECTABLE => rows(RemappedRowCause::Correctable),
+        id::ROW_REMAP_FAILURE => int(r.remapped_rows.map(|rr| flag(rr.failure)), 1.0),
+        id::ROW_REMAP_PENDING => int(r.remapped_rows.map(|rr| flag(rr.pending)), 1.0),
         id::PROF_GR_ENGINE_ACTIVE => Value::Double(p.gr_engine_active),
         id::PROF_SM_ACTIVE => Value::Double(p.sm_active),
         id::PROF_SM_OCCUPANCY => Value::Double(p.sm_occupancy),

@@ -5,7 +5,10 @@
 
 use std::ffi::{c_char, c_uint, c_ulonglong, CStr};
 
-use dgx_pixels_sim::{GpuReading, GpuStatic};
+use dgx_pixels_sim::labels::{
+    ClockDomain, EccCounter, EccErrorType, NvlinkErrorType, ThrottleReason, ViolationPolicy,
+};
+use dgx_pixels_sim::{ClockReadout, GpuReadout, GpuStatic};
 
 use crate::state::{self, device_call, nvml_fn, out, write_str, Access, Dev, Handle};
 use crate::types::*;
@@ -43,21 +46,15 @@ pub fn kilobytes_per_second(bps: f64) -> c_uint {
     (bps / 1000.0).round().clamp(0.0, f64::from(u32::MAX)) as c_uint
 }
 
-fn arch_is(gpu: &GpuStatic, names: &[&str]) -> bool {
-    names
-        .iter()
-        .any(|n| gpu.architecture.eq_ignore_ascii_case(n))
+/// A count or size the readout holds as a float (whole numbers well below 2^53), as NVML's
+/// integer.
+pub fn whole(v: f64) -> u64 {
+    v.round().max(0.0) as u64
 }
 
-/// Ampere and later remap rows instead of retiring pages. (ECC counters and row remapping are
-/// served for every part because the simulator models them for every part.)
-pub fn remaps_rows(gpu: &GpuStatic) -> bool {
-    arch_is(gpu, &["Ampere", "Hopper", "Blackwell"])
-}
-
-/// Page retirement: the parts before Ampere.
-pub fn retires_pages(gpu: &GpuStatic) -> bool {
-    !remaps_rows(gpu)
+/// A reading the readout has, or `NOT_SUPPORTED` (what NVML answers for one the part lacks).
+pub fn supported<T>(v: Option<T>) -> Result<T, NvmlReturn> {
+    v.ok_or(ERROR_NOT_SUPPORTED)
 }
 
 /// MIG-capable products: GPUs a scenario partitions, and the data-center parts that support it.
@@ -85,7 +82,7 @@ fn whole_gpu(dev: &Dev<'_>) -> Result<(), NvmlReturn> {
 /// A reading query on the whole GPU.
 fn reading<T>(
     device: Device,
-    f: impl FnOnce(&Dev<'_>, &GpuReading) -> Result<T, NvmlReturn>,
+    f: impl FnOnce(&Dev<'_>, &GpuReadout) -> Result<T, NvmlReturn>,
 ) -> Result<T, NvmlReturn> {
     device_call(device, Access::Reading, |dev| {
         whole_gpu(dev)?;
@@ -101,7 +98,7 @@ fn reading<T>(
 unsafe fn read_into<T>(
     device: Device,
     p: *mut T,
-    f: impl FnOnce(&Dev<'_>, &GpuReading) -> Result<T, NvmlReturn>,
+    f: impl FnOnce(&Dev<'_>, &GpuReadout) -> Result<T, NvmlReturn>,
 ) -> Result<(), NvmlReturn> {
     // SAFETY: forwarded caller contract.
     let p = unsafe { out(p) }?;
@@ -348,8 +345,8 @@ nvml_fn! {
         unsafe {
             read_into(device, utilization, |_, r| {
                 Ok(Utilization {
-                    gpu: percent(r.utilization_ratio),
-                    memory: percent(r.memory_utilization_ratio),
+                    gpu: percent(supported(r.utilization_ratio)?),
+                    memory: percent(supported(r.memory_utilization_ratio)?),
                 })
             })
         }
@@ -368,11 +365,11 @@ unsafe fn video_utilization(
     device: Device,
     utilization: *mut c_uint,
     period: *mut c_uint,
-    pick: fn(&GpuReading) -> f64,
+    pick: fn(&GpuReadout) -> Option<f64>,
 ) -> Result<(), NvmlReturn> {
     // SAFETY: forwarded caller contract.
     let (u, p) = unsafe { (out(utilization)?, out(period)?) };
-    *u = reading(device, |_, r| Ok(percent(pick(r))))?;
+    *u = reading(device, |_, r| Ok(percent(supported(pick(r))?)))?;
     *p = VIDEO_SAMPLING_PERIOD_US;
     Ok(())
 }
@@ -409,19 +406,23 @@ fn memory(dev: &Dev<'_>) -> Result<(u64, u64, u64, u64), NvmlReturn> {
             .mig
             .iter()
             .find(|x| x.gpu_instance == m.gpu_instance && x.compute_instance == m.compute_instance)
-            .map_or(0, |x| x.memory_used_bytes)
+            .and_then(|x| x.memory_used_bytes)
+            .map_or(0, whole)
             .min(m.memory_total_bytes);
         return Ok((m.memory_total_bytes, 0, m.memory_total_bytes - used, used));
     }
     match (
-        dev.gpu.memory_total_bytes,
+        r.memory_total_bytes,
         r.memory_reserved_bytes,
         r.memory_free_bytes,
         r.memory_used_bytes,
     ) {
-        (Some(total), reserved, Some(free), Some(used)) => {
-            Ok((total, reserved.unwrap_or(0), free, used))
-        }
+        (Some(total), reserved, Some(free), Some(used)) => Ok((
+            whole(total),
+            reserved.map_or(0, whole),
+            whole(free),
+            whole(used),
+        )),
         _ => Err(ERROR_NOT_SUPPORTED),
     }
 }
@@ -468,9 +469,10 @@ nvml_fn! {
     fn nvmlDeviceGetBAR1MemoryInfo(device: Device, bar1_memory: *mut Bar1Memory) {
         // SAFETY: forwarded caller contract.
         unsafe {
-            read_into(device, bar1_memory, |dev, r| {
-                match (dev.gpu.bar1_total_bytes, r.bar1_used_bytes) {
+            read_into(device, bar1_memory, |_, r| {
+                match (r.bar1_total_bytes, r.bar1_used_bytes) {
                     (Some(total), Some(used)) => {
+                        let (total, used) = (whole(total), whole(used));
                         let used = used.min(total);
                         Ok(Bar1Memory {
                             bar1_total: total,
@@ -492,7 +494,7 @@ nvml_fn! {
             return Err(ERROR_INVALID_ARGUMENT);
         }
         // SAFETY: forwarded caller contract.
-        unsafe { read_into(device, temp, |_, r| Ok(celsius(r.temperature_gpu_celsius))) }
+        unsafe { read_into(device, temp, |_, r| Ok(celsius(supported(r.temperature_gpu_celsius)?))) }
     }
 }
 
@@ -500,7 +502,7 @@ nvml_fn! {
     /// Power draw in milliwatts.
     fn nvmlDeviceGetPowerUsage(device: Device, power: *mut c_uint) {
         // SAFETY: forwarded caller contract.
-        unsafe { read_into(device, power, |_, r| Ok(milliwatts(r.power_watts))) }
+        unsafe { read_into(device, power, |_, r| Ok(milliwatts(supported(r.power_watts)?))) }
     }
 }
 
@@ -508,7 +510,7 @@ nvml_fn! {
     /// Enforced power limit in milliwatts.
     fn nvmlDeviceGetEnforcedPowerLimit(device: Device, limit: *mut c_uint) {
         // SAFETY: forwarded caller contract.
-        unsafe { read_into(device, limit, |dev, _| Ok(milliwatts(dev.gpu.power_limit_watts))) }
+        unsafe { read_into(device, limit, |_, r| Ok(milliwatts(supported(r.power_limit_watts)?))) }
     }
 }
 
@@ -516,7 +518,7 @@ nvml_fn! {
     /// Power management limit in milliwatts (the enforced limit: no other limit is modelled).
     fn nvmlDeviceGetPowerManagementLimit(device: Device, limit: *mut c_uint) {
         // SAFETY: forwarded caller contract.
-        unsafe { read_into(device, limit, |dev, _| Ok(milliwatts(dev.gpu.power_limit_watts))) }
+        unsafe { read_into(device, limit, |_, r| Ok(milliwatts(supported(r.power_limit_watts)?))) }
     }
 }
 
@@ -524,19 +526,19 @@ nvml_fn! {
     /// Energy since the driver loaded, millijoules.
     fn nvmlDeviceGetTotalEnergyConsumption(device: Device, energy: *mut c_ulonglong) {
         // SAFETY: forwarded caller contract.
-        unsafe { read_into(device, energy, |_, r| Ok(millijoules(r.energy_joules))) }
+        unsafe { read_into(device, energy, |_, r| Ok(millijoules(supported(r.energy_joules)?))) }
     }
 }
 
-fn pick_clock(clocks: &dgx_pixels_sim::Clocks, kind: c_uint) -> Result<c_uint, NvmlReturn> {
-    let hz = match kind {
-        CLOCK_GRAPHICS => clocks.graphics_hz,
-        CLOCK_SM => clocks.sm_hz,
-        CLOCK_MEM => clocks.memory_hz,
-        CLOCK_VIDEO => clocks.video_hz,
+fn pick_clock(clocks: &ClockReadout, kind: c_uint) -> Result<c_uint, NvmlReturn> {
+    let domain = match kind {
+        CLOCK_GRAPHICS => ClockDomain::Graphics,
+        CLOCK_SM => ClockDomain::Sm,
+        CLOCK_MEM => ClockDomain::Memory,
+        CLOCK_VIDEO => ClockDomain::Video,
         _ => return Err(ERROR_INVALID_ARGUMENT),
     };
-    Ok(megahertz(hz))
+    Ok(megahertz(supported(clocks.get(domain))?))
 }
 
 nvml_fn! {
@@ -551,7 +553,7 @@ nvml_fn! {
     /// Maximum clock in MHz.
     fn nvmlDeviceGetMaxClockInfo(device: Device, kind: c_uint, clock: *mut c_uint) {
         // SAFETY: forwarded caller contract.
-        unsafe { read_into(device, clock, |dev, _| pick_clock(&dev.gpu.max_clocks, kind)) }
+        unsafe { read_into(device, clock, |_, r| pick_clock(&r.max_clocks, kind)) }
     }
 }
 
@@ -560,9 +562,9 @@ nvml_fn! {
     fn nvmlDeviceGetClock(device: Device, kind: c_uint, clock_id: c_uint, clock_mhz: *mut c_uint) {
         // SAFETY: forwarded caller contract.
         unsafe {
-            read_into(device, clock_mhz, |dev, r| match clock_id {
+            read_into(device, clock_mhz, |_, r| match clock_id {
                 CLOCK_ID_CURRENT => pick_clock(&r.clocks, kind),
-                1..=CLOCK_ID_CUSTOMER_BOOST_MAX => pick_clock(&dev.gpu.max_clocks, kind),
+                1..=CLOCK_ID_CUSTOMER_BOOST_MAX => pick_clock(&r.max_clocks, kind),
                 _ => Err(ERROR_INVALID_ARGUMENT),
             })
         }
@@ -573,7 +575,7 @@ nvml_fn! {
     /// Performance state (0 under load, 8 idle).
     fn nvmlDeviceGetPerformanceState(device: Device, p_state: *mut c_uint) {
         // SAFETY: forwarded caller contract.
-        unsafe { read_into(device, p_state, |_, r| Ok(r.pstate)) }
+        unsafe { read_into(device, p_state, |_, r| supported(r.performance_state)) }
     }
 }
 
@@ -581,7 +583,12 @@ nvml_fn! {
     /// Number of fans (`NOT_SUPPORTED` on passively cooled parts).
     fn nvmlDeviceGetNumFans(device: Device, num_fans: *mut c_uint) {
         // SAFETY: forwarded caller contract.
-        unsafe { read_into(device, num_fans, |_, r| r.fan_speed_ratio.map(|_| 1).ok_or(ERROR_NOT_SUPPORTED)) }
+        unsafe {
+            read_into(device, num_fans, |_, r| match r.fan_speed_ratios.len() {
+                0 => Err(ERROR_NOT_SUPPORTED),
+                n => Ok(c_uint::try_from(n).unwrap_or(c_uint::MAX)),
+            })
+        }
     }
 }
 
@@ -591,11 +598,11 @@ nvml_fn! {
         // SAFETY: forwarded caller contract.
         unsafe {
             read_into(device, speed, |_, r| {
-                let ratio = r.fan_speed_ratio.ok_or(ERROR_NOT_SUPPORTED)?;
-                if fan != 0 {
-                    return Err(ERROR_INVALID_ARGUMENT);
+                if r.fan_speed_ratios.is_empty() {
+                    return Err(ERROR_NOT_SUPPORTED);
                 }
-                Ok(percent(ratio))
+                let ratio = r.fan_speed_ratios.get(fan as usize).ok_or(ERROR_INVALID_ARGUMENT)?;
+                Ok(percent(*ratio))
             })
         }
     }
@@ -607,7 +614,7 @@ nvml_fn! {
         // SAFETY: forwarded caller contract.
         unsafe {
             read_into(device, speed, |_, r| {
-                r.fan_speed_ratio.map(percent).ok_or(ERROR_NOT_SUPPORTED)
+                r.fan_speed_ratios.first().map(|v| percent(*v)).ok_or(ERROR_NOT_SUPPORTED)
             })
         }
     }
@@ -617,31 +624,35 @@ nvml_fn! {
 // ECC, retired pages, remapped rows.
 
 nvml_fn! {
-    /// ECC mode: enabled (current and pending).
+    /// ECC mode, current and pending (the same: a mode change is not modelled).
     fn nvmlDeviceGetEccMode(device: Device, current: *mut c_uint, pending: *mut c_uint) {
         // SAFETY: NVML contract for out-parameters.
         let (c, p) = unsafe { (out(current)?, out(pending)?) };
-        reading(device, |_, _| Ok(()))?;
-        *c = FEATURE_ENABLED;
-        *p = FEATURE_ENABLED;
+        let enabled = reading(device, |_, r| supported(r.ecc_enabled))?;
+        let mode = if enabled { FEATURE_ENABLED } else { FEATURE_DISABLED };
+        *c = mode;
+        *p = mode;
         Ok(())
     }
 }
 
 /// The ECC counter for `(error type, counter type)`.
 pub fn ecc_count(
-    r: &GpuReading,
+    r: &GpuReadout,
     error_type: c_uint,
     counter_type: c_uint,
 ) -> Result<c_ulonglong, NvmlReturn> {
-    let e = &r.ecc;
-    match (error_type, counter_type) {
-        (MEMORY_ERROR_CORRECTED, ECC_VOLATILE) => Ok(e.volatile_corrected),
-        (MEMORY_ERROR_UNCORRECTED, ECC_VOLATILE) => Ok(e.volatile_uncorrected),
-        (MEMORY_ERROR_CORRECTED, ECC_AGGREGATE) => Ok(e.aggregate_corrected),
-        (MEMORY_ERROR_UNCORRECTED, ECC_AGGREGATE) => Ok(e.aggregate_uncorrected),
-        _ => Err(ERROR_INVALID_ARGUMENT),
-    }
+    let error_type = match error_type {
+        MEMORY_ERROR_CORRECTED => EccErrorType::Corrected,
+        MEMORY_ERROR_UNCORRECTED => EccErrorType::Uncorrected,
+        _ => return Err(ERROR_INVALID_ARGUMENT),
+    };
+    let counter = match counter_type {
+        ECC_VOLATILE => EccCounter::Volatile,
+        ECC_AGGREGATE => EccCounter::Aggregate,
+        _ => return Err(ERROR_INVALID_ARGUMENT),
+    };
+    Ok(whole(supported(r.ecc)?.get(error_type, counter)))
 }
 
 nvml_fn! {
@@ -671,7 +682,8 @@ nvml_fn! {
     }
 }
 
-/// Retired pages: none are ever retired on the pre-Ampere parts that retire pages.
+/// Retired pages, on the parts that retire pages (before Ampere): the simulator retires none,
+/// so no addresses are ever written.
 ///
 /// # Safety
 ///
@@ -686,11 +698,7 @@ unsafe fn retired_pages(
     if cause >= PAGE_RETIREMENT_CAUSE_COUNT {
         return Err(ERROR_INVALID_ARGUMENT);
     }
-    reading(device, |dev, _| {
-        retires_pages(dev.gpu)
-            .then_some(())
-            .ok_or(ERROR_NOT_SUPPORTED)
-    })?;
+    reading(device, |_, r| supported(r.retired_pages))?;
     *n = 0;
     Ok(())
 }
@@ -718,8 +726,8 @@ nvml_fn! {
     fn nvmlDeviceGetRetiredPagesPendingStatus(device: Device, is_pending: *mut c_uint) {
         // SAFETY: forwarded caller contract.
         unsafe {
-            read_into(device, is_pending, |dev, _| {
-                retires_pages(dev.gpu).then_some(FEATURE_DISABLED).ok_or(ERROR_NOT_SUPPORTED)
+            read_into(device, is_pending, |_, r| {
+                Ok(c_uint::from(supported(r.retired_pages)?.pending))
             })
         }
     }
@@ -732,11 +740,9 @@ nvml_fn! {
         let (c, u, p, f) = unsafe {
             (out(corr_rows)?, out(unc_rows)?, out(is_pending)?, out(failure_occurred)?)
         };
-        let rows = reading(device, |dev, r| {
-            remaps_rows(dev.gpu).then_some(r.remapped_rows).ok_or(ERROR_NOT_SUPPORTED)
-        })?;
-        *c = c_uint::try_from(rows.correctable).unwrap_or(c_uint::MAX);
-        *u = c_uint::try_from(rows.uncorrectable).unwrap_or(c_uint::MAX);
+        let rows = reading(device, |_, r| supported(r.remapped_rows))?;
+        *c = c_uint::try_from(whole(rows.correctable)).unwrap_or(c_uint::MAX);
+        *u = c_uint::try_from(whole(rows.uncorrectable)).unwrap_or(c_uint::MAX);
         *p = c_uint::from(rows.pending);
         *f = c_uint::from(rows.failure);
         Ok(())
@@ -760,11 +766,11 @@ nvml_fn! {
             std::thread::sleep(delay);
         }
         *v = reading(device, |_, r| {
-            Ok(kilobytes_per_second(if counter == PCIE_UTIL_TX {
-                r.pcie_tx_bytes_per_second
+            Ok(kilobytes_per_second(supported(if counter == PCIE_UTIL_TX {
+                r.pcie_transmit_bytes_per_second
             } else {
-                r.pcie_rx_bytes_per_second
-            }))
+                r.pcie_receive_bytes_per_second
+            })?))
         })?;
         Ok(())
     }
@@ -819,25 +825,32 @@ nvml_fn! {
     fn nvmlDeviceGetNvLinkState(device: Device, link: c_uint, is_active: *mut c_uint) {
         // SAFETY: forwarded caller contract.
         unsafe {
-            read_into(device, is_active, |dev, _| {
+            read_into(device, is_active, |dev, r| {
                 check_link(dev.gpu, link)?;
-                Ok(FEATURE_ENABLED)
+                let up = r.nvlinks.iter().find(|l| l.link == link).is_some_and(|l| l.up);
+                Ok(if up { FEATURE_ENABLED } else { FEATURE_DISABLED })
             })
         }
     }
 }
 
 nvml_fn! {
-    /// NVLink error counters: the simulated links never err.
+    /// NVLink error counters of the readout; the ECC data counter (4), which the exporter does
+    /// not read, is 0.
     fn nvmlDeviceGetNvLinkErrorCounter(device: Device, link: c_uint, counter: c_uint, counter_value: *mut c_ulonglong) {
         // SAFETY: forwarded caller contract.
         unsafe {
-            read_into(device, counter_value, |dev, _| {
+            read_into(device, counter_value, |dev, r| {
                 check_link(dev.gpu, link)?;
                 if counter >= NVLINK_ERROR_COUNTER_COUNT {
                     return Err(ERROR_INVALID_ARGUMENT);
                 }
-                Ok(0)
+                let Some(kind) = NvlinkErrorType::ALL.get(counter as usize) else {
+                    return Ok(0);
+                };
+                let errors = r.nvlinks.iter().find(|l| l.link == link).map(|l| &l.errors);
+                let count = errors.into_iter().flatten().find(|(k, _)| k == kind);
+                Ok(count.map_or(0, |(_, v)| whole(*v)))
             })
         }
     }
@@ -846,20 +859,26 @@ nvml_fn! {
 // ---------------------------------------------------------------------------------------------
 // Clock event (throttle) reasons and violations.
 
+/// NVML's bit for a clock event reason.
+pub fn reason_bit(reason: ThrottleReason) -> c_ulonglong {
+    match reason {
+        ThrottleReason::GpuIdle => REASON_GPU_IDLE,
+        ThrottleReason::ApplicationsClocksSetting => REASON_APPLICATIONS_CLOCKS_SETTING,
+        ThrottleReason::SwPowerCap => REASON_SW_POWER_CAP,
+        ThrottleReason::HwSlowdown => REASON_HW_SLOWDOWN,
+        ThrottleReason::SyncBoost => REASON_SYNC_BOOST,
+        ThrottleReason::SwThermalSlowdown => REASON_SW_THERMAL_SLOWDOWN,
+        ThrottleReason::HwThermalSlowdown => REASON_HW_THERMAL_SLOWDOWN,
+        ThrottleReason::HwPowerBrakeSlowdown => REASON_HW_POWER_BRAKE_SLOWDOWN,
+    }
+}
+
 /// The current clock event reasons as NVML bits.
-pub fn reason_bits(r: &GpuReading) -> c_ulonglong {
-    let t = &r.throttle;
-    [
-        (t.gpu_idle, REASON_GPU_IDLE),
-        (t.sw_power_cap, REASON_SW_POWER_CAP),
-        (t.hw_slowdown, REASON_HW_SLOWDOWN),
-        (t.sw_thermal_slowdown, REASON_SW_THERMAL_SLOWDOWN),
-        (t.hw_thermal_slowdown, REASON_HW_THERMAL_SLOWDOWN),
-        (t.hw_power_brake_slowdown, REASON_HW_POWER_BRAKE_SLOWDOWN),
-    ]
-    .iter()
-    .filter(|(on, _)| *on)
-    .fold(0, |acc, (_, bit)| acc | bit)
+pub fn reason_bits(r: &GpuReadout) -> c_ulonglong {
+    r.throttle_reasons
+        .iter()
+        .filter(|(_, on)| *on)
+        .fold(0, |acc, (reason, _)| acc | reason_bit(*reason))
 }
 
 nvml_fn! {
@@ -900,12 +919,13 @@ nvml_fn! {
         // SAFETY: forwarded caller contract.
         unsafe {
             read_into(device, viol_time, |_, r| {
-                let seconds = match perf_policy_type {
-                    PERF_POLICY_POWER => r.violation_power_seconds,
-                    PERF_POLICY_THERMAL => r.violation_thermal_seconds,
+                let policy = match perf_policy_type {
+                    PERF_POLICY_POWER => ViolationPolicy::Power,
+                    PERF_POLICY_THERMAL => ViolationPolicy::Thermal,
                     p if p <= PERF_POLICY_MAX => return Err(ERROR_NOT_SUPPORTED),
                     _ => return Err(ERROR_INVALID_ARGUMENT),
                 };
+                let seconds = supported(r.violation_seconds(policy))?;
                 Ok(ViolationTime {
                     reference_time: state::unix_micros(),
                     violation_time: (seconds * 1e9).round().max(0.0) as c_ulonglong,
@@ -928,6 +948,7 @@ mod tests {
         assert_eq!(megahertz(1_979_600_000.0), 1980);
         assert_eq!(celsius(64.5), 65);
         assert_eq!(kilobytes_per_second(2.0e9), 2_000_000);
+        assert_eq!(whole(85_899_345_920.0), 85_899_345_920);
     }
 
     #[test]

@@ -4,11 +4,9 @@
 
 use std::ffi::c_int;
 
-use dgx_pixels_sim::{GpuReading, GpuStatic};
+use dgx_pixels_sim::{GpuReadout, GpuStatic};
 
-use crate::device::{
-    celsius, ecc_count, millijoules, milliwatts, nvlink_links, remaps_rows, retires_pages,
-};
+use crate::device::{celsius, ecc_count, millijoules, milliwatts, nvlink_links, whole};
 use crate::state::{self, device_call, nvml_fn, Access};
 use crate::types::*;
 
@@ -44,11 +42,11 @@ pub enum Answer {
 }
 
 /// NVLink bytes in KiB for `scope`: the total is split evenly over the active links.
-fn nvlink_kib(gpu: &GpuStatic, total_bytes: u64, scope: u32) -> Answer {
+fn nvlink_kib(gpu: &GpuStatic, total_bytes: Option<f64>, scope: u32) -> Answer {
     let links = nvlink_links(gpu);
-    if links == 0 {
+    let Some(total_bytes) = total_bytes.filter(|_| links > 0).map(whole) else {
         return Answer::Error(ERROR_NOT_SUPPORTED);
-    }
+    };
     if scope == SCOPE_ALL_LINKS {
         return Answer::Ulonglong(total_bytes / 1024);
     }
@@ -59,41 +57,49 @@ fn nvlink_kib(gpu: &GpuStatic, total_bytes: u64, scope: u32) -> Answer {
 }
 
 /// The answer for field `id` with `scope` from a GPU's static facts and reading.
-pub fn answer(gpu: &GpuStatic, r: &GpuReading, id: u32, scope: u32) -> Answer {
+pub fn answer(gpu: &GpuStatic, r: &GpuReadout, id: u32, scope: u32) -> Answer {
     let ecc = |e: u32, c: u32| match ecc_count(r, e, c) {
         Ok(v) => Answer::Ulonglong(v),
         Err(code) => Answer::Error(code),
     };
-    let remap = |v: u64| {
-        if remaps_rows(gpu) {
-            Answer::Uint(u32::try_from(v).unwrap_or(u32::MAX))
-        } else {
-            Answer::Error(ERROR_NOT_SUPPORTED)
-        }
+    let uint = |v: Option<f64>| match v {
+        Some(v) => Answer::Uint(u32::try_from(whole(v)).unwrap_or(u32::MAX)),
+        None => Answer::Error(ERROR_NOT_SUPPORTED),
     };
+    let flag = |b: bool| if b { 1.0 } else { 0.0 };
+    let rows = r.remapped_rows;
+    let pages = r.retired_pages;
     match id {
         FI_DEV_ECC_CURRENT | FI_DEV_ECC_PENDING => Answer::Uint(FEATURE_ENABLED),
         FI_DEV_ECC_SBE_VOL_TOTAL => ecc(MEMORY_ERROR_CORRECTED, ECC_VOLATILE),
         FI_DEV_ECC_DBE_VOL_TOTAL => ecc(MEMORY_ERROR_UNCORRECTED, ECC_VOLATILE),
         FI_DEV_ECC_SBE_AGG_TOTAL => ecc(MEMORY_ERROR_CORRECTED, ECC_AGGREGATE),
         FI_DEV_ECC_DBE_AGG_TOTAL => ecc(MEMORY_ERROR_UNCORRECTED, ECC_AGGREGATE),
-        FI_DEV_RETIRED_SBE | FI_DEV_RETIRED_DBE | FI_DEV_RETIRED_PENDING if retires_pages(gpu) => {
-            Answer::Uint(0)
-        }
+        FI_DEV_RETIRED_SBE => uint(pages.map(|p| p.single_bit_ecc)),
+        FI_DEV_RETIRED_DBE => uint(pages.map(|p| p.double_bit_ecc)),
+        FI_DEV_RETIRED_PENDING => uint(pages.map(|p| flag(p.pending))),
         FI_DEV_MEMORY_TEMP => r
             .temperature_memory_celsius
             .map_or(Answer::Error(ERROR_NOT_SUPPORTED), |c| {
                 Answer::Uint(celsius(c))
             }),
-        FI_DEV_TOTAL_ENERGY_CONSUMPTION => Answer::Ulonglong(millijoules(r.energy_joules)),
+        FI_DEV_TOTAL_ENERGY_CONSUMPTION => r
+            .energy_joules
+            .map_or(Answer::Error(ERROR_NOT_SUPPORTED), |j| {
+                Answer::Ulonglong(millijoules(j))
+            }),
         FI_DEV_PCIE_REPLAY_COUNTER => Answer::Uint(0),
-        FI_DEV_NVLINK_THROUGHPUT_DATA_TX => nvlink_kib(gpu, r.nvlink_tx_bytes_total, scope),
-        FI_DEV_NVLINK_THROUGHPUT_DATA_RX => nvlink_kib(gpu, r.nvlink_rx_bytes_total, scope),
-        FI_DEV_REMAPPED_COR => remap(r.remapped_rows.correctable),
-        FI_DEV_REMAPPED_UNC => remap(r.remapped_rows.uncorrectable),
-        FI_DEV_REMAPPED_PENDING => remap(u64::from(r.remapped_rows.pending)),
-        FI_DEV_REMAPPED_FAILURE => remap(u64::from(r.remapped_rows.failure)),
-        FI_DEV_POWER_INSTANT => Answer::Uint(milliwatts(r.power_watts)),
+        FI_DEV_NVLINK_THROUGHPUT_DATA_TX => nvlink_kib(gpu, r.nvlink_transmit_bytes, scope),
+        FI_DEV_NVLINK_THROUGHPUT_DATA_RX => nvlink_kib(gpu, r.nvlink_receive_bytes, scope),
+        FI_DEV_REMAPPED_COR => uint(rows.map(|r| r.correctable)),
+        FI_DEV_REMAPPED_UNC => uint(rows.map(|r| r.uncorrectable)),
+        FI_DEV_REMAPPED_PENDING => uint(rows.map(|r| flag(r.pending))),
+        FI_DEV_REMAPPED_FAILURE => uint(rows.map(|r| flag(r.failure))),
+        FI_DEV_POWER_INSTANT => r
+            .power_watts
+            .map_or(Answer::Error(ERROR_NOT_SUPPORTED), |w| {
+                Answer::Uint(milliwatts(w))
+            }),
         _ => Answer::Error(ERROR_NOT_SUPPORTED),
     }
 }

@@ -2,7 +2,7 @@
 
 use std::ffi::{c_uint, c_ulonglong};
 
-use crate::device::percent;
+use crate::device::{percent, whole};
 use crate::state::{self, device_call, nvml_fn, out, Access, Dev};
 use crate::types::*;
 
@@ -20,7 +20,7 @@ fn compute_processes(dev: &Dev<'_>) -> Result<Vec<ProcessInfo>, NvmlReturn> {
         })
         .map(|p| ProcessInfo {
             pid: p.pid,
-            used_gpu_memory: p.used_memory_bytes,
+            used_gpu_memory: whole(p.used_memory_bytes),
             gpu_instance_id: p.gpu_instance.unwrap_or(NO_INSTANCE),
             compute_instance_id: p.compute_instance.unwrap_or(NO_INSTANCE),
         })
@@ -133,6 +133,8 @@ nvml_fn! {
                 return Err(ERROR_NOT_SUPPORTED);
             }
             let r = dev.r()?;
+            // A utilization the readout lacks counts as idle.
+            let pct = |v: Option<f64>| percent(v.unwrap_or(0.0));
             Ok(r.processes
                 .iter()
                 .map(|p| {
@@ -144,10 +146,10 @@ nvml_fn! {
                     ProcessUtilizationSample {
                         pid: p.pid,
                         time_stamp: now_us,
-                        sm_util: percent(activity),
-                        mem_util: percent(r.memory_utilization_ratio),
-                        enc_util: percent(r.encoder_utilization_ratio),
-                        dec_util: percent(r.decoder_utilization_ratio),
+                        sm_util: pct(activity),
+                        mem_util: pct(r.memory_utilization_ratio),
+                        enc_util: pct(r.encoder_utilization_ratio),
+                        dec_util: pct(r.decoder_utilization_ratio),
                     }
                 })
                 .filter(|s| s.time_stamp > last_seen_time_stamp)

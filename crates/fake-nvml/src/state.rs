@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use dgx_pixels_sim::{GpuReading, GpuState, GpuStatic, MigInstance, Node, Scenario};
+use dgx_pixels_sim::{GpuReadout, GpuState, GpuStatic, MigInstance, Node, Scenario};
 
 use crate::config::{ClockMode, Config};
 use crate::events::Registry;
@@ -212,13 +212,13 @@ pub struct Dev<'a> {
     pub gpu: &'a GpuStatic,
     /// The MIG instance, for a MIG handle.
     pub mig: Option<&'a MigInstance>,
-    /// The reading at the current time (`Access::Reading` only).
-    pub reading: Option<&'a GpuReading>,
+    /// What the GPU reports at the current time (`Access::Reading` only).
+    pub reading: Option<&'a GpuReadout>,
 }
 
 impl Dev<'_> {
     /// The current reading; present for every `Access::Reading` call.
-    pub fn r(&self) -> Result<&GpuReading, NvmlReturn> {
+    pub fn r(&self) -> Result<&GpuReadout, NvmlReturn> {
         self.reading.ok_or(ERROR_UNKNOWN)
     }
 }
@@ -307,7 +307,7 @@ impl Driver {
     /// XIDs reported so far by `gpu`, counting a loss's XID once from the moment of the loss.
     pub fn xid_counts(&mut self, gpu: usize, now: Duration) -> BTreeMap<u32, u64> {
         let (since, xid) = match self.state(gpu, now) {
-            Some(GpuState::Ok(r)) => return r.xid_counts.clone(),
+            Some(GpuState::Ok(r)) => return r.readout.xid_counts.clone(),
             Some(GpuState::Lost { since, xid }) => (*since, *xid),
             None => return BTreeMap::new(),
         };
@@ -318,7 +318,7 @@ impl Driver {
         // loss's own XID (which the counts include again once the GPU recovers).
         let before = since.checked_sub(Duration::from_nanos(1));
         let mut counts = match before.and_then(|t| self.node.reading(gpu, t)) {
-            Some(GpuState::Ok(r)) => r.xid_counts,
+            Some(GpuState::Ok(r)) => r.readout.xid_counts,
             _ => BTreeMap::new(),
         };
         *counts.entry(xid).or_insert(0) += 1;
@@ -446,7 +446,8 @@ pub fn device_call<R>(
             .cache
             .get(handle.gpu)
             .and_then(|s| s.as_ref())
-            .and_then(|(_, s)| s.ok()),
+            .and_then(|(_, s)| s.ok())
+            .map(|r| &r.readout),
         None => None,
     };
     let gpu = d.node.gpu(handle.gpu).ok_or(ERROR_INVALID_ARGUMENT)?;

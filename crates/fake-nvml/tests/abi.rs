@@ -12,7 +12,8 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use dgx_pixels_sim::{GpuReading, GpuState, Node, Scenario};
+use dgx_pixels_sim::labels::{ThrottleReason, ViolationPolicy};
+use dgx_pixels_sim::{GpuReadout, GpuState, Node, Scenario};
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{
     Clock, EccCounter, MemoryError, PcieUtilCounter, PerformancePolicy, TemperatureSensor,
@@ -102,9 +103,9 @@ fn sim(scenario: &str) -> Node {
     Node::new(Scenario::load(scenario).unwrap())
 }
 
-fn ok_reading(node: &mut Node, gpu: usize, t: Duration) -> GpuReading {
+fn ok_reading(node: &mut Node, gpu: usize, t: Duration) -> GpuReadout {
     match node.reading(gpu, t).unwrap() {
-        GpuState::Ok(r) => r,
+        GpuState::Ok(r) => r.readout,
         GpuState::Lost { .. } => panic!("GPU {gpu} is lost at {t:?}"),
     }
 }
@@ -182,14 +183,15 @@ fn round(x: f64) -> u64 {
     x.round() as u64
 }
 
-fn throttle_bits(r: &GpuReading) -> u64 {
-    let t = &r.throttle;
-    u64::from(t.gpu_idle)
-        | u64::from(t.sw_power_cap) << 2
-        | u64::from(t.hw_slowdown) << 3
-        | u64::from(t.sw_thermal_slowdown) << 5
-        | u64::from(t.hw_thermal_slowdown) << 6
-        | u64::from(t.hw_power_brake_slowdown) << 7
+/// NVML's reason bits, as nvml.h numbers them.
+fn throttle_bits(r: &GpuReadout) -> u64 {
+    let on = |reason| u64::from(r.throttle_reason(reason) == Some(true));
+    on(ThrottleReason::GpuIdle)
+        | on(ThrottleReason::SwPowerCap) << 2
+        | on(ThrottleReason::HwSlowdown) << 3
+        | on(ThrottleReason::SwThermalSlowdown) << 5
+        | on(ThrottleReason::HwThermalSlowdown) << 6
+        | on(ThrottleReason::HwPowerBrakeSlowdown) << 7
 }
 
 child_test!(
@@ -239,14 +241,17 @@ child_test!(
             );
 
             let u = dev.utilization_rates().unwrap();
-            assert_eq!(u64::from(u.gpu), round(r.utilization_ratio * 100.0));
+            assert_eq!(
+                u64::from(u.gpu),
+                round(r.utilization_ratio.unwrap() * 100.0)
+            );
             assert_eq!(
                 u64::from(u.memory),
-                round(r.memory_utilization_ratio * 100.0)
+                round(r.memory_utilization_ratio.unwrap() * 100.0)
             );
             assert_eq!(
                 u64::from(dev.power_usage().unwrap()),
-                round(r.power_watts * 1000.0)
+                round(r.power_watts.unwrap() * 1000.0)
             );
             assert_eq!(
                 u64::from(dev.enforced_power_limit().unwrap()),
@@ -254,60 +259,73 @@ child_test!(
             );
             assert_eq!(
                 dev.total_energy_consumption().unwrap(),
-                round(r.energy_joules * 1000.0)
+                round(r.energy_joules.unwrap() * 1000.0)
             );
             let m = dev.memory_info().unwrap();
             assert_eq!(Some(m.total), s.memory_total_bytes);
-            assert_eq!(Some(m.used), r.memory_used_bytes);
-            assert_eq!(Some(m.free), r.memory_free_bytes);
-            assert_eq!(Some(m.reserved), r.memory_reserved_bytes);
+            assert_eq!(Some(m.used as f64), r.memory_used_bytes);
+            assert_eq!(Some(m.free as f64), r.memory_free_bytes);
+            assert_eq!(Some(m.reserved as f64), r.memory_reserved_bytes);
             assert_eq!(m.total, m.used + m.free + m.reserved);
             assert_eq!(
                 u64::from(dev.temperature(TemperatureSensor::Gpu).unwrap()),
-                round(r.temperature_gpu_celsius)
+                round(r.temperature_gpu_celsius.unwrap())
             );
             for (c, now, max) in [
                 (
                     Clock::Graphics,
-                    r.clocks.graphics_hz,
+                    r.clocks.graphics.unwrap(),
                     s.max_clocks.graphics_hz,
                 ),
-                (Clock::SM, r.clocks.sm_hz, s.max_clocks.sm_hz),
-                (Clock::Memory, r.clocks.memory_hz, s.max_clocks.memory_hz),
-                (Clock::Video, r.clocks.video_hz, s.max_clocks.video_hz),
+                (Clock::SM, r.clocks.sm.unwrap(), s.max_clocks.sm_hz),
+                (
+                    Clock::Memory,
+                    r.clocks.memory.unwrap(),
+                    s.max_clocks.memory_hz,
+                ),
+                (Clock::Video, r.clocks.video.unwrap(), s.max_clocks.video_hz),
             ] {
                 assert_eq!(u64::from(dev.clock_info(c).unwrap()), round(now / 1e6));
                 assert_eq!(u64::from(dev.max_clock_info(c).unwrap()), round(max / 1e6));
             }
-            assert_eq!(dev.performance_state().unwrap().as_c(), r.pstate);
+            assert_eq!(
+                dev.performance_state().unwrap().as_c(),
+                r.performance_state.unwrap()
+            );
             assert_eq!(
                 dev.current_throttle_reasons().unwrap().bits(),
                 throttle_bits(&r)
             );
             let v = dev.violation_status(PerformancePolicy::Power).unwrap();
-            assert_eq!(v.violation_time, round(r.violation_power_seconds * 1e9));
+            assert_eq!(
+                v.violation_time,
+                round(r.violation_seconds(ViolationPolicy::Power).unwrap() * 1e9)
+            );
             assert!(v.reference_time > 0);
             let v = dev.violation_status(PerformancePolicy::Thermal).unwrap();
-            assert_eq!(v.violation_time, round(r.violation_thermal_seconds * 1e9));
+            assert_eq!(
+                v.violation_time,
+                round(r.violation_seconds(ViolationPolicy::Thermal).unwrap() * 1e9)
+            );
             assert_eq!(
                 u64::from(dev.pcie_throughput(PcieUtilCounter::Send).unwrap()),
-                round(r.pcie_tx_bytes_per_second / 1000.0)
+                round(r.pcie_transmit_bytes_per_second.unwrap() / 1000.0)
             );
             assert_eq!(
                 u64::from(dev.pcie_throughput(PcieUtilCounter::Receive).unwrap()),
-                round(r.pcie_rx_bytes_per_second / 1000.0)
+                round(r.pcie_receive_bytes_per_second.unwrap() / 1000.0)
             );
             let link = s.pcie_link.unwrap();
             assert_eq!(dev.current_pcie_link_gen().unwrap(), link.generation);
             assert_eq!(dev.current_pcie_link_width().unwrap(), link.width);
             let bar1 = dev.bar1_memory_info().unwrap();
             assert_eq!(Some(bar1.total), s.bar1_total_bytes);
-            assert_eq!(Some(bar1.used), r.bar1_used_bytes);
+            assert_eq!(Some(bar1.used as f64), r.bar1_used_bytes);
             assert!(dev.is_ecc_enabled().unwrap().currently_enabled);
             assert_eq!(
                 dev.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
                     .unwrap(),
-                r.ecc.volatile_uncorrected
+                r.ecc.unwrap().volatile_uncorrected as u64
             );
             assert!(matches!(dev.num_fans(), Err(NvmlError::NotSupported)));
             assert!(matches!(dev.fan_speed(0), Err(NvmlError::NotSupported)));
@@ -327,7 +345,7 @@ child_test!(
             let want: Vec<(u32, u64)> = r
                 .processes
                 .iter()
-                .map(|p| (p.pid, p.used_memory_bytes))
+                .map(|p| (p.pid, p.used_memory_bytes as u64))
                 .collect();
             let got: Vec<(u32, u64)> = procs
                 .iter()
@@ -367,32 +385,34 @@ child_test!(
             );
             let ull = |x: u64| (0, 3, x);
             let uint = |x: u64| (0, 1, x);
-            let e = &r.ecc;
-            let rr = &r.remapped_rows;
+            let e = r.ecc.unwrap();
+            let rr = r.remapped_rows.unwrap();
+            let tx = r.nvlink_transmit_bytes.unwrap() as u64;
+            let rx = r.nvlink_receive_bytes.unwrap() as u64;
             let per_link = |total: u64| total / 18 / 1024;
             assert_eq!(
                 got,
                 vec![
-                    ull(e.volatile_corrected),
-                    ull(e.volatile_uncorrected),
-                    ull(e.aggregate_corrected),
-                    ull(e.aggregate_uncorrected),
+                    ull(e.volatile_corrected as u64),
+                    ull(e.volatile_uncorrected as u64),
+                    ull(e.aggregate_corrected as u64),
+                    ull(e.aggregate_uncorrected as u64),
                     uint(round(r.temperature_memory_celsius.unwrap())),
-                    ull(round(r.energy_joules * 1000.0)),
+                    ull(round(r.energy_joules.unwrap() * 1000.0)),
                     uint(0),
-                    ull(r.nvlink_tx_bytes_total / 1024),
-                    ull(r.nvlink_rx_bytes_total / 1024),
-                    ull(per_link(r.nvlink_tx_bytes_total)),
-                    ull(per_link(r.nvlink_rx_bytes_total)),
-                    uint(rr.correctable),
-                    uint(rr.uncorrectable),
+                    ull(tx / 1024),
+                    ull(rx / 1024),
+                    ull(per_link(tx)),
+                    ull(per_link(rx)),
+                    uint(rr.correctable as u64),
+                    uint(rr.uncorrectable as u64),
                     uint(u64::from(rr.pending)),
                     uint(u64::from(rr.failure)),
-                    uint(round(r.power_watts * 1000.0)),
+                    uint(round(r.power_watts.unwrap() * 1000.0)),
                     (3, 0, 0),
                 ]
             );
-            assert!(r.nvlink_tx_bytes_total > 0, "the test needs NVLink traffic");
+            assert!(tx > 0, "the test needs NVLink traffic");
         }
     }
 );
@@ -420,7 +440,7 @@ child_test!(
             assert_eq!(mem_v2(h, &mut m), 25);
             m.version = 0x0200_0028;
             assert_eq!(mem_v2(h, &mut m), 0);
-            assert_eq!(Some(m.used), r.memory_used_bytes);
+            assert_eq!(Some(m.used as f64), r.memory_used_bytes);
             // Handles we never gave out, and null out-parameters.
             let power = lib.nvmlDeviceGetPowerUsage.as_ref().unwrap();
             let mut mw = 0;
@@ -456,7 +476,10 @@ child_test!(
             assert_eq!(procs(h, &mut room, infos.as_mut_ptr()), 0);
             assert_eq!(room, count);
             assert_eq!(infos[0].pid, r.processes[0].pid);
-            assert_eq!(infos[0].usedGpuMemory, r.processes[0].used_memory_bytes);
+            assert_eq!(
+                infos[0].usedGpuMemory,
+                r.processes[0].used_memory_bytes as u64
+            );
             assert_eq!(infos[0].gpuInstanceId, u32::MAX);
             // Remapped rows (not wrapped by nvml-wrapper).
             let remapped = lib.nvmlDeviceGetRemappedRows.as_ref().unwrap();
@@ -556,7 +579,8 @@ child_test!(
                     .iter()
                     .find(|x| x.gpu_instance == inst.gpu_instance)
                     .unwrap()
-                    .memory_used_bytes;
+                    .memory_used_bytes
+                    .unwrap() as u64;
                 assert_eq!(mem.total, inst.memory_total_bytes);
                 assert_eq!(mem.used, used);
                 assert_eq!(mem.free, inst.memory_total_bytes - used);
@@ -591,8 +615,8 @@ child_test!(
         assert_eq!(
             got,
             vec![
-                (0, 3, r.nvlink_tx_bytes_total / 1024),
-                (0, 3, r.nvlink_tx_bytes_total / 12 / 1024),
+                (0, 3, r.nvlink_transmit_bytes.unwrap() as u64 / 1024),
+                (0, 3, r.nvlink_transmit_bytes.unwrap() as u64 / 12 / 1024),
                 (2, 0, 0),
             ]
         );
@@ -623,7 +647,7 @@ child_test!(
         assert_eq!(dev.name().unwrap(), "NVIDIA GB10");
         assert_eq!(
             u64::from(dev.power_usage().unwrap()),
-            round(r.power_watts * 1000.0)
+            round(r.power_watts.unwrap() * 1000.0)
         );
         let unsupported = |res: Result<(), NvmlError>, what: &str| {
             assert!(
@@ -643,7 +667,7 @@ child_test!(
         let got = fields(&nvml, h, &[(82, 0), (138, u32::MAX), (83, 0)]);
         assert_eq!(got[0].0, 3, "no memory temperature sensor");
         assert_eq!(got[1].0, 3, "no NVLink");
-        assert_eq!(got[2], (0, 3, round(r.energy_joules * 1000.0)));
+        assert_eq!(got[2], (0, 3, round(r.energy_joules.unwrap() * 1000.0)));
     }
 );
 

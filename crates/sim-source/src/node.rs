@@ -17,18 +17,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use dgx_pixels_metrics::gpu::{
-    cuda_version_string, push_gpu_samples, ClockReadout, EccTotals, GpuIdentity, GpuReadout,
-    MigReadout, NvlinkReadout, ProcessReadout, RemappedRowsReadout,
-};
-use dgx_pixels_metrics::labels::{NvlinkErrorType, ThrottleReason, ViolationPolicy};
+use dgx_pixels_metrics::gpu::{push_gpu_samples, GpuIdentity, GpuReadout};
 use dgx_pixels_metrics::Metric;
 use dgx_pixels_metrics::{
     ExternalFamilies, ExternalFamily, ExternalKind, ExternalSample, PollError, PollOutput, Sample,
     Source,
 };
 use dgx_pixels_sim::imagegen::{latency_cdf, latency_mean};
-use dgx_pixels_sim::{Clocks, GpuReading, GpuState, GpuStatic, ImageGeneration, Node};
+use dgx_pixels_sim::{GpuReading, GpuState, GpuStatic, ImageGeneration, Node};
 
 /// Latency histogram buckets of the workload contract, in seconds: dense around the 200 ms
 /// target so that a p95 near it is interpolated within 12.5 ms.
@@ -103,8 +99,7 @@ impl SimSource {
     /// A source over `node`, whose scenario time starts now.
     pub fn new(node: Node) -> SimSource {
         let identities = (0..node.gpu_count())
-            .filter_map(|i| node.gpu(i))
-            .map(|g| identity(g, node.driver_version(), node.cuda_driver_version()))
+            .filter_map(|i| node.identity(i))
             .collect::<Vec<_>>();
         let xids = vec![BTreeMap::new(); identities.len()];
         let mut node = node;
@@ -115,7 +110,7 @@ impl SimSource {
                     let r = node.reading(i, std::time::Duration::ZERO)?;
                     Some(WorkloadGpu {
                         index: i,
-                        energy_at_start: r.ok()?.energy_joules,
+                        energy_at_start: r.ok()?.readout.energy_joules?,
                         images: 0,
                         buckets: vec![0.0; LATENCY_BUCKETS.len()],
                         latency_sum: 0.0,
@@ -146,13 +141,17 @@ impl SimSource {
 impl Workload {
     /// Advances GPU `w`'s counters to reading `r` at time `t`.
     fn advance(&mut self, w: usize, g: &GpuStatic, r: &GpuReading, t: std::time::Duration) {
+        // The simulator reports both; a reading without them leaves the counters as they are.
+        let (Some(energy), Some(sm_hz)) = (r.readout.energy_joules, r.readout.clocks.sm) else {
+            return;
+        };
         let def = self.def;
         let gpu = &mut self.gpus[w];
         let images = def
-            .images(r.energy_joules - gpu.energy_at_start, g.idle_power_watts, t)
+            .images(energy - gpu.energy_at_start, g.idle_power_watts, t)
             .max(gpu.images);
         let new = (images - gpu.images) as f64;
-        let median = def.median_latency(r.clocks.sm_hz, g.max_clocks.sm_hz);
+        let median = def.median_latency(sm_hz, g.max_clocks.sm_hz);
         for (acc, le) in gpu.buckets.iter_mut().zip(LATENCY_BUCKETS) {
             *acc += new * latency_cdf(*le, median);
         }
@@ -284,29 +283,6 @@ impl Workload {
     }
 }
 
-fn identity(g: &GpuStatic, driver: &str, cuda: u32) -> GpuIdentity {
-    GpuIdentity {
-        index: g.index,
-        uuid: g.uuid.clone(),
-        model: g.name.clone(),
-        serial: g.serial.clone(),
-        pci_bus_id: g.pci_bus_id.clone(),
-        vbios_version: g.vbios_version.clone(),
-        driver_version: driver.to_string(),
-        cuda_driver_version: cuda_version_string(cuda),
-        minor_number: g.minor_number,
-    }
-}
-
-fn clocks(c: &Clocks) -> ClockReadout {
-    ClockReadout {
-        graphics: Some(c.graphics_hz),
-        sm: Some(c.sm_hz),
-        memory: Some(c.memory_hz),
-        video: Some(c.video_hz),
-    }
-}
-
 /// The DCGM profiling samples of one GPU, from the simulator's profiling model (pure).
 pub fn push_profile(id: &GpuIdentity, g: &GpuStatic, r: &GpuReading, out: &mut Vec<Sample>) {
     let p = dgx_pixels_sim::profile(g, r);
@@ -330,110 +306,6 @@ pub fn push_profile(id: &GpuIdentity, g: &GpuStatic, r: &GpuReading, out: &mut V
     }
 }
 
-/// Maps one simulated reading to a readout (pure; unit-tested).
-pub fn readout(g: &GpuStatic, r: &GpuReading) -> GpuReadout {
-    let t = &r.throttle;
-    GpuReadout {
-        up: true,
-        utilization_ratio: Some(r.utilization_ratio),
-        memory_utilization_ratio: Some(r.memory_utilization_ratio),
-        encoder_utilization_ratio: Some(r.encoder_utilization_ratio),
-        decoder_utilization_ratio: Some(r.decoder_utilization_ratio),
-        bar1_used_bytes: r.bar1_used_bytes.map(|v| v as f64),
-        bar1_total_bytes: g.bar1_total_bytes.map(|v| v as f64),
-        ecc_enabled: Some(true),
-        // Simulated parts are Ampere or later: they remap rows and retire no pages.
-        retired_pages: None,
-        remapped_rows: Some(RemappedRowsReadout {
-            correctable: r.remapped_rows.correctable as f64,
-            uncorrectable: r.remapped_rows.uncorrectable as f64,
-            pending: r.remapped_rows.pending,
-            failure: r.remapped_rows.failure,
-        }),
-        throttle_violations: vec![
-            (ViolationPolicy::Power, r.violation_power_seconds),
-            (ViolationPolicy::Thermal, r.violation_thermal_seconds),
-        ],
-        pcie_replays: g.pcie_link.map(|_| 0.0),
-        pcie_link_generation: g.pcie_link.map(|l| f64::from(l.generation)),
-        pcie_link_width: g.pcie_link.map(|l| f64::from(l.width)),
-        nvlinks: (0..g.nvlink_count)
-            .map(|link| NvlinkReadout {
-                link,
-                up: true,
-                errors: NvlinkErrorType::ALL.map(|e| (e, 0.0)).to_vec(),
-            })
-            .collect(),
-        process_count: Some(r.processes.len()),
-        processes: r
-            .processes
-            .iter()
-            .map(|p| ProcessReadout {
-                pid: p.pid,
-                container_id: String::new(),
-                gpu_instance: p.gpu_instance,
-                compute_instance: p.compute_instance,
-                used_memory_bytes: p.used_memory_bytes as f64,
-            })
-            .collect(),
-        memory_used_bytes: r.memory_used_bytes.map(|v| v as f64),
-        memory_free_bytes: r.memory_free_bytes.map(|v| v as f64),
-        memory_reserved_bytes: r.memory_reserved_bytes.map(|v| v as f64),
-        memory_total_bytes: g.memory_total_bytes.map(|v| v as f64),
-        power_watts: Some(r.power_watts),
-        power_limit_watts: Some(g.power_limit_watts),
-        energy_joules: Some(r.energy_joules),
-        temperature_gpu_celsius: Some(r.temperature_gpu_celsius),
-        temperature_memory_celsius: r.temperature_memory_celsius,
-        clocks: clocks(&r.clocks),
-        max_clocks: clocks(&g.max_clocks),
-        performance_state: Some(r.pstate),
-        fan_speed_ratios: r.fan_speed_ratio.into_iter().collect(),
-        throttle_reasons: vec![
-            (ThrottleReason::GpuIdle, t.gpu_idle),
-            (ThrottleReason::SwPowerCap, t.sw_power_cap),
-            (ThrottleReason::HwSlowdown, t.hw_slowdown),
-            (ThrottleReason::SwThermalSlowdown, t.sw_thermal_slowdown),
-            (ThrottleReason::HwThermalSlowdown, t.hw_thermal_slowdown),
-            (
-                ThrottleReason::HwPowerBrakeSlowdown,
-                t.hw_power_brake_slowdown,
-            ),
-        ],
-        xid_counts: r.xid_counts.clone(),
-        ecc: Some(EccTotals {
-            volatile_corrected: r.ecc.volatile_corrected as f64,
-            volatile_uncorrected: r.ecc.volatile_uncorrected as f64,
-            aggregate_corrected: r.ecc.aggregate_corrected as f64,
-            aggregate_uncorrected: r.ecc.aggregate_uncorrected as f64,
-        }),
-        pcie_transmit_bytes_per_second: Some(r.pcie_tx_bytes_per_second),
-        pcie_receive_bytes_per_second: Some(r.pcie_rx_bytes_per_second),
-        nvlink_transmit_bytes: (g.nvlink_count > 0).then_some(r.nvlink_tx_bytes_total as f64),
-        nvlink_receive_bytes: (g.nvlink_count > 0).then_some(r.nvlink_rx_bytes_total as f64),
-        mig: r
-            .mig
-            .iter()
-            .map(|m| {
-                let inst = g.mig.as_ref().and_then(|v| {
-                    v.iter().find(|i| {
-                        i.gpu_instance == m.gpu_instance && i.compute_instance == m.compute_instance
-                    })
-                });
-                MigReadout {
-                    gpu_instance: m.gpu_instance,
-                    compute_instance: m.compute_instance,
-                    profile: inst.map(|i| i.profile.clone()).unwrap_or_default(),
-                    mig_uuid: inst.map(|i| i.uuid.clone()).unwrap_or_default(),
-                    graphics_engine_active_ratio: Some(m.graphics_engine_active_ratio),
-                    memory_used_bytes: Some(m.memory_used_bytes as f64),
-                    memory_total_bytes: inst.map(|i| i.memory_total_bytes as f64),
-                }
-            })
-            .collect(),
-    }
-}
-
 impl Source for SimSource {
     fn name(&self) -> &'static str {
         "sim"
@@ -449,11 +321,11 @@ impl Source for SimSource {
             };
             let r = match &state {
                 GpuState::Ok(r) => {
-                    self.xids[i] = r.xid_counts.clone();
+                    self.xids[i] = r.readout.xid_counts.clone();
                     if self.profiling {
                         push_profile(id, g, r, &mut out);
                     }
-                    readout(g, r)
+                    r.readout.clone()
                 }
                 GpuState::Lost { xid, .. } => {
                     let seen = &mut self.xids[i];
@@ -494,6 +366,7 @@ impl Source for SimSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dgx_pixels_metrics::labels::ThrottleReason;
     use dgx_pixels_metrics::Metric;
     use dgx_pixels_sim::Scenario;
     use std::time::Duration;
@@ -518,37 +391,39 @@ mod tests {
             panic!("dgx-h100 has no faults");
         };
         let mut out = Vec::new();
-        push_gpu_samples(
-            &identity(&g, "550.54.15", 12040),
-            &readout(&g, &r),
-            &mut out,
-        );
+        push_gpu_samples(&n.identity(3).unwrap(), &r.readout, &mut out);
         assert!(out.iter().all(Sample::is_well_formed));
+        let r = r.readout;
         let one = |m| values(&out, m)[0];
-        assert_eq!(one(Metric::GpuPower), r.power_watts);
-        assert_eq!(one(Metric::GpuEnergy), r.energy_joules);
-        assert_eq!(one(Metric::GpuUtilization), r.utilization_ratio);
+        assert_eq!(one(Metric::GpuPower), r.power_watts.unwrap());
+        assert_eq!(one(Metric::GpuEnergy), r.energy_joules.unwrap());
+        assert_eq!(one(Metric::GpuUtilization), r.utilization_ratio.unwrap());
         assert_eq!(one(Metric::GpuPowerLimit), g.power_limit_watts);
-        assert_eq!(
-            one(Metric::GpuMemoryUsed),
-            r.memory_used_bytes.unwrap() as f64
-        );
+        assert_eq!(one(Metric::GpuMemoryUsed), r.memory_used_bytes.unwrap());
         assert_eq!(
             one(Metric::GpuMemoryTotal),
             g.memory_total_bytes.unwrap() as f64
         );
-        assert_eq!(one(Metric::NvlinkTransmit), r.nvlink_tx_bytes_total as f64);
+        assert_eq!(
+            one(Metric::NvlinkTransmit),
+            r.nvlink_transmit_bytes.unwrap()
+        );
         let sm = out
             .iter()
             .find(|s| s.metric == Metric::GpuClock && s.labels[2] == "sm")
             .unwrap();
-        assert_eq!(sm.value, r.clocks.sm_hz);
+        assert_eq!(sm.value, r.clocks.sm.unwrap());
         let cap = out
             .iter()
             .find(|s| s.metric == Metric::GpuThrottleReason && s.labels[2] == "sw_power_cap")
             .unwrap();
-        assert_eq!(cap.value == 1.0, r.throttle.sw_power_cap);
+        assert_eq!(
+            Some(cap.value == 1.0),
+            r.throttle_reason(ThrottleReason::SwPowerCap)
+        );
         assert_eq!(out[0].labels[1], g.uuid);
+        // gpu_info: the scenario's driver, its CUDA version as NVML spells it, /dev/nvidia3.
+        assert_eq!(out[0].labels[6..], ["550.54.15", "12.4", "3", "nvidia3"]);
     }
 
     #[test]
@@ -663,13 +538,16 @@ mod tests {
             .unwrap()
             .ok()
             .unwrap()
-            .energy_joules;
+            .readout
+            .energy_joules
+            .unwrap();
         let served = images.samples[0].value;
         let t = s.started.elapsed();
         let def = ImageGeneration::for_scenario("dgx-h100").unwrap();
         let g = n.gpu(0).unwrap().clone();
         let mut at = |t: Duration| -> f64 {
-            let e = n.reading(0, t).unwrap().ok().unwrap().energy_joules;
+            let r = n.reading(0, t).unwrap();
+            let e = r.ok().unwrap().readout.energy_joules.unwrap();
             def.images(e - e0, g.idle_power_watts, t) as f64
         };
         let (lo, hi) = (at(t - Duration::from_millis(500)), at(t));

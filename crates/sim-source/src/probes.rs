@@ -92,7 +92,8 @@ impl Backend for SimBackend {
     }
 }
 
-/// The simulator's utilization of a GPU now, by UUID; none for a lost GPU.
+/// The simulator's utilization of a GPU now, by UUID; none for a lost GPU (or one that does not
+/// report it).
 pub struct SimUtilization(Handle);
 
 impl UtilizationView for SimUtilization {
@@ -101,7 +102,7 @@ impl UtilizationView for SimUtilization {
         let i = *s.index.get(uuid)?;
         let t = s.now();
         match s.node.reading(i, t)? {
-            GpuState::Ok(r) => Some((i.to_string(), r.utilization_ratio)),
+            GpuState::Ok(r) => Some((i.to_string(), r.readout.utilization_ratio?)),
             GpuState::Lost { .. } => None,
         }
     }

@@ -5,6 +5,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use dgx_pixels_sim::labels::ThrottleReason;
 use dgx_pixels_sim::{GpuState, Node, Scenario};
 
 fn main() -> ExitCode {
@@ -24,24 +25,31 @@ fn main() -> ExitCode {
     println!("t_s,util,mem_util,mem_used_gib,power_w,energy_j,temp_c,sm_mhz,pstate,power_cap,thermal_sw,thermal_hw,xids,ecc_corr,ecc_unc,nvlink_tx_gb");
     for t in (0..=seconds).step_by(every.max(1) as usize) {
         match node.reading(gpu, Duration::from_secs(t)) {
-            Some(GpuState::Ok(r)) => println!(
-                "{t},{:.3},{:.3},{:.1},{:.1},{:.0},{:.1},{:.0},{},{},{},{},{:?},{},{},{:.1}",
-                r.utilization_ratio,
-                r.memory_utilization_ratio,
-                r.memory_used_bytes.unwrap_or(0) as f64 / (1u64 << 30) as f64,
-                r.power_watts,
-                r.energy_joules,
-                r.temperature_gpu_celsius,
-                r.clocks.sm_hz / 1e6,
-                r.pstate,
-                r.throttle.sw_power_cap as u8,
-                r.throttle.sw_thermal_slowdown as u8,
-                r.throttle.hw_thermal_slowdown as u8,
-                r.xid_counts,
-                r.ecc.volatile_corrected,
-                r.ecc.volatile_uncorrected,
-                r.nvlink_tx_bytes_total as f64 / 1e9,
-            ),
+            Some(GpuState::Ok(r)) => {
+                let r = r.readout;
+                // A reading the part lacks prints as NaN, a reason it lacks as 0.
+                let v = |x: Option<f64>| x.unwrap_or(f64::NAN);
+                let flag = |reason| u8::from(r.throttle_reason(reason) == Some(true));
+                let ecc = r.ecc.unwrap_or_default();
+                println!(
+                    "{t},{:.3},{:.3},{:.1},{:.1},{:.0},{:.1},{:.0},{},{},{},{},{:?},{},{},{:.1}",
+                    v(r.utilization_ratio),
+                    v(r.memory_utilization_ratio),
+                    r.memory_used_bytes.unwrap_or(0.0) / (1u64 << 30) as f64,
+                    v(r.power_watts),
+                    v(r.energy_joules),
+                    v(r.temperature_gpu_celsius),
+                    v(r.clocks.sm) / 1e6,
+                    r.performance_state.map_or(String::new(), |p| p.to_string()),
+                    flag(ThrottleReason::SwPowerCap),
+                    flag(ThrottleReason::SwThermalSlowdown),
+                    flag(ThrottleReason::HwThermalSlowdown),
+                    r.xid_counts,
+                    ecc.volatile_corrected,
+                    ecc.volatile_uncorrected,
+                    r.nvlink_transmit_bytes.unwrap_or(0.0) / 1e9,
+                )
+            }
             Some(GpuState::Lost { since, xid }) => {
                 println!("{t},lost since {:?} xid {xid}", since)
             }

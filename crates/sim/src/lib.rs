@@ -5,7 +5,8 @@
 //! simulated source maps to metrics, and which the fake NVML and DCGM shared libraries used in
 //! tests answer from. It knows nothing about HTTP, the command line or metric names: it speaks in
 //! per-GPU readings at a given time, in base units (bytes, watts, joules, celsius, hertz, seconds,
-//! ratios in 0..1).
+//! ratios in 0..1), and a reading is the same [`GpuReadout`] the NVML source fills from a real
+//! GPU (crate `dgx-pixels-readout`), so no consumer translates between two models.
 //!
 //! # Main types
 //!
@@ -15,8 +16,10 @@
 //!   [`Scenario::load`]; errors are [`ScenarioError`]s that name the file, line and key. The file
 //!   format is documented in the [`scenario`] module.
 //! - [`Node`]: the running model built from a scenario. [`Node::gpu`] gives a GPU's static facts
-//!   ([`GpuStatic`]); [`Node::reading`] gives its state at a time since scenario start
-//!   ([`GpuState`]: either a [`GpuReading`] or lost, as after XID 79).
+//!   ([`GpuStatic`], and [`Node::identity`] the identity NVML reports); [`Node::reading`] gives
+//!   its state at a time since scenario start ([`GpuState`]: either a [`GpuReading`] or lost, as
+//!   after XID 79). A [`GpuReading`] is the GPU's [`GpuReadout`] plus the few quantities of the
+//!   model that no device reading carries (link rates, the clock a full load would get).
 //!
 //! # The model
 //!
@@ -52,12 +55,13 @@
 //! let Some(GpuState::Ok(r)) = node.reading(0, Duration::from_secs(60)) else {
 //!     panic!("GPU 0 is healthy in this scenario");
 //! };
-//! assert!(r.utilization_ratio > 0.8);
-//! assert!(r.power_watts <= 700.0);
+//! let r = r.readout;
+//! assert!(r.utilization_ratio.is_some_and(|u| u > 0.8));
+//! assert!(r.power_watts.is_some_and(|w| w <= 700.0));
 //!
 //! // Energy is a counter: later readings never have less.
 //! let Some(GpuState::Ok(later)) = node.reading(0, Duration::from_secs(61)) else { panic!() };
-//! assert!(later.energy_joules > r.energy_joules);
+//! assert!(later.readout.energy_joules > r.energy_joules);
 //!
 //! // Errors name the file, the line and the key.
 //! let err = Scenario::from_toml_str("[node]\nname = 3\n", "my.toml").unwrap_err();
@@ -78,12 +82,10 @@ pub mod scenario;
 mod types;
 
 pub use bench::{Benchmark, BenchmarkError, BenchmarkRun, Precision, Transfer};
+pub use dgx_pixels_readout::{labels, ClockReadout, GpuIdentity, GpuReadout};
 pub use error::ScenarioError;
 pub use imagegen::ImageGeneration;
 pub use node::{Node, STEP};
 pub use profile::{profile, Profile};
 pub use scenario::{Scenario, BUILTIN_SCENARIOS, MAX_GPUS, XID_GPU_LOST};
-pub use types::{
-    Clocks, EccCounts, GpuReading, GpuState, GpuStatic, MigInstance, MigReading, PcieLink,
-    ProcessReading, RemappedRows, ThrottleReasons,
-};
+pub use types::{Clocks, GpuReading, GpuState, GpuStatic, MigInstance, PcieLink};

@@ -4,12 +4,15 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use dgx_pixels_readout::labels::{NvlinkErrorType, ThrottleReason, ViolationPolicy};
+use dgx_pixels_readout::{
+    EccTotals, GpuIdentity, GpuReadout, MigReadout, NvlinkReadout, ProcessReadout,
+    RemappedRowsReadout, RetiredPages,
+};
+
 use crate::noise;
 use crate::scenario::{Fault, GpuModel, PhaseMemory, Repeat, Scenario};
-use crate::types::{
-    Clocks, EccCounts, GpuReading, GpuState, GpuStatic, MigReading, ProcessReading, RemappedRows,
-    ThrottleReasons,
-};
+use crate::types::{Clocks, GpuReading, GpuState, GpuStatic};
 
 /// Integration step of the model. Readings between two steps use the state at the earlier step;
 /// the energy and NVLink counters are extended linearly, so they are continuous in time.
@@ -85,6 +88,8 @@ struct GpuPhase {
 struct MigParams {
     gpu_instance: u32,
     compute_instance: u32,
+    profile: String,
+    uuid: String,
     memory_total: u64,
     activity_weight: f64,
     memory_weight: f64,
@@ -252,6 +257,8 @@ impl GpuSim {
             .map(|(i, m)| MigParams {
                 gpu_instance: m.gpu_instance,
                 compute_instance: m.compute_instance,
+                profile: m.profile.clone(),
+                uuid: m.uuid.clone(),
                 memory_total: m.memory_total_bytes,
                 activity_weight: 0.55 + 0.45 * noise::unit01(seed, g, S_MIG_ACTIVITY, i as u64),
                 memory_weight: 0.6 + 0.4 * noise::unit01(seed, g, S_MIG_MEMORY, i as u64),
@@ -467,7 +474,8 @@ impl GpuSim {
         s.step = k.saturating_add(1);
     }
 
-    fn reading(&mut self, t: Duration) -> GpuState {
+    /// The state at `t` of this GPU, whose static facts are `g`.
+    fn reading(&mut self, g: &GpuStatic, t: Duration) -> GpuState {
         let k = step_of(t);
         if k < self.state.step {
             self.state = self.initial.clone();
@@ -483,7 +491,8 @@ impl GpuSim {
         let e = self.eval(k, temperature);
         let partial = t.saturating_sub(time_of(k)).as_secs_f64().min(STEP_S);
 
-        let mig: Vec<MigReading> = self
+        // `(instance, memory used)` per MIG instance.
+        let mig: Vec<(&MigParams, f64, u64)> = self
             .mig
             .iter()
             .enumerate()
@@ -494,14 +503,8 @@ impl GpuSim {
                 } else {
                     0.0
                 };
-                MigReading {
-                    gpu_instance: p.gpu_instance,
-                    compute_instance: p.compute_instance,
-                    graphics_engine_active_ratio: activity,
-                    memory_used_bytes: floor_mib(
-                        p.memory_total as f64 * e.memory_fraction * p.memory_weight,
-                    ),
-                }
+                let used = floor_mib(p.memory_total as f64 * e.memory_fraction * p.memory_weight);
+                (p, activity, used)
             })
             .collect();
 
@@ -512,7 +515,7 @@ impl GpuSim {
                 let used = if mig.is_empty() {
                     floor_mib(usable as f64 * e.memory_fraction)
                 } else {
-                    mig.iter().map(|r| r.memory_used_bytes).sum()
+                    mig.iter().map(|(_, _, used)| used).sum()
                 }
                 .min(usable);
                 (Some(used), Some(usable - used), Some(reserved))
@@ -528,18 +531,13 @@ impl GpuSim {
                 *c = c.saturating_add(n);
             }
         }
-        let mut ecc = EccCounts::default();
-        for (corrected, uncorrected, when) in &self.ecc {
+        // `(corrected, uncorrected)` since the driver loaded, which is also the lifetime count.
+        let (mut corrected, mut uncorrected) = (0u64, 0u64);
+        for (c, u, when) in &self.ecc {
             let n = when.occurrences(t);
-            ecc.volatile_corrected = ecc
-                .volatile_corrected
-                .saturating_add(corrected.saturating_mul(n));
-            ecc.volatile_uncorrected = ecc
-                .volatile_uncorrected
-                .saturating_add(uncorrected.saturating_mul(n));
+            corrected = corrected.saturating_add(c.saturating_mul(n));
+            uncorrected = uncorrected.saturating_add(u.saturating_mul(n));
         }
-        ecc.aggregate_corrected = ecc.volatile_corrected;
-        ecc.aggregate_uncorrected = ecc.volatile_uncorrected;
 
         let fan_speed_ratio = m.fan.then(|| {
             let span = (m.slowdown_temperature - self.ambient).max(1.0);
@@ -548,93 +546,149 @@ impl GpuSim {
         let idle = e.utilization < IDLE_UTILIZATION;
         // One process per busy GPU or busy MIG instance, holding the memory in use.
         let base_pid = 20_000 + 100 * self.index as u32;
-        let processes = if idle {
+        let processes: Vec<ProcessReadout> = if idle {
             Vec::new()
         } else if mig.is_empty() {
             used.filter(|u| *u > 0)
-                .map(|u| ProcessReading {
+                .map(|u| ProcessReadout {
                     pid: base_pid,
-                    used_memory_bytes: u,
-                    gpu_instance: None,
-                    compute_instance: None,
+                    used_memory_bytes: u as f64,
+                    ..Default::default()
                 })
                 .into_iter()
                 .collect()
         } else {
             mig.iter()
                 .enumerate()
-                .filter(|(_, r)| r.memory_used_bytes > 0)
-                .map(|(i, r)| ProcessReading {
+                .filter(|(_, (_, _, used))| *used > 0)
+                .map(|(i, (p, _, used))| ProcessReadout {
                     pid: base_pid + 1 + i as u32,
-                    used_memory_bytes: r.memory_used_bytes,
-                    gpu_instance: Some(r.gpu_instance),
-                    compute_instance: Some(r.compute_instance),
+                    used_memory_bytes: *used as f64,
+                    gpu_instance: Some(p.gpu_instance),
+                    compute_instance: Some(p.compute_instance),
+                    ..Default::default()
                 })
                 .collect()
         };
-        // Each uncorrectable error remaps a row; the remap is pending until the GPU is reset,
-        // which never happens within a scenario. A bank has 512 spare rows.
-        let remapped_rows = RemappedRows {
-            correctable: 0,
-            uncorrectable: ecc.aggregate_uncorrected.min(512),
-            pending: ecc.volatile_uncorrected > 0,
-            failure: ecc.aggregate_uncorrected > 512,
+        // Ampere and later remap a row per uncorrectable error; the remap is pending until the
+        // GPU is reset, which never happens within a scenario. A bank has 512 spare rows. Older
+        // parts would retire pages instead; none are retired.
+        let (remapped_rows, retired_pages) = if g.remaps_rows() {
+            let rows = RemappedRowsReadout {
+                correctable: 0.0,
+                uncorrectable: uncorrected.min(512) as f64,
+                pending: uncorrected > 0,
+                failure: uncorrected > 512,
+            };
+            (Some(rows), None)
+        } else {
+            (None, Some(RetiredPages::default()))
         };
         let capped = e.sw_power_cap;
         let hot = e.sw_thermal || e.hw_thermal;
         let bar1_used_bytes = self
             .bar1_total
             .map(|_| 4 * MIB + used.map_or(0, |u| floor_mib(u as f64 / 4096.0)));
-        GpuState::Ok(GpuReading {
-            utilization_ratio: e.utilization,
-            memory_utilization_ratio: e.memory_utilization,
-            memory_used_bytes: used,
-            memory_free_bytes: free,
-            memory_reserved_bytes: reserved,
-            power_watts: e.power,
-            energy_joules: self.state.energy + e.power * partial,
-            temperature_gpu_celsius: temperature,
+        let nvlink = g.nvlink_count > 0;
+        let nvlink_tx = self
+            .state
+            .nvlink_tx
+            .saturating_add((e.nvlink_tx * partial) as u64);
+        let nvlink_rx = self
+            .state
+            .nvlink_rx
+            .saturating_add((e.nvlink_rx * partial) as u64);
+        let bytes = |b: Option<u64>| b.map(|b| b as f64);
+        let readout = GpuReadout {
+            up: true,
+            utilization_ratio: Some(e.utilization),
+            memory_utilization_ratio: Some(e.memory_utilization),
+            // The modelled workloads do no video.
+            encoder_utilization_ratio: Some(0.0),
+            decoder_utilization_ratio: Some(0.0),
+            bar1_used_bytes: bytes(bar1_used_bytes),
+            bar1_total_bytes: bytes(g.bar1_total_bytes),
+            memory_used_bytes: bytes(used),
+            memory_free_bytes: bytes(free),
+            memory_reserved_bytes: bytes(reserved),
+            memory_total_bytes: bytes(g.memory_total_bytes),
+            power_watts: Some(e.power),
+            power_limit_watts: Some(g.power_limit_watts),
+            energy_joules: Some(self.state.energy + e.power * partial),
+            temperature_gpu_celsius: Some(temperature),
             temperature_memory_celsius: m.memory_temperature_offset.map(|o| temperature + o),
-            clocks: e.clocks,
-            pstate: if e.utilization >= P0_UTILIZATION {
+            clocks: e.clocks.readout(),
+            max_clocks: g.max_clocks.readout(),
+            performance_state: Some(if e.utilization >= P0_UTILIZATION {
                 0
             } else {
                 8
-            },
-            fan_speed_ratio,
-            throttle: ThrottleReasons {
-                gpu_idle: idle,
-                sw_power_cap: e.sw_power_cap,
-                hw_slowdown: e.hw_thermal,
-                hw_thermal_slowdown: e.hw_thermal,
-                sw_thermal_slowdown: e.sw_thermal,
-                hw_power_brake_slowdown: false,
-            },
+            }),
+            fan_speed_ratios: fan_speed_ratio.into_iter().collect(),
+            throttle_reasons: vec![
+                (ThrottleReason::GpuIdle, idle),
+                (ThrottleReason::SwPowerCap, e.sw_power_cap),
+                // Set with either hardware slowdown; the power brake is never modelled.
+                (ThrottleReason::HwSlowdown, e.hw_thermal),
+                (ThrottleReason::SwThermalSlowdown, e.sw_thermal),
+                (ThrottleReason::HwThermalSlowdown, e.hw_thermal),
+                (ThrottleReason::HwPowerBrakeSlowdown, false),
+            ],
             xid_counts,
-            ecc,
-            pcie_tx_bytes_per_second: e.pcie_tx,
-            pcie_rx_bytes_per_second: e.pcie_rx,
-            nvlink_tx_bytes_total: self
-                .state
-                .nvlink_tx
-                .saturating_add((e.nvlink_tx * partial) as u64),
-            nvlink_rx_bytes_total: self
-                .state
-                .nvlink_rx
-                .saturating_add((e.nvlink_rx * partial) as u64),
+            ecc: Some(EccTotals {
+                volatile_corrected: corrected as f64,
+                volatile_uncorrected: uncorrected as f64,
+                aggregate_corrected: corrected as f64,
+                aggregate_uncorrected: uncorrected as f64,
+            }),
+            ecc_enabled: Some(true),
+            retired_pages,
+            remapped_rows,
+            throttle_violations: vec![
+                (
+                    ViolationPolicy::Power,
+                    self.state.violation_power + if capped { partial } else { 0.0 },
+                ),
+                (
+                    ViolationPolicy::Thermal,
+                    self.state.violation_thermal + if hot { partial } else { 0.0 },
+                ),
+            ],
+            // The simulated links never replay or err.
+            pcie_replays: g.pcie_link.map(|_| 0.0),
+            pcie_link_generation: g.pcie_link.map(|l| f64::from(l.generation)),
+            pcie_link_width: g.pcie_link.map(|l| f64::from(l.width)),
+            nvlinks: (0..g.nvlink_count)
+                .map(|link| NvlinkReadout {
+                    link,
+                    up: true,
+                    errors: NvlinkErrorType::ALL.map(|e| (e, 0.0)).to_vec(),
+                })
+                .collect(),
+            process_count: Some(processes.len()),
+            processes,
+            pcie_transmit_bytes_per_second: Some(e.pcie_tx),
+            pcie_receive_bytes_per_second: Some(e.pcie_rx),
+            nvlink_transmit_bytes: nvlink.then_some(nvlink_tx as f64),
+            nvlink_receive_bytes: nvlink.then_some(nvlink_rx as f64),
+            mig: mig
+                .iter()
+                .map(|(p, activity, used)| MigReadout {
+                    gpu_instance: p.gpu_instance,
+                    compute_instance: p.compute_instance,
+                    profile: p.profile.clone(),
+                    mig_uuid: p.uuid.clone(),
+                    graphics_engine_active_ratio: Some(*activity),
+                    memory_used_bytes: Some(*used as f64),
+                    memory_total_bytes: Some(p.memory_total as f64),
+                })
+                .collect(),
+        };
+        GpuState::Ok(GpuReading {
+            readout,
             nvlink_tx_bytes_per_second: e.nvlink_tx,
             nvlink_rx_bytes_per_second: e.nvlink_rx,
             full_load_sm_clock_hz: self.full_load_sm_clock(temperature),
-            mig,
-            encoder_utilization_ratio: 0.0,
-            decoder_utilization_ratio: 0.0,
-            bar1_used_bytes,
-            violation_power_seconds: self.state.violation_power
-                + if capped { partial } else { 0.0 },
-            violation_thermal_seconds: self.state.violation_thermal
-                + if hot { partial } else { 0.0 },
-            remapped_rows,
-            processes,
         })
     }
 }
@@ -690,11 +744,23 @@ impl Node {
     ///
     /// Deterministic: the same scenario and `t` always give the same result.
     pub fn reading(&mut self, index: usize, t: Duration) -> Option<GpuState> {
-        Some(self.sims.get_mut(index)?.reading(t))
+        let g = self.scenario.gpus.get(index)?;
+        Some(self.sims.get_mut(index)?.reading(g, t))
     }
 
     /// States of all GPUs at time `t`, by index.
     pub fn readings(&mut self, t: Duration) -> Vec<GpuState> {
-        self.sims.iter_mut().map(|s| s.reading(t)).collect()
+        let gpus = &self.scenario.gpus;
+        self.sims
+            .iter_mut()
+            .zip(gpus)
+            .map(|(s, g)| s.reading(g, t))
+            .collect()
+    }
+
+    /// Identity of GPU `index` as NVML reports it, or `None` if out of range.
+    pub fn identity(&self, index: usize) -> Option<GpuIdentity> {
+        let g = self.gpu(index)?;
+        Some(g.identity(self.driver_version(), self.cuda_driver_version()))
     }
 }

@@ -6,6 +6,8 @@
 //! answers its profiling fields with them: one model, two consumers, so a test that compares
 //! what the exporter serves through the fake with [`profile`] compares against the simulator.
 
+use dgx_pixels_readout::GpuReadout;
+
 use crate::types::{GpuReading, GpuStatic};
 
 /// Profiling readings of one GPU: ratios in 0..1, rates in bytes per second.
@@ -59,27 +61,22 @@ fn slices(profile: &str) -> f64 {
         .map_or(1.0, f64::from)
 }
 
+/// A ratio of the reading; one it lacks counts as idle (the simulator fills them all).
+fn ratio(v: Option<f64>) -> f64 {
+    v.unwrap_or(0.0).clamp(0.0, 1.0)
+}
+
 /// Graphics-engine activity of the whole GPU: its utilization, or on a GPU in MIG mode the
 /// activity of its instances weighted by their share of the compute slices (an idle slice
 /// counts as idle, as DCGM's GPU-level profiling sees it).
-fn engine_active(g: &GpuStatic, r: &GpuReading) -> f64 {
+fn engine_active(r: &GpuReadout) -> f64 {
     if r.mig.is_empty() {
-        return r.utilization_ratio.clamp(0.0, 1.0);
+        return ratio(r.utilization_ratio);
     }
     let weighted: f64 = r
         .mig
         .iter()
-        .map(|m| {
-            let share = g
-                .mig
-                .iter()
-                .flatten()
-                .find(|i| {
-                    i.gpu_instance == m.gpu_instance && i.compute_instance == m.compute_instance
-                })
-                .map_or(1.0, |i| slices(&i.profile));
-            m.graphics_engine_active_ratio * share
-        })
+        .map(|m| m.graphics_engine_active_ratio.unwrap_or(0.0) * slices(&m.profile))
         .sum();
     (weighted / MIG_SLICES).clamp(0.0, 1.0)
 }
@@ -91,7 +88,7 @@ fn engine_active(g: &GpuStatic, r: &GpuReading) -> f64 {
 /// FP64 pipes a little always while kernels run; DRAM activity is the memory utilization; the
 /// link rates are the reading's. An idle GPU reads 0 everywhere but the link rates.
 pub fn profile(g: &GpuStatic, r: &GpuReading) -> Profile {
-    let gr = engine_active(g, r);
+    let gr = engine_active(&r.readout);
     let sm = SM_SHARE * gr;
     let tensor_workload = gr >= TENSOR_WORKLOAD_UTILIZATION;
     let nvlink = g.nvlink_count > 0;
@@ -100,12 +97,12 @@ pub fn profile(g: &GpuStatic, r: &GpuReading) -> Profile {
         sm_active: sm,
         sm_occupancy: OCCUPANCY * sm,
         tensor_active: if tensor_workload { 0.7 * sm } else { 0.0 },
-        dram_active: r.memory_utilization_ratio.clamp(0.0, 1.0),
+        dram_active: ratio(r.readout.memory_utilization_ratio),
         fp64_active: 0.01 * sm,
         fp32_active: 0.25 * sm,
         fp16_active: if tensor_workload { 0.2 * sm } else { 0.0 },
-        pcie_tx_bytes_per_second: r.pcie_tx_bytes_per_second,
-        pcie_rx_bytes_per_second: r.pcie_rx_bytes_per_second,
+        pcie_tx_bytes_per_second: r.readout.pcie_transmit_bytes_per_second.unwrap_or(0.0),
+        pcie_rx_bytes_per_second: r.readout.pcie_receive_bytes_per_second.unwrap_or(0.0),
         nvlink_tx_bytes_per_second: nvlink.then_some(r.nvlink_tx_bytes_per_second),
         nvlink_rx_bytes_per_second: nvlink.then_some(r.nvlink_rx_bytes_per_second),
     }
@@ -132,7 +129,8 @@ mod tests {
                 panic!()
             };
             let p = profile(&g, &r);
-            assert_eq!(p.gr_engine_active, r.utilization_ratio);
+            let utilization = r.readout.utilization_ratio.unwrap();
+            assert_eq!(p.gr_engine_active, utilization);
             assert!(p.sm_active <= p.gr_engine_active, "{p:?}");
             assert!(p.sm_occupancy <= p.sm_active);
             assert!(p.tensor_active <= p.sm_active);
@@ -148,7 +146,7 @@ mod tests {
                 p.nvlink_tx_bytes_per_second,
                 Some(r.nvlink_tx_bytes_per_second)
             );
-            if r.utilization_ratio < TENSOR_WORKLOAD_UTILIZATION {
+            if utilization < TENSOR_WORKLOAD_UTILIZATION {
                 assert_eq!(p.tensor_active, 0.0, "tensor idle outside tensor work");
                 idle_tensor_seen = true;
             } else {
@@ -169,7 +167,7 @@ mod tests {
         let g = n.gpu(0).unwrap().clone();
         let idle = (0..1200)
             .filter_map(|s| n.reading(0, Duration::from_secs(s))?.ok().cloned())
-            .find(|r| r.utilization_ratio == 0.0)
+            .find(|r| r.readout.utilization_ratio == Some(0.0))
             .expect("the spark scenario has an idle phase");
         let p = profile(&g, &idle);
         assert_eq!(
@@ -190,9 +188,10 @@ mod tests {
             .cloned()
             .unwrap();
         let a: Vec<f64> = r
+            .readout
             .mig
             .iter()
-            .map(|m| m.graphics_engine_active_ratio)
+            .map(|m| m.graphics_engine_active_ratio.unwrap())
             .collect();
         let p = profile(&g, &r);
         let want = (3.0 * a[0] + 2.0 * a[1] + 2.0 * a[2]) / 7.0;
@@ -210,9 +209,10 @@ mod tests {
             .cloned()
             .unwrap();
         let mean = r0
+            .readout
             .mig
             .iter()
-            .map(|m| m.graphics_engine_active_ratio)
+            .map(|m| m.graphics_engine_active_ratio.unwrap())
             .sum::<f64>()
             / 7.0;
         assert!((profile(&g0, &r0).gr_engine_active - mean).abs() < 1e-12);

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use dgx_pixels_sim::{GpuReading, GpuState, Node, Scenario, ScenarioError, BUILTIN_SCENARIOS};
+use dgx_pixels_sim::labels::{ThrottleReason, ViolationPolicy};
+use dgx_pixels_sim::{GpuReadout, GpuState, Node, Scenario, ScenarioError, BUILTIN_SCENARIOS};
 
 fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s)
@@ -13,9 +14,9 @@ fn node(name: &str) -> Node {
     Node::new(Scenario::builtin(name).unwrap())
 }
 
-fn ok(node: &mut Node, gpu: usize, t: f64) -> GpuReading {
+fn ok(node: &mut Node, gpu: usize, t: f64) -> GpuReadout {
     match node.reading(gpu, secs(t)) {
-        Some(GpuState::Ok(r)) => r,
+        Some(GpuState::Ok(r)) => r.readout,
         other => panic!("GPU {gpu} at {t} s: expected a reading, got {other:?}"),
     }
 }
@@ -78,19 +79,29 @@ fn every_builtin_parses_and_reads_sensibly() {
                 let Some(GpuState::Ok(r)) = node.reading(g, secs(t)) else {
                     continue;
                 };
-                assert!((0.0..=1.0).contains(&r.utilization_ratio), "{name}");
-                assert!((0.0..=1.0).contains(&r.memory_utilization_ratio), "{name}");
-                assert!(r.power_watts > 0.0 && r.power_watts <= stat.power_limit_watts);
-                assert!(r.temperature_gpu_celsius > 0.0);
-                assert!(r.temperature_gpu_celsius < stat.shutdown_temperature_celsius);
-                assert!(r.clocks.sm_hz <= stat.max_clocks.sm_hz);
-                assert!(r.clocks.graphics_hz <= stat.max_clocks.graphics_hz);
+                let r = r.readout;
+                assert!(
+                    (0.0..=1.0).contains(&r.utilization_ratio.unwrap()),
+                    "{name}"
+                );
+                assert!(
+                    (0.0..=1.0).contains(&r.memory_utilization_ratio.unwrap()),
+                    "{name}"
+                );
+                assert!(
+                    r.power_watts.unwrap() > 0.0
+                        && r.power_watts.unwrap() <= stat.power_limit_watts
+                );
+                assert!(r.temperature_gpu_celsius.unwrap() > 0.0);
+                assert!(r.temperature_gpu_celsius.unwrap() < stat.shutdown_temperature_celsius);
+                assert!(r.clocks.sm.unwrap() <= stat.max_clocks.sm_hz);
+                assert!(r.clocks.graphics.unwrap() <= stat.max_clocks.graphics_hz);
                 match stat.memory_total_bytes {
                     Some(total) => assert_eq!(
                         r.memory_used_bytes.unwrap()
                             + r.memory_free_bytes.unwrap()
                             + r.memory_reserved_bytes.unwrap(),
-                        total
+                        total as f64
                     ),
                     None => assert_eq!(r.memory_used_bytes, None),
                 }
@@ -162,9 +173,9 @@ fn dgx_spark_has_no_framebuffer() {
         assert_eq!(r.memory_free_bytes, None);
         assert_eq!(r.memory_reserved_bytes, None);
         assert_eq!(r.temperature_memory_celsius, None);
-        assert_eq!(r.fan_speed_ratio, None);
-        assert_eq!(r.nvlink_tx_bytes_total, 0);
-        assert_eq!(r.nvlink_rx_bytes_total, 0);
+        assert!(r.fan_speed_ratios.is_empty());
+        assert_eq!(r.nvlink_transmit_bytes, None, "no NVLink, no counter");
+        assert_eq!(r.nvlink_receive_bytes, None);
     }
 }
 
@@ -197,10 +208,17 @@ fn dgx_a100_mig_has_instances_on_gpus_0_and_1_only() {
         let expected: Vec<u32> = g0.iter().map(|m| m.gpu_instance).collect();
         assert_eq!(ids, expected);
         for (m, s) in r0.mig.iter().zip(&g0) {
-            assert!(m.graphics_engine_active_ratio > 0.0 && m.graphics_engine_active_ratio <= 1.0);
-            assert!(m.memory_used_bytes > 0 && m.memory_used_bytes <= s.memory_total_bytes);
+            let active = m.graphics_engine_active_ratio.unwrap();
+            assert!(active > 0.0 && active <= 1.0);
+            let used = m.memory_used_bytes.unwrap();
+            assert!(used > 0.0 && used <= s.memory_total_bytes as f64);
+            assert_eq!(m.memory_total_bytes, Some(s.memory_total_bytes as f64));
+            assert_eq!(
+                (m.profile.as_str(), m.mig_uuid.as_str()),
+                (s.profile.as_str(), s.uuid.as_str())
+            );
         }
-        let sum: u64 = r0.mig.iter().map(|m| m.memory_used_bytes).sum();
+        let sum: f64 = r0.mig.iter().map(|m| m.memory_used_bytes.unwrap()).sum();
         assert_eq!(r0.memory_used_bytes, Some(sum));
         assert_eq!(ok(&mut n, 1, t).mig.len(), 3);
         for i in 2..8 {
@@ -211,12 +229,12 @@ fn dgx_a100_mig_has_instances_on_gpus_0_and_1_only() {
     let quiet: f64 = ok(&mut n, 1, 60.0)
         .mig
         .iter()
-        .map(|m| m.graphics_engine_active_ratio)
+        .map(|m| m.graphics_engine_active_ratio.unwrap())
         .sum();
     let busy: f64 = ok(&mut n, 1, 200.0)
         .mig
         .iter()
-        .map(|m| m.graphics_engine_active_ratio)
+        .map(|m| m.graphics_engine_active_ratio.unwrap())
         .sum();
     assert!(busy > quiet * 1.5, "quiet {quiet} busy {busy}");
 }
@@ -259,15 +277,15 @@ fn readings_vary_between_gpus_and_over_time() {
     let a = ok(&mut n, 0, 100.0);
     let b = ok(&mut n, 1, 100.0);
     let c = ok(&mut n, 0, 101.0);
-    assert_ne!(a.utilization_ratio, b.utilization_ratio);
-    assert_ne!(a.utilization_ratio, c.utilization_ratio);
+    assert_ne!(a.utilization_ratio.unwrap(), b.utilization_ratio.unwrap());
+    assert_ne!(a.utilization_ratio.unwrap(), c.utilization_ratio.unwrap());
     // Noise stays small: a few percent around the phase target.
     for g in 0..8 {
         let r = ok(&mut n, g, 100.0);
         assert!(
-            (0.85..=1.0).contains(&r.utilization_ratio),
+            (0.85..=1.0).contains(&r.utilization_ratio.unwrap()),
             "{}",
-            r.utilization_ratio
+            r.utilization_ratio.unwrap()
         );
     }
 }
@@ -277,13 +295,13 @@ fn workload_repeats_and_is_never_idle_for_long_on_dgx_h100() {
     let mut n = node("dgx-h100");
     let repeat = n.scenario().repeat_after().unwrap().as_secs_f64();
     for t in [5.0, 100.0, 190.0, 335.0] {
-        let a = ok(&mut n, 4, t).utilization_ratio;
-        let b = ok(&mut n, 4, t + 3.0 * repeat).utilization_ratio;
+        let a = ok(&mut n, 4, t).utilization_ratio.unwrap();
+        let b = ok(&mut n, 4, t + 3.0 * repeat).utilization_ratio.unwrap();
         assert!((a - b).abs() < 0.1, "t={t}: {a} vs {b}");
     }
     for s in 0..(2 * repeat as u64) {
         let r = ok(&mut n, 0, s as f64);
-        assert!(r.utilization_ratio > 0.1, "idle at {s} s");
+        assert!(r.utilization_ratio.unwrap() > 0.1, "idle at {s} s");
     }
 }
 
@@ -293,18 +311,18 @@ fn workload_repeats_and_is_never_idle_for_long_on_dgx_h100() {
 #[test]
 fn energy_is_monotonic_and_the_integral_of_power() {
     let mut n = node("dgx-h100");
-    let mut prev = ok(&mut n, 0, 0.0).energy_joules;
+    let mut prev = ok(&mut n, 0, 0.0).energy_joules.unwrap();
     assert!(prev > 0.0, "energy starts at a since-driver-load offset");
     let start = prev;
     let mut trapezoid = 0.0;
-    let mut prev_power = ok(&mut n, 0, 0.0).power_watts;
+    let mut prev_power = ok(&mut n, 0, 0.0).power_watts.unwrap();
     for i in 1..=6000 {
         let t = i as f64 * 0.1;
         let r = ok(&mut n, 0, t);
-        assert!(r.energy_joules >= prev, "energy went down at {t}");
-        prev = r.energy_joules;
-        trapezoid += 0.5 * (prev_power + r.power_watts) * 0.1;
-        prev_power = r.power_watts;
+        assert!(r.energy_joules.unwrap() >= prev, "energy went down at {t}");
+        prev = r.energy_joules.unwrap();
+        trapezoid += 0.5 * (prev_power + r.power_watts.unwrap()) * 0.1;
+        prev_power = r.power_watts.unwrap();
     }
     let measured = prev - start;
     assert!(
@@ -314,8 +332,8 @@ fn energy_is_monotonic_and_the_integral_of_power() {
     // Coarser: 1 s samples, within 2%.
     let mut coarse = 0.0;
     for s in 0..600 {
-        let p0 = ok(&mut n, 0, s as f64).power_watts;
-        let p1 = ok(&mut n, 0, s as f64 + 1.0).power_watts;
+        let p0 = ok(&mut n, 0, s as f64).power_watts.unwrap();
+        let p1 = ok(&mut n, 0, s as f64 + 1.0).power_watts.unwrap();
         coarse += 0.5 * (p0 + p1);
     }
     assert!(
@@ -325,7 +343,11 @@ fn energy_is_monotonic_and_the_integral_of_power() {
     // Continuous between steps: a millisecond adds about a millisecond of power.
     let a = ok(&mut n, 0, 50.0);
     let b = ok(&mut n, 0, 50.001);
-    assert!((b.energy_joules - a.energy_joules - a.power_watts * 0.001).abs() < 1e-3);
+    assert!(
+        (b.energy_joules.unwrap() - a.energy_joules.unwrap() - a.power_watts.unwrap() * 0.001)
+            .abs()
+            < 1e-3
+    );
 }
 
 #[test]
@@ -342,34 +364,43 @@ fn power_rises_with_utilization_and_never_exceeds_the_limit() {
     for i in 0..6 {
         let r = ok(&mut n, 0, i as f64 * 60.0 + 30.0);
         assert!(
-            r.power_watts > last,
+            r.power_watts.unwrap() > last,
             "phase {i}: {} <= {last}",
-            r.power_watts
+            r.power_watts.unwrap()
         );
-        assert!(r.power_watts <= 700.0);
-        last = r.power_watts;
+        assert!(r.power_watts.unwrap() <= 700.0);
+        last = r.power_watts.unwrap();
     }
     for s in 0..3600 {
         let r = ok(&mut n, 0, s as f64 * 0.1);
-        assert!(r.power_watts <= 700.0 && r.power_watts > 0.0);
+        assert!(r.power_watts.unwrap() <= 700.0 && r.power_watts.unwrap() > 0.0);
     }
     let idle = ok(&mut n, 0, 30.0);
-    assert!(idle.throttle.gpu_idle);
-    assert!(!idle.throttle.sw_power_cap);
-    assert_eq!(idle.pstate, 8);
-    assert!(idle.clocks.sm_hz < 0.5e9);
-    assert!((idle.power_watts - 70.0).abs() < 2.0);
+    assert_eq!(idle.throttle_reason(ThrottleReason::GpuIdle), Some(true));
+    assert_eq!(
+        idle.throttle_reason(ThrottleReason::SwPowerCap),
+        Some(false)
+    );
+    assert_eq!(idle.performance_state.unwrap(), 8);
+    assert!(idle.clocks.sm.unwrap() < 0.5e9);
+    assert!((idle.power_watts.unwrap() - 70.0).abs() < 2.0);
     let mid = ok(&mut n, 0, 150.0);
-    assert!(!mid.throttle.gpu_idle && !mid.throttle.sw_power_cap);
-    assert_eq!(mid.pstate, 0);
-    assert_eq!(mid.clocks.sm_hz, 1.98e9);
+    assert_eq!(
+        (
+            mid.throttle_reason(ThrottleReason::GpuIdle),
+            mid.throttle_reason(ThrottleReason::SwPowerCap)
+        ),
+        (Some(false), Some(false))
+    );
+    assert_eq!(mid.performance_state.unwrap(), 0);
+    assert_eq!(mid.clocks.sm.unwrap(), 1.98e9);
     // 100% would draw 735 W: capped at the limit, clocks reduced proportionally.
     let full = ok(&mut n, 0, 330.0);
-    assert!(full.throttle.sw_power_cap);
-    assert!(full.power_watts > 690.0 && full.power_watts <= 700.0);
-    assert!(full.clocks.sm_hz < 1.98e9 && full.clocks.sm_hz > 1.7e9);
-    assert_eq!(full.clocks.memory_hz, 2.619e9, "memory clock is steady");
-    assert_eq!(idle.clocks.memory_hz, 2.619e9);
+    assert_eq!(full.throttle_reason(ThrottleReason::SwPowerCap), Some(true));
+    assert!(full.power_watts.unwrap() > 690.0 && full.power_watts.unwrap() <= 700.0);
+    assert!(full.clocks.sm.unwrap() < 1.98e9 && full.clocks.sm.unwrap() > 1.7e9);
+    assert_eq!(full.clocks.memory, Some(2.619e9), "memory clock is steady");
+    assert_eq!(idle.clocks.memory, Some(2.619e9));
 }
 
 #[test]
@@ -377,22 +408,26 @@ fn temperature_lags_power() {
     let mut n = custom("[[phases]]\nstart_s = 100\nutilization = 1.0\nspread = 0\nnoise = 0\n");
     let before = ok(&mut n, 0, 99.9);
     // Idle equilibrium from the start: 25 C + 0.06 C/W x 70 W.
-    assert!((ok(&mut n, 0, 0.0).temperature_gpu_celsius - 29.2).abs() < 0.5);
-    assert!((before.temperature_gpu_celsius - 29.2).abs() < 0.5);
+    assert!((ok(&mut n, 0, 0.0).temperature_gpu_celsius.unwrap() - 29.2).abs() < 0.5);
+    assert!((before.temperature_gpu_celsius.unwrap() - 29.2).abs() < 0.5);
     let loaded = ok(&mut n, 0, 101.0);
-    let steady = 25.0 + 0.06 * loaded.power_watts;
-    let rise = steady - before.temperature_gpu_celsius;
+    let steady = 25.0 + 0.06 * loaded.power_watts.unwrap();
+    let rise = steady - before.temperature_gpu_celsius.unwrap();
     assert!(rise > 30.0);
     // One second after the step, well below the steady state (tau = 30 s: about 3% of the way).
-    let first = loaded.temperature_gpu_celsius - before.temperature_gpu_celsius;
+    let first = loaded.temperature_gpu_celsius.unwrap() - before.temperature_gpu_celsius.unwrap();
     assert!(first > 0.0 && first < 0.1 * rise, "rose {first} of {rise}");
     // Half way after about tau * ln 2.
-    let half = ok(&mut n, 0, 100.0 + 30.0 * std::f64::consts::LN_2).temperature_gpu_celsius;
-    assert!((half - (before.temperature_gpu_celsius + rise / 2.0)).abs() < 0.05 * rise);
+    let half = ok(&mut n, 0, 100.0 + 30.0 * std::f64::consts::LN_2)
+        .temperature_gpu_celsius
+        .unwrap();
+    assert!((half - (before.temperature_gpu_celsius.unwrap() + rise / 2.0)).abs() < 0.05 * rise);
     // Within 1% after 6 tau, and rising monotonically on the way.
-    let mut prev = before.temperature_gpu_celsius;
+    let mut prev = before.temperature_gpu_celsius.unwrap();
     for s in 1..=180 {
-        let t = ok(&mut n, 0, 100.0 + s as f64).temperature_gpu_celsius;
+        let t = ok(&mut n, 0, 100.0 + s as f64)
+            .temperature_gpu_celsius
+            .unwrap();
         assert!(t >= prev - 1e-9);
         prev = t;
     }
@@ -405,33 +440,69 @@ fn temperature_lags_power() {
 fn thermal_fault_throttles_inside_its_window_only() {
     let mut n = node("fault-thermal");
     let before = ok(&mut n, 5, 19.0);
-    assert!(!before.throttle.hw_thermal_slowdown && !before.throttle.sw_thermal_slowdown);
-    assert!(!before.throttle.hw_slowdown);
-    let normal_clock = before.clocks.sm_hz;
+    assert_eq!(
+        (
+            before.throttle_reason(ThrottleReason::HwThermalSlowdown),
+            before.throttle_reason(ThrottleReason::SwThermalSlowdown)
+        ),
+        (Some(false), Some(false))
+    );
+    assert_eq!(
+        before.throttle_reason(ThrottleReason::HwSlowdown),
+        Some(false)
+    );
+    let normal_clock = before.clocks.sm.unwrap();
     for t in [60.0, 90.0, 119.9] {
         let r = ok(&mut n, 5, t);
-        assert!(r.throttle.hw_thermal_slowdown, "at {t}");
-        assert!(r.throttle.sw_thermal_slowdown, "at {t}");
-        assert!(r.throttle.hw_slowdown, "at {t}");
-        assert!(r.temperature_gpu_celsius > 87.0, "at {t}");
-        assert!(r.temperature_gpu_celsius < 92.0, "at {t}: no shutdown");
-        assert!(
-            r.clocks.sm_hz < 0.8 * normal_clock,
-            "at {t}: {}",
-            r.clocks.sm_hz
+        assert_eq!(
+            r.throttle_reason(ThrottleReason::HwThermalSlowdown),
+            Some(true),
+            "at {t}"
         );
-        assert!(r.power_watts < before.power_watts);
+        assert_eq!(
+            r.throttle_reason(ThrottleReason::SwThermalSlowdown),
+            Some(true),
+            "at {t}"
+        );
+        assert_eq!(
+            r.throttle_reason(ThrottleReason::HwSlowdown),
+            Some(true),
+            "at {t}"
+        );
+        assert!(r.temperature_gpu_celsius.unwrap() > 87.0, "at {t}");
+        assert!(
+            r.temperature_gpu_celsius.unwrap() < 92.0,
+            "at {t}: no shutdown"
+        );
+        assert!(
+            r.clocks.sm.unwrap() < 0.8 * normal_clock,
+            "at {t}: {}",
+            r.clocks.sm.unwrap()
+        );
+        assert!(r.power_watts.unwrap() < before.power_watts.unwrap());
     }
     // Cooling restored at 120 s: back to normal within a few time constants.
     let after = ok(&mut n, 5, 300.0);
-    assert!(!after.throttle.hw_thermal_slowdown && !after.throttle.sw_thermal_slowdown);
-    assert!(after.clocks.sm_hz > 0.95 * normal_clock);
-    assert!(after.temperature_gpu_celsius < 70.0);
+    assert_eq!(
+        (
+            after.throttle_reason(ThrottleReason::HwThermalSlowdown),
+            after.throttle_reason(ThrottleReason::SwThermalSlowdown)
+        ),
+        (Some(false), Some(false))
+    );
+    assert!(after.clocks.sm.unwrap() > 0.95 * normal_clock);
+    assert!(after.temperature_gpu_celsius.unwrap() < 70.0);
     // Other GPUs are never thermally throttled.
     for s in (0..300).step_by(5) {
         for g in [0, 4, 6] {
             let r = ok(&mut n, g, s as f64);
-            assert!(!r.throttle.hw_thermal_slowdown && !r.throttle.sw_thermal_slowdown);
+            assert_eq!(
+                (
+                    r.throttle_reason(ThrottleReason::HwThermalSlowdown),
+                    r.throttle_reason(ThrottleReason::SwThermalSlowdown)
+                ),
+                (Some(false), Some(false))
+            );
         }
     }
 }
@@ -442,15 +513,15 @@ fn nvlink_counters_integrate_the_rate() {
         "[[phases]]\nstart_s = 0\nutilization = 0.5\nnoise = 0\n\
          nvlink_tx_bytes_per_second = 1.0e9\nnvlink_rx_bytes_per_second = 2.0e9\n",
     );
-    let mut prev = 0;
+    let mut prev = 0.0;
     for s in 0..=100 {
         let r = ok(&mut n, 0, s as f64 * 0.35);
-        assert!(r.nvlink_tx_bytes_total >= prev);
-        prev = r.nvlink_tx_bytes_total;
+        assert!(r.nvlink_transmit_bytes.unwrap() >= prev);
+        prev = r.nvlink_transmit_bytes.unwrap();
     }
     let r = ok(&mut n, 0, 10.0);
-    assert!((r.nvlink_tx_bytes_total as f64 - 1.0e10).abs() < 1e3);
-    assert!((r.nvlink_rx_bytes_total as f64 - 2.0e10).abs() < 1e3);
+    assert!((r.nvlink_transmit_bytes.unwrap() - 1.0e10).abs() < 1e3);
+    assert!((r.nvlink_receive_bytes.unwrap() - 2.0e10).abs() < 1e3);
 }
 
 #[test]
@@ -460,15 +531,15 @@ fn memory_follows_the_workload() {
          [[phases]]\nstart_s = 20\nutilization = 0.5\nmemory_used_bytes = 1_073_741_824\n",
     );
     let idle = ok(&mut n, 0, 5.0);
-    assert_eq!(idle.memory_used_bytes, Some(0));
+    assert_eq!(idle.memory_used_bytes, Some(0.0));
     let reserved = idle.memory_reserved_bytes.unwrap();
-    assert!(reserved > 0 && reserved < 1 << 30);
+    assert!(reserved > 0.0 && reserved < 1_073_741_824.0);
     let half = ok(&mut n, 0, 15.0);
-    let usable = 85_899_345_920 - reserved;
+    let usable = 85_899_345_920.0 - reserved;
     let used = half.memory_used_bytes.unwrap();
-    assert!((used as f64 - usable as f64 / 2.0).abs() < 2.0 * 1024.0 * 1024.0);
+    assert!((used - usable / 2.0).abs() < 2.0 * 1024.0 * 1024.0);
     assert_eq!(half.memory_free_bytes, Some(usable - used));
-    assert_eq!(ok(&mut n, 0, 25.0).memory_used_bytes, Some(1 << 30));
+    assert_eq!(ok(&mut n, 0, 25.0).memory_used_bytes, Some(1_073_741_824.0));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -518,12 +589,12 @@ fn a_lost_gpu_can_recover_and_its_counters_keep_their_values() {
     let after = ok(&mut n, 0, 20.0);
     assert_eq!(after.xid_counts.get(&79), Some(&1));
     assert!(before.xid_counts.is_empty());
-    assert!(after.energy_joules >= before.energy_joules);
+    assert!(after.energy_joules.unwrap() >= before.energy_joules.unwrap());
     // No energy is used while lost (at most the step in progress when it was lost).
-    assert!(after.energy_joules - before.energy_joules < 700.0 * 0.2);
+    assert!(after.energy_joules.unwrap() - before.energy_joules.unwrap() < 700.0 * 0.2);
     // It cooled down while off the bus.
-    assert!(after.temperature_gpu_celsius < before.temperature_gpu_celsius - 5.0);
-    assert!(ok(&mut n, 0, 30.0).energy_joules > after.energy_joules);
+    assert!(after.temperature_gpu_celsius.unwrap() < before.temperature_gpu_celsius.unwrap() - 5.0);
+    assert!(ok(&mut n, 0, 30.0).energy_joules.unwrap() > after.energy_joules.unwrap());
 }
 
 #[test]
@@ -541,7 +612,7 @@ fn xid_counts_count_repeats() {
     let r1 = ok(&mut n, 1, 60.0);
     assert_eq!(r1.xid_counts.get(&48), Some(&1));
     assert_eq!(r1.xid_counts.len(), 1);
-    assert_eq!(r1.ecc.volatile_uncorrected, 1);
+    assert_eq!(r1.ecc.unwrap().volatile_uncorrected, 1.0);
     assert!(ok(&mut n, 0, 1_000.0).xid_counts.is_empty());
     // Counts never go down.
     let mut prev = 0;
@@ -559,10 +630,11 @@ fn xid_counts_count_repeats() {
 #[test]
 fn ecc_counters_are_cumulative() {
     let mut n = node("fault-ecc");
-    let mut prev = ok(&mut n, 2, 0.0).ecc;
+    let ecc = |n: &mut Node, gpu, t| ok(n, gpu, t).ecc.unwrap();
+    let mut prev = ecc(&mut n, 2, 0.0);
     assert_eq!(prev, Default::default());
     for s in 1..=200 {
-        let e = ok(&mut n, 2, s as f64).ecc;
+        let e = ecc(&mut n, 2, s as f64);
         assert!(e.volatile_corrected >= prev.volatile_corrected);
         assert!(e.volatile_uncorrected >= prev.volatile_uncorrected);
         assert!(e.aggregate_corrected >= e.volatile_corrected);
@@ -570,13 +642,13 @@ fn ecc_counters_are_cumulative() {
         prev = e;
     }
     // One corrected error every 15 s from 10 s.
-    assert_eq!(ok(&mut n, 2, 100.0).ecc.volatile_corrected, 7);
-    assert_eq!(ok(&mut n, 2, 89.9).ecc.volatile_uncorrected, 0);
+    assert_eq!(ecc(&mut n, 2, 100.0).volatile_corrected, 7.0);
+    assert_eq!(ecc(&mut n, 2, 89.9).volatile_uncorrected, 0.0);
     let at = ok(&mut n, 2, 90.0);
-    assert_eq!(at.ecc.volatile_uncorrected, 1);
+    assert_eq!(at.ecc.unwrap().volatile_uncorrected, 1.0);
     assert_eq!(at.xid_counts.get(&94), Some(&1));
-    assert_eq!(ok(&mut n, 6, 1_000.0).ecc.volatile_corrected, 20);
-    assert_eq!(ok(&mut n, 0, 1_000.0).ecc, Default::default());
+    assert_eq!(ecc(&mut n, 6, 1_000.0).volatile_corrected, 20.0);
+    assert_eq!(ecc(&mut n, 0, 1_000.0), Default::default());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -944,7 +1016,7 @@ fn state_advances_every_100_ms_and_holds_in_between() {
     for k in 50..70u64 {
         let t = Duration::from_millis(100 * k);
         let at = |n: &mut Node, d: Duration| match n.reading(0, d) {
-            Some(GpuState::Ok(r)) => r,
+            Some(GpuState::Ok(r)) => r.readout,
             other => panic!("{other:?}"),
         };
         let r0 = at(&mut n, t);
@@ -952,28 +1024,28 @@ fn state_advances_every_100_ms_and_holds_in_between() {
             let r = at(&mut n, t + Duration::from_millis(mid));
             assert_eq!(
                 (
-                    r.temperature_gpu_celsius,
-                    r.power_watts,
-                    r.utilization_ratio,
+                    r.temperature_gpu_celsius.unwrap(),
+                    r.power_watts.unwrap(),
+                    r.utilization_ratio.unwrap(),
                     r.clocks
                 ),
                 (
-                    r0.temperature_gpu_celsius,
-                    r0.power_watts,
-                    r0.utilization_ratio,
+                    r0.temperature_gpu_celsius.unwrap(),
+                    r0.power_watts.unwrap(),
+                    r0.utilization_ratio.unwrap(),
                     r0.clocks
                 ),
                 "{k}00 ms + {mid} ms: held from the step"
             );
-            let want = r0.energy_joules + r0.power_watts * mid as f64 / 1000.0;
+            let want = r0.energy_joules.unwrap() + r0.power_watts.unwrap() * mid as f64 / 1000.0;
             assert!(
-                (r.energy_joules - want).abs() < 1e-6,
+                (r.energy_joules.unwrap() - want).abs() < 1e-6,
                 "{k}00 ms + {mid} ms: energy {} want {want}",
-                r.energy_joules
+                r.energy_joules.unwrap()
             );
         }
         let next = at(&mut n, t + Duration::from_millis(100));
-        if next.temperature_gpu_celsius != r0.temperature_gpu_celsius {
+        if next.temperature_gpu_celsius.unwrap() != r0.temperature_gpu_celsius.unwrap() {
             changed += 1;
         }
     }
@@ -990,27 +1062,48 @@ fn state_advances_every_100_ms_and_holds_in_between() {
 fn violation_time_accumulates_only_while_throttled() {
     let mut n = node("fault-thermal");
     // Before the cooling failure at 20 s there is no thermal violation.
-    assert_eq!(ok(&mut n, 5, 19.0).violation_thermal_seconds, 0.0);
-    let a = ok(&mut n, 5, 60.0).violation_thermal_seconds;
-    let b = ok(&mut n, 5, 90.0).violation_thermal_seconds;
+    assert_eq!(
+        ok(&mut n, 5, 19.0)
+            .violation_seconds(ViolationPolicy::Thermal)
+            .unwrap(),
+        0.0
+    );
+    let a = ok(&mut n, 5, 60.0)
+        .violation_seconds(ViolationPolicy::Thermal)
+        .unwrap();
+    let b = ok(&mut n, 5, 90.0)
+        .violation_seconds(ViolationPolicy::Thermal)
+        .unwrap();
     assert!(a > 0.0);
     assert!(
         (b - a - 30.0).abs() < 0.11,
         "throttled throughout: {a} -> {b}"
     );
-    let end = ok(&mut n, 5, 300.0).violation_thermal_seconds;
-    let later = ok(&mut n, 5, 400.0).violation_thermal_seconds;
+    let end = ok(&mut n, 5, 300.0)
+        .violation_seconds(ViolationPolicy::Thermal)
+        .unwrap();
+    let later = ok(&mut n, 5, 400.0)
+        .violation_seconds(ViolationPolicy::Thermal)
+        .unwrap();
     assert_eq!(end, later, "no thermal violation after cooling is restored");
-    assert_eq!(ok(&mut n, 0, 300.0).violation_thermal_seconds, 0.0);
+    assert_eq!(
+        ok(&mut n, 0, 300.0)
+            .violation_seconds(ViolationPolicy::Thermal)
+            .unwrap(),
+        0.0
+    );
 
     // dgx-h100 training demands more than the 700 W limit: power violation grows with time capped.
     let mut h = node("dgx-h100");
     let mut prev = 0.0;
     for t in [60.0, 90.0, 120.0] {
         let r = ok(&mut h, 0, t);
-        assert!(r.throttle.sw_power_cap);
-        assert!(r.violation_power_seconds > prev, "at {t}");
-        prev = r.violation_power_seconds;
+        assert_eq!(r.throttle_reason(ThrottleReason::SwPowerCap), Some(true));
+        assert!(
+            r.violation_seconds(ViolationPolicy::Power).unwrap() > prev,
+            "at {t}"
+        );
+        prev = r.violation_seconds(ViolationPolicy::Power).unwrap();
     }
 }
 
@@ -1027,7 +1120,7 @@ fn processes_hold_the_memory_in_use() {
     assert_eq!(r.processes.len(), 3, "one per busy MIG instance");
     for (p, inst) in r.processes.iter().zip(&r.mig) {
         assert_eq!(p.gpu_instance, Some(inst.gpu_instance));
-        assert_eq!(p.used_memory_bytes, inst.memory_used_bytes);
+        assert_eq!(Some(p.used_memory_bytes), inst.memory_used_bytes);
     }
     let pids: std::collections::HashSet<u32> = r.processes.iter().map(|p| p.pid).collect();
     assert_eq!(pids.len(), 3);
@@ -1036,11 +1129,24 @@ fn processes_hold_the_memory_in_use() {
 #[test]
 fn remapped_rows_follow_uncorrectable_errors() {
     let mut n = node("fault-ecc");
-    let before = ok(&mut n, 2, 89.9).remapped_rows;
-    assert_eq!(before, Default::default());
-    let after = ok(&mut n, 2, 90.0).remapped_rows;
-    assert_eq!(after.uncorrectable, 1);
+    let before = ok(&mut n, 2, 89.9);
+    assert_eq!(before.remapped_rows, Some(Default::default()));
+    assert_eq!(
+        before.retired_pages, None,
+        "Hopper remaps rows, retires no pages"
+    );
+    let after = ok(&mut n, 2, 90.0).remapped_rows.unwrap();
+    assert_eq!(after.uncorrectable, 1.0);
     assert!(after.pending && !after.failure);
+}
+
+#[test]
+fn parts_before_ampere_retire_pages_instead_of_remapping_rows() {
+    let text = format!("{GPU}\n").replace("\"Hopper\"", "\"Volta\"");
+    let mut n = Node::new(Scenario::from_toml_str(&text, "volta.toml").unwrap());
+    let r = ok(&mut n, 0, 10.0);
+    assert_eq!(r.remapped_rows, None);
+    assert_eq!(r.retired_pages, Some(Default::default()));
 }
 
 #[test]
