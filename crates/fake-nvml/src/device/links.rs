@@ -1,0 +1,114 @@
+//! PCIe throughput, replays and link state; NVLink state and error counters.
+
+use std::ffi::{c_uint, c_ulonglong};
+
+use dgx_pixels_sim::labels::NvlinkErrorType;
+use dgx_pixels_sim::GpuStatic;
+
+use super::{kilobytes_per_second, nvlink_links, read_into, reading, supported, whole};
+use crate::state::{self, nvml_fn, out};
+use crate::types::*;
+
+nvml_fn! {
+    /// PCIe throughput in KB/s; sleeps `FAKE_NVML_PCIE_DELAY_MS` like the real ~20 ms sample.
+    fn nvmlDeviceGetPcieThroughput(device: Device, counter: c_uint, value: *mut c_uint) {
+        // SAFETY: NVML contract for out-parameters.
+        let v = unsafe { out(value) }?;
+        if counter != PCIE_UTIL_TX && counter != PCIE_UTIL_RX {
+            return Err(ERROR_INVALID_ARGUMENT);
+        }
+        let delay = reading(device, |_, _| Ok(()))
+            .and_then(|()| state::with_driver(|d, _| Ok(d.config.pcie_delay)))?;
+        if !delay.is_zero() {
+            std::thread::sleep(delay);
+        }
+        *v = reading(device, |_, r| {
+            Ok(kilobytes_per_second(supported(if counter == PCIE_UTIL_TX {
+                r.pcie_transmit_bytes_per_second
+            } else {
+                r.pcie_receive_bytes_per_second
+            })?))
+        })?;
+        Ok(())
+    }
+}
+
+nvml_fn! {
+    /// PCIe replays: the simulated links never replay.
+    fn nvmlDeviceGetPcieReplayCounter(device: Device, value: *mut c_uint) {
+        // SAFETY: forwarded caller contract.
+        unsafe { read_into(device, value, |_, _| Ok(0)) }
+    }
+}
+
+nvml_fn! {
+    /// Current PCIe generation (`NOT_SUPPORTED` for parts not attached by PCIe).
+    fn nvmlDeviceGetCurrPcieLinkGeneration(device: Device, curr_link_gen: *mut c_uint) {
+        // SAFETY: forwarded caller contract.
+        unsafe {
+            read_into(device, curr_link_gen, |dev, _| {
+                dev.gpu.pcie_link.map(|l| l.generation).ok_or(ERROR_NOT_SUPPORTED)
+            })
+        }
+    }
+}
+
+nvml_fn! {
+    /// Current PCIe width in lanes (`NOT_SUPPORTED` for parts not attached by PCIe).
+    fn nvmlDeviceGetCurrPcieLinkWidth(device: Device, curr_link_width: *mut c_uint) {
+        // SAFETY: forwarded caller contract.
+        unsafe {
+            read_into(device, curr_link_width, |dev, _| {
+                dev.gpu.pcie_link.map(|l| l.width).ok_or(ERROR_NOT_SUPPORTED)
+            })
+        }
+    }
+}
+
+/// Checks an NVLink link number: `NOT_SUPPORTED` without NVLink, `INVALID_ARGUMENT` for a link
+/// the GPU does not have (so callers can stop at the first one, as with the real library).
+fn check_link(gpu: &GpuStatic, link: c_uint) -> Result<(), NvmlReturn> {
+    if gpu.nvlink_count == 0 {
+        return Err(ERROR_NOT_SUPPORTED);
+    }
+    if link >= nvlink_links(gpu) {
+        return Err(ERROR_INVALID_ARGUMENT);
+    }
+    Ok(())
+}
+
+nvml_fn! {
+    /// Whether NVLink `link` is active: every link the GPU has is.
+    fn nvmlDeviceGetNvLinkState(device: Device, link: c_uint, is_active: *mut c_uint) {
+        // SAFETY: forwarded caller contract.
+        unsafe {
+            read_into(device, is_active, |dev, r| {
+                check_link(dev.gpu, link)?;
+                let up = r.nvlinks.iter().find(|l| l.link == link).is_some_and(|l| l.up);
+                Ok(if up { FEATURE_ENABLED } else { FEATURE_DISABLED })
+            })
+        }
+    }
+}
+
+nvml_fn! {
+    /// NVLink error counters of the readout; the ECC data counter (4), which the exporter does
+    /// not read, is 0.
+    fn nvmlDeviceGetNvLinkErrorCounter(device: Device, link: c_uint, counter: c_uint, counter_value: *mut c_ulonglong) {
+        // SAFETY: forwarded caller contract.
+        unsafe {
+            read_into(device, counter_value, |dev, r| {
+                check_link(dev.gpu, link)?;
+                if counter >= NVLINK_ERROR_COUNTER_COUNT {
+                    return Err(ERROR_INVALID_ARGUMENT);
+                }
+                let Some(kind) = NvlinkErrorType::ALL.get(counter as usize) else {
+                    return Ok(0);
+                };
+                let errors = r.nvlinks.iter().find(|l| l.link == link).map(|l| &l.errors);
+                let count = errors.into_iter().flatten().find(|(k, _)| k == kind);
+                Ok(count.map_or(0, |(_, v)| whole(*v)))
+            })
+        }
+    }
+}
