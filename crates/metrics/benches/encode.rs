@@ -86,7 +86,7 @@ fn snapshot(gpus: u32) -> Snapshot {
                 .map(|link| NvlinkReadout {
                     link,
                     up: true,
-                    errors: NvlinkErrorType::ALL.map(|e| (e, 0.0)).to_vec(),
+                    errors: NvlinkErrorType::ALL.map(|e| (e, 0.0)).into_iter().collect(),
                 })
                 .collect(),
             process_count: Some(1),

@@ -9,7 +9,7 @@
 
 pub use dgx_pixels_readout::{
     cuda_version_string, ClockReadout, EccTotals, GpuIdentity, GpuReadout, MigReadout,
-    NvlinkReadout, ProcessReadout, RemappedRowsReadout, RetiredPages,
+    NvlinkErrors, NvlinkReadout, ProcessReadout, RemappedRowsReadout, RetiredPages,
 };
 
 use crate::catalog::Metric;
@@ -156,8 +156,8 @@ pub fn push_gpu_samples(id: &GpuIdentity, r: &GpuReadout, out: &mut Vec<Sample>)
     for l in &r.nvlinks {
         let link = l.link.to_string();
         labelled(Metric::NvlinkUp, &[&link], flag(l.up));
-        for (kind, v) in &l.errors {
-            labelled(Metric::NvlinkErrors, &[&link, kind.as_str()], *v);
+        for (kind, v) in l.errors.iter() {
+            labelled(Metric::NvlinkErrors, &[&link, kind.as_str()], v);
         }
     }
     for p in &r.processes {
@@ -195,7 +195,7 @@ pub fn push_gpu_samples(id: &GpuIdentity, r: &GpuReadout, out: &mut Vec<Sample>)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::labels::{NvlinkErrorType, ThrottleReason, ViolationPolicy};
+    use crate::labels::{ThrottleReason, ViolationPolicy};
 
     fn id() -> GpuIdentity {
         GpuIdentity {
@@ -279,7 +279,10 @@ mod tests {
             nvlinks: vec![NvlinkReadout {
                 link: 3,
                 up: true,
-                errors: vec![(NvlinkErrorType::Replay, 4.0)],
+                errors: NvlinkErrors {
+                    replay: Some(4.0),
+                    ..Default::default()
+                },
             }],
             process_count: Some(2),
             processes: vec![ProcessReadout {

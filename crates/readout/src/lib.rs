@@ -138,15 +138,68 @@ impl RemappedRowsReadout {
     }
 }
 
+/// The error counters of one NVLink link, by type ([`NvlinkErrorType`]); `None` for a counter
+/// the GPU did not answer. A struct rather than a list: a GPU has up to 18 links, read every
+/// slow poll (and every simulated reading), and this needs no allocation per link.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct NvlinkErrors {
+    /// Data link replays.
+    pub replay: Option<f64>,
+    /// Link recoveries.
+    pub recovery: Option<f64>,
+    /// Flow-control CRC errors.
+    pub crc_flit: Option<f64>,
+    /// Data CRC errors.
+    pub crc_data: Option<f64>,
+}
+
+impl NvlinkErrors {
+    fn slot(&mut self, kind: NvlinkErrorType) -> &mut Option<f64> {
+        match kind {
+            NvlinkErrorType::Replay => &mut self.replay,
+            NvlinkErrorType::Recovery => &mut self.recovery,
+            NvlinkErrorType::CrcFlit => &mut self.crc_flit,
+            NvlinkErrorType::CrcData => &mut self.crc_data,
+        }
+    }
+
+    /// The counter of one type.
+    pub fn get(&self, kind: NvlinkErrorType) -> Option<f64> {
+        match kind {
+            NvlinkErrorType::Replay => self.replay,
+            NvlinkErrorType::Recovery => self.recovery,
+            NvlinkErrorType::CrcFlit => self.crc_flit,
+            NvlinkErrorType::CrcData => self.crc_data,
+        }
+    }
+
+    /// The counters the GPU answered, in export order.
+    pub fn iter(&self) -> impl Iterator<Item = (NvlinkErrorType, f64)> + '_ {
+        NvlinkErrorType::ALL
+            .into_iter()
+            .filter_map(|kind| Some((kind, self.get(kind)?)))
+    }
+}
+
+impl FromIterator<(NvlinkErrorType, f64)> for NvlinkErrors {
+    fn from_iter<I: IntoIterator<Item = (NvlinkErrorType, f64)>>(counters: I) -> Self {
+        let mut errors = NvlinkErrors::default();
+        for (kind, value) in counters {
+            *errors.slot(kind) = Some(value);
+        }
+        errors
+    }
+}
+
 /// One NVLink link.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct NvlinkReadout {
     /// Link number.
     pub link: u32,
     /// Whether the link is active.
     pub up: bool,
-    /// Error counters by type, those the GPU answered.
-    pub errors: Vec<(NvlinkErrorType, f64)>,
+    /// Error counters by type.
+    pub errors: NvlinkErrors,
 }
 
 /// A compute process using device memory.
@@ -337,5 +390,23 @@ mod tests {
         assert_eq!(r.throttle_reason(ThrottleReason::GpuIdle), None);
         assert_eq!(r.violation_seconds(ViolationPolicy::Thermal), Some(2.5));
         assert_eq!(r.violation_seconds(ViolationPolicy::Power), None);
+    }
+
+    #[test]
+    fn nvlink_errors_keep_what_was_answered_in_export_order() {
+        let errors: NvlinkErrors = [
+            (NvlinkErrorType::CrcData, 2.0),
+            (NvlinkErrorType::Replay, 1.0),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(errors.get(NvlinkErrorType::Recovery), None);
+        assert_eq!(
+            errors.iter().collect::<Vec<_>>(),
+            [
+                (NvlinkErrorType::Replay, 1.0),
+                (NvlinkErrorType::CrcData, 2.0)
+            ]
+        );
     }
 }

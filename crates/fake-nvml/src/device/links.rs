@@ -105,9 +105,8 @@ nvml_fn! {
                 let Some(kind) = NvlinkErrorType::ALL.get(counter as usize) else {
                     return Ok(0);
                 };
-                let errors = r.nvlinks.iter().find(|l| l.link == link).map(|l| &l.errors);
-                let count = errors.into_iter().flatten().find(|(k, _)| k == kind);
-                Ok(count.map_or(0, |(_, v)| whole(*v)))
+                let errors = r.nvlinks.iter().find(|l| l.link == link).map(|l| l.errors);
+                Ok(errors.and_then(|e| e.get(*kind)).map_or(0, whole))
             })
         }
     }

@@ -206,7 +206,7 @@ impl GpuSim {
                 .map(|link| NvlinkReadout {
                     link,
                     up: true,
-                    errors: NvlinkErrorType::ALL.map(|e| (e, 0.0)).to_vec(),
+                    errors: NvlinkErrorType::ALL.map(|e| (e, 0.0)).into_iter().collect(),
                 })
                 .collect(),
             process_count: Some(processes.len()),
