@@ -40,10 +40,12 @@
 //! - A lost GPU (simulator `GpuState::Lost`, e.g. `fault-gpu-lost` GPU 3 from 30 s) answers
 //!   `NVML_ERROR_GPU_IS_LOST` to every query except handle lookups and identity (name, UUID, PCI
 //!   info, serial, VBIOS, board id, minor number, index); it answers again if it recovers.
-//! - Readings the simulated part does not have (memory on GB10, memory temperature, fans, BAR1,
-//!   PCIe link on non-PCIe parts, NVLink without links) answer `NVML_ERROR_NOT_SUPPORTED`, never 0.
-//!   Retired pages are `NOT_SUPPORTED` on Ampere, Hopper and Blackwell (they remap rows). ECC
-//!   counters and remapped rows are served for every part, as the simulator models them.
+//! - Readings come from the simulator's `GpuReadout` (the type the exporter's NVML source fills);
+//!   one the simulated part does not have (`None`: memory on GB10, memory temperature, fans,
+//!   BAR1, PCIe link on non-PCIe parts, NVLink without links) answers
+//!   `NVML_ERROR_NOT_SUPPORTED`, never 0. Ampere, Hopper and Blackwell remap rows and answer
+//!   `NOT_SUPPORTED` for retired pages; older parts the other way round. ECC counters are served
+//!   for every part, as the simulator models them.
 //! - NVLink: links below the scenario's `nvlink_count` (at most 18) are active; any other link
 //!   is `INVALID_ARGUMENT`. Throughput fields 138/139 split the simulator's totals evenly over
 //!   the links (`scopeId` = link) or give the total (`scopeId` = `UINT_MAX`), in KiB.
