@@ -4,12 +4,22 @@
 Measures, for each server: scrapes per second under wrk (2 threads, 4 connections, Prometheus'
 Accept and Accept-Encoding headers), CPU seconds per scrape (utime+stime from /proc over the run),
 series per scrape and resident memory after the run; for our exporter also the time from spawn to
-/-/ready answering 200. Usage: bench/scrape.py [SECONDS]  (needs wrk and prometheus-node-exporter:
-scripts/install-test-tools.sh --bench; builds the release binary first).
+/-/ready answering 200. Usage: bench/scrape.py [SECONDS] [--against OLD_BINARY]  (needs wrk and
+prometheus-node-exporter: scripts/install-test-tools.sh --bench; builds the release binary first).
+
+With --against, an older build of the exporter is measured in the same run, alternating with the
+new one over two rounds (old, new, old, new), so load on a shared machine hits both alike: the
+before/after comparison of a change (docs/performance.md).
 """
 import http.client, os, re, socket, subprocess, sys, time
 
-DURATION = int(sys.argv[1]) if len(sys.argv) > 1 else 10
+ARGS = sys.argv[1:]
+AGAINST = None
+if "--against" in ARGS:
+    i = ARGS.index("--against")
+    AGAINST = os.path.abspath(ARGS[i + 1])
+    del ARGS[i:i + 2]
+DURATION = int(ARGS[0]) if ARGS else 10
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "target/release/dgx-pixels-exporter")
 HEADERS = {
@@ -67,33 +77,48 @@ def measure(name, proc, port):
                 cpu_us_per_scrape=cpu / reqs * 1e6, rss=rss_mib(proc.pid))
 
 
+def exporter(binary, name):
+    """Starts `binary` on the simulated dgx-h100, measures it, stops it; adds time to ready."""
+    port = free_port()
+    t0 = time.monotonic()
+    proc = subprocess.Popen([binary, "--simulate", "dgx-h100", "--web.listen-address", f"127.0.0.1:{port}",
+                             "--log.level", "warn"])
+    try:
+        while status(port, "/-/ready")[0] != 200:
+            time.sleep(0.001)
+        ready_ms = (time.monotonic() - t0) * 1e3
+        r = measure(name, proc, port)
+        r["ready_ms"] = ready_ms
+        return r
+    finally:
+        proc.terminate(); proc.wait()
+
+
 def main():
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "dgx-pixels-exporter"], cwd=ROOT, check=True)
-    ours_port, node_port = free_port(), free_port()
-    t0 = time.monotonic()
-    ours = subprocess.Popen([BIN, "--simulate", "dgx-h100", "--web.listen-address", f"127.0.0.1:{ours_port}",
-                             "--log.level", "warn"])
-    while status(ours_port, "/-/ready")[0] != 200:
-        time.sleep(0.001)
-    ready_ms = (time.monotonic() - t0) * 1e3
+    node_port = free_port()
     node = subprocess.Popen(["prometheus-node-exporter", f"--web.listen-address=127.0.0.1:{node_port}",
                              "--log.level=warn"], stderr=subprocess.DEVNULL)
     try:
         while status(node_port, "/metrics")[0] != 200:
             time.sleep(0.01)
-        results = [measure("node_exporter", node, node_port), measure("dgx-pixels-exporter", ours, ours_port)]
-        idle_rss = rss_mib(ours.pid)
+        results = [measure("node_exporter", node, node_port)]
     finally:
-        for p in (ours, node):
-            p.terminate(); p.wait()
-    print(f"| server | series | scrapes/s | p50 | p99 | CPU per scrape | RSS after run |")
-    print(f"|---|---|---|---|---|---|---|")
+        node.terminate(); node.wait()
+    rounds = [("dgx-pixels-exporter", BIN)]
+    if AGAINST:
+        rounds = [("before: " + os.path.basename(AGAINST), AGAINST), ("after: this build", BIN)] * 2
+    for name, binary in rounds:
+        results.append(exporter(binary, name))
+    print(f"| server | series | scrapes/s | p50 | p99 | CPU per scrape | RSS after run | ready |")
+    print(f"|---|---|---|---|---|---|---|---|")
     for r in results:
+        ready = f"{r['ready_ms']:.0f} ms" if "ready_ms" in r else ""
         print(f"| {r['name']} | {r['series']} | {r['rps']:.0f} | {r['p50']} | {r['p99']} | "
-              f"{r['cpu_us_per_scrape']:.0f} µs | {r['rss']:.1f} MiB |")
-    ratio = results[1]["rps"] / results[0]["rps"]
-    print(f"\nratio of scrapes/s: {ratio:.1f}x node_exporter; exporter ready {ready_ms:.0f} ms after spawn; "
-          f"RSS {idle_rss:.1f} MiB")
+              f"{r['cpu_us_per_scrape']:.1f} µs | {r['rss']:.1f} MiB | {ready} |")
+    last = results[-1]
+    ratio = last["rps"] / results[0]["rps"]
+    print(f"\nratio of scrapes/s: {ratio:.1f}x node_exporter")
 
 
 main()
