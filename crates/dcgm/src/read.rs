@@ -6,10 +6,11 @@
 //! DCGM's value union.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dcgm_sys::{dcgmReturn_t, DcgmLib, OK};
-use dgx_pixels_metrics::{Metric, Sample};
+use dgx_pixels_metrics::{DeviceKey, Metric, Sample};
 use tracing::warn;
 
 use crate::{DcgmSource, Target, PROFILING_MIN_INTERVAL};
@@ -86,6 +87,7 @@ impl DcgmSource {
                 }
             }
             let gpu_label = gpu.to_string();
+            let key = Arc::new(DeviceKey::gpu(*gpu, s.uuids[e].as_str()));
             let mut stale = 0u32;
             for (v, target) in row.iter().zip(&s.targets).skip(1) {
                 let Some(index) = target else { continue };
@@ -117,13 +119,12 @@ impl DcgmSource {
                     _ => continue,
                 };
                 match &s.fields[*index].target {
-                    Target::Catalog(m) => {
-                        let mut labels = Vec::with_capacity(2 + m.labels.len());
-                        labels.push(gpu_label.clone());
-                        labels.push(s.uuids[e].clone());
-                        labels.extend(m.labels.iter().map(|l| l.to_string()));
-                        out.push(Sample::new(m.metric, labels, x * m.scale));
-                    }
+                    Target::Catalog(m) => out.push(Sample::of(
+                        &key,
+                        m.metric,
+                        m.labels.iter().copied(),
+                        x * m.scale,
+                    )),
                     Target::Extra(family) => self.extra.push((
                         family.clone(),
                         [gpu_label.clone(), s.uuids[e].clone()],
@@ -131,9 +132,10 @@ impl DcgmSource {
                     )),
                 }
             }
-            out.push(Sample::new(
+            out.push(Sample::of(
+                &key,
                 Metric::GpuStaleReadings,
-                [gpu_label.as_str(), s.uuids[e].as_str(), "dcgm"],
+                ["dcgm"],
                 f64::from(stale),
             ));
         }

@@ -45,7 +45,8 @@ pub fn dcgm_fields(settings: &Settings) -> Result<(Vec<FieldChoice>, Vec<String>
     Ok((fields, notes))
 }
 
-/// A series family another source owns: a metric and its label values after `gpu`, `uuid`.
+/// A series family another source owns on every GPU: a metric and its own label values (those
+/// after the device key's).
 pub type Owned = (Metric, &'static [&'static str]);
 
 /// The catalog series a DCGM field provides on every GPU.
@@ -69,11 +70,10 @@ impl Without {
     }
 
     fn owned_elsewhere(&self, s: &Sample) -> bool {
-        self.dropped.iter().any(|(metric, labels)| {
-            *metric == s.metric
-                && s.labels.len() == 2 + labels.len()
-                && s.labels[2..].iter().zip(labels.iter()).all(|(a, b)| a == b)
-        })
+        // The device key names the GPU; the own labels name the series on it.
+        self.dropped
+            .iter()
+            .any(|(metric, labels)| *metric == s.metric && s.labels == *labels)
     }
 }
 
@@ -145,10 +145,10 @@ mod tests {
             fn poll(&mut self) -> Result<PollOutput, PollError> {
                 Ok(PollOutput {
                     samples: vec![
-                        Sample::new(Metric::PcieTransmit, ["0", "u"], 1.0),
-                        Sample::new(Metric::GpuPower, ["0", "u"], 2.0),
-                        Sample::new(Metric::GpuClock, ["0", "u", "sm"], 3.0),
-                        Sample::new(Metric::GpuClock, ["0", "u", "graphics"], 4.0),
+                        Sample::for_gpu(0, "u", Metric::PcieTransmit, &[], 1.0),
+                        Sample::for_gpu(0, "u", Metric::GpuPower, &[], 2.0),
+                        Sample::for_gpu(0, "u", Metric::GpuClock, &["sm"], 3.0),
+                        Sample::for_gpu(0, "u", Metric::GpuClock, &["graphics"], 4.0),
                     ],
                     external: std::sync::Arc::new(vec![dgx_pixels_metrics::ExternalFamily {
                         name: "dcgm_fi_dev_extra".into(),

@@ -358,7 +358,14 @@ mod tests {
                     "second poll fails",
                 ));
             }
-            Ok(vec![Sample::new(Metric::GpuPower, ["0", "GPU-a"], f64::from(n))].into())
+            Ok(vec![Sample::for_gpu(
+                0,
+                "GPU-a",
+                Metric::GpuPower,
+                &[],
+                f64::from(n),
+            )]
+            .into())
         }
     }
 
@@ -461,7 +468,7 @@ mod tests {
         }
         fn poll(&mut self) -> Result<PollOutput, PollError> {
             std::thread::sleep(Duration::from_millis(120));
-            Ok(vec![Sample::new(Metric::GpuPower, ["0", "GPU-a"], 1.0)].into())
+            Ok(vec![Sample::for_gpu(0, "GPU-a", Metric::GpuPower, &[], 1.0)].into())
         }
     }
 
@@ -531,7 +538,7 @@ mod tests {
         fn poll(&mut self) -> Result<PollOutput, PollError> {
             self.0 += 1;
             assert!(self.0 != 2, "a bug in the second poll");
-            Ok(vec![Sample::new(Metric::GpuPower, ["0", "GPU-a"], 1.0)].into())
+            Ok(vec![Sample::for_gpu(0, "GPU-a", Metric::GpuPower, &[], 1.0)].into())
         }
     }
 
@@ -560,7 +567,7 @@ mod tests {
             "scripted"
         }
         fn poll(&mut self) -> Result<PollOutput, PollError> {
-            Ok(vec![Sample::new(Metric::GpuPower, ["0", "GPU-a"], self.0)].into())
+            Ok(vec![Sample::for_gpu(0, "GPU-a", Metric::GpuPower, &[], self.0)].into())
         }
     }
 

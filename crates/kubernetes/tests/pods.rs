@@ -7,7 +7,8 @@ use std::time::Duration;
 use dgx_pixels_kubernetes::fake::{pod, FakeKubelet};
 use dgx_pixels_kubernetes::{PodResourcesOptions, PodResourcesSource};
 use dgx_pixels_metrics::{
-    EncodeOptions, Format, Metric, Sample, Snapshot, SnapshotStore, Source, SourceHealth,
+    EncodeOptions, Format, Metric, MigInstance, Sample, Snapshot, SnapshotStore, Source,
+    SourceHealth,
 };
 
 fn source(socket: &std::path::Path) -> PodResourcesSource {
@@ -20,30 +21,44 @@ fn source(socket: &std::path::Path) -> PodResourcesSource {
 
 /// What NVML would publish for two whole GPUs and one MIG GPU with instances 1 and 2.
 fn nvml_snapshot() -> Snapshot {
-    let info = |gpu: &str, uuid: &str| {
-        Sample::new(
+    let info = |gpu: u32, uuid: &str| {
+        let minor = gpu.to_string();
+        Sample::for_gpu(
+            gpu,
+            uuid,
             Metric::GpuInfo,
-            [gpu, uuid, "m", "s", "b", "v", "d", "c", gpu, "nvidia"],
+            &["m", "s", "b", "v", "d", "c", &minor, "nvidia"],
             1.0,
         )
     };
     let mut samples = vec![
-        info("0", "GPU-0"),
-        info("1", "GPU-1"),
-        info("2", "GPU-2"),
-        Sample::new(Metric::GpuPower, ["0", "GPU-0"], 100.0),
-        Sample::new(Metric::GpuPower, ["1", "GPU-1"], 110.0),
-        Sample::new(Metric::GpuPower, ["2", "GPU-2"], 120.0),
+        info(0, "GPU-0"),
+        info(1, "GPU-1"),
+        info(2, "GPU-2"),
+        Sample::for_gpu(0, "GPU-0", Metric::GpuPower, &[], 100.0),
+        Sample::for_gpu(1, "GPU-1", Metric::GpuPower, &[], 110.0),
+        Sample::for_gpu(2, "GPU-2", Metric::GpuPower, &[], 120.0),
     ];
-    for gi in ["1", "2"] {
-        samples.push(Sample::new(
+    for gi in [1, 2] {
+        let mig = MigInstance {
+            gpu_instance: gi,
+            compute_instance: 0,
+        };
+        let mig_uuid = format!("MIG-2-{gi}");
+        samples.push(Sample::for_mig(
+            2,
+            "GPU-2",
+            mig,
             Metric::MigInfo,
-            ["2", "GPU-2", gi, "0", "3g.40gb", &format!("MIG-2-{gi}")],
+            &["3g.40gb", &mig_uuid],
             1.0,
         ));
-        samples.push(Sample::new(
+        samples.push(Sample::for_mig(
+            2,
+            "GPU-2",
+            mig,
             Metric::MigMemoryUsed,
-            ["2", "GPU-2", gi, "0", "3g.40gb"],
+            &["3g.40gb"],
             7.0,
         ));
     }

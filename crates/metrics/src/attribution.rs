@@ -6,12 +6,12 @@
 //! source and serves it only while that source is up. The join happens once per generation, in
 //! the encoder, never per scrape:
 //!
-//! - Devices are resolved to a key `(uuid, gpu_instance)` (`gpu_instance` empty for a whole
-//!   GPU): a `GPU-...` uuid directly, a `MIG-...` uuid through the NVML snapshot's
-//!   `dgx_pixels_mig_info`, a GPU index through `dgx_pixels_gpu_info`.
-//! - Every sample whose catalog labels include `uuid` (and none of the attribution labels) gets
-//!   the holder's labels when exactly **one** holder of a kind holds its key; the key of a
-//!   sample is its `uuid` and its `gpu_instance` label value, if any.
+//! - Devices are resolved to `(uuid, gpu_instance)` (`gpu_instance` none for a whole GPU): a
+//!   `GPU-...` uuid directly, a `MIG-...` uuid through the device keys of the served
+//!   `dgx_pixels_mig_info` series, a GPU index through those of `dgx_pixels_gpu_info`.
+//! - Every device sample (one with a [`DeviceKey`]) whose row has none of the attribution labels
+//!   gets the holder's labels when exactly **one** holder of a kind holds its key's GPU and MIG
+//!   instance.
 //! - When several holders share a device (time slicing, several jobs) the device's series keep
 //!   no holder labels: one copy per holder would repeat one device reading under several label
 //!   sets, and `sum by (pod)` would count it once per pod. Instead one info series per holder
@@ -22,6 +22,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::catalog::Metric;
+use crate::device::DeviceKey;
 use crate::snapshot::{Sample, Snapshot};
 
 /// The label names attribution adds to device series, in the order they are appended.
@@ -76,9 +77,9 @@ pub type Extra = Arc<[(&'static str, String)]>;
 /// samples naming every holder.
 #[derive(Debug, Default)]
 pub struct Join {
-    /// By uuid, then by `gpu_instance` (empty for the whole GPU): looked up by `&str`, so the
+    /// By uuid, then by `gpu_instance` (`None` for the whole GPU): looked up by `&str`, so the
     /// per-sample lookup allocates nothing.
-    extra: HashMap<String, Vec<(String, Extra)>>,
+    extra: HashMap<String, Vec<(Option<u32>, Extra)>>,
     /// `dgx_pixels_gpu_pod_info` and `dgx_pixels_gpu_hpc_job_info` samples.
     pub info: Vec<Sample>,
 }
@@ -92,43 +93,47 @@ impl Join {
         if sets.iter().all(|s| s.is_empty()) {
             return Join::default();
         }
-        // uuid -> gpu index, index -> uuid, MIG uuid -> (uuid, gpu_instance).
-        let mut gpu_of: HashMap<&str, &str> = HashMap::new();
-        let mut uuid_of: HashMap<&str, &str> = HashMap::new();
-        let mut mig_of: HashMap<&str, (&str, &str)> = HashMap::new();
+        // The devices the served snapshots describe, from their info series' keys: uuid ->
+        // the GPU's key, index -> uuid, MIG uuid -> (uuid, gpu_instance).
+        let mut key_of: HashMap<&str, &Arc<DeviceKey>> = HashMap::new();
+        let mut uuid_of: HashMap<u32, &str> = HashMap::new();
+        let mut mig_of: HashMap<&str, (&str, u32)> = HashMap::new();
         for output in served() {
             for s in &output.samples {
-                match s.metric {
-                    Metric::GpuInfo if s.labels.len() >= 2 => {
-                        gpu_of.insert(&s.labels[1], &s.labels[0]);
-                        uuid_of.insert(&s.labels[0], &s.labels[1]);
+                let Some(d) = &s.device else {
+                    continue;
+                };
+                match (s.metric, d.mig) {
+                    (Metric::GpuInfo, _) => {
+                        key_of.insert(&d.uuid, d);
+                        uuid_of.insert(d.gpu, &d.uuid);
                     }
-                    Metric::MigInfo if s.labels.len() == 6 => {
-                        gpu_of.insert(&s.labels[1], &s.labels[0]);
-                        mig_of.insert(&s.labels[5], (&s.labels[1], &s.labels[2]));
+                    (Metric::MigInfo, Some(m)) => {
+                        if let Some(mig_uuid) = s.label("mig_uuid") {
+                            mig_of.insert(mig_uuid, (&d.uuid, m.gpu_instance));
+                        }
                     }
                     _ => {}
                 }
             }
         }
-        let resolve = |d: &DeviceRef| -> Option<(String, String)> {
+        let resolve = |d: &DeviceRef| -> Option<(String, Option<u32>)> {
             match d {
                 DeviceRef::Uuid(u) if u.starts_with("MIG-") => mig_of
                     .get(u.as_str())
-                    .map(|(uuid, gi)| (uuid.to_string(), gi.to_string())),
-                DeviceRef::Uuid(u) => Some((u.clone(), String::new())),
+                    .map(|(uuid, gi)| (uuid.to_string(), Some(*gi))),
+                DeviceRef::Uuid(u) => Some((u.clone(), None)),
                 DeviceRef::Instance { uuid, gpu_instance } => {
-                    Some((uuid.clone(), gpu_instance.to_string()))
+                    Some((uuid.clone(), Some(*gpu_instance)))
                 }
                 DeviceRef::Index { gpu, gpu_instance } => {
-                    let uuid = uuid_of.get(gpu.to_string().as_str())?;
-                    let gi = gpu_instance.map(|g| g.to_string()).unwrap_or_default();
-                    Some((uuid.to_string(), gi))
+                    let uuid = uuid_of.get(gpu)?;
+                    Some((uuid.to_string(), *gpu_instance))
                 }
             }
         };
         // Holders per key, deduplicated and sorted so the output is stable.
-        let mut holders: HashMap<(String, String), Vec<&Holder>> = HashMap::new();
+        let mut holders: HashMap<(String, Option<u32>), Vec<&Holder>> = HashMap::new();
         for set in sets {
             for (device, holder) in set.iter() {
                 if let Some(key) = resolve(device) {
@@ -146,9 +151,10 @@ impl Join {
             list.sort();
             list.dedup();
             // A device no up source describes has no series to label.
-            let Some(gpu) = gpu_of.get(key.0.as_str()).copied() else {
+            let Some(gpu) = key_of.get(key.0.as_str()).copied() else {
                 continue;
             };
+            let instance = key.1.map(|gi| gi.to_string()).unwrap_or_default();
             let pods: Vec<_> = list
                 .iter()
                 .filter(|h| matches!(h, Holder::Pod { .. }))
@@ -165,9 +171,10 @@ impl Join {
                         pod,
                         container,
                     } => {
-                        join.info.push(Sample::new(
+                        join.info.push(Sample::of(
+                            gpu,
                             Metric::GpuPodInfo,
-                            [gpu, &key.0, &key.1, namespace, pod, container],
+                            [&instance, namespace, pod, container],
                             1.0,
                         ));
                         if pods.len() == 1 {
@@ -177,9 +184,10 @@ impl Join {
                         }
                     }
                     Holder::Job(job) => {
-                        join.info.push(Sample::new(
+                        join.info.push(Sample::of(
+                            gpu,
                             Metric::GpuHpcJobInfo,
-                            [gpu, &key.0, &key.1, job],
+                            [&instance, job],
                             1.0,
                         ));
                         if jobs.len() == 1 {
@@ -196,25 +204,26 @@ impl Join {
         join
     }
 
-    /// The extra labels of `sample`, or none. Samples without a `uuid` label, or that already
-    /// carry an attribution label (the info series), get none.
+    /// The extra labels of `sample`, or none. Samples that are not about a device, or that
+    /// already carry an attribution label (the info series), get none. A sample's key names
+    /// its GPU and, for a MIG instance or a process in one, the instance.
     pub fn labels_for(&self, sample: &Sample) -> Option<&Extra> {
         if self.extra.is_empty() {
             return None;
         }
-        let names = sample.metric.def().labels;
-        if names.iter().any(|n| ATTRIBUTION_LABELS.contains(n)) {
+        if sample
+            .metric
+            .def()
+            .labels
+            .iter()
+            .any(|n| ATTRIBUTION_LABELS.contains(n))
+        {
             return None;
         }
-        let value = |name: &str| {
-            names
-                .iter()
-                .position(|n| *n == name)
-                .and_then(|i| sample.labels.get(i))
-        };
-        let instances = self.extra.get(value("uuid")?.as_str())?;
-        let gi = value("gpu_instance").map(String::as_str).unwrap_or("");
-        instances.iter().find(|(g, _)| g == gi).map(|(_, e)| e)
+        let device = sample.device.as_ref()?;
+        let instances = self.extra.get(&*device.uuid)?;
+        let gi = device.mig.map(|m| m.gpu_instance);
+        instances.iter().find(|(g, _)| *g == gi).map(|(_, e)| e)
     }
 }
 
@@ -222,6 +231,7 @@ impl Join {
 mod tests {
     use super::*;
     use crate::snapshot::{PollOutput, SourceHealth};
+    use crate::MigInstance;
 
     fn holders(source: &str, set: AttributionSet) -> Arc<Snapshot> {
         Arc::new(Snapshot {
@@ -247,25 +257,41 @@ mod tests {
                 ..Default::default()
             },
             output: PollOutput::samples(vec![
-                Sample::new(
+                Sample::for_gpu(
+                    0,
+                    "GPU-a",
                     Metric::GpuInfo,
-                    ["0", "GPU-a", "m", "s", "b", "v", "d", "c", "0", "nvidia0"],
+                    &["m", "s", "b", "v", "d", "c", "0", "nvidia0"],
                     1.0,
                 ),
-                Sample::new(
+                Sample::for_gpu(
+                    1,
+                    "GPU-b",
                     Metric::GpuInfo,
-                    ["1", "GPU-b", "m", "s", "b", "v", "d", "c", "1", "nvidia1"],
+                    &["m", "s", "b", "v", "d", "c", "1", "nvidia1"],
                     1.0,
                 ),
-                Sample::new(
+                Sample::for_mig(
+                    1,
+                    "GPU-b",
+                    MigInstance {
+                        gpu_instance: 3,
+                        compute_instance: 0,
+                    },
                     Metric::MigInfo,
-                    ["1", "GPU-b", "3", "0", "1g.10gb", "MIG-x"],
+                    &["1g.10gb", "MIG-x"],
                     1.0,
                 ),
-                Sample::new(Metric::GpuPower, ["0", "GPU-a"], 100.0),
-                Sample::new(
+                Sample::for_gpu(0, "GPU-a", Metric::GpuPower, &[], 100.0),
+                Sample::for_mig(
+                    1,
+                    "GPU-b",
+                    MigInstance {
+                        gpu_instance: 3,
+                        compute_instance: 0,
+                    },
                     Metric::MigMemoryUsed,
-                    ["1", "GPU-b", "3", "0", "1g.10gb"],
+                    &["1g.10gb"],
                     5.0,
                 ),
             ]),
@@ -312,11 +338,11 @@ mod tests {
             ("pod", "infer".to_string())
         );
         // The whole GPU 1 is held by nobody.
-        let gpu1 = Sample::new(Metric::GpuPower, ["1", "GPU-b"], 1.0);
+        let gpu1 = Sample::for_gpu(1, "GPU-b", Metric::GpuPower, &[], 1.0);
         assert!(join.labels_for(&gpu1).is_none());
         assert_eq!(join.info.len(), 3);
         assert_eq!(
-            join.info[2].labels,
+            join.info[2].label_values(),
             ["1", "GPU-b", "3", "ml", "infer", "main"]
         );
         // Info series are never joined again.
@@ -335,9 +361,9 @@ mod tests {
         let snaps = [nvml(), holders("kubernetes", set)];
         let join = Join::build(&snaps);
         assert!(join.labels_for(&snaps[0].output.samples[3]).is_none());
-        let gpu1 = Sample::new(Metric::GpuPower, ["1", "GPU-b"], 1.0);
+        let gpu1 = Sample::for_gpu(1, "GPU-b", Metric::GpuPower, &[], 1.0);
         assert_eq!(join.labels_for(&gpu1).unwrap().len(), 3);
-        let pods: Vec<_> = join.info.iter().map(|s| s.labels[4].as_str()).collect();
+        let pods: Vec<_> = join.info.iter().map(|s| s.label_values()[4]).collect();
         assert_eq!(pods, ["one", "two", "three"]);
     }
 

@@ -6,6 +6,8 @@
 
 use std::fmt;
 
+use crate::device::Scope;
+
 /// Prometheus metric type of a catalog row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -83,8 +85,12 @@ pub struct MetricDef {
     pub kind: Kind,
     /// Base unit, also the name's suffix.
     pub unit: Unit,
-    /// Label names, in the order sample label values are given.
+    /// Label names, in exposition order. A device row's leading labels (`gpu`, `uuid`, and for
+    /// a MIG row the instance ids) come from the sample's [`DeviceKey`](crate::DeviceKey); the
+    /// sample's label values are the rest ([`MetricDef::own_labels`]).
     pub labels: &'static [&'static str],
+    /// Whether the row's series are about a GPU or a MIG instance (from its leading labels).
+    pub scope: Scope,
     /// Names of the sources that may provide the metric.
     pub sources: &'static [&'static str],
     /// One-line help text.
@@ -92,6 +98,12 @@ pub struct MetricDef {
 }
 
 impl MetricDef {
+    /// The label names whose values a sample carries itself: all but the device key's.
+    pub fn own_labels(&self) -> &'static [&'static str] {
+        let labels: &'static [&'static str] = self.labels;
+        labels.get(self.scope.label_count()..).unwrap_or_default()
+    }
+
     /// The OpenMetrics family name: the exposed name without the counter's `_total`.
     pub fn family_name(&self) -> &'static str {
         match self.kind {
@@ -136,6 +148,7 @@ macro_rules! define_catalog {
                 kind: Kind::$kind,
                 unit: Unit::$unit,
                 labels: &[$($label),*],
+                scope: Scope::of(&[$($label),*]),
                 sources: &[$($source),*],
                 help: $help,
             }, )*
@@ -243,7 +256,7 @@ define_catalog! {
         "NVLink errors per link and type (replay, recovery, crc_flit, crc_data).";
     GpuProcesses => Gauge None "dgx_pixels_gpu_processes" ["gpu", "uuid"] ["nvml", "sim"]
         "Compute processes running on the GPU (all of them, also those beyond the per-GPU series limit).";
-    ProcessMemoryUsed => Gauge Bytes "dgx_pixels_process_memory_used_bytes" ["gpu", "uuid", "pid", "container_id", "gpu_instance", "compute_instance"] ["nvml", "sim"]
+    ProcessMemoryUsed => Gauge Bytes "dgx_pixels_process_memory_used_bytes" ["gpu", "uuid", "gpu_instance", "compute_instance", "pid", "container_id"] ["nvml", "sim"]
         "Device memory used by a compute process, for the processes using the most memory on each GPU (container_id from /proc/PID/cgroup where known; MIG ids on MIG GPUs).";
     MigInfo => Gauge None "dgx_pixels_mig_info" ["gpu", "uuid", "gpu_instance", "compute_instance", "mig_profile", "mig_uuid"] ["nvml", "sim"]
         "One series (value 1) per MIG instance, naming its profile and UUID.";

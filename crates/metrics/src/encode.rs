@@ -16,6 +16,7 @@ use prometheus_client::registry::{Registry, Unit as PcUnit};
 
 use crate::attribution::{self, Join};
 use crate::catalog::{Kind, Metric, MetricDef};
+use crate::device::{DeviceKey, Scope};
 use crate::histogram;
 use crate::snapshot::{Sample, Snapshot};
 
@@ -303,8 +304,9 @@ fn encode_text(families: &Families<'_>, options: &EncodeOptions, capacity: usize
                 .const_labels
                 .iter()
                 .map(|(k, v)| (k.as_str(), v.as_str()))
+                .chain(s.device.iter().flat_map(|d| d.labels(def.scope)))
                 .chain(
-                    def.labels
+                    def.own_labels()
                         .iter()
                         .copied()
                         .zip(s.labels.iter().map(String::as_str)),
@@ -339,6 +341,7 @@ fn encode_text(families: &Families<'_>, options: &EncodeOptions, capacity: usize
 
 struct Labels<'a> {
     consts: &'a [(String, String)],
+    device: Option<(&'a DeviceKey, Scope)>,
     names: &'static [&'static str],
     values: &'a [String],
     extra: Option<&'a attribution::Extra>,
@@ -347,6 +350,7 @@ struct Labels<'a> {
 impl EncodeLabelSet for Labels<'_> {
     fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
         let consts = self.consts.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        let device = self.device.iter().flat_map(|(d, scope)| d.labels(*scope));
         let own = self
             .names
             .iter()
@@ -357,7 +361,7 @@ impl EncodeLabelSet for Labels<'_> {
             .iter()
             .flat_map(|e| e.iter())
             .map(|(k, v)| (*k, v.as_str()));
-        for (k, v) in consts.chain(own).chain(extra) {
+        for (k, v) in consts.chain(device).chain(own).chain(extra) {
             let mut label = encoder.encode_label();
             let mut key = label.encode_label_key()?;
             key.write_str(k)?;
@@ -411,7 +415,8 @@ fn write_families(
             for h in histogram::series(def, &refs) {
                 let labels = Labels {
                     consts,
-                    names: def.labels,
+                    device: h.device.map(|d| (d, def.scope)),
+                    names: def.own_labels(),
                     values: h.labels,
                     extra: None,
                 };
@@ -422,7 +427,8 @@ fn write_families(
         for (s, extra) in samples {
             let labels = Labels {
                 consts,
-                names: def.labels,
+                device: s.device.as_deref().map(|d| (d, def.scope)),
+                names: def.own_labels(),
                 values: &s.labels,
                 extra: *extra,
             };
@@ -486,29 +492,20 @@ mod tests {
 
     fn input(up: bool) -> ExpositionInput {
         let samples = vec![
-            Sample::new(Metric::GpuPower, ["0", "GPU-a"], 312.5),
-            Sample::new(Metric::GpuEnergy, ["0", "GPU-a"], 1234.0),
-            Sample::new(Metric::GpuPower, ["1", "GPU-b"], 80.0),
-            Sample::new(
+            Sample::for_gpu(0, "GPU-a", Metric::GpuPower, &[], 312.5),
+            Sample::for_gpu(0, "GPU-a", Metric::GpuEnergy, &[], 1234.0),
+            Sample::for_gpu(1, "GPU-b", Metric::GpuPower, &[], 80.0),
+            Sample::for_gpu(
+                0,
+                "GPU-a",
                 Metric::GpuInfo,
-                [
-                    "0",
-                    "GPU-a",
-                    "H100 \"SXM\"\n",
-                    "s",
-                    "b",
-                    "v",
-                    "d",
-                    "12.4",
-                    "0",
-                    "nvidia0",
-                ],
+                &["H100 \"SXM\"\n", "s", "b", "v", "d", "12.4", "0", "nvidia0"],
                 1.0,
             ),
-            Sample::new(Metric::GpuTemperature, ["0", "GPU-a", "gpu"], f64::INFINITY),
+            Sample::for_gpu(0, "GPU-a", Metric::GpuTemperature, &["gpu"], f64::INFINITY),
             // Malformed (wrong label count) and NaN samples are never served.
             Sample::new(Metric::GpuUp, ["0"], 1.0),
-            Sample::new(Metric::GpuUtilization, ["0", "GPU-a"], f64::NAN),
+            Sample::for_gpu(0, "GPU-a", Metric::GpuUtilization, &[], f64::NAN),
         ];
         ExpositionInput {
             statics: Arc::new(vec![Sample::new(
@@ -642,7 +639,7 @@ mod tests {
         }
         // prometheus-client (the catalog's OpenMetrics samples) writes shortest forms too.
         let mut i = input(true);
-        let tiny = Sample::new(Metric::GpuPower, ["2", "GPU-c"], 1e-300);
+        let tiny = Sample::for_gpu(2, "GPU-c", Metric::GpuPower, &[], 1e-300);
         Arc::make_mut(&mut i.snapshots[0]).output.samples.push(tiny);
         let om = encode(&i, Format::OpenMetrics);
         assert!(om.contains("uuid=\"GPU-c\"} 1e-300\n"), "{om}");

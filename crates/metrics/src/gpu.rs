@@ -12,11 +12,17 @@ pub use dgx_pixels_readout::{
     NvlinkErrors, NvlinkReadout, ProcessReadout, RemappedRowsReadout, RetiredPages,
 };
 
+use std::sync::Arc;
+
 use crate::catalog::Metric;
+use crate::device::{DeviceKey, MigInstance};
 use crate::labels::{
     ClockDomain, EccCounter, EccErrorType, RemappedRowCause, RetiredPageCause, TemperatureSensor,
 };
 use crate::snapshot::Sample;
+
+/// The own labels of a series that has only its device's.
+const NO_LABELS: [&str; 0] = [];
 
 fn flag(b: bool) -> f64 {
     if b {
@@ -26,18 +32,16 @@ fn flag(b: bool) -> f64 {
     }
 }
 
-/// Appends the samples of one GPU to `out`.
+/// Appends the samples of one GPU to `out`, all sharing one [`DeviceKey`].
 pub fn push_gpu_samples(id: &GpuIdentity, r: &GpuReadout, out: &mut Vec<Sample>) {
-    let gpu = id.index.to_string();
-    let uuid = id.uuid.as_str();
+    let key = Arc::new(DeviceKey::gpu(id.index, id.uuid.as_str()));
     let minor = id.minor_number.to_string();
     let cuda = id.cuda_driver_version.as_str();
     let device = format!("nvidia{}", id.minor_number);
-    out.push(Sample::new(
+    out.push(Sample::of(
+        &key,
         Metric::GpuInfo,
         [
-            gpu.as_str(),
-            uuid,
             &id.model,
             &id.serial,
             &id.pci_bus_id,
@@ -49,11 +53,12 @@ pub fn push_gpu_samples(id: &GpuIdentity, r: &GpuReadout, out: &mut Vec<Sample>)
         ],
         1.0,
     ));
-    out.push(Sample::new(Metric::GpuUp, [gpu.as_str(), uuid], flag(r.up)));
+    out.push(Sample::of(&key, Metric::GpuUp, NO_LABELS, flag(r.up)));
     for (xid, count) in &r.xid_counts {
-        out.push(Sample::new(
+        out.push(Sample::of(
+            &key,
             Metric::GpuXidErrors,
-            [gpu.clone(), uuid.to_string(), xid.to_string()],
+            [xid.to_string()],
             *count as f64,
         ));
     }
@@ -62,7 +67,7 @@ pub fn push_gpu_samples(id: &GpuIdentity, r: &GpuReadout, out: &mut Vec<Sample>)
     }
     let mut gauge = |metric: Metric, value: Option<f64>| {
         if let Some(v) = value {
-            out.push(Sample::new(metric, [gpu.as_str(), uuid], v));
+            out.push(Sample::of(&key, metric, NO_LABELS, v));
         }
     };
     gauge(Metric::GpuUtilization, r.utilization_ratio);
@@ -99,14 +104,8 @@ pub fn push_gpu_samples(id: &GpuIdentity, r: &GpuReadout, out: &mut Vec<Sample>)
     gauge(Metric::NvlinkTransmit, r.nvlink_transmit_bytes);
     gauge(Metric::NvlinkReceive, r.nvlink_receive_bytes);
 
-    let mut labelled = |metric: Metric, extra: &[&str], value: f64| {
-        let mut labels = vec![gpu.clone(), uuid.to_string()];
-        labels.extend(extra.iter().map(|s| s.to_string()));
-        out.push(Sample {
-            metric,
-            labels,
-            value,
-        });
+    let mut labelled = |metric: Metric, labels: &[&str], value: f64| {
+        out.push(Sample::of(&key, metric, labels.iter().copied(), value));
     };
     for sensor in TemperatureSensor::ALL {
         if let Some(v) = r.temperature(sensor) {
@@ -161,22 +160,33 @@ pub fn push_gpu_samples(id: &GpuIdentity, r: &GpuReadout, out: &mut Vec<Sample>)
         }
     }
     for p in &r.processes {
-        let opt = |v: Option<u32>| v.map(|v| v.to_string()).unwrap_or_default();
-        labelled(
+        // A process in a MIG instance is that instance's: its key names it, so the attribution
+        // join finds the pod holding the instance.
+        let mig = match (p.gpu_instance, p.compute_instance) {
+            (Some(gpu_instance), Some(compute_instance)) => Some(MigInstance {
+                gpu_instance,
+                compute_instance,
+            }),
+            _ => None,
+        };
+        out.push(Sample::of(
+            &Arc::new(key.with_mig(mig)),
             Metric::ProcessMemoryUsed,
-            &[
-                &p.pid.to_string(),
-                &p.container_id,
-                &opt(p.gpu_instance),
-                &opt(p.compute_instance),
-            ],
+            [p.pid.to_string(), p.container_id.clone()],
             p.used_memory_bytes,
-        );
+        ));
     }
     for m in &r.mig {
-        let gi = m.gpu_instance.to_string();
-        let ci = m.compute_instance.to_string();
-        labelled(Metric::MigInfo, &[&gi, &ci, &m.profile, &m.mig_uuid], 1.0);
+        let instance = Arc::new(key.with_mig(Some(MigInstance {
+            gpu_instance: m.gpu_instance,
+            compute_instance: m.compute_instance,
+        })));
+        out.push(Sample::of(
+            &instance,
+            Metric::MigInfo,
+            [&m.profile, &m.mig_uuid],
+            1.0,
+        ));
         for (metric, v) in [
             (
                 Metric::MigGraphicsEngineActive,
@@ -186,7 +196,7 @@ pub fn push_gpu_samples(id: &GpuIdentity, r: &GpuReadout, out: &mut Vec<Sample>)
             (Metric::MigMemoryTotal, m.memory_total_bytes),
         ] {
             if let Some(v) = v {
-                labelled(metric, &[&gi, &ci, &m.profile], v);
+                out.push(Sample::of(&instance, metric, [&m.profile], v));
             }
         }
     }
@@ -236,32 +246,35 @@ mod tests {
         push_gpu_samples(&id(), &r, &mut out);
         assert!(out.iter().all(Sample::is_well_formed));
         let info = find(&out, Metric::GpuInfo);
-        assert_eq!(info[0].labels[2], "NVIDIA H100 80GB HBM3");
-        assert_eq!(info[0].labels[9], "nvidia2");
+        assert_eq!(info[0].label_values()[2], "NVIDIA H100 80GB HBM3");
+        assert_eq!(info[0].label_values()[9], "nvidia2");
         assert_eq!(find(&out, Metric::GpuUp)[0].value, 1.0);
-        assert_eq!(find(&out, Metric::GpuPower)[0].labels, ["2", "GPU-x"]);
+        assert_eq!(
+            find(&out, Metric::GpuPower)[0].label_values(),
+            ["2", "GPU-x"]
+        );
         assert_eq!(find(&out, Metric::GpuPower)[0].value, 412.0);
         assert_eq!(
             find(&out, Metric::GpuTemperature).len(),
             1,
             "memory sensor absent"
         );
-        assert_eq!(find(&out, Metric::GpuClock)[0].labels[2], "sm");
+        assert_eq!(find(&out, Metric::GpuClock)[0].label_values()[2], "sm");
         assert!(
             find(&out, Metric::GpuMemoryUsed).is_empty(),
             "no reading, no series"
         );
         let reasons = find(&out, Metric::GpuThrottleReason);
         assert_eq!(
-            (reasons[0].labels[2].as_str(), reasons[0].value),
+            (reasons[0].label_values()[2], reasons[0].value),
             ("sw_power_cap", 1.0)
         );
         assert_eq!(
-            (reasons[1].labels[2].as_str(), reasons[1].value),
+            (reasons[1].label_values()[2], reasons[1].value),
             ("gpu_idle", 0.0)
         );
         let xid = find(&out, Metric::GpuXidErrors);
-        assert_eq!((xid[0].labels[2].as_str(), xid[0].value), ("13", 2.0));
+        assert_eq!((xid[0].label_values()[2], xid[0].value), ("13", 2.0));
         assert_eq!(find(&out, Metric::GpuEccErrors).len(), 4);
     }
 
@@ -300,7 +313,7 @@ mod tests {
         assert_eq!(find(&out, Metric::GpuEccEnabled)[0].value, 1.0);
         let rows = find(&out, Metric::GpuRemappedRows);
         assert_eq!(
-            (rows[1].labels[2].as_str(), rows[1].value),
+            (rows[1].label_values()[2], rows[1].value),
             ("uncorrectable", 2.0)
         );
         assert_eq!(find(&out, Metric::GpuRemappedRowsPending)[0].value, 1.0);
@@ -310,17 +323,17 @@ mod tests {
             "not reported, not exported"
         );
         assert_eq!(
-            find(&out, Metric::GpuThrottleViolation)[0].labels[2],
+            find(&out, Metric::GpuThrottleViolation)[0].label_values()[2],
             "power"
         );
-        assert_eq!(find(&out, Metric::NvlinkUp)[0].labels[2], "3");
+        assert_eq!(find(&out, Metric::NvlinkUp)[0].label_values()[2], "3");
         assert_eq!(
-            find(&out, Metric::NvlinkErrors)[0].labels[2..],
+            find(&out, Metric::NvlinkErrors)[0].label_values()[2..],
             ["3", "replay"]
         );
         assert_eq!(find(&out, Metric::GpuProcesses)[0].value, 2.0);
         let p = find(&out, Metric::ProcessMemoryUsed);
-        assert_eq!(p[0].labels[2..], ["42", "abc", "1", "0"]);
+        assert_eq!(p[0].label_values()[2..], ["1", "0", "42", "abc"]);
         assert!(find(&out, Metric::PcieLinkWidth).is_empty());
     }
 
@@ -417,8 +430,11 @@ mod tests {
         push_gpu_samples(&id(), &r, &mut out);
         assert!(out.iter().all(Sample::is_well_formed));
         let active = find(&out, Metric::MigGraphicsEngineActive);
-        assert_eq!(active[0].labels, ["2", "GPU-x", "1", "0", "3g.40gb"]);
+        assert_eq!(
+            active[0].label_values(),
+            ["2", "GPU-x", "1", "0", "3g.40gb"]
+        );
         assert!(find(&out, Metric::MigMemoryUsed).is_empty());
-        assert_eq!(find(&out, Metric::MigInfo)[0].labels[5], "MIG-1");
+        assert_eq!(find(&out, Metric::MigInfo)[0].label_values()[5], "MIG-1");
     }
 }

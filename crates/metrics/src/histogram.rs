@@ -11,7 +11,10 @@
 
 use std::fmt::Write as _;
 
+use std::sync::Arc;
+
 use crate::catalog::{Metric, MetricDef};
+use crate::device::DeviceKey;
 use crate::snapshot::Sample;
 
 /// Extra label value of the sample that carries a histogram's sum.
@@ -60,9 +63,11 @@ impl Histogram {
         (n > 0).then(|| self.sum / n as f64)
     }
 
-    /// The samples of this histogram as series `labels` of `metric`.
+    /// The samples of this histogram as series `labels` of `metric`, about `device` where the
+    /// row is a device row.
     pub fn samples<S: Into<String>>(
         &self,
+        device: Option<&Arc<DeviceKey>>,
         metric: Metric,
         labels: impl IntoIterator<Item = S>,
     ) -> Vec<Sample> {
@@ -82,12 +87,14 @@ impl Histogram {
             };
             out.push(Sample {
                 metric,
+                device: device.cloned(),
                 labels: with(le),
                 value: cumulative as f64,
             });
         }
         out.push(Sample {
             metric,
+            device: device.cloned(),
             labels: with(SUM.to_string()),
             value: self.sum,
         });
@@ -98,7 +105,9 @@ impl Histogram {
 /// One histogram series rebuilt from its samples.
 #[derive(Debug, PartialEq)]
 pub(crate) struct Series<'a> {
-    /// Label values of the catalog row's label names.
+    /// The device, for a device row.
+    pub device: Option<&'a DeviceKey>,
+    /// Label values of the catalog row's own label names.
     pub labels: &'a [String],
     /// (upper bound as written, upper bound, cumulative count), +Inf last.
     pub buckets: Vec<(&'a str, f64, u64)>,
@@ -109,17 +118,22 @@ pub(crate) struct Series<'a> {
 /// Groups a histogram family's samples into series, in order; samples with a malformed extra
 /// label are skipped, and a series without its +Inf bucket is dropped.
 pub(crate) fn series<'a>(def: &MetricDef, samples: &[&'a Sample]) -> Vec<Series<'a>> {
-    let n = def.labels.len();
+    let n = def.own_labels().len();
     let mut out: Vec<Series<'a>> = Vec::new();
     for s in samples {
         if s.labels.len() != n + 1 {
             continue;
         }
         let (base, extra) = (&s.labels[..n], s.labels[n].as_str());
-        let idx = match out.iter().position(|x| x.labels == base) {
+        let device = s.device.as_deref();
+        let idx = match out
+            .iter()
+            .position(|x| x.labels == base && x.device == device)
+        {
             Some(i) => i,
             None => {
                 out.push(Series {
+                    device,
                     labels: base,
                     buckets: Vec::new(),
                     sum: 0.0,
@@ -152,12 +166,16 @@ pub(crate) fn write_text(
 ) {
     for s in series(def, samples) {
         let mut labels = String::new();
-        let pairs = consts.iter().map(|(k, v)| (k.as_str(), v.as_str())).chain(
-            def.labels
-                .iter()
-                .copied()
-                .zip(s.labels.iter().map(String::as_str)),
-        );
+        let pairs = consts
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .chain(s.device.iter().flat_map(|d| d.labels(def.scope)))
+            .chain(
+                def.own_labels()
+                    .iter()
+                    .copied()
+                    .zip(s.labels.iter().map(String::as_str)),
+            );
         for (k, v) in pairs {
             labels.push_str(k);
             labels.push_str("=\"");
@@ -194,8 +212,9 @@ mod tests {
             h.observe(v);
         }
         assert_eq!(h.count(), 4);
-        let s = h.samples(Metric::ProbeDuration, ["0", "GPU-a", "gemm_bf16"]);
-        let got: Vec<(&str, f64)> = s.iter().map(|s| (s.labels[3].as_str(), s.value)).collect();
+        let key = Arc::new(DeviceKey::gpu(0, "GPU-a"));
+        let s = h.samples(Some(&key), Metric::ProbeDuration, ["gemm_bf16"]);
+        let got: Vec<(&str, f64)> = s.iter().map(|s| (s.labels[1].as_str(), s.value)).collect();
         assert_eq!(
             got,
             [("0.01", 1.0), ("0.1", 3.0), ("+Inf", 4.0), ("sum", 3.105)]
@@ -210,16 +229,21 @@ mod tests {
         let mut h = Histogram::new(&[0.01, 0.1]);
         h.observe(0.02);
         h.observe(0.5);
-        let mut samples = h.samples(Metric::ProbeDuration, ["0", "GPU-a", "gemm_bf16"]);
+        let key = Arc::new(DeviceKey::gpu(0, "GPU-a"));
+        let mut samples = h.samples(Some(&key), Metric::ProbeDuration, ["gemm_bf16"]);
         // Malformed: a bound that is not a number, and a series without +Inf.
-        samples.push(Sample::new(
+        samples.push(Sample::for_gpu(
+            1,
+            "GPU-b",
             Metric::ProbeDuration,
-            ["1", "GPU-b", "copy_d2d", "x"],
+            &["copy_d2d", "x"],
             1.0,
         ));
-        samples.push(Sample::new(
+        samples.push(Sample::for_gpu(
+            1,
+            "GPU-b",
             Metric::ProbeDuration,
-            ["1", "GPU-b", "copy_d2d", "0.1"],
+            &["copy_d2d", "0.1"],
             1.0,
         ));
         encode(

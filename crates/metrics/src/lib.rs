@@ -22,7 +22,7 @@
 //! store.publish(Snapshot {
 //!     source: "sim".into(),
 //!     health: SourceHealth { up: true, polls: 1, ..Default::default() },
-//!     output: vec![Sample::new(Metric::GpuPower, ["0", "GPU-0"], 300.0)].into(),
+//!     output: vec![Sample::for_gpu(0, "GPU-0", Metric::GpuPower, &[], 300.0)].into(),
 //! });
 //! let body = store.current().exposition(Format::Text, false);
 //! assert!(std::str::from_utf8(&body).unwrap()
@@ -32,6 +32,7 @@
 
 pub mod attribution;
 pub mod catalog;
+pub mod device;
 pub mod encode;
 pub mod external;
 pub mod gpu;
@@ -42,6 +43,7 @@ pub mod store;
 
 pub use attribution::{AttributionSet, DeviceRef, Holder};
 pub use catalog::{Kind, Metric, MetricDef, Unit, CATALOG};
+pub use device::{DeviceKey, MigInstance, Scope};
 pub use dgx_pixels_readout::labels;
 pub use encode::{EncodeOptions, Format};
 pub use external::{

@@ -1,25 +1,31 @@
 //! Immutable per-source snapshots: what one poll of one source saw.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::attribution::AttributionSet;
 use crate::catalog::Metric;
+use crate::device::{DeviceKey, Scope};
 use crate::external::ExternalFamilies;
 
-/// One series value: a catalog metric, its label values (in the order of the metric's label
-/// names) and the value.
+/// One series value: a catalog metric, the device it describes (for a device row), its own
+/// label values (in the order of the row's [`own_labels`](crate::MetricDef::own_labels)) and the
+/// value.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
     /// The catalog row.
     pub metric: Metric,
-    /// Label values, one per label name of the catalog row.
+    /// The GPU or MIG instance, for a row whose scope is not [`Scope::None`]; shared by every
+    /// sample of that device.
+    pub device: Option<Arc<DeviceKey>>,
+    /// Label values, one per own label name of the catalog row.
     pub labels: Vec<String>,
     /// The value in the metric's base unit.
     pub value: f64,
 }
 
 impl Sample {
-    /// A sample of `metric` with the given label values.
+    /// A sample of a row that is not about a device, with the given label values.
     pub fn new<S: Into<String>>(
         metric: Metric,
         labels: impl IntoIterator<Item = S>,
@@ -27,18 +33,82 @@ impl Sample {
     ) -> Sample {
         Sample {
             metric,
+            device: None,
             labels: labels.into_iter().map(Into::into).collect(),
             value,
         }
     }
 
-    /// Whether the number of label values matches the catalog row (the encoders skip samples
-    /// that do not, rather than emit a malformed series).
+    /// A sample of a device row: `device`'s labels, then the given own label values.
+    pub fn of<S: Into<String>>(
+        device: &Arc<DeviceKey>,
+        metric: Metric,
+        labels: impl IntoIterator<Item = S>,
+        value: f64,
+    ) -> Sample {
+        Sample {
+            metric,
+            device: Some(Arc::clone(device)),
+            labels: labels.into_iter().map(Into::into).collect(),
+            value,
+        }
+    }
+
+    /// A sample of a whole GPU with a key of its own: for tests and one-off series (a source
+    /// shares one key over all the samples of a GPU, [`Sample::of`]).
+    pub fn for_gpu(gpu: u32, uuid: &str, metric: Metric, labels: &[&str], value: f64) -> Sample {
+        Sample::of(
+            &Arc::new(DeviceKey::gpu(gpu, uuid)),
+            metric,
+            labels.iter().copied(),
+            value,
+        )
+    }
+
+    /// A sample of one MIG instance with a key of its own (tests and one-off series).
+    pub fn for_mig(
+        gpu: u32,
+        uuid: &str,
+        mig: crate::MigInstance,
+        metric: Metric,
+        labels: &[&str],
+        value: f64,
+    ) -> Sample {
+        let key = DeviceKey::new(gpu, uuid.into(), Some(mig));
+        Sample::of(&Arc::new(key), metric, labels.iter().copied(), value)
+    }
+
+    /// Every label value in exposition order: the device key's, then the sample's own.
+    pub fn label_values(&self) -> Vec<&str> {
+        let scope = self.metric.def().scope;
+        self.device
+            .iter()
+            .flat_map(|d| d.labels(scope).map(|(_, v)| v))
+            .chain(self.labels.iter().map(String::as_str))
+            .collect()
+    }
+
+    /// The value of the label `name`, whether the device key or the sample provides it.
+    pub fn label(&self, name: &str) -> Option<&str> {
+        let def = self.metric.def();
+        if let Some(device) = &self.device {
+            if let Some((_, v)) = device.labels(def.scope).find(|(k, _)| *k == name) {
+                return Some(v);
+            }
+        }
+        let i = def.own_labels().iter().position(|n| *n == name)?;
+        self.labels.get(i).map(String::as_str)
+    }
+
+    /// Whether the sample fits its catalog row: a device key exactly when the row is about a
+    /// device, and one value per own label (the encoders skip samples that do not fit, rather
+    /// than emit a malformed series).
     pub fn is_well_formed(&self) -> bool {
         let def = self.metric.def();
         // Histogram samples carry one more value: the bucket bound or "sum" (see `histogram`).
         let extra = usize::from(def.kind == crate::catalog::Kind::Histogram);
-        self.labels.len() == def.labels.len() + extra
+        self.device.is_some() == (def.scope != Scope::None)
+            && self.labels.len() == def.own_labels().len() + extra
     }
 }
 

@@ -199,7 +199,7 @@ mod tests {
                 polls: 1,
                 ..Default::default()
             },
-            output: vec![Sample::new(Metric::GpuPower, ["0", "GPU-a"], watts)].into(),
+            output: vec![Sample::for_gpu(0, "GPU-a", Metric::GpuPower, &[], watts)].into(),
         }
     }
 
@@ -354,9 +354,11 @@ mod tests {
         assert!(String::from_utf8_lossy(&text)
             .contains("dgx_pixels_gpu_power_watts{gpu=\"0\",uuid=\"GPU-a\"} 300\n"));
         let mut nvml = up("nvml", 300.0);
-        nvml.output.samples.push(Sample::new(
+        nvml.output.samples.push(Sample::for_gpu(
+            0,
+            "GPU-a",
             Metric::GpuInfo,
-            ["0", "GPU-a", "m", "s", "b", "v", "d", "c", "0", "nvidia0"],
+            &["m", "s", "b", "v", "d", "c", "0", "nvidia0"],
             1.0,
         ));
         store.publish(nvml);

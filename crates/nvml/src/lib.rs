@@ -48,7 +48,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use dgx_pixels_metrics::gpu::{push_gpu_samples, GpuIdentity, GpuReadout};
-use dgx_pixels_metrics::{Backoff, Metric, PollError, PollErrorKind, PollOutput, Sample, Source};
+use dgx_pixels_metrics::{
+    Backoff, DeviceKey, Metric, PollError, PollErrorKind, PollOutput, Sample, Source,
+};
 use nvml_wrapper::Nvml;
 use tracing::{info, warn};
 
@@ -365,9 +367,10 @@ impl Source for NvmlSource {
                 Some(id) => push_gpu_samples(id, &readout, &mut out),
                 // Never answered (hung or failing since the library was loaded): its uuid is
                 // unknown, but the GPU exists and is down, so say that much.
-                None => out.push(Sample::new(
+                None => out.push(Sample::of(
+                    &Arc::new(DeviceKey::gpu(index, "")),
                     Metric::GpuUp,
-                    [index.to_string(), String::new()],
+                    [] as [&str; 0],
                     0.0,
                 )),
             }

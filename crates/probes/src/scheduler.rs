@@ -14,10 +14,11 @@
 //! At most one probe runs per poll, which keeps a poll short against the runner's deadline.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dgx_pixels_metrics::histogram::Histogram;
-use dgx_pixels_metrics::{Metric, PollError, PollErrorKind, PollOutput, Sample, Source};
+use dgx_pixels_metrics::{DeviceKey, Metric, PollError, PollErrorKind, PollOutput, Sample, Source};
 
 use crate::probe::{ProbeKind, ProbeSizes, ProbeUnit};
 use crate::stats::summarize;
@@ -162,8 +163,8 @@ impl Backend for CudaBackend {
 
 /// Utilization and exported GPU index of a GPU, by UUID, from the latest telemetry snapshot.
 pub trait UtilizationView: Send {
-    /// `(gpu label, utilization 0–1)` when a current reading exists.
-    fn lookup(&self, uuid: &str) -> Option<(String, f64)>;
+    /// `(exported GPU index, utilization 0–1)` when a current reading exists.
+    fn lookup(&self, uuid: &str) -> Option<(u32, f64)>;
 }
 
 #[derive(Debug)]
@@ -176,7 +177,9 @@ struct LastResult {
 #[derive(Debug)]
 struct GpuState {
     id: GpuId,
-    label: String,
+    /// The key of the GPU's series: the index the telemetry exports (the CUDA ordinal until a
+    /// reading says otherwise) and the uuid.
+    key: Arc<DeviceKey>,
     next_due: Instant,
     next_probe: usize,
     results: BTreeMap<ProbeKind, LastResult>,
@@ -229,7 +232,10 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
                 self.gpus = Some(
                     ids.into_iter()
                         .map(|id| GpuState {
-                            label: id.ordinal.to_string(),
+                            key: Arc::new(DeviceKey::gpu(
+                                u32::try_from(id.ordinal).unwrap_or(u32::MAX),
+                                id.uuid.as_str(),
+                            )),
                             id,
                             next_due: now,
                             next_probe: 0,
@@ -272,8 +278,10 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         let g = &mut gpus[i];
         let kind = probes[g.next_probe % probes.len()];
         let reading = self.utilization.lookup(&g.id.uuid);
-        if let Some((label, _)) = &reading {
-            g.label.clone_from(label);
+        if let Some((gpu, _)) = reading {
+            if g.key.gpu != gpu {
+                g.key = Arc::new(DeviceKey::gpu(gpu, g.id.uuid.as_str()));
+            }
         }
         let skip = match reading {
             None => Some("skipped_no_utilization"),
@@ -317,7 +325,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
                 g.results.remove(&kind);
                 let msg = e.to_string();
                 if g.last_error.as_deref() != Some(&msg) {
-                    tracing::warn!(gpu = %g.label, uuid = %g.id.uuid, probe = %kind, "probe failed: {msg}");
+                    tracing::warn!(gpu = g.key.gpu, uuid = %g.id.uuid, probe = %kind, "probe failed: {msg}");
                 }
                 g.last_error = Some(msg);
             }
@@ -334,7 +342,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         };
         let elapsed = now.duration_since(self.started).as_secs_f64();
         for g in gpus {
-            let (gpu, uuid) = (g.label.as_str(), g.id.uuid.as_str());
+            let key = &g.key;
             let max_age = self.round_estimate(g) * MAX_AGE_ROUNDS;
             for (kind, r) in &g.results {
                 if now.duration_since(r.measured) > max_age {
@@ -343,45 +351,46 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
                 let name = kind.name();
                 match kind.unit() {
                     ProbeUnit::Flops => {
-                        out.push(Sample::new(Metric::ProbeGemm, [gpu, uuid, name], r.value))
+                        out.push(Sample::of(key, Metric::ProbeGemm, [name], r.value))
                     }
-                    ProbeUnit::BytesPerSecond => out.push(Sample::new(
-                        Metric::ProbeBandwidth,
-                        [gpu, uuid, name],
-                        r.value,
-                    )),
-                    ProbeUnit::Seconds => out.push(Sample::new(
+                    ProbeUnit::BytesPerSecond => {
+                        out.push(Sample::of(key, Metric::ProbeBandwidth, [name], r.value))
+                    }
+                    ProbeUnit::Seconds => out.push(Sample::of(
+                        key,
                         Metric::ProbeLaunchLatency,
-                        [gpu, uuid],
+                        [] as [&str; 0],
                         r.value,
                     )),
                 }
                 if let Some(f) = crate::peaks::fraction(&g.id.model, *kind, r.value) {
-                    out.push(Sample::new(Metric::ProbePeakFraction, [gpu, uuid, name], f));
+                    out.push(Sample::of(key, Metric::ProbePeakFraction, [name], f));
                 }
                 let ts =
                     r.at.duration_since(UNIX_EPOCH)
                         .map(|d| d.as_secs_f64())
                         .unwrap_or(0.0);
-                out.push(Sample::new(Metric::ProbeLastRun, [gpu, uuid, name], ts));
+                out.push(Sample::of(key, Metric::ProbeLastRun, [name], ts));
             }
             for kind in &self.probes {
                 for outcome in OUTCOMES {
                     let n = g.runs.get(&(*kind, *outcome)).copied().unwrap_or(0);
-                    out.push(Sample::new(
+                    out.push(Sample::of(
+                        key,
                         Metric::ProbeRuns,
-                        [gpu, uuid, kind.name(), outcome],
+                        [kind.name(), outcome],
                         n as f64,
                     ));
                 }
                 if let Some(h) = g.durations.get(kind) {
-                    out.extend(h.samples(Metric::ProbeDuration, [gpu, uuid, kind.name()]));
+                    out.extend(h.samples(Some(key), Metric::ProbeDuration, [kind.name()]));
                 }
             }
             if elapsed > 0.0 {
-                out.push(Sample::new(
+                out.push(Sample::of(
+                    key,
                     Metric::ProbeDutyCycle,
-                    [gpu, uuid],
+                    [] as [&str; 0],
                     g.busy.as_secs_f64() / elapsed,
                 ));
             }

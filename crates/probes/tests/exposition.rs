@@ -32,8 +32,8 @@ impl Backend for Fake {
 
 struct Idle;
 impl UtilizationView for Idle {
-    fn lookup(&self, _: &str) -> Option<(String, f64)> {
-        Some(("0".into(), 0.0))
+    fn lookup(&self, _: &str) -> Option<(u32, f64)> {
+        Some((0, 0.0))
     }
 }
 

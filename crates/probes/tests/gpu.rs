@@ -88,8 +88,8 @@ fn gpu_probes_produce_results_on_every_gpu() {
 /// Every GPU idle, as the daemon's NVML readings would say.
 struct Idle;
 impl UtilizationView for Idle {
-    fn lookup(&self, _: &str) -> Option<(String, f64)> {
-        Some(("0".into(), 0.0))
+    fn lookup(&self, _: &str) -> Option<(u32, f64)> {
+        Some((0, 0.0))
     }
 }
 

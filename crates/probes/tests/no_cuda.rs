@@ -14,8 +14,8 @@ use dgx_pixels_probes::{run_once, Environment, ProbeError, ProbeKind, ProbeSizes
 
 struct Idle;
 impl UtilizationView for Idle {
-    fn lookup(&self, _: &str) -> Option<(String, f64)> {
-        Some(("0".into(), 0.0))
+    fn lookup(&self, _: &str) -> Option<(u32, f64)> {
+        Some((0, 0.0))
     }
 }
 

@@ -52,9 +52,9 @@ impl Backend for Fake {
 }
 
 #[derive(Clone, Default)]
-struct Util(Arc<Mutex<HashMap<String, (String, f64)>>>);
+struct Util(Arc<Mutex<HashMap<String, (u32, f64)>>>);
 impl UtilizationView for Util {
-    fn lookup(&self, uuid: &str) -> Option<(String, f64)> {
+    fn lookup(&self, uuid: &str) -> Option<(u32, f64)> {
         self.0.lock().unwrap().get(uuid).cloned()
     }
 }
@@ -63,10 +63,14 @@ fn value(samples: &[Sample], metric: Metric, labels: &[&str]) -> Option<f64> {
     samples
         .iter()
         .find(|s| {
+            // The device key's labels, then the sample's own.
+            let device = s
+                .device
+                .iter()
+                .flat_map(|d| [d.gpu.to_string(), d.uuid.to_string()]);
             s.metric == metric
-                && s.labels
-                    .iter()
-                    .map(String::as_str)
+                && device
+                    .chain(s.labels.iter().cloned())
                     .eq(labels.iter().copied())
         })
         .map(|s| s.value)
@@ -104,10 +108,7 @@ fn source(
 fn busy_and_unknown_gpus_are_skipped_idle_ones_probed() {
     let (mut s, log, util) = source(Duration::from_millis(1), None, 0.005);
     // NVML calls GPU-a index 3 (CUDA ordinal 0): the exported gpu label follows NVML.
-    util.0
-        .lock()
-        .unwrap()
-        .insert("GPU-a".into(), ("3".into(), 0.0));
+    util.0.lock().unwrap().insert("GPU-a".into(), (3, 0.0));
     // GPU-b has no reading yet.
     let samples = s.poll().unwrap().samples;
     let samples2 = s.poll().unwrap().samples;
@@ -145,10 +146,7 @@ fn busy_and_unknown_gpus_are_skipped_idle_ones_probed() {
         Some(1.0)
     );
     // Unknown model: no fraction, but the result itself is exported.
-    util.0
-        .lock()
-        .unwrap()
-        .insert("GPU-b".into(), ("1".into(), 0.9));
+    util.0.lock().unwrap().insert("GPU-b".into(), (1, 0.9));
     assert_eq!(
         value(
             &samples2,
@@ -170,7 +168,7 @@ fn busy_and_unknown_gpus_are_skipped_idle_ones_probed() {
     let count = samples
         .iter()
         .find(|x| {
-            x.metric == Metric::ProbeDuration && x.labels[2] == "gemm_bf16" && x.labels[3] == "+Inf"
+            x.metric == Metric::ProbeDuration && x.labels[0] == "gemm_bf16" && x.labels[1] == "+Inf"
         })
         .map(|x| x.value);
     assert_eq!(count, Some(1.0));
@@ -181,14 +179,8 @@ fn busy_and_unknown_gpus_are_skipped_idle_ones_probed() {
 fn the_duty_cycle_spaces_runs_and_busy_gpus_wait() {
     // 20 ms runs at a 10% duty cycle: the next run on a GPU waits at least 200 ms.
     let (mut s, log, util) = source(Duration::from_millis(20), None, 0.1);
-    util.0
-        .lock()
-        .unwrap()
-        .insert("GPU-a".into(), ("0".into(), 0.0));
-    util.0
-        .lock()
-        .unwrap()
-        .insert("GPU-b".into(), ("1".into(), 0.5));
+    util.0.lock().unwrap().insert("GPU-a".into(), (0, 0.0));
+    util.0.lock().unwrap().insert("GPU-b".into(), (1, 0.5));
     let t = std::time::Instant::now();
     while t.elapsed() < Duration::from_millis(150) {
         s.poll().unwrap();
@@ -230,14 +222,8 @@ fn the_duty_cycle_spaces_runs_and_busy_gpus_wait() {
 #[test]
 fn a_failing_probe_counts_an_error_and_exports_no_result() {
     let (mut s, _log, util) = source(Duration::ZERO, Some(ProbeKind::GemmBf16), 1.0);
-    util.0
-        .lock()
-        .unwrap()
-        .insert("GPU-a".into(), ("0".into(), 0.0));
-    util.0
-        .lock()
-        .unwrap()
-        .insert("GPU-b".into(), ("1".into(), 0.0));
+    util.0.lock().unwrap().insert("GPU-a".into(), (0, 0.0));
+    util.0.lock().unwrap().insert("GPU-b".into(), (1, 0.0));
     let mut samples = Vec::new();
     for _ in 0..4 {
         samples = s.poll().unwrap().samples;

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use dgx_pixels_metrics::gpu::{push_gpu_samples, GpuIdentity, GpuReadout};
-use dgx_pixels_metrics::Metric;
+use dgx_pixels_metrics::{DeviceKey, Metric};
 use dgx_pixels_metrics::{
     ExternalFamilies, ExternalFamily, ExternalKind, ExternalSample, PollError, PollOutput, Sample,
     Source,
@@ -286,8 +286,7 @@ impl Workload {
 /// The DCGM profiling samples of one GPU, from the simulator's profiling model (pure).
 pub fn push_profile(id: &GpuIdentity, g: &GpuStatic, r: &GpuReading, out: &mut Vec<Sample>) {
     let p = dgx_pixels_sim::profile(g, r);
-    let gpu = id.index.to_string();
-    let labels = [gpu.as_str(), id.uuid.as_str()];
+    let key = Arc::new(DeviceKey::gpu(id.index, id.uuid.as_str()));
     for (metric, value) in [
         (Metric::GpuGraphicsEngineActive, Some(p.gr_engine_active)),
         (Metric::GpuSmActive, Some(p.sm_active)),
@@ -301,7 +300,7 @@ pub fn push_profile(id: &GpuIdentity, g: &GpuStatic, r: &GpuReading, out: &mut V
         (Metric::NvlinkReceiveRate, p.nvlink_rx_bytes_per_second),
     ] {
         if let Some(v) = value {
-            out.push(Sample::new(metric, labels, v));
+            out.push(Sample::of(&key, metric, [] as [&str; 0], v));
         }
     }
 }
@@ -410,20 +409,25 @@ mod tests {
         );
         let sm = out
             .iter()
-            .find(|s| s.metric == Metric::GpuClock && s.labels[2] == "sm")
+            .find(|s| s.metric == Metric::GpuClock && s.label_values()[2] == "sm")
             .unwrap();
         assert_eq!(sm.value, r.clocks.sm.unwrap());
         let cap = out
             .iter()
-            .find(|s| s.metric == Metric::GpuThrottleReason && s.labels[2] == "sw_power_cap")
+            .find(|s| {
+                s.metric == Metric::GpuThrottleReason && s.label_values()[2] == "sw_power_cap"
+            })
             .unwrap();
         assert_eq!(
             Some(cap.value == 1.0),
             r.throttle_reason(ThrottleReason::SwPowerCap)
         );
-        assert_eq!(out[0].labels[1], g.uuid);
+        assert_eq!(out[0].label_values()[1], g.uuid);
         // gpu_info: the scenario's driver, its CUDA version as NVML spells it, /dev/nvidia3.
-        assert_eq!(out[0].labels[6..], ["550.54.15", "12.4", "3", "nvidia3"]);
+        assert_eq!(
+            out[0].label_values()[6..],
+            ["550.54.15", "12.4", "3", "nvidia3"]
+        );
     }
 
     #[test]
@@ -442,7 +446,7 @@ mod tests {
         let g = n.gpu(2).unwrap().clone();
         let served = |m: Metric| {
             out.iter()
-                .find(|x| x.metric == m && x.labels[0] == "2")
+                .find(|x| x.metric == m && x.label_values()[0] == "2")
                 .map(|x| x.value)
                 .unwrap()
         };
@@ -494,7 +498,7 @@ mod tests {
         let gpus: std::collections::BTreeSet<_> = out
             .iter()
             .filter(|s| s.metric == Metric::MigInfo)
-            .map(|s| s.labels[0].clone())
+            .map(|s| s.label_values()[0].to_string())
             .collect();
         assert_eq!(gpus.into_iter().collect::<Vec<_>>(), ["0", "1"]);
     }
@@ -511,9 +515,9 @@ mod tests {
         assert_eq!(values(&out, Metric::GpuPower).len(), 7);
         let xid = out
             .iter()
-            .find(|x| x.metric == Metric::GpuXidErrors && x.labels[1] == g.uuid)
+            .find(|x| x.metric == Metric::GpuXidErrors && x.label_values()[1] == g.uuid)
             .unwrap();
-        assert_eq!((xid.labels[2].as_str(), xid.value), ("79", 1.0));
+        assert_eq!((xid.label_values()[2], xid.value), ("79", 1.0));
         assert!(matches!(
             n.reading(3, Duration::from_secs(31)),
             Some(GpuState::Lost { .. })

@@ -97,12 +97,12 @@ impl Backend for SimBackend {
 pub struct SimUtilization(Handle);
 
 impl UtilizationView for SimUtilization {
-    fn lookup(&self, uuid: &str) -> Option<(String, f64)> {
+    fn lookup(&self, uuid: &str) -> Option<(u32, f64)> {
         let mut s = lock(&self.0);
         let i = *s.index.get(uuid)?;
         let t = s.now();
         match s.node.reading(i, t)? {
-            GpuState::Ok(r) => Some((i.to_string(), r.readout.utilization_ratio?)),
+            GpuState::Ok(r) => Some((u32::try_from(i).ok()?, r.readout.utilization_ratio?)),
             GpuState::Lost { .. } => None,
         }
     }
@@ -146,7 +146,7 @@ mod tests {
 
     fn find<'a>(out: &'a [Sample], m: Metric, labels: &[&str]) -> Option<&'a Sample> {
         out.iter()
-            .find(|s| s.metric == m && labels.iter().zip(&s.labels).all(|(a, b)| a == b))
+            .find(|s| s.metric == m && labels.iter().zip(s.label_values()).all(|(a, b)| *a == b))
     }
 
     #[test]
@@ -160,9 +160,9 @@ mod tests {
         assert!(out.iter().all(|x| x.metric != Metric::ProbeGemm));
         let skipped = out.iter().find(|x| {
             x.metric == Metric::ProbeRuns
-                && x.labels[0] == "0"
-                && x.labels[2] == "gemm_bf16"
-                && x.labels[3] == "skipped_busy"
+                && x.label_values()[0] == "0"
+                && x.label_values()[2] == "gemm_bf16"
+                && x.label_values()[3] == "skipped_busy"
         });
         assert_eq!(skipped.map(|x| x.value), Some(1.0));
     }
@@ -209,7 +209,7 @@ mod tests {
         // next probe of a GPU waits held / duty cycle (330 ms / 0.005 = 66 s).
         let sum = out
             .iter()
-            .find(|x| x.metric == Metric::ProbeDuration && x.labels[0] == "0")
+            .find(|x| x.metric == Metric::ProbeDuration && x.label_values()[0] == "0")
             .map(|x| x.value);
         assert!(sum.is_some());
         let again = s.poll().unwrap().samples;
@@ -232,8 +232,8 @@ mod tests {
         let out = s.poll().unwrap().samples;
         let lost = out.iter().find(|x| {
             x.metric == Metric::ProbeRuns
-                && x.labels[0] == "3"
-                && x.labels[3] == "skipped_no_utilization"
+                && x.label_values()[0] == "3"
+                && x.label_values()[3] == "skipped_no_utilization"
         });
         assert_eq!(lost.map(|x| x.value), Some(1.0));
     }
@@ -243,7 +243,7 @@ mod tests {
         let mut gpus: Vec<String> = out
             .iter()
             .filter(|x| x.metric == Metric::ProbeRuns)
-            .map(|x| x.labels[0].clone())
+            .map(|x| x.label_values()[0].to_string())
             .collect();
         gpus.dedup();
         gpus

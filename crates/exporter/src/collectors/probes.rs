@@ -55,7 +55,7 @@ pub type StoreSlot = Arc<OnceLock<Arc<SnapshotStore>>>;
 pub struct StoreUtilization(pub StoreSlot);
 
 impl UtilizationView for StoreUtilization {
-    fn lookup(&self, uuid: &str) -> Option<(String, f64)> {
+    fn lookup(&self, uuid: &str) -> Option<(u32, f64)> {
         let store = self.0.get()?;
         let generation = store.current();
         generation
@@ -63,10 +63,11 @@ impl UtilizationView for StoreUtilization {
             .iter()
             .filter_map(|s| s.served())
             .flat_map(|o| o.samples.iter())
-            .find(|s| {
-                s.metric == Metric::GpuUtilization && s.labels.get(1).is_some_and(|u| u == uuid)
+            .filter(|s| s.metric == Metric::GpuUtilization)
+            .find_map(|s| {
+                let d = s.device.as_ref().filter(|d| &*d.uuid == uuid)?;
+                Some((d.gpu, s.value))
             })
-            .and_then(|s| Some((s.labels.first()?.clone(), s.value)))
     }
 }
 
@@ -104,14 +105,14 @@ mod tests {
                 ..Default::default()
             },
             output: vec![
-                Sample::new(Metric::GpuUtilization, ["2", "GPU-a"], 0.25),
-                Sample::new(Metric::GpuUtilization, ["3", "GPU-b"], 0.0),
+                Sample::for_gpu(2, "GPU-a", Metric::GpuUtilization, &[], 0.25),
+                Sample::for_gpu(3, "GPU-b", Metric::GpuUtilization, &[], 0.0),
             ]
             .into(),
         };
         store.publish(snap(true));
-        assert_eq!(view.lookup("GPU-a"), Some(("2".into(), 0.25)));
-        assert_eq!(view.lookup("GPU-b"), Some(("3".into(), 0.0)));
+        assert_eq!(view.lookup("GPU-a"), Some((2, 0.25)));
+        assert_eq!(view.lookup("GPU-b"), Some((3, 0.0)));
         assert_eq!(view.lookup("GPU-c"), None);
         // A down source's readings are not current: no reading, so the GPU is not probed.
         store.publish(snap(false));

@@ -1,0 +1,184 @@
+//! The typed device key: which GPU (and which MIG instance of it) a series describes.
+//!
+//! A device series carries its key beside its other label values instead of as the first
+//! label strings, for two reasons. Consumers (the attribution join, the probe scheduler's
+//! utilization lookup, the NVML/DCGM ownership filter) ask the key, so none of them parses
+//! labels by position. And one key is shared by every sample of a GPU (an [`Arc`]), so the
+//! uuid is not copied into each of the GPU's ~100 series on every poll.
+//!
+//! The catalog says which rows are device series ([`Scope`], derived from each row's leading
+//! label names, so the rows keep listing every label in exposition order); the encoders write
+//! the key's labels first.
+
+use std::sync::Arc;
+
+/// One MIG instance of a GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MigInstance {
+    /// The GPU instance id (`gpu_instance` label).
+    pub gpu_instance: u32,
+    /// The compute instance id (`compute_instance` label).
+    pub compute_instance: u32,
+}
+
+/// A GPU by index and uuid, optionally one MIG instance of it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DeviceKey {
+    /// The GPU's index (`gpu` label): NVML's enumeration order.
+    pub gpu: u32,
+    /// The GPU's uuid (`GPU-...`), never a MIG device's.
+    pub uuid: Arc<str>,
+    /// The MIG instance, for a series of one instance (or of a process running in one).
+    pub mig: Option<MigInstance>,
+    /// The label values as written, rendered once per key rather than once per encoded sample.
+    text: [Box<str>; 3],
+}
+
+impl DeviceKey {
+    /// The key of a whole GPU.
+    pub fn gpu(gpu: u32, uuid: impl Into<Arc<str>>) -> DeviceKey {
+        DeviceKey::new(gpu, uuid.into(), None)
+    }
+
+    /// The key of a GPU's series about one MIG instance, or about none (`mig` `None`: a
+    /// process-level series on a GPU that is not in MIG mode; its instance labels are empty).
+    pub fn new(gpu: u32, uuid: Arc<str>, mig: Option<MigInstance>) -> DeviceKey {
+        let id = |f: fn(MigInstance) -> u32| mig.map(|m| f(m).to_string()).unwrap_or_default();
+        let text = [
+            gpu.to_string().into(),
+            id(|m| m.gpu_instance).into(),
+            id(|m| m.compute_instance).into(),
+        ];
+        DeviceKey {
+            gpu,
+            uuid,
+            mig,
+            text,
+        }
+    }
+
+    /// The same GPU, one MIG instance of it (or the whole GPU for `None`).
+    pub fn with_mig(&self, mig: Option<MigInstance>) -> DeviceKey {
+        DeviceKey::new(self.gpu, Arc::clone(&self.uuid), mig)
+    }
+
+    /// The label pairs this key contributes to a series of `scope`, in exposition order.
+    pub fn labels(&self, scope: Scope) -> impl Iterator<Item = (&str, &str)> {
+        let [gpu, gi, ci] = &self.text;
+        let all: [(&str, &str); 4] = [
+            ("gpu", &**gpu),
+            ("uuid", &*self.uuid),
+            ("gpu_instance", &**gi),
+            ("compute_instance", &**ci),
+        ];
+        all.into_iter().take(scope.label_count())
+    }
+}
+
+/// What a catalog row's series are about, from its leading label names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Not a device series (the exporter's own metrics, textfile status): labels only.
+    None,
+    /// A GPU: `gpu` and `uuid` come from the sample's [`DeviceKey`].
+    Gpu,
+    /// A MIG instance of a GPU: `gpu`, `uuid`, `gpu_instance` and `compute_instance` come from
+    /// the key (the instance labels empty for a key without one).
+    Mig,
+}
+
+impl Scope {
+    /// The scope of a row with these label names.
+    pub const fn of(labels: &[&str]) -> Scope {
+        if starts_with(labels, &["gpu", "uuid", "gpu_instance", "compute_instance"]) {
+            Scope::Mig
+        } else if starts_with(labels, &["gpu", "uuid"]) {
+            Scope::Gpu
+        } else {
+            Scope::None
+        }
+    }
+
+    /// How many of the row's leading labels the key provides.
+    pub const fn label_count(self) -> usize {
+        match self {
+            Scope::None => 0,
+            Scope::Gpu => 2,
+            Scope::Mig => 4,
+        }
+    }
+}
+
+/// Whether `labels` begins with `names` (const: the catalog computes each row's scope at compile
+/// time).
+const fn starts_with(labels: &[&str], names: &[&str]) -> bool {
+    if labels.len() < names.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < names.len() {
+        if !str_eq(labels[i], names[i]) {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+const fn str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes_come_from_the_leading_labels() {
+        assert_eq!(Scope::of(&["gpu", "uuid"]), Scope::Gpu);
+        assert_eq!(Scope::of(&["gpu", "uuid", "sensor"]), Scope::Gpu);
+        assert_eq!(
+            Scope::of(&["gpu", "uuid", "gpu_instance", "compute_instance", "x"]),
+            Scope::Mig
+        );
+        assert_eq!(Scope::of(&["gpu", "uuid", "gpu_instance", "x"]), Scope::Gpu);
+        assert_eq!(Scope::of(&["source"]), Scope::None);
+        assert_eq!(Scope::of(&["uuid", "gpu"]), Scope::None);
+        assert_eq!(Scope::of(&[]), Scope::None);
+    }
+
+    #[test]
+    fn a_key_renders_the_labels_of_its_scope() {
+        let mig = MigInstance {
+            gpu_instance: 3,
+            compute_instance: 0,
+        };
+        let key = DeviceKey::new(1, "GPU-b".into(), Some(mig));
+        let got: Vec<_> = key.labels(Scope::Mig).collect();
+        assert_eq!(
+            got,
+            [
+                ("gpu", "1"),
+                ("uuid", "GPU-b"),
+                ("gpu_instance", "3"),
+                ("compute_instance", "0")
+            ]
+        );
+        assert_eq!(key.labels(Scope::Gpu).count(), 2);
+        assert_eq!(key.labels(Scope::None).count(), 0);
+        let whole = key.with_mig(None);
+        let got: Vec<_> = whole.labels(Scope::Mig).map(|(_, v)| v).collect();
+        assert_eq!(got, ["1", "GPU-b", "", ""]);
+    }
+}
