@@ -400,12 +400,8 @@ fn write_families(
             Kind::Counter => MetricType::Counter,
             Kind::Histogram => MetricType::Histogram,
         };
-        let mut family = encoder.encode_descriptor(
-            def.family_name_without_unit(),
-            def.help,
-            unit.as_ref(),
-            kind,
-        )?;
+        let mut family =
+            encoder.encode_descriptor(def.openmetrics_base, def.help, unit.as_ref(), kind)?;
         if def.kind == Kind::Histogram {
             let refs: Vec<&Sample> = samples.iter().map(|(s, _)| *s).collect();
             for h in histogram::series(def, &refs) {
