@@ -19,8 +19,9 @@ use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use crate::encode::{push_value, Format};
+use crate::encode::Format;
 use crate::snapshot::Snapshot;
+use crate::syntax::{push_escaped, push_value};
 
 /// Type of an external family, as declared on its `# TYPE` line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,17 +133,6 @@ pub struct ExternalFamily {
 
 /// The external families of one source, as of its latest successful poll.
 pub type ExternalFamilies = Arc<Vec<ExternalFamily>>;
-
-fn push_escaped(out: &mut String, s: &str, quote: bool) {
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '"' if quote => out.push_str("\\\""),
-            c => out.push(c),
-        }
-    }
-}
 
 fn push_family(out: &mut String, f: &ExternalFamily, format: Format, consts: &[(String, String)]) {
     let (header, kind) = match (format, f.kind) {

@@ -177,7 +177,7 @@ pub(crate) fn write_text(
         };
         out.push_str(&braces("sum"));
         out.push(' ');
-        crate::encode::push_value(out, s.sum);
+        crate::syntax::push_value(out, s.sum);
         out.push('\n');
         let _ = writeln!(out, "{} {}", braces("count"), s.count);
     }

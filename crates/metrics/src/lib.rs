@@ -37,6 +37,7 @@ pub mod histogram;
 pub mod snapshot;
 pub mod source;
 pub mod store;
+mod syntax;
 
 pub use attribution::{AttributionSet, DeviceRef, Holder};
 pub use catalog::{Kind, Metric, MetricDef, Unit, CATALOG};
