@@ -1,24 +1,17 @@
-//! Encoders: OpenMetrics 1.0 through prometheus-client, and the classic Prometheus text format
-//! 0.0.4 (which prometheus-client does not write), both from the same grouped samples.
+//! Encoding an exposition: the served snapshots become one family model (`family.rs`), which
+//! OpenMetrics 1.0 (`openmetrics.rs`: prometheus-client, and the small writer for what it cannot
+//! express) and the classic text format 0.0.4 (`text.rs`: the small writer, since
+//! prometheus-client has none) both write.
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{
-    DescriptorEncoder, EncodeLabelSet, EncodeMetric, LabelSetEncoder, MetricEncoder, NoLabelSet,
-};
-use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::metrics::MetricType;
-use prometheus_client::registry::{Registry, Unit as PcUnit};
-
-use crate::attribution::{self, Join};
-use crate::catalog::{Kind, Metric, MetricDef};
-use crate::histogram;
+use crate::attribution::Join;
+use crate::catalog::Metric;
+use crate::family::{self, Exposition};
+use crate::openmetrics;
 use crate::snapshot::{Sample, Snapshot};
-use crate::syntax::{push_escaped, push_value};
+use crate::text::{write_family, Syntax};
 
 /// Content type of the OpenMetrics exposition.
 pub const OPENMETRICS_CONTENT_TYPE: &str =
@@ -64,14 +57,6 @@ pub struct ExpositionInput {
     pub options: Arc<EncodeOptions>,
 }
 
-/// Extra (attribution) labels of one sample.
-type Extra<'a> = Option<&'a attribution::Extra>;
-
-/// Samples grouped into families, in catalog order.
-struct Families<'a> {
-    groups: Vec<(&'static MetricDef, Vec<(&'a Sample, Extra<'a>)>)>,
-}
-
 fn unix_seconds(t: std::time::SystemTime) -> f64 {
     t.duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
@@ -105,35 +90,31 @@ fn health_samples(snapshots: &[Arc<Snapshot>]) -> Vec<Sample> {
     out
 }
 
-fn group<'a>(input: &'a ExpositionInput, health: &'a [Sample], join: &'a Join) -> Families<'a> {
-    let mut all: Vec<&Sample> = input
-        .statics
-        .iter()
-        .chain(health.iter())
-        .chain(join.info.iter())
-        .collect();
-    for output in input.snapshots.iter().filter_map(|s| s.served()) {
-        all.extend(output.samples.iter());
-    }
-    all.retain(|s| s.is_well_formed() && !s.value.is_nan());
-    // Stable: series keep their source order within a family.
-    all.sort_by_key(|s| s.metric);
-    let mut groups: Vec<(&'static MetricDef, Vec<(&Sample, Extra<'a>)>)> = Vec::new();
-    for s in all {
-        let extra = join.labels_for(s);
-        match groups.last_mut() {
-            Some((def, v)) if def.metric == s.metric => v.push((s, extra)),
-            _ => groups.push((s.metric.def(), vec![(s, extra)])),
-        }
-    }
-    Families { groups }
-}
-
-/// Groups the input into families and hands them to `write`.
-fn with_families<T>(input: &ExpositionInput, write: impl FnOnce(&Families<'_>) -> T) -> T {
+/// Builds the families of `input` (catalog ones in catalog order, then the external ones by
+/// source) and hands them to `write`. Only served snapshots count (see [`Snapshot::served`]).
+pub(crate) fn with_exposition<T>(
+    input: &ExpositionInput,
+    write: impl FnOnce(&Exposition<'_>) -> T,
+) -> T {
     let health = health_samples(&input.snapshots);
     let join = Join::build(&input.snapshots);
-    write(&group(input, &health, &join))
+    let served: Vec<_> = input.snapshots.iter().filter_map(|s| s.served()).collect();
+    let count = served.iter().map(|o| o.samples.len()).sum::<usize>();
+    let mut samples: Vec<&Sample> =
+        Vec::with_capacity(input.statics.len() + health.len() + join.info.len() + count);
+    samples.extend(input.statics.iter().chain(&health).chain(&join.info));
+    for output in &served {
+        samples.extend(output.samples.iter());
+    }
+    let consts = &input.options.const_labels;
+    let mut families = Vec::new();
+    family::catalog(samples, &join, &mut families);
+    family::external(
+        served.iter().map(|o| &o.external[..]),
+        consts,
+        &mut families,
+    );
+    write(&Exposition { consts, families })
 }
 
 /// Bytes to reserve for the exposition of `input`: about what a series and a family header
@@ -143,7 +124,10 @@ fn capacity(input: &ExpositionInput) -> usize {
         + input
             .snapshots
             .iter()
-            .map(|s| s.output.samples.len() + 5)
+            .map(|s| {
+                let external = s.output.external.iter().map(|f| f.samples.len());
+                s.output.samples.len() + external.sum::<usize>() + 5
+            })
             .sum::<usize>();
     series * 160 + 64 * 256
 }
@@ -151,206 +135,15 @@ fn capacity(input: &ExpositionInput) -> usize {
 /// Encodes the input in the given format.
 pub fn encode(input: &ExpositionInput, format: Format) -> String {
     match format {
-        Format::Text => with_families(input, |f| encode_text(f, &input.options, capacity(input))),
-        Format::OpenMetrics => encode_openmetrics(input),
-    }
-}
-
-// ---- classic text format ----
-
-fn encode_text(families: &Families<'_>, options: &EncodeOptions, capacity: usize) -> String {
-    let mut out = String::with_capacity(capacity);
-    for (def, samples) in &families.groups {
-        out.push_str("# HELP ");
-        out.push_str(def.name);
-        out.push(' ');
-        push_escaped(&mut out, def.help, false);
-        out.push_str("\n# TYPE ");
-        out.push_str(def.name);
-        out.push(' ');
-        out.push_str(def.kind.as_str());
-        out.push('\n');
-        if def.kind == Kind::Histogram {
-            // Histograms are not joined (their extra bound label would need its own rules).
-            let plain: Vec<&Sample> = samples.iter().map(|(s, _)| *s).collect();
-            histogram::write_text(&mut out, def, &plain, &options.const_labels, push_escaped);
-            continue;
-        }
-        for (s, extra) in samples {
-            out.push_str(def.name);
-            let pairs = options
-                .const_labels
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .chain(
-                    def.labels
-                        .iter()
-                        .copied()
-                        .zip(s.labels.iter().map(String::as_str)),
-                )
-                .chain(
-                    extra
-                        .iter()
-                        .flat_map(|e| e.iter())
-                        .map(|(k, v)| (*k, v.as_str())),
-                );
-            let mut first = true;
-            for (k, v) in pairs {
-                out.push(if first { '{' } else { ',' });
-                first = false;
-                out.push_str(k);
-                out.push_str("=\"");
-                push_escaped(&mut out, v, true);
-                out.push('"');
+        Format::Text => with_exposition(input, |exposition| {
+            let mut out = String::with_capacity(capacity(input));
+            for f in &exposition.families {
+                write_family(&mut out, f, exposition.consts, Syntax::Text);
             }
-            if !first {
-                out.push('}');
-            }
-            out.push(' ');
-            push_value(&mut out, s.value);
-            out.push('\n');
-        }
+            out
+        }),
+        Format::OpenMetrics => openmetrics::encode(input, capacity(input)),
     }
-    out
-}
-
-// ---- OpenMetrics through prometheus-client ----
-
-struct Labels<'a> {
-    consts: &'a [(String, String)],
-    names: &'static [&'static str],
-    values: &'a [String],
-    extra: Option<&'a attribution::Extra>,
-}
-
-impl EncodeLabelSet for Labels<'_> {
-    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
-        let consts = self.consts.iter().map(|(k, v)| (k.as_str(), v.as_str()));
-        let own = self
-            .names
-            .iter()
-            .copied()
-            .zip(self.values.iter().map(String::as_str));
-        let extra = self
-            .extra
-            .iter()
-            .flat_map(|e| e.iter())
-            .map(|(k, v)| (*k, v.as_str()));
-        for (k, v) in consts.chain(own).chain(extra) {
-            let mut label = encoder.encode_label();
-            let mut key = label.encode_label_key()?;
-            key.write_str(k)?;
-            let mut value = key.encode_label_value()?;
-            value.write_str(v)?;
-            value.finish()?;
-        }
-        Ok(())
-    }
-}
-
-fn pc_unit(def: &MetricDef) -> Option<PcUnit> {
-    def.unit.suffix().map(|u| PcUnit::Other(u.to_string()))
-}
-
-/// A collector over one exposition's input. prometheus-client's collectors must be `'static`:
-/// it holds the input's shared parts (no sample is copied) and groups them while encoding.
-#[derive(Debug)]
-struct FamiliesCollector {
-    input: ExpositionInput,
-}
-
-impl Collector for FamiliesCollector {
-    fn encode(&self, encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        with_families(&self.input, |families| {
-            write_families(families, &self.input.options.const_labels, encoder)
-        })
-    }
-}
-
-fn write_families(
-    families: &Families<'_>,
-    consts: &[(String, String)],
-    mut encoder: DescriptorEncoder,
-) -> Result<(), std::fmt::Error> {
-    for (def, samples) in &families.groups {
-        let unit = pc_unit(def);
-        let kind = match def.kind {
-            Kind::Gauge => MetricType::Gauge,
-            Kind::Counter => MetricType::Counter,
-            Kind::Histogram => MetricType::Histogram,
-        };
-        let mut family =
-            encoder.encode_descriptor(def.openmetrics_base, def.help, unit.as_ref(), kind)?;
-        if def.kind == Kind::Histogram {
-            let refs: Vec<&Sample> = samples.iter().map(|(s, _)| *s).collect();
-            for h in histogram::series(def, &refs) {
-                let labels = Labels {
-                    consts,
-                    names: def.labels,
-                    values: h.labels,
-                    extra: None,
-                };
-                ConstHistogram(&h).encode(family.encode_family(&labels)?)?;
-            }
-            continue;
-        }
-        for (s, extra) in samples {
-            let labels = Labels {
-                consts,
-                names: def.labels,
-                values: &s.labels,
-                extra: *extra,
-            };
-            let series = family.encode_family(&labels)?;
-            match def.kind {
-                Kind::Gauge => ConstGauge::new(s.value).encode(series)?,
-                Kind::Counter => ConstCounter::new(s.value).encode(series)?,
-                // Handled above.
-                Kind::Histogram => {}
-            }
-        }
-    }
-    Ok(())
-}
-
-/// A histogram series with fixed values, for prometheus-client's encoder.
-struct ConstHistogram<'a, 'b>(&'a histogram::Series<'b>);
-
-impl EncodeMetric for ConstHistogram<'_, '_> {
-    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
-        // prometheus-client wants per-bucket counts; the samples hold cumulative ones.
-        let mut previous = 0;
-        let buckets: Vec<(f64, u64)> = self
-            .0
-            .buckets
-            .iter()
-            .map(|(_, bound, cumulative)| {
-                let own = cumulative.saturating_sub(previous);
-                previous = *cumulative;
-                (*bound, own)
-            })
-            .collect();
-        encoder.encode_histogram::<NoLabelSet>(self.0.sum, self.0.count, &buckets, None)
-    }
-
-    fn metric_type(&self) -> MetricType {
-        MetricType::Histogram
-    }
-}
-
-fn encode_openmetrics(input: &ExpositionInput) -> String {
-    let mut registry = Registry::default();
-    registry.register_collector(Box::new(FamiliesCollector {
-        input: input.clone(),
-    }));
-    let mut out = String::with_capacity(capacity(input));
-    // Writing into a String cannot fail; an error here would be a bug in the encoder, and an
-    // empty exposition is still better than a panic on the serving path.
-    if prometheus_client::encoding::text::encode(&mut out, &registry).is_err() {
-        out.clear();
-        out.push_str("# EOF\n");
-    }
-    out
 }
 
 #[cfg(test)]

@@ -10,8 +10,11 @@
 //!   publishes it whole, with its [`SourceHealth`], as an immutable [`Snapshot`] into the
 //!   [`SnapshotStore`]; [`Snapshot::served`] is the one "only while up" rule.
 //! - The HTTP server asks the store's current [`Generation`] for an exposition; each generation
-//!   encodes each format once ([`Format::OpenMetrics`] through prometheus-client, or the classic
-//!   [`Format::Text`]), optionally gzipped, and serves the cached bytes to every scraper.
+//!   encodes each format once, optionally gzipped, and serves the cached bytes to every scraper.
+//!   An encoding converts the catalog samples and external families into one family model
+//!   (`family`), which [`Format::OpenMetrics`] (prometheus-client, and the small writer for the
+//!   families it cannot express) and the classic [`Format::Text`] (the small writer, `text`)
+//!   both write.
 //!
 //! ```
 //! use dgx_pixels_metrics::{EncodeOptions, Format, Metric, Sample, Snapshot, SnapshotStore, SourceHealth};
@@ -32,12 +35,15 @@ pub mod attribution;
 pub mod catalog;
 pub mod encode;
 pub mod external;
+mod family;
 pub mod gpu;
 pub mod histogram;
+mod openmetrics;
 pub mod snapshot;
 pub mod source;
 pub mod store;
 mod syntax;
+mod text;
 
 pub use attribution::{AttributionSet, DeviceRef, Holder};
 pub use catalog::{Kind, Metric, MetricDef, Unit, CATALOG};
