@@ -7,6 +7,8 @@
 use std::fmt;
 
 use crate::device::Scope;
+mod names;
+pub use names::openmetrics_names;
 
 /// Prometheus metric type of a catalog row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,7 +60,7 @@ pub enum Unit {
 
 impl Unit {
     /// The unit's name as it appears at the end of a metric name, or `None` for unitless metrics.
-    pub fn suffix(self) -> Option<&'static str> {
+    pub const fn suffix(self) -> Option<&'static str> {
         match self {
             Unit::None => None,
             Unit::Bytes => Some("bytes"),
@@ -81,7 +83,13 @@ pub struct MetricDef {
     pub metric: Metric,
     /// Full exposed name in the classic text format (counters include `_total`).
     pub name: &'static str,
-    /// Gauge or counter.
+    /// The OpenMetrics family name: `name` without a counter's `_total`. Derived from `name` at
+    /// compile time by [`openmetrics_names`].
+    pub openmetrics_name: &'static str,
+    /// `openmetrics_name` without its `_<unit>` suffix: the name prometheus-client's descriptor
+    /// takes beside the unit (it appends the unit itself). Derived at compile time.
+    pub openmetrics_base: &'static str,
+    /// Gauge, counter or histogram.
     pub kind: Kind,
     /// Base unit, also the name's suffix.
     pub unit: Unit,
@@ -106,22 +114,7 @@ impl MetricDef {
 
     /// The OpenMetrics family name: the exposed name without the counter's `_total`.
     pub fn family_name(&self) -> &'static str {
-        match self.kind {
-            Kind::Counter => self.name.strip_suffix("_total").unwrap_or(self.name),
-            Kind::Gauge | Kind::Histogram => self.name,
-        }
-    }
-
-    /// The family name without its unit suffix, as prometheus-client's descriptor wants it.
-    pub fn family_name_without_unit(&self) -> &'static str {
-        let family = self.family_name();
-        match self.unit.suffix() {
-            Some(unit) => family
-                .strip_suffix(unit)
-                .and_then(|n| n.strip_suffix('_'))
-                .unwrap_or(family),
-            None => family,
-        }
+        self.openmetrics_name
     }
 }
 
@@ -145,6 +138,8 @@ macro_rules! define_catalog {
             $( MetricDef {
                 metric: Metric::$id,
                 name: $name,
+                openmetrics_name: openmetrics_names($name, Kind::$kind, Unit::$unit).0,
+                openmetrics_base: openmetrics_names($name, Kind::$kind, Unit::$unit).1,
                 kind: Kind::$kind,
                 unit: Unit::$unit,
                 labels: &[$($label),*],
@@ -550,13 +545,30 @@ mod tests {
     }
 
     #[test]
-    fn family_names_strip_total_and_unit() {
+    fn openmetrics_names_are_sliced_at_compile_time() {
         let energy = Metric::GpuEnergy.def();
+        assert_eq!(energy.openmetrics_name, "dgx_pixels_gpu_energy_joules");
         assert_eq!(energy.family_name(), "dgx_pixels_gpu_energy_joules");
-        assert_eq!(energy.family_name_without_unit(), "dgx_pixels_gpu_energy");
+        assert_eq!(energy.openmetrics_base, "dgx_pixels_gpu_energy");
         let xid = Metric::GpuXidErrors.def();
-        assert_eq!(xid.family_name(), "dgx_pixels_gpu_xid_errors");
-        assert_eq!(xid.family_name_without_unit(), "dgx_pixels_gpu_xid_errors");
+        assert_eq!(xid.openmetrics_name, "dgx_pixels_gpu_xid_errors");
+        assert_eq!(xid.openmetrics_base, "dgx_pixels_gpu_xid_errors");
+        let pcie = Metric::PcieTransmit.def();
+        assert_eq!(pcie.openmetrics_base, "dgx_pixels_pcie_transmit");
+        for def in CATALOG {
+            // What prometheus-client writes back: base, `_`, unit; counters add `_total`.
+            let rebuilt = match def.unit.suffix() {
+                Some(unit) => format!("{}_{unit}", def.openmetrics_base),
+                None => def.openmetrics_base.to_string(),
+            };
+            assert_eq!(rebuilt, def.openmetrics_name, "{}", def.name);
+            let total = if def.kind == Kind::Counter {
+                "_total"
+            } else {
+                ""
+            };
+            assert_eq!(format!("{rebuilt}{total}"), def.name);
+        }
     }
 
     #[test]

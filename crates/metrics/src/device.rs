@@ -63,7 +63,7 @@ impl DeviceKey {
     }
 
     /// The label pairs this key contributes to a series of `scope`, in exposition order.
-    pub fn labels(&self, scope: Scope) -> impl Iterator<Item = (&str, &str)> {
+    pub fn labels(&self, scope: Scope) -> DeviceLabels<'_> {
         let [gpu, gi, ci] = &self.text;
         let all: [(&str, &str); 4] = [
             ("gpu", &**gpu),
@@ -74,6 +74,10 @@ impl DeviceKey {
         all.into_iter().take(scope.label_count())
     }
 }
+
+/// The iterator of [`DeviceKey::labels`]: a concrete type, so a label iterator that holds one
+/// needs no boxing.
+pub type DeviceLabels<'a> = std::iter::Take<std::array::IntoIter<(&'a str, &'a str), 4>>;
 
 /// What a catalog row's series are about, from its leading label names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,20 +7,15 @@
 //! output per source and serves it only while that source is up, exactly like its catalog
 //! samples.
 //!
-//! This is a separate, additive path of the encoders: the catalog families are encoded first
-//! (`encode.rs`), then [`append`] adds the external ones in the same format. The sample lines are
-//! the same in both formats; only the family header of a counter differs (OpenMetrics names the
-//! family without `_total`). A counter whose name does not end in `_total` cannot be written as
-//! an OpenMetrics counter with the same sample name, so it is declared `unknown` there.
+//! The encoders convert them into the same family model as the catalog's series (`family.rs`),
+//! after the catalog families, by source; the first source to serve a family name wins. In
+//! OpenMetrics a counter's family is named without `_total`; a counter whose name does not end
+//! in `_total` cannot be written as an OpenMetrics counter with the same sample name, so it is
+//! declared `unknown` there.
 //!
 //! [`Metric`]: crate::Metric
 
-use std::collections::HashSet;
-use std::fmt::Write as _;
 use std::sync::Arc;
-
-use crate::encode::{push_value, Format};
-use crate::snapshot::Snapshot;
 
 /// Type of an external family, as declared on its `# TYPE` line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,111 +128,11 @@ pub struct ExternalFamily {
 /// The external families of one source, as of its latest successful poll.
 pub type ExternalFamilies = Arc<Vec<ExternalFamily>>;
 
-fn push_escaped(out: &mut String, s: &str, quote: bool) {
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '"' if quote => out.push_str("\\\""),
-            c => out.push(c),
-        }
-    }
-}
-
-fn push_family(out: &mut String, f: &ExternalFamily, format: Format, consts: &[(String, String)]) {
-    let (header, kind) = match (format, f.kind) {
-        (Format::Text, k) => (f.name.as_str(), k.as_str()),
-        (Format::OpenMetrics, ExternalKind::Counter) => match f.name.strip_suffix("_total") {
-            Some(base) => (base, "counter"),
-            None => (f.name.as_str(), "unknown"),
-        },
-        (Format::OpenMetrics, ExternalKind::Untyped) => (f.name.as_str(), "unknown"),
-        (Format::OpenMetrics, k) => (f.name.as_str(), k.as_str()),
-    };
-    let quote_help = format == Format::OpenMetrics;
-    if format == Format::OpenMetrics {
-        let _ = writeln!(out, "# TYPE {header} {kind}");
-    }
-    out.push_str("# HELP ");
-    out.push_str(header);
-    out.push(' ');
-    push_escaped(out, &f.help, quote_help);
-    out.push('\n');
-    if format == Format::Text {
-        let _ = writeln!(out, "# TYPE {header} {kind}");
-    }
-    for s in &f.samples {
-        // A sample that carries a configured constant label itself would get it twice; skip it
-        // rather than serve an invalid line (the textfile source rejects such files up front).
-        if s.labels
-            .iter()
-            .any(|(k, _)| consts.iter().any(|(c, _)| **c == **k))
-        {
-            continue;
-        }
-        out.push_str(&s.name);
-        let pairs = consts
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .chain(s.labels.iter().map(|(k, v)| (&**k, &**v)));
-        let mut first = true;
-        for (k, v) in pairs {
-            out.push(if first { '{' } else { ',' });
-            first = false;
-            out.push_str(k);
-            out.push_str("=\"");
-            push_escaped(out, v, true);
-            out.push('"');
-        }
-        if !first {
-            out.push('}');
-        }
-        out.push(' ');
-        push_value(out, s.value);
-        out.push('\n');
-    }
-}
-
-/// Appends the external families of every source that is up to an exposition the catalog
-/// encoder wrote. Sources are taken in order; a family whose name another source already
-/// served is left out (the first one wins), so a family never appears twice.
-pub fn append(
-    mut exposition: String,
-    format: Format,
-    snapshots: &[Arc<Snapshot>],
-    consts: &[(String, String)],
-) -> String {
-    let live: Vec<&ExternalFamilies> = snapshots
-        .iter()
-        .filter_map(|s| s.served())
-        .map(|o| &o.external)
-        .filter(|families| !families.is_empty())
-        .collect();
-    if live.is_empty() {
-        return exposition;
-    }
-    let eof = format == Format::OpenMetrics && exposition.ends_with("# EOF\n");
-    if eof {
-        exposition.truncate(exposition.len() - "# EOF\n".len());
-    }
-    let mut seen = HashSet::new();
-    for families in live {
-        for f in families.iter() {
-            if seen.insert(f.name.as_str()) {
-                push_family(&mut exposition, f, format, consts);
-            }
-        }
-    }
-    if eof {
-        exposition.push_str("# EOF\n");
-    }
-    exposition
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::SourceHealth;
+    use crate::encode::{encode, EncodeOptions, ExpositionInput, Format};
+    use crate::snapshot::{Snapshot, SourceHealth};
 
     fn sample(name: &str, labels: &[(&str, &str)], value: f64) -> ExternalSample {
         ExternalSample::new(name, labels.iter().copied(), value)
@@ -291,32 +186,44 @@ mod tests {
         })
     }
 
-    #[test]
-    fn text_keeps_names_and_types() {
-        let consts = vec![("node".to_string(), "n1".to_string())];
-        let out = append(
-            "x 1\n".into(),
-            Format::Text,
-            &[snapshot("textfile", true, families())],
-            &consts,
-        );
-        assert!(out.starts_with("x 1\n# HELP jobs_done_total Jobs \"done\"\\\\n\n# TYPE jobs_done_total counter\njobs_done_total{node=\"n1\",model=\"a\\\"b\"} 3\n"), "{out}");
-        assert!(out.contains("# TYPE legacy_count counter\nlegacy_count{node=\"n1\"} 1\n"));
-        assert!(out.contains("# TYPE lat_seconds histogram\nlat_seconds_bucket{node=\"n1\",le=\"0.2\"} 4\nlat_seconds_bucket{node=\"n1\",le=\"+Inf\"} 5\nlat_seconds_sum{node=\"n1\"} 0.9\nlat_seconds_count{node=\"n1\"} 5\n"));
-        assert!(out.contains("# TYPE free untyped\nfree{node=\"n1\"} NaN\n"));
+    /// The exposition of `snapshots` (their health series included).
+    fn exposition(snapshots: Vec<Arc<Snapshot>>, consts: &[(&str, &str)], f: Format) -> String {
+        let const_labels = consts
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let input = ExpositionInput {
+            statics: Arc::new(vec![]),
+            snapshots,
+            options: Arc::new(EncodeOptions { const_labels }),
+        };
+        encode(&input, f)
     }
 
     #[test]
-    fn openmetrics_names_counter_families_without_total_and_keeps_eof_last() {
-        let out = append(
-            "# TYPE x gauge\nx 1\n# EOF\n".into(),
-            Format::OpenMetrics,
-            &[snapshot("textfile", true, families())],
-            &[],
+    fn text_keeps_names_and_types() {
+        let snaps = vec![snapshot("textfile", true, families())];
+        let out = exposition(snaps, &[("node", "n1")], Format::Text);
+        assert!(out.contains("\n# HELP jobs_done_total Jobs \"done\"\\\\n\n# TYPE jobs_done_total counter\njobs_done_total{node=\"n1\",model=\"a\\\"b\"} 3\n"), "{out}");
+        assert!(out.contains("# TYPE legacy_count counter\nlegacy_count{node=\"n1\"} 1\n"));
+        assert!(out.contains("# TYPE lat_seconds histogram\nlat_seconds_bucket{node=\"n1\",le=\"0.2\"} 4\nlat_seconds_bucket{node=\"n1\",le=\"+Inf\"} 5\nlat_seconds_sum{node=\"n1\"} 0.9\nlat_seconds_count{node=\"n1\"} 5\n"));
+        assert!(
+            out.ends_with("# TYPE free untyped\nfree{node=\"n1\"} NaN\n"),
+            "{out}"
         );
-        assert!(out.contains("# TYPE jobs_done counter\n# HELP jobs_done Jobs \\\"done\\\"\\\\n\njobs_done_total{model=\"a\\\"b\"} 3\n"), "{out}");
-        assert!(out.contains("# TYPE legacy_count unknown\n"));
-        assert!(out.contains("# TYPE lat_seconds histogram\n"));
+        // After the catalog's families.
+        assert!(out.find("dgx_pixels_source_up") < out.find("jobs_done_total"));
+    }
+
+    /// prometheus-client writes HELP before TYPE and the histogram's sum and count before its
+    /// buckets; the families are the same as the small writer's.
+    #[test]
+    fn openmetrics_names_counter_families_without_total_and_keeps_eof_last() {
+        let snaps = vec![snapshot("textfile", true, families())];
+        let out = exposition(snaps, &[], Format::OpenMetrics);
+        assert!(out.contains("# HELP jobs_done Jobs \\\"done\\\"\\\\n\n# TYPE jobs_done counter\njobs_done_total{model=\"a\\\"b\"} 3\n"), "{out}");
+        assert!(out.contains("# TYPE legacy_count unknown\nlegacy_count 1\n"));
+        assert!(out.contains("# TYPE lat_seconds histogram\nlat_seconds_sum 0.9\nlat_seconds_count 5\nlat_seconds_bucket{le=\"0.2\"} 4\nlat_seconds_bucket{le=\"+Inf\"} 5\n"), "{out}");
         assert!(out.contains("# TYPE free unknown\n"));
         assert!(out.ends_with("free NaN\n# EOF\n"));
         assert_eq!(out.matches("# EOF").count(), 1);
@@ -324,22 +231,19 @@ mod tests {
 
     #[test]
     fn a_down_source_serves_no_external_families_and_duplicates_are_dropped() {
-        let input = "x 1\n".to_string();
-        let down = append(
-            input.clone(),
-            Format::Text,
-            &[snapshot("textfile", false, families())],
+        let down = exposition(
+            vec![snapshot("textfile", false, families())],
             &[],
-        );
-        assert_eq!(down, input);
-        let twice = append(
-            input,
             Format::Text,
-            &[
+        );
+        assert!(!down.contains("jobs_done"), "{down}");
+        let twice = exposition(
+            vec![
                 snapshot("a", true, families()),
                 snapshot("b", true, families()),
             ],
             &[],
+            Format::Text,
         );
         assert_eq!(twice.matches("# TYPE lat_seconds ").count(), 1);
     }
@@ -357,12 +261,7 @@ mod tests {
             ],
         }]);
         for format in [Format::Text, Format::OpenMetrics] {
-            let out = append(
-                String::new(),
-                format,
-                &[snapshot("t", true, f.clone())],
-                &[],
-            );
+            let out = exposition(vec![snapshot("t", true, f.clone())], &[], format);
             assert!(out.contains("\ntiny 1e-300\ntiny{a=\"b\"} NaN\n"), "{out}");
         }
     }
@@ -378,13 +277,14 @@ mod tests {
                 sample("g", &[("a", "b")], 2.0),
             ],
         }]);
-        let out = append(
-            String::new(),
-            Format::Text,
-            &[snapshot("t", true, f)],
-            &[("node".into(), "n".into())],
-        );
-        assert!(!out.contains("other"));
-        assert!(out.contains("g{node=\"n\",a=\"b\"} 2\n"));
+        for format in [Format::Text, Format::OpenMetrics] {
+            let out = exposition(
+                vec![snapshot("t", true, f.clone())],
+                &[("node", "n")],
+                format,
+            );
+            assert!(!out.contains("other"));
+            assert!(out.contains("g{node=\"n\",a=\"b\"} 2\n"), "{out}");
+        }
     }
 }

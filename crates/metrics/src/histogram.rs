@@ -3,17 +3,16 @@
 //! A histogram series travels as plain [`Sample`]s of a [`Kind::Histogram`] catalog row, each
 //! with one label value more than the row names: the upper bound of a bucket (`le`, with the
 //! cumulative count as value; `+Inf` carries the total count) or [`SUM`] (the sum of the
-//! observations). [`Sample::histogram`] builds them; the encoders turn them back into
-//! `_bucket`/`_sum`/`_count` lines. Keeping `Sample` unchanged keeps every source and encoder
+//! observations). [`Histogram::samples`] builds them; the encoders' family model turns them back
+//! into histogram series (`family.rs`), which each writer writes as `_bucket`/`_sum`/`_count`
+//! lines. Keeping `Sample` unchanged keeps every source and encoder
 //! path that knows nothing of histograms exactly as it was.
 //!
 //! [`Kind::Histogram`]: crate::Kind::Histogram
 
-use std::fmt::Write as _;
-
 use std::sync::Arc;
 
-use crate::catalog::{Metric, MetricDef};
+use crate::catalog::Metric;
 use crate::device::DeviceKey;
 use crate::snapshot::Sample;
 
@@ -99,105 +98,6 @@ impl Histogram {
             value: self.sum,
         });
         out
-    }
-}
-
-/// One histogram series rebuilt from its samples.
-#[derive(Debug, PartialEq)]
-pub(crate) struct Series<'a> {
-    /// The device, for a device row.
-    pub device: Option<&'a DeviceKey>,
-    /// Label values of the catalog row's own label names.
-    pub labels: &'a [String],
-    /// (upper bound as written, upper bound, cumulative count), +Inf last.
-    pub buckets: Vec<(&'a str, f64, u64)>,
-    pub sum: f64,
-    pub count: u64,
-}
-
-/// Groups a histogram family's samples into series, in order; samples with a malformed extra
-/// label are skipped, and a series without its +Inf bucket is dropped.
-pub(crate) fn series<'a>(def: &MetricDef, samples: &[&'a Sample]) -> Vec<Series<'a>> {
-    let n = def.own_labels().len();
-    let mut out: Vec<Series<'a>> = Vec::new();
-    for s in samples {
-        if s.labels.len() != n + 1 {
-            continue;
-        }
-        let (base, extra) = (&s.labels[..n], s.labels[n].as_str());
-        let device = s.device.as_deref();
-        let idx = match out
-            .iter()
-            .position(|x| x.labels == base && x.device == device)
-        {
-            Some(i) => i,
-            None => {
-                out.push(Series {
-                    device,
-                    labels: base,
-                    buckets: Vec::new(),
-                    sum: 0.0,
-                    count: 0,
-                });
-                out.len() - 1
-            }
-        };
-        let series = &mut out[idx];
-        if extra == SUM {
-            series.sum = s.value;
-        } else if extra == INF {
-            series.count = s.value as u64;
-            series.buckets.push((INF, f64::INFINITY, s.value as u64));
-        } else if let Ok(bound) = extra.parse::<f64>() {
-            series.buckets.push((extra, bound, s.value as u64));
-        }
-    }
-    out.retain(|s| s.buckets.last().is_some_and(|b| b.0 == INF));
-    out
-}
-
-/// Writes a histogram family's series in the classic text format (the caller wrote HELP/TYPE).
-pub(crate) fn write_text(
-    out: &mut String,
-    def: &MetricDef,
-    samples: &[&Sample],
-    consts: &[(String, String)],
-    escape: fn(&mut String, &str, bool),
-) {
-    for s in series(def, samples) {
-        let mut labels = String::new();
-        let pairs = consts
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .chain(s.device.iter().flat_map(|d| d.labels(def.scope)))
-            .chain(
-                def.own_labels()
-                    .iter()
-                    .copied()
-                    .zip(s.labels.iter().map(String::as_str)),
-            );
-        for (k, v) in pairs {
-            labels.push_str(k);
-            labels.push_str("=\"");
-            escape(&mut labels, v, true);
-            labels.push_str("\",");
-        }
-        for (le, _, c) in &s.buckets {
-            let _ = writeln!(out, "{}_bucket{{{labels}le=\"{le}\"}} {c}", def.name);
-        }
-        let trimmed = labels.trim_end_matches(',');
-        let braces = |suffix: &str| {
-            if trimmed.is_empty() {
-                format!("{}_{suffix}", def.name)
-            } else {
-                format!("{}_{suffix}{{{trimmed}}}", def.name)
-            }
-        };
-        out.push_str(&braces("sum"));
-        out.push(' ');
-        crate::encode::push_value(out, s.sum);
-        out.push('\n');
-        let _ = writeln!(out, "{} {}", braces("count"), s.count);
     }
 }
 

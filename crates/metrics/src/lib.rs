@@ -12,8 +12,11 @@
 //! - [`labels`] (from `dgx-pixels-readout`) spells the label values of a GPU's parts (clock
 //!   domains, sensors, throttle reasons, ...) once, for every source.
 //! - The HTTP server asks the store's current [`Generation`] for an exposition; each generation
-//!   encodes each format once ([`Format::OpenMetrics`] through prometheus-client, or the classic
-//!   [`Format::Text`]), optionally gzipped, and serves the cached bytes to every scraper.
+//!   encodes each format once, optionally gzipped, and serves the cached bytes to every scraper.
+//!   An encoding converts the catalog samples and external families into one family model
+//!   (`family`), which [`Format::OpenMetrics`] (prometheus-client, and the small writer for the
+//!   families it cannot express) and the classic [`Format::Text`] (the small writer, `text`)
+//!   both write.
 //!
 //! ```
 //! use dgx_pixels_metrics::{EncodeOptions, Format, Metric, Sample, Snapshot, SnapshotStore, SourceHealth};
@@ -35,11 +38,15 @@ pub mod catalog;
 pub mod device;
 pub mod encode;
 pub mod external;
+mod family;
 pub mod gpu;
 pub mod histogram;
+mod openmetrics;
 pub mod snapshot;
 pub mod source;
 pub mod store;
+mod syntax;
+mod text;
 
 pub use attribution::{AttributionSet, DeviceRef, Holder};
 pub use catalog::{Kind, Metric, MetricDef, Unit, CATALOG};

@@ -14,7 +14,6 @@ use flate2::write::GzEncoder;
 use flate2::Compression;
 
 use crate::encode::{encode, EncodeOptions, ExpositionInput, Format};
-use crate::external;
 use crate::snapshot::{Sample, Snapshot};
 
 /// One immutable state of all sources, with its lazily encoded expositions.
@@ -59,13 +58,7 @@ impl Generation {
                 if gzip {
                     compress(&self.exposition(format, false))
                 } else {
-                    let catalog = encode(&self.input, format);
-                    Bytes::from(external::append(
-                        catalog,
-                        format,
-                        &self.input.snapshots,
-                        &self.input.options.const_labels,
-                    ))
+                    Bytes::from(encode(&self.input, format))
                 }
             })
             .clone()

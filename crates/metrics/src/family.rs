@@ -1,0 +1,376 @@
+//! The one family model both writers read: catalog samples (histograms included) and external
+//! families, converted once per encoding of a generation.
+//!
+//! A [`Family`] is a name, an optional unit, a help text, one [`Type`] and its [`Series`]; a
+//! series is its label pairs (borrowed from the samples: nothing is copied) and its [`Point`]:
+//! one value, a histogram or a summary. The OpenMetrics writer (`openmetrics.rs`) hands every
+//! family prometheus-client can express to it and writes the rest with the small writer
+//! (`text.rs`), which also writes the classic text format from the same families.
+//!
+//! The NaN rule, in one place: the model carries whatever value it is given, and both writers
+//! write NaN as `NaN`. Only the conversion of catalog samples drops NaN, because a NaN catalog
+//! reading is a blank one, and sources omit blank or unsupported readings (docs/metrics.md);
+//! external families are served as their author wrote them, NaN included.
+
+use std::sync::Arc;
+
+use crate::attribution::{self, Join};
+use crate::catalog::{Kind, MetricDef};
+use crate::device::{DeviceKey, DeviceLabels, Scope};
+use crate::external::ExternalKind;
+use crate::histogram::{INF, SUM};
+use crate::snapshot::Sample;
+
+mod external;
+pub(crate) use external::external;
+
+/// The type of a family, catalog or external.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Type {
+    Counter,
+    Gauge,
+    Histogram,
+    Summary,
+    /// Untyped in the classic text format, `unknown` in OpenMetrics.
+    Unknown,
+}
+
+impl From<Kind> for Type {
+    fn from(kind: Kind) -> Type {
+        match kind {
+            Kind::Counter => Type::Counter,
+            Kind::Gauge => Type::Gauge,
+            Kind::Histogram => Type::Histogram,
+        }
+    }
+}
+
+impl From<ExternalKind> for Type {
+    fn from(kind: ExternalKind) -> Type {
+        match kind {
+            ExternalKind::Counter => Type::Counter,
+            ExternalKind::Gauge => Type::Gauge,
+            ExternalKind::Histogram => Type::Histogram,
+            ExternalKind::Summary => Type::Summary,
+            ExternalKind::Untyped => Type::Unknown,
+        }
+    }
+}
+
+/// One family: a `# TYPE` block and its series.
+#[derive(Debug)]
+pub(crate) struct Family<'a> {
+    /// The name in the classic text format and the stem of every sample name (a counter's
+    /// includes `_total`).
+    pub name: &'a str,
+    /// The OpenMetrics family name (a counter's without `_total`).
+    pub openmetrics_name: &'a str,
+    /// `openmetrics_name` without `_<unit>`, as prometheus-client's descriptor takes it.
+    pub openmetrics_base: &'a str,
+    pub unit: Option<&'static str>,
+    /// Unescaped.
+    pub help: &'a str,
+    pub kind: Type,
+    pub series: Vec<Series<'a>>,
+}
+
+impl Family<'_> {
+    /// The type OpenMetrics declares: a counter whose samples do not end in `_total` cannot be
+    /// written as an OpenMetrics counter (its samples would have to), so it is `unknown` there.
+    pub fn openmetrics_type(&self) -> Type {
+        if self.kind == Type::Counter && !self.name.ends_with("_total") {
+            Type::Unknown
+        } else {
+            self.kind
+        }
+    }
+}
+
+/// One series: its own label pairs and its point. The exposition's constant labels come first
+/// and are the same for every series (see [`Exposition::consts`]).
+#[derive(Debug)]
+pub(crate) struct Series<'a> {
+    pub labels: Labels<'a>,
+    pub point: Point<'a>,
+}
+
+/// The label pairs of a series, borrowed from its sample.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Labels<'a> {
+    /// A catalog row's device labels (from the sample's key), its own label names with the
+    /// sample's values, then the attribution labels.
+    Catalog {
+        device: Option<(&'a DeviceKey, Scope)>,
+        names: &'static [&'static str],
+        values: &'a [String],
+        extra: Option<&'a attribution::Extra>,
+    },
+    /// An external sample's pairs in their order, less the one at `skip` (a histogram's `le`
+    /// or a summary's `quantile`, which belong to the point).
+    External {
+        pairs: &'a [(Arc<str>, Arc<str>)],
+        skip: Option<usize>,
+    },
+}
+
+impl<'a> Labels<'a> {
+    /// Calls `f` with each pair in the order they are written, until it fails: what the writers
+    /// run for every series, so it loops over the slices directly.
+    #[inline]
+    pub fn try_each<E>(
+        &self,
+        mut f: impl FnMut(&'a str, &'a str) -> Result<(), E>,
+    ) -> Result<(), E> {
+        match *self {
+            Labels::Catalog {
+                device,
+                names,
+                values,
+                extra,
+            } => {
+                for (k, v) in device.into_iter().flat_map(|(d, scope)| d.labels(scope)) {
+                    f(k, v)?;
+                }
+                for (k, v) in names.iter().zip(values) {
+                    f(k, v)?;
+                }
+                for (k, v) in extra.map(|e| &e[..]).unwrap_or_default() {
+                    f(k, v)?;
+                }
+            }
+            Labels::External { pairs, skip } => {
+                for (i, (k, v)) in pairs.iter().enumerate() {
+                    if Some(i) != skip {
+                        f(k, v)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the series has no label pairs of its own.
+    pub fn is_empty(&self) -> bool {
+        match *self {
+            Labels::Catalog {
+                device,
+                names,
+                extra,
+                ..
+            } => {
+                device.is_none_or(|(_, scope)| scope == Scope::None)
+                    && names.is_empty()
+                    && extra.is_none_or(|e| e.is_empty())
+            }
+            Labels::External { pairs, skip } => pairs.len() == usize::from(skip.is_some()),
+        }
+    }
+
+    /// The pairs in the order they are written, as an iterator.
+    pub fn pairs(&self) -> Pairs<'a> {
+        match *self {
+            Labels::Catalog {
+                device,
+                names,
+                values,
+                extra,
+            } => Pairs::Catalog {
+                device: device.map(|(d, scope)| d.labels(scope)),
+                names: names.iter(),
+                values: values.iter(),
+                extra: extra.map(|e| &e[..]).unwrap_or_default().iter(),
+            },
+            Labels::External { pairs, skip } => Pairs::External {
+                pairs: pairs.iter(),
+                // Counts down to the pair to leave out.
+                skip: skip.map_or(usize::MAX, |i| i),
+            },
+        }
+    }
+}
+
+/// The iterator of [`Labels::pairs`].
+pub(crate) enum Pairs<'a> {
+    Catalog {
+        device: Option<DeviceLabels<'a>>,
+        names: std::slice::Iter<'static, &'static str>,
+        values: std::slice::Iter<'a, String>,
+        extra: std::slice::Iter<'a, (&'static str, String)>,
+    },
+    External {
+        pairs: std::slice::Iter<'a, (Arc<str>, Arc<str>)>,
+        skip: usize,
+    },
+}
+
+impl<'a> Iterator for Pairs<'a> {
+    type Item = (&'a str, &'a str);
+
+    fn next(&mut self) -> Option<(&'a str, &'a str)> {
+        match self {
+            Pairs::Catalog {
+                device,
+                names,
+                values,
+                extra,
+            } => match device.as_mut().and_then(Iterator::next) {
+                Some(pair) => Some(pair),
+                None => match (names.next(), values.next()) {
+                    (Some(k), Some(v)) => Some((k, v)),
+                    _ => extra.next().map(|(k, v)| (*k, v.as_str())),
+                },
+            },
+            Pairs::External { pairs, skip } => {
+                if *skip == 0 {
+                    pairs.next();
+                }
+                *skip = skip.wrapping_sub(1);
+                pairs.next().map(|(k, v)| (&**k, &**v))
+            }
+        }
+    }
+}
+
+/// What a series holds.
+#[derive(Debug)]
+pub(crate) enum Point<'a> {
+    /// Counters, gauges and untyped series.
+    Value(f64),
+    Histogram(Box<HistogramPoint<'a>>),
+    Summary(Box<SummaryPoint<'a>>),
+}
+
+/// A histogram series: cumulative buckets in increasing order of their bound, `+Inf` last.
+#[derive(Debug, Default)]
+pub(crate) struct HistogramPoint<'a> {
+    pub buckets: Vec<Bucket<'a>>,
+    pub sum: Option<f64>,
+    pub count: Option<f64>,
+}
+
+/// One bucket: its bound as written (the classic `le` value) and as a number, and its
+/// cumulative count.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bucket<'a> {
+    pub le: &'a str,
+    pub bound: f64,
+    pub count: f64,
+}
+
+/// A summary series: quantiles (as written, and their values), sum and count.
+#[derive(Debug, Default)]
+pub(crate) struct SummaryPoint<'a> {
+    pub quantiles: Vec<(&'a str, f64)>,
+    pub sum: Option<f64>,
+    pub count: Option<f64>,
+}
+
+/// Everything one exposition writes: constant labels (first on every series) and the
+/// families, catalog ones in catalog order, then external ones by source.
+#[derive(Debug)]
+pub(crate) struct Exposition<'a> {
+    pub consts: &'a [(String, String)],
+    pub families: Vec<Family<'a>>,
+}
+
+/// The catalog families of `samples` (any order; served samples only), joined with `join`.
+pub(crate) fn catalog<'a>(mut samples: Vec<&'a Sample>, join: &'a Join, out: &mut Vec<Family<'a>>) {
+    // The NaN rule (module docs): a NaN catalog reading is blank, and blank readings are omitted.
+    samples.retain(|s| s.is_well_formed() && !s.value.is_nan());
+    // Stable: series keep their source order within a family.
+    samples.sort_by_key(|s| s.metric);
+    for group in samples.chunk_by(|a, b| a.metric == b.metric) {
+        let def = group[0].metric.def();
+        let series = if def.kind == Kind::Histogram {
+            // Histograms are not joined (their extra bound label would need its own rules).
+            catalog_histograms(def, group)
+        } else {
+            group
+                .iter()
+                .map(|s| Series {
+                    labels: Labels::Catalog {
+                        device: s.device.as_deref().map(|d| (d, def.scope)),
+                        names: def.own_labels(),
+                        values: &s.labels,
+                        extra: join.labels_for(s),
+                    },
+                    point: Point::Value(s.value),
+                })
+                .collect()
+        };
+        if !series.is_empty() {
+            out.push(Family {
+                name: def.name,
+                openmetrics_name: def.openmetrics_name,
+                openmetrics_base: def.openmetrics_base,
+                unit: def.unit.suffix(),
+                help: def.help,
+                kind: def.kind.into(),
+                series,
+            });
+        }
+    }
+}
+
+/// Rebuilds a histogram row's series from its samples (see `histogram`): bucket samples carry
+/// their bound as the extra label value, the `+Inf` one the count, the [`SUM`] one the sum.
+/// Malformed bounds are skipped; a series without its `+Inf` bucket is dropped.
+fn catalog_histograms<'a>(def: &MetricDef, samples: &[&'a Sample]) -> Vec<Series<'a>> {
+    let n = def.own_labels().len();
+    type Key<'a> = (Option<&'a DeviceKey>, &'a [String]);
+    let mut out: Vec<(Key<'a>, HistogramPoint<'a>)> = Vec::new();
+    for s in samples {
+        let Some((own, [extra])) = s.labels.split_at_checked(n) else {
+            continue;
+        };
+        let extra = extra.as_str();
+        let key = (s.device.as_deref(), own);
+        // A series' samples come together: look at the last one first.
+        let at = match out.iter().rposition(|(k, _)| *k == key) {
+            Some(at) => at,
+            None => {
+                out.push((key, HistogramPoint::default()));
+                out.len() - 1
+            }
+        };
+        let point = &mut out[at].1;
+        if extra == SUM {
+            point.sum = Some(s.value);
+        } else if extra == INF {
+            point.count = Some(s.value);
+            point.buckets.push(Bucket {
+                le: INF,
+                bound: f64::INFINITY,
+                count: s.value,
+            });
+        } else if let Ok(bound) = extra.parse::<f64>() {
+            point.buckets.push(Bucket {
+                le: extra,
+                bound,
+                count: s.value,
+            });
+        }
+    }
+    out.into_iter()
+        .filter_map(|((device, values), point)| {
+            let point = complete(point)?;
+            Some(Series {
+                labels: Labels::Catalog {
+                    device: device.map(|d| (d, def.scope)),
+                    names: def.own_labels(),
+                    values,
+                    extra: None,
+                },
+                point: Point::Histogram(Box::new(point)),
+            })
+        })
+        .collect()
+}
+
+/// The histogram with its buckets in order of their bounds, or `None` without a `+Inf` bucket.
+fn complete(mut point: HistogramPoint<'_>) -> Option<HistogramPoint<'_>> {
+    if !point.buckets.is_sorted_by(|a, b| a.bound <= b.bound) {
+        point.buckets.sort_by(|a, b| a.bound.total_cmp(&b.bound));
+    }
+    (point.buckets.last()?.bound == f64::INFINITY).then_some(point)
+}
