@@ -37,7 +37,7 @@ proptest! {
         encoding in prop_oneof![".{0,60}", mangled("gzip;q=1.0, identity;q=0.5, *;q=0")],
     ) {
         let f = negotiate_format(Some(&accept));
-        if f == dgx_pixels_metrics::Format::OpenMetrics {
+        if f == dgx_pixels_exposition::Format::OpenMetrics {
             prop_assert!(accept.to_ascii_lowercase().contains("application/openmetrics-text"));
         }
         if accepts_gzip(Some(&encoding)) {

@@ -25,7 +25,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use dgx_pixels_metrics::{EncodeOptions, Metric, Sample, SnapshotStore, Source};
+use dgx_pixels_exposition::{EncodeOptions, SnapshotStore};
+use dgx_pixels_metrics::{Metric, Sample, Source};
 use dgx_pixels_sim::{Node, Scenario};
 use dgx_pixels_web::WebState;
 use tokio::sync::Semaphore;

@@ -15,7 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
-use dgx_pixels_metrics::{EncodeOptions, Metric, Sample, SnapshotStore};
+use dgx_pixels_exposition::{EncodeOptions, SnapshotStore};
+use dgx_pixels_metrics::{Metric, Sample};
 use tokio::sync::Semaphore;
 
 use crate::cli::Cli;

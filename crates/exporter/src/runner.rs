@@ -8,9 +8,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
-use dgx_pixels_metrics::{
-    panic_message, PollError, PollErrorKind, Snapshot, SnapshotStore, Source, SourceHealth,
-};
+use dgx_pixels_exposition::SnapshotStore;
+
+use dgx_pixels_metrics::{panic_message, PollError, PollErrorKind, Snapshot, Source, SourceHealth};
 
 /// How often the watchdog looks for overrunning polls.
 const WATCHDOG_TICK: Duration = Duration::from_millis(100);
@@ -335,7 +335,8 @@ fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dgx_pixels_metrics::{EncodeOptions, Metric, PollError, PollErrorKind, PollOutput, Sample};
+    use dgx_pixels_exposition::EncodeOptions;
+    use dgx_pixels_metrics::{Metric, PollError, PollErrorKind, PollOutput, Sample};
     use std::sync::atomic::AtomicU32;
 
     struct Scripted {

@@ -12,7 +12,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use bytes::Bytes;
-use dgx_pixels_metrics::{Format, SnapshotStore};
+use dgx_pixels_exposition::{Format, SnapshotStore};
 use tokio::sync::Semaphore;
 
 /// What the handlers share.
@@ -223,7 +223,7 @@ mod tests {
     }
 
     fn state(max: Option<usize>) -> Arc<AppState> {
-        use dgx_pixels_metrics::EncodeOptions;
+        use dgx_pixels_exposition::EncodeOptions;
         Arc::new(AppState {
             store: Arc::new(SnapshotStore::new(
                 &["nvml", "sim"],

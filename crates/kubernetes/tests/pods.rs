@@ -4,12 +4,10 @@
 
 use std::time::Duration;
 
+use dgx_pixels_exposition::{EncodeOptions, Format, SnapshotStore};
 use dgx_pixels_kubernetes::fake::{pod, FakeKubelet};
 use dgx_pixels_kubernetes::{PodResourcesOptions, PodResourcesSource};
-use dgx_pixels_metrics::{
-    EncodeOptions, Format, Metric, MigInstance, Sample, Snapshot, SnapshotStore, Source,
-    SourceHealth,
-};
+use dgx_pixels_metrics::{Metric, MigInstance, Sample, Snapshot, Source, SourceHealth};
 
 fn source(socket: &std::path::Path) -> PodResourcesSource {
     PodResourcesSource::new(PodResourcesOptions {

@@ -6,7 +6,9 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use dgx_pixels_metrics::{EncodeOptions, Format, Snapshot, SnapshotStore, Source, SourceHealth};
+use dgx_pixels_exposition::{EncodeOptions, Format, SnapshotStore};
+
+use dgx_pixels_metrics::{Snapshot, Source, SourceHealth};
 use dgx_pixels_probes::scheduler::{
     Backend, GpuId, ProbeSource, ScheduleSettings, UtilizationView,
 };

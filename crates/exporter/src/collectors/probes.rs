@@ -11,7 +11,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::Result;
-use dgx_pixels_metrics::{Metric, SnapshotStore, Source};
+use dgx_pixels_exposition::SnapshotStore;
+use dgx_pixels_metrics::{Metric, Source};
 use dgx_pixels_probes::scheduler::{CudaBackend, ProbeSource, UtilizationView};
 use dgx_pixels_sim::Node;
 
@@ -84,7 +85,8 @@ pub fn source(settings: &Settings, store: StoreSlot) -> Result<Box<dyn Source>> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dgx_pixels_metrics::{EncodeOptions, Sample, Snapshot, SourceHealth};
+    use dgx_pixels_exposition::EncodeOptions;
+    use dgx_pixels_metrics::{Sample, Snapshot, SourceHealth};
 
     #[test]
     fn utilization_is_read_from_up_sources_by_uuid() {

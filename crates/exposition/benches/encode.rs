@@ -5,15 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion};
+use dgx_pixels_exposition::{EncodeOptions, Format, Generation, SnapshotStore};
 use dgx_pixels_metrics::gpu::{
     push_gpu_samples, ClockReadout, EccTotals, GpuIdentity, GpuReadout, NvlinkReadout,
     ProcessReadout, RemappedRowsReadout,
 };
 use dgx_pixels_metrics::labels::{NvlinkErrorType, ThrottleReason, ViolationPolicy};
-use dgx_pixels_metrics::{
-    DeviceRef, EncodeOptions, Format, Generation, Holder, PollOutput, Snapshot, SnapshotStore,
-    SourceHealth,
-};
+use dgx_pixels_metrics::{DeviceRef, Holder, PollOutput, Snapshot, SourceHealth};
 
 fn snapshot(gpus: u32) -> Snapshot {
     let mut samples = Vec::new();

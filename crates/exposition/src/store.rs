@@ -14,7 +14,7 @@ use flate2::write::GzEncoder;
 use flate2::Compression;
 
 use crate::encode::{encode, EncodeOptions, ExpositionInput, Format};
-use crate::snapshot::{Sample, Snapshot};
+use dgx_pixels_metrics::snapshot::{Sample, Snapshot};
 
 /// One immutable state of all sources, with its lazily encoded expositions.
 #[derive(Debug)]
@@ -180,8 +180,8 @@ impl SnapshotStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::Metric;
-    use crate::snapshot::{PollOutput, SourceHealth};
+    use dgx_pixels_metrics::catalog::Metric;
+    use dgx_pixels_metrics::snapshot::{PollOutput, SourceHealth};
     use std::io::Read;
 
     fn up(source: &str, watts: f64) -> Snapshot {
@@ -279,7 +279,7 @@ mod tests {
 
     #[test]
     fn external_families_follow_their_source_up_state() {
-        use crate::external::{ExternalFamily, ExternalKind, ExternalSample};
+        use dgx_pixels_metrics::external::{ExternalFamily, ExternalKind, ExternalSample};
         let store = SnapshotStore::new(&["textfile"], vec![], EncodeOptions::default());
         let families = Arc::new(vec![ExternalFamily {
             name: "dgx_pixels_workload_images_generated_total".into(),
@@ -318,10 +318,10 @@ mod tests {
 
     #[test]
     fn attribution_is_joined_in_both_formats_and_follows_its_source() {
-        use crate::attribution::{DeviceRef, Holder};
+        use dgx_pixels_metrics::attribution::{DeviceRef, Holder};
         let store = SnapshotStore::new(&["nvml", "kubernetes"], vec![], EncodeOptions::default());
         store.publish(up("nvml", 300.0));
-        let set: crate::AttributionSet = Arc::new(vec![(
+        let set: dgx_pixels_metrics::AttributionSet = Arc::new(vec![(
             DeviceRef::Uuid("GPU-a".into()),
             Holder::Pod {
                 namespace: "ml".into(),

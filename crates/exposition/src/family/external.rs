@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use super::{complete, Bucket, Family, HistogramPoint, Labels, Point, Series, SummaryPoint, Type};
-use crate::external::{ExternalFamily, ExternalSample};
+use dgx_pixels_metrics::external::{ExternalFamily, ExternalSample};
 
 /// Adds the external families of `sources` (in order) to `out`. A family whose name an earlier
 /// source already served is left out (the first one wins), so no family appears twice; a
@@ -244,7 +244,7 @@ fn identity_hash(labels: &Labels<'_>) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::external::ExternalKind;
+    use dgx_pixels_metrics::external::ExternalKind;
 
     fn sample(name: &str, labels: &[(&str, &str)], value: f64) -> ExternalSample {
         ExternalSample::new(name, labels.iter().copied(), value)

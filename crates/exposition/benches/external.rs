@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use dgx_pixels_exposition::{EncodeOptions, Format, SnapshotStore};
 use dgx_pixels_metrics::{
-    EncodeOptions, ExternalFamily, ExternalKind, ExternalSample, Format, PollOutput, Snapshot,
-    SnapshotStore, SourceHealth,
+    ExternalFamily, ExternalKind, ExternalSample, PollOutput, Snapshot, SourceHealth,
 };
 
 fn families(gpus: u32) -> Vec<ExternalFamily> {

@@ -14,12 +14,13 @@
 
 use std::sync::Arc;
 
-use crate::attribution::{self, Join};
-use crate::catalog::{Kind, MetricDef};
-use crate::device::{DeviceKey, DeviceLabels, Scope};
-use crate::external::ExternalKind;
-use crate::histogram::{INF, SUM};
-use crate::snapshot::Sample;
+use crate::join::Join;
+use dgx_pixels_metrics::attribution;
+use dgx_pixels_metrics::catalog::{Kind, MetricDef};
+use dgx_pixels_metrics::device::{DeviceKey, DeviceLabels, Scope};
+use dgx_pixels_metrics::external::ExternalKind;
+use dgx_pixels_metrics::histogram::{INF, SUM};
+use dgx_pixels_metrics::snapshot::Sample;
 
 mod external;
 pub(crate) use external::external;

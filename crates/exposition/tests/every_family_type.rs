@@ -5,10 +5,11 @@
 
 use std::sync::Arc;
 
+use dgx_pixels_exposition::{EncodeOptions, Format, SnapshotStore};
 use dgx_pixels_metrics::histogram::Histogram;
 use dgx_pixels_metrics::{
-    DeviceKey, EncodeOptions, ExternalFamily, ExternalKind, ExternalSample, Format, Metric,
-    PollOutput, Sample, Snapshot, SnapshotStore, SourceHealth,
+    DeviceKey, ExternalFamily, ExternalKind, ExternalSample, Metric, PollOutput, Sample, Snapshot,
+    SourceHealth,
 };
 
 /// A sample as `(name, labels, value)`.

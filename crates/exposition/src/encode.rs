@@ -6,12 +6,12 @@
 use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
-use crate::attribution::Join;
-use crate::catalog::Metric;
 use crate::family::{self, Exposition};
+use crate::join::Join;
 use crate::openmetrics;
-use crate::snapshot::{Sample, Snapshot};
 use crate::text::{write_family, Syntax};
+use dgx_pixels_metrics::catalog::Metric;
+use dgx_pixels_metrics::snapshot::{Sample, Snapshot};
 
 /// Content type of the OpenMetrics exposition.
 pub const OPENMETRICS_CONTENT_TYPE: &str =
@@ -149,7 +149,7 @@ pub fn encode(input: &ExpositionInput, format: Format) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::SourceHealth;
+    use dgx_pixels_metrics::snapshot::SourceHealth;
     use std::time::{Duration, SystemTime};
 
     fn input(up: bool) -> ExpositionInput {

@@ -1,0 +1,329 @@
+//! The attribution join: the attribution sets of the served snapshots resolved against the
+//! devices they describe, once per generation, into extra labels per device and the info
+//! series naming every holder (the rules: `dgx_pixels_metrics::attribution`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use dgx_pixels_metrics::attribution::{
+    AttributionSet, DeviceRef, Extra, Holder, ATTRIBUTION_LABELS,
+};
+use dgx_pixels_metrics::{DeviceKey, Metric, Sample, Snapshot};
+
+/// The resolved join for one generation: extra labels per `(uuid, gpu_instance)` and the info
+/// samples naming every holder.
+#[derive(Debug, Default)]
+pub struct Join {
+    /// By uuid, then by `gpu_instance` (`None` for the whole GPU): looked up by `&str`, so the
+    /// per-sample lookup allocates nothing.
+    extra: HashMap<String, Vec<(Option<u32>, Extra)>>,
+    /// `dgx_pixels_gpu_pod_info` and `dgx_pixels_gpu_hpc_job_info` samples.
+    pub info: Vec<Sample>,
+}
+
+impl Join {
+    /// Resolves the attribution sets of the served snapshots against the devices they
+    /// describe.
+    pub fn build(snapshots: &[Arc<Snapshot>]) -> Join {
+        let served = || snapshots.iter().filter_map(|s| s.served());
+        let sets: Vec<&AttributionSet> = served().filter_map(|o| o.attribution.as_ref()).collect();
+        if sets.iter().all(|s| s.is_empty()) {
+            return Join::default();
+        }
+        // The devices the served snapshots describe, from their info series' keys: uuid ->
+        // the GPU's key, index -> uuid, MIG uuid -> (uuid, gpu_instance).
+        let mut key_of: HashMap<&str, &Arc<DeviceKey>> = HashMap::new();
+        let mut uuid_of: HashMap<u32, &str> = HashMap::new();
+        let mut mig_of: HashMap<&str, (&str, u32)> = HashMap::new();
+        for output in served() {
+            for s in &output.samples {
+                let Some(d) = &s.device else {
+                    continue;
+                };
+                match (s.metric, d.mig) {
+                    (Metric::GpuInfo, _) => {
+                        key_of.insert(&d.uuid, d);
+                        uuid_of.insert(d.gpu, &d.uuid);
+                    }
+                    (Metric::MigInfo, Some(m)) => {
+                        if let Some(mig_uuid) = s.label("mig_uuid") {
+                            mig_of.insert(mig_uuid, (&d.uuid, m.gpu_instance));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let resolve = |d: &DeviceRef| -> Option<(String, Option<u32>)> {
+            match d {
+                DeviceRef::Uuid(u) if u.starts_with("MIG-") => mig_of
+                    .get(u.as_str())
+                    .map(|(uuid, gi)| (uuid.to_string(), Some(*gi))),
+                DeviceRef::Uuid(u) => Some((u.clone(), None)),
+                DeviceRef::Instance { uuid, gpu_instance } => {
+                    Some((uuid.clone(), Some(*gpu_instance)))
+                }
+                DeviceRef::Index { gpu, gpu_instance } => {
+                    let uuid = uuid_of.get(gpu)?;
+                    Some((uuid.to_string(), *gpu_instance))
+                }
+            }
+        };
+        // Holders per key, deduplicated and sorted so the output is stable.
+        let mut holders: HashMap<(String, Option<u32>), Vec<&Holder>> = HashMap::new();
+        for set in sets {
+            for (device, holder) in set.iter() {
+                if let Some(key) = resolve(device) {
+                    holders.entry(key).or_default().push(holder);
+                }
+            }
+        }
+        let mut keys: Vec<_> = holders.keys().cloned().collect();
+        keys.sort();
+        let mut join = Join::default();
+        for key in keys {
+            let Some(list) = holders.get_mut(&key) else {
+                continue;
+            };
+            list.sort();
+            list.dedup();
+            // A device no up source describes has no series to label.
+            let Some(gpu) = key_of.get(key.0.as_str()).copied() else {
+                continue;
+            };
+            let instance = key.1.map(|gi| gi.to_string()).unwrap_or_default();
+            let pods: Vec<_> = list
+                .iter()
+                .filter(|h| matches!(h, Holder::Pod { .. }))
+                .collect();
+            let jobs: Vec<_> = list
+                .iter()
+                .filter(|h| matches!(h, Holder::Job(_)))
+                .collect();
+            let mut extra: Vec<(&'static str, String)> = Vec::new();
+            for h in list.iter() {
+                match h {
+                    Holder::Pod {
+                        namespace,
+                        pod,
+                        container,
+                    } => {
+                        join.info.push(Sample::of(
+                            gpu,
+                            Metric::GpuPodInfo,
+                            [&instance, namespace, pod, container],
+                            1.0,
+                        ));
+                        if pods.len() == 1 {
+                            extra.push(("namespace", namespace.clone()));
+                            extra.push(("pod", pod.clone()));
+                            extra.push(("container", container.clone()));
+                        }
+                    }
+                    Holder::Job(job) => {
+                        join.info.push(Sample::of(
+                            gpu,
+                            Metric::GpuHpcJobInfo,
+                            [&instance, job],
+                            1.0,
+                        ));
+                        if jobs.len() == 1 {
+                            extra.push(("hpc_job", job.clone()));
+                        }
+                    }
+                }
+            }
+            if !extra.is_empty() {
+                let (uuid, gi) = key;
+                join.extra.entry(uuid).or_default().push((gi, extra.into()));
+            }
+        }
+        join
+    }
+
+    /// The extra labels of `sample`, or none. Samples that are not about a device, or that
+    /// already carry an attribution label (the info series), get none. A sample's key names
+    /// its GPU and, for a MIG instance or a process in one, the instance.
+    pub fn labels_for(&self, sample: &Sample) -> Option<&Extra> {
+        if self.extra.is_empty() {
+            return None;
+        }
+        if sample
+            .metric
+            .def()
+            .labels
+            .iter()
+            .any(|n| ATTRIBUTION_LABELS.contains(n))
+        {
+            return None;
+        }
+        let device = sample.device.as_ref()?;
+        let instances = self.extra.get(&*device.uuid)?;
+        let gi = device.mig.map(|m| m.gpu_instance);
+        instances.iter().find(|(g, _)| *g == gi).map(|(_, e)| e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dgx_pixels_metrics::snapshot::{PollOutput, SourceHealth};
+    use dgx_pixels_metrics::MigInstance;
+
+    fn holders(source: &str, set: AttributionSet) -> Arc<Snapshot> {
+        Arc::new(Snapshot {
+            source: source.into(),
+            health: SourceHealth {
+                up: true,
+                polls: 1,
+                ..Default::default()
+            },
+            output: PollOutput {
+                attribution: Some(set),
+                ..PollOutput::default()
+            },
+        })
+    }
+
+    fn nvml() -> Arc<Snapshot> {
+        Arc::new(Snapshot {
+            source: "nvml".into(),
+            health: SourceHealth {
+                up: true,
+                polls: 1,
+                ..Default::default()
+            },
+            output: PollOutput::samples(vec![
+                Sample::for_gpu(
+                    0,
+                    "GPU-a",
+                    Metric::GpuInfo,
+                    &["m", "s", "b", "v", "d", "c", "0", "nvidia0"],
+                    1.0,
+                ),
+                Sample::for_gpu(
+                    1,
+                    "GPU-b",
+                    Metric::GpuInfo,
+                    &["m", "s", "b", "v", "d", "c", "1", "nvidia1"],
+                    1.0,
+                ),
+                Sample::for_mig(
+                    1,
+                    "GPU-b",
+                    MigInstance {
+                        gpu_instance: 3,
+                        compute_instance: 0,
+                    },
+                    Metric::MigInfo,
+                    &["1g.10gb", "MIG-x"],
+                    1.0,
+                ),
+                Sample::for_gpu(0, "GPU-a", Metric::GpuPower, &[], 100.0),
+                Sample::for_mig(
+                    1,
+                    "GPU-b",
+                    MigInstance {
+                        gpu_instance: 3,
+                        compute_instance: 0,
+                    },
+                    Metric::MigMemoryUsed,
+                    &["1g.10gb"],
+                    5.0,
+                ),
+            ]),
+        })
+    }
+
+    fn pod(ns: &str, p: &str) -> Holder {
+        Holder::Pod {
+            namespace: ns.into(),
+            pod: p.into(),
+            container: "main".into(),
+        }
+    }
+
+    #[test]
+    fn a_single_holder_labels_the_device_and_mig_resolves_to_the_instance() {
+        let set: AttributionSet = Arc::new(vec![
+            (DeviceRef::Uuid("GPU-a".into()), pod("ml", "train")),
+            (DeviceRef::Uuid("MIG-x".into()), pod("ml", "infer")),
+            (
+                DeviceRef::Index {
+                    gpu: 0,
+                    gpu_instance: None,
+                },
+                Holder::Job("42".into()),
+            ),
+        ]);
+        let snaps = [nvml(), holders("kubernetes", set)];
+        let join = Join::build(&snaps);
+        let power = &snaps[0].output.samples[3];
+        let labels: Vec<_> = join
+            .labels_for(power)
+            .unwrap()
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        assert_eq!(
+            labels,
+            ["namespace=ml", "pod=train", "container=main", "hpc_job=42"]
+        );
+        let mig = &snaps[0].output.samples[4];
+        assert_eq!(
+            join.labels_for(mig).unwrap()[1],
+            ("pod", "infer".to_string())
+        );
+        // The whole GPU 1 is held by nobody.
+        let gpu1 = Sample::for_gpu(1, "GPU-b", Metric::GpuPower, &[], 1.0);
+        assert!(join.labels_for(&gpu1).is_none());
+        assert_eq!(join.info.len(), 3);
+        assert_eq!(
+            join.info[2].label_values(),
+            ["1", "GPU-b", "3", "ml", "infer", "main"]
+        );
+        // Info series are never joined again.
+        assert!(join.labels_for(&join.info[0]).is_none());
+    }
+
+    #[test]
+    fn shared_devices_get_info_series_but_no_labels() {
+        let set: AttributionSet = Arc::new(vec![
+            (DeviceRef::Uuid("GPU-a".into()), pod("a", "one")),
+            (DeviceRef::Uuid("GPU-a".into()), pod("b", "two")),
+            // The same container twice (two replicas of one GPU) is one holder.
+            (DeviceRef::Uuid("GPU-b".into()), pod("c", "three")),
+            (DeviceRef::Uuid("GPU-b".into()), pod("c", "three")),
+        ]);
+        let snaps = [nvml(), holders("kubernetes", set)];
+        let join = Join::build(&snaps);
+        assert!(join.labels_for(&snaps[0].output.samples[3]).is_none());
+        let gpu1 = Sample::for_gpu(1, "GPU-b", Metric::GpuPower, &[], 1.0);
+        assert_eq!(join.labels_for(&gpu1).unwrap().len(), 3);
+        let pods: Vec<_> = join.info.iter().map(|s| s.label_values()[4]).collect();
+        assert_eq!(pods, ["one", "two", "three"]);
+    }
+
+    #[test]
+    fn unknown_devices_and_down_snapshots_resolve_to_nothing() {
+        let mut down = (*nvml()).clone();
+        down.health.up = false;
+        let set: AttributionSet = Arc::new(vec![
+            (DeviceRef::Uuid("MIG-x".into()), pod("ml", "infer")),
+            (
+                DeviceRef::Index {
+                    gpu: 0,
+                    gpu_instance: None,
+                },
+                Holder::Job("1".into()),
+            ),
+        ]);
+        let join = Join::build(&[Arc::new(down), holders("hpc", Arc::clone(&set))]);
+        assert!(join.info.is_empty());
+        // A down attribution source attributes nothing either.
+        let mut hpc = (*holders("hpc", set)).clone();
+        hpc.health.up = false;
+        let join = Join::build(&[nvml(), Arc::new(hpc)]);
+        assert!(join.info.is_empty());
+    }
+}

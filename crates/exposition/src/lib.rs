@@ -1,0 +1,41 @@
+//! The snapshot store and the exposition encoders: what turns the sources' snapshots into the
+//! bytes of `/metrics`.
+//!
+//! Why a crate of its own: the sources need only the interface (`dgx-pixels-metrics`); the
+//! store and the encoders bring prometheus-client, gzip and arc-swap, which only the binary
+//! (and tests of the exposition) should compile.
+//!
+//! - [`SnapshotStore`] holds the latest [`Snapshot`](dgx_pixels_metrics::Snapshot) of each
+//!   source; each publish swaps in a new immutable [`Generation`] (lock-free reads).
+//! - A generation encodes each format at most once, optionally gzipped, and serves the cached
+//!   bytes to every scraper. An encoding joins attribution ([`join`]) and converts the catalog
+//!   samples and external families into one family model (`family`), which
+//!   [`Format::OpenMetrics`] (prometheus-client, and the small writer for the families it cannot
+//!   express) and the classic [`Format::Text`] (the small writer, `text`) both write.
+//!
+//! ```
+//! use dgx_pixels_exposition::{EncodeOptions, Format, SnapshotStore};
+//! use dgx_pixels_metrics::{Metric, Sample, Snapshot, SourceHealth};
+//!
+//! let store = SnapshotStore::new(&["sim"], vec![], EncodeOptions::default());
+//! store.publish(Snapshot {
+//!     source: "sim".into(),
+//!     health: SourceHealth { up: true, polls: 1, ..Default::default() },
+//!     output: vec![Sample::for_gpu(0, "GPU-0", Metric::GpuPower, &[], 300.0)].into(),
+//! });
+//! let body = store.current().exposition(Format::Text, false);
+//! assert!(std::str::from_utf8(&body).unwrap()
+//!     .contains("dgx_pixels_gpu_power_watts{gpu=\"0\",uuid=\"GPU-0\"} 300\n"));
+//! ```
+#![deny(missing_docs)]
+
+pub mod encode;
+mod family;
+pub mod join;
+mod openmetrics;
+pub mod store;
+mod syntax;
+mod text;
+
+pub use encode::{EncodeOptions, Format};
+pub use store::{Generation, SnapshotStore};
