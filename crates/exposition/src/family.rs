@@ -72,6 +72,10 @@ pub(crate) struct Family<'a> {
     /// Unescaped.
     pub help: &'a str,
     pub kind: Type,
+    /// Histogram bucket bounds must be written as their source wrote them: an external family's
+    /// `le` text is its author's, and a rewritten one (`1` as `1.0`) is another series to a
+    /// Prometheus before 3.0 and to every selector on it.
+    pub verbatim_bounds: bool,
     pub series: Vec<Series<'a>>,
 }
 
@@ -307,6 +311,8 @@ pub(crate) fn catalog<'a>(mut samples: Vec<&'a Sample>, join: &'a Join, out: &mu
                 unit: def.unit.suffix(),
                 help: def.help,
                 kind: def.kind.into(),
+                // Our own bounds: prometheus-client's spelling of them is the served one.
+                verbatim_bounds: false,
                 series,
             });
         }

@@ -40,14 +40,14 @@ impl Join {
                 let Some(d) = &s.device else {
                     continue;
                 };
-                match (s.metric, d.mig) {
+                match (s.metric, d.mig()) {
                     (Metric::GpuInfo, _) => {
-                        key_of.insert(&d.uuid, d);
-                        uuid_of.insert(d.gpu, &d.uuid);
+                        key_of.insert(d.uuid(), d);
+                        uuid_of.insert(d.index(), d.uuid());
                     }
                     (Metric::MigInfo, Some(m)) => {
                         if let Some(mig_uuid) = s.label("mig_uuid") {
-                            mig_of.insert(mig_uuid, (&d.uuid, m.gpu_instance));
+                            mig_of.insert(mig_uuid, (d.uuid(), m.gpu_instance));
                         }
                     }
                     _ => {}
@@ -158,8 +158,8 @@ impl Join {
             return None;
         }
         let device = sample.device.as_ref()?;
-        let instances = self.extra.get(&*device.uuid)?;
-        let gi = device.mig.map(|m| m.gpu_instance);
+        let instances = self.extra.get(device.uuid())?;
+        let gi = device.mig().map(|m| m.gpu_instance);
         instances.iter().find(|(g, _)| *g == gi).map(|(_, e)| e)
     }
 }
@@ -213,7 +213,7 @@ mod tests {
                     "GPU-b",
                     MigInstance {
                         gpu_instance: 3,
-                        compute_instance: 0,
+                        compute_instance: Some(0),
                     },
                     Metric::MigInfo,
                     &["1g.10gb", "MIG-x"],
@@ -225,7 +225,7 @@ mod tests {
                     "GPU-b",
                     MigInstance {
                         gpu_instance: 3,
-                        compute_instance: 0,
+                        compute_instance: Some(0),
                     },
                     Metric::MigMemoryUsed,
                     &["1g.10gb"],

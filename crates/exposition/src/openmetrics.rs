@@ -78,10 +78,12 @@ impl Collector for FamiliesCollector {
     }
 }
 
-/// Whether prometheus-client can write `f` exactly.
+/// Whether prometheus-client can write `f` exactly. It spells bucket bounds its own way
+/// (`le="1.0"`), so a histogram whose bounds must stay as written is not.
 fn expressible(f: &Family<'_>) -> bool {
     match f.kind {
         Type::Counter | Type::Gauge | Type::Unknown => true,
+        Type::Histogram if f.verbatim_bounds => false,
         Type::Histogram => f.series.iter().all(|s| match &s.point {
             Point::Histogram(h) => integral(h).is_some(),
             _ => false,

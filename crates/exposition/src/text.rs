@@ -83,7 +83,7 @@ pub(crate) fn write_family(
                 if let Some(sum) = h.sum {
                     line(out, f.name, "_sum", &pairs, None, sum);
                 }
-                if let Some(count) = h.count {
+                if let Some(count) = h.count.filter(|_| counted(syntax, h.sum)) {
                     line(out, f.name, "_count", &pairs, None, count);
                 }
             }
@@ -96,7 +96,7 @@ pub(crate) fn write_family(
                 if let Some(sum) = q.sum {
                     line(out, f.name, "_sum", &pairs, None, sum);
                 }
-                if let Some(count) = q.count {
+                if let Some(count) = q.count.filter(|_| counted(syntax, q.sum)) {
                     line(out, f.name, "_count", &pairs, None, count);
                 }
             }
@@ -154,4 +154,10 @@ fn line(
     out.push(' ');
     push_value(out, v);
     out.push('\n');
+}
+
+/// Whether a histogram's or summary's `_count` is written: OpenMetrics 1.0 allows it only
+/// beside `_sum`; the classic format writes what the source gave.
+fn counted(syntax: Syntax, sum: Option<f64>) -> bool {
+    syntax == Syntax::Text || sum.is_some()
 }

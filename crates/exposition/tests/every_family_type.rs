@@ -237,10 +237,10 @@ fn openmetrics_writes_every_type_and_what_prometheus_client_cannot_before_one_eo
          free{node=\"n1\"} NaN\n\
          # HELP lat Latency.\n\
          # TYPE lat histogram\n\
+         lat_bucket{node=\"n1\",le=\"0.5\"} 1\n\
+         lat_bucket{node=\"n1\",le=\"+Inf\"} 2\n\
          lat_sum{node=\"n1\"} 1.5\n\
          lat_count{node=\"n1\"} 2\n\
-         lat_bucket{le=\"0.5\",node=\"n1\"} 1\n\
-         lat_bucket{le=\"+Inf\",node=\"n1\"} 2\n\
          # HELP frac Fractional counts.\n\
          # TYPE frac histogram\n\
          frac_bucket{node=\"n1\",le=\"1\"} 0.5\n\

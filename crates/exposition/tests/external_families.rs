@@ -91,17 +91,19 @@ fn text_keeps_names_and_types() {
     assert!(out.find("dgx_pixels_source_up") < out.find("jobs_done_total"));
 }
 
-/// prometheus-client writes HELP before TYPE and the histogram's sum and count before its
-/// buckets; the families are the same as the small writer's.
+/// prometheus-client writes HELP before TYPE; an external histogram comes from the small writer
+/// (its bounds as written), after prometheus-client's families.
 #[test]
 fn openmetrics_names_counter_families_without_total_and_keeps_eof_last() {
     let snaps = vec![snapshot("textfile", true, families())];
     let out = exposition(snaps, &[], Format::OpenMetrics);
     assert!(out.contains("# HELP jobs_done Jobs \\\"done\\\"\\\\n\n# TYPE jobs_done counter\njobs_done_total{model=\"a\\\"b\"} 3\n"), "{out}");
     assert!(out.contains("# TYPE legacy_count unknown\nlegacy_count 1\n"));
-    assert!(out.contains("# TYPE lat_seconds histogram\nlat_seconds_sum 0.9\nlat_seconds_count 5\nlat_seconds_bucket{le=\"0.2\"} 4\nlat_seconds_bucket{le=\"+Inf\"} 5\n"), "{out}");
+    assert!(out.contains("# TYPE lat_seconds histogram\nlat_seconds_bucket{le=\"0.2\"} 4\nlat_seconds_bucket{le=\"+Inf\"} 5\nlat_seconds_sum 0.9\nlat_seconds_count 5\n"), "{out}");
     assert!(out.contains("# TYPE free unknown\n"));
-    assert!(out.ends_with("free NaN\n# EOF\n"));
+    assert!(out.contains("free NaN\n"));
+    // The small writer's families (here the histogram, its bounds kept as written) come last.
+    assert!(out.ends_with("lat_seconds_count 5\n# EOF\n"), "{out}");
     assert_eq!(out.matches("# EOF").count(), 1);
 }
 
@@ -162,4 +164,53 @@ fn samples_carrying_a_constant_label_are_skipped() {
         assert!(!out.contains("other"));
         assert!(out.contains("g{node=\"n\",a=\"b\"} 2\n"), "{out}");
     }
+}
+
+/// Review of issue 16: an external histogram's bounds are served as its author wrote them in
+/// both formats (prometheus-client would write `le="1.0"`, another series to a Prometheus before
+/// 3.0 and to a `{le="1"}` selector).
+#[test]
+fn external_bucket_bounds_keep_their_spelling_in_openmetrics() {
+    let f = Arc::new(vec![ExternalFamily {
+        name: "wait_seconds".into(),
+        help: "h".into(),
+        kind: ExternalKind::Histogram,
+        samples: vec![
+            sample("wait_seconds_bucket", &[("le", "1")], 2.0),
+            sample("wait_seconds_bucket", &[("le", "10")], 3.0),
+            sample("wait_seconds_bucket", &[("le", "+Inf")], 3.0),
+            sample("wait_seconds_sum", &[], 7.5),
+            sample("wait_seconds_count", &[], 3.0),
+        ],
+    }]);
+    for format in [Format::Text, Format::OpenMetrics] {
+        let out = exposition(vec![snapshot("t", true, f.clone())], &[], format);
+        assert!(out.contains("wait_seconds_bucket{le=\"1\"} 2\n"), "{out}");
+        assert!(out.contains("wait_seconds_bucket{le=\"10\"} 3\n"), "{out}");
+        assert!(!out.contains("le=\"1.0\""), "{out}");
+    }
+}
+
+/// OpenMetrics allows `_count` only beside `_sum`: a summary without a sum serves its
+/// quantiles alone there (the classic format keeps the count).
+#[test]
+fn openmetrics_writes_no_count_without_a_sum() {
+    let f = Arc::new(vec![ExternalFamily {
+        name: "rpc_seconds".into(),
+        help: "h".into(),
+        kind: ExternalKind::Summary,
+        samples: vec![
+            sample("rpc_seconds", &[("quantile", "0.5")], 0.2),
+            sample("rpc_seconds_count", &[], 4.0),
+        ],
+    }]);
+    let om = exposition(
+        vec![snapshot("t", true, f.clone())],
+        &[],
+        Format::OpenMetrics,
+    );
+    assert!(om.contains("rpc_seconds{quantile=\"0.5\"} 0.2\n"), "{om}");
+    assert!(!om.contains("rpc_seconds_count"), "{om}");
+    let text = exposition(vec![snapshot("t", true, f)], &[], Format::Text);
+    assert!(text.contains("rpc_seconds_count 4\n"), "{text}");
 }

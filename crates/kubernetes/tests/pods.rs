@@ -40,7 +40,7 @@ fn nvml_snapshot() -> Snapshot {
     for gi in [1, 2] {
         let mig = MigInstance {
             gpu_instance: gi,
-            compute_instance: 0,
+            compute_instance: Some(0),
         };
         let mig_uuid = format!("MIG-2-{gi}");
         samples.push(Sample::for_mig(

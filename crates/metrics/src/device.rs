@@ -1,9 +1,9 @@
 //! The typed device key: which GPU (and which MIG instance of it) a series describes.
 //!
 //! A device series carries its key beside its other label values instead of as the first
-//! label strings, for two reasons. Consumers (the attribution join, the probe scheduler's
-//! utilization lookup, the NVML/DCGM ownership filter) ask the key, so none of them parses
-//! labels by position. And one key is shared by every sample of a GPU (an [`Arc`]), so the
+//! label strings, for two reasons. No consumer parses labels by position: the attribution join
+//! and the probe scheduler's utilization lookup ask the key, and the NVML/DCGM ownership filter
+//! compares a sample's own labels, which no longer start with the device's. And one key is shared by every sample of a GPU (an [`Arc`]), so the
 //! uuid is not copied into each of the GPU's ~100 series on every poll.
 //!
 //! The catalog says which rows are device series ([`Scope`], derived from each row's leading
@@ -17,19 +17,19 @@ use std::sync::Arc;
 pub struct MigInstance {
     /// The GPU instance id (`gpu_instance` label).
     pub gpu_instance: u32,
-    /// The compute instance id (`compute_instance` label).
-    pub compute_instance: u32,
+    /// The compute instance id (`compute_instance` label); NVML may name a process's GPU
+    /// instance without its compute instance, and the GPU instance alone still says which
+    /// pod's instance it runs in.
+    pub compute_instance: Option<u32>,
 }
 
-/// A GPU by index and uuid, optionally one MIG instance of it.
+/// A GPU by index and uuid, optionally one MIG instance of it. Immutable (its fields are read
+/// through methods), so the label text rendered when it is made always matches it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DeviceKey {
-    /// The GPU's index (`gpu` label): NVML's enumeration order.
-    pub gpu: u32,
-    /// The GPU's uuid (`GPU-...`), never a MIG device's.
-    pub uuid: Arc<str>,
-    /// The MIG instance, for a series of one instance (or of a process running in one).
-    pub mig: Option<MigInstance>,
+    gpu: u32,
+    uuid: Arc<str>,
+    mig: Option<MigInstance>,
     /// The label values as written, rendered once per key rather than once per encoded sample.
     text: [Box<str>; 3],
 }
@@ -43,11 +43,11 @@ impl DeviceKey {
     /// The key of a GPU's series about one MIG instance, or about none (`mig` `None`: a
     /// process-level series on a GPU that is not in MIG mode; its instance labels are empty).
     pub fn new(gpu: u32, uuid: Arc<str>, mig: Option<MigInstance>) -> DeviceKey {
-        let id = |f: fn(MigInstance) -> u32| mig.map(|m| f(m).to_string()).unwrap_or_default();
+        let id = |v: Option<u32>| v.map(|v| v.to_string()).unwrap_or_default();
         let text = [
             gpu.to_string().into(),
-            id(|m| m.gpu_instance).into(),
-            id(|m| m.compute_instance).into(),
+            id(mig.map(|m| m.gpu_instance)).into(),
+            id(mig.and_then(|m| m.compute_instance)).into(),
         ];
         DeviceKey {
             gpu,
@@ -55,6 +55,21 @@ impl DeviceKey {
             mig,
             text,
         }
+    }
+
+    /// The GPU's index (`gpu` label): NVML's enumeration order.
+    pub fn index(&self) -> u32 {
+        self.gpu
+    }
+
+    /// The GPU's uuid (`GPU-...`), never a MIG device's.
+    pub fn uuid(&self) -> &str {
+        &self.uuid
+    }
+
+    /// The MIG instance, for a series of one instance (or of a process running in one).
+    pub fn mig(&self) -> Option<MigInstance> {
+        self.mig
     }
 
     /// The same GPU, one MIG instance of it (or the whole GPU for `None`).
@@ -166,7 +181,7 @@ mod tests {
     fn a_key_renders_the_labels_of_its_scope() {
         let mig = MigInstance {
             gpu_instance: 3,
-            compute_instance: 0,
+            compute_instance: Some(0),
         };
         let key = DeviceKey::new(1, "GPU-b".into(), Some(mig));
         let got: Vec<_> = key.labels(Scope::Mig).collect();

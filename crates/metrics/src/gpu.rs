@@ -162,13 +162,10 @@ pub fn push_gpu_samples(id: &GpuIdentity, r: &GpuReadout, out: &mut Vec<Sample>)
     for p in &r.processes {
         // A process in a MIG instance is that instance's: its key names it, so the attribution
         // join finds the pod holding the instance.
-        let mig = match (p.gpu_instance, p.compute_instance) {
-            (Some(gpu_instance), Some(compute_instance)) => Some(MigInstance {
-                gpu_instance,
-                compute_instance,
-            }),
-            _ => None,
-        };
+        let mig = p.gpu_instance.map(|gpu_instance| MigInstance {
+            gpu_instance,
+            compute_instance: p.compute_instance,
+        });
         out.push(Sample::of(
             &Arc::new(key.with_mig(mig)),
             Metric::ProcessMemoryUsed,
@@ -179,7 +176,7 @@ pub fn push_gpu_samples(id: &GpuIdentity, r: &GpuReadout, out: &mut Vec<Sample>)
     for m in &r.mig {
         let instance = Arc::new(key.with_mig(Some(MigInstance {
             gpu_instance: m.gpu_instance,
-            compute_instance: m.compute_instance,
+            compute_instance: Some(m.compute_instance),
         })));
         out.push(Sample::of(
             &instance,
@@ -335,6 +332,29 @@ mod tests {
         let p = find(&out, Metric::ProcessMemoryUsed);
         assert_eq!(p[0].label_values()[2..], ["1", "0", "42", "abc"]);
         assert!(find(&out, Metric::PcieLinkWidth).is_empty());
+    }
+
+    /// Review of issue 16: a process NVML places in a GPU instance without naming its compute
+    /// instance keeps the GPU instance (its key, and so the pod holding that instance).
+    #[test]
+    fn a_process_with_only_a_gpu_instance_keeps_it() {
+        let r = GpuReadout {
+            up: true,
+            processes: vec![ProcessReadout {
+                pid: 7,
+                gpu_instance: Some(3),
+                compute_instance: None,
+                used_memory_bytes: 1.0,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        push_gpu_samples(&id(), &r, &mut out);
+        let p = find(&out, Metric::ProcessMemoryUsed);
+        assert_eq!(p[0].label_values()[2..5], ["3", "", "7"]);
+        let mig = p[0].device.as_ref().and_then(|d| d.mig());
+        assert_eq!(mig.map(|m| m.gpu_instance), Some(3));
     }
 
     /// The values the help text of `metric` lists in parentheses after `after`, without their

@@ -279,7 +279,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         let kind = probes[g.next_probe % probes.len()];
         let reading = self.utilization.lookup(&g.id.uuid);
         if let Some((gpu, _)) = reading {
-            if g.key.gpu != gpu {
+            if g.key.index() != gpu {
                 g.key = Arc::new(DeviceKey::gpu(gpu, g.id.uuid.as_str()));
             }
         }
@@ -325,7 +325,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
                 g.results.remove(&kind);
                 let msg = e.to_string();
                 if g.last_error.as_deref() != Some(&msg) {
-                    tracing::warn!(gpu = g.key.gpu, uuid = %g.id.uuid, probe = %kind, "probe failed: {msg}");
+                    tracing::warn!(gpu = g.key.index(), uuid = %g.id.uuid, probe = %kind, "probe failed: {msg}");
                 }
                 g.last_error = Some(msg);
             }

@@ -67,7 +67,7 @@ fn value(samples: &[Sample], metric: Metric, labels: &[&str]) -> Option<f64> {
             let device = s
                 .device
                 .iter()
-                .flat_map(|d| [d.gpu.to_string(), d.uuid.to_string()]);
+                .flat_map(|d| [d.index().to_string(), d.uuid().to_string()]);
             s.metric == metric
                 && device
                     .chain(s.labels.iter().cloned())

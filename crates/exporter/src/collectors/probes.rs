@@ -66,8 +66,8 @@ impl UtilizationView for StoreUtilization {
             .flat_map(|o| o.samples.iter())
             .filter(|s| s.metric == Metric::GpuUtilization)
             .find_map(|s| {
-                let d = s.device.as_ref().filter(|d| &*d.uuid == uuid)?;
-                Some((d.gpu, s.value))
+                let d = s.device.as_ref().filter(|d| d.uuid() == uuid)?;
+                Some((d.index(), s.value))
             })
     }
 }

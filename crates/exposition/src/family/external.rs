@@ -57,6 +57,7 @@ pub(crate) fn external<'a>(
                 unit: None,
                 help: &f.help,
                 kind,
+                verbatim_bounds: true,
                 series,
             });
         }

@@ -1,0 +1,317 @@
+//! The readings themselves: the slow ones (PCIe throughput, NVLink state and errors, retired
+//! pages and remapped rows, the MIG layout) on their own cadence, and the fast ones every poll
+//! through one field-values call. Apart from `device.rs`, which holds the per-GPU reader's
+//! state and schedule.
+
+use super::*;
+
+pub(super) fn read_slow(dev: &Device<'_>, check: &mut Check<'_>) -> Slow {
+    // PCIe throughput: the driver samples each direction for about 20 ms per call.
+    let pcie_tx = check
+        .get(
+            "pcie_throughput_tx",
+            dev.pcie_throughput(PcieUtilCounter::Send),
+        )
+        .map(|kb| f64::from(kb) * 1e3);
+    let pcie_rx = check
+        .get(
+            "pcie_throughput_rx",
+            dev.pcie_throughput(PcieUtilCounter::Receive),
+        )
+        .map(|kb| f64::from(kb) * 1e3);
+    let mut nvlinks = Vec::new();
+    for link in 0..MAX_NVLINKS {
+        let l = dev.link_wrapper_for(link);
+        // A link the GPU does not have answers INVALID_ARGUMENT or NOT_SUPPORTED: stop there.
+        let up = match l.is_active() {
+            Ok(up) => up,
+            Err(NvmlError::GpuLost) => {
+                check.lost = true;
+                break;
+            }
+            Err(_) => break,
+        };
+        let errors = NVLINK_ERRORS
+            .iter()
+            .filter_map(|(counter, name)| {
+                check
+                    .get(&format!("nvlink_{name}_errors"), l.error_counter(*counter))
+                    .map(|v| (*name, v as f64))
+            })
+            .collect();
+        nvlinks.push(NvlinkReadout { link, up, errors });
+    }
+    let violations = VIOLATION_POLICIES
+        .iter()
+        .filter_map(|(policy, name)| {
+            check
+                .get(&format!("violation_{name}"), dev.violation_status(*policy))
+                .map(|v| (*name, v.violation_time as f64 / 1e9))
+        })
+        .collect();
+    let ecc_enabled = check
+        .get("ecc_mode", dev.is_ecc_enabled())
+        .map(|m| m.currently_enabled);
+    let retired_pages = {
+        let sbe = check
+            .get(
+                "retired_pages",
+                dev.retired_pages(RetirementCause::MultipleSingleBitEccErrors),
+            )
+            .map(|v| v.len() as f64);
+        let dbe = sbe.and_then(|_| {
+            check
+                .get(
+                    "retired_pages",
+                    dev.retired_pages(RetirementCause::DoubleBitEccError),
+                )
+                .map(|v| v.len() as f64)
+        });
+        let pending =
+            dbe.and_then(|_| check.get("retired_pages_pending", dev.are_pages_pending_retired()));
+        match (sbe, dbe, pending) {
+            (Some(single_bit_ecc), Some(double_bit_ecc), Some(pending)) => Some(RetiredPages {
+                single_bit_ecc,
+                double_bit_ecc,
+                pending,
+            }),
+            _ => None,
+        }
+    };
+    let mig = read_mig_layout(dev, check);
+    Slow {
+        pcie_tx,
+        pcie_rx,
+        nvlinks,
+        violations,
+        ecc_enabled,
+        retired_pages,
+        mig,
+    }
+}
+
+fn read_mig_layout(
+    dev: &Device<'_>,
+    check: &mut Check<'_>,
+) -> Vec<(u32, u32, String, String, u32)> {
+    let enabled = check
+        .get("mig_mode", dev.mig_mode())
+        .is_some_and(|m| m.current == 1);
+    if !enabled {
+        return Vec::new();
+    }
+    let max = check
+        .get("mig_device_count", dev.mig_device_count())
+        .unwrap_or(0);
+    let mut out = Vec::new();
+    for i in 0..max {
+        let Ok(mig) = dev.mig_device_by_index(i) else {
+            continue; // NOT_FOUND: no instance in this slot.
+        };
+        let (gi, ci) = mig_ids(&mig);
+        let (Some(gi), Some(ci)) = (gi, ci) else {
+            continue;
+        };
+        let name = mig.name().unwrap_or_default();
+        // MIG device names end in "MIG <profile>", e.g. "NVIDIA A100-SXM4-80GB MIG 1g.10gb".
+        let profile = name
+            .rsplit_once("MIG ")
+            .map(|(_, p)| p.trim().to_string())
+            .unwrap_or_default();
+        let uuid = mig.uuid().unwrap_or_default();
+        out.push((gi, ci, profile, uuid, i));
+    }
+    out
+}
+
+/// GPU and compute instance ids of a MIG device (raw calls: nvml-wrapper does not wrap them).
+fn mig_ids(mig: &Device<'_>) -> (Option<u32>, Option<u32>) {
+    let nvml = mig.nvml();
+    // SAFETY: plain getters writing one unsigned int, with a live MIG device handle.
+    let handle = unsafe { mig.handle() };
+    let read = |sym: Result<&unsafe extern "C" fn(_, *mut u32) -> u32, _>| -> Option<u32> {
+        let f = sym.ok()?;
+        let mut v = 0u32;
+        nvml_try(unsafe { f(handle, &mut v) }).ok().map(|()| v)
+    };
+    (
+        read(nvml.lib().nvmlDeviceGetGpuInstanceId.as_ref()),
+        read(nvml.lib().nvmlDeviceGetComputeInstanceId.as_ref()),
+    )
+}
+
+pub(super) fn read_fast(
+    nvml: &Nvml,
+    dev: &Device<'_>,
+    st: &Static,
+    slow: &Slow,
+    check: &mut Check<'_>,
+) -> GpuReadout {
+    let util = check.get("utilization", dev.utilization_rates());
+    let mem = check.get("memory_info", dev.memory_info());
+    let bar1 = check.get("bar1_memory_info", dev.bar1_memory_info());
+    let reasons = check.get("throttle_reasons", dev.current_throttle_reasons());
+    // SAFETY: the handle is only passed back to NVML while `dev` is alive.
+    let handle = unsafe { dev.handle() };
+    let f = match fields::read(nvml, handle) {
+        Ok((f, unanswered)) => {
+            for id in unanswered {
+                check.get::<()>(&format!("field_{id}"), Err(NvmlError::NotSupported));
+            }
+            f
+        }
+        Err(e) => {
+            check.get::<()>("field_values", Err(e));
+            fields::Fields::default()
+        }
+    };
+    let mut clock = |c: Clock, what: &str| check.get(what, dev.clock_info(c)).map(mhz);
+    let clocks = ClockReadout {
+        graphics: clock(Clock::Graphics, "clock_graphics"),
+        sm: clock(Clock::SM, "clock_sm"),
+        memory: clock(Clock::Memory, "clock_memory"),
+        video: clock(Clock::Video, "clock_video"),
+    };
+    let fan_speed_ratios = (0..st.fans)
+        .filter_map(|i| check.get("fan_speed", dev.fan_speed(i)))
+        .map(|p| f64::from(p) / 100.0)
+        .collect();
+    let ecc = if slow.ecc_enabled == Some(true) {
+        match (
+            f.ecc_sbe_volatile,
+            f.ecc_dbe_volatile,
+            f.ecc_sbe_aggregate,
+            f.ecc_dbe_aggregate,
+        ) {
+            (Some(vc), Some(vu), Some(ac), Some(au)) => Some(EccTotals {
+                volatile_corrected: vc,
+                volatile_uncorrected: vu,
+                aggregate_corrected: ac,
+                aggregate_uncorrected: au,
+            }),
+            // The field API is missing on old drivers: fall back to the getter.
+            _ => {
+                let mut total = |e: MemoryError, c: EccCounter, what: &str| {
+                    check
+                        .get(what, dev.total_ecc_errors(e, c))
+                        .map(|v| v as f64)
+                };
+                match (
+                    total(MemoryError::Corrected, EccCounter::Volatile, "ecc_cv"),
+                    total(MemoryError::Uncorrected, EccCounter::Volatile, "ecc_uv"),
+                    total(MemoryError::Corrected, EccCounter::Aggregate, "ecc_ca"),
+                    total(MemoryError::Uncorrected, EccCounter::Aggregate, "ecc_ua"),
+                ) {
+                    (Some(vc), Some(vu), Some(ac), Some(au)) => Some(EccTotals {
+                        volatile_corrected: vc,
+                        volatile_uncorrected: vu,
+                        aggregate_corrected: ac,
+                        aggregate_uncorrected: au,
+                    }),
+                    _ => None,
+                }
+            }
+        }
+    } else {
+        None
+    };
+    let remapped_rows = match (
+        f.remapped_correctable,
+        f.remapped_uncorrectable,
+        f.remapped_pending,
+        f.remapped_failure,
+    ) {
+        (Some(c), Some(u), Some(p), Some(x)) => Some(RemappedRowsReadout {
+            correctable: c,
+            uncorrectable: u,
+            pending: p > 0.0,
+            failure: x > 0.0,
+        }),
+        _ => None,
+    };
+    let mig = slow
+        .mig
+        .iter()
+        .map(|(gi, ci, profile, uuid, slot)| {
+            let memory = dev
+                .mig_device_by_index(*slot)
+                .and_then(|m| m.memory_info())
+                .ok();
+            MigReadout {
+                gpu_instance: *gi,
+                compute_instance: *ci,
+                profile: profile.clone(),
+                mig_uuid: uuid.clone(),
+                // Engine activity per instance needs DCGM profiling; NVML has none.
+                graphics_engine_active_ratio: None,
+                memory_used_bytes: memory.as_ref().map(|m| m.used as f64),
+                memory_total_bytes: memory.as_ref().map(|m| m.total as f64),
+            }
+        })
+        .collect();
+    GpuReadout {
+        up: true,
+        utilization_ratio: util.as_ref().map(|u| f64::from(u.gpu) / 100.0),
+        memory_utilization_ratio: util.as_ref().map(|u| f64::from(u.memory) / 100.0),
+        encoder_utilization_ratio: check
+            .get("encoder_utilization", dev.encoder_utilization())
+            .map(|u| f64::from(u.utilization) / 100.0),
+        decoder_utilization_ratio: check
+            .get("decoder_utilization", dev.decoder_utilization())
+            .map(|u| f64::from(u.utilization) / 100.0),
+        memory_used_bytes: mem.as_ref().map(|m| m.used as f64),
+        memory_free_bytes: mem.as_ref().map(|m| m.free as f64),
+        memory_reserved_bytes: mem.as_ref().map(|m| m.reserved as f64),
+        memory_total_bytes: mem.as_ref().map(|m| m.total as f64),
+        bar1_used_bytes: bar1.as_ref().map(|b| b.used as f64),
+        bar1_total_bytes: bar1.as_ref().map(|b| b.total as f64),
+        power_watts: check
+            .get("power_usage", dev.power_usage())
+            .map(|mw| f64::from(mw) / 1e3),
+        power_limit_watts: check
+            .get("enforced_power_limit", dev.enforced_power_limit())
+            .map(|mw| f64::from(mw) / 1e3),
+        energy_joules: f.energy_millijoules.map(|mj| mj / 1e3),
+        temperature_gpu_celsius: check
+            .get("temperature", dev.temperature(TemperatureSensor::Gpu))
+            .map(f64::from),
+        temperature_memory_celsius: f.memory_temperature_celsius,
+        clocks,
+        max_clocks: st.max_clocks,
+        performance_state: check
+            .get("performance_state", dev.performance_state())
+            .map(|p| p.as_c())
+            .filter(|p| *p <= 15),
+        fan_speed_ratios,
+        throttle_reasons: reasons
+            .map(|t| {
+                THROTTLE_REASONS
+                    .iter()
+                    .map(|(bit, name)| (*name, t.contains(*bit)))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        xid_counts: Default::default(),
+        ecc,
+        ecc_enabled: slow.ecc_enabled,
+        retired_pages: slow.retired_pages,
+        remapped_rows,
+        throttle_violations: slow.violations.clone(),
+        pcie_transmit_bytes_per_second: slow.pcie_tx,
+        pcie_receive_bytes_per_second: slow.pcie_rx,
+        pcie_replays: f.pcie_replays,
+        pcie_link_generation: check
+            .get("pcie_link_generation", dev.current_pcie_link_gen())
+            .map(f64::from),
+        pcie_link_width: check
+            .get("pcie_link_width", dev.current_pcie_link_width())
+            .map(f64::from),
+        // NVLink fields are in KiB.
+        nvlink_transmit_bytes: f.nvlink_tx_kib.map(|k| k * 1024.0),
+        nvlink_receive_bytes: f.nvlink_rx_kib.map(|k| k * 1024.0),
+        nvlinks: slow.nvlinks.clone(),
+        process_count: None,
+        processes: Vec::new(),
+        mig,
+    }
+}
