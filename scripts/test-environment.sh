@@ -107,5 +107,5 @@ fi
   echo "  not run here ($(wc -l <"$work/skip"), $why_not):"
   sed 's/^/    /' "$work/skip"
 } | tee "$work/summary"
-[ -z "$summary_file" ] || cp "$work/summary" "$summary_file"
+[ -z "$summary_file" ] || { mkdir -p "$(dirname "$summary_file")" && cp "$work/summary" "$summary_file"; }
 exit "$status"
