@@ -359,7 +359,12 @@ mod tests {
     #[test]
     fn codes_are_unique_and_increasing() {
         for pair in catalog().windows(2) {
-            assert!(pair[0].code < pair[1].code, "{} then {}", pair[0].code, pair[1].code);
+            assert!(
+                pair[0].code < pair[1].code,
+                "{} then {}",
+                pair[0].code,
+                pair[1].code
+            );
         }
     }
 
@@ -408,11 +413,17 @@ mod tests {
     fn facts_read_from_nvidias_table() {
         // Written down from the page (2026-11-24), independent of the file.
         let h100_only_nvlink = lookup(136).expect("136");
-        assert_eq!(h100_only_nvlink.applies, [Applies::No, Applies::Yes, Applies::No, Applies::No]);
+        assert_eq!(
+            h100_only_nvlink.applies,
+            [Applies::No, Applies::Yes, Applies::No, Applies::No]
+        );
         let c2c = lookup(121).expect("121");
         assert_eq!(c2c.applies_to(Generation::Gb200), Applies::Yes);
         assert_eq!(c2c.applies_to(Generation::H100), Applies::No);
-        assert_eq!(lookup(48).map(|e| e.immediate_action), Some("WORKFLOW_XID_48"));
+        assert_eq!(
+            lookup(48).map(|e| e.immediate_action),
+            Some("WORKFLOW_XID_48")
+        );
         assert_eq!(lookup(95).map(|e| e.action), Some(Action::ResetGpu));
         assert_eq!(lookup(154).map(|e| e.action), Some(Action::Evaluate));
         assert!(lookup(1).is_some_and(XidEntry::is_unused));
@@ -423,11 +434,17 @@ mod tests {
     fn bad_text_is_an_error_naming_the_line() {
         let header = "code,mnemonic,description,applies_a100,applies_h100,applies_b100,applies_gb200,immediate_action,investigatory_action,action\n";
         assert_eq!(parse("# only a comment\n"), Err(CatalogError::NoHeader));
-        assert!(matches!(parse("code,mnemonic\n"), Err(CatalogError::Header { line: 1, .. })));
+        assert!(matches!(
+            parse("code,mnemonic\n"),
+            Err(CatalogError::Header { line: 1, .. })
+        ));
         let cases: [(&'static str, &'static str); 5] = [
             ("1,M,d,yes,yes,yes\n", "fields"),
             ("x,M,d,yes,yes,yes,yes,IGNORE,IGNORE,none\n", "code"),
-            ("1,M,d,maybe,yes,yes,yes,IGNORE,IGNORE,none\n", "applies_a100"),
+            (
+                "1,M,d,maybe,yes,yes,yes,IGNORE,IGNORE,none\n",
+                "applies_a100",
+            ),
             ("1,M,d,yes,yes,yes,yes,IGNORE,IGNORE,panic\n", "action"),
             ("1,,d,yes,yes,yes,yes,IGNORE,IGNORE,none\n", "mnemonic"),
         ];
