@@ -55,10 +55,23 @@ pub fn push_gpu_samples(id: &GpuIdentity, r: &GpuReadout, out: &mut Vec<Sample>)
     ));
     out.push(Sample::of(&key, Metric::GpuUp, NO_LABELS, flag(r.up)));
     for (xid, count) in &r.xid_counts {
+        let code = xid.to_string();
+        // What NVIDIA says the code is and what to do about it, once per code on this GPU
+        // (not copied onto the counter, whose series stays one per code).
+        let (mnemonic, action) = match dgx_pixels_xid::lookup(*xid) {
+            Some(e) => (e.mnemonic, e.action.as_str()),
+            None => ("", dgx_pixels_xid::Action::Unknown.as_str()),
+        };
+        out.push(Sample::of(
+            &key,
+            Metric::GpuXidInfo,
+            [code.as_str(), mnemonic, action],
+            1.0,
+        ));
         out.push(Sample::of(
             &key,
             Metric::GpuXidErrors,
-            [xid.to_string()],
+            [code],
             *count as f64,
         ));
     }
@@ -272,6 +285,16 @@ mod tests {
         );
         let xid = find(&out, Metric::GpuXidErrors);
         assert_eq!((xid[0].label_values()[2], xid[0].value), ("13", 2.0));
+        // The catalog's name and action for the code, beside (not on) the counter.
+        let info = find(&out, Metric::GpuXidInfo);
+        assert_eq!(
+            info[0].label_values()[2..],
+            [
+                "13",
+                "ROBUST_CHANNEL_GR_EXCEPTION / ROBUST_CHANNEL_GR_ERROR_SW_NOTIFY",
+                "restart_app"
+            ]
+        );
         assert_eq!(find(&out, Metric::GpuEccErrors).len(), 4);
     }
 
@@ -336,6 +359,19 @@ mod tests {
 
     /// Review of issue 16: a process NVML places in a GPU instance without naming its compute
     /// instance keeps the GPU instance (its key, and so the pod holding that instance).
+    #[test]
+    fn an_xid_the_catalog_lacks_has_an_unknown_action() {
+        let r = GpuReadout {
+            up: true,
+            xid_counts: [(9999, 1)].into(),
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        push_gpu_samples(&id(), &r, &mut out);
+        let info = find(&out, Metric::GpuXidInfo);
+        assert_eq!(info[0].label_values()[2..], ["9999", "", "unknown"]);
+    }
+
     #[test]
     fn a_process_with_only_a_gpu_instance_keeps_it() {
         let r = GpuReadout {
@@ -414,7 +450,7 @@ mod tests {
     }
 
     #[test]
-    fn a_lost_gpu_keeps_only_identity_up_and_xid_counters() {
+    fn a_lost_gpu_keeps_only_identity_up_and_its_xids() {
         let r = GpuReadout {
             up: false,
             power_watts: Some(412.0),
@@ -426,9 +462,16 @@ mod tests {
         let metrics: Vec<Metric> = out.iter().map(|s| s.metric).collect();
         assert_eq!(
             metrics,
-            [Metric::GpuInfo, Metric::GpuUp, Metric::GpuXidErrors]
+            [
+                Metric::GpuInfo,
+                Metric::GpuUp,
+                Metric::GpuXidInfo,
+                Metric::GpuXidErrors
+            ]
         );
         assert_eq!(out[1].value, 0.0);
+        // What to do about the XID that took it: reboot the node.
+        assert_eq!(out[2].label("action"), Some("reboot"));
     }
 
     #[test]
