@@ -333,7 +333,7 @@ pub struct Settings {
     pub log: LogSettings,
     /// Simulated node.
     pub simulation: SimulationSettings,
-    /// NVML: the nvml crate's own options (`library`, `slow_interval`, `processes_per_gpu`).
+    /// NVML: the nvml crate's own options (`library`, `slow_interval`, `processes_per_gpu`, `xid_quiet_period`).
     pub nvml: dgx_pixels_nvml::NvmlOptions,
     /// DCGM.
     pub dcgm: DcgmSettings,

@@ -244,10 +244,12 @@ fn simulated_node(
     }
     // The dcgm collector selects the simulated profiling families.
     let profiling = collectors::dcgm::COLLECTOR.enabled(settings, true);
+    let xid_quiet = settings.nvml.xid_quiet_period;
     let sim = dgx_pixels_sim_source::SimSource::new(Node::new(scenario.clone()))
-        .with_profiling(profiling);
+        .with_profiling(profiling)
+        .with_xid_quiet_period(xid_quiet);
     let started = sim.started();
-    let key: collectors::RestartKey = Box::new((settings.simulation.clone(), profiling));
+    let key: collectors::RestartKey = Box::new((settings.simulation.clone(), profiling, xid_quiet));
     plan.push(Box::new(sim), Fingerprint::new(timing, key), timing);
     plan.mode = "simulated";
     plan.scenario = scenario_name;

@@ -59,6 +59,7 @@ fn snapshot(gpus: u32) -> Snapshot {
                 (ThrottleReason::HwPowerBrakeSlowdown, false),
             ],
             xid_counts: Default::default(),
+            xid_incidents: Default::default(),
             ecc: Some(EccTotals::default()),
             pcie_transmit_bytes_per_second: Some(1.2e9),
             pcie_receive_bytes_per_second: Some(3.4e9),

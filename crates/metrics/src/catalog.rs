@@ -217,6 +217,8 @@ define_catalog! {
         "Time clocks were held below the requested clocks, per policy (power, thermal, sync_boost, board_limit, low_utilization, reliability).";
     GpuXidErrors => Counter None "dgx_pixels_gpu_xid_errors_total" ["gpu", "uuid", "xid"] ["nvml", "sim"]
         "XID errors reported by the driver, per XID code; every occurrence counts, repeats included.";
+    GpuXidIncidents => Counter None "dgx_pixels_gpu_xid_incidents_total" ["gpu", "uuid", "xid"] ["nvml", "sim"]
+        "XID incidents per code: occurrences of one code on one GPU less than the quiet period apart ([nvml] xid_quiet_period, default 3 min) are one incident, so a storm of hundreds pages once.";
     GpuXidInfo => Gauge None "dgx_pixels_gpu_xid_info" ["gpu", "uuid", "xid", "mnemonic", "action"] ["nvml", "sim"]
         "One series (value 1) per XID code the GPU has reported: NVIDIA's mnemonic for it and the recommended immediate action from the XID catalog (docs/xid.md; unknown for a code the catalog lacks). Join on uuid and xid to put the action beside dgx_pixels_gpu_xid_errors_total.";
     GpuEccErrors => Counter None "dgx_pixels_gpu_ecc_errors_total" ["gpu", "uuid", "error_type", "counter"] ["nvml", "dcgm", "sim"]

@@ -47,7 +47,7 @@ use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dgx_pixels_metrics::gpu::{push_gpu_samples, GpuIdentity, GpuReadout};
+use dgx_pixels_metrics::gpu::{push_gpu_samples, GpuIdentity, GpuReadout, XidIncidents};
 use dgx_pixels_metrics::{
     Backoff, DeviceKey, Metric, PollError, PollErrorKind, PollOutput, Sample, Source,
 };
@@ -83,6 +83,10 @@ pub struct NvmlOptions {
     /// `process_memory_used_bytes` series (largest memory first); default 10.
     #[serde(rename = "processes_per_gpu")]
     pub max_processes_per_gpu: usize,
+    /// `xid_quiet_period`: XIDs of one code on one GPU less than this apart are one incident
+    /// (`dgx_pixels_gpu_xid_incidents_total`); default 3 min.
+    #[serde(deserialize_with = "de_duration")]
+    pub xid_quiet_period: Duration,
     /// Where procfs is mounted, to map processes to containers (not a key: the daemon's
     /// `[path] procfs`).
     #[serde(skip)]
@@ -106,6 +110,7 @@ impl Default for NvmlOptions {
             gpu_deadline: Duration::from_secs(1),
             slow_interval: Duration::from_secs(5),
             max_processes_per_gpu: 10,
+            xid_quiet_period: XidIncidents::DEFAULT_QUIET,
             procfs: PathBuf::from("/proc"),
         }
     }
@@ -139,6 +144,8 @@ pub struct NvmlSource {
     identities: BTreeMap<u32, GpuIdentity>,
     /// GPUs currently reported as not answering (to log transitions once).
     stalled: HashSet<u32>,
+    /// XID counts over time, turned into incidents.
+    incidents: XidIncidents,
 }
 
 impl std::fmt::Debug for NvmlSource {
@@ -163,6 +170,7 @@ impl NvmlSource {
     /// A source with the given options.
     pub fn with_options(options: NvmlOptions) -> NvmlSource {
         NvmlSource {
+            incidents: XidIncidents::new(options.xid_quiet_period),
             options,
             loaded: None,
             backoff: Backoff::new(),
@@ -325,6 +333,7 @@ impl Source for NvmlSource {
             ));
         }
         let mut out = Vec::with_capacity(loaded.workers.len() * 64);
+        let now = Instant::now();
         for index in loaded.workers.iter().map(|w| w.index) {
             let mut readout = match results.remove(&index) {
                 Some(GpuPoll::Read { identity, readout }) => {
@@ -363,6 +372,7 @@ impl Source for NvmlSource {
                 }
             };
             readout.xid_counts = loaded.xid.counts(index);
+            readout.xid_incidents = self.incidents.observe(index, &readout.xid_counts, now);
             match self.identities.get(&index) {
                 Some(id) => push_gpu_samples(id, &readout, &mut out),
                 // Never answered (hung or failing since the library was loaded): its uuid is

@@ -291,6 +291,10 @@ pub struct GpuReadout {
     pub throttle_reasons: Vec<(ThrottleReason, bool)>,
     /// XID code to number of occurrences observed.
     pub xid_counts: BTreeMap<u32, u64>,
+    /// XID code to incidents: runs of that code separated by less than a quiet period count
+    /// once. Derived from `xid_counts` over time by the source (`metrics::gpu::XidIncidents`),
+    /// not read from the device.
+    pub xid_incidents: BTreeMap<u32, u64>,
     /// ECC totals, when ECC is enabled.
     pub ecc: Option<EccTotals>,
     /// Whether ECC is enabled, where the GPU supports ECC.

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use dgx_pixels_metrics::gpu::{push_gpu_samples, GpuIdentity, GpuReadout};
+use dgx_pixels_metrics::gpu::{push_gpu_samples, GpuIdentity, GpuReadout, XidIncidents};
 use dgx_pixels_metrics::{DeviceKey, Metric};
 use dgx_pixels_metrics::{
     ExternalFamilies, ExternalFamily, ExternalKind, ExternalSample, PollError, PollOutput, Sample,
@@ -82,9 +82,18 @@ pub struct SimSource {
     xids: Vec<BTreeMap<u32, u64>>,
     workload: Option<Workload>,
     profiling: bool,
+    /// XID counts over time, turned into incidents as the NVML source does.
+    incidents: XidIncidents,
 }
 
 impl SimSource {
+    /// XIDs of one code on one GPU less than `quiet` apart are one incident (the NVML source's
+    /// `[nvml] xid_quiet_period`).
+    pub fn with_xid_quiet_period(mut self, quiet: std::time::Duration) -> SimSource {
+        self.incidents = XidIncidents::new(quiet);
+        self
+    }
+
     /// Serves the DCGM profiling families too (or not).
     pub fn with_profiling(mut self, on: bool) -> SimSource {
         self.profiling = on;
@@ -134,6 +143,7 @@ impl SimSource {
             xids,
             workload,
             profiling: false,
+            incidents: XidIncidents::new(XidIncidents::DEFAULT_QUIET),
         }
     }
 }
@@ -318,7 +328,7 @@ impl Source for SimSource {
             let (Some(state), Some(g)) = (state, self.node.gpu(i)) else {
                 continue;
             };
-            let r = match &state {
+            let mut r = match &state {
                 GpuState::Ok(r) => {
                     self.xids[i] = r.readout.xid_counts.clone();
                     if self.profiling {
@@ -338,6 +348,9 @@ impl Source for SimSource {
                     }
                 }
             };
+            r.xid_incidents = self
+                .incidents
+                .observe(id.index, &r.xid_counts, Instant::now());
             push_gpu_samples(id, &r, &mut out);
         }
         let mut external = ExternalFamilies::default();

@@ -34,7 +34,8 @@ fn build(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
             .procfs
             .clone()
             .unwrap_or_else(|| NvmlOptions::default().procfs),
-        // `[nvml]` is the crate's own options type: library, slow_interval, processes_per_gpu.
+        // `[nvml]` is the crate's own options type: library, slow_interval, processes_per_gpu,
+        // xid_quiet_period.
         ..settings.nvml.clone()
     }))))
 }

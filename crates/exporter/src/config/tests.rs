@@ -374,7 +374,7 @@ fn cost_and_textfile_tables_parse_and_validate() {
 
 #[test]
 fn the_nvml_table_is_the_nvml_crates_own_options() {
-    let f = file("[nvml]\nlibrary = \"/opt/libnvidia-ml.so.1\"\nslow_interval = \"2s\"\nprocesses_per_gpu = 3\n");
+    let f = file("[nvml]\nlibrary = \"/opt/libnvidia-ml.so.1\"\nslow_interval = \"2s\"\nprocesses_per_gpu = 3\nxid_quiet_period = \"10m\"\n");
     let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
     let s = resolve(&cli, env(&[("DGX_PIXELS_NVML__PROCESSES_PER_GPU", "4")])).unwrap();
     assert_eq!(
@@ -382,6 +382,7 @@ fn the_nvml_table_is_the_nvml_crates_own_options() {
         Some(PathBuf::from("/opt/libnvidia-ml.so.1"))
     );
     assert_eq!(s.nvml.slow_interval, Duration::from_secs(2));
+    assert_eq!(s.nvml.xid_quiet_period, Duration::from_secs(600));
     assert_eq!(s.nvml.max_processes_per_gpu, 4, "env beats file");
     let d = dgx_pixels_nvml::NvmlOptions::default();
     assert_eq!(

@@ -292,6 +292,7 @@ pub(super) fn read_fast(
             })
             .unwrap_or_default(),
         xid_counts: Default::default(),
+        xid_incidents: Default::default(),
         ecc,
         ecc_enabled: slow.ecc_enabled,
         retired_pages: slow.retired_pages,

@@ -179,6 +179,7 @@ impl GpuSim {
                 (ThrottleReason::HwPowerBrakeSlowdown, false),
             ],
             xid_counts,
+            xid_incidents: BTreeMap::new(),
             ecc: Some(EccTotals {
                 volatile_corrected: corrected as f64,
                 volatile_uncorrected: uncorrected as f64,
