@@ -31,6 +31,7 @@ pub mod device;
 pub mod external;
 pub mod gpu;
 pub mod histogram;
+pub mod incidents;
 pub mod snapshot;
 pub mod source;
 
