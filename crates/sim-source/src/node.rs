@@ -100,6 +100,12 @@ impl SimSource {
         self
     }
 
+    /// Scenario time 0 at `t` instead of now (a test, or a node resumed mid-scenario).
+    pub fn started_at(mut self, t: Instant) -> SimSource {
+        self.started = t;
+        self
+    }
+
     /// When the scenario time started (time 0 of the node).
     pub fn started(&self) -> Instant {
         self.started
@@ -514,6 +520,27 @@ mod tests {
             .map(|s| s.label_values()[0].to_string())
             .collect();
         assert_eq!(gpus.into_iter().collect::<Vec<_>>(), ["0", "1"]);
+    }
+
+    /// Issue 19, part 3, through the simulated source: fault-xid-storm repeats XID 13 on GPU 2
+    /// every 2 s from 10 s on; 20 s into the scenario that is several XIDs and one incident.
+    #[test]
+    fn an_xid_storm_is_served_as_one_incident() {
+        let mut s = SimSource::new(node("fault-xid-storm"))
+            .started_at(Instant::now() - Duration::from_secs(20));
+        let out = s.poll().unwrap().samples;
+        let on_gpu2 = |m: Metric| {
+            out.iter()
+                .find(|x| {
+                    x.metric == m && x.label("gpu") == Some("2") && x.label("xid") == Some("13")
+                })
+                .map(|x| x.value)
+        };
+        assert!(on_gpu2(Metric::GpuXidErrors).is_some_and(|n| n >= 5.0));
+        assert_eq!(on_gpu2(Metric::GpuXidIncidents), Some(1.0));
+        assert!(out
+            .iter()
+            .any(|x| x.metric == Metric::GpuXidInfo && x.label("action") == Some("restart_app")));
     }
 
     #[test]

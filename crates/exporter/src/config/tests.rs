@@ -399,6 +399,7 @@ fn the_nvml_table_is_the_nvml_crates_own_options() {
         ),
         ("[nvml]\nmax_processes_per_gpu = 1\n", "unknown field"),
         ("[nvml]\nslow_interval = \"soon\"\n", "invalid duration"),
+        ("[nvml]\nxid_quiet_period = \"soon\"\n", "xid_quiet_period"),
         (
             "[nvml]\nslow_interval = \"1ms\"\n",
             "nvml.slow_interval: 1ms is below the minimum",
