@@ -200,6 +200,8 @@ pub enum DocsCommand {
     Metrics,
     /// The DCGM field mapping as Markdown (docs/dcgm-fields.md).
     DcgmFields,
+    /// The GPU health rules as Markdown (docs/health.md).
+    Health,
 }
 
 /// Flags of one registered collector; `None` where not given.

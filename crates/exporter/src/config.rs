@@ -285,6 +285,27 @@ impl CostSettings {
     }
 }
 
+/// `[health]`: the GPU health verdict (docs/health.md).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HealthSettings {
+    /// A transient condition (a slowdown, an application fault) clears after this long
+    /// without recurring [default: 5m].
+    #[serde(deserialize_with = "de_duration")]
+    pub clear_after: Option<Duration>,
+}
+
+impl HealthSettings {
+    /// Shortest `clear_after` accepted: shorter would clear a condition between two polls.
+    pub const MIN_CLEAR_AFTER: Duration = Duration::from_secs(10);
+
+    /// The quiet period in force.
+    pub fn clear_after(&self) -> Duration {
+        self.clear_after
+            .unwrap_or(dgx_pixels_health::HealthTracker::DEFAULT_CLEAR_AFTER)
+    }
+}
+
 /// `[probes]`: how the daemon runs the CUDA probes (when `collector.probes` is enabled).
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -351,6 +372,8 @@ pub struct Settings {
     pub cost: Option<CostSettings>,
     /// CUDA probes.
     pub probes: ProbesSettings,
+    /// GPU health verdict.
+    pub health: HealthSettings,
 }
 
 pub use collectors::{DEFAULT_INTERVAL, DEFAULT_TIMEOUT, MIN_INTERVAL, MIN_TIMEOUT};
@@ -457,6 +480,11 @@ impl Settings {
             check_min(&format!("collector.{name}.timeout"), c.timeout, MIN_TIMEOUT)?;
         }
         self.probes.schedule()?;
+        check_min(
+            "health.clear_after",
+            self.health.clear_after,
+            HealthSettings::MIN_CLEAR_AFTER,
+        )?;
         if let Some(address) = &self.dcgm.hostengine {
             check_hostengine(address)?;
         }

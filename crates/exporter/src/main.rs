@@ -61,6 +61,13 @@ fn main() -> ExitCode {
         print!("{}", dgx_pixels_dcgm::fields::markdown());
         return ExitCode::SUCCESS;
     }
+    if let Some(Commands::Docs {
+        what: DocsCommand::Health,
+    }) = &cli.command
+    {
+        print!("{}", dgx_pixels_health::rules::markdown());
+        return ExitCode::SUCCESS;
+    }
     let settings =
         match config::environment(std::env::vars_os()).and_then(|env| config::resolve(&cli, env)) {
             Ok(s) => s,
@@ -145,10 +152,19 @@ struct Plan {
     scenario: String,
     /// The cost model in force: the config file's, else a simulated scenario's.
     cost: Option<config::CostSettings>,
+    /// Sources that read something themselves (not only what other sources serve).
+    readers: usize,
 }
 
 impl Plan {
-    fn push(&mut self, source: Box<dyn Source>, fingerprint: Fingerprint, timing: Timing) {
+    fn push(
+        &mut self,
+        source: Box<dyn Source>,
+        fingerprint: Fingerprint,
+        timing: Timing,
+        derived: bool,
+    ) {
+        self.readers += usize::from(!derived);
         self.fingerprints.insert(source.name(), fingerprint);
         self.sources.push((source, timing));
     }
@@ -163,6 +179,7 @@ fn plan(settings: &Settings, store_slot: &collectors::probes::StoreSlot) -> Resu
         mode: "hardware",
         scenario: String::new(),
         cost: settings.cost.clone(),
+        readers: 0,
     };
     let simulated = match &settings.simulation.scenario {
         Some(name) => Some(simulated_node(settings, name, &mut plan)?),
@@ -204,7 +221,7 @@ fn plan(settings: &Settings, store_slot: &collectors::probes::StoreSlot) -> Resu
         } else {
             source
         };
-        plan.push(source, c.fingerprint(settings), timing);
+        plan.push(source, c.fingerprint(settings), timing, c.derived);
     }
     Ok(plan)
 }
@@ -250,7 +267,7 @@ fn simulated_node(
         .with_xid_quiet_period(xid_quiet);
     let started = sim.started();
     let key: collectors::RestartKey = Box::new((settings.simulation.clone(), profiling, xid_quiet));
-    plan.push(Box::new(sim), Fingerprint::new(timing, key), timing);
+    plan.push(Box::new(sim), Fingerprint::new(timing, key), timing, false);
     plan.mode = "simulated";
     plan.scenario = scenario_name;
     Ok(collectors::Simulated {
@@ -330,7 +347,7 @@ async fn run(
     store_slot: collectors::probes::StoreSlot,
     listener: tokio::net::TcpListener,
 ) -> Result<()> {
-    if plan.sources.is_empty() {
+    if plan.readers == 0 {
         tracing::warn!("no source enabled: only the exporter's own metrics will be served");
     }
     if plan.mode == "simulated" {

@@ -77,6 +77,8 @@ fn without_a_gpu_nvml_is_down_ready_and_logged_once() {
         up,
         [
             "dgx_pixels_source_up{source=\"exporter\"} 1",
+            // Up, with nothing to judge: no GPU was ever read.
+            "dgx_pixels_source_up{source=\"health\"} 1",
             "dgx_pixels_source_up{source=\"nvml\"} 0"
         ]
     );

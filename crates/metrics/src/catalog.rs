@@ -221,6 +221,10 @@ define_catalog! {
         "XID incidents per code: occurrences of one code on one GPU less than the quiet period apart ([nvml] xid_quiet_period, default 3 min) are one incident, so a storm of hundreds pages once.";
     GpuXidInfo => Gauge None "dgx_pixels_gpu_xid_info" ["gpu", "uuid", "xid", "mnemonic", "action"] ["nvml", "sim"]
         "One series (value 1) per XID code the GPU has reported: NVIDIA's mnemonic for it and the recommended immediate action from the XID catalog (docs/xid.md; unknown for a code the catalog lacks). Join on uuid and xid to put the action beside dgx_pixels_gpu_xid_errors_total.";
+    GpuHealthState => Gauge None "dgx_pixels_gpu_health_state" ["gpu", "uuid", "state"] ["health"]
+        "Health verdict of the GPU from the rules of docs/health.md: 1 for the current state (healthy, degraded, unhealthy, unknown when the GPU cannot be read), 0 for the others.";
+    GpuHealthAction => Gauge None "dgx_pixels_gpu_health_action_info" ["gpu", "uuid", "action", "reason"] ["health"]
+        "The most severe recommended action pending for the GPU (none, restart_app, reset_gpu, reboot, drain_p2p, contact_support, ...) and the rule behind it (e.g. xid_79, ecc_double_bit, nvlink_down; none when healthy), value 1; docs/health.md lists the rules and how each clears.";
     GpuEccErrors => Counter None "dgx_pixels_gpu_ecc_errors_total" ["gpu", "uuid", "error_type", "counter"] ["nvml", "dcgm", "sim"]
         "ECC memory errors by type (corrected, uncorrected) and counter (volatile: since driver load, aggregate: lifetime).";
     GpuEccEnabled => Gauge None "dgx_pixels_gpu_ecc_enabled" ["gpu", "uuid"] ["nvml", "sim"]
@@ -245,6 +249,10 @@ define_catalog! {
         "Current PCIe link generation (it can train down under errors or power saving).";
     PcieLinkWidth => Gauge None "dgx_pixels_pcie_link_width" ["gpu", "uuid"] ["nvml", "sim"]
         "Current PCIe link width in lanes.";
+    PcieLinkMaxGeneration => Gauge None "dgx_pixels_pcie_link_max_generation" ["gpu", "uuid"] ["nvml", "sim"]
+        "Highest PCIe link generation the GPU and its slot support; a current generation below it under load means the link trained down.";
+    PcieLinkMaxWidth => Gauge None "dgx_pixels_pcie_link_max_width" ["gpu", "uuid"] ["nvml", "sim"]
+        "Widest PCIe link, in lanes, the GPU and its slot support; a current width below it is a degraded link (reseat or service).";
     NvlinkTransmit => Counter Bytes "dgx_pixels_nvlink_transmit_bytes_total" ["gpu", "uuid"] ["nvml", "sim"]
         "Data transmitted over all NVLinks of the GPU.";
     NvlinkReceive => Counter Bytes "dgx_pixels_nvlink_receive_bytes_total" ["gpu", "uuid"] ["nvml", "sim"]

@@ -21,6 +21,7 @@ pub const COLLECTOR: Collector = Collector {
     help: "GPU profiling (and optionally device) fields through DCGM (libdcgm.so.4 or .so.3, loaded at run time; embedded host engine unless --dcgm.hostengine; with --simulate, simulated profiling, on unless turned off)",
     // It is the owner: the others drop what it provides.
     yields_owned_series: false,
+    derived: false,
     build,
     restart_key,
 };

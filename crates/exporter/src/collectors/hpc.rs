@@ -16,6 +16,7 @@ pub const COLLECTOR: Collector = Collector {
     default_timeout: DEFAULT_TIMEOUT,
     help: "hpc_job labels on GPU series from per-GPU job files (runs only when --hpc.job-mapping-dir is set)",
     yields_owned_series: false,
+    derived: false,
     build,
     restart_key,
 };

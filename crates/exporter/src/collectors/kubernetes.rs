@@ -22,6 +22,7 @@ pub const COLLECTOR: Collector = Collector {
     default_timeout: DEFAULT_TIMEOUT,
     help: "pod, namespace and container labels on GPU series from the kubelet pod-resources API (--kubernetes.pod-resources-socket)",
     yields_owned_series: false,
+    derived: false,
     build,
     restart_key,
 };

@@ -21,6 +21,7 @@ use crate::config::Settings;
 use crate::runner::Timing;
 
 pub mod dcgm;
+pub mod health;
 pub mod hpc;
 pub mod kubernetes;
 pub mod nvml;
@@ -45,6 +46,7 @@ pub const COLLECTORS: &[Collector] = &[
     dcgm::COLLECTOR,
     kubernetes::COLLECTOR,
     hpc::COLLECTOR,
+    health::COLLECTOR,
 ];
 
 /// What a collector's `build` returns: its source, or `None` when there is nothing to run.
@@ -69,6 +71,9 @@ pub struct Collector {
     /// Whether its catalog samples of series another source owns are dropped (NVML's and the
     /// probes' samples of what DCGM provides; see `ownership.rs`).
     pub yields_owned_series: bool,
+    /// Whether it only derives series from what the other sources serve (the health verdict):
+    /// with no other source it serves nothing, and does not count as one.
+    pub derived: bool,
     /// Builds its source; `None` when there is nothing to run (e.g. no directory configured,
     /// or a simulated node serves its families itself).
     pub build: fn(&BuildContext<'_>) -> Result<Built>,

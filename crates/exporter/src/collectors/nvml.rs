@@ -15,6 +15,7 @@ pub const COLLECTOR: Collector = Collector {
     default_timeout: DEFAULT_TIMEOUT,
     help: "GPU telemetry through NVML (libnvidia-ml.so.1, loaded at run time)",
     yields_owned_series: true,
+    derived: false,
     build,
     restart_key,
 };

@@ -29,6 +29,7 @@ pub const COLLECTOR: Collector = Collector {
     default_timeout: Duration::from_secs(30),
     help: "CUDA probe workloads on idle GPUs (libcuda.so.1 and cuBLAS, loaded at run time; with --simulate, simulated and on unless turned off)",
     yields_owned_series: true,
+    derived: false,
     build,
     restart_key,
 };

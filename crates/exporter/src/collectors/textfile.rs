@@ -13,6 +13,7 @@ pub const COLLECTOR: Collector = Collector {
     default_timeout: DEFAULT_TIMEOUT,
     help: "workload metrics from the *.prom files of --textfile.directory (runs only when it is set, also with --simulate)",
     yields_owned_series: false,
+    derived: false,
     build,
     restart_key,
 };

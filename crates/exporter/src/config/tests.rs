@@ -181,7 +181,7 @@ fn semantic_errors_name_the_key() {
     let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
     let e = resolve(&cli, []).unwrap_err().to_string();
     assert!(
-        e.contains("collector.gpu: unknown collector; known: nvml, textfile, probes, dcgm, kubernetes, hpc"),
+        e.contains("collector.gpu: unknown collector; known: nvml, textfile, probes, dcgm, kubernetes, hpc, health"),
         "{e}"
     );
 
@@ -373,6 +373,18 @@ fn cost_and_textfile_tables_parse_and_validate() {
 }
 
 #[test]
+fn the_health_table_sets_the_quiet_period() {
+    let s = resolve(&parse_from(["x"]).unwrap(), []).unwrap();
+    assert_eq!(s.health.clear_after(), Duration::from_secs(300));
+    let f = file("[health]\nclear_after = \"90s\"\n");
+    let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
+    assert_eq!(
+        resolve(&cli, []).unwrap().health.clear_after(),
+        Duration::from_secs(90)
+    );
+}
+
+#[test]
 fn the_nvml_table_is_the_nvml_crates_own_options() {
     let f = file("[nvml]\nlibrary = \"/opt/libnvidia-ml.so.1\"\nslow_interval = \"2s\"\nprocesses_per_gpu = 3\nxid_quiet_period = \"10m\"\n");
     let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
@@ -404,6 +416,12 @@ fn the_nvml_table_is_the_nvml_crates_own_options() {
             "[nvml]\nslow_interval = \"1ms\"\n",
             "nvml.slow_interval: 1ms is below the minimum",
         ),
+        (
+            "[health]\nclear_after = \"1s\"\n",
+            "health.clear_after: 1s is below the minimum of 10s",
+        ),
+        ("[health]\nclear_after = \"later\"\n", "clear_after"),
+        ("[health]\nquiet = \"1m\"\n", "line 2 key health.quiet"),
     ] {
         let f = file(text);
         let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();

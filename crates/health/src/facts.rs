@@ -1,0 +1,121 @@
+//! What the rules read about one GPU, gathered from served samples whichever source serves them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use dgx_pixels_metrics::{DeviceKey, Metric, Sample};
+
+/// One GPU's readings that the rules look at; `None` where no source serves the reading.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct GpuFacts {
+    /// Whether it answers queries.
+    pub up: Option<bool>,
+    /// XID occurrences per code.
+    pub xids: BTreeMap<u32, f64>,
+    /// Uncorrected ECC errors since the last reset (volatile counter).
+    pub ecc_uncorrected_volatile: Option<f64>,
+    /// Corrected ECC errors since the last reset (volatile): read only to see a reset.
+    pub ecc_corrected_volatile: Option<f64>,
+    /// Energy since the driver was loaded: read only to see a reset.
+    pub energy: Option<f64>,
+    pub remap_failure: Option<bool>,
+    pub remap_pending: Option<bool>,
+    pub retired_pages_pending: Option<bool>,
+    /// Links reported, and those down.
+    pub nvlinks: usize,
+    pub nvlinks_down: usize,
+    /// Recovery and data CRC errors over all links.
+    pub nvlink_serious_errors: Option<f64>,
+    pub pcie_generation: Option<f64>,
+    pub pcie_max_generation: Option<f64>,
+    pub pcie_width: Option<f64>,
+    pub pcie_max_width: Option<f64>,
+    pub utilization: Option<f64>,
+    /// Throttle reasons active now.
+    pub hw_slowdown: bool,
+    pub thermal_slowdown: bool,
+}
+
+/// Gathers the facts of every whole GPU (MIG instance samples are skipped: the rules are about
+/// the physical GPU) in `samples`, keyed by UUID, with the device key to publish under.
+pub(crate) fn gather<'a>(
+    samples: impl Iterator<Item = &'a Sample>,
+) -> HashMap<Arc<str>, (Arc<DeviceKey>, GpuFacts)> {
+    let mut gpus: HashMap<Arc<str>, (Arc<DeviceKey>, GpuFacts)> = HashMap::new();
+    for s in samples {
+        let Some(device) = s.device.as_ref().filter(|d| d.mig().is_none()) else {
+            continue;
+        };
+        if !is_read(s.metric) || !s.value.is_finite() {
+            continue;
+        }
+        let uuid: Arc<str> = device.uuid().into();
+        let (_, f) = gpus
+            .entry(uuid)
+            .or_insert_with(|| (Arc::clone(device), GpuFacts::default()));
+        let on = s.value > 0.0;
+        match s.metric {
+            Metric::GpuUp => f.up = Some(on),
+            Metric::GpuXidErrors => {
+                if let Some(code) = s.label("xid").and_then(|x| x.parse().ok()) {
+                    f.xids.insert(code, s.value);
+                }
+            }
+            Metric::GpuEccErrors if s.label("counter") == Some("volatile") => {
+                match s.label("error_type") {
+                    Some("uncorrected") => f.ecc_uncorrected_volatile = Some(s.value),
+                    Some("corrected") => f.ecc_corrected_volatile = Some(s.value),
+                    _ => {}
+                }
+            }
+            Metric::GpuEnergy => f.energy = Some(s.value),
+            Metric::GpuRemappedRowsFailure => f.remap_failure = Some(on),
+            Metric::GpuRemappedRowsPending => f.remap_pending = Some(on),
+            Metric::GpuRetiredPagesPending => f.retired_pages_pending = Some(on),
+            Metric::NvlinkUp => {
+                f.nvlinks += 1;
+                f.nvlinks_down += usize::from(!on);
+            }
+            Metric::NvlinkErrors => {
+                if matches!(s.label("error_type"), Some("recovery" | "crc_data")) {
+                    *f.nvlink_serious_errors.get_or_insert(0.0) += s.value;
+                }
+            }
+            Metric::PcieLinkGeneration => f.pcie_generation = Some(s.value),
+            Metric::PcieLinkMaxGeneration => f.pcie_max_generation = Some(s.value),
+            Metric::PcieLinkWidth => f.pcie_width = Some(s.value),
+            Metric::PcieLinkMaxWidth => f.pcie_max_width = Some(s.value),
+            Metric::GpuUtilization => f.utilization = Some(s.value),
+            Metric::GpuThrottleReason if on => match s.label("reason") {
+                Some("hw_slowdown" | "hw_power_brake_slowdown") => f.hw_slowdown = true,
+                Some("hw_thermal_slowdown" | "sw_thermal_slowdown") => f.thermal_slowdown = true,
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+    gpus
+}
+
+/// The metrics the rules read; a GPU seen only through others (a probe result, a pod's info)
+/// has no facts, and is not given a verdict from them.
+fn is_read(metric: Metric) -> bool {
+    matches!(
+        metric,
+        Metric::GpuUp
+            | Metric::GpuXidErrors
+            | Metric::GpuEccErrors
+            | Metric::GpuEnergy
+            | Metric::GpuRemappedRowsFailure
+            | Metric::GpuRemappedRowsPending
+            | Metric::GpuRetiredPagesPending
+            | Metric::NvlinkUp
+            | Metric::NvlinkErrors
+            | Metric::PcieLinkGeneration
+            | Metric::PcieLinkMaxGeneration
+            | Metric::PcieLinkWidth
+            | Metric::PcieLinkMaxWidth
+            | Metric::GpuUtilization
+            | Metric::GpuThrottleReason
+    )
+}

@@ -1,0 +1,335 @@
+//! The rules: each one a row (condition, verdict, action, how it clears, source), used by the
+//! tracker and rendered into `docs/health.md`, so the documentation is the code's own table.
+
+use dgx_pixels_xid::Action;
+
+/// A GPU's health verdict. Ordered by severity; [`Verdict::Unknown`] is not a severity but the
+/// absence of a verdict (the GPU cannot be read), and is never reported as healthy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Verdict {
+    /// No rule holds.
+    Healthy,
+    /// A rule holds whose action can wait for a convenient moment (an application to restart,
+    /// a transient slowdown, a degraded link).
+    Degraded,
+    /// A rule holds that makes the GPU unfit for work until its action is taken.
+    Unhealthy,
+    /// The GPU's readings are missing (its source is down or does not report it).
+    Unknown,
+}
+
+impl Verdict {
+    /// Every verdict, in the order of the `state` series.
+    pub const ALL: [Verdict; 4] = [
+        Verdict::Healthy,
+        Verdict::Degraded,
+        Verdict::Unhealthy,
+        Verdict::Unknown,
+    ];
+
+    /// The `state` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Healthy => "healthy",
+            Verdict::Degraded => "degraded",
+            Verdict::Unhealthy => "unhealthy",
+            Verdict::Unknown => "unknown",
+        }
+    }
+}
+
+/// How a rule's condition stops counting against the GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Clears {
+    /// As soon as the reading no longer shows it (a level, such as a link that is down).
+    WhenReadingClears,
+    /// After the quiet period (`[health] clear_after`) without the condition recurring: a
+    /// transient event, such as a thermal slowdown or an application fault.
+    AfterQuietPeriod,
+    /// When the GPU is seen reset: it answers again after being lost, or its counters
+    /// since the last reset (volatile ECC, energy) started over. A reboot restarts the exporter,
+    /// which forgets everything.
+    OnReset,
+}
+
+impl Clears {
+    fn describe(self) -> &'static str {
+        match self {
+            Clears::WhenReadingClears => "when the reading no longer shows it",
+            Clears::AfterQuietPeriod => "after `[health] clear_after` (default 5 min) without recurring",
+            Clears::OnReset => "when the GPU is seen reset (it answers again after being lost, or its volatile ECC or energy counters start over)",
+        }
+    }
+}
+
+/// What a rule concludes: fixed, or by the XID catalog's action for the code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// This verdict and action.
+    Fixed(Verdict, Action),
+    /// Per XID code: the catalog's immediate action, see [`xid_outcome`].
+    XidCatalog,
+}
+
+/// One rule of the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rule {
+    /// The `reason` label value (for the XID rule a prefix: `xid_<code>`).
+    pub reason: &'static str,
+    /// The condition, in words.
+    pub condition: &'static str,
+    /// Verdict and action while it holds.
+    pub outcome: Outcome,
+    /// How it clears (for the XID rule: by action, see [`xid_outcome`]).
+    pub clears: Clears,
+    /// The series it reads.
+    pub source: &'static str,
+}
+
+/// The reason of an XID code that is not in the catalog: one value, so codes the driver invents
+/// cannot grow the label's cardinality.
+pub const XID_UNCATALOGUED: &str = "xid_uncatalogued";
+/// The reason when the GPU cannot be read.
+pub const NO_READINGS: &str = "no_readings";
+/// The reason when no rule holds.
+pub const NONE: &str = "none";
+
+/// Utilization above which a PCIe link below its maximum generation counts as trained down
+/// (an idle link drops its generation to save power; that is not a fault).
+pub const PCIE_BUSY_UTILIZATION: f64 = 0.1;
+
+/// Every rule, in the order a tie between equally severe actions is broken.
+pub const RULES: &[Rule] = &[
+    Rule {
+        reason: "gpu_lost",
+        condition: "the GPU stopped answering (fell off the bus, XID 79, GPU_IS_LOST)",
+        outcome: Outcome::Fixed(Verdict::Unhealthy, Action::Reboot),
+        clears: Clears::WhenReadingClears,
+        source: "`dgx_pixels_gpu_up` = 0",
+    },
+    Rule {
+        reason: "row_remap_failure",
+        condition: "a memory row remapping failed: no spare rows are left",
+        outcome: Outcome::Fixed(Verdict::Unhealthy, Action::ContactSupport),
+        clears: Clears::WhenReadingClears,
+        source: "`dgx_pixels_gpu_remapped_rows_failure` = 1",
+    },
+    Rule {
+        reason: "ecc_double_bit",
+        condition: "uncorrectable (double-bit) ECC errors since the last reset",
+        outcome: Outcome::Fixed(Verdict::Unhealthy, Action::ResetGpu),
+        clears: Clears::WhenReadingClears,
+        source: "`dgx_pixels_gpu_ecc_errors_total{error_type=\"uncorrected\",counter=\"volatile\"}` > 0 (a reset sets it back to 0)",
+    },
+    Rule {
+        reason: "xid_<code>",
+        condition: "an XID whose catalog action is not `none` occurred",
+        outcome: Outcome::XidCatalog,
+        clears: Clears::OnReset,
+        source: "`dgx_pixels_gpu_xid_errors_total` grew (NVML, the kernel log, the simulated node), joined to the XID catalog (docs/xid.md)",
+    },
+    Rule {
+        reason: "row_remap_pending",
+        condition: "a memory row remapping waits for the next GPU reset",
+        outcome: Outcome::Fixed(Verdict::Degraded, Action::ResetGpu),
+        clears: Clears::WhenReadingClears,
+        source: "`dgx_pixels_gpu_remapped_rows_pending` = 1",
+    },
+    Rule {
+        reason: "retired_pages_pending",
+        condition: "memory pages wait to be retired at the next reset",
+        outcome: Outcome::Fixed(Verdict::Degraded, Action::ResetGpu),
+        clears: Clears::WhenReadingClears,
+        source: "`dgx_pixels_gpu_retired_pages_pending` = 1",
+    },
+    Rule {
+        reason: "nvlink_down",
+        condition: "an NVLink link of the GPU is down",
+        outcome: Outcome::Fixed(Verdict::Degraded, Action::DrainP2p),
+        clears: Clears::WhenReadingClears,
+        source: "`dgx_pixels_nvlink_up` = 0 for any link",
+    },
+    Rule {
+        reason: "nvlink_errors",
+        condition: "NVLink recovery or data CRC errors grew (a link retrained or corrupted data)",
+        outcome: Outcome::Fixed(Verdict::Degraded, Action::CheckHardware),
+        clears: Clears::AfterQuietPeriod,
+        source: "`dgx_pixels_nvlink_errors_total{error_type=~\"recovery|crc_data\"}` grew",
+    },
+    Rule {
+        reason: "pcie_width_degraded",
+        condition: "the PCIe link runs narrower than the GPU and slot support",
+        outcome: Outcome::Fixed(Verdict::Degraded, Action::CheckHardware),
+        clears: Clears::WhenReadingClears,
+        source: "`dgx_pixels_pcie_link_width` < `dgx_pixels_pcie_link_max_width`",
+    },
+    Rule {
+        reason: "pcie_generation_degraded",
+        condition: "the PCIe link runs below its maximum generation while the GPU is busy (utilization over 10%; idle links slow down to save power)",
+        outcome: Outcome::Fixed(Verdict::Degraded, Action::CheckHardware),
+        clears: Clears::AfterQuietPeriod,
+        source: "`dgx_pixels_pcie_link_generation` < `dgx_pixels_pcie_link_max_generation` with `dgx_pixels_gpu_utilization_ratio` > 0.1",
+    },
+    Rule {
+        reason: "hw_slowdown",
+        condition: "the hardware is holding clocks down (HW slowdown or power brake: power supply or board fault)",
+        outcome: Outcome::Fixed(Verdict::Degraded, Action::CheckHardware),
+        clears: Clears::AfterQuietPeriod,
+        source: "`dgx_pixels_gpu_throttle_reason{reason=~\"hw_slowdown|hw_power_brake_slowdown\"}` = 1",
+    },
+    Rule {
+        reason: "thermal_slowdown",
+        condition: "clocks are held down because the GPU is too hot (cooling)",
+        outcome: Outcome::Fixed(Verdict::Degraded, Action::CheckHardware),
+        clears: Clears::AfterQuietPeriod,
+        source: "`dgx_pixels_gpu_throttle_reason{reason=~\"hw_thermal_slowdown|sw_thermal_slowdown\"}` = 1",
+    },
+];
+
+/// The rule with `reason` (the XID rule under `xid_<code>`).
+pub fn rule(reason: &str) -> Option<&'static Rule> {
+    RULES.iter().find(|r| r.reason == reason)
+}
+
+/// Verdict and clearing of an XID by its catalog action: the actions that take the GPU out of
+/// service (reset, reboot, drain, hardware, support) make it unhealthy until it is seen reset;
+/// the others (restart the application, update software, evaluate, no action given) degrade it
+/// until the quiet period passes without the code. `None` for an XID that needs no action.
+pub fn xid_outcome(action: Action) -> Option<(Verdict, Clears)> {
+    match action {
+        Action::None => None,
+        Action::ResetGpu
+        | Action::Reboot
+        | Action::RestartVm
+        | Action::DrainP2p
+        | Action::DrainAndReset
+        | Action::CheckHardware
+        | Action::ContactSupport => Some((Verdict::Unhealthy, Clears::OnReset)),
+        Action::RestartApp | Action::UpdateSoftware | Action::Evaluate | Action::Unknown => {
+            Some((Verdict::Degraded, Clears::AfterQuietPeriod))
+        }
+    }
+}
+
+/// How disruptive an action is, for choosing the one to report when several are pending: the
+/// most disruptive also settles the others (a reboot resets the GPU; a reset restarts its
+/// applications). Contacting support ranks highest: it is what remains after the rest failed.
+pub fn action_rank(action: Action) -> u8 {
+    match action {
+        Action::None => 0,
+        Action::Unknown => 1,
+        Action::Evaluate => 2,
+        Action::UpdateSoftware => 3,
+        Action::RestartApp => 4,
+        Action::CheckHardware => 5,
+        Action::DrainP2p => 6,
+        Action::ResetGpu => 7,
+        Action::DrainAndReset => 8,
+        Action::RestartVm => 9,
+        Action::Reboot => 10,
+        Action::ContactSupport => 11,
+    }
+}
+
+/// The rules as the Markdown of `docs/health.md`.
+pub fn markdown() -> String {
+    let mut out = String::from(
+        "# GPU health: verdicts and recommended actions\n\n\
+         <!-- Generated from crates/health/src/rules.rs by \
+         `cargo run -p dgx-pixels-exporter -- docs health > docs/health.md`; a test fails when \
+         this file is out of date. -->\n\n\
+         The `health` collector (on by default, also with `--simulate`) reads the series every \
+         other source serves, applies the rules below to each GPU, and serves:\n\n\
+         - `dgx_pixels_gpu_health_state{gpu,uuid,state}`: one series per state (`healthy`, \
+         `degraded`, `unhealthy`, `unknown`), 1 for the current one. `unknown` means the GPU \
+         cannot be read (its source is down, or no source serves `dgx_pixels_gpu_up` for it): \
+         a verdict we cannot establish is never reported as healthy.\n\
+         - `dgx_pixels_gpu_health_action_info{gpu,uuid,action,reason}` (value 1): the most \
+         severe action pending and the rule behind it (`none`/`none` when healthy, \
+         `unknown`/`no_readings` when unknown).\n\n\
+         When several rules hold, the state is the most severe verdict and the action the most \
+         disruptive one, since it settles the others: contact_support > reboot > restart_vm > \
+         drain_and_reset > reset_gpu > drain_p2p > check_hardware > restart_app > \
+         update_software > evaluate > unknown > none. Ties go to the rule listed first.\n\n\
+         The state lives in the exporter: a restart forgets conditions that clear on reset or \
+         after a quiet period (a reboot clears them anyway; XID counters also start over).\n\n\
+         ## Rules\n\n\
+         | Reason | Condition | Verdict | Action | Clears | Reads |\n\
+         |---|---|---|---|---|---|\n",
+    );
+    for r in RULES {
+        let (verdict, action, clears) = match r.outcome {
+            Outcome::Fixed(v, a) => (v.as_str(), a.as_str(), r.clears.describe()),
+            Outcome::XidCatalog => (
+                "by the catalog action: unhealthy for reset_gpu, reboot, restart_vm, drain_p2p, drain_and_reset, check_hardware, contact_support; degraded for restart_app, update_software, evaluate, unknown",
+                "the catalog's immediate action for the code",
+                "unhealthy ones when the GPU is seen reset; degraded ones after `[health] clear_after` without the code",
+            ),
+        };
+        out.push_str(&format!(
+            "| `{}` | {} | {} | {} | {} | {} |\n",
+            r.reason, r.condition, verdict, action, clears, r.source
+        ));
+    }
+    out.push_str(&format!(
+        "\nAn XID code the catalog lacks is reported as `{XID_UNCATALOGUED}` (verdict degraded, \
+         action unknown), so unexpected codes cannot add label values. XIDs whose catalog \
+         action is `none` (for example 63, a row remapping recorded) do not change the verdict; \
+         their consequences have rules of their own (`row_remap_pending`).\n"
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_are_unique_and_label_safe() {
+        let mut reasons: Vec<&str> = RULES.iter().map(|r| r.reason).collect();
+        reasons.sort_unstable();
+        reasons.dedup();
+        assert_eq!(reasons.len(), RULES.len());
+        for r in RULES {
+            assert!(r
+                .reason
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c == '_' || c == '<' || c == '>'));
+        }
+    }
+
+    #[test]
+    fn every_action_has_its_own_rank() {
+        let mut ranks: Vec<u8> = Action::ALL.iter().map(|a| action_rank(*a)).collect();
+        ranks.sort_unstable();
+        ranks.dedup();
+        assert_eq!(ranks.len(), Action::ALL.len());
+        assert!(action_rank(Action::Reboot) > action_rank(Action::ResetGpu));
+        assert!(action_rank(Action::ResetGpu) > action_rank(Action::RestartApp));
+    }
+
+    #[test]
+    fn xid_actions_map_to_verdicts() {
+        assert_eq!(xid_outcome(Action::None), None);
+        assert_eq!(
+            xid_outcome(Action::Reboot),
+            Some((Verdict::Unhealthy, Clears::OnReset))
+        );
+        assert_eq!(
+            xid_outcome(Action::RestartApp),
+            Some((Verdict::Degraded, Clears::AfterQuietPeriod))
+        );
+        for a in Action::ALL {
+            // Every action is decided: none is the only one without a verdict.
+            assert_eq!(xid_outcome(a).is_none(), a == Action::None);
+        }
+    }
+
+    #[test]
+    fn the_markdown_has_a_row_per_rule() {
+        let md = markdown();
+        for r in RULES {
+            assert!(md.contains(&format!("| `{}` |", r.reason)), "{}", r.reason);
+        }
+    }
+}

@@ -1,0 +1,381 @@
+use super::*;
+
+const T: Duration = Duration::from_secs(300);
+
+/// GPU 0's readings: up, plus `extra`.
+fn gpu0(extra: &[(Metric, &[&str], f64)]) -> Vec<Sample> {
+    let mut v = vec![Sample::for_gpu(0, "GPU-0", Metric::GpuUp, &[], 1.0)];
+    v.extend(
+        extra
+            .iter()
+            .map(|(m, labels, value)| Sample::for_gpu(0, "GPU-0", *m, labels, *value)),
+    );
+    v
+}
+
+/// (state, action, reason) of GPU `uuid` in `out`.
+fn verdict(out: &[Sample], uuid: &str) -> (String, String, String) {
+    let of_gpu = |s: &&Sample| s.device.as_ref().is_some_and(|d| d.uuid() == uuid);
+    let states: Vec<&Sample> = out
+        .iter()
+        .filter(of_gpu)
+        .filter(|s| s.metric == Metric::GpuHealthState && s.value == 1.0)
+        .collect();
+    assert_eq!(states.len(), 1, "exactly one current state: {out:?}");
+    let action = out
+        .iter()
+        .filter(of_gpu)
+        .find(|s| s.metric == Metric::GpuHealthAction)
+        .expect("an action series");
+    (
+        states[0].label("state").unwrap_or_default().to_string(),
+        action.label("action").unwrap_or_default().to_string(),
+        action.label("reason").unwrap_or_default().to_string(),
+    )
+}
+
+fn v(state: &str, action: &str, reason: &str) -> (String, String, String) {
+    (state.into(), action.into(), reason.into())
+}
+
+#[test]
+fn a_gpu_with_clean_readings_is_healthy_with_four_state_series() {
+    let mut t = HealthTracker::new(T);
+    let out = t.evaluate(gpu0(&[]).iter(), Instant::now());
+    assert_eq!(out.len(), 5);
+    assert!(out.iter().all(|s| s.is_well_formed()));
+    assert_eq!(verdict(&out, "GPU-0"), v("healthy", "none", "none"));
+}
+
+#[test]
+fn a_gpu_never_seen_has_no_series_and_one_that_vanished_is_unknown() {
+    let mut t = HealthTracker::new(T);
+    assert!(t.evaluate([].iter(), Instant::now()).is_empty());
+    t.evaluate(gpu0(&[]).iter(), Instant::now());
+    let out = t.evaluate([].iter(), Instant::now());
+    assert_eq!(
+        verdict(&out, "GPU-0"),
+        v("unknown", "unknown", "no_readings")
+    );
+}
+
+#[test]
+fn readings_without_gpu_up_establish_no_verdict() {
+    let mut t = HealthTracker::new(T);
+    let only_util = [Sample::for_gpu(
+        0,
+        "GPU-0",
+        Metric::GpuUtilization,
+        &[],
+        0.5,
+    )];
+    let out = t.evaluate(only_util.iter(), Instant::now());
+    assert_eq!(
+        verdict(&out, "GPU-0"),
+        v("unknown", "unknown", "no_readings")
+    );
+}
+
+#[test]
+fn a_lost_gpu_is_unhealthy_until_it_answers_again_and_its_xid_79_clears_with_it() {
+    let mut t = HealthTracker::new(T);
+    let now = Instant::now();
+    t.evaluate(gpu0(&[(Metric::GpuEnergy, &[], 100.0)]).iter(), now);
+    let lost = [
+        Sample::for_gpu(0, "GPU-0", Metric::GpuUp, &[], 0.0),
+        Sample::for_gpu(0, "GPU-0", Metric::GpuXidErrors, &["79"], 1.0),
+    ];
+    let out = t.evaluate(lost.iter(), now);
+    // Both say reboot; gpu_lost is listed first.
+    assert_eq!(verdict(&out, "GPU-0"), v("unhealthy", "reboot", "gpu_lost"));
+    // Back: the XID 79 event clears on the reset, the level with the reading.
+    let back = gpu0(&[
+        (Metric::GpuXidErrors, &["79"], 1.0),
+        (Metric::GpuEnergy, &[], 5.0),
+    ]);
+    let out = t.evaluate(back.iter(), now + Duration::from_secs(1));
+    assert_eq!(verdict(&out, "GPU-0"), v("healthy", "none", "none"));
+}
+
+#[test]
+fn an_xid_takes_its_catalog_action_and_a_restart_app_one_clears_after_the_quiet_period() {
+    let mut t = HealthTracker::new(T);
+    let now = Instant::now();
+    t.evaluate(gpu0(&[]).iter(), now);
+    let out = t.evaluate(gpu0(&[(Metric::GpuXidErrors, &["13"], 1.0)]).iter(), now);
+    assert_eq!(
+        verdict(&out, "GPU-0"),
+        v("degraded", "restart_app", "xid_13")
+    );
+    // Repeats keep it; the quiet period counts from the last one.
+    let later = now + Duration::from_secs(200);
+    t.evaluate(gpu0(&[(Metric::GpuXidErrors, &["13"], 7.0)]).iter(), later);
+    let out = t.evaluate(
+        gpu0(&[(Metric::GpuXidErrors, &["13"], 7.0)]).iter(),
+        later + Duration::from_secs(299),
+    );
+    assert_eq!(verdict(&out, "GPU-0").2, "xid_13");
+    let out = t.evaluate(
+        gpu0(&[(Metric::GpuXidErrors, &["13"], 7.0)]).iter(),
+        later + Duration::from_secs(300),
+    );
+    assert_eq!(verdict(&out, "GPU-0"), v("healthy", "none", "none"));
+}
+
+#[test]
+fn an_xid_that_needs_a_reset_holds_until_the_gpu_is_reset() {
+    let mut t = HealthTracker::new(T);
+    let now = Instant::now();
+    let ecc = |n: f64| (Metric::GpuEccErrors, &["corrected", "volatile"][..], n);
+    t.evaluate(gpu0(&[ecc(5.0)]).iter(), now);
+    let xid95 = (Metric::GpuXidErrors, &["95"][..], 1.0);
+    let out = t.evaluate(gpu0(&[ecc(5.0), xid95]).iter(), now);
+    assert_eq!(
+        verdict(&out, "GPU-0"),
+        v("unhealthy", "reset_gpu", "xid_95")
+    );
+    let out = t.evaluate(
+        gpu0(&[ecc(6.0), xid95]).iter(),
+        now + Duration::from_secs(3600),
+    );
+    assert_eq!(
+        verdict(&out, "GPU-0").0,
+        "unhealthy",
+        "no quiet period for a reset"
+    );
+    // The volatile counter starts over: the GPU was reset.
+    let out = t.evaluate(
+        gpu0(&[ecc(0.0), xid95]).iter(),
+        now + Duration::from_secs(3601),
+    );
+    assert_eq!(verdict(&out, "GPU-0"), v("healthy", "none", "none"));
+}
+
+#[test]
+fn uncatalogued_and_no_action_xids() {
+    let mut t = HealthTracker::new(T);
+    let now = Instant::now();
+    t.evaluate(gpu0(&[]).iter(), now);
+    // 63 (a row remapping recorded): the catalog says no action.
+    let out = t.evaluate(gpu0(&[(Metric::GpuXidErrors, &["63"], 1.0)]).iter(), now);
+    assert_eq!(verdict(&out, "GPU-0"), v("healthy", "none", "none"));
+    let out = t.evaluate(gpu0(&[(Metric::GpuXidErrors, &["9999"], 1.0)]).iter(), now);
+    assert_eq!(
+        verdict(&out, "GPU-0"),
+        v("degraded", "unknown", "xid_uncatalogued")
+    );
+}
+
+#[test]
+fn memory_rules() {
+    let now = Instant::now();
+    let cases: [(Metric, &[&str], &str, &str, &str); 4] = [
+        (
+            Metric::GpuRemappedRowsFailure,
+            &[],
+            "unhealthy",
+            "contact_support",
+            "row_remap_failure",
+        ),
+        (
+            Metric::GpuEccErrors,
+            &["uncorrected", "volatile"],
+            "unhealthy",
+            "reset_gpu",
+            "ecc_double_bit",
+        ),
+        (
+            Metric::GpuRemappedRowsPending,
+            &[],
+            "degraded",
+            "reset_gpu",
+            "row_remap_pending",
+        ),
+        (
+            Metric::GpuRetiredPagesPending,
+            &[],
+            "degraded",
+            "reset_gpu",
+            "retired_pages_pending",
+        ),
+    ];
+    for (metric, labels, state, action, reason) in cases {
+        let mut t = HealthTracker::new(T);
+        let out = t.evaluate(gpu0(&[(metric, labels, 1.0)]).iter(), now);
+        assert_eq!(verdict(&out, "GPU-0"), v(state, action, reason));
+        // Each clears with its reading.
+        let out = t.evaluate(gpu0(&[(metric, labels, 0.0)]).iter(), now);
+        assert_eq!(
+            verdict(&out, "GPU-0"),
+            v("healthy", "none", "none"),
+            "{reason}"
+        );
+    }
+    // The aggregate (lifetime) counter is history, not a pending reset.
+    let mut t = HealthTracker::new(T);
+    let aggregate = (Metric::GpuEccErrors, &["uncorrected", "aggregate"][..], 3.0);
+    assert_eq!(
+        verdict(&t.evaluate(gpu0(&[aggregate]).iter(), now), "GPU-0").0,
+        "healthy"
+    );
+}
+
+#[test]
+fn link_rules() {
+    let now = Instant::now();
+    let mut t = HealthTracker::new(T);
+    let links = |up1: f64| {
+        gpu0(&[
+            (Metric::NvlinkUp, &["0"], 1.0),
+            (Metric::NvlinkUp, &["1"], up1),
+        ])
+    };
+    assert_eq!(
+        verdict(&t.evaluate(links(0.0).iter(), now), "GPU-0"),
+        v("degraded", "drain_p2p", "nvlink_down")
+    );
+    assert_eq!(
+        verdict(&t.evaluate(links(1.0).iter(), now), "GPU-0").0,
+        "healthy"
+    );
+
+    let mut t = HealthTracker::new(T);
+    let errors = |replay: f64, recovery: f64| {
+        gpu0(&[
+            (Metric::NvlinkErrors, &["0", "replay"], replay),
+            (Metric::NvlinkErrors, &["0", "recovery"], recovery),
+        ])
+    };
+    // Counts present at the first sight are history since the driver loaded: no verdict.
+    assert_eq!(
+        verdict(&t.evaluate(errors(0.0, 4.0).iter(), now), "GPU-0").0,
+        "healthy"
+    );
+    // Replays alone are the link doing its job.
+    assert_eq!(
+        verdict(&t.evaluate(errors(50.0, 4.0).iter(), now), "GPU-0").0,
+        "healthy"
+    );
+    let out = t.evaluate(errors(50.0, 5.0).iter(), now);
+    assert_eq!(
+        verdict(&out, "GPU-0"),
+        v("degraded", "check_hardware", "nvlink_errors")
+    );
+    let out = t.evaluate(errors(50.0, 5.0).iter(), now + T);
+    assert_eq!(verdict(&out, "GPU-0").0, "healthy", "quiet period over");
+
+    let mut t = HealthTracker::new(T);
+    let pcie = |gen: f64, width: f64, util: f64| {
+        gpu0(&[
+            (Metric::PcieLinkGeneration, &[], gen),
+            (Metric::PcieLinkMaxGeneration, &[], 5.0),
+            (Metric::PcieLinkWidth, &[], width),
+            (Metric::PcieLinkMaxWidth, &[], 16.0),
+            (Metric::GpuUtilization, &[], util),
+        ])
+    };
+    assert_eq!(
+        verdict(&t.evaluate(pcie(1.0, 16.0, 0.0).iter(), now), "GPU-0").0,
+        "healthy",
+        "idle links save power"
+    );
+    assert_eq!(
+        verdict(&t.evaluate(pcie(4.0, 16.0, 0.9).iter(), now), "GPU-0"),
+        v("degraded", "check_hardware", "pcie_generation_degraded")
+    );
+    assert_eq!(
+        verdict(&t.evaluate(pcie(5.0, 16.0, 0.9).iter(), now + T), "GPU-0").0,
+        "healthy"
+    );
+    assert_eq!(
+        verdict(&t.evaluate(pcie(5.0, 8.0, 0.9).iter(), now + T), "GPU-0"),
+        v("degraded", "check_hardware", "pcie_width_degraded")
+    );
+    assert_eq!(
+        verdict(&t.evaluate(pcie(5.0, 16.0, 0.9).iter(), now + T), "GPU-0").0,
+        "healthy"
+    );
+}
+
+#[test]
+fn slowdowns_clear_after_the_quiet_period() {
+    let now = Instant::now();
+    for (reason, rule) in [
+        ("hw_power_brake_slowdown", "hw_slowdown"),
+        ("sw_thermal_slowdown", "thermal_slowdown"),
+    ] {
+        let mut t = HealthTracker::new(T);
+        let throttle = |on: f64| gpu0(&[(Metric::GpuThrottleReason, &[reason], on)]);
+        assert_eq!(
+            verdict(&t.evaluate(throttle(1.0).iter(), now), "GPU-0"),
+            v("degraded", "check_hardware", rule)
+        );
+        let out = t.evaluate(throttle(0.0).iter(), now + Duration::from_secs(299));
+        assert_eq!(
+            verdict(&out, "GPU-0").2,
+            rule,
+            "held through the quiet period"
+        );
+        let out = t.evaluate(throttle(0.0).iter(), now + T);
+        assert_eq!(verdict(&out, "GPU-0").0, "healthy");
+    }
+    // Other reasons are not faults.
+    let mut t = HealthTracker::new(T);
+    let idle = gpu0(&[(Metric::GpuThrottleReason, &["sw_power_cap"], 1.0)]);
+    assert_eq!(verdict(&t.evaluate(idle.iter(), now), "GPU-0").0, "healthy");
+}
+
+#[test]
+fn the_most_disruptive_action_wins_and_the_state_is_the_most_severe() {
+    let mut t = HealthTracker::new(T);
+    let now = Instant::now();
+    t.evaluate(gpu0(&[]).iter(), now);
+    let out = t.evaluate(
+        gpu0(&[
+            (Metric::GpuXidErrors, &["13"], 1.0),
+            (Metric::GpuRemappedRowsPending, &[], 1.0),
+            (Metric::NvlinkUp, &["3"], 0.0),
+        ])
+        .iter(),
+        now,
+    );
+    assert_eq!(
+        verdict(&out, "GPU-0"),
+        v("degraded", "reset_gpu", "row_remap_pending")
+    );
+    let out = t.evaluate(
+        gpu0(&[
+            (Metric::GpuXidErrors, &["13"], 1.0),
+            (Metric::GpuRemappedRowsPending, &[], 1.0),
+            (Metric::GpuRemappedRowsFailure, &[], 1.0),
+        ])
+        .iter(),
+        now,
+    );
+    assert_eq!(
+        verdict(&out, "GPU-0"),
+        v("unhealthy", "contact_support", "row_remap_failure")
+    );
+}
+
+#[test]
+fn gpus_are_judged_apart_and_mig_samples_are_not_gpus() {
+    let mut t = HealthTracker::new(T);
+    let mig = dgx_pixels_metrics::MigInstance {
+        gpu_instance: 1,
+        compute_instance: Some(0),
+    };
+    let samples = [
+        Sample::for_gpu(0, "GPU-0", Metric::GpuUp, &[], 1.0),
+        Sample::for_gpu(1, "GPU-1", Metric::GpuUp, &[], 0.0),
+        Sample::for_mig(2, "GPU-2", mig, Metric::MigMemoryUsed, &["1g.10gb"], 1.0),
+    ];
+    let out = t.evaluate(samples.iter(), Instant::now());
+    assert_eq!(verdict(&out, "GPU-0").0, "healthy");
+    assert_eq!(verdict(&out, "GPU-1").0, "unhealthy");
+    assert!(out.iter().all(|s| s.label("uuid") != Some("GPU-2")));
+    // Ordered by GPU index.
+    let first_uuids: Vec<&str> = out.iter().filter_map(|s| s.label("uuid")).collect();
+    assert_eq!(first_uuids.first(), Some(&"GPU-0"));
+    assert_eq!(first_uuids.last(), Some(&"GPU-1"));
+}
