@@ -42,6 +42,26 @@ SELECTED_GPUS = f"max by (uuid, node, gpu) (dgx_pixels_gpu_info{{{NODE_GPU}}})"
 GPU_LEGEND = "{{node}} GPU {{gpu}}"
 
 
+# A GPU's verdict as one number (0 healthy, 1 degraded, 2 unhealthy, 3 unknown), for
+# state timelines: the health state series are one 0/1 series per state.
+HEALTH_STATE_CODE = (
+    "max by (node, gpu) (\n"
+    '  (dgx_pixels_gpu_health_state{{{sel}, state="healthy"}} == 1) * 0\n'
+    '  or (dgx_pixels_gpu_health_state{{{sel}, state="degraded"}} == 1)\n'
+    '  or (dgx_pixels_gpu_health_state{{{sel}, state="unhealthy"}} == 1) * 2\n'
+    '  or (dgx_pixels_gpu_health_state{{{sel}, state="unknown"}} == 1) * 3)')
+HEALTH_STATE_CODE_MAPPINGS = [{"type": "value", "options": {
+    "0": {"text": "healthy", "color": "green", "index": 0},
+    "1": {"text": "degraded", "color": "yellow", "index": 1},
+    "2": {"text": "unhealthy", "color": "red", "index": 2},
+    "3": {"text": "unknown", "color": "gray", "index": 3}}}]
+HEALTH_STATE_TEXT_MAPPINGS = [{"type": "value", "options": {
+    "healthy": {"color": "green", "index": 0},
+    "degraded": {"color": "yellow", "index": 1},
+    "unhealthy": {"color": "red", "index": 2},
+    "unknown": {"color": "gray", "index": 3}}}]
+
+
 def on_selected_gpus(expr):
     """expr (with a uuid label) restricted to the selected GPUs, with node and gpu added."""
     return f"{expr}\n  * on (uuid) group_left (node, gpu) {SELECTED_GPUS}"
@@ -458,6 +478,28 @@ def system_health():
             "Exporter sources (sim, nvml, dcgm, textfile, probes, ...) whose last poll failed.",
             [q(f"sum(1 - dgx_pixels_source_up{{{NODE}}})")], w=4, h=4, unit="short",
             thresholds=steps(GREEN, (1, RED)))
+    d.row("Health verdict")
+    d.panel("table", "GPU health",
+            "Each GPU's health verdict with the most severe recommended action and the rule "
+            "behind it (docs/health.md lists the rules and how each clears).",
+            [q(f"max by (node, gpu, uuid, action, reason) (dgx_pixels_gpu_health_action_info{g})"
+               "\n  * on (node, uuid) group_left (state) max by (node, uuid, state) "
+               f"(dgx_pixels_gpu_health_state{g} == 1)", instant=True, fmt="table")],
+            w=14, h=8,
+            overrides=[{"matcher": {"id": "byName", "options": "state"}, "properties": [
+                {"id": "mappings", "value": HEALTH_STATE_TEXT_MAPPINGS},
+                {"id": "custom.cellOptions", "value": {"type": "color-background"}}]}],
+            transformations=[{"id": "organize", "options": {
+                "excludeByName": {"Time": True, "Value": True},
+                "indexByName": {"node": 0, "gpu": 1, "state": 2, "action": 3, "reason": 4,
+                                "uuid": 5},
+                "includeByName": {}, "renameByName": {}}}])
+    d.panel("state-timeline", "Verdict over time",
+            "One row per GPU: healthy, degraded, unhealthy or unknown (cannot be read).",
+            [q(HEALTH_STATE_CODE.format(sel=NODE_GPU), GPU_LEGEND)], w=10, h=8,
+            mappings=HEALTH_STATE_CODE_MAPPINGS,
+            thresholds=steps(GREEN, (1, YELLOW), (2, RED), (3, "gray")),
+            color={"mode": "thresholds"}, custom={"fillOpacity": 70, "lineWidth": 0})
     d.row("Utilization")
     d.panel("timeseries", "GPU utilization",
             "Fraction of time one or more kernels ran (NVML; dgx_pixels_gpu_utilization_ratio).",
@@ -775,6 +817,38 @@ def fleet():
                      "yAxis": {"axisPlacement": "left", "unit": "celsius", "reverse": False}},
             custom={"hideFrom": {"legend": False, "tooltip": False, "viz": False},
                     "scaleDistribution": {"type": "linear"}})
+    d.row("Health")
+    d.panel("stat", "GPUs by verdict",
+            "How many GPUs are healthy, degraded, unhealthy, or unknown (cannot be read), by the "
+            "rules of docs/health.md.",
+            [q(f"sum by (state) (dgx_pixels_gpu_health_state{g})", "{{state}}")], w=8, h=4,
+            unit="short", options=reduce_opts(
+                colorMode="value", graphMode="none", justifyMode="auto", orientation="auto",
+                textMode="value_and_name", wideLayout=True, showPercentChange=False,
+                percentChangeColorMode="standard"))
+    d.panel("stat", "Nodes with an unhealthy GPU",
+            "Nodes where at least one GPU is unhealthy now.",
+            [q(f'count(max by (node) (dgx_pixels_gpu_health_state{{{NODE_GPU}, state="unhealthy"}}) == 1)')],
+            w=4, h=4, unit="short", thresholds=steps(GREEN, (1, RED)), no_value="none")
+    d.panel("bargauge", "GPUs by recommended action",
+            "GPUs waiting for each recommended action (reset, reboot, drain, support, ...).",
+            [q(f'count by (action) (dgx_pixels_gpu_health_action_info{{{NODE_GPU}, action!="none"}})',
+               "{{action}}", instant=True)], w=12, h=4, unit="short", min_=0,
+            no_value="none pending")
+    d.panel("table", "GPUs that need action",
+            "Every GPU that is not healthy, with the recommended action and the rule behind it.",
+            [q(f'max by (node, gpu, uuid, action, reason) (dgx_pixels_gpu_health_action_info{{{NODE_GPU}, action!="none"}})',
+               instant=True, fmt="table")], w=12, h=8, no_value="none",
+            transformations=[{"id": "organize", "options": {
+                "excludeByName": {"Time": True, "Value": True},
+                "indexByName": {"node": 0, "gpu": 1, "action": 2, "reason": 3, "uuid": 4},
+                "includeByName": {}, "renameByName": {}}}])
+    d.panel("timeseries", "XID incidents",
+            "New XID incidents per node and code (a storm of one code is one incident; "
+            "docs/xid.md).",
+            [q(f"sum by (node, xid) (increase(dgx_pixels_gpu_xid_incidents_total{g}"
+               "[$__rate_interval]))", "{{node}} XID {{xid}}")], w=12, h=8, unit="short",
+            min_=0, custom=ts_custom(fill=0))
     d.row("Top consumers")
     d.panel("bargauge", "Top 10 GPUs by power", "The GPUs drawing the most power now.",
             [q(f"topk(10, dgx_pixels_gpu_power_watts{g})", GPU_LEGEND, instant=True)], w=8,

@@ -41,6 +41,10 @@ NO_DATA_ON_ONE_GPU = {
     ("dgx-pixels-fleet", "Top 10 GPUs by XID errors"): "XIDs happen on the xid-storm-sim node",
     ("dgx-pixels-fleet", "Lost GPUs"): "the lost GPU is on the gpu-lost-sim node",
     ("dgx-pixels-system-health", "Textfiles"): "the textfile is on the xid-storm-sim node",
+    ("dgx-pixels-fleet", "Nodes with an unhealthy GPU"): "GPU 0 of dgx-h100-sim is healthy",
+    ("dgx-pixels-fleet", "GPUs by recommended action"): "GPU 0 of dgx-h100-sim needs none",
+    ("dgx-pixels-fleet", "GPUs that need action"): "GPU 0 of dgx-h100-sim needs none",
+    ("dgx-pixels-fleet", "XID incidents"): "XIDs happen on the xid-storm-sim node",
 }
 for _uid in ("performance", "quality", "system-health", "cost", "fleet"):
     NO_DATA_ON_ONE_GPU[(f"dgx-pixels-{_uid}", "annotation Job end")] = \
