@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs, idempotently, the tools the test suite runs beside cargo: Prometheus and promtool
-# (Debian's package, unpacked under .tools/ rather than installed system-wide), curl, jq, and
+# (Debian's package, unpacked under .tools/ rather than installed system-wide), Alertmanager, curl, jq, and
 # bindgen with libclang (for the dcgm-sys bindings check), TypeScript with @grafana/schema (for the
 # dashboards' type check), traceinsight (HTA) in .venv-tools for the trace analysis comparison.
 # Usage: scripts/install-test-tools.sh [--bench]   (--bench adds node_exporter and wrk)
@@ -36,6 +36,12 @@ if [ ! -x "$TOOLS/prometheus/usr/bin/prometheus" ]; then
   rm -rf "$tmp"
 fi
 "$TOOLS/prometheus/usr/bin/prometheus" --version 2>&1 | head -1
+
+# Alertmanager (Debian's, 0.25; no dependencies) for the alerting end-to-end test
+# (tests/e2e/alertmanager.sh). Installed, not unpacked: it reads its default notification
+# template from /usr/share/prometheus/alertmanager/.
+command -v prometheus-alertmanager >/dev/null || apt_install prometheus-alertmanager
+prometheus-alertmanager --version 2>&1 | head -1
 
 # TypeScript and @grafana/schema (pinned) for type-checking the Grafana dashboards
 # (grafana/check.sh): an npm project under .tools/, about 26 MB.
