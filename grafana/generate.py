@@ -843,6 +843,13 @@ def fleet():
                 "excludeByName": {"Time": True, "Value": True},
                 "indexByName": {"node": 0, "gpu": 1, "action": 2, "reason": 3, "uuid": 4},
                 "includeByName": {}, "renameByName": {}}}])
+    d.panel("bargauge", "Wasted GPU-hours by holder",
+            "GPU-hours in the time range that pods and jobs held GPUs they left idle (allocated "
+            "but idle, docs/health.md), the ten largest.",
+            [q(f"topk(10, sum by (namespace, pod, hpc_job) (increase("
+               f"dgx_pixels_gpu_allocated_idle_seconds_total{g}[$__range]))) / 3600",
+               "{{namespace}}/{{pod}}{{hpc_job}}", instant=True)], w=12, h=8, unit="h",
+            min_=0, no_value="none wasted")
     d.panel("timeseries", "XID incidents",
             "New XID incidents per node and code (a storm of one code is one incident; "
             "docs/xid.md).",

@@ -45,6 +45,7 @@ NO_DATA_ON_ONE_GPU = {
     ("dgx-pixels-fleet", "GPUs by recommended action"): "GPU 0 of dgx-h100-sim needs none",
     ("dgx-pixels-fleet", "GPUs that need action"): "GPU 0 of dgx-h100-sim needs none",
     ("dgx-pixels-fleet", "XID incidents"): "XIDs happen on the xid-storm-sim node",
+    ("dgx-pixels-fleet", "Wasted GPU-hours by holder"): "the held idle GPU is on idle-sim",
 }
 for _uid in ("performance", "quality", "system-health", "cost", "fleet"):
     NO_DATA_ON_ONE_GPU[(f"dgx-pixels-{_uid}", "annotation Job end")] = \

@@ -293,6 +293,11 @@ pub struct HealthSettings {
     /// without recurring [default: 5m].
     #[serde(deserialize_with = "de_duration")]
     pub clear_after: Option<Duration>,
+    /// Utilization (0-1) under which a GPU held by a pod or job counts as idle [default: 0.05].
+    pub idle_utilization: Option<f64>,
+    /// How long a held GPU must stay idle before its idle time counts [default: 10m].
+    #[serde(deserialize_with = "de_duration")]
+    pub idle_after: Option<Duration>,
 }
 
 impl HealthSettings {
@@ -303,6 +308,32 @@ impl HealthSettings {
     pub fn clear_after(&self) -> Duration {
         self.clear_after
             .unwrap_or(dgx_pixels_health::HealthTracker::DEFAULT_CLEAR_AFTER)
+    }
+
+    /// The idle threshold in force.
+    pub fn idle_utilization(&self) -> f64 {
+        self.idle_utilization
+            .unwrap_or(dgx_pixels_health::IdleTracker::DEFAULT_THRESHOLD)
+    }
+
+    /// The idle grace period in force.
+    pub fn idle_after(&self) -> Duration {
+        self.idle_after
+            .unwrap_or(dgx_pixels_health::IdleTracker::DEFAULT_AFTER)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        check_min(
+            "health.clear_after",
+            self.clear_after,
+            HealthSettings::MIN_CLEAR_AFTER,
+        )?;
+        match self.idle_utilization {
+            Some(u) if !(u > 0.0 && u <= 1.0) => Err(ConfigError(format!(
+                "health.idle_utilization: {u} is outside (0, 1]"
+            ))),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -480,11 +511,7 @@ impl Settings {
             check_min(&format!("collector.{name}.timeout"), c.timeout, MIN_TIMEOUT)?;
         }
         self.probes.schedule()?;
-        check_min(
-            "health.clear_after",
-            self.health.clear_after,
-            HealthSettings::MIN_CLEAR_AFTER,
-        )?;
+        self.health.validate()?;
         if let Some(address) = &self.dcgm.hostengine {
             check_hostengine(address)?;
         }

@@ -32,8 +32,10 @@
 #![deny(missing_docs)]
 
 mod facts;
+pub mod idle;
 pub mod rules;
 mod tracker;
 
+pub use idle::{HeldGpu, IdleTracker};
 pub use rules::{action_rank, Clears, Rule, Verdict, RULES};
 pub use tracker::HealthTracker;

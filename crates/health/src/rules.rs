@@ -277,6 +277,25 @@ pub fn markdown() -> String {
          action is `none` (for example 63, a row remapping recorded) do not change the verdict; \
          their consequences have rules of their own (`row_remap_pending`).\n"
     ));
+    out.push_str(
+        "\n## Allocated but idle\n\n\
+         With pod or job attribution on (`--collector.kubernetes`, `--hpc.job-mapping-dir`), \
+         every GPU a pod or job holds gets two counters labelled with its holder (`namespace`, \
+         `pod`, `container` or `hpc_job`, as the holder was when the time was counted; a GPU \
+         shared by several holders gets none, `dgx_pixels_gpu_pod_info` names them):\n\n\
+         - `dgx_pixels_gpu_allocated_idle_seconds_total`: time the GPU stayed under \
+         `[health] idle_utilization` (default 0.05; and SM activity under it too where DCGM \
+         profiling reads it) for longer than `[health] idle_after` (default 10 min). Once the \
+         grace period is exceeded the whole idle stretch counts, so the counter is the real \
+         idle time; a short pause between two steps never counts.\n\
+         - `dgx_pixels_gpu_allocated_idle_energy_joules_total`: the energy the GPU drew during \
+         that time.\n\n\
+         Each holder's series starts from 0, so `increase()` sums the waste per pod or job. The \
+         recording rules `pod:dgx_pixels_gpu_allocated_idle_hours:increase1h` and \
+         `pod:dgx_pixels_gpu_allocated_idle_cost:increase1h` (with a `[cost]` table) turn them \
+         into wasted GPU-hours and money per pod and job; the alert `DgxPixelsGpuAllocatedIdle` \
+         names the pod or job that has held an idle GPU for 30 minutes.\n",
+    );
     out
 }
 

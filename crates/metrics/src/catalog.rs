@@ -225,6 +225,10 @@ define_catalog! {
         "Health verdict of the GPU from the rules of docs/health.md: 1 for the current state (healthy, degraded, unhealthy, unknown when the GPU cannot be read), 0 for the others.";
     GpuHealthAction => Gauge None "dgx_pixels_gpu_health_action_info" ["gpu", "uuid", "action", "reason"] ["health"]
         "The most severe recommended action pending for the GPU (none, restart_app, reset_gpu, reboot, drain_p2p, contact_support, ...) and the rule behind it (e.g. xid_79, ecc_double_bit, nvlink_down; none when healthy), value 1; docs/health.md lists the rules and how each clears.";
+    GpuAllocatedIdle => Counter Seconds "dgx_pixels_gpu_allocated_idle_seconds_total" ["gpu", "uuid", "namespace", "pod", "container", "hpc_job"] ["health"]
+        "Time a GPU held by a pod or HPC job stayed under [health] idle_utilization (and SM activity under it where read) after [health] idle_after of it (the grace period counts once exceeded); served only for held GPUs, starting from 0 for each new holder, labelled with the holder (empty when several share the GPU) as it was when the time was counted.";
+    GpuAllocatedIdleEnergy => Counter Joules "dgx_pixels_gpu_allocated_idle_energy_joules_total" ["gpu", "uuid", "namespace", "pod", "container", "hpc_job"] ["health"]
+        "Energy the GPU drew during the time dgx_pixels_gpu_allocated_idle_seconds_total counts: what an allocated but idle GPU wastes.";
     GpuEccErrors => Counter None "dgx_pixels_gpu_ecc_errors_total" ["gpu", "uuid", "error_type", "counter"] ["nvml", "dcgm", "sim"]
         "ECC memory errors by type (corrected, uncorrected) and counter (volatile: since driver load, aggregate: lifetime).";
     GpuEccEnabled => Gauge None "dgx_pixels_gpu_ecc_enabled" ["gpu", "uuid"] ["nvml", "sim"]
@@ -538,8 +542,10 @@ mod tests {
 
     #[test]
     fn attribution_labels_appear_only_on_the_attribution_rows() {
-        // The encoder appends them to device series; a catalog row of its own with one of them
-        // would get the label twice.
+        // The encoder appends them to device series whose rows have none; the rows that do are
+        // the attribution sources' info series and the allocated-idle counters, which carry
+        // the holder they were counted for (a holder joined at encoding time could be newer).
+        let holder_counters = [Metric::GpuAllocatedIdle, Metric::GpuAllocatedIdleEnergy];
         for def in CATALOG {
             let has = def
                 .labels
@@ -549,10 +555,14 @@ mod tests {
                 has,
                 def.sources
                     .iter()
-                    .all(|s| ["kubernetes", "hpc"].contains(s)),
+                    .all(|s| ["kubernetes", "hpc"].contains(s))
+                    || holder_counters.contains(&def.metric),
                 "{}",
                 def.name
             );
+        }
+        for m in holder_counters {
+            assert!(m.def().labels.ends_with(crate::attribution::ATTRIBUTION_LABELS));
         }
     }
 

@@ -1,15 +1,18 @@
 //! The `health` collector: a verdict and recommended action per GPU, from the rules of
 //! docs/health.md over what the other sources serve (read from the snapshot store, like the
-//! probe scheduler reads utilization). On by default, also on a simulated node: it reads no
-//! device and needs no privilege.
+//! probe scheduler reads utilization), and the idle time of GPUs that a pod or job holds but
+//! leaves idle (the holders from the same attribution join the encoder applies). On by
+//! default, also on a simulated node: it reads no device and needs no privilege.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Result;
-use dgx_pixels_health::HealthTracker;
+use dgx_pixels_exposition::join::Join;
+use dgx_pixels_health::{HealthTracker, HeldGpu, IdleTracker};
+use dgx_pixels_metrics::attribution::ATTRIBUTION_LABELS;
 use dgx_pixels_metrics::source::{PollError, PollErrorKind};
-use dgx_pixels_metrics::{PollOutput, Source};
+use dgx_pixels_metrics::{Metric, PollOutput, Sample, Source};
 
 use super::probes::StoreSlot;
 use super::{BuildContext, Built, Collector, RestartKey, DEFAULT_INTERVAL, DEFAULT_TIMEOUT};
@@ -22,7 +25,7 @@ pub const COLLECTOR: Collector = Collector {
     enabled_in_simulation: true,
     default_interval: DEFAULT_INTERVAL,
     default_timeout: DEFAULT_TIMEOUT,
-    help: "a health verdict and recommended action per GPU from the rules of docs/health.md over the other sources' readings ([health] clear_after)",
+    help: "a health verdict and recommended action per GPU from the rules of docs/health.md over the other sources' readings, and the idle time of GPUs held by pods or jobs ([health])",
     yields_owned_series: false,
     // It judges what the others read: alone it has nothing to say.
     derived: true,
@@ -34,6 +37,10 @@ fn build(ctx: &BuildContext<'_>) -> Result<Built> {
     Ok(Some(Box::new(HealthSource {
         store: Arc::clone(ctx.store_slot),
         tracker: HealthTracker::new(ctx.settings.health.clear_after()),
+        idle: IdleTracker::new(
+            ctx.settings.health.idle_utilization(),
+            ctx.settings.health.idle_after(),
+        ),
     })))
 }
 
@@ -46,6 +53,7 @@ fn restart_key(s: &Settings) -> RestartKey {
 struct HealthSource {
     store: StoreSlot,
     tracker: HealthTracker,
+    idle: IdleTracker,
 }
 
 impl Source for HealthSource {
@@ -61,14 +69,76 @@ impl Source for HealthSource {
             )
         })?;
         let generation = store.current();
-        let samples = generation
-            .snapshots()
-            .iter()
-            .filter(|s| s.source != COLLECTOR.name)
-            .filter_map(|s| s.served())
-            .flat_map(|o| o.samples.iter());
-        Ok(PollOutput::samples(
-            self.tracker.evaluate(samples, Instant::now()),
-        ))
+        let samples = || {
+            generation
+                .snapshots()
+                .iter()
+                .filter(|s| s.source != COLLECTOR.name)
+                .filter_map(|s| s.served())
+                .flat_map(|o| o.samples.iter())
+        };
+        let now = Instant::now();
+        let mut out = self.tracker.evaluate(samples(), now);
+        let held = held_gpus(&Join::build(generation.snapshots()), samples());
+        out.extend(self.idle.observe(&held, now));
+        Ok(PollOutput::samples(out))
     }
+}
+
+/// The whole GPUs a pod or job holds, with their readings: held by one holder when the join
+/// gives their series its labels, by several when info series name them.
+fn held_gpus<'a>(join: &Join, samples: impl Iterator<Item = &'a Sample> + Clone) -> Vec<HeldGpu> {
+    let reading = |uuid: &str, metric: Metric| {
+        samples.clone().find_map(|s| {
+            let d = s.device.as_ref()?;
+            (s.metric == metric && d.mig().is_none() && d.uuid() == uuid).then_some(s.value)
+        })
+    };
+    let mut held = Vec::new();
+    for s in samples.clone() {
+        let Some(key) = s.device.as_ref().filter(|d| d.mig().is_none()) else {
+            continue;
+        };
+        if s.metric != Metric::GpuUtilization {
+            continue;
+        }
+        let mut holder: [String; 4] = Default::default();
+        let holders = match join.labels_for(s) {
+            Some(extra) => {
+                for (name, value) in extra.iter() {
+                    if let Some(i) = ATTRIBUTION_LABELS.iter().position(|n| n == name) {
+                        holder[i] = value.clone();
+                    }
+                }
+                holder.join("/")
+            }
+            None => {
+                // Shared: the info series of the GPU (gpu_instance empty) name its holders;
+                // the counters then carry none.
+                let mut names: Vec<String> = join
+                    .info
+                    .iter()
+                    .filter(|i| {
+                        i.label("uuid") == Some(key.uuid())
+                            && i.label("gpu_instance").is_none_or(str::is_empty)
+                    })
+                    .map(|i| i.label_values().join("/"))
+                    .collect();
+                if names.is_empty() {
+                    continue;
+                }
+                names.sort_unstable();
+                names.join(",")
+            }
+        };
+        held.push(HeldGpu {
+            key: std::sync::Arc::clone(key),
+            holder,
+            holders,
+            utilization: Some(s.value),
+            sm_active: reading(key.uuid(), Metric::GpuSmActive),
+            energy: reading(key.uuid(), Metric::GpuEnergy),
+        });
+    }
+    held
 }
