@@ -166,8 +166,8 @@ impl Metric {
 
 // Sources: "nvml", "dcgm", "probes" (CUDA probes, or simulated ones on a simulated node), "sim"
 // (the simulated node, DCGM profiling included), "textfile",
-// "kubernetes" and "hpc" (attribution, see `attribution`) and "exporter" (the daemon itself,
-// including the [cost] settings).
+// "kubernetes" and "hpc" (attribution, see `attribution`), "health" (the per-GPU verdict) and
+// "exporter" (the daemon itself, including the [cost] settings).
 define_catalog! {
     GpuInfo => Gauge None "dgx_pixels_gpu_info"
         ["gpu", "uuid", "model", "serial", "pci_bus_id", "vbios_version", "driver_version", "cuda_driver_version", "minor_number", "device"]
@@ -221,6 +221,10 @@ define_catalog! {
         "XID incidents per code: occurrences of one code on one GPU less than the quiet period apart ([nvml] xid_quiet_period, default 3 min) are one incident, so a storm of hundreds pages once.";
     GpuXidInfo => Gauge None "dgx_pixels_gpu_xid_info" ["gpu", "uuid", "xid", "mnemonic", "action"] ["nvml", "sim"]
         "One series (value 1) per XID code the GPU has reported: NVIDIA's mnemonic for it and the recommended immediate action from the XID catalog (docs/xid.md; unknown for a code the catalog lacks). Join on uuid and xid to put the action beside dgx_pixels_gpu_xid_errors_total.";
+    GpuHealthState => Gauge None "dgx_pixels_gpu_health_state" ["gpu", "uuid", "state"] ["health"]
+        "Health verdict of the GPU: 1 for the current state (healthy, degraded, unhealthy, unknown), 0 for the others.";
+    GpuHealthActionInfo => Gauge None "dgx_pixels_gpu_health_action_info" ["gpu", "uuid", "action", "reason"] ["health"]
+        "The most severe recommended action pending for the GPU and the rule behind it (value 1).";
     GpuEccErrors => Counter None "dgx_pixels_gpu_ecc_errors_total" ["gpu", "uuid", "error_type", "counter"] ["nvml", "dcgm", "sim"]
         "ECC memory errors by type (corrected, uncorrected) and counter (volatile: since driver load, aggregate: lifetime).";
     GpuEccEnabled => Gauge None "dgx_pixels_gpu_ecc_enabled" ["gpu", "uuid"] ["nvml", "sim"]
