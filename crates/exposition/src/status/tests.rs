@@ -115,7 +115,9 @@ fn rows(page: &str, class: &str) -> usize {
 fn a_simulated_node_with_a_verdict_per_gpu() {
     let s = store(vec![build_info("simulated", "dgx-h100")], Some("dgx-01"));
     s.publish(up("nvml", (0..8).flat_map(|i| gpu(i, None)).collect()));
+    // The health source sorts before nvml, and names its GPUs in reverse.
     let verdicts: Vec<Sample> = (0..8)
+        .rev()
         .flat_map(|i| {
             let verdict = match i {
                 3 => ("unhealthy", "reset_gpu", "xid_79"),
@@ -128,7 +130,8 @@ fn a_simulated_node_with_a_verdict_per_gpu() {
     s.publish(up("health", verdicts));
     let g = s.current();
     let v = view(&g);
-    assert_eq!(v.gpus.len(), 8);
+    let order: Vec<u32> = v.gpus.iter().map(|g| g.index).collect();
+    assert_eq!(order, (0..8).collect::<Vec<_>>());
     assert_eq!(v.node, Some("dgx-01"));
     assert!(v.build.as_ref().is_some_and(BuildFacts::simulated));
     let g3 = &v.gpus[3];

@@ -1,12 +1,12 @@
 //! What the status page shows, read from one generation: the same served samples `/metrics`
 //! encodes (through [`Snapshot::served`]), borrowed, never copied.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use dgx_pixels_metrics::catalog::Metric;
 use dgx_pixels_metrics::labels::TemperatureSensor;
 use dgx_pixels_metrics::snapshot::{Sample, Snapshot, SourceError};
+use dgx_pixels_metrics::DeviceKey;
 
 use super::health_series;
 use crate::store::Generation;
@@ -160,19 +160,34 @@ const MIG_ROWS: [Metric; 3] = [
 
 /// Reads the page's view of `generation`.
 pub fn view(generation: &Generation) -> NodeView<'_> {
-    let mut gpus: BTreeMap<(u32, &str), GpuView<'_>> = BTreeMap::new();
+    let mut gpus: Vec<GpuView<'_>> = Vec::new();
+    // A source shares one key over a GPU's samples, which come together: most samples find
+    // their GPU by the key's address, without comparing uuids.
+    let mut last: Option<(&DeviceKey, usize)> = None;
     let served = generation.snapshots().iter().filter_map(|s| s.served());
     for sample in served.flat_map(|o| o.samples.iter()) {
         let Some(device) = sample.device.as_deref() else {
             continue;
         };
-        let gpu = gpus
-            .entry((device.index(), device.uuid()))
-            .or_insert_with(|| GpuView {
-                index: device.index(),
-                uuid: device.uuid(),
-                ..GpuView::default()
-            });
+        let i = match last {
+            Some((key, i)) if std::ptr::eq(key, device) => i,
+            _ => {
+                let found = gpus
+                    .iter()
+                    .position(|g| g.index == device.index() && g.uuid == device.uuid());
+                let i = found.unwrap_or_else(|| {
+                    gpus.push(GpuView {
+                        index: device.index(),
+                        uuid: device.uuid(),
+                        ..GpuView::default()
+                    });
+                    gpus.len() - 1
+                });
+                last = Some((device, i));
+                i
+            }
+        };
+        let gpu = &mut gpus[i];
         match device.mig() {
             None => gpu.read(sample),
             // A process in a MIG instance names it too: only the instance's own rows make one.
@@ -196,7 +211,7 @@ pub fn view(generation: &Generation) -> NodeView<'_> {
             }
         }
     }
-    let mut gpus: Vec<GpuView<'_>> = gpus.into_values().collect();
+    gpus.sort_by(|a, b| (a.index, a.uuid).cmp(&(b.index, b.uuid)));
     for gpu in &mut gpus {
         gpu.mig
             .sort_by_key(|m| (m.gpu_instance, m.compute_instance));
