@@ -2,7 +2,8 @@
 # Installs, idempotently, the tools the test suite runs beside cargo: Prometheus and promtool
 # (Debian's package, unpacked under .tools/ rather than installed system-wide), Alertmanager, curl, jq, and
 # bindgen with libclang (for the dcgm-sys bindings check), TypeScript with @grafana/schema (for the
-# dashboards' type check), traceinsight (HTA) in .venv-tools for the trace analysis comparison.
+# dashboards' type check), traceinsight (HTA) in .venv-tools for the trace analysis comparison,
+# and Chromium for the status page's headless browser test.
 # Usage: scripts/install-test-tools.sh [--bench]   (--bench adds node_exporter and wrk)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +28,11 @@ done
 if ! command -v bindgen >/dev/null || ! ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1; then
   apt_install bindgen libclang-dev
 fi
+
+# Chromium (Debian's, about 100 MB with its libraries) for scripts/test-status-page.sh, which
+# loads the status page in it headless (--dump-dom, --screenshot).
+command -v chromium >/dev/null || apt_install chromium
+chromium --version 2>/dev/null | head -1
 
 # Prometheus: the Debian package unpacked (108 MiB) instead of installed with its deps (316 MiB).
 if [ ! -x "$TOOLS/prometheus/usr/bin/prometheus" ]; then

@@ -14,6 +14,7 @@ mod probe_cmd;
 mod reload;
 mod runner;
 mod server;
+mod status_page;
 mod trace_cmd;
 
 #[cfg(test)]
@@ -386,14 +387,6 @@ async fn run(
     let store = Arc::new(SnapshotStore::new(&names, statics, options));
     // The probe scheduler reads GPU utilization from the store it publishes into.
     let _ = store_slot.set(Arc::clone(&store));
-    let mode_line = if plan.mode == "simulated" {
-        format!(
-            "SIMULATED node (scenario {}): these are not real GPUs.",
-            plan.scenario
-        )
-    } else {
-        "Reading the GPUs of this node.".to_string()
-    };
     let state = Arc::new(server::AppState {
         store: Arc::clone(&store),
         telemetry_path: settings.web.telemetry_path.clone(),
@@ -401,7 +394,8 @@ async fn run(
             (settings.web.max_requests > 0)
                 .then(|| Arc::new(Semaphore::new(settings.web.max_requests))),
         ),
-        mode_line,
+        started: std::time::Instant::now(),
+        page: Default::default(),
         rejected_scrapes,
         encoding: Default::default(),
     });

@@ -2,8 +2,8 @@
 //! publishes its snapshots. A watchdog marks a source down (and drops its series) when a poll
 //! overruns its deadline, so a hung library call never leaves stale values served as current.
 
-// Length (issue 16): over 600 lines only with its tests (~280 lines, which drive real threads
-// through the watchdog and need the private state); the code is ~330 lines.
+// Length (issue 16): over 600 lines only with its tests (~300 lines, which drive real threads
+// through the watchdog and need the private state); the code is ~345 lines.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,7 +13,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use dgx_pixels_exposition::SnapshotStore;
 
-use dgx_pixels_metrics::{panic_message, PollError, PollErrorKind, Snapshot, Source, SourceHealth};
+use dgx_pixels_metrics::{
+    panic_message, PollError, PollErrorKind, Snapshot, Source, SourceError, SourceHealth,
+};
 
 /// How often the watchdog looks for overrunning polls.
 const WATCHDOG_TICK: Duration = Duration::from_millis(100);
@@ -233,6 +235,11 @@ fn check_deadline(slot: &Slot, store: &SnapshotStore) {
         st.timed_out = true;
         st.health.up = false;
         st.health.errors += 1;
+        st.health.last_error = Some(SourceError::new(
+            PollErrorKind::Timeout,
+            &format!("poll exceeded its deadline of {:?}", slot.timeout),
+            SystemTime::now(),
+        ));
         if !st.overrunning {
             st.overrunning = true;
             tracing::warn!(
@@ -325,6 +332,8 @@ fn run(
                         );
                     }
                     st.last_error_kind = Some(e.kind);
+                    st.health.last_error =
+                        Some(SourceError::new(e.kind, &e.message, SystemTime::now()));
                     publish_down(slot, &st, store);
                 }
             }
@@ -417,16 +426,36 @@ mod tests {
                 && first.output.samples.len() == 1
                 && first.health.last_success.is_some()
         );
+        assert_eq!(first.health.last_error, None);
         let failed = wait_for(&store, |s| s.health.polls == 2);
         assert!(!failed.health.up && failed.output.samples.is_empty());
         assert_eq!(failed.health.errors, 1);
+        let error = failed.health.last_error.expect("the failure is kept");
+        assert_eq!(
+            (error.kind, error.message.as_str()),
+            (PollErrorKind::ReadFailed, "second poll fails")
+        );
         // Third poll hangs 600 ms > 200 ms deadline: marked down while still running.
         let hung = wait_for(&store, |s| s.health.polls == 2 && s.health.errors == 2);
         assert!(!hung.health.up && hung.output.samples.is_empty());
+        let error = hung.health.last_error.expect("the overrun is kept");
+        assert_eq!(
+            (error.kind, error.message.as_str()),
+            (
+                PollErrorKind::Timeout,
+                "poll exceeded its deadline of 200ms"
+            )
+        );
+        assert!(error.at >= failed.health.last_success.unwrap_or(SystemTime::UNIX_EPOCH));
         // When it finally answers, the source is up again and the overrun is not counted twice.
         let back = wait_for(&store, |s| s.health.polls >= 3);
         assert!(back.health.up);
         assert_eq!(back.health.errors, 2);
+        assert_eq!(
+            back.health.last_error.map(|e| e.kind),
+            Some(PollErrorKind::Timeout),
+            "the last error stays after a recovery, for the status page"
+        );
         let t = Instant::now();
         runners.stop(Duration::from_secs(1));
         assert!(t.elapsed() < Duration::from_millis(500), "stop is prompt");

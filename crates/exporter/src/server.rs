@@ -1,33 +1,38 @@
 //! The HTTP server: `/metrics` (or the configured path) serves the cached bytes of the current
-//! snapshot generation; `/-/healthy`, `/-/ready` and a landing page at `/`.
+//! snapshot generation; `/-/healthy`, `/-/ready` and the status page at `/` (`status_page.rs`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use arc_swap::ArcSwapOption;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use bytes::Bytes;
 use dgx_pixels_exposition::{Format, SnapshotStore};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::status_page::{self, PageCache};
 
 /// What the handlers share.
 #[derive(Debug)]
 pub struct AppState {
     /// The snapshot store sources publish into.
     pub store: Arc<SnapshotStore>,
-    /// The metrics path, for the landing page.
+    /// The metrics path, for the status page's link.
     pub telemetry_path: String,
-    /// Caps concurrent scrapes; `None` = unlimited. Swapped by a config reload (scrapes in
-    /// flight keep the permit of the semaphore they started with).
+    /// Caps concurrent scrapes and status pages; `None` = unlimited. Swapped by a config
+    /// reload (requests in flight keep the permit of the semaphore they started with).
     pub scrape_slots: ArcSwapOption<Semaphore>,
-    /// "simulated" or "hardware", for the landing page.
-    pub mode_line: String,
-    /// Scrapes refused because `scrape_slots` were all taken.
+    /// When the server started, for the status page's uptime.
+    pub started: Instant,
+    /// The status page of the current generation and second.
+    pub page: PageCache,
+    /// Scrapes (and status pages) refused because `scrape_slots` were all taken.
     pub rejected_scrapes: Arc<AtomicU64>,
     /// Held while a generation is encoded: concurrent first scrapes wait here, without a
     /// thread each, and then find the bytes cached.
@@ -40,7 +45,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(&state.telemetry_path.clone(), get(metrics))
         .route("/-/healthy", get(|| async { "Healthy\n" }))
         .route("/-/ready", get(ready))
-        .route("/", get(landing))
+        .route("/", get(status_page::page))
         .with_state(state)
 }
 
@@ -83,20 +88,36 @@ pub fn accepts_gzip(accept_encoding: Option<&str>) -> bool {
     accept_encoding.is_some_and(|h| quality_of(h, |c| c == "gzip") > 0.0)
 }
 
+/// Every `--web.max-requests` slot was taken: answered 503.
+#[derive(Debug)]
+pub(crate) struct SlotsTaken;
+
+impl IntoResponse for SlotsTaken {
+    fn into_response(self) -> Response {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many concurrent scrapes (--web.max-requests)\n",
+        )
+            .into_response()
+    }
+}
+
+/// One of the `--web.max-requests` slots (`None`: unlimited), counted as refused when none is
+/// free.
+pub(crate) fn scrape_permit(state: &AppState) -> Result<Option<OwnedSemaphorePermit>, SlotsTaken> {
+    let Some(sem) = state.scrape_slots.load_full() else {
+        return Ok(None);
+    };
+    sem.try_acquire_owned().map(Some).map_err(|_| {
+        state.rejected_scrapes.fetch_add(1, Ordering::Relaxed);
+        SlotsTaken
+    })
+}
+
 async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    let _permit = match state.scrape_slots.load_full() {
-        Some(sem) => match sem.try_acquire_owned() {
-            Ok(p) => Some(p),
-            Err(_) => {
-                state.rejected_scrapes.fetch_add(1, Ordering::Relaxed);
-                return (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "too many concurrent scrapes (--web.max-requests)\n",
-                )
-                    .into_response();
-            }
-        },
-        None => None,
+    let _permit = match scrape_permit(&state) {
+        Ok(permit) => permit,
+        Err(refused) => return refused.into_response(),
     };
     let header = |name| {
         headers
@@ -164,29 +185,8 @@ async fn ready(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
-async fn landing(State(state): State<Arc<AppState>>) -> Html<String> {
-    let path = html_escape(&state.telemetry_path);
-    Html(format!(
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>dgx-pixels-exporter</title></head>\
-         <body><h1>dgx-pixels-exporter {version}</h1><p>{mode}</p><ul>\
-         <li><a href=\"{path}\">{path}</a>: metrics</li>\
-         <li><a href=\"/-/healthy\">/-/healthy</a>: liveness</li>\
-         <li><a href=\"/-/ready\">/-/ready</a>: readiness (503 until every source has polled once)</li>\
-         </ul></body></html>\n",
-        version = env!("CARGO_PKG_VERSION"),
-        mode = html_escape(&state.mode_line),
-    ))
-}
-
-fn html_escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -222,23 +222,32 @@ mod tests {
         assert!(!accepts_gzip(None));
     }
 
-    fn state(max: Option<usize>) -> Arc<AppState> {
+    /// The state of a server over the sources nvml and sim, with `max` scrape slots.
+    pub(crate) fn state_with(
+        max: Option<usize>,
+        statics: Vec<dgx_pixels_metrics::Sample>,
+    ) -> Arc<AppState> {
         use dgx_pixels_exposition::EncodeOptions;
         Arc::new(AppState {
             store: Arc::new(SnapshotStore::new(
                 &["nvml", "sim"],
-                vec![],
+                statics,
                 EncodeOptions::default(),
             )),
             telemetry_path: "/metrics".into(),
             scrape_slots: ArcSwapOption::new(max.map(|n| Arc::new(Semaphore::new(n)))),
-            mode_line: String::new(),
+            started: Instant::now(),
+            page: PageCache::default(),
             rejected_scrapes: Arc::default(),
             encoding: Default::default(),
         })
     }
 
-    async fn body(r: Response) -> String {
+    fn state(max: Option<usize>) -> Arc<AppState> {
+        state_with(max, vec![])
+    }
+
+    pub(crate) async fn body(r: Response) -> String {
         let b = axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap();
         String::from_utf8(b.to_vec()).unwrap()
     }

@@ -96,6 +96,9 @@ fn sighup_applies_a_good_config_without_a_gap_and_keeps_the_old_on_a_bad_one() {
         value(&body, "dgx_pixels_cost_power_usage_effectiveness", &[]),
         Some(1.2)
     );
+    // The status page reads the node from the store: it follows the reload too.
+    let page = String::from_utf8(get(port, "/", &[]).2).unwrap();
+    assert!(page.contains("<b id=\"node\">after</b>"), "{page}");
     // Counters carry over the restart of the simulated source, and it now polls every 100 ms.
     let p1 = polls(&body);
     assert!(

@@ -183,6 +183,7 @@ mod tests {
                     last_success: Some(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000)),
                     polls: 7,
                     errors: 1,
+                    last_error: None,
                 },
                 output: samples.into(),
             })],

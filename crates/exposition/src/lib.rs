@@ -12,6 +12,8 @@
 //!   samples and external families into one family model (`family`), which
 //!   [`Format::OpenMetrics`] (prometheus-client, and the small writer for the families it cannot
 //!   express) and the classic [`Format::Text`] (the small writer, `text`) both write.
+//! - [`status`] renders a generation as the HTML status page at `/`: the same served samples,
+//!   for a person rather than a scraper.
 //!
 //! ```
 //! use dgx_pixels_exposition::{EncodeOptions, Format, SnapshotStore};
@@ -33,6 +35,7 @@ pub mod encode;
 mod family;
 pub mod join;
 mod openmetrics;
+pub mod status;
 pub mod store;
 mod syntax;
 mod text;

@@ -36,6 +36,16 @@ impl Generation {
         &self.input.snapshots
     }
 
+    /// The static samples (build info, the cost settings), served whatever the sources do.
+    pub fn statics(&self) -> &[Sample] {
+        &self.input.statics
+    }
+
+    /// The labels added to every series (`node` when a node name is configured).
+    pub fn const_labels(&self) -> &[(String, String)] {
+        &self.input.options.const_labels
+    }
+
     fn slot(format: Format, gzip: bool) -> usize {
         match (format, gzip) {
             (Format::OpenMetrics, false) => 0,

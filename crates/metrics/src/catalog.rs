@@ -166,8 +166,8 @@ impl Metric {
 
 // Sources: "nvml", "dcgm", "probes" (CUDA probes, or simulated ones on a simulated node), "sim"
 // (the simulated node, DCGM profiling included), "textfile",
-// "kubernetes" and "hpc" (attribution, see `attribution`) and "exporter" (the daemon itself,
-// including the [cost] settings).
+// "kubernetes" and "hpc" (attribution, see `attribution`), "health" (the per-GPU verdict) and
+// "exporter" (the daemon itself, including the [cost] settings).
 define_catalog! {
     GpuInfo => Gauge None "dgx_pixels_gpu_info"
         ["gpu", "uuid", "model", "serial", "pci_bus_id", "vbios_version", "driver_version", "cuda_driver_version", "minor_number", "device"]

@@ -42,5 +42,5 @@ pub use dgx_pixels_readout::labels;
 pub use external::{
     ExternalFamilies, ExternalFamily, ExternalKind, ExternalLabels, ExternalSample,
 };
-pub use snapshot::{PollOutput, Sample, Snapshot, SourceHealth};
+pub use snapshot::{PollOutput, Sample, Snapshot, SourceError, SourceHealth};
 pub use source::{panic_message, Backoff, PollError, PollErrorKind, Source};

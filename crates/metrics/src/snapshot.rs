@@ -7,6 +7,7 @@ use crate::attribution::AttributionSet;
 use crate::catalog::Metric;
 use crate::device::{DeviceKey, Scope};
 use crate::external::ExternalFamilies;
+use crate::source::PollErrorKind;
 
 /// One series value: a catalog metric, the device it describes (for a device row), its own
 /// label values (in the order of the row's [`own_labels`](crate::MetricDef::own_labels)) and the
@@ -126,6 +127,48 @@ pub struct SourceHealth {
     pub polls: u64,
     /// Polls that failed or missed their deadline.
     pub errors: u64,
+    /// The latest failed or overrun poll, kept after the source recovers (the status page
+    /// shows it with its age); `None` while the source has never failed.
+    pub last_error: Option<SourceError>,
+}
+
+/// Longest [`SourceError::message`] kept, in characters: a poll error is one line of our own
+/// text (a path, an OS or library error), and the status page shows it whole.
+pub const MAX_ERROR_MESSAGE_CHARS: usize = 300;
+
+/// Why and when a source's poll last failed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceError {
+    /// The classification of the failure.
+    pub kind: PollErrorKind,
+    /// The poll error's message on one line, at most [`MAX_ERROR_MESSAGE_CHARS`] characters
+    /// (longer ones are cut and end in `…`); control characters become spaces.
+    pub message: String,
+    /// Wall-clock time of the failure.
+    pub at: SystemTime,
+}
+
+impl SourceError {
+    /// The failure `kind` with `message`, bounded as [`SourceError::message`] says.
+    pub fn new(kind: PollErrorKind, message: &str, at: SystemTime) -> SourceError {
+        let line = |c: char| if c.is_control() { ' ' } else { c };
+        let mut chars = message.chars();
+        let mut bounded: String = chars
+            .by_ref()
+            .take(MAX_ERROR_MESSAGE_CHARS - 1)
+            .map(line)
+            .collect();
+        match (chars.next(), chars.next()) {
+            (Some(last), None) => bounded.push(line(last)),
+            (Some(_), Some(_)) => bounded.push('…'),
+            (None, _) => {}
+        }
+        SourceError {
+            kind,
+            message: bounded,
+            at,
+        }
+    }
 }
 
 /// Everything one successful poll of a source produced, kept whole from the source to the
@@ -189,5 +232,30 @@ impl Snapshot {
     /// a generation (catalog series, external families, the attribution join) goes through it.
     pub fn served(&self) -> Option<&PollOutput> {
         self.health.up.then_some(&self.output)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_source_error_is_one_bounded_line() {
+        let at = SystemTime::UNIX_EPOCH;
+        let short = SourceError::new(PollErrorKind::ReadFailed, "read\nfailed\t!", at);
+        assert_eq!(short.message, "read failed !");
+        let exact = "é".repeat(MAX_ERROR_MESSAGE_CHARS);
+        assert_eq!(
+            SourceError::new(PollErrorKind::Timeout, &exact, at).message,
+            exact,
+            "a message of exactly the limit is kept whole"
+        );
+        let long = format!("{exact}x");
+        let cut = SourceError::new(PollErrorKind::Timeout, &long, at).message;
+        assert_eq!(cut.chars().count(), MAX_ERROR_MESSAGE_CHARS);
+        assert!(cut.ends_with("é…"), "{cut}");
+        let huge = "y".repeat(1 << 20);
+        let cut = SourceError::new(PollErrorKind::Timeout, &huge, at).message;
+        assert_eq!(cut.len(), MAX_ERROR_MESSAGE_CHARS - 1 + '…'.len_utf8());
     }
 }

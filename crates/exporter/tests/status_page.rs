@@ -1,0 +1,169 @@
+//! The status page at `/` from the real binary: the simulated node's eight GPUs and its
+//! sources over plain HTTP, and behind TLS and basic auth the same page only with credentials.
+//! (scripts/test-status-page.sh loads it in a real headless Chromium.)
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+
+mod common;
+use common::*;
+
+/// Checks what any rendering of the dgx-h100 node must show.
+fn assert_dgx_h100_page(page: &str) {
+    assert!(page.starts_with("<!doctype html>"), "{page}");
+    assert_eq!(page.matches("<tr class=\"gpu\"").count(), 8, "{page}");
+    for i in 0..8 {
+        assert!(page.contains(&format!("id=\"gpu-{i}\"")), "GPU {i}");
+    }
+    // A verdict cell per GPU: "not evaluated" until the health collector serves one.
+    assert_eq!(page.matches("<td class=\"health ").count(), 8);
+    assert!(page.contains(
+        "<div class=\"banner simulated\" id=\"simulated\">SIMULATED node (scenario dgx-h100)"
+    ));
+    assert!(page.contains("<table id=\"sources\">"));
+    assert!(
+        page.contains("id=\"source-sim\" data-state=\"up\""),
+        "{page}"
+    );
+    assert!(page.contains("H100"), "the model from dgx_pixels_gpu_info");
+    // Every GPU of the simulated node serves utilization, memory, power and temperature.
+    assert_eq!(page.matches(" GiB</td>").count(), 8, "{page}");
+    assert_eq!(page.matches(" W</td>").count(), 8);
+    assert_eq!(page.matches(" °C</td>").count(), 8);
+    assert!(
+        !page.contains("/ — W"),
+        "the simulated node serves every power limit"
+    );
+}
+
+#[test]
+fn the_simulated_node_at_a_glance() {
+    let d = start(&["--simulate", "dgx-h100", "--node.name", "dgx-07"]);
+    let (status, headers, body) = get(d.port, "/", &[]);
+    assert_eq!(status, 200);
+    assert_eq!(
+        header(&headers, "content-type"),
+        Some("text/html; charset=utf-8")
+    );
+    let page = String::from_utf8(body).unwrap();
+    assert_dgx_h100_page(&page);
+    assert!(page.contains("<b id=\"node\">dgx-07</b>"));
+    assert!(page.contains("<a href=\"/metrics\">/metrics</a>"));
+    // A path the page does not own is not the page.
+    assert_eq!(get(d.port, "/index.html", &[]).0, 404);
+}
+
+/// bcrypt of "s3cret", cost 4 (fast tests).
+const HASH: &str = "$2b$04$dbOLcPL.cjY5q2E96PN19e22x8qzcVsI8JWU0LuwdjVxSKNZIwaX6";
+/// `prometheus:s3cret` and `prometheus:wrong` in base64.
+const GOOD: &str = "Basic cHJvbWV0aGV1czpzM2NyZXQ=";
+const BAD: &str = "Basic cHJvbWV0aGV1czp3cm9uZw==";
+
+/// A CA and a server certificate for localhost signed by it, written into `dir`; returns the
+/// CA's PEM.
+fn pki(dir: &std::path::Path) -> String {
+    let ca_key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = params.self_signed(&ca_key).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["localhost".to_string()])
+        .unwrap()
+        .signed_by(&key, &ca, &ca_key)
+        .unwrap();
+    std::fs::write(dir.join("server.crt"), cert.pem()).unwrap();
+    std::fs::write(dir.join("server.key"), key.serialize_pem()).unwrap();
+    ca.pem()
+}
+
+/// One GET over TLS; returns the status (0 when the connection failed) and the whole response.
+fn tls_get(port: u16, ca_pem: &str, path: &str, auth: Option<&str>) -> (u16, String) {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
+        .unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let name = ServerName::try_from("localhost").unwrap();
+    let conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    let Ok(tcp) = TcpStream::connect(("127.0.0.1", port)) else {
+        return (0, String::new());
+    };
+    tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    let auth = auth.map_or(String::new(), |a| format!("Authorization: {a}\r\n"));
+    let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{auth}\r\n");
+    if tls.write_all(req.as_bytes()).is_err() {
+        return (0, String::new());
+    }
+    let mut raw = Vec::new();
+    let _ = tls.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, text)
+}
+
+#[test]
+fn behind_tls_and_basic_auth_the_page_needs_credentials() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = pki(dir.path());
+    let web = dir.path().join("web.yml");
+    std::fs::write(
+        &web,
+        format!(
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n\
+             basic_auth_users:\n  prometheus: {HASH}\n"
+        ),
+    )
+    .unwrap();
+    let port = free_port();
+    let child = Command::new(BIN)
+        .args(["--web.listen-address", &format!("127.0.0.1:{port}")])
+        .args(["--simulate", "dgx-h100", "--web.config.file"])
+        .arg(&web)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _daemon = Daemon { child, port };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tls_get(port, &ca, "/-/ready", None).0 != 200 {
+        assert!(Instant::now() < deadline, "not ready over TLS in 10 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let (status, response) = tls_get(port, &ca, "/", None);
+    assert_eq!(status, 401, "{response}");
+    assert!(!response.contains("<tr class=\"gpu\""));
+    assert_eq!(tls_get(port, &ca, "/", Some(BAD)).0, 401);
+    let (status, response) = tls_get(port, &ca, "/", Some(GOOD));
+    assert_eq!(status, 200, "{response}");
+    assert!(response
+        .to_ascii_lowercase()
+        .contains("content-type: text/html; charset=utf-8"));
+    let page = &response[response.find("<!doctype html>").unwrap()..];
+    assert_dgx_h100_page(page);
+    // Probes stay open; plain HTTP on the TLS port gets no page.
+    assert_eq!(tls_get(port, &ca, "/-/healthy", None).0, 200);
+    let (status, _, body) = get(port, "/", &[("Authorization", GOOD)]);
+    assert_ne!(status, 200);
+    assert!(!String::from_utf8_lossy(&body).contains("<tr class=\"gpu\""));
+}

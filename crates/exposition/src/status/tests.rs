@@ -1,0 +1,335 @@
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use dgx_pixels_metrics::{
+    DeviceKey, Metric, MigInstance, PollErrorKind, Sample, Snapshot, SourceError, SourceHealth,
+};
+
+use super::html::Span;
+use super::*;
+use crate::{EncodeOptions, SnapshotStore};
+
+const T0: Duration = Duration::from_secs(1_700_000_000);
+
+fn at(secs_after_t0: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + T0 + Duration::from_secs(secs_after_t0)
+}
+
+fn ctx() -> PageContext<'static> {
+    PageContext {
+        telemetry_path: "/metrics",
+        now: at(100),
+        uptime: Duration::from_secs(3725),
+        refresh: Duration::from_secs(10),
+    }
+}
+
+fn build_info(mode: &str, scenario: &str) -> Sample {
+    Sample::new(
+        Metric::ExporterBuildInfo,
+        ["1.2.3", "abc123", "rustc 1.80", mode, scenario],
+        1.0,
+    )
+}
+
+/// One GPU as the NVML source serves it, with the health collector's verdict when `health`.
+fn gpu(i: u32, health: Option<(&str, &str, &str)>) -> Vec<Sample> {
+    let key = Arc::new(DeviceKey::gpu(
+        i,
+        format!("GPU-{i:08x}-1111-2222-3333-444444444444"),
+    ));
+    let info = [
+        "NVIDIA H100 80GB HBM3",
+        "s",
+        "b",
+        "v",
+        "d",
+        "c",
+        "0",
+        "nvidia0",
+    ];
+    let mut out = vec![
+        Sample::of(&key, Metric::GpuInfo, info, 1.0),
+        Sample::of(&key, Metric::GpuUp, [""; 0], 1.0),
+        Sample::of(&key, Metric::GpuUtilization, [""; 0], 0.93),
+        Sample::of(
+            &key,
+            Metric::GpuMemoryUsed,
+            [""; 0],
+            40.0 * f64::from(1u32 << 30),
+        ),
+        Sample::of(
+            &key,
+            Metric::GpuMemoryTotal,
+            [""; 0],
+            80.0 * f64::from(1u32 << 30),
+        ),
+        Sample::of(&key, Metric::GpuPower, [""; 0], 612.4),
+        Sample::of(&key, Metric::GpuPowerLimit, [""; 0], 700.0),
+        Sample::of(&key, Metric::GpuTemperature, ["memory"], 71.0),
+        Sample::of(&key, Metric::GpuTemperature, ["gpu"], 67.0),
+    ];
+    if let Some((state, action, reason)) = health {
+        for s in ["healthy", "degraded", "unhealthy", "unknown"] {
+            let v = if s == state { 1.0 } else { 0.0 };
+            out.push(Sample::of(&key, health_series::STATE, [s], v));
+        }
+        out.push(Sample::of(
+            &key,
+            health_series::ACTION,
+            [action, reason],
+            1.0,
+        ));
+    }
+    out
+}
+
+fn up(source: &str, samples: Vec<Sample>) -> Snapshot {
+    Snapshot {
+        source: source.into(),
+        health: SourceHealth {
+            up: true,
+            polls: 12,
+            last_success: Some(at(97)),
+            last_poll_duration: Some(Duration::from_micros(12_345)),
+            ..SourceHealth::default()
+        },
+        output: samples.into(),
+    }
+}
+
+fn store(statics: Vec<Sample>, node: Option<&str>) -> SnapshotStore {
+    let options = EncodeOptions {
+        const_labels: node
+            .map(|n| vec![("node".to_string(), n.to_string())])
+            .unwrap_or_default(),
+    };
+    SnapshotStore::new(&["health", "nvml", "textfile"], statics, options)
+}
+
+fn rows(page: &str, class: &str) -> usize {
+    page.matches(&format!("<tr class=\"{class}\"")).count()
+}
+
+#[test]
+fn a_simulated_node_with_a_verdict_per_gpu() {
+    let s = store(vec![build_info("simulated", "dgx-h100")], Some("dgx-01"));
+    s.publish(up("nvml", (0..8).flat_map(|i| gpu(i, None)).collect()));
+    // The health source sorts before nvml, and names its GPUs in reverse.
+    let verdicts: Vec<Sample> = (0..8)
+        .rev()
+        .flat_map(|i| {
+            let verdict = match i {
+                3 => ("unhealthy", "reset_gpu", "xid_79"),
+                5 => ("degraded", "restart_app", "ecc_double_bit"),
+                _ => ("healthy", "none", "none"),
+            };
+            gpu(i, Some(verdict)).split_off(9)
+        })
+        .collect();
+    s.publish(up("health", verdicts));
+    let g = s.current();
+    let v = view(&g);
+    let order: Vec<u32> = v.gpus.iter().map(|g| g.index).collect();
+    assert_eq!(order, (0..8).collect::<Vec<_>>());
+    assert_eq!(v.node, Some("dgx-01"));
+    assert!(v.build.as_ref().is_some_and(BuildFacts::simulated));
+    let g3 = &v.gpus[3];
+    assert_eq!(
+        g3.health,
+        Some(Health {
+            state: Some("unhealthy"),
+            action: Some("reset_gpu"),
+            reason: Some("xid_79"),
+        })
+    );
+    assert_eq!(
+        (g3.utilization, g3.power, g3.power_limit, g3.temperature),
+        (Some(0.93), Some(612.4), Some(700.0), Some(67.0)),
+        "the die's temperature, not the memory's"
+    );
+    assert_eq!(g3.model, Some("NVIDIA H100 80GB HBM3"));
+
+    let page = render(&g, &ctx());
+    assert_eq!(rows(&page, "gpu"), 8);
+    assert!(page.contains(
+        "<div class=\"banner simulated\" id=\"simulated\">SIMULATED node (scenario dgx-h100)"
+    ));
+    assert!(page.contains("<b id=\"node\">dgx-01</b>"));
+    assert!(page.contains("<title>dgx-01 · GPU status</title>"));
+    assert!(page.contains("<meta http-equiv=\"refresh\" content=\"10\">"));
+    assert!(page.contains("<b id=\"uptime\">1 h 2 min</b>"));
+    assert!(page.contains("<a href=\"/metrics\">/metrics</a>"));
+    assert!(page.contains("<a href=\"/-/ready\">/-/ready</a>"));
+    assert!(page.contains("dgx-pixels-exporter 1.2.3"));
+    assert!(page.contains(
+        "<td class=\"health unhealthy\">unhealthy</td><td class=\"act\">reset_gpu</td><td>xid_79</td>"
+    ));
+    assert!(page.contains("<td class=\"health degraded\">degraded</td>"));
+    assert!(page.contains("<td class=\"health healthy\">healthy</td><td>none</td><td>none</td>"));
+    assert!(
+        page.contains("<td title=\"GPU-00000003-1111-2222-3333-444444444444\">GPU-00000003</td>")
+    );
+    assert!(page.contains("93%</td><td class=\"num\">40.0 / 80.0 GiB</td><td class=\"num\">612 / 700 W</td><td class=\"num\">67 °C</td>"));
+    // Every source, pending ones included.
+    assert_eq!(rows(&page, "source"), 3);
+    assert!(page.contains("<tr class=\"source\" id=\"source-nvml\" data-state=\"up\"><td>nvml</td><td class=\"up\">up</td><td>3 s ago</td><td class=\"num\">12.3 ms</td><td class=\"num\">12</td><td class=\"num\">0</td><td class=\"muted\">—</td></tr>"));
+    assert!(page.contains("id=\"source-textfile\" data-state=\"pending\""));
+    assert!(page.contains("<td>never</td><td class=\"num\">—</td>"));
+}
+
+#[test]
+fn without_the_health_collector_gpus_are_not_evaluated_and_absent_readings_are_dashes() {
+    let s = store(vec![build_info("hardware", "")], None);
+    let key = Arc::new(DeviceKey::gpu(0, "GPU-abc"));
+    // A GPU whose only served readings are its power and one MIG instance's memory.
+    let mig = Arc::new(key.with_mig(Some(MigInstance {
+        gpu_instance: 1,
+        compute_instance: Some(0),
+    })));
+    let proc_only = Arc::new(key.with_mig(Some(MigInstance {
+        gpu_instance: 2,
+        compute_instance: None,
+    })));
+    s.publish(up(
+        "nvml",
+        vec![
+            Sample::of(&key, Metric::GpuPower, [""; 0], 300.0),
+            Sample::of(
+                &mig,
+                Metric::MigMemoryUsed,
+                ["1g.10gb"],
+                3.0 * f64::from(1u32 << 30),
+            ),
+            Sample::of(&mig, Metric::MigInfo, ["1g.10gb", "MIG-1"], 1.0),
+            Sample::of(&proc_only, Metric::ProcessMemoryUsed, ["42", ""], 1e9),
+        ],
+    ));
+    let g = s.current();
+    let v = view(&g);
+    assert_eq!(v.gpus.len(), 1);
+    let gpu = &v.gpus[0];
+    assert_eq!(gpu.health, None);
+    assert_eq!(
+        (gpu.utilization, gpu.memory_used, gpu.power_limit),
+        (None, None, None)
+    );
+    assert_eq!(
+        gpu.mig.len(),
+        1,
+        "a process names an instance; only MIG rows make one"
+    );
+    assert_eq!(gpu.mig[0].profile, Some("1g.10gb"));
+    let page = render(&g, &ctx());
+    assert!(!page.contains("SIMULATED"), "no banner on hardware");
+    assert!(page.contains("<b id=\"mode\">reading the GPUs of this node</b>"));
+    assert!(page.contains(
+        "<td>—</td><td class=\"health unknown\">not evaluated</td><td>—</td><td>—</td>\
+         <td class=\"num\">—</td><td class=\"num\">—</td><td class=\"num\">300 / — W</td>\
+         <td class=\"num\">—</td></tr>"
+    ));
+    assert!(page.contains(
+        "<tr class=\"mig\"><td></td><td colspan=\"9\">MIG 1g.10gb · GPU instance 1, compute instance 0 · memory 3.0 / — GiB</td></tr>"
+    ));
+    assert_eq!(rows(&page, "mig"), 1);
+    assert!(
+        !page.contains(" 0 W") && !page.contains("0.0 GiB"),
+        "never 0 for absent"
+    );
+}
+
+#[test]
+fn a_down_source_contributes_nothing_and_shows_its_error() {
+    let s = store(vec![], None);
+    s.publish(up("nvml", gpu(0, None)));
+    assert_eq!(view(&s.current()).gpus.len(), 1);
+    // Down, though the snapshot still carries samples: served() decides.
+    let mut down = up("nvml", gpu(0, None));
+    down.health.up = false;
+    down.health.errors = 2;
+    down.health.last_error = Some(SourceError::new(
+        PollErrorKind::LibraryUnavailable,
+        "cannot load libnvidia-ml.so.1: <no such file> & \"gone\"",
+        at(40),
+    ));
+    s.publish(down);
+    let g = s.current();
+    let page = render(&g, &ctx());
+    assert!(view(&g).gpus.is_empty());
+    assert_eq!(rows(&page, "gpu"), 0);
+    assert!(page.contains("<p class=\"muted\" id=\"no-gpus\">"));
+    assert!(page.contains(
+        "id=\"source-nvml\" data-state=\"down\"><td>nvml</td><td class=\"down\">down</td>"
+    ));
+    assert!(page.contains(
+        "<td class=\"err\">1 min 0 s ago, library_unavailable: cannot load libnvidia-ml.so.1: \
+         &lt;no such file&gt; &amp; &quot;gone&quot;</td>"
+    ));
+    // Recovered: the error stays, muted.
+    let mut back = up("nvml", gpu(0, None));
+    back.health.last_error = Some(SourceError::new(PollErrorKind::Timeout, "slow", at(40)));
+    s.publish(back);
+    let page = render(&s.current(), &ctx());
+    assert!(page.contains("<td class=\"err muted\">1 min 0 s ago, timeout: slow</td>"));
+}
+
+#[test]
+fn label_values_and_names_are_escaped_everywhere() {
+    let hostile = "<script>alert('x')</script>&\"";
+    let s = store(vec![build_info("simulated", hostile)], Some(hostile));
+    let key = Arc::new(DeviceKey::gpu(0, hostile));
+    let info = [hostile, "s", "b", "v", "d", "c", "0", "nvidia0"];
+    s.publish(up(
+        "nvml",
+        vec![
+            Sample::of(&key, Metric::GpuInfo, info, 1.0),
+            Sample::of(&key, health_series::STATE, [hostile], 1.0),
+            Sample::of(&key, health_series::ACTION, [hostile, hostile], 1.0),
+        ],
+    ));
+    let ctx = PageContext {
+        telemetry_path: "/m\"><script>",
+        ..ctx()
+    };
+    let page = render(&s.current(), &ctx);
+    assert!(!page.contains("<script"), "{page}");
+    assert!(!page.contains("'x'"));
+    assert!(page.contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&quot;"));
+    assert!(page.contains("<a href=\"/m&quot;&gt;&lt;script&gt;\">"));
+    // An unknown state gets the neutral class, whatever its text.
+    assert!(page.contains("<td class=\"health unknown\">&lt;script&gt;"));
+}
+
+#[test]
+fn a_verdict_with_no_current_state_is_a_dash_and_a_lost_gpu_says_so() {
+    let s = store(vec![], None);
+    let mut samples = gpu(0, Some(("none-of-them", "none", "none")));
+    let mut lost = gpu(1, Some(("unknown", "reset_gpu", "gpu_lost")));
+    lost[1].value = 0.0; // dgx_pixels_gpu_up 0
+    samples.append(&mut lost);
+    s.publish(up("nvml", samples));
+    let g = s.current();
+    let v = view(&g);
+    assert_eq!(v.gpus[0].health.as_ref().map(|h| h.state), Some(None));
+    let page = render(&g, &ctx());
+    assert!(page.contains("<td class=\"health unknown\">—</td><td>none</td>"));
+    assert!(page.contains(
+        "<td class=\"health lost\">lost (not answering)</td><td class=\"act\">reset_gpu</td><td>gpu_lost</td>"
+    ));
+}
+
+#[test]
+fn spans_and_durations_read_like_a_person_writes_them() {
+    let span = |s| Span(Duration::from_secs(s)).to_string();
+    assert_eq!(span(0), "0 s");
+    assert_eq!(span(59), "59 s");
+    assert_eq!(span(61), "1 min 1 s");
+    assert_eq!(span(7260), "2 h 1 min");
+    assert_eq!(span(90_000), "1 d 1 h");
+    let took = |us| super::html::PollTook(Some(Duration::from_micros(us))).to_string();
+    assert_eq!(took(35), "35 µs");
+    assert_eq!(took(12_345), "12.3 ms");
+    assert_eq!(took(2_414_000), "2.41 s");
+    assert_eq!(Esc("a<b>&'\"").to_string(), "a&lt;b&gt;&amp;&#39;&quot;");
+    assert_eq!(Esc("plain é").to_string(), "plain é");
+}

@@ -1,0 +1,306 @@
+//! What the status page shows, read from one generation: the same served samples `/metrics`
+//! encodes (through [`Snapshot::served`]), borrowed, never copied.
+
+use std::time::Duration;
+
+use dgx_pixels_metrics::catalog::Metric;
+use dgx_pixels_metrics::labels::TemperatureSensor;
+use dgx_pixels_metrics::snapshot::{Sample, Snapshot, SourceError};
+use dgx_pixels_metrics::DeviceKey;
+
+use super::health_series;
+use crate::store::Generation;
+
+/// The node as the page shows it.
+#[derive(Debug, Default, PartialEq)]
+pub struct NodeView<'g> {
+    /// `dgx_pixels_exporter_build_info`'s labels, when it is served.
+    pub build: Option<BuildFacts<'g>>,
+    /// The `node` label added to every series, when one is configured.
+    pub node: Option<&'g str>,
+    /// Every GPU some served sample is about, by index.
+    pub gpus: Vec<GpuView<'g>>,
+    /// Every source of the generation, by name.
+    pub sources: Vec<SourceView<'g>>,
+}
+
+/// The labels of `dgx_pixels_exporter_build_info`.
+#[derive(Debug, PartialEq)]
+pub struct BuildFacts<'g> {
+    /// The exporter's version.
+    pub version: &'g str,
+    /// The git revision it was built from.
+    pub revision: &'g str,
+    /// `simulated` or `hardware`.
+    pub mode: &'g str,
+    /// The simulated scenario's name (empty on hardware).
+    pub scenario: &'g str,
+}
+
+impl BuildFacts<'_> {
+    /// Whether the GPUs are simulated: the same test as `mode="simulated"` on the info metric.
+    pub fn simulated(&self) -> bool {
+        self.mode == "simulated"
+    }
+}
+
+/// One GPU. `None` is a reading no served sample carries: shown as "—", never as 0.
+#[derive(Debug, Default, PartialEq)]
+pub struct GpuView<'g> {
+    /// The `gpu` label.
+    pub index: u32,
+    /// The `uuid` label.
+    pub uuid: &'g str,
+    /// `model` of `dgx_pixels_gpu_info`.
+    pub model: Option<&'g str>,
+    /// `dgx_pixels_gpu_up`.
+    pub up: Option<bool>,
+    /// The verdict of the health collector; `None`: not evaluated.
+    pub health: Option<Health<'g>>,
+    /// Utilization, 0–1.
+    pub utilization: Option<f64>,
+    /// Framebuffer memory in use, bytes.
+    pub memory_used: Option<f64>,
+    /// Framebuffer memory, bytes.
+    pub memory_total: Option<f64>,
+    /// Board power, watts.
+    pub power: Option<f64>,
+    /// Enforced power limit, watts.
+    pub power_limit: Option<f64>,
+    /// Die temperature, °C.
+    pub temperature: Option<f64>,
+    /// MIG instances, by GPU then compute instance.
+    pub mig: Vec<MigView<'g>>,
+}
+
+/// A GPU's health verdict: its current state and the most severe action pending.
+#[derive(Debug, Default, PartialEq)]
+pub struct Health<'g> {
+    /// The `state` whose series is 1; `None` when the collector serves states but none is 1.
+    pub state: Option<&'g str>,
+    /// `action` of the action series.
+    pub action: Option<&'g str>,
+    /// `reason` of the action series: the rule behind the action.
+    pub reason: Option<&'g str>,
+}
+
+/// One MIG instance of a GPU.
+#[derive(Debug, Default, PartialEq)]
+pub struct MigView<'g> {
+    /// `gpu_instance`.
+    pub gpu_instance: u32,
+    /// `compute_instance`, when the series names one.
+    pub compute_instance: Option<u32>,
+    /// `mig_profile` of `dgx_pixels_mig_info`.
+    pub profile: Option<&'g str>,
+    /// Memory in use in the instance, bytes.
+    pub memory_used: Option<f64>,
+    /// Memory of the instance, bytes.
+    pub memory_total: Option<f64>,
+}
+
+/// One source and how its polls are going.
+#[derive(Debug, PartialEq)]
+pub struct SourceView<'g> {
+    /// The `source` label.
+    pub name: &'g str,
+    /// Up, down or not polled yet.
+    pub state: SourceState,
+    /// When its last successful poll ended.
+    pub last_success: Option<std::time::SystemTime>,
+    /// How long its last completed poll took.
+    pub poll_duration: Option<Duration>,
+    /// Polls completed.
+    pub polls: u64,
+    /// Polls failed or overrun.
+    pub errors: u64,
+    /// Its latest failure, if it ever failed.
+    pub last_error: Option<&'g SourceError>,
+}
+
+/// Whether a source is served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceState {
+    /// Its last poll succeeded: its series are served.
+    Up,
+    /// Its last poll failed or overran: it contributes nothing.
+    Down,
+    /// No poll has completed yet.
+    Pending,
+}
+
+impl SourceState {
+    fn of(snapshot: &Snapshot) -> SourceState {
+        let h = &snapshot.health;
+        if h.up {
+            SourceState::Up
+        } else if h.polls == 0 && h.errors == 0 {
+            SourceState::Pending
+        } else {
+            SourceState::Down
+        }
+    }
+
+    /// The word the page shows.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceState::Up => "up",
+            SourceState::Down => "down",
+            SourceState::Pending => "pending",
+        }
+    }
+}
+
+/// The rows that describe a MIG instance itself.
+const MIG_ROWS: [Metric; 3] = [
+    Metric::MigInfo,
+    Metric::MigMemoryUsed,
+    Metric::MigMemoryTotal,
+];
+
+/// Reads the page's view of `generation`.
+pub fn view(generation: &Generation) -> NodeView<'_> {
+    let mut gpus: Vec<GpuView<'_>> = Vec::new();
+    // A source shares one key over a GPU's samples, which come together: most samples find
+    // their GPU by the key's address, without comparing uuids.
+    let mut last: Option<(&DeviceKey, usize)> = None;
+    let served = generation.snapshots().iter().filter_map(|s| s.served());
+    for sample in served.flat_map(|o| o.samples.iter()) {
+        let Some(device) = sample.device.as_deref() else {
+            continue;
+        };
+        let i = match last {
+            Some((key, i)) if std::ptr::eq(key, device) => i,
+            _ => {
+                let found = gpus
+                    .iter()
+                    .position(|g| g.index == device.index() && g.uuid == device.uuid());
+                let i = found.unwrap_or_else(|| {
+                    gpus.push(GpuView {
+                        index: device.index(),
+                        uuid: device.uuid(),
+                        ..GpuView::default()
+                    });
+                    gpus.len() - 1
+                });
+                last = Some((device, i));
+                i
+            }
+        };
+        let gpu = &mut gpus[i];
+        match device.mig() {
+            None => gpu.read(sample),
+            // A process in a MIG instance names it too: only the instance's own rows make one.
+            Some(_) if !MIG_ROWS.contains(&sample.metric) => {}
+            Some(m) => {
+                let mig = match gpu.mig.iter().position(|v| {
+                    (v.gpu_instance, v.compute_instance) == (m.gpu_instance, m.compute_instance)
+                }) {
+                    Some(i) => &mut gpu.mig[i],
+                    None => {
+                        gpu.mig.push(MigView {
+                            gpu_instance: m.gpu_instance,
+                            compute_instance: m.compute_instance,
+                            ..MigView::default()
+                        });
+                        let last = gpu.mig.len() - 1;
+                        &mut gpu.mig[last]
+                    }
+                };
+                mig.read(sample);
+            }
+        }
+    }
+    gpus.sort_by(|a, b| (a.index, a.uuid).cmp(&(b.index, b.uuid)));
+    for gpu in &mut gpus {
+        gpu.mig
+            .sort_by_key(|m| (m.gpu_instance, m.compute_instance));
+    }
+    let build = generation
+        .statics()
+        .iter()
+        .find(|s| s.metric == Metric::ExporterBuildInfo)
+        .map(|s| BuildFacts {
+            version: s.label("version").unwrap_or_default(),
+            revision: s.label("revision").unwrap_or_default(),
+            mode: s.label("mode").unwrap_or_default(),
+            scenario: s.label("scenario").unwrap_or_default(),
+        });
+    let node = generation
+        .const_labels()
+        .iter()
+        .find(|(k, _)| k == "node")
+        .map(|(_, v)| v.as_str());
+    let sources = generation
+        .snapshots()
+        .iter()
+        .map(|s| SourceView {
+            name: &s.source,
+            state: SourceState::of(s),
+            last_success: s.health.last_success,
+            poll_duration: s.health.last_poll_duration,
+            polls: s.health.polls,
+            errors: s.health.errors,
+            last_error: s.health.last_error.as_ref(),
+        })
+        .collect();
+    NodeView {
+        build,
+        node,
+        gpus,
+        sources,
+    }
+}
+
+/// The first served value of a reading wins (one source owns a reading; should two serve it,
+/// the page shows one of them rather than flip between them).
+fn keep(slot: &mut Option<f64>, value: f64) {
+    if slot.is_none() && value.is_finite() {
+        *slot = Some(value);
+    }
+}
+
+impl<'g> GpuView<'g> {
+    fn read(&mut self, sample: &'g Sample) {
+        let v = sample.value;
+        match sample.metric {
+            Metric::GpuInfo => self.model = self.model.or(sample.label("model")),
+            Metric::GpuUp => self.up = self.up.or(Some(v == 1.0)),
+            Metric::GpuUtilization => keep(&mut self.utilization, v),
+            Metric::GpuMemoryUsed => keep(&mut self.memory_used, v),
+            Metric::GpuMemoryTotal => keep(&mut self.memory_total, v),
+            Metric::GpuPower => keep(&mut self.power, v),
+            Metric::GpuPowerLimit => keep(&mut self.power_limit, v),
+            Metric::GpuTemperature
+                if sample.label("sensor") == Some(TemperatureSensor::Gpu.as_str()) =>
+            {
+                keep(&mut self.temperature, v);
+            }
+            health_series::STATE => {
+                let health = self.health.get_or_insert_with(Health::default);
+                if v == 1.0 && health.state.is_none() {
+                    health.state = sample.label(health_series::STATE_LABEL);
+                }
+            }
+            health_series::ACTION => {
+                let health = self.health.get_or_insert_with(Health::default);
+                if health.action.is_none() {
+                    health.action = sample.label(health_series::ACTION_LABEL);
+                    health.reason = sample.label(health_series::REASON_LABEL);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+impl<'g> MigView<'g> {
+    fn read(&mut self, sample: &'g Sample) {
+        match sample.metric {
+            Metric::MigInfo => self.profile = self.profile.or(sample.label("mig_profile")),
+            Metric::MigMemoryUsed => keep(&mut self.memory_used, sample.value),
+            Metric::MigMemoryTotal => keep(&mut self.memory_total, sample.value),
+            _ => {}
+        }
+    }
+}
