@@ -562,7 +562,10 @@ mod tests {
             );
         }
         for m in holder_counters {
-            assert!(m.def().labels.ends_with(crate::attribution::ATTRIBUTION_LABELS));
+            assert!(m
+                .def()
+                .labels
+                .ends_with(crate::attribution::ATTRIBUTION_LABELS));
         }
     }
 
