@@ -50,8 +50,8 @@ pub struct Cli {
     pub log_format: Option<LogFormat>,
 
     /// Serve a simulated node instead of real GPUs: a built-in scenario (dgx-h100, dgx-a100-mig,
-    /// dgx-spark, fault-gpu-lost, fault-xid-storm, fault-ecc, fault-thermal) or a scenario TOML
-    /// file. dgx_pixels_exporter_build_info then says mode="simulated" and names the scenario.
+    /// dgx-spark, fault-gpu-lost, fault-xid-storm, fault-ecc, fault-thermal, fault-health) or a
+    /// scenario TOML file. dgx_pixels_exporter_build_info then says mode="simulated" and names the scenario.
     #[arg(long = "simulate", value_name = "SCENARIO")]
     pub simulate: Option<String>,
 

@@ -13,7 +13,7 @@
 //!
 //! | Variable | Meaning | Default |
 //! |---|---|---|
-//! | `FAKE_NVML_SCENARIO` | Built-in scenario name (`dgx-h100`, `dgx-a100-mig`, `dgx-spark`, `fault-gpu-lost`, `fault-xid-storm`, `fault-ecc`, `fault-thermal`) or TOML path. Unloadable: init fails with `NVML_ERROR_UNKNOWN`. | `dgx-h100` |
+//! | `FAKE_NVML_SCENARIO` | Built-in scenario name (`dgx-h100`, `dgx-a100-mig`, `dgx-spark`, `fault-gpu-lost`, `fault-xid-storm`, `fault-ecc`, `fault-thermal`, `fault-health`) or TOML path. Unloadable: init fails with `NVML_ERROR_UNKNOWN`. | `dgx-h100` |
 //! | `FAKE_NVML_TIME` | Seconds (float): a frozen clock at that scenario time; readings never change. | unset |
 //! | `FAKE_NVML_START` | Seconds: with the running clock, scenario time = this + the age of the process (not the time since the library was loaded, which restarts when NVML is shut down and loaded again). | `0` |
 //! | `FAKE_NVML_PCIE_DELAY_MS` | How long `nvmlDeviceGetPcieThroughput` sleeps (the real call samples ~20 ms). | `20` |
@@ -44,10 +44,13 @@
 //!   one the simulated part does not have (`None`: memory on GB10, memory temperature, fans,
 //!   BAR1, PCIe link on non-PCIe parts, NVLink without links) answers
 //!   `NVML_ERROR_NOT_SUPPORTED`, never 0. Ampere, Hopper and Blackwell remap rows and answer
-//!   `NOT_SUPPORTED` for retired pages; older parts the other way round. ECC counters are served
-//!   for every part, as the simulator models them.
-//! - NVLink: links below the scenario's `nvlink_count` (at most 18) are active; any other link
-//!   is `INVALID_ARGUMENT`. Throughput fields 138/139 split the simulator's totals evenly over
+//!   `NOT_SUPPORTED` for retired pages; older parts the other way round (retired pages with
+//!   NVML's two-call protocol, made-up addresses). ECC counters are served for every part, as
+//!   the simulator models them (volatile ones start over at a scenario `reset`).
+//! - PCIe: the current link is the simulator's (a `pcie_degraded` fault lowers it); the maximum
+//!   (`nvmlDeviceGetMaxPcieLink*`, `nvmlDeviceGetGpuMaxPcieLinkGeneration`) is the part's.
+//! - NVLink: links below the scenario's `nvlink_count` (at most 18) exist, active unless an
+//!   `nvlink_down` fault holds them down; any other link is `INVALID_ARGUMENT`. Throughput fields 138/139 split the simulator's totals evenly over
 //!   the links (`scopeId` = link) or give the total (`scopeId` = `UINT_MAX`), in KiB.
 //! - MIG device handles answer name (`<parent> MIG <profile>`), UUID (`MIG-...`), memory of the
 //!   instance, their processes, instance ids and parent; identity numbers and strings come from

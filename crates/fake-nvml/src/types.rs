@@ -61,8 +61,10 @@ pub const MEMORY_LOCATION_DEVICE_MEMORY: c_uint = 2;
 /// Number of memory locations (`L1_CACHE` 0 .. `SRAM` 7).
 pub const MEMORY_LOCATION_COUNT: c_uint = 8;
 
-/// `nvmlPageRetirementCause_t` values (multiple single-bit, double-bit).
-pub const PAGE_RETIREMENT_CAUSE_COUNT: c_uint = 2;
+/// `nvmlPageRetirementCause_t`: multiple single-bit errors.
+pub const PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS: c_uint = 0;
+/// `nvmlPageRetirementCause_t`: a double-bit error.
+pub const PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR: c_uint = 1;
 
 /// `nvmlPerfPolicyType_t`.
 pub const PERF_POLICY_POWER: c_uint = 0;

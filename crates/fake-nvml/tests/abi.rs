@@ -318,6 +318,8 @@ child_test!(
             let link = s.pcie_link.unwrap();
             assert_eq!(dev.current_pcie_link_gen().unwrap(), link.generation);
             assert_eq!(dev.current_pcie_link_width().unwrap(), link.width);
+            assert_eq!(dev.max_pcie_link_gen().unwrap(), link.generation);
+            assert_eq!(dev.max_pcie_link_width().unwrap(), link.width);
             let bar1 = dev.bar1_memory_info().unwrap();
             assert_eq!(Some(bar1.total), s.bar1_total_bytes);
             assert_eq!(Some(bar1.used as f64), r.bar1_used_bytes);
@@ -661,6 +663,8 @@ child_test!(
         unsupported(dev.fan_speed(0).map(drop), "fan speed");
         unsupported(dev.mig_mode().map(drop), "mig");
         unsupported(dev.current_pcie_link_gen().map(drop), "pcie gen");
+        unsupported(dev.max_pcie_link_gen().map(drop), "pcie max gen");
+        unsupported(dev.max_pcie_link_width().map(drop), "pcie max width");
         unsupported(dev.link_wrapper_for(0).is_active().map(drop), "nvlink");
         // SAFETY: only passed back to the library.
         let h = unsafe { dev.handle() };
@@ -668,6 +672,129 @@ child_test!(
         assert_eq!(got[0].0, 3, "no memory temperature sensor");
         assert_eq!(got[1].0, 3, "no NVLink");
         assert_eq!(got[2], (0, 3, round(r.energy_joules.unwrap() * 1000.0)));
+    }
+);
+
+/// `nvmlDeviceGetRemappedRows` (not wrapped by nvml-wrapper): the return code and
+/// `(correctable, uncorrectable, pending, failure)`.
+fn remapped_rows(nvml: &Nvml, dev: &nvml_wrapper::Device<'_>) -> (u32, [u32; 4]) {
+    let f = nvml.lib().nvmlDeviceGetRemappedRows.as_ref().unwrap();
+    let mut v = [9u32; 4];
+    let [a, b, c, d] = &mut v;
+    // SAFETY: a live handle and four valid out-parameters.
+    let rc = unsafe { f(dev.handle(), a, b, c, d) };
+    (rc, v)
+}
+
+child_test!(
+    health_faults_answer_as_the_simulator_says,
+    [
+        ("FAKE_NVML_SCENARIO", "fault-health"),
+        ("FAKE_NVML_TIME", "4"),
+        ("FAKE_NVML_PCIE_DELAY_MS", "0"),
+    ],
+    {
+        use nvml_wrapper::enum_wrappers::device::RetirementCause;
+        use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
+
+        let t = Duration::from_secs(4);
+        let mut node = sim("fault-health");
+        let nvml = open().unwrap();
+        assert_eq!(nvml.device_count().unwrap(), 14);
+        let dev = |i: u32| nvml.device_by_index(i).unwrap();
+        // GPU 4: link 2 down, the others up.
+        let active: Vec<bool> = (0..18)
+            .map(|l| dev(4).link_wrapper_for(l).is_active().unwrap())
+            .collect();
+        assert_eq!(active.iter().filter(|a| !**a).count(), 1);
+        assert!(!active[2]);
+        // GPU 5: x8 of x16; GPU 8: Gen4 of Gen5; the maximum stays.
+        assert_eq!(dev(5).current_pcie_link_width().unwrap(), 8);
+        assert_eq!(dev(5).max_pcie_link_width().unwrap(), 16);
+        assert_eq!(dev(8).current_pcie_link_gen().unwrap(), 4);
+        assert_eq!(dev(8).max_pcie_link_gen().unwrap(), 5);
+        // GPU 6: the power brake, as nvml.h numbers the bits.
+        let r = ok_reading(&mut node, 6, t);
+        let bits = dev(6).current_throttle_reasons().unwrap().bits();
+        assert_eq!(bits, throttle_bits(&r));
+        assert_eq!(bits & (1 << 3 | 1 << 7), 1 << 3 | 1 << 7);
+        // GPU 7: two recoveries per occurrence, at 3 and 4 s.
+        assert_eq!(
+            dev(7)
+                .link_wrapper_for(0)
+                .error_counter(ErrorCounter::DlRecovery)
+                .unwrap(),
+            4
+        );
+        // GPU 10: more uncorrectable errors than spare rows; GPU 9: a row retired after
+        // corrected errors, pending.
+        assert_eq!(remapped_rows(&nvml, &dev(10)), (0, [0, 512, 1, 1]));
+        assert_eq!(remapped_rows(&nvml, &dev(9)), (0, [1, 0, 1, 0]));
+        // GPUs 12 and 13 (V100, Gen3): pages retired, pending until the reset; no row remapping.
+        assert_eq!(dev(12).max_pcie_link_gen().unwrap(), 3);
+        assert_eq!(remapped_rows(&nvml, &dev(12)).0, 3, "NOT_SUPPORTED");
+        for (gpu, cause, pages) in [
+            (12, RetirementCause::MultipleSingleBitEccErrors, 1),
+            (12, RetirementCause::DoubleBitEccError, 0),
+            (13, RetirementCause::MultipleSingleBitEccErrors, 0),
+            (13, RetirementCause::DoubleBitEccError, 1),
+        ] {
+            let got = dev(gpu).retired_pages(cause).unwrap();
+            assert_eq!(got.len(), pages, "GPU {gpu} {cause:?}");
+            assert!(got.iter().all(|p| p.address > 0 && p.timestamp > 0));
+            assert!(dev(gpu).are_pages_pending_retired().unwrap());
+        }
+        assert_eq!(
+            dev(0)
+                .link_wrapper_for(0)
+                .error_counter(ErrorCounter::DlRecovery)
+                .unwrap(),
+            0
+        );
+        assert!(matches!(
+            dev(0).retired_pages(RetirementCause::DoubleBitEccError),
+            Err(NvmlError::NotSupported)
+        ));
+    }
+);
+
+child_test!(
+    health_faults_clear_as_the_simulator_says,
+    [
+        ("FAKE_NVML_SCENARIO", "fault-health"),
+        ("FAKE_NVML_TIME", "13"),
+        ("FAKE_NVML_PCIE_DELAY_MS", "0"),
+    ],
+    {
+        use nvml_wrapper::enum_wrappers::device::RetirementCause;
+
+        let nvml = open().unwrap();
+        let dev = |i: u32| nvml.device_by_index(i).unwrap();
+        assert!(dev(4).link_wrapper_for(2).is_active().unwrap());
+        assert_eq!(dev(5).current_pcie_link_width().unwrap(), 16);
+        assert_eq!(
+            dev(6).current_throttle_reasons().unwrap().bits() & (1 << 7),
+            0
+        );
+        // The resets at 12 s: volatile counters from 0, aggregate ones kept, remaps and
+        // retirements applied.
+        let volatile = dev(2)
+            .total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
+            .unwrap();
+        let aggregate = dev(2)
+            .total_ecc_errors(MemoryError::Uncorrected, EccCounter::Aggregate)
+            .unwrap();
+        assert_eq!((volatile, aggregate), (0, 1));
+        assert_eq!(remapped_rows(&nvml, &dev(2)), (0, [0, 1, 0, 0]));
+        assert_eq!(remapped_rows(&nvml, &dev(10)), (0, [0, 512, 0, 1]));
+        assert!(!dev(13).are_pages_pending_retired().unwrap());
+        assert_eq!(
+            dev(13)
+                .retired_pages(RetirementCause::DoubleBitEccError)
+                .unwrap()
+                .len(),
+            1
+        );
     }
 );
 

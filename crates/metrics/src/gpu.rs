@@ -102,6 +102,8 @@ pub fn push_gpu_samples(id: &GpuIdentity, r: &GpuReadout, out: &mut Vec<Sample>)
     gauge(Metric::PcieReplays, r.pcie_replays);
     gauge(Metric::PcieLinkGeneration, r.pcie_link_generation);
     gauge(Metric::PcieLinkWidth, r.pcie_link_width);
+    gauge(Metric::PcieLinkMaxGeneration, r.pcie_link_max_generation);
+    gauge(Metric::PcieLinkMaxWidth, r.pcie_link_max_width);
     gauge(Metric::GpuProcesses, r.process_count.map(|n| n as f64));
     if let Some(p) = r.retired_pages {
         gauge(Metric::GpuRetiredPagesPending, Some(flag(p.pending)));
@@ -364,6 +366,34 @@ mod tests {
         let p = find(&out, Metric::ProcessMemoryUsed);
         assert_eq!(p[0].label_values()[2..], ["1", "0", "42", "abc"]);
         assert!(find(&out, Metric::PcieLinkWidth).is_empty());
+    }
+
+    /// The maximum link beside the current one (the health rules compare them); a maximum
+    /// the driver does not report is left out, never 0.
+    #[test]
+    fn the_maximum_pcie_link_is_served_beside_the_current_one() {
+        let r = GpuReadout {
+            up: true,
+            pcie_link_generation: Some(4.0),
+            pcie_link_width: Some(8.0),
+            pcie_link_max_generation: Some(5.0),
+            pcie_link_max_width: Some(16.0),
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        push_gpu_samples(&id(), &r, &mut out);
+        let one = |m: Metric| find(&out, m).iter().map(|s| s.value).collect::<Vec<_>>();
+        assert_eq!(one(Metric::PcieLinkGeneration), [4.0]);
+        assert_eq!(one(Metric::PcieLinkMaxGeneration), [5.0]);
+        assert_eq!(one(Metric::PcieLinkWidth), [8.0]);
+        assert_eq!(one(Metric::PcieLinkMaxWidth), [16.0]);
+        let r = GpuReadout {
+            pcie_link_max_width: None,
+            ..r
+        };
+        let mut out = Vec::new();
+        push_gpu_samples(&id(), &r, &mut out);
+        assert!(find(&out, Metric::PcieLinkMaxWidth).is_empty());
     }
 
     /// Review of issue 16: a process NVML places in a GPU instance without naming its compute

@@ -113,12 +113,16 @@ struct Slow {
     mig: Vec<(u32, u32, String, String, u32)>,
 }
 
-/// Identity and maximum clocks: read once.
+/// Identity, maximum clocks and the maximum PCIe link: read once.
 #[derive(Debug)]
 struct Static {
     identity: GpuIdentity,
     max_clocks: ClockReadout,
     fans: u32,
+    /// Highest PCIe generation and width the GPU and its slot support (not the current link,
+    /// which trains down and is read every poll).
+    pcie_max_generation: Option<f64>,
+    pcie_max_width: Option<f64>,
 }
 
 /// The state a GPU's reader keeps between polls.
@@ -244,7 +248,7 @@ impl GpuReader {
         }
     }
 
-    /// Identity, maximum clocks and fan count; the flag says the GPU answered GPU_IS_LOST to
+    /// Identity, maximum clocks, fan count and maximum PCIe link; the flag says the GPU answered GPU_IS_LOST to
     /// some of them (its identity is still good).
     fn read_static(&mut self, nvml: &Nvml, dev: &Device<'_>) -> Result<(Static, bool), NvmlError> {
         let mut check = Check {
@@ -286,6 +290,12 @@ impl GpuReader {
             video: max(Clock::Video, "max_clock_video"),
         };
         let fans = check.get("num_fans", dev.num_fans()).unwrap_or(0);
+        let pcie_max_generation = check
+            .get("pcie_link_max_generation", dev.max_pcie_link_gen())
+            .map(f64::from);
+        let pcie_max_width = check
+            .get("pcie_link_max_width", dev.max_pcie_link_width())
+            .map(f64::from);
         if check.uninitialized {
             return Err(NvmlError::Uninitialized);
         }
@@ -295,6 +305,8 @@ impl GpuReader {
                 identity,
                 max_clocks,
                 fans,
+                pcie_max_generation,
+                pcie_max_width,
             },
             lost,
         ))

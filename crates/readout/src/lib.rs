@@ -311,6 +311,10 @@ pub struct GpuReadout {
     pub pcie_link_generation: Option<f64>,
     /// Current PCIe link width.
     pub pcie_link_width: Option<f64>,
+    /// Highest PCIe link generation the GPU and its slot support.
+    pub pcie_link_max_generation: Option<f64>,
+    /// Widest PCIe link, in lanes, the GPU and its slot support.
+    pub pcie_link_max_width: Option<f64>,
     /// NVLink links the GPU has.
     pub nvlinks: Vec<NvlinkReadout>,
     /// Number of compute processes, where the GPU reports them.

@@ -215,11 +215,14 @@ pub fn expected(g: &GpuStatic, r: &GpuReading, b: Benchmark) -> Result<f64, Benc
                 (D2H_EFFICIENCY, readout.pcie_transmit_bytes_per_second)
             };
             let traffic = traffic.unwrap_or(0.0);
-            let Some(link) = g.pcie_link else {
+            // The link as trained now (a degraded link copies slower).
+            let (Some(generation), Some(width)) =
+                (readout.pcie_link_generation, readout.pcie_link_width)
+            else {
                 // Unified memory: a host copy reads and writes the same memory.
                 return Ok(0.5 * dram()? * (1.0 - 0.5 * memory_busy));
             };
-            let line = lane_bytes_per_second(link.generation) * f64::from(link.width) * efficiency;
+            let line = lane_bytes_per_second(generation as u32) * width * efficiency;
             Ok((line - traffic).max(MIN_LINK_SHARE * line))
         }
         Benchmark::LaunchLatency => {

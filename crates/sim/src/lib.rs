@@ -11,8 +11,9 @@
 //! # Main types
 //!
 //! - [`Scenario`]: a validated description of a node: its GPUs (model, limits, clocks, MIG
-//!   layout), a workload timeline of phases, and injected faults (XIDs, lost GPUs, ECC errors,
-//!   cooling failures). Load a built-in by name ([`BUILTIN_SCENARIOS`]) or a TOML file with
+//!   layout), a workload timeline of phases, and injected faults (XIDs, lost GPUs, ECC errors
+//!   and the rows or pages they retire, cooling failures, NVLink links down or erring, a
+//!   degraded PCIe link, the power brake, GPU resets). Load a built-in by name ([`BUILTIN_SCENARIOS`]) or a TOML file with
 //!   [`Scenario::load`]; errors are [`ScenarioError`]s that name the file, line and key. The file
 //!   format is documented in the [`scenario`] module.
 //! - [`Node`]: the running model built from a scenario. [`Node::gpu`] gives a GPU's static facts

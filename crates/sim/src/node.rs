@@ -9,6 +9,7 @@ mod setup;
 
 use std::time::Duration;
 
+use dgx_pixels_readout::labels::NvlinkErrorType;
 use dgx_pixels_readout::GpuIdentity;
 
 use crate::scenario::{GpuModel, Repeat, Scenario};
@@ -33,6 +34,13 @@ const SW_THERMAL_GAIN: f64 = 0.04;
 const HW_THERMAL_GAIN: f64 = 0.15;
 /// Clocks never fall below this fraction of the range between idle and maximum clocks.
 const MIN_CLOCK_FACTOR: f64 = 0.25;
+/// Clock (and dynamic power) factor while the hardware power brake is asserted: the board
+/// pulls the clocks down to their floor.
+const POWER_BRAKE_FACTOR: f64 = MIN_CLOCK_FACTOR;
+/// A pre-Ampere GPU retires at most this many pages (then it needs service).
+const MAX_RETIRED_PAGES: u64 = 64;
+/// Spare rows per bank of a GPU that remaps rows: one more remap fails.
+const SPARE_ROWS: u64 = 512;
 
 // Noise streams.
 const S_UTIL: u64 = 1;
@@ -118,10 +126,24 @@ struct StepEval {
     sw_power_cap: bool,
     sw_thermal: bool,
     hw_thermal: bool,
+    power_brake: bool,
     pcie_tx: f64,
     pcie_rx: f64,
     nvlink_tx: f64,
     nvlink_rx: f64,
+}
+
+/// A fault's time window `[from, until)`, open-ended without `until`.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    from: Duration,
+    until: Option<Duration>,
+}
+
+impl Window {
+    fn holds(&self, t: Duration) -> bool {
+        self.from <= t && self.until.is_none_or(|u| t < u)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -137,8 +159,18 @@ struct GpuSim {
     /// `(since, recover, xid)`.
     lost: Vec<(Duration, Option<Duration>, u32)>,
     xids: Vec<(u32, Repeat)>,
-    /// `(corrected, uncorrected, when)`.
-    ecc: Vec<(u64, u64, Repeat)>,
+    /// `(corrected, uncorrected, rows retired, when)`.
+    ecc: Vec<(u64, u64, u64, Repeat)>,
+    /// Links down: `(link or all, when)`.
+    nvlink_down: Vec<(Option<u32>, Window)>,
+    /// NVLink errors: `(link, type, errors per occurrence, when)`.
+    nvlink_errors: Vec<(u32, NvlinkErrorType, u64, Repeat)>,
+    /// The current PCIe link held below the maximum: `(width, generation, when)`.
+    pcie_degraded: Vec<(Option<u32>, Option<u32>, Window)>,
+    /// Power brake windows `(from, until)`.
+    power_brake: Vec<(Duration, Duration)>,
+    /// Reset times, sorted.
+    resets: Vec<Duration>,
     mig: Vec<MigParams>,
     bar1_total: Option<u64>,
     /// `exp(-STEP / tau)`.

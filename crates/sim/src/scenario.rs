@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use dgx_pixels_readout::labels::NvlinkErrorType;
+
 use crate::error::ScenarioError;
 use crate::types::{Clocks, GpuStatic};
 
@@ -17,6 +19,7 @@ pub const BUILTIN_SCENARIOS: &[&str] = &[
     "fault-xid-storm",
     "fault-ecc",
     "fault-thermal",
+    "fault-health",
 ];
 
 const BUILTIN_TEXT: &[(&str, &str)] = &[
@@ -38,6 +41,10 @@ const BUILTIN_TEXT: &[(&str, &str)] = &[
     (
         "fault-thermal",
         include_str!("../scenarios/fault-thermal.toml"),
+    ),
+    (
+        "fault-health",
+        include_str!("../scenarios/fault-health.toml"),
     ),
 ];
 
@@ -154,12 +161,17 @@ struct RawPhase {
 }
 
 #[derive(Deserialize, Clone, Copy, PartialEq, Eq, Debug)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 enum RawFaultKind {
     Xid,
     Lost,
     Ecc,
     Thermal,
+    NvlinkDown,
+    NvlinkErrors,
+    PcieDegraded,
+    PowerBrake,
+    Reset,
 }
 
 impl RawFaultKind {
@@ -169,6 +181,29 @@ impl RawFaultKind {
             RawFaultKind::Lost => "lost",
             RawFaultKind::Ecc => "ecc",
             RawFaultKind::Thermal => "thermal",
+            RawFaultKind::NvlinkDown => "nvlink_down",
+            RawFaultKind::NvlinkErrors => "nvlink_errors",
+            RawFaultKind::PcieDegraded => "pcie_degraded",
+            RawFaultKind::PowerBrake => "power_brake",
+            RawFaultKind::Reset => "reset",
+        }
+    }
+
+    /// Whether faults of this kind use the optional key `key` (`kind`, `gpu` and `at_s` are
+    /// used by all): the one table behind the "not used by faults of kind" errors.
+    fn uses(self, key: &str) -> bool {
+        use RawFaultKind::*;
+        match key {
+            "xid" => matches!(self, Xid | Lost),
+            "repeat_every_s" | "count" => matches!(self, Xid | Ecc | NvlinkErrors),
+            "recover_at_s" => matches!(self, Xid | Lost),
+            "corrected" | "uncorrected" | "rows_retired" => self == Ecc,
+            "until_s" => matches!(self, Thermal | NvlinkDown | PcieDegraded | PowerBrake),
+            "ambient_rise_celsius" | "thermal_resistance_factor" => self == Thermal,
+            "link" => matches!(self, NvlinkDown | NvlinkErrors),
+            "error_type" | "errors" => self == NvlinkErrors,
+            "width" | "generation" => self == PcieDegraded,
+            _ => false,
         }
     }
 }
@@ -185,9 +220,41 @@ struct RawFault {
     recover_at_s: Option<f64>,
     corrected: Option<u64>,
     uncorrected: Option<u64>,
+    rows_retired: Option<u64>,
     until_s: Option<f64>,
     ambient_rise_celsius: Option<f64>,
     thermal_resistance_factor: Option<f64>,
+    link: Option<u32>,
+    error_type: Option<String>,
+    errors: Option<u64>,
+    width: Option<u32>,
+    generation: Option<u32>,
+}
+
+impl RawFault {
+    /// The optional keys, in the order their misuse is reported, with whether each is set.
+    fn optional_keys(&self) -> [(&'static str, bool); 15] {
+        [
+            ("until_s", self.until_s.is_some()),
+            ("ambient_rise_celsius", self.ambient_rise_celsius.is_some()),
+            (
+                "thermal_resistance_factor",
+                self.thermal_resistance_factor.is_some(),
+            ),
+            ("corrected", self.corrected.is_some()),
+            ("uncorrected", self.uncorrected.is_some()),
+            ("rows_retired", self.rows_retired.is_some()),
+            ("xid", self.xid.is_some()),
+            ("recover_at_s", self.recover_at_s.is_some()),
+            ("repeat_every_s", self.repeat_every_s.is_some()),
+            ("count", self.count.is_some()),
+            ("link", self.link.is_some()),
+            ("error_type", self.error_type.is_some()),
+            ("errors", self.errors.is_some()),
+            ("width", self.width.is_some()),
+            ("generation", self.generation.is_some()),
+        ]
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -288,6 +355,8 @@ pub(crate) enum Fault {
         gpu: usize,
         corrected: u64,
         uncorrected: u64,
+        /// Rows taken out of service per occurrence after repeated corrected errors.
+        rows_retired: u64,
         when: Repeat,
     },
     Thermal {
@@ -297,6 +366,40 @@ pub(crate) enum Fault {
         ambient_rise: f64,
         resistance_factor: f64,
     },
+    /// Link `link` (all links when `None`) is down in `[at, until)`.
+    NvlinkDown {
+        gpu: usize,
+        link: Option<u32>,
+        at: Duration,
+        until: Option<Duration>,
+    },
+    /// `errors` more errors of one type on one link per occurrence.
+    NvlinkErrors {
+        gpu: usize,
+        link: u32,
+        error_type: NvlinkErrorType,
+        errors: u64,
+        when: Repeat,
+    },
+    /// The current PCIe link is at most this wide and this fast in `[at, until)`.
+    PcieDegraded {
+        gpu: usize,
+        width: Option<u32>,
+        generation: Option<u32>,
+        at: Duration,
+        until: Option<Duration>,
+    },
+    /// The hardware power brake holds the clocks down in `[at, until)`.
+    PowerBrake {
+        gpu: usize,
+        at: Duration,
+        until: Duration,
+    },
+    /// The GPU is reset at `at`.
+    Reset {
+        gpu: usize,
+        at: Duration,
+    },
 }
 
 impl Fault {
@@ -305,7 +408,12 @@ impl Fault {
             Fault::Xid { gpu, .. }
             | Fault::Lost { gpu, .. }
             | Fault::Ecc { gpu, .. }
-            | Fault::Thermal { gpu, .. } => *gpu,
+            | Fault::Thermal { gpu, .. }
+            | Fault::NvlinkDown { gpu, .. }
+            | Fault::NvlinkErrors { gpu, .. }
+            | Fault::PcieDegraded { gpu, .. }
+            | Fault::PowerBrake { gpu, .. }
+            | Fault::Reset { gpu, .. } => *gpu,
         }
     }
 }

@@ -81,7 +81,9 @@ pub struct GpuStatic {
     pub mig: Option<Vec<MigInstance>>,
     /// Size of the BAR1 aperture in bytes; `None` where the part has none (unified memory).
     pub bar1_total_bytes: Option<u64>,
-    /// Current PCIe link generation and width (lanes); `None` for parts not attached by PCIe.
+    /// The PCIe link the GPU and its slot support (generation and lanes), which it trains to
+    /// unless a `pcie_degraded` fault holds it lower (the reading's current link); `None` for
+    /// parts not attached by PCIe.
     pub pcie_link: Option<PcieLink>,
 }
 
@@ -110,10 +112,10 @@ impl GpuStatic {
     }
 }
 
-/// A PCIe link as negotiated.
+/// A PCIe link: generation and width.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PcieLink {
-    /// Link generation (4 for Ampere, 5 for Hopper).
+    /// Link generation (3 before Ampere, 4 for Ampere, 5 for Hopper).
     pub generation: u32,
     /// Number of lanes.
     pub width: u32,

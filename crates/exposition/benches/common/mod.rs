@@ -78,6 +78,8 @@ pub fn snapshot(gpus: u32) -> Snapshot {
             pcie_replays: Some(0.0),
             pcie_link_generation: Some(5.0),
             pcie_link_width: Some(16.0),
+            pcie_link_max_generation: Some(5.0),
+            pcie_link_max_width: Some(16.0),
             // An H100 SXM has 18 NVLinks, each with 4 error counters.
             nvlinks: (0..18)
                 .map(|link| NvlinkReadout {

@@ -2,11 +2,11 @@
 
 use std::ffi::{c_uint, c_ulonglong};
 
-use dgx_pixels_sim::labels::{EccCounter, EccErrorType};
+use dgx_pixels_sim::labels::{EccCounter, EccErrorType, RetiredPageCause};
 use dgx_pixels_sim::GpuReadout;
 
 use super::{read_into, reading, supported, whole};
-use crate::state::{nvml_fn, out};
+use crate::state::{self, nvml_fn, out};
 use crate::types::*;
 
 nvml_fn! {
@@ -68,42 +68,73 @@ nvml_fn! {
     }
 }
 
-/// Retired pages, on the parts that retire pages (before Ampere): the simulator retires none,
-/// so no addresses are ever written.
+/// Retired pages, on the parts that retire pages (before Ampere), with NVML's two-call
+/// protocol: `*page_count` in is the room in `addresses` (and `timestamps`), out the number of
+/// pages; too little room answers `INSUFFICIENT_SIZE` with the number needed. Addresses are
+/// made up (distinct per cause and page), timestamps are the time of the call.
 ///
 /// # Safety
 ///
-/// `page_count` must be null or valid for reads and writes.
+/// `page_count` must be null or valid for reads and writes; `addresses` and `timestamps` null
+/// or valid for `*page_count` writes.
 unsafe fn retired_pages(
     device: Device,
     cause: c_uint,
     page_count: *mut c_uint,
+    addresses: *mut c_ulonglong,
+    timestamps: *mut c_ulonglong,
 ) -> Result<(), NvmlReturn> {
     // SAFETY: forwarded caller contract.
     let n = unsafe { out(page_count) }?;
-    if cause >= PAGE_RETIREMENT_CAUSE_COUNT {
+    let cause = match cause {
+        PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS => RetiredPageCause::SingleBitEcc,
+        PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR => RetiredPageCause::DoubleBitEcc,
+        _ => return Err(ERROR_INVALID_ARGUMENT),
+    };
+    let pages = reading(device, |_, r| Ok(supported(r.retired_pages)?.get(cause)))?;
+    let needed = c_uint::try_from(whole(pages)).unwrap_or(c_uint::MAX);
+    if needed == 0 {
+        *n = 0;
+        return Ok(());
+    }
+    if *n < needed {
+        *n = needed;
+        return Err(ERROR_INSUFFICIENT_SIZE);
+    }
+    if addresses.is_null() {
         return Err(ERROR_INVALID_ARGUMENT);
     }
-    reading(device, |_, r| supported(r.retired_pages))?;
-    *n = 0;
+    let base: c_ulonglong = match cause {
+        RetiredPageCause::SingleBitEcc => 0x1_0000_0000,
+        RetiredPageCause::DoubleBitEcc => 0x2_0000_0000,
+    };
+    let now = state::unix_micros();
+    for i in 0..needed as usize {
+        // SAFETY: the caller gave room for `*n >= needed` entries in each non-null array.
+        unsafe {
+            addresses.add(i).write(base + 0x1000 * i as c_ulonglong);
+            if !timestamps.is_null() {
+                timestamps.add(i).write(now);
+            }
+        }
+    }
+    *n = needed;
     Ok(())
 }
 
 nvml_fn! {
     /// Retired page addresses (`NOT_SUPPORTED` on Ampere and later, which remap rows).
     fn nvmlDeviceGetRetiredPages(device: Device, cause: c_uint, page_count: *mut c_uint, addresses: *mut c_ulonglong) {
-        let _ = addresses;
         // SAFETY: forwarded caller contract.
-        unsafe { retired_pages(device, cause, page_count) }
+        unsafe { retired_pages(device, cause, page_count, addresses, std::ptr::null_mut()) }
     }
 }
 
 nvml_fn! {
     /// Retired page addresses and timestamps (`NOT_SUPPORTED` on Ampere and later).
     fn nvmlDeviceGetRetiredPages_v2(device: Device, cause: c_uint, page_count: *mut c_uint, addresses: *mut c_ulonglong, timestamps: *mut c_ulonglong) {
-        let _ = (addresses, timestamps);
         // SAFETY: forwarded caller contract.
-        unsafe { retired_pages(device, cause, page_count) }
+        unsafe { retired_pages(device, cause, page_count, addresses, timestamps) }
     }
 }
 

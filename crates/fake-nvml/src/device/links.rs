@@ -41,27 +41,50 @@ nvml_fn! {
     }
 }
 
+/// A PCIe link reading of the readout, as NVML's integer (`NOT_SUPPORTED` for parts not
+/// attached by PCIe).
+fn link(v: Option<f64>) -> Result<c_uint, NvmlReturn> {
+    Ok(c_uint::try_from(whole(supported(v)?)).unwrap_or(c_uint::MAX))
+}
+
 nvml_fn! {
-    /// Current PCIe generation (`NOT_SUPPORTED` for parts not attached by PCIe).
+    /// Current PCIe generation: the simulator's, which a `pcie_degraded` fault lowers.
     fn nvmlDeviceGetCurrPcieLinkGeneration(device: Device, curr_link_gen: *mut c_uint) {
         // SAFETY: forwarded caller contract.
-        unsafe {
-            read_into(device, curr_link_gen, |dev, _| {
-                dev.gpu.pcie_link.map(|l| l.generation).ok_or(ERROR_NOT_SUPPORTED)
-            })
-        }
+        unsafe { read_into(device, curr_link_gen, |_, r| link(r.pcie_link_generation)) }
     }
 }
 
 nvml_fn! {
-    /// Current PCIe width in lanes (`NOT_SUPPORTED` for parts not attached by PCIe).
+    /// Current PCIe width in lanes: the simulator's, which a `pcie_degraded` fault lowers.
     fn nvmlDeviceGetCurrPcieLinkWidth(device: Device, curr_link_width: *mut c_uint) {
         // SAFETY: forwarded caller contract.
-        unsafe {
-            read_into(device, curr_link_width, |dev, _| {
-                dev.gpu.pcie_link.map(|l| l.width).ok_or(ERROR_NOT_SUPPORTED)
-            })
-        }
+        unsafe { read_into(device, curr_link_width, |_, r| link(r.pcie_link_width)) }
+    }
+}
+
+nvml_fn! {
+    /// Highest PCIe generation the GPU and its slot support.
+    fn nvmlDeviceGetMaxPcieLinkGeneration(device: Device, max_link_gen: *mut c_uint) {
+        // SAFETY: forwarded caller contract.
+        unsafe { read_into(device, max_link_gen, |_, r| link(r.pcie_link_max_generation)) }
+    }
+}
+
+nvml_fn! {
+    /// Highest PCIe generation the GPU supports (the simulated slots never limit it, so the
+    /// same as `nvmlDeviceGetMaxPcieLinkGeneration`).
+    fn nvmlDeviceGetGpuMaxPcieLinkGeneration(device: Device, max_link_gen_device: *mut c_uint) {
+        // SAFETY: forwarded caller contract.
+        unsafe { read_into(device, max_link_gen_device, |_, r| link(r.pcie_link_max_generation)) }
+    }
+}
+
+nvml_fn! {
+    /// Widest PCIe link, in lanes, the GPU and its slot support.
+    fn nvmlDeviceGetMaxPcieLinkWidth(device: Device, max_link_width: *mut c_uint) {
+        // SAFETY: forwarded caller contract.
+        unsafe { read_into(device, max_link_width, |_, r| link(r.pcie_link_max_width)) }
     }
 }
 
@@ -78,7 +101,8 @@ fn check_link(gpu: &GpuStatic, link: c_uint) -> Result<(), NvmlReturn> {
 }
 
 nvml_fn! {
-    /// Whether NVLink `link` is active: every link the GPU has is.
+    /// Whether NVLink `link` is active, as the simulator says (an `nvlink_down` fault takes
+    /// links down).
     fn nvmlDeviceGetNvLinkState(device: Device, link: c_uint, is_active: *mut c_uint) {
         // SAFETY: forwarded caller contract.
         unsafe {

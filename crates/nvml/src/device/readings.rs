@@ -307,6 +307,8 @@ pub(super) fn read_fast(
         pcie_link_width: check
             .get("pcie_link_width", dev.current_pcie_link_width())
             .map(f64::from),
+        pcie_link_max_generation: st.pcie_max_generation,
+        pcie_link_max_width: st.pcie_max_width,
         // NVLink fields are in KiB.
         nvlink_transmit_bytes: f.nvlink_tx_kib.map(|k| k * 1024.0),
         nvlink_receive_bytes: f.nvlink_rx_kib.map(|k| k * 1024.0),

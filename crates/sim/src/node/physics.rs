@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::{
     time_of, GpuSim, StepEval, Target, FULL_CLOCK_UTILIZATION, HW_THERMAL_GAIN, MIN_CLOCK_FACTOR,
-    STEP_NS, STEP_S, SW_THERMAL_GAIN, S_BANDWIDTH, S_CAP_WOBBLE, S_IDLE_POWER, S_NVLINK, S_PCIE,
-    S_UTIL,
+    POWER_BRAKE_FACTOR, STEP_NS, STEP_S, SW_THERMAL_GAIN, S_BANDWIDTH, S_CAP_WOBBLE, S_IDLE_POWER,
+    S_NVLINK, S_PCIE, S_UTIL,
 };
 use crate::noise;
 use crate::types::Clocks;
@@ -75,11 +75,19 @@ impl GpuSim {
         ((sw - hw).max(MIN_CLOCK_FACTOR), true, temperature > sd)
     }
 
-    /// The SM clock at full load and `temperature`: what [`GpuSim::eval`] gives at utilization 1,
-    /// without the power controller's wobble.
-    pub(super) fn full_load_sm_clock(&self, temperature: f64) -> f64 {
+    /// Whether the hardware power brake is asserted at `t`.
+    pub(super) fn power_brake_at(&self, t: Duration) -> bool {
+        self.power_brake
+            .iter()
+            .any(|(from, until)| *from <= t && t < *until)
+    }
+
+    /// The SM clock at full load and `temperature` (with the power brake asserted or not):
+    /// what [`GpuSim::eval`] gives at utilization 1, without the power controller's wobble.
+    pub(super) fn full_load_sm_clock(&self, temperature: f64, power_brake: bool) -> f64 {
         let m = &self.model;
         let (thermal, _, _) = self.thermal_factor(temperature);
+        let thermal = thermal * if power_brake { POWER_BRAKE_FACTOR } else { 1.0 };
         let dynamic = (m.max_power - m.idle_power).max(0.0) * thermal;
         let cap = if m.idle_power + dynamic > m.power_limit && dynamic > 0.0 {
             ((m.power_limit - m.idle_power) / dynamic).clamp(0.0, 1.0)
@@ -105,6 +113,9 @@ impl GpuSim {
         let utilization = jitter(target.utilization, S_UTIL).clamp(0.0, 1.0);
         let memory_utilization = jitter(target.bandwidth, S_BANDWIDTH).clamp(0.0, 1.0);
         let (thermal, sw_thermal, hw_thermal) = self.thermal_factor(temperature);
+        // The power brake pulls clocks, and with them the dynamic power, down to the floor.
+        let power_brake = self.power_brake_at(time_of(step));
+        let thermal = thermal * if power_brake { POWER_BRAKE_FACTOR } else { 1.0 };
         let idle = m.idle_power * (1.0 + 0.01 * noise::noise(seed, g, S_IDLE_POWER, step));
         let dynamic = (m.max_power - m.idle_power).max(0.0) * utilization * thermal;
         let demand = idle + dynamic;
@@ -133,6 +144,7 @@ impl GpuSim {
             sw_power_cap: cap < 1.0,
             sw_thermal,
             hw_thermal,
+            power_brake,
             pcie_tx: jitter(target.pcie_tx, S_PCIE),
             pcie_rx: jitter(target.pcie_rx, S_PCIE + 0x10),
             nvlink_tx: jitter(target.nvlink_tx, S_NVLINK),

@@ -11,11 +11,54 @@ use dgx_pixels_readout::{
 };
 
 use super::{
-    floor_mib, step_of, time_of, GpuSim, MigParams, IDLE_UTILIZATION, MIB, P0_UTILIZATION, STEP_S,
-    S_MIG_NOISE,
+    floor_mib, step_of, time_of, GpuSim, MigParams, IDLE_UTILIZATION, MAX_RETIRED_PAGES, MIB,
+    P0_UTILIZATION, SPARE_ROWS, STEP_S, S_MIG_NOISE,
 };
 use crate::noise;
-use crate::types::{GpuReading, GpuState, GpuStatic};
+use crate::types::{GpuReading, GpuState, GpuStatic, PcieLink};
+
+/// A GPU's memory errors at one time: totals since the driver loaded (also the lifetime
+/// counts: the simulated driver never reloads) and since the last GPU reset.
+#[derive(Debug, Clone, Copy, Default)]
+struct MemoryErrors {
+    corrected: u64,
+    uncorrected: u64,
+    /// Rows taken out of service after repeated corrected errors.
+    rows_retired: u64,
+    corrected_since_reset: u64,
+    uncorrected_since_reset: u64,
+    rows_retired_since_reset: u64,
+}
+
+impl MemoryErrors {
+    /// What the errors did to the memory. Ampere and later remap a row per uncorrectable error
+    /// (and per row retired after corrected errors) from the 512 spare rows of a bank; one more
+    /// fails. Older parts retire a page instead, at most 64. Either is pending until the GPU is
+    /// reset, which applies it (the counts stay).
+    fn retirement(&self, remaps_rows: bool) -> (Option<RemappedRowsReadout>, Option<RetiredPages>) {
+        let pending = self.uncorrected_since_reset > 0 || self.rows_retired_since_reset > 0;
+        if remaps_rows {
+            let uncorrectable = self.uncorrected.min(SPARE_ROWS);
+            let correctable = self.rows_retired.min(SPARE_ROWS - uncorrectable);
+            let rows = RemappedRowsReadout {
+                correctable: correctable as f64,
+                uncorrectable: uncorrectable as f64,
+                pending,
+                failure: self.uncorrected.saturating_add(self.rows_retired) > SPARE_ROWS,
+            };
+            (Some(rows), None)
+        } else {
+            let double_bit = self.uncorrected.min(MAX_RETIRED_PAGES);
+            let single_bit = self.rows_retired.min(MAX_RETIRED_PAGES - double_bit);
+            let pages = RetiredPages {
+                single_bit_ecc: single_bit as f64,
+                double_bit_ecc: double_bit as f64,
+                pending,
+            };
+            (None, Some(pages))
+        }
+    }
+}
 
 impl GpuSim {
     /// The state at `t` of this GPU, whose static facts are `g`.
@@ -75,13 +118,7 @@ impl GpuSim {
                 *c = c.saturating_add(n);
             }
         }
-        // `(corrected, uncorrected)` since the driver loaded, which is also the lifetime count.
-        let (mut corrected, mut uncorrected) = (0u64, 0u64);
-        for (c, u, when) in &self.ecc {
-            let n = when.occurrences(t);
-            corrected = corrected.saturating_add(c.saturating_mul(n));
-            uncorrected = uncorrected.saturating_add(u.saturating_mul(n));
-        }
+        let memory = self.memory_errors(t);
 
         let fan_speed_ratio = m.fan.then(|| {
             let span = (m.slowdown_temperature - self.ambient).max(1.0);
@@ -114,20 +151,8 @@ impl GpuSim {
                 })
                 .collect()
         };
-        // Ampere and later remap a row per uncorrectable error; the remap is pending until the
-        // GPU is reset, which never happens within a scenario. A bank has 512 spare rows. Older
-        // parts would retire pages instead; none are retired.
-        let (remapped_rows, retired_pages) = if g.remaps_rows() {
-            let rows = RemappedRowsReadout {
-                correctable: 0.0,
-                uncorrectable: uncorrected.min(512) as f64,
-                pending: uncorrected > 0,
-                failure: uncorrected > 512,
-            };
-            (Some(rows), None)
-        } else {
-            (None, Some(RetiredPages::default()))
-        };
+        let (remapped_rows, retired_pages) = memory.retirement(g.remaps_rows());
+        let pcie = self.pcie_link_at(g, t);
         let capped = e.sw_power_cap;
         let hot = e.sw_thermal || e.hw_thermal;
         let bar1_used_bytes = self
@@ -172,19 +197,19 @@ impl GpuSim {
             throttle_reasons: vec![
                 (ThrottleReason::GpuIdle, idle),
                 (ThrottleReason::SwPowerCap, e.sw_power_cap),
-                // Set with either hardware slowdown; the power brake is never modelled.
-                (ThrottleReason::HwSlowdown, e.hw_thermal),
+                // Set with either hardware slowdown: thermal, or the power brake.
+                (ThrottleReason::HwSlowdown, e.hw_thermal || e.power_brake),
                 (ThrottleReason::SwThermalSlowdown, e.sw_thermal),
                 (ThrottleReason::HwThermalSlowdown, e.hw_thermal),
-                (ThrottleReason::HwPowerBrakeSlowdown, false),
+                (ThrottleReason::HwPowerBrakeSlowdown, e.power_brake),
             ],
             xid_counts,
             xid_incidents: BTreeMap::new(),
             ecc: Some(EccTotals {
-                volatile_corrected: corrected as f64,
-                volatile_uncorrected: uncorrected as f64,
-                aggregate_corrected: corrected as f64,
-                aggregate_uncorrected: uncorrected as f64,
+                volatile_corrected: memory.corrected_since_reset as f64,
+                volatile_uncorrected: memory.uncorrected_since_reset as f64,
+                aggregate_corrected: memory.corrected as f64,
+                aggregate_uncorrected: memory.uncorrected as f64,
             }),
             ecc_enabled: Some(true),
             retired_pages,
@@ -199,15 +224,20 @@ impl GpuSim {
                     self.state.violation_thermal + if hot { partial } else { 0.0 },
                 ),
             ],
-            // The simulated links never replay or err.
+            // The simulated PCIe links never replay.
             pcie_replays: g.pcie_link.map(|_| 0.0),
-            pcie_link_generation: g.pcie_link.map(|l| f64::from(l.generation)),
-            pcie_link_width: g.pcie_link.map(|l| f64::from(l.width)),
+            pcie_link_generation: pcie.map(|l| f64::from(l.generation)),
+            pcie_link_width: pcie.map(|l| f64::from(l.width)),
+            pcie_link_max_generation: g.pcie_link.map(|l| f64::from(l.generation)),
+            pcie_link_max_width: g.pcie_link.map(|l| f64::from(l.width)),
             nvlinks: (0..g.nvlink_count)
                 .map(|link| NvlinkReadout {
                     link,
-                    up: true,
-                    errors: NvlinkErrorType::ALL.map(|e| (e, 0.0)).into_iter().collect(),
+                    up: self.nvlink_up(link, t),
+                    errors: NvlinkErrorType::ALL
+                        .map(|e| (e, self.nvlink_error_count(link, e, t)))
+                        .into_iter()
+                        .collect(),
                 })
                 .collect(),
             process_count: Some(processes.len()),
@@ -233,7 +263,66 @@ impl GpuSim {
             readout,
             nvlink_tx_bytes_per_second: e.nvlink_tx,
             nvlink_rx_bytes_per_second: e.nvlink_rx,
-            full_load_sm_clock_hz: self.full_load_sm_clock(temperature),
+            full_load_sm_clock_hz: self.full_load_sm_clock(temperature, e.power_brake),
         })
+    }
+}
+
+impl GpuSim {
+    /// The last reset at or before `t`.
+    fn last_reset(&self, t: Duration) -> Option<Duration> {
+        let n = self.resets.partition_point(|r| *r <= t);
+        n.checked_sub(1).and_then(|i| self.resets.get(i)).copied()
+    }
+
+    /// ECC errors and retired rows at `t`, in all and since the last reset.
+    fn memory_errors(&self, t: Duration) -> MemoryErrors {
+        let reset = self.last_reset(t);
+        let mut m = MemoryErrors::default();
+        for (c, u, rows, when) in &self.ecc {
+            let n = when.occurrences(t);
+            let since = n.saturating_sub(reset.map_or(0, |r| when.occurrences(r)));
+            let add = |total: &mut u64, per: u64, times: u64| {
+                *total = total.saturating_add(per.saturating_mul(times));
+            };
+            add(&mut m.corrected, *c, n);
+            add(&mut m.uncorrected, *u, n);
+            add(&mut m.rows_retired, *rows, n);
+            add(&mut m.corrected_since_reset, *c, since);
+            add(&mut m.uncorrected_since_reset, *u, since);
+            add(&mut m.rows_retired_since_reset, *rows, since);
+        }
+        m
+    }
+
+    /// Whether NVLink `link` is up at `t` (no `nvlink_down` fault holds it down).
+    fn nvlink_up(&self, link: u32, t: Duration) -> bool {
+        !self
+            .nvlink_down
+            .iter()
+            .any(|(l, when)| l.is_none_or(|l| l == link) && when.holds(t))
+    }
+
+    /// Errors of type `kind` counted on NVLink `link` by `t`.
+    fn nvlink_error_count(&self, link: u32, kind: NvlinkErrorType, t: Duration) -> f64 {
+        self.nvlink_errors
+            .iter()
+            .filter(|(l, k, ..)| *l == link && *k == kind)
+            .fold(0u64, |acc, (_, _, per, when)| {
+                acc.saturating_add(per.saturating_mul(when.occurrences(t)))
+            }) as f64
+    }
+
+    /// The PCIe link as trained at `t`: the maximum, held narrower or slower by any
+    /// `pcie_degraded` fault in force.
+    fn pcie_link_at(&self, g: &GpuStatic, t: Duration) -> Option<PcieLink> {
+        let mut link = g.pcie_link?;
+        for (width, generation, when) in &self.pcie_degraded {
+            if when.holds(t) {
+                link.width = width.map_or(link.width, |w| w.min(link.width));
+                link.generation = generation.map_or(link.generation, |n| n.min(link.generation));
+            }
+        }
+        Some(link)
     }
 }

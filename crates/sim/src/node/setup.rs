@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::{
-    GpuPhase, GpuSim, MigParams, SimState, Target, STEP_S, S_ENERGY, S_MIG_ACTIVITY, S_MIG_MEMORY,
-    S_SPREAD,
+    GpuPhase, GpuSim, MigParams, SimState, Target, Window, STEP_S, S_ENERGY, S_MIG_ACTIVITY,
+    S_MIG_MEMORY, S_SPREAD,
 };
 use crate::noise;
 use crate::scenario::{Fault, PhaseMemory, Repeat, Scenario};
@@ -62,6 +62,11 @@ impl GpuSim {
         let mut lost = Vec::new();
         let mut xids = Vec::new();
         let mut ecc = Vec::new();
+        let mut nvlink_down = Vec::new();
+        let mut nvlink_errors = Vec::new();
+        let mut pcie_degraded = Vec::new();
+        let mut power_brake = Vec::new();
+        let mut resets = Vec::new();
         for f in scenario.faults.iter().filter(|f| f.gpu() == index) {
             match f {
                 Fault::Xid { xid, when, .. } => xids.push((*xid, *when)),
@@ -81,9 +86,10 @@ impl GpuSim {
                 Fault::Ecc {
                     corrected,
                     uncorrected,
+                    rows_retired,
                     when,
                     ..
-                } => ecc.push((*corrected, *uncorrected, *when)),
+                } => ecc.push((*corrected, *uncorrected, *rows_retired, *when)),
                 Fault::Thermal {
                     at,
                     until,
@@ -91,9 +97,42 @@ impl GpuSim {
                     resistance_factor,
                     ..
                 } => thermal.push((*at, *until, *ambient_rise, *resistance_factor)),
+                Fault::NvlinkDown {
+                    link, at, until, ..
+                } => nvlink_down.push((
+                    *link,
+                    Window {
+                        from: *at,
+                        until: *until,
+                    },
+                )),
+                Fault::NvlinkErrors {
+                    link,
+                    error_type,
+                    errors,
+                    when,
+                    ..
+                } => nvlink_errors.push((*link, *error_type, *errors, *when)),
+                Fault::PcieDegraded {
+                    width,
+                    generation,
+                    at,
+                    until,
+                    ..
+                } => pcie_degraded.push((
+                    *width,
+                    *generation,
+                    Window {
+                        from: *at,
+                        until: *until,
+                    },
+                )),
+                Fault::PowerBrake { at, until, .. } => power_brake.push((*at, *until)),
+                Fault::Reset { at, .. } => resets.push(*at),
             }
         }
         lost.sort_by_key(|l| l.0);
+        resets.sort();
         let mig = stat
             .mig
             .iter()
@@ -121,6 +160,11 @@ impl GpuSim {
             lost,
             xids,
             ecc,
+            nvlink_down,
+            nvlink_errors,
+            pcie_degraded,
+            power_brake,
+            resets,
             mig,
             bar1_total: stat.bar1_total_bytes,
             alpha,

@@ -1,13 +1,14 @@
 //! Validation of a parsed scenario file: turns the `Raw*` tables into a [`Scenario`], naming
 //! the file, line and key of the first problem. Each section has its own validator: GPUs and MIG
-//! layouts in [`gpus`], workload phases and faults in [`workload`].
+//! layouts in [`gpus`], workload phases in [`workload`], faults in [`faults`].
 
 use std::time::Duration;
 
-use super::{RawFaultKind, RawScenario, Scenario};
+use super::{RawScenario, Scenario};
 use crate::error::ScenarioError;
 use crate::locate;
 
+mod faults;
 mod gpus;
 mod workload;
 
@@ -125,23 +126,6 @@ impl Ctx<'_> {
         }
         Ok(d)
     }
-
-    fn unused<T>(
-        &self,
-        table: &str,
-        key: &str,
-        v: &Option<T>,
-        kind: RawFaultKind,
-    ) -> Result<(), ScenarioError> {
-        match v {
-            Some(_) => Err(self.err(
-                table,
-                Some(key),
-                format!("not used by faults of kind \"{}\"", kind.as_str()),
-            )),
-            None => Ok(()),
-        }
-    }
 }
 
 /// Checks a GPU index given at `t`.`key` against the `n_gpus` GPUs the scenario defines.
@@ -191,7 +175,7 @@ pub(super) fn validate(ctx: &Ctx<'_>, raw: RawScenario) -> Result<Scenario, Scen
     let (mut gpus, models) = gpus::gpus(ctx, &raw, ambient, seed)?;
     gpus::mig(ctx, &raw, seed, &mut gpus, &models)?;
     let phases = workload::phases(ctx, &raw, repeat_after, &models)?;
-    let faults = workload::faults(ctx, &raw, gpus.len())?;
+    let faults = faults::faults(ctx, &raw, &gpus)?;
 
     let driver_version = node
         .driver_version

@@ -262,11 +262,12 @@ pub(super) fn gpus(
             video_hz: idle_video,
         };
         // Facts the scenario format does not carry, from the architecture: discrete parts have a
-        // 128 GiB BAR1 and a x16 link (Gen5 on Hopper and Blackwell, Gen4 before); unified-memory
-        // parts (no framebuffer size) have neither.
+        // 128 GiB BAR1 and a x16 link (Gen5 on Hopper and Blackwell, Gen3 on Volta, Turing and
+        // Pascal, Gen4 otherwise); unified-memory parts (no framebuffer size) have neither.
         let (bar1_total, pcie_link) = if memory_total.is_some() {
             let generation = match g.architecture.as_str() {
                 "Hopper" | "Blackwell" => 5,
+                "Volta" | "Turing" | "Pascal" => 3,
                 _ => 4,
             };
             (
