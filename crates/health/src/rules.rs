@@ -147,14 +147,14 @@ pub const RULES: &[Rule] = &[
         condition: "an NVLink link of the GPU is down",
         outcome: Outcome::Fixed(Verdict::Degraded, Action::DrainP2p),
         clears: Clears::WhenReadingClears,
-        source: "`dgx_pixels_nvlink_up` = 0 for any link",
+        source: "`dgx_pixels_nvlink_links_up` < `dgx_pixels_nvlink_links` (`dgx_pixels_nvlink_link_down` names the link)",
     },
     Rule {
         reason: "nvlink_errors",
         condition: "NVLink recovery or data CRC errors grew (a link retrained or corrupted data)",
         outcome: Outcome::Fixed(Verdict::Degraded, Action::CheckHardware),
         clears: Clears::AfterQuietPeriod,
-        source: "`dgx_pixels_nvlink_errors_total{error_type=~\"recovery|crc_data\"}` grew",
+        source: "`dgx_pixels_nvlink_errors_total{error_type=~\"recovery|crc_data\"}` (all links) grew",
     },
     Rule {
         reason: "pcie_width_degraded",

@@ -275,7 +275,10 @@ fn levels(f: &GpuFacts) -> Vec<Condition> {
             "retired_pages_pending",
             f.retired_pages_pending == Some(true),
         ),
-        ("nvlink_down", f.nvlinks_down > 0),
+        (
+            "nvlink_down",
+            matches!((f.nvlinks_up, f.nvlinks), (Some(up), Some(all)) if up < all),
+        ),
         (
             "pcie_width_degraded",
             matches!((f.pcie_width, f.pcie_max_width), (Some(w), Some(max)) if w < max),

@@ -261,10 +261,16 @@ define_catalog! {
         "Data transmitted over all NVLinks of the GPU.";
     NvlinkReceive => Counter Bytes "dgx_pixels_nvlink_receive_bytes_total" ["gpu", "uuid"] ["nvml", "sim"]
         "Data received over all NVLinks of the GPU.";
-    NvlinkUp => Gauge None "dgx_pixels_nvlink_up" ["gpu", "uuid", "link"] ["nvml", "sim"]
-        "1 when the NVLink link is active, else 0; one series per link the GPU has.";
-    NvlinkErrors => Counter None "dgx_pixels_nvlink_errors_total" ["gpu", "uuid", "link", "error_type"] ["nvml", "sim"]
-        "NVLink errors per link and type (replay, recovery, crc_flit, crc_data).";
+    NvlinkLinks => Gauge None "dgx_pixels_nvlink_links" ["gpu", "uuid"] ["nvml", "sim"]
+        "NVLink links the GPU has (the count expected up).";
+    NvlinkLinksUp => Gauge None "dgx_pixels_nvlink_links_up" ["gpu", "uuid"] ["nvml", "sim"]
+        "NVLink links of the GPU that are active; below dgx_pixels_nvlink_links when a link is down (dgx_pixels_nvlink_link_down names it).";
+    NvlinkErrors => Counter None "dgx_pixels_nvlink_errors_total" ["gpu", "uuid", "error_type"] ["nvml", "sim"]
+        "NVLink errors over all links of the GPU, per type (replay, recovery, crc_flit, crc_data); dgx_pixels_nvlink_link_errors_total names the links.";
+    NvlinkLinkDown => Gauge None "dgx_pixels_nvlink_link_down" ["gpu", "uuid", "link"] ["nvml", "sim"]
+        "1 for each NVLink link that is down now; links that are up have no series (an 18-link GPU would otherwise serve 18 ones; see docs/metrics.md, \"Series budget\").";
+    NvlinkLinkErrors => Counter None "dgx_pixels_nvlink_link_errors_total" ["gpu", "uuid", "link", "error_type"] ["nvml", "sim"]
+        "NVLink errors per link and type, only for the (link, type) pairs that have counted errors: the series appears at its first count, which increase() does not see, so sum the per-GPU dgx_pixels_nvlink_errors_total for rates and use this one to find the link.";
     GpuProcesses => Gauge None "dgx_pixels_gpu_processes" ["gpu", "uuid"] ["nvml", "sim"]
         "Compute processes running on the GPU (all of them, also those beyond the per-GPU series limit).";
     ProcessMemoryUsed => Gauge Bytes "dgx_pixels_process_memory_used_bytes" ["gpu", "uuid", "gpu_instance", "compute_instance", "pid", "container_id"] ["nvml", "sim"]
@@ -383,8 +389,28 @@ pub fn markdown() -> String {
     }
     out.push_str(FRESHNESS);
     out.push_str(ATTRIBUTION);
+    out.push_str(SERIES_BUDGET);
     out
 }
+
+/// How the catalog keeps a node's series count down (appended to docs/metrics.md).
+const SERIES_BUDGET: &str = "
+## Series budget
+
+Active series are what a fleet's Prometheus, Mimir or Thanos indexes and what hosted services
+bill, so per-part detail that is almost always 1 or 0 is served only when it says something:
+
+- **NVLink**: per GPU, `dgx_pixels_nvlink_links`, `dgx_pixels_nvlink_links_up` and
+  `dgx_pixels_nvlink_errors_total{error_type}` (summed over the links). Per link, only what is
+  wrong: `dgx_pixels_nvlink_link_down{link}` (1) while a link is down, and
+  `dgx_pixels_nvlink_link_errors_total{link,error_type}` once that link has counted errors of that
+  type. A series that appears starts at its first value, which `increase()` and `rate()` do not
+  count (they need two samples): take rates from the per-GPU counter and use the per-link series
+  to find the link. An 18-link GPU serves 6 NVLink series instead of 90.
+
+`--simulate dgx-h100` (8 GPUs, with DCGM profiling and probes) serves 1,020 series, down from
+1,692.
+";
 
 /// Which series carry pod and job labels (appended to docs/metrics.md).
 const ATTRIBUTION: &str = "

@@ -224,26 +224,26 @@ fn memory_rules() {
 fn link_rules() {
     let now = Instant::now();
     let mut t = HealthTracker::new(T);
-    let links = |up1: f64| {
+    let links = |up: f64| {
         gpu0(&[
-            (Metric::NvlinkUp, &["0"], 1.0),
-            (Metric::NvlinkUp, &["1"], up1),
+            (Metric::NvlinkLinks, &[], 18.0),
+            (Metric::NvlinkLinksUp, &[], up),
         ])
     };
     assert_eq!(
-        verdict(&t.evaluate(links(0.0).iter(), now), "GPU-0"),
+        verdict(&t.evaluate(links(17.0).iter(), now), "GPU-0"),
         v("degraded", "drain_p2p", "nvlink_down")
     );
     assert_eq!(
-        verdict(&t.evaluate(links(1.0).iter(), now), "GPU-0").0,
+        verdict(&t.evaluate(links(18.0).iter(), now), "GPU-0").0,
         "healthy"
     );
 
     let mut t = HealthTracker::new(T);
     let errors = |replay: f64, recovery: f64| {
         gpu0(&[
-            (Metric::NvlinkErrors, &["0", "replay"], replay),
-            (Metric::NvlinkErrors, &["0", "recovery"], recovery),
+            (Metric::NvlinkErrors, &["replay"], replay),
+            (Metric::NvlinkErrors, &["recovery"], recovery),
         ])
     };
     // Counts present at the first sight are history since the driver loaded: no verdict.
@@ -334,7 +334,8 @@ fn the_most_disruptive_action_wins_and_the_state_is_the_most_severe() {
         gpu0(&[
             (Metric::GpuXidErrors, &["13"], 1.0),
             (Metric::GpuRemappedRowsPending, &[], 1.0),
-            (Metric::NvlinkUp, &["3"], 0.0),
+            (Metric::NvlinkLinks, &[], 18.0),
+            (Metric::NvlinkLinksUp, &[], 17.0),
         ])
         .iter(),
         now,
