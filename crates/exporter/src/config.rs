@@ -351,6 +351,8 @@ pub struct Settings {
     pub cost: Option<CostSettings>,
     /// CUDA probes.
     pub probes: ProbesSettings,
+    /// Kernel log: the kmsg crate's own options (`path`, `state_directory`, `boot_id_path`).
+    pub kmsg: dgx_pixels_kmsg::KmsgOptions,
 }
 
 pub use collectors::{DEFAULT_INTERVAL, DEFAULT_TIMEOUT, MIN_INTERVAL, MIN_TIMEOUT};

@@ -165,7 +165,7 @@ impl Metric {
 }
 
 // Sources: "nvml", "dcgm", "probes" (CUDA probes, or simulated ones on a simulated node), "sim"
-// (the simulated node, DCGM profiling included), "textfile",
+// (the simulated node, DCGM profiling included), "textfile", "kmsg" (the kernel log),
 // "kubernetes" and "hpc" (attribution, see `attribution`) and "exporter" (the daemon itself,
 // including the [cost] settings).
 define_catalog! {
@@ -216,7 +216,7 @@ define_catalog! {
     GpuThrottleViolation => Counter Seconds "dgx_pixels_gpu_throttle_violation_seconds_total" ["gpu", "uuid", "policy"] ["nvml", "dcgm", "sim"]
         "Time clocks were held below the requested clocks, per policy (power, thermal, sync_boost, board_limit, low_utilization, reliability).";
     GpuXidErrors => Counter None "dgx_pixels_gpu_xid_errors_total" ["gpu", "uuid", "xid"] ["nvml", "sim"]
-        "XID errors reported by the driver, per XID code; every occurrence counts, repeats included.";
+        "XID errors reported by the driver, per XID code; every occurrence counts, repeats included. With the kmsg collector on, XIDs from the kernel log count too, and one seen both ways (less than 10 s apart) counts once.";
     GpuXidIncidents => Counter None "dgx_pixels_gpu_xid_incidents_total" ["gpu", "uuid", "xid"] ["nvml", "sim"]
         "XID incidents per code: occurrences of one code on one GPU less than the quiet period apart ([nvml] xid_quiet_period, default 3 min) are one incident, so a storm of hundreds pages once.";
     GpuXidInfo => Gauge None "dgx_pixels_gpu_xid_info" ["gpu", "uuid", "xid", "mnemonic", "action"] ["nvml", "sim"]
@@ -329,6 +329,16 @@ define_catalog! {
         "Reloads of the config file and field lists on SIGHUP, by result (success, failure; after a failure the previous config stays in force).";
     ExporterConfigLastReloadSuccessful => Gauge None "dgx_pixels_exporter_config_last_reload_successful" [] ["exporter"]
         "1 when the last SIGHUP reload of the config file and field lists succeeded (or none was asked for), else 0.";
+    GpuFallenOffBus => Counter None "dgx_pixels_gpu_fallen_off_bus_total" ["gpu", "uuid"] ["kmsg"]
+        "Kernel-log messages that the GPU has fallen off the bus without an XID line of their own (the XID 79 lines count in dgx_pixels_gpu_xid_errors_total); from the kmsg collector.";
+    NvswitchSxidErrors => Counter None "dgx_pixels_nvswitch_sxid_errors_total" ["pci_bus_id", "sxid"] ["kmsg"]
+        "NVSwitch errors (SXids) in the kernel log, per switch (its PCI address, as the kernel log names it) and SXid code; from the kmsg collector.";
+    KmsgRecordsRead => Counter None "dgx_pixels_kmsg_records_read_total" [] ["kmsg"]
+        "Kernel-log records read by the kmsg collector (continuation lines are part of their record), counted before replayed ones are skipped.";
+    KmsgErrors => Counter None "dgx_pixels_kmsg_errors_total" ["reason"] ["kmsg"]
+        "Kernel-log records or events not counted as they are, by reason: malformed (no kmsg header, or a GPU line whose address or code does not parse or is out of range), too_long (over 8 KiB), overrun (the kernel overwrote records before they were read), unknown_gpu (an address of no GPU the GPU sources know), unknown_xid (counted, but a code the XID catalog lacks), dropped (waiting for the GPU list, too many), too_many_series, read_error, state_write.";
+    KmsgXidDuplicates => Counter None "dgx_pixels_kmsg_xid_duplicates_total" [] ["kmsg"]
+        "XID events reported by both NVML and the kernel log less than the dedupe window (10 s) apart, counted once in dgx_pixels_gpu_xid_errors_total.";
     TextfileScrapeError => Gauge None "dgx_pixels_textfile_scrape_error" ["file"] ["textfile"]
         "1 when the *.prom file was skipped (unreadable, too big, invalid, or colliding with another file or an exporter metric), 0 when its metrics are served.";
     TextfileMtime => Gauge Seconds "dgx_pixels_textfile_mtime_seconds" ["file"] ["textfile"]
@@ -449,7 +459,7 @@ mod tests {
     fn names_follow_the_naming_rules() {
         let subsystems = [
             "gpu", "mig", "nvlink", "pcie", "process", "probe", "workload", "quality", "cost",
-            "source", "exporter", "textfile",
+            "source", "exporter", "textfile", "kmsg", "nvswitch",
         ];
         let mut seen = HashSet::new();
         for def in CATALOG {
