@@ -520,3 +520,77 @@ fn a_reload_restarting_both_sources_changes_no_count() {
         "{logs}"
     );
 }
+
+/// XID 13 occurrences on GPU 2 of fault-xid-storm by scenario time `t` seconds, per the
+/// simulator.
+fn storm_count(t: f64) -> f64 {
+    let mut node =
+        dgx_pixels_sim::Node::new(dgx_pixels_sim::Scenario::builtin("fault-xid-storm").unwrap());
+    match node.reading(2, Duration::from_secs_f64(t.max(0.0))) {
+        Some(dgx_pixels_sim::GpuState::Ok(r)) => {
+            r.readout.xid_counts.get(&13).copied().unwrap_or(0) as f64
+        }
+        _ => panic!("GPU 2 is not lost in fault-xid-storm"),
+    }
+}
+
+/// Issue 19, part 8, the kernel-log path: fault-xid-storm with the fake driver printing every
+/// XID to a fake kernel log (`FAKE_NVML_KMSG`), as the real driver does, from scenario time 0.
+/// With NVML's events on, each storm XID arrives both ways and counts once; with them off
+/// (`FAKE_NVML_XID_EVENTS=0`), the kernel log alone counts every one. Either way the served
+/// count is the simulator's count (history before the start included, from the log), the
+/// storm is one incident, and nothing counts twice.
+#[test]
+fn an_xid_storm_through_the_kernel_log_counts_each_occurrence_once() {
+    const START: f64 = 30.0;
+    for events in ["1", "0"] {
+        let k = KernelLog::new();
+        let fake = [
+            ("FAKE_NVML_SCENARIO", "fault-xid-storm"),
+            ("FAKE_NVML_START", "30"),
+            ("FAKE_NVML_KMSG", k.log.to_str().unwrap()),
+            ("FAKE_NVML_XID_EVENTS", events),
+        ];
+        let spawned = std::time::Instant::now();
+        let d = k.start(&fake);
+        let at_start = storm_count(START);
+        assert!(
+            at_start >= 10.0,
+            "the storm began before the exporter: {at_start}"
+        );
+        wait(&d, "the storm going on", |b| {
+            xid(b, "2", "13").is_some_and(|n| n >= at_start + 3.0)
+        });
+        let t0 = START + spawned.elapsed().as_secs_f64();
+        let body = text(d.port);
+        let t1 = START + spawned.elapsed().as_secs_f64();
+        let served = xid(&body, "2", "13").unwrap();
+        // Served within what the scenario had by now, allowing the fake's print delay and one
+        // poll each of the kmsg and NVML sources (and the exporter's start after the spawn).
+        let (low, high) = (storm_count(t0 - 5.0), storm_count(t1));
+        assert!(
+            (low..=high).contains(&served),
+            "events={events}: served {served}, the scenario had {low}..{high}\n{}",
+            kmsg_lines(&body)
+        );
+        assert_eq!(
+            value(
+                &body,
+                "dgx_pixels_gpu_xid_incidents_total",
+                &[("gpu", "2"), ("xid", "13")]
+            ),
+            Some(1.0)
+        );
+        let duplicates = value(&body, "dgx_pixels_kmsg_xid_duplicates_total", &[]).unwrap();
+        if events == "1" {
+            assert!(
+                duplicates >= 2.0,
+                "NVML delivered storm XIDs too: {duplicates}"
+            );
+        } else {
+            assert_eq!(duplicates, 0.0);
+        }
+        assert_eq!(kmsg_errors(&body, "unknown_gpu"), Some(0.0));
+        assert_eq!(kmsg_errors(&body, "malformed"), Some(0.0));
+    }
+}
