@@ -128,8 +128,10 @@ impl KmsgSource {
                 ),
             )
         })?;
+        let path_text = self.options.path.display().to_string();
         let fresh = || Progress {
             boot_id: boot.clone(),
+            path: path_text.clone(),
             ..Default::default()
         };
         let Some(path) = self.state_path() else {
@@ -137,9 +139,13 @@ impl KmsgSource {
             return Ok(self.tracked(fresh(), false));
         };
         let progress = match state::load(&path) {
-            Ok(Some(p)) if p.boot_id == boot => {
+            Ok(Some(p)) if p.boot_id == boot && p.path == path_text => {
                 info!(state = %path.display(), seq = ?p.seq, "kmsg: resuming after the last record counted in this boot");
                 p
+            }
+            Ok(Some(p)) if p.boot_id == boot => {
+                info!(state = %path.display(), was = %p.path, "kmsg: the state is of another kernel log; counting this one from its start");
+                fresh()
             }
             Ok(Some(_)) => {
                 info!(state = %path.display(), "kmsg: new boot; counting its kernel log from the start");

@@ -7,6 +7,7 @@
 //! # dgx-pixels-exporter kmsg state; written by the exporter, do not edit
 //! version 1
 //! boot_id 4d1c7a1e-0b8f-4c0e-9a55-1f0c4a7e9b21
+//! path /dev/kmsg
 //! seq 18234
 //! xid GPU-1b2c... 79 1
 //! sxid 0000:c6:00.0 20034 2
@@ -31,6 +32,8 @@ pub const FILE_NAME: &str = "kmsg.state";
 pub struct Progress {
     /// The boot the sequence numbers belong to.
     pub boot_id: String,
+    /// The kernel log they were read from (another log's sequence numbers mean nothing here).
+    pub path: String,
     /// The last sequence number processed; `None` before the first record.
     pub seq: Option<u64>,
     /// XIDs per (GPU uuid, code) read from the kernel log.
@@ -94,6 +97,10 @@ pub fn load(path: &Path) -> Result<Option<Progress>, StateError> {
         if line.starts_with('#') || line.is_empty() {
             continue;
         }
+        if let Some(path) = line.strip_prefix("path ") {
+            p.path = path.to_string();
+            continue;
+        }
         let f: Vec<&str> = line.split(' ').collect();
         let num = |s: &str| s.parse::<u64>().map_err(|_| invalid(n, "not a number"));
         let code = |s: &str| s.parse::<u32>().map_err(|_| invalid(n, "not a code"));
@@ -130,6 +137,8 @@ pub fn save(path: &Path, p: &Progress) -> io::Result<()> {
     text.push_str("# dgx-pixels-exporter kmsg state; written by the exporter, do not edit\n");
     text.push_str("version 1\n");
     text.push_str(&format!("boot_id {}\n", p.boot_id));
+    // One line, so a newline in a path cannot add lines.
+    text.push_str(&format!("path {}\n", p.path.replace('\n', "?")));
     if let Some(seq) = p.seq {
         text.push_str(&format!("seq {seq}\n"));
     }
@@ -175,6 +184,7 @@ mod tests {
         assert!(load(&path).unwrap().is_none());
         let mut p = Progress {
             boot_id: "b-1".into(),
+            path: "/var/log/kernel log".into(),
             seq: Some(42),
             ..Default::default()
         };

@@ -127,6 +127,34 @@ fn events_wait_for_the_gpu_list_and_the_state_never_runs_ahead() {
     assert_eq!(f.state().boot_id, "boot-2");
 }
 
+/// A state file of another kernel log (the path changed) says nothing about this one.
+#[test]
+fn the_state_of_another_log_is_not_used() {
+    let mut f = Fixture::new();
+    f.known.store(true, Ordering::Relaxed);
+    f.xid(48);
+    f.source().poll().unwrap();
+    assert_eq!(f.state().seq, Some(1));
+    let other = f.dir.path().join("other-kmsg");
+    std::fs::write(&other, "3,1,1,-;NVRM: Xid (PCI:0000:1b:00): 48, pid=1\n").unwrap();
+    let ledger = Arc::new(XidLedger::default());
+    let mut o = f.options();
+    o.path = other.clone();
+    let mut s = KmsgSource::new(
+        o,
+        Arc::clone(&ledger),
+        Box::new(Gpus(Arc::clone(&f.known))),
+        Default::default(),
+    );
+    s.poll().unwrap();
+    assert_eq!(
+        ledger.counts("GPU-a"),
+        [(48, 1)].into(),
+        "counted from the other log alone"
+    );
+    assert_eq!(f.state().path, other.display().to_string());
+}
+
 #[test]
 fn the_waiting_queue_is_bounded() {
     let mut f = Fixture::new();

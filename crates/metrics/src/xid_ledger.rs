@@ -166,19 +166,6 @@ impl XidLedger {
             .collect()
     }
 
-    /// Events `origin` has seen, per (GPU uuid, code), matched or not.
-    pub fn seen(&self, origin: XidOrigin) -> Vec<(String, u32, u64)> {
-        let mut out: Vec<_> = self
-            .lock()
-            .entries
-            .iter()
-            .filter(|(_, e)| e.seen[origin.slot()] > 0)
-            .map(|((u, c), e)| (u.clone(), *c, e.seen[origin.slot()]))
-            .collect();
-        out.sort_unstable();
-        out
-    }
-
     /// Events that matched one of the other origin and were not counted again.
     pub fn duplicates(&self) -> u64 {
         self.lock().duplicates
@@ -281,7 +268,6 @@ mod tests {
             l.record("GPU-a", 13, at(t0, 60_000 + i), XidOrigin::KernelLog);
         }
         assert_eq!(l.counts("GPU-a")[&13], 8);
-        assert_eq!(l.seen(XidOrigin::KernelLog), [("GPU-a".into(), 13, 8)]);
     }
 
     #[test]
