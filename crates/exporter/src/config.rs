@@ -405,6 +405,8 @@ pub struct Settings {
     pub probes: ProbesSettings,
     /// GPU health verdict.
     pub health: HealthSettings,
+    /// Kernel log: the kmsg crate's own options (`path`, `state_directory`, `boot_id_path`).
+    pub kmsg: dgx_pixels_kmsg::KmsgOptions,
 }
 
 pub use collectors::{DEFAULT_INTERVAL, DEFAULT_TIMEOUT, MIN_INTERVAL, MIN_TIMEOUT};
