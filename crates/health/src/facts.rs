@@ -31,6 +31,8 @@ pub(crate) struct GpuFacts {
     pub pcie_width: Option<f64>,
     pub pcie_max_width: Option<f64>,
     pub utilization: Option<f64>,
+    /// The driver's recovery action (`none` when it needs nothing).
+    pub recovery_action: Option<String>,
     /// Throttle reasons active now.
     pub hw_slowdown: bool,
     pub thermal_slowdown: bool,
@@ -84,6 +86,9 @@ pub(crate) fn gather<'a>(
             Metric::PcieLinkWidth => f.pcie_width = Some(s.value),
             Metric::PcieLinkMaxWidth => f.pcie_max_width = Some(s.value),
             Metric::GpuUtilization => f.utilization = Some(s.value),
+            Metric::GpuRecoveryAction => {
+                f.recovery_action = s.label("action").map(str::to_string);
+            }
             Metric::GpuThrottleReason if on => match s.label("reason") {
                 Some("hw_slowdown" | "hw_power_brake_slowdown") => f.hw_slowdown = true,
                 Some("hw_thermal_slowdown" | "sw_thermal_slowdown") => f.thermal_slowdown = true,
@@ -116,5 +121,6 @@ fn is_read(metric: Metric) -> bool {
             | Metric::PcieLinkMaxWidth
             | Metric::GpuUtilization
             | Metric::GpuThrottleReason
+            | Metric::GpuRecoveryAction
     )
 }

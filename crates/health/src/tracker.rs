@@ -10,7 +10,7 @@ use dgx_pixels_xid::Action;
 
 use crate::facts::{gather, GpuFacts};
 use crate::rules::{
-    action_rank, rule, xid_outcome, Clears, Outcome, Verdict, NONE, NO_READINGS,
+    action_rank, driver_outcome, rule, xid_outcome, Clears, Outcome, Verdict, NONE, NO_READINGS,
     PCIE_BUSY_UTILIZATION, XID_UNCATALOGUED,
 };
 
@@ -284,7 +284,7 @@ fn levels(f: &GpuFacts) -> Vec<Condition> {
             matches!((f.pcie_width, f.pcie_max_width), (Some(w), Some(max)) if w < max),
         ),
     ];
-    holds
+    let mut conditions: Vec<Condition> = holds
         .into_iter()
         .filter(|(_, h)| *h)
         .filter_map(|(reason, _)| {
@@ -295,10 +295,18 @@ fn levels(f: &GpuFacts) -> Vec<Condition> {
                     verdict,
                     action,
                 }),
-                Outcome::XidCatalog => None,
+                Outcome::XidCatalog | Outcome::DriverAction => None,
             }
         })
-        .collect()
+        .collect();
+    if let Some((verdict, action)) = f.recovery_action.as_deref().and_then(driver_outcome) {
+        conditions.push(Condition {
+            reason: "driver_recovery_action".into(),
+            verdict,
+            action,
+        });
+    }
+    conditions
 }
 
 #[cfg(test)]

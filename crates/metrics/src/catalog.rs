@@ -222,6 +222,8 @@ define_catalog! {
         "XID incidents per code: occurrences of one code on one GPU less than the quiet period apart ([nvml] xid_quiet_period, default 3 min) are one incident, so a storm of hundreds pages once.";
     GpuXidInfo => Gauge None "dgx_pixels_gpu_xid_info" ["gpu", "uuid", "xid", "mnemonic", "action"] ["nvml", "sim"]
         "One series (value 1) per XID code the GPU has reported: NVIDIA's mnemonic for it and the recommended immediate action from the XID catalog (docs/xid.md; unknown for a code the catalog lacks). Join on uuid and xid to put the action beside dgx_pixels_gpu_xid_errors_total.";
+    GpuRecoveryAction => Gauge None "dgx_pixels_gpu_recovery_action_info" ["gpu", "uuid", "action"] ["nvml", "sim"]
+        "What the driver says the GPU needs to recover (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: none, reset_gpu, reboot, drain_p2p, drain_and_reset), value 1; absent where the driver does not report it. The health rule driver_recovery_action reads it.";
     GpuHealthState => Gauge None "dgx_pixels_gpu_health_state" ["gpu", "uuid", "state"] ["health"]
         "Health verdict of the GPU from the rules of docs/health.md: 1 for the current state (healthy, degraded, unhealthy, unknown when the GPU cannot be read), 0 for the others.";
     GpuHealthAction => Gauge None "dgx_pixels_gpu_health_action_info" ["gpu", "uuid", "action", "reason"] ["health"]

@@ -132,6 +132,9 @@ pub fn push_gpu_samples(id: &GpuIdentity, r: &GpuReadout, out: &mut Vec<Sample>)
     let mut labelled = |metric: Metric, labels: &[&str], value: f64| {
         out.push(Sample::of(&key, metric, labels.iter().copied(), value));
     };
+    if let Some(action) = r.recovery_action {
+        labelled(Metric::GpuRecoveryAction, &[action.as_str()], 1.0);
+    }
     for sensor in TemperatureSensor::ALL {
         if let Some(v) = r.temperature(sensor) {
             labelled(Metric::GpuTemperature, &[sensor.as_str()], v);

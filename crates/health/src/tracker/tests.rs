@@ -380,3 +380,31 @@ fn gpus_are_judged_apart_and_mig_samples_are_not_gpus() {
     assert_eq!(first_uuids.first(), Some(&"GPU-0"));
     assert_eq!(first_uuids.last(), Some(&"GPU-1"));
 }
+
+#[test]
+fn the_drivers_recovery_action_holds_while_the_driver_reports_it() {
+    let mut t = HealthTracker::new(T);
+    let now = Instant::now();
+    let driver = |a: &str| gpu0(&[(Metric::GpuRecoveryAction, &[a], 1.0)]);
+    assert_eq!(
+        verdict(&t.evaluate(driver("none").iter(), now), "GPU-0").0,
+        "healthy"
+    );
+    assert_eq!(
+        verdict(&t.evaluate(driver("drain_and_reset").iter(), now), "GPU-0"),
+        v("unhealthy", "drain_and_reset", "driver_recovery_action")
+    );
+    assert_eq!(
+        verdict(&t.evaluate(driver("drain_p2p").iter(), now), "GPU-0"),
+        v("degraded", "drain_p2p", "driver_recovery_action")
+    );
+    assert_eq!(
+        verdict(&t.evaluate(driver("none").iter(), now), "GPU-0").0,
+        "healthy"
+    );
+    // A value this build does not know establishes nothing.
+    assert_eq!(
+        verdict(&t.evaluate(driver("melt").iter(), now), "GPU-0").0,
+        "healthy"
+    );
+}
