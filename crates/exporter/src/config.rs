@@ -405,6 +405,8 @@ pub struct Settings {
     pub probes: ProbesSettings,
     /// GPU health verdict.
     pub health: HealthSettings,
+    /// Profiler trace source.
+    pub trace: dgx_pixels_trace::source::TraceOptions,
 }
 
 pub use collectors::{DEFAULT_INTERVAL, DEFAULT_TIMEOUT, MIN_INTERVAL, MIN_TIMEOUT};
@@ -512,6 +514,7 @@ impl Settings {
         }
         self.probes.schedule()?;
         self.health.validate()?;
+        self.trace.validate().map_err(ConfigError)?;
         if let Some(address) = &self.dcgm.hostengine {
             check_hostengine(address)?;
         }
