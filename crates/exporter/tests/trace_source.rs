@@ -234,6 +234,63 @@ fn served_series_equal_trace_analyze_and_every_error_is_counted() {
             );
         }
     }
+    // The job-level analysis, once all four ranks arrived, equals `trace analyze` of the four.
+    let out = Command::new(BIN)
+        .args(["trace", "analyze", "--format", "json"])
+        .args(files.iter().map(|f| &f.1))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let want = &report["job"];
+    let (body, _) = wait_until(d.port, Duration::from_secs(30), |b| {
+        value(b, "dgx_pixels_trace_job_ranks", &[("job", job_label)]).is_some()
+    });
+    assert_eq!(
+        value(&body, "dgx_pixels_trace_job_ranks", &[("job", job_label)]),
+        Some(4.0)
+    );
+    assert_eq!(
+        value(
+            &body,
+            "dgx_pixels_trace_job_complete",
+            &[("job", job_label)]
+        ),
+        Some(1.0)
+    );
+    let spread = value(
+        &body,
+        "dgx_pixels_trace_job_step_spread_seconds",
+        &[("job", job_label)],
+    );
+    assert!(close(
+        spread.unwrap(),
+        want["step_time_spread_us"].as_f64().unwrap() / 1e6
+    ));
+    let stragglers: Vec<i64> = want["stragglers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    assert_eq!(stragglers, [cfg.straggler.unwrap() as i64]);
+    for rank in 0..cfg.ranks as i64 {
+        let r = rank.to_string();
+        let l = [("job", job_label), ("rank", r.as_str())];
+        let score = value(&body, "dgx_pixels_trace_straggler_score", &l).unwrap();
+        assert!(
+            close(score, want["straggler_score"][&r].as_f64().unwrap()),
+            "rank {rank}"
+        );
+        let wait = value(&body, "dgx_pixels_trace_sync_wait_seconds", &l).unwrap();
+        assert!(
+            close(wait, want["sync_wait_us"][&r].as_f64().unwrap() / 1e6),
+            "rank {rank}"
+        );
+        let straggler = value(&body, "dgx_pixels_trace_straggler", &l).unwrap();
+        assert_eq!(straggler == 1.0, stragglers.contains(&rank), "rank {rank}");
+    }
+
     // No kernel name ever becomes a label value.
     assert!(
         !body.contains("ncclDevKernel") && !body.contains("gemm"),

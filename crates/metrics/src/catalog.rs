@@ -387,6 +387,18 @@ define_catalog! {
         "Message size times nccl-tests' bus factor (2(n-1)/n all-reduce, (n-1)/n all-gather, reduce-scatter, all-to-all, 1 otherwise); over sized seconds it is the bus bandwidth.";
     TracePhaseSeconds => Counter Seconds "dgx_pixels_trace_phase_seconds_total" ["job", "rank", "phase"] ["trace"]
         "CPU time of the training phases' annotations within complete steps, per phase (forward, backward, optimizer).";
+    TraceJobRanks => Gauge None "dgx_pixels_trace_job_ranks" ["job"] ["trace"]
+        "Ranks in the latest job-level analysis of the job's traces (run once every rank of the world has arrived, or [trace] group_timeout after the last one with two or more).";
+    TraceJobComplete => Gauge None "dgx_pixels_trace_job_complete" ["job"] ["trace"]
+        "1 when the latest job-level analysis had every rank of distributedInfo.world_size, 0 when it ran on what had arrived by the timeout.";
+    TraceJobStepSpread => Gauge Seconds "dgx_pixels_trace_job_step_spread_seconds" ["job"] ["trace"]
+        "Per profiler step, the slowest rank's step time minus the fastest's, averaged over the steps every rank has (latest job-level analysis).";
+    TraceStragglerScore => Gauge None "dgx_pixels_trace_straggler_score" ["job", "rank"] ["trace"]
+        "Per rank, (its step time - the median rank's) / the median, averaged over steps (latest job-level analysis; 0.1 = 10% slower than the median rank).";
+    TraceSyncWait => Gauge Seconds "dgx_pixels_trace_sync_wait_seconds" ["job", "rank"] ["trace"]
+        "Per rank, the time its collectives waited for the slowest rank to start them (collectives matched by order; only when every rank has as many; latest job-level analysis).";
+    TraceStraggler => Gauge None "dgx_pixels_trace_straggler" ["job", "rank"] ["trace"]
+        "1 for a rank that started last in at least half of the matched collectives, else 0 (latest job-level analysis with matched collectives).";
     CostElectricityPrice => Gauge None "dgx_pixels_cost_electricity_price_per_joule" ["currency"] ["exporter"]
         "Configured electricity price per joule (the [cost] price per kWh divided by 3.6e6), in the currency of the label.";
     CostPowerUsageEffectiveness => Gauge None "dgx_pixels_cost_power_usage_effectiveness" [] ["exporter"]

@@ -489,7 +489,7 @@ fn dcgm_settings_parse_strictly_and_flags_win() {
 #[test]
 fn the_trace_table_parses_strictly_validates_and_yields_to_flags() {
     let f = file(
-        "[trace]\ndirectory = [\"/a\", \"/b/iteration_*\"]\nmax_file_bytes = 1024\nmax_analysis_time = \"2m\"\n",
+        "[trace]\ndirectory = [\"/a\", \"/b/iteration_*\"]\nmax_file_bytes = 1024\nmax_analysis_time = \"2m\"\ngroup_timeout = \"30s\"\n",
     );
     let path = f.path().to_str().unwrap();
     let s = resolve(&parse_from(["x", "--config.file", path]).unwrap(), []).unwrap();
@@ -499,6 +499,7 @@ fn the_trace_table_parses_strictly_validates_and_yields_to_flags() {
     );
     assert_eq!(s.trace.max_file_bytes, 1024);
     assert_eq!(s.trace.max_analysis_time, Duration::from_secs(120));
+    assert_eq!(s.trace.group_timeout, Duration::from_secs(30));
     // One path is a list of one; the environment gives one path.
     let s = resolve(
         &parse_from(["x", "--config.file", path]).unwrap(),

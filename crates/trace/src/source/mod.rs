@@ -10,6 +10,8 @@
 //! - `watch`: the bounded directory listing, glob expansion and the completeness rules that
 //!   decide when a file is ready (stable across two listings, retried on parse errors).
 //! - `series`: the counters per job and rank that the analysed reports add to, bounded.
+//! - `group`: the ranks of one job, analysed together (stragglers, variation across ranks)
+//!   once all have arrived or after a timeout.
 //! - `worker`: the one background thread (low priority) that lists, analyses one file at a
 //!   time and publishes the finished series.
 //! - [`TraceSource`]: the [`Source`] the runner polls; a poll only copies what the worker has
@@ -29,6 +31,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod group;
 mod series;
 mod watch;
 mod worker;
@@ -56,6 +59,8 @@ pub const DEFAULT_MAX_ENTRIES: usize = 100_000;
 pub const DEFAULT_MAX_RANKS: usize = 256;
 /// Default number of times an unchanged file that fails to parse is tried.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
+/// Default wait for the missing ranks of a job before it is analysed with those it has.
+pub const DEFAULT_GROUP_TIMEOUT: Duration = Duration::from_secs(300);
 /// Default bound on the time one file's parse may take.
 pub const DEFAULT_MAX_ANALYSIS_TIME: Duration = Duration::from_secs(600);
 
@@ -83,6 +88,10 @@ pub struct TraceOptions {
     /// `max_analysis_time`: a parse running longer is stopped (counted as `timeout`).
     #[serde(deserialize_with = "de_duration")]
     pub max_analysis_time: Duration,
+    /// `group_timeout`: how long after its last file a job missing ranks (fewer than its
+    /// `distributedInfo.world_size`) waits before it is analysed with the ranks it has.
+    #[serde(deserialize_with = "de_duration")]
+    pub group_timeout: Duration,
     /// `max_event_bytes`: largest single JSON value (one event) accepted.
     pub max_event_bytes: usize,
     /// `analyze_existing`: also analyse the files already there, unchanged since before the
@@ -100,6 +109,7 @@ impl Default for TraceOptions {
             max_ranks: DEFAULT_MAX_RANKS,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             max_analysis_time: DEFAULT_MAX_ANALYSIS_TIME,
+            group_timeout: DEFAULT_GROUP_TIMEOUT,
             max_event_bytes: crate::DEFAULT_MAX_VALUE_BYTES,
             analyze_existing: false,
         }

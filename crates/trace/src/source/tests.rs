@@ -388,3 +388,104 @@ fn dropping_the_source_stops_its_worker() {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+fn rank_analysis(cfg: &SynthConfig, rank: usize) -> (Option<u64>, crate::analysis::RankAnalysis) {
+    let mut out = Vec::new();
+    write_rank(cfg, rank, &mut out).unwrap();
+    let path = PathBuf::from(format!("rank{rank}.json"));
+    let t = crate::parse_bytes(&out, &path, &crate::ParseOptions::default()).unwrap();
+    let world = t.world_size;
+    let mut v = crate::analysis::analyze_ranks(&[t], &crate::AnalyzeOptions::default()).unwrap();
+    (world, v.remove(0))
+}
+
+#[test]
+fn a_job_is_analysed_once_every_rank_arrived_as_trace_analyze_does() {
+    let cfg = SynthConfig::default();
+    let traces: Vec<crate::RankTrace> = (0..cfg.ranks)
+        .map(|r| {
+            let mut out = Vec::new();
+            write_rank(&cfg, r, &mut out).unwrap();
+            let path = PathBuf::from(format!("rank{r}.json"));
+            crate::parse_bytes(&out, &path, &crate::ParseOptions::default()).unwrap()
+        })
+        .collect();
+    let want = crate::analyze(&traces, &crate::AnalyzeOptions::default())
+        .unwrap()
+        .job;
+    assert_eq!(want.stragglers, [2], "the generator's straggler");
+
+    let t0 = Instant::now();
+    let mut groups = group::Groups::new(64, Duration::from_secs(300));
+    // Arrival order does not matter; nothing is analysed until the last rank is there.
+    for r in [3, 0, 2] {
+        let (world, a) = rank_analysis(&cfg, r);
+        assert_eq!(world, Some(cfg.ranks as u64));
+        groups.add("job", world, a, t0);
+        assert_eq!(groups.evaluate(t0), 0, "rank {r}: waiting for the others");
+    }
+    let (world, a) = rank_analysis(&cfg, 1);
+    groups.add("job", world, a, t0);
+    assert_eq!(groups.evaluate(t0), 1);
+    assert_eq!(groups.evaluate(t0), 0, "analysed once");
+    let mut samples = Vec::new();
+    groups.samples(&mut samples);
+    assert_eq!(value(&samples, Metric::TraceJobRanks, &["job"]), Some(4.0));
+    assert_eq!(
+        value(&samples, Metric::TraceJobComplete, &["job"]),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&samples, Metric::TraceJobStepSpread, &["job"]),
+        Some(want.step_time_spread_us * 1e-6)
+    );
+    for r in 0..cfg.ranks as i64 {
+        let rank = r.to_string();
+        let l = ["job", rank.as_str()];
+        assert_eq!(
+            value(&samples, Metric::TraceStragglerScore, &l),
+            want.straggler_score.get(&r).copied()
+        );
+        assert_eq!(
+            value(&samples, Metric::TraceSyncWait, &l),
+            want.sync_wait_us.get(&r).map(|w| w * 1e-6)
+        );
+        assert_eq!(
+            value(&samples, Metric::TraceStraggler, &l),
+            Some(if r == 2 { 1.0 } else { 0.0 })
+        );
+    }
+}
+
+#[test]
+fn a_job_missing_ranks_is_analysed_after_the_timeout_and_groups_are_bounded() {
+    let cfg = SynthConfig::default();
+    let t0 = Instant::now();
+    let timeout = Duration::from_secs(60);
+    let mut groups = group::Groups::new(5, timeout);
+    let (world, a) = rank_analysis(&cfg, 0);
+    groups.add("a", world, a, t0);
+    assert_eq!(
+        groups.evaluate(t0 + timeout),
+        0,
+        "one rank: nothing to compare"
+    );
+    let (world, b) = rank_analysis(&cfg, 1);
+    groups.add("a", world, b, t0);
+    assert_eq!(groups.evaluate(t0 + timeout / 2), 0);
+    assert_eq!(groups.evaluate(t0 + timeout), 1);
+    let mut samples = Vec::new();
+    groups.samples(&mut samples);
+    assert_eq!(value(&samples, Metric::TraceJobComplete, &["a"]), Some(0.0));
+    assert_eq!(value(&samples, Metric::TraceJobRanks, &["a"]), Some(2.0));
+    // Four ranks of a newer job: past the bound of 5, the older job goes.
+    for r in 0..4 {
+        let (world, x) = rank_analysis(&cfg, r);
+        groups.add("b", world, x, t0 + timeout);
+    }
+    groups.evaluate(t0 + timeout);
+    let mut samples = Vec::new();
+    groups.samples(&mut samples);
+    assert_eq!(value(&samples, Metric::TraceJobRanks, &["a"]), None);
+    assert_eq!(value(&samples, Metric::TraceJobRanks, &["b"]), Some(4.0));
+}

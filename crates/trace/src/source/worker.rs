@@ -9,6 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dgx_pixels_metrics::{PollError, PollErrorKind};
 
+use super::group::Groups;
 use super::series::{job_label, Outcome, Series};
 use super::watch::{Ready, Watcher};
 use super::{Shared, TraceOptions};
@@ -57,6 +58,7 @@ struct Worker {
     shared: Arc<Shared>,
     watcher: Watcher,
     series: Series,
+    groups: Groups,
     /// The last directory errors logged (logged again only when they change).
     logged: Vec<String>,
     truncated_logged: bool,
@@ -67,6 +69,7 @@ impl Worker {
         Worker {
             watcher: Watcher::new(options.clone(), SystemTime::now()),
             series: Series::new(options.max_ranks),
+            groups: Groups::new(options.max_ranks, options.group_timeout),
             options,
             interval,
             shared,
@@ -135,10 +138,14 @@ impl Worker {
             self.analyse(ready);
             self.publish(error.clone());
         }
+        if self.groups.evaluate(Instant::now()) > 0 {
+            self.publish(error);
+        }
     }
 
     fn publish(&self, error: Option<PollError>) {
-        let samples = self.series.samples(self.watcher.pending());
+        let mut samples = self.series.samples(self.watcher.pending());
+        self.groups.samples(&mut samples);
         if let Ok(mut p) = self.shared.published.lock() {
             p.samples = samples;
             p.error = error;
@@ -155,19 +162,23 @@ impl Worker {
             deadline: Some(started + self.options.max_analysis_time),
         };
         let result = catch_unwind(AssertUnwindSafe(|| {
-            parse_file(&ready.path, &opts)
-                .and_then(|t| analyze_ranks(std::slice::from_ref(&t), &AnalyzeOptions::default()))
+            parse_file(&ready.path, &opts).and_then(|t| {
+                let world = t.world_size;
+                analyze_ranks(std::slice::from_ref(&t), &AnalyzeOptions::default())
+                    .map(|ranks| (world, ranks))
+            })
         }));
         self.series
             .cost(started.elapsed().as_secs_f64(), ready.id.size);
         let (outcome, retry, why) = match result {
-            Ok(Ok(ranks)) => {
+            Ok(Ok((world, ranks))) => {
                 let job = job_label(&ready.job);
                 let now = SystemTime::now()
                     .duration_since(UNIX_EPOCH)
                     .map_or(0.0, |d| d.as_secs_f64());
                 for rank in ranks {
                     self.series.add(&job, &rank.report, now);
+                    self.groups.add(&job, world, rank, Instant::now());
                 }
                 (Outcome::Analysed, false, String::new())
             }
