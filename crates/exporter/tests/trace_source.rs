@@ -144,7 +144,7 @@ fn served_series_equal_trace_analyze_and_every_error_is_counted() {
         assert_eq!(r["rank"].as_i64(), Some(*rank as i64));
         let rank = rank.to_string();
         let got = |name: &str| {
-            value(&body, name, &[("job", job_label), ("rank", &rank)])
+            value(&body, name, &[("trace_job", job_label), ("rank", &rank)])
                 .unwrap_or_else(|| panic!("{name} rank {rank} missing"))
         };
         let us = |v: &Value| v.as_f64().unwrap() / 1e6;
@@ -208,7 +208,7 @@ fn served_series_equal_trace_analyze_and_every_error_is_counted() {
         for coll in collectives {
             let kind = coll["collective"].as_str().unwrap();
             let l = [
-                ("job", job_label),
+                ("trace_job", job_label),
                 ("rank", rank.as_str()),
                 ("collective", kind),
             ];
@@ -244,24 +244,28 @@ fn served_series_equal_trace_analyze_and_every_error_is_counted() {
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     let want = &report["job"];
     let (body, _) = wait_until(d.port, Duration::from_secs(30), |b| {
-        value(b, "dgx_pixels_trace_job_ranks", &[("job", job_label)]).is_some()
+        value(b, "dgx_pixels_trace_job_ranks", &[("trace_job", job_label)]).is_some()
     });
     assert_eq!(
-        value(&body, "dgx_pixels_trace_job_ranks", &[("job", job_label)]),
+        value(
+            &body,
+            "dgx_pixels_trace_job_ranks",
+            &[("trace_job", job_label)]
+        ),
         Some(4.0)
     );
     assert_eq!(
         value(
             &body,
             "dgx_pixels_trace_job_complete",
-            &[("job", job_label)]
+            &[("trace_job", job_label)]
         ),
         Some(1.0)
     );
     let spread = value(
         &body,
         "dgx_pixels_trace_job_step_spread_seconds",
-        &[("job", job_label)],
+        &[("trace_job", job_label)],
     );
     assert!(close(
         spread.unwrap(),
@@ -276,7 +280,7 @@ fn served_series_equal_trace_analyze_and_every_error_is_counted() {
     assert_eq!(stragglers, [cfg.straggler.unwrap() as i64]);
     for rank in 0..cfg.ranks as i64 {
         let r = rank.to_string();
-        let l = [("job", job_label), ("rank", r.as_str())];
+        let l = [("trace_job", job_label), ("rank", r.as_str())];
         let score = value(&body, "dgx_pixels_trace_straggler_score", &l).unwrap();
         assert!(
             close(score, want["straggler_score"][&r].as_f64().unwrap()),
@@ -301,7 +305,7 @@ fn served_series_equal_trace_analyze_and_every_error_is_counted() {
     let before = value(
         &body,
         "dgx_pixels_trace_gpu_seconds_total",
-        &[("job", job_label), ("rank", "1")],
+        &[("trace_job", job_label), ("rank", "1")],
     )
     .unwrap();
     let tmp = job.join(".again.tmp");
@@ -313,7 +317,7 @@ fn served_series_equal_trace_analyze_and_every_error_is_counted() {
     let after = value(
         &body,
         "dgx_pixels_trace_gpu_seconds_total",
-        &[("job", job_label), ("rank", "1")],
+        &[("trace_job", job_label), ("rank", "1")],
     )
     .unwrap();
     assert!(close(after, 2.0 * before), "{before} then {after}");

@@ -346,7 +346,8 @@ define_catalog! {
     TextfileMtime => Gauge Seconds "dgx_pixels_textfile_mtime_seconds" ["file"] ["textfile"]
         "Unix time the *.prom file was last modified; only for files whose metrics are served, so a broken file never looks fresh.";
     // The trace source (docs/traces.md): counters of analysed time add over files, ranks,
-    // steps and jobs; job is the trace's directory, rank its distributedInfo rank.
+    // steps and jobs; trace_job is the trace's directory (not `job`, which is Prometheus'
+    // target label), rank its distributedInfo rank.
     TraceFiles => Counter None "dgx_pixels_trace_files_total" ["outcome"] ["trace"]
         "Trace files the trace source finished with, by outcome (analysed, too_large, truncated, not_a_trace, parse_error, unreadable, timeout, internal_error); an error outcome is counted once per version of a file.";
     TracePendingFiles => Gauge None "dgx_pixels_trace_pending_files" [] ["trace"]
@@ -355,49 +356,49 @@ define_catalog! {
         "Wall time the background thread spent parsing and analysing trace files (at the lowest CPU priority).";
     TraceReadBytes => Counter Bytes "dgx_pixels_trace_read_bytes_total" [] ["trace"]
         "Size on disk of the trace files parsed (each attempt counts).";
-    TraceLastAnalysis => Gauge Seconds "dgx_pixels_trace_last_analysis_timestamp_seconds" ["job", "rank"] ["trace"]
+    TraceLastAnalysis => Gauge Seconds "dgx_pixels_trace_last_analysis_timestamp_seconds" ["trace_job", "rank"] ["trace"]
         "Unix time the latest trace file of this job and rank was analysed.";
-    TraceGpuSeconds => Counter Seconds "dgx_pixels_trace_gpu_seconds_total" ["job", "rank"] ["trace"]
+    TraceGpuSeconds => Counter Seconds "dgx_pixels_trace_gpu_seconds_total" ["trace_job", "rank"] ["trace"]
         "GPU time covered by the analysed traces: HTA's kernel time, first GPU row start to last GPU row end over all streams (compute + non-compute + idle).";
-    TraceComputeSeconds => Counter Seconds "dgx_pixels_trace_compute_seconds_total" ["job", "rank"] ["trace"]
+    TraceComputeSeconds => Counter Seconds "dgx_pixels_trace_compute_seconds_total" ["trace_job", "rank"] ["trace"]
         "Analysed GPU time running computation kernels (HTA's compute time: the union over streams).";
-    TraceNonComputeSeconds => Counter Seconds "dgx_pixels_trace_non_compute_seconds_total" ["job", "rank"] ["trace"]
+    TraceNonComputeSeconds => Counter Seconds "dgx_pixels_trace_non_compute_seconds_total" ["trace_job", "rank"] ["trace"]
         "Analysed GPU time busy with communication, memory copies or syncs and no computation (HTA's non-compute time).";
-    TraceIdleSeconds => Counter Seconds "dgx_pixels_trace_idle_seconds_total" ["job", "rank"] ["trace"]
+    TraceIdleSeconds => Counter Seconds "dgx_pixels_trace_idle_seconds_total" ["trace_job", "rank"] ["trace"]
         "Analysed GPU time with nothing running on any stream (HTA's idle time).";
-    TraceCommunicationSeconds => Counter Seconds "dgx_pixels_trace_communication_seconds_total" ["job", "rank"] ["trace"]
+    TraceCommunicationSeconds => Counter Seconds "dgx_pixels_trace_communication_seconds_total" ["trace_job", "rank"] ["trace"]
         "Analysed GPU time running communication (NCCL) kernels: the union over streams.";
-    TraceExposedCommunicationSeconds => Counter Seconds "dgx_pixels_trace_exposed_communication_seconds_total" ["job", "rank"] ["trace"]
+    TraceExposedCommunicationSeconds => Counter Seconds "dgx_pixels_trace_exposed_communication_seconds_total" ["trace_job", "rank"] ["trace"]
         "Analysed communication time not overlapped by computation: the GPU waits on the network.";
-    TraceOverlappedCommunicationSeconds => Counter Seconds "dgx_pixels_trace_overlapped_communication_seconds_total" ["job", "rank"] ["trace"]
+    TraceOverlappedCommunicationSeconds => Counter Seconds "dgx_pixels_trace_overlapped_communication_seconds_total" ["trace_job", "rank"] ["trace"]
         "Analysed communication time hidden under computation; over dgx_pixels_trace_communication_seconds_total it is HTA's overlap ratio.";
-    TraceSteps => Counter None "dgx_pixels_trace_steps_total" ["job", "rank"] ["trace"]
+    TraceSteps => Counter None "dgx_pixels_trace_steps_total" ["trace_job", "rank"] ["trace"]
         "Complete profiler steps (ProfilerStep#N) analysed; HTA's filter drops the last step of a trace with two or more.";
-    TraceStepSeconds => Counter Seconds "dgx_pixels_trace_step_seconds_total" ["job", "rank"] ["trace"]
+    TraceStepSeconds => Counter Seconds "dgx_pixels_trace_step_seconds_total" ["trace_job", "rank"] ["trace"]
         "Summed duration of the analysed profiler steps; over dgx_pixels_trace_steps_total it is the mean step time.";
-    TraceCollectiveKernels => Counter None "dgx_pixels_trace_collective_kernels_total" ["job", "rank", "collective"] ["trace"]
+    TraceCollectiveKernels => Counter None "dgx_pixels_trace_collective_kernels_total" ["trace_job", "rank", "collective"] ["trace"]
         "Communication kernels analysed per collective type (all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, send_recv, other).";
-    TraceCollectiveSeconds => Counter Seconds "dgx_pixels_trace_collective_seconds_total" ["job", "rank", "collective"] ["trace"]
+    TraceCollectiveSeconds => Counter Seconds "dgx_pixels_trace_collective_seconds_total" ["trace_job", "rank", "collective"] ["trace"]
         "Summed duration of the communication kernels of a collective type (waiting for other ranks included).";
-    TraceCollectiveSizedSeconds => Counter Seconds "dgx_pixels_trace_collective_sized_seconds_total" ["job", "rank", "collective"] ["trace"]
+    TraceCollectiveSizedSeconds => Counter Seconds "dgx_pixels_trace_collective_sized_seconds_total" ["trace_job", "rank", "collective"] ["trace"]
         "Summed duration of the kernels whose message size the trace gives (PyTorch 2.2 or later): the time bus bandwidth divides by.";
-    TraceCollectiveBytes => Counter Bytes "dgx_pixels_trace_collective_bytes_total" ["job", "rank", "collective"] ["trace"]
+    TraceCollectiveBytes => Counter Bytes "dgx_pixels_trace_collective_bytes_total" ["trace_job", "rank", "collective"] ["trace"]
         "Message size moved per collective type, nccl-tests' S (all-gather and reduce-scatter count the whole array); over sized seconds it is the algorithm bandwidth.";
-    TraceCollectiveBusBytes => Counter Bytes "dgx_pixels_trace_collective_bus_bytes_total" ["job", "rank", "collective"] ["trace"]
+    TraceCollectiveBusBytes => Counter Bytes "dgx_pixels_trace_collective_bus_bytes_total" ["trace_job", "rank", "collective"] ["trace"]
         "Message size times nccl-tests' bus factor (2(n-1)/n all-reduce, (n-1)/n all-gather, reduce-scatter, all-to-all, 1 otherwise); over sized seconds it is the bus bandwidth.";
-    TracePhaseSeconds => Counter Seconds "dgx_pixels_trace_phase_seconds_total" ["job", "rank", "phase"] ["trace"]
+    TracePhaseSeconds => Counter Seconds "dgx_pixels_trace_phase_seconds_total" ["trace_job", "rank", "phase"] ["trace"]
         "CPU time of the training phases' annotations within complete steps, per phase (forward, backward, optimizer).";
-    TraceJobRanks => Gauge None "dgx_pixels_trace_job_ranks" ["job"] ["trace"]
+    TraceJobRanks => Gauge None "dgx_pixels_trace_job_ranks" ["trace_job"] ["trace"]
         "Ranks in the latest job-level analysis of the job's traces (run once every rank of the world has arrived, or [trace] group_timeout after the last one with two or more).";
-    TraceJobComplete => Gauge None "dgx_pixels_trace_job_complete" ["job"] ["trace"]
+    TraceJobComplete => Gauge None "dgx_pixels_trace_job_complete" ["trace_job"] ["trace"]
         "1 when the latest job-level analysis had every rank of distributedInfo.world_size, 0 when it ran on what had arrived by the timeout.";
-    TraceJobStepSpread => Gauge Seconds "dgx_pixels_trace_job_step_spread_seconds" ["job"] ["trace"]
+    TraceJobStepSpread => Gauge Seconds "dgx_pixels_trace_job_step_spread_seconds" ["trace_job"] ["trace"]
         "Per profiler step, the slowest rank's step time minus the fastest's, averaged over the steps every rank has (latest job-level analysis).";
-    TraceStragglerScore => Gauge None "dgx_pixels_trace_straggler_score" ["job", "rank"] ["trace"]
+    TraceStragglerScore => Gauge None "dgx_pixels_trace_straggler_score" ["trace_job", "rank"] ["trace"]
         "Per rank, (its step time - the median rank's) / the median, averaged over steps (latest job-level analysis; 0.1 = 10% slower than the median rank).";
-    TraceSyncWait => Gauge Seconds "dgx_pixels_trace_sync_wait_seconds" ["job", "rank"] ["trace"]
+    TraceSyncWait => Gauge Seconds "dgx_pixels_trace_sync_wait_seconds" ["trace_job", "rank"] ["trace"]
         "Per rank, the time its collectives waited for the slowest rank to start them (collectives matched by order; only when every rank has as many; latest job-level analysis).";
-    TraceStraggler => Gauge None "dgx_pixels_trace_straggler" ["job", "rank"] ["trace"]
+    TraceStraggler => Gauge None "dgx_pixels_trace_straggler" ["trace_job", "rank"] ["trace"]
         "1 for a rank that started last in at least half of the matched collectives, else 0 (latest job-level analysis with matched collectives).";
     CostElectricityPrice => Gauge None "dgx_pixels_cost_electricity_price_per_joule" ["currency"] ["exporter"]
         "Configured electricity price per joule (the [cost] price per kWh divided by 3.6e6), in the currency of the label.";
@@ -546,11 +547,13 @@ mod tests {
             assert!(!def.help.is_empty() && !def.help.contains('\n') && !def.help.contains('\\'));
             for label in def.labels {
                 assert!(valid_name(label) && !label.starts_with("__"), "{label}");
-                assert_ne!(
-                    *label, "instance",
-                    "{}: instance belongs to Prometheus",
-                    def.name
-                );
+                for target_label in ["instance", "job"] {
+                    assert_ne!(
+                        *label, target_label,
+                        "{}: {target_label} belongs to Prometheus (it would become exported_{target_label})",
+                        def.name
+                    );
+                }
                 assert_ne!(
                     *label, "node",
                     "{}: node is added by configuration",

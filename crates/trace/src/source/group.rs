@@ -1,6 +1,6 @@
 //! Grouping the ranks of one job: the job-level analyses (stragglers, step time variation
 //! across ranks, time waiting for the slowest rank) need every rank of a step, and the ranks'
-//! files arrive one by one. A group is a `job` (the files' directory); it is analysed when
+//! files arrive one by one. A group is a `trace_job` (the files' directory); it is analysed when
 //! it holds as many ranks as the traces' `distributedInfo.world_size`, or, with at least two
 //! ranks, when `group_timeout` has passed since its last file arrived. A rank arriving later
 //! (or again) analyses the group again. The numbers are [`crate::analysis::job_report`]'s,

@@ -10,7 +10,7 @@ use dgx_pixels_metrics::{Metric, Sample};
 
 use crate::analysis::RankReport;
 
-/// Longest `job` label value, in bytes; longer directory paths keep their end (the most
+/// Longest `trace_job` label value, in bytes; longer directory paths keep their end (the most
 /// specific part) after a hash of the whole path.
 pub const MAX_JOB_BYTES: usize = 128;
 
@@ -64,7 +64,7 @@ impl Outcome {
     }
 }
 
-/// The `job` label for a directory relative to the watched root: printable ASCII, `_` for
+/// The `trace_job` label for a directory relative to the watched root: printable ASCII, `_` for
 /// anything else, at most [`MAX_JOB_BYTES`] (a longer one keeps a hash of the whole and its
 /// end, so two long paths stay distinct).
 pub fn job_label(dir: &str) -> String {

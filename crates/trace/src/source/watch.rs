@@ -80,7 +80,7 @@ pub struct Ready {
     pub path: PathBuf,
     /// Its version when it was found stable.
     pub id: FileId,
-    /// Its directory relative to the watched root (the `job` label before sanitizing).
+    /// Its directory relative to the watched root (the `trace_job` label before sanitizing).
     pub job: String,
 }
 
