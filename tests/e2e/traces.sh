@@ -2,7 +2,8 @@
 # End to end, the trace collector (issue 18): the real exporter on the simulated dgx-h100 node
 # watches a trace directory (--trace.directory alone turns the collector on in simulation); a
 # real Prometheus scrapes it. Generated traces of a job of four ranks are written into the
-# directory, two gzipped in place (slowly) and two plain, renamed into place, beside a truncated
+# directory, two gzipped in place (slowly) and two plain, renamed into place, and a memory
+# snapshot, beside a truncated
 # trace, a JSON file that is no trace, a 2 GiB (sparse) file and 10,000 unrelated files. Through
 # Prometheus' HTTP API: every per-rank series equals what `trace analyze` reports for the same
 # file, the job-level straggler score equals `trace analyze` of the four files, each bad file is
@@ -23,6 +24,7 @@ mkdir -p "$job"
 for i in $(seq 1 10000); do : >"$traces/node-$i.prom"; done
 # There before the start: left alone (after a restart it would be counted twice).
 cp "$work/gen/rank0.pt.trace.json" "$traces/before.pt.trace.json"
+touch -d '-1 minute' "$traces/before.pt.trace.json"
 
 start_exporter --simulate dgx-h100 --trace.directory "$traces" --collector.trace.interval 200ms
 start_prometheus
@@ -46,11 +48,14 @@ for r in 1 3; do
 done
 head -c 5000 "$work/gen-gz/rank0.pt.trace.json.gz" >"$job/cut.pt.trace.json.gz"
 echo '{"lr": 0.001, "world_size": 4}' >"$job/hparams.json"
+# A CUDA memory snapshot of rank 1 (torch.cuda.memory._dump_snapshot's pickle).
+cp crates/trace/tests/fixtures/snapshot_p4.pickle "$job/rank1_memory.pickle"
 
 files=("$job/host_0.17000000000.pt.trace.json.gz" "$job/rank1_trace.json"
        "$job/host_2.17000000002.pt.trace.json.gz" "$job/rank3_trace.json")
 for r in 0 1 2 3; do "$BIN" trace analyze --format json "${files[$r]}" >"$work/rank$r.json"; done
 "$BIN" trace analyze --format json "${files[@]}" >"$work/job.json"
+"$BIN" trace analyze --format json "${files[1]}" "$job/rank1_memory.pickle" >"$work/memory.json"
 
 passed=0 failed=0
 check() { # NAME EXPR EXPECTED -- equal within 1e-9 relative (numbers) or as strings
@@ -65,7 +70,7 @@ check() { # NAME EXPR EXPECTED -- equal within 1e-9 relative (numbers) or as str
   done
 }
 j='trace_job="llama/iteration_10"'
-check "all four ranks analysed" 'dgx_pixels_trace_files_total{outcome="analysed"}' 4
+check "all four ranks and the snapshot analysed" 'dgx_pixels_trace_files_total{outcome="analysed"}' 5
 check "the truncated gzip is counted" 'dgx_pixels_trace_files_total{outcome="truncated"}' 1
 check "the JSON that is no trace is counted" 'dgx_pixels_trace_files_total{outcome="not_a_trace"}' 1
 check "the 2 GiB file is counted, not read" 'dgx_pixels_trace_files_total{outcome="too_large"}' 1
@@ -89,6 +94,10 @@ for r in 0 1 2 3; do
   done
   check "rank $r straggler score" "dgx_pixels_trace_straggler_score{$l}" "$(jq -r ".job.straggler_score[\"$r\"]" "$work/job.json")"
 done
+m="$j,rank=\"1\",cuda_device=\"$(jq -r '.memory_snapshots[0].devices[0].device' "$work/memory.json")\""
+check "snapshot reserved bytes" "dgx_pixels_trace_memory_reserved_bytes{$m}" "$(jq -r '.memory_snapshots[0].devices[0].reserved_bytes' "$work/memory.json")"
+check "snapshot allocated bytes" "dgx_pixels_trace_memory_allocated_bytes{$m}" "$(jq -r '.memory_snapshots[0].devices[0].allocated_bytes' "$work/memory.json")"
+check "snapshot fragmentation" "dgx_pixels_trace_memory_fragmentation_ratio{$m}" "$(jq -r '.memory_snapshots[0].devices[0].fragmentation_ratio' "$work/memory.json")"
 check "the job is complete" "dgx_pixels_trace_job_complete{$j}" 1
 check "the straggler" "dgx_pixels_trace_straggler{$j} == 1" 1
 check "the straggler is rank 2" "count(dgx_pixels_trace_straggler{$j,rank=\"2\"} == 1)" 1

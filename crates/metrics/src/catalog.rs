@@ -400,6 +400,14 @@ define_catalog! {
         "Per rank, the time its collectives waited for the slowest rank to start them (collectives matched by order; only when every rank has as many; latest job-level analysis).";
     TraceStraggler => Gauge None "dgx_pixels_trace_straggler" ["trace_job", "rank"] ["trace"]
         "1 for a rank that started last in at least half of the matched collectives, else 0 (latest job-level analysis with matched collectives).";
+    TraceMemoryReserved => Gauge Bytes "dgx_pixels_trace_memory_reserved_bytes" ["trace_job", "rank", "cuda_device"] ["trace"]
+        "Memory the CUDA caching allocator had reserved in the latest memory snapshot of the job (rank from the file name, empty without one; cuda_device is the device ordinal inside the job's process).";
+    TraceMemoryAllocated => Gauge Bytes "dgx_pixels_trace_memory_allocated_bytes" ["trace_job", "rank", "cuda_device"] ["trace"]
+        "Memory requested by live allocations in the latest memory snapshot (PyTorch's allocated bytes).";
+    TraceMemoryFragmentation => Gauge Ratio "dgx_pixels_trace_memory_fragmentation_ratio" ["trace_job", "rank", "cuda_device"] ["trace"]
+        "Free memory in reserved segments outside allocated blocks over reserved memory, in the latest memory snapshot.";
+    TraceMemoryPeakAllocated => Gauge Bytes "dgx_pixels_trace_memory_peak_allocated_bytes" ["trace_job", "rank", "cuda_device"] ["trace"]
+        "Peak allocated memory replayed from the latest snapshot's history; absent when the job did not record memory history.";
     CostElectricityPrice => Gauge None "dgx_pixels_cost_electricity_price_per_joule" ["currency"] ["exporter"]
         "Configured electricity price per joule (the [cost] price per kWh divided by 3.6e6), in the currency of the label.";
     CostPowerUsageEffectiveness => Gauge None "dgx_pixels_cost_power_usage_effectiveness" [] ["exporter"]

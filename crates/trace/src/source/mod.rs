@@ -1,6 +1,6 @@
-//! The `trace` source: watches the directories where training jobs drop profiler traces,
-//! analyses each new trace in the background, and serves what the analysis found as counters
-//! of the `trace` subsystem (docs/traces.md, "The trace collector").
+//! The `trace` source: watches the directories where training jobs drop profiler traces and
+//! CUDA memory snapshots, analyses each new file in the background, and serves what the
+//! analysis found as series of the `trace` subsystem (docs/traces.md, "The trace collector").
 //!
 //! Why here and not in the exporter: the source is the analysis engine run on a schedule; it
 //! needs this crate's parser and analyses and the metrics catalog, nothing of the daemon.
@@ -46,10 +46,13 @@ use dgx_pixels_metrics::{PollError, PollErrorKind, PollOutput, Sample, Source};
 use serde::{Deserialize, Deserializer};
 
 pub use series::{job_label, Outcome, MAX_JOB_BYTES};
-pub use watch::{glob_match, is_trace_name};
+pub use watch::{glob_match, is_snapshot_name, is_trace_name};
 
 /// Default largest trace file analysed: 1 GiB.
 pub const DEFAULT_MAX_FILE_BYTES: u64 = 1 << 30;
+/// Default largest memory snapshot read: 128 MiB (one is read whole, and its unpickled form is
+/// several times its size; a snapshot with full history is tens of MB).
+pub const DEFAULT_MAX_SNAPSHOT_BYTES: u64 = 128 << 20;
 /// Default depth of subdirectories searched below each watched directory.
 pub const DEFAULT_MAX_DEPTH: usize = 2;
 /// Default bound on directory entries looked at per listing (all directories together).
@@ -75,6 +78,8 @@ pub struct TraceOptions {
     pub directory: Vec<PathBuf>,
     /// `max_file_bytes`: larger files are not analysed (counted as `too_large`).
     pub max_file_bytes: u64,
+    /// `max_snapshot_bytes`: larger memory snapshots are not read (counted as `too_large`).
+    pub max_snapshot_bytes: u64,
     /// `max_depth`: subdirectories searched below each watched directory (0 = only its files).
     pub max_depth: usize,
     /// `max_entries`: directory entries looked at per listing, over all directories; the rest
@@ -94,8 +99,8 @@ pub struct TraceOptions {
     pub group_timeout: Duration,
     /// `max_event_bytes`: largest single JSON value (one event) accepted.
     pub max_event_bytes: usize,
-    /// `analyze_existing`: also analyse the files already there, unchanged since before the
-    /// source started (off: after a restart they would be counted a second time).
+    /// `analyze_existing`: also analyse the files already there, last modified more than 2 s
+    /// before the source started (off: after a restart they would be counted a second time).
     pub analyze_existing: bool,
 }
 
@@ -104,6 +109,7 @@ impl Default for TraceOptions {
         TraceOptions {
             directory: Vec::new(),
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
+            max_snapshot_bytes: DEFAULT_MAX_SNAPSHOT_BYTES,
             max_depth: DEFAULT_MAX_DEPTH,
             max_entries: DEFAULT_MAX_ENTRIES,
             max_ranks: DEFAULT_MAX_RANKS,
@@ -121,6 +127,7 @@ impl TraceOptions {
     pub fn validate(&self) -> Result<(), String> {
         let positive = [
             ("max_file_bytes", self.max_file_bytes == 0),
+            ("max_snapshot_bytes", self.max_snapshot_bytes == 0),
             ("max_entries", self.max_entries == 0),
             ("max_ranks", self.max_ranks == 0),
             ("max_attempts", self.max_attempts == 0),
@@ -129,6 +136,12 @@ impl TraceOptions {
         ];
         if let Some((key, _)) = positive.iter().find(|(_, zero)| *zero) {
             return Err(format!("trace.{key}: must be > 0"));
+        }
+        if self.max_snapshot_bytes > crate::memory::MAX_SNAPSHOT_BYTES {
+            return Err(format!(
+                "trace.max_snapshot_bytes: over {} (the snapshot reader's own limit)",
+                crate::memory::MAX_SNAPSHOT_BYTES
+            ));
         }
         if self.max_depth > 8 {
             return Err(format!(

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use dgx_pixels_metrics::{Metric, Sample};
 
 use crate::analysis::RankReport;
+use crate::memory::SnapshotReport;
 
 /// Longest `trace_job` label value, in bytes; longer directory paths keep their end (the most
 /// specific part) after a hash of the whole path.
@@ -120,7 +121,13 @@ pub struct Series {
     files: BTreeMap<Outcome, u64>,
     analysis_seconds: f64,
     read_bytes: f64,
+    /// The latest memory snapshot per (job, rank or "", CUDA device): sequence number of the
+    /// update, reserved, allocated, fragmentation, peak allocated (with history).
+    memory: HashMap<MemoryKey, (u64, [Option<f64>; 4])>,
 }
+
+/// (job, rank or "", CUDA device) of a memory snapshot's device.
+type MemoryKey = (String, String, i64);
 
 const US: f64 = 1e-6;
 
@@ -134,6 +141,35 @@ impl Series {
             files: Outcome::ALL.iter().map(|&o| (o, 0)).collect(),
             analysis_seconds: 0.0,
             read_bytes: 0.0,
+            memory: HashMap::new(),
+        }
+    }
+
+    /// Sets the memory gauges of `job` and `rank` (empty when the file name gives none) from a
+    /// snapshot; at most `max_ranks` (job, rank, device) entries, the oldest dropped first.
+    pub fn snapshot(&mut self, job: &str, rank: &str, report: &SnapshotReport) {
+        for d in &report.devices {
+            self.seq += 1;
+            let values = [
+                Some(d.reserved_bytes as f64),
+                Some(d.allocated_bytes as f64),
+                Some(d.fragmentation_ratio),
+                d.peak_allocated_bytes.map(|b| b as f64),
+            ];
+            self.memory.insert(
+                (job.to_string(), rank.to_string(), d.device),
+                (self.seq, values),
+            );
+        }
+        while self.memory.len() > self.max_ranks {
+            let oldest = self
+                .memory
+                .iter()
+                .min_by_key(|(_, (seq, _))| *seq)
+                .map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                self.memory.remove(&k);
+            }
         }
     }
 
@@ -271,6 +307,28 @@ impl Series {
                     [job, rank.as_str(), phase.as_str()],
                     *v,
                 ));
+            }
+        }
+        let mut keys: Vec<&MemoryKey> = self.memory.keys().collect();
+        keys.sort_unstable();
+        for key in keys {
+            let Some((_, values)) = self.memory.get(key) else {
+                continue;
+            };
+            let device = key.2.to_string();
+            let l = [key.0.as_str(), key.1.as_str(), device.as_str()];
+            for (m, v) in [
+                Metric::TraceMemoryReserved,
+                Metric::TraceMemoryAllocated,
+                Metric::TraceMemoryFragmentation,
+                Metric::TraceMemoryPeakAllocated,
+            ]
+            .into_iter()
+            .zip(values)
+            {
+                if let Some(v) = v {
+                    out.push(Sample::new(m, l, *v));
+                }
             }
         }
         out

@@ -489,3 +489,49 @@ fn a_job_missing_ranks_is_analysed_after_the_timeout_and_groups_are_bounded() {
     assert_eq!(value(&samples, Metric::TraceJobRanks, &["a"]), None);
     assert_eq!(value(&samples, Metric::TraceJobRanks, &["b"]), Some(4.0));
 }
+
+#[test]
+fn memory_snapshots_set_gauges_and_bad_ones_are_counted() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/snapshot_p4.pickle");
+    assert!(is_snapshot_name("rank3_memory.pickle") && !is_snapshot_name(".x.pickle"));
+    let dir = tempfile::tempdir().unwrap();
+    let job = dir.path().join("job-m");
+    fs::create_dir(&job).unwrap();
+    let mut source = TraceSource::start(
+        TraceOptions {
+            max_attempts: 2,
+            max_snapshot_bytes: 1 << 20,
+            ..options(dir.path())
+        },
+        Duration::from_millis(30),
+    )
+    .unwrap();
+    fs::copy(&fixture, job.join("rank3_memory.pickle")).unwrap();
+    fs::write(job.join("half.pickle"), &fs::read(&fixture).unwrap()[..100]).unwrap();
+    fs::write(job.join("big.pkl"), vec![0x80u8; (1 << 20) + 1]).unwrap();
+    let files = |s: &[Sample], o: &str| value(s, Metric::TraceFiles, &[o]).unwrap_or(0.0);
+    let samples = wait_for(&mut source, |s| {
+        files(s, "analysed") == 1.0
+            && files(s, "parse_error") == 1.0
+            && files(s, "too_large") == 1.0
+    });
+    let want = &crate::memory::read_snapshot(&fixture).unwrap().devices[0];
+    let device = want.device.to_string();
+    let l = ["job-m", "3", device.as_str()];
+    assert_eq!(
+        value(&samples, Metric::TraceMemoryReserved, &l),
+        Some(want.reserved_bytes as f64)
+    );
+    assert_eq!(
+        value(&samples, Metric::TraceMemoryAllocated, &l),
+        Some(want.allocated_bytes as f64)
+    );
+    assert_eq!(
+        value(&samples, Metric::TraceMemoryFragmentation, &l),
+        Some(want.fragmentation_ratio)
+    );
+    assert_eq!(
+        value(&samples, Metric::TraceMemoryPeakAllocated, &l),
+        want.peak_allocated_bytes.map(|b| b as f64)
+    );
+}

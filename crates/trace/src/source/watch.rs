@@ -4,7 +4,8 @@
 //! `max_depth`, looking at `max_entries` directory entries at most over all directories, so
 //! a huge directory full of other files costs a bounded amount per listing. Only regular
 //! files named like traces are kept (`*.json`, `*.json.gz`: the profiler's
-//! `{host}_{pid}.{time_ns}.pt.trace.json[.gz]`, `rank*_trace.json`, ...); hidden files (the
+//! `{host}_{pid}.{time_ns}.pt.trace.json[.gz]`, `rank*_trace.json`, ...) or like memory
+//! snapshots (`*.pickle`, `*.pkl`, `*.pk`); hidden files (the
 //! temporary files writers rename into place), symlinks and other files are skipped.
 //!
 //! Completeness: a file is ready when its size and modification time are the same in two
@@ -27,6 +28,16 @@ use super::TraceOptions;
 /// Whether a file name looks like a Kineto trace the watcher picks up.
 pub fn is_trace_name(name: &str) -> bool {
     !name.starts_with('.') && (name.ends_with(".json") || name.ends_with(".json.gz"))
+}
+
+/// Whether a file name looks like a CUDA memory snapshot (`torch.cuda.memory._dump_snapshot`'s
+/// pickle) the watcher picks up.
+pub fn is_snapshot_name(name: &str) -> bool {
+    !name.starts_with('.') && crate::memory::is_pickle(Path::new(name))
+}
+
+fn is_candidate(name: &str) -> bool {
+    is_trace_name(name) || is_snapshot_name(name)
 }
 
 /// Whether `name` matches the glob `pattern` (`*`: any run of characters, `?`: one
@@ -89,7 +100,8 @@ pub struct Ready {
 pub struct Scan {
     /// Files complete and due for (another) analysis.
     pub ready: Vec<Ready>,
-    /// Files found stable but over `max_file_bytes` (final; counted as `too_large`).
+    /// Files found stable but over `max_file_bytes` (`max_snapshot_bytes` for a snapshot;
+    /// final; counted as `too_large`).
     pub too_large: Vec<PathBuf>,
     /// Configured directories that could not be read, with why.
     pub unreadable: Vec<String>,
@@ -193,7 +205,16 @@ impl Watcher {
             if c.stable < due || f.id.size == 0 {
                 continue;
             }
-            if f.id.size > self.options.max_file_bytes {
+            let snapshot = f
+                .path
+                .file_name()
+                .is_some_and(|n| is_snapshot_name(&n.to_string_lossy()));
+            let limit = if snapshot {
+                self.options.max_snapshot_bytes
+            } else {
+                self.options.max_file_bytes
+            };
+            if f.id.size > limit {
                 self.candidates.remove(&f.path);
                 self.done.insert(f.path.clone(), f.id);
                 scan.too_large.push(f.path);
@@ -294,7 +315,7 @@ impl Watcher {
                     if depth < self.options.max_depth && !name.starts_with('.') {
                         stack.push((path, depth + 1));
                     }
-                } else if is_trace_name(&name) {
+                } else if is_candidate(&name) {
                     // A regular file (not a symlink), its size and modification time.
                     let Ok(m) = fs::symlink_metadata(&path) else {
                         continue;
@@ -336,7 +357,7 @@ fn entries(dir: &Path, budget: &mut usize) -> Vec<(String, PathBuf, bool)> {
         };
         let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
         // Only directories and names that may be traces are kept, so the list stays small.
-        if is_dir || is_trace_name(&name) {
+        if is_dir || is_candidate(&name) {
             out.push((name, e.path(), is_dir));
         }
     }

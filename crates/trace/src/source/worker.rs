@@ -11,25 +11,37 @@ use dgx_pixels_metrics::{PollError, PollErrorKind};
 
 use super::group::Groups;
 use super::series::{job_label, Outcome, Series};
-use super::watch::{Ready, Watcher};
+use super::watch::{is_snapshot_name, Ready, Watcher};
 use super::{Shared, TraceOptions};
-use crate::analysis::{analyze_ranks, AnalyzeOptions};
+use crate::analysis::{analyze_ranks, rank_from_name, AnalyzeOptions, RankAnalysis};
+use crate::memory::{read_snapshot, SnapshotReport};
 use crate::parse::{parse_file, ParseOptions, CANCELLED};
 use crate::TraceError;
 
 /// Starts the worker.
+/// Starts the worker. Files last modified more than [`EXISTING_MARGIN`] before now that its
+/// first listing finds were there before the source: left alone unless `analyze_existing`.
 pub(super) fn spawn(
     options: TraceOptions,
     interval: Duration,
     shared: Arc<Shared>,
 ) -> std::io::Result<JoinHandle<()>> {
+    // Taken here, not on the thread: a file written just after `start` returns is new.
+    let started = SystemTime::now()
+        .checked_sub(EXISTING_MARGIN)
+        .unwrap_or(UNIX_EPOCH);
     std::thread::Builder::new()
         .name("trace-analysis".into())
         .spawn(move || {
             lower_priority();
-            Worker::new(options, interval, shared).run();
+            Worker::new(options, interval, shared, started).run();
         })
 }
+
+/// How far before the start a file must have been modified to count as already there: file
+/// systems stamp modification times from a coarse clock that can lag the system time by a
+/// tick, so a file written just after the start may carry an earlier time.
+pub const EXISTING_MARGIN: Duration = Duration::from_secs(2);
 
 /// Puts the calling thread at the lowest CPU priority: `SCHED_IDLE` (it runs when nothing
 /// else wants the CPU), else nice 19. Linux applies both per thread, so the daemon's other
@@ -65,9 +77,14 @@ struct Worker {
 }
 
 impl Worker {
-    fn new(options: TraceOptions, interval: Duration, shared: Arc<Shared>) -> Worker {
+    fn new(
+        options: TraceOptions,
+        interval: Duration,
+        shared: Arc<Shared>,
+        started: SystemTime,
+    ) -> Worker {
         Worker {
-            watcher: Watcher::new(options.clone(), SystemTime::now()),
+            watcher: Watcher::new(options.clone(), started),
             series: Series::new(options.max_ranks),
             groups: Groups::new(options.max_ranks, options.group_timeout),
             options,
@@ -155,6 +172,10 @@ impl Worker {
     /// Parses and analyses one file, as `trace analyze FILE` does, and records the outcome.
     fn analyse(&mut self, ready: &Ready) {
         let started = Instant::now();
+        let snapshot = ready
+            .path
+            .file_name()
+            .is_some_and(|n| is_snapshot_name(&n.to_string_lossy()));
         let opts = ParseOptions {
             max_value_bytes: self.options.max_event_bytes,
             progress: None,
@@ -162,16 +183,24 @@ impl Worker {
             deadline: Some(started + self.options.max_analysis_time),
         };
         let result = catch_unwind(AssertUnwindSafe(|| {
+            if snapshot {
+                return read_snapshot(&ready.path).map(Analysed::Snapshot);
+            }
             parse_file(&ready.path, &opts).and_then(|t| {
                 let world = t.world_size;
                 analyze_ranks(std::slice::from_ref(&t), &AnalyzeOptions::default())
-                    .map(|ranks| (world, ranks))
+                    .map(|ranks| Analysed::Trace(world, ranks))
             })
         }));
         self.series
             .cost(started.elapsed().as_secs_f64(), ready.id.size);
         let (outcome, retry, why) = match result {
-            Ok(Ok((world, ranks))) => {
+            Ok(Ok(Analysed::Snapshot(report))) => {
+                let rank = rank_from_name(&ready.path).map_or(String::new(), |r| r.to_string());
+                self.series.snapshot(&job_label(&ready.job), &rank, &report);
+                (Outcome::Analysed, false, String::new())
+            }
+            Ok(Ok(Analysed::Trace(world, ranks))) => {
                 let job = job_label(&ready.job);
                 let now = SystemTime::now()
                     .duration_since(UNIX_EPOCH)
@@ -206,6 +235,14 @@ impl Worker {
     }
 }
 
+/// What one file gave.
+enum Analysed {
+    /// A trace: its world size and its rank(s).
+    Trace(Option<u64>, Vec<RankAnalysis>),
+    /// A memory snapshot.
+    Snapshot(SnapshotReport),
+}
+
 fn is_cancelled(e: &TraceError) -> bool {
     matches!(e, TraceError::Io { source, .. } if source.to_string().contains(CANCELLED))
 }
@@ -225,8 +262,8 @@ pub(super) fn classify(e: &TraceError) -> (Outcome, bool) {
             _ => (Outcome::Unreadable, true),
         },
         TraceError::NotATrace { .. } => (Outcome::NotATrace, false),
-        TraceError::ValueTooLarge { .. } | TraceError::Snapshot { .. } | TraceError::Input(_) => {
-            (Outcome::ParseError, false)
-        }
+        // A snapshot pickled into place may be incomplete.
+        TraceError::Snapshot { .. } => (Outcome::ParseError, true),
+        TraceError::ValueTooLarge { .. } | TraceError::Input(_) => (Outcome::ParseError, false),
     }
 }
