@@ -143,6 +143,12 @@ impl TraceOptions {
                 crate::memory::MAX_SNAPSHOT_BYTES
             ));
         }
+        if self.max_attempts > 16 {
+            return Err(format!(
+                "trace.max_attempts: {} is over 16 (each try waits twice as long as the last)",
+                self.max_attempts
+            ));
+        }
         if self.max_depth > 8 {
             return Err(format!(
                 "trace.max_depth: {} is over 8 (each level multiplies the listing)",

@@ -189,7 +189,7 @@ impl Watcher {
                     attempts: 0,
                 });
             if c.id == f.id {
-                c.stable += 1;
+                c.stable = c.stable.saturating_add(1);
             } else {
                 *c = Candidate {
                     id: f.id,
