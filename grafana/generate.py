@@ -602,8 +602,10 @@ def system_health():
                GPU_LEGEND + " rx")],
             w=8, unit="Bps", custom=ts_custom(fill=0))
     d.panel("timeseries", "NVLink links down and errors",
-            "Links that are not active, and NVLink errors (replay, recovery, CRC) per interval.",
-            [q(f"sum by (node, gpu) (1 - dgx_pixels_nvlink_up{g})", GPU_LEGEND + " links down"),
+            "Links that are not active, and NVLink errors (replay, recovery, CRC) per interval "
+            "(dgx_pixels_nvlink_link_down and dgx_pixels_nvlink_link_errors_total name the links).",
+            [q(f"dgx_pixels_nvlink_links{g} - dgx_pixels_nvlink_links_up{g}",
+               GPU_LEGEND + " links down"),
              q(f"sum by (node, gpu) (increase(dgx_pixels_nvlink_errors_total{g}"
                "[$__rate_interval]))", GPU_LEGEND + " errors")],
             w=8, unit="short", min_=0, custom=ts_custom(fill=0))

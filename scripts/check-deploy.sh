@@ -187,6 +187,12 @@ systemd-analyze security --offline=true --root="$FAKE" --threshold="$SYSTEMD_EXP
   dgx-pixels-exporter.service >"$TMP/security" 2>&1 \
   || { cat "$TMP/security"; fail "systemd exposure above $SYSTEMD_EXPOSURE_MAX"; }
 tail -1 "$TMP/security"
+# The kmsg drop-in (docs/kmsg.md) must verify too; it trades exposure for /dev/kmsg on purpose.
+mkdir -p "$FAKE/etc/systemd/system/dgx-pixels-exporter.service.d"
+cp systemd/kmsg.conf "$FAKE/etc/systemd/system/dgx-pixels-exporter.service.d/"
+systemd-analyze verify --root="$FAKE" dgx-pixels-exporter.service >"$TMP/verify" 2>&1 \
+  || { cat "$TMP/verify"; fail "systemd-analyze verify with the kmsg drop-in"; }
+[ ! -s "$TMP/verify" ] || { cat "$TMP/verify"; fail "systemd-analyze verify with the kmsg drop-in printed warnings"; }
 
 section "hadolint Dockerfile"
 "$VENV/hadolint" Dockerfile

@@ -65,6 +65,13 @@ def run_binary(binary, container, configmap, extra_args, node_name="node-under-t
             with open(path, "w") as f:
                 f.write(configmap["data"]["config.toml"])
             a = f"--config.file={path}"
+        if a.startswith("--kmsg.path="):
+            # The node's kernel log: stand in with an empty file of its format.
+            path = os.path.join(tmp, "kmsg")
+            open(path, "w").close()
+            a = f"--kmsg.path={path}"
+        if a.startswith("--kmsg.state-directory="):
+            a = f"--kmsg.state-directory={os.path.join(tmp, 'state')}"
         if a.startswith("--web.config.file="):
             # The Secret is the user's; stand in with a valid file (headers only, so the check
             # can still scrape without credentials).
@@ -139,11 +146,19 @@ def main():
     check(spec["securityContext"].get("runAsNonRoot") is True, "pod runs as non-root")
     (c,) = spec["containers"]
     sc = c["securityContext"]
+    args = c.get("args", [])
+    kmsg = "--collector.kmsg" in args
     if sc.get("runAsUser") == 0 or sc.get("runAsNonRoot") is False:
-        check("--collector.kubernetes" in c.get("args", []),
-              "the container runs as root only for pod attribution (the kubelet socket)")
+        check("--collector.kubernetes" in args or kmsg,
+              "the container runs as root only for pod attribution (the kubelet socket) or the kernel log")
+    if sc.get("privileged") or sc.get("allowPrivilegeEscalation") is not False:
+        check(kmsg, "the container is privileged only for the kernel log (/dev/kmsg)")
+    if kmsg:
+        mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
+        path = next(a.split("=", 1)[1] for a in args if a.startswith("--kmsg.path="))
+        check(mounts.get(path, {}).get("readOnly") is True, "the kernel log is mounted read-only")
+        check("/var/lib/dgx-pixels-exporter" in mounts, "the kmsg state directory is a volume")
     check(sc.get("readOnlyRootFilesystem") is True, "read-only root filesystem")
-    check(sc.get("allowPrivilegeEscalation") is False, "no privilege escalation")
     check(sc.get("capabilities", {}).get("drop") == ["ALL"], "all capabilities dropped")
     check(c["livenessProbe"]["httpGet"]["path"] == "/-/healthy", "liveness on /-/healthy")
     check(c["readinessProbe"]["httpGet"]["path"] == "/-/ready", "readiness on /-/ready")

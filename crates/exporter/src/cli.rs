@@ -97,6 +97,15 @@ pub struct Cli {
     #[arg(long = "hpc.job-mapping-dir", value_name = "DIR")]
     pub hpc_job_mapping_dir: Option<PathBuf>,
 
+    /// The kernel log read by the kmsg collector (--collector.kmsg): /dev/kmsg, or a file or
+    /// FIFO of lines in its format [default: /dev/kmsg].
+    #[arg(long = "kmsg.path", value_name = "PATH")]
+    pub kmsg_path: Option<PathBuf>,
+    /// Where the kmsg collector keeps its state file (the last kernel-log record counted per
+    /// boot), so a restart counts nothing twice [default: /var/lib/dgx-pixels-exporter].
+    #[arg(long = "kmsg.state-directory", value_name = "DIR")]
+    pub kmsg_state_directory: Option<PathBuf>,
+
     /// Adds a node="NAME" label to every series (e.g. from the NODE_NAME downward-API variable).
     #[arg(long = "node.name", value_name = "NAME")]
     pub node_name: Option<String>,

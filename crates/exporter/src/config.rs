@@ -405,6 +405,8 @@ pub struct Settings {
     pub probes: ProbesSettings,
     /// GPU health verdict.
     pub health: HealthSettings,
+    /// Kernel log: the kmsg crate's own options (`path`, `state_directory`, `boot_id_path`).
+    pub kmsg: dgx_pixels_kmsg::KmsgOptions,
     /// Profiler trace source.
     pub trace: dgx_pixels_trace::source::TraceOptions,
 }

@@ -101,12 +101,13 @@ fn main() -> ExitCode {
     };
     let started = runtime.block_on(async {
         let store_slot = collectors::probes::StoreSlot::default();
-        let plan =
-            plan(&settings, &store_slot).map_err(|e| StartError::Config(format!("{e:#}")))?;
+        let lasting = Arc::new(collectors::Lasting::default());
+        let plan = plan(&settings, &store_slot, &lasting)
+            .map_err(|e| StartError::Config(format!("{e:#}")))?;
         let listener = dgx_pixels_web::listen(&settings.web.listen_address)
             .await
             .map_err(|e| StartError::Other(format!("{e:#}")))?;
-        Ok::<_, StartError>((plan, store_slot, listener))
+        Ok::<_, StartError>((plan, (store_slot, lasting), listener))
     });
     let (plan, store_slot, listener) = match started {
         Ok(s) => s,
@@ -173,7 +174,11 @@ impl Plan {
 
 /// The sources `settings` ask for: the simulated node (under `--simulate`), then every enabled
 /// collector of the registry, built by its descriptor.
-fn plan(settings: &Settings, store_slot: &collectors::probes::StoreSlot) -> Result<Plan> {
+fn plan(
+    settings: &Settings,
+    store_slot: &collectors::probes::StoreSlot,
+    lasting: &collectors::Lasting,
+) -> Result<Plan> {
     let mut plan = Plan {
         sources: Vec::new(),
         fingerprints: HashMap::new(),
@@ -183,7 +188,7 @@ fn plan(settings: &Settings, store_slot: &collectors::probes::StoreSlot) -> Resu
         readers: 0,
     };
     let simulated = match &settings.simulation.scenario {
-        Some(name) => Some(simulated_node(settings, name, &mut plan)?),
+        Some(name) => Some(simulated_node(settings, name, lasting, &mut plan)?),
         None => None,
     };
     // Series DCGM provides on real GPUs; the samples of them from collectors that yield owned
@@ -213,6 +218,8 @@ fn plan(settings: &Settings, store_slot: &collectors::probes::StoreSlot) -> Resu
             store_slot,
             simulated: simulated.as_ref(),
             dcgm_fields: &dcgm_fields,
+            xid_ledger: &lasting.xid_ledger,
+            lasting,
         };
         let Some(source) = (c.build)(&ctx)? else {
             continue;
@@ -232,6 +239,7 @@ fn plan(settings: &Settings, store_slot: &collectors::probes::StoreSlot) -> Resu
 fn simulated_node(
     settings: &Settings,
     name: &str,
+    lasting: &collectors::Lasting,
     plan: &mut Plan,
 ) -> Result<collectors::Simulated> {
     let scenario = Scenario::load(name).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -265,7 +273,8 @@ fn simulated_node(
     let xid_quiet = settings.nvml.xid_quiet_period;
     let sim = dgx_pixels_sim_source::SimSource::new(Node::new(scenario.clone()))
         .with_profiling(profiling)
-        .with_xid_quiet_period(xid_quiet);
+        .with_xid_quiet_period(xid_quiet)
+        .with_xid_ledger(Arc::clone(&lasting.xid_ledger));
     let started = sim.started();
     let key: collectors::RestartKey = Box::new((settings.simulation.clone(), profiling, xid_quiet));
     plan.push(Box::new(sim), Fingerprint::new(timing, key), timing, false);
@@ -345,7 +354,7 @@ async fn run(
     web: Arc<WebState>,
     level: logging::LevelHandle,
     mut plan: Plan,
-    store_slot: collectors::probes::StoreSlot,
+    (store_slot, lasting): (collectors::probes::StoreSlot, Arc<collectors::Lasting>),
     listener: tokio::net::TcpListener,
 ) -> Result<()> {
     if plan.readers == 0 {
@@ -414,6 +423,7 @@ async fn run(
         fixed: vec!["exporter"],
         store: Arc::clone(&store),
         store_slot,
+        lasting,
         app: Arc::clone(&state),
         level: Some(level),
         counters: config_reloads,

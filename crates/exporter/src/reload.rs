@@ -82,6 +82,8 @@ pub struct Live {
     pub fixed: Vec<&'static str>,
     pub store: Arc<SnapshotStore>,
     pub store_slot: crate::collectors::probes::StoreSlot,
+    /// What lives across reloads (the XID ledger, what collectors keep).
+    pub lasting: Arc<crate::collectors::Lasting>,
     pub app: Arc<AppState>,
     pub level: Option<LevelHandle>,
     pub counters: Arc<ReloadCounters>,
@@ -113,7 +115,7 @@ impl Live {
         let new = config::resolve(&self.cli, env).map_err(|e| anyhow!("{e}"))?;
         crate::logging::parse(&new.log.level).map_err(|e| anyhow!(e))?;
         new.listen_addr().map_err(|e| anyhow!("{e}"))?;
-        let plan = crate::plan(&new, &self.store_slot)?;
+        let plan = crate::plan(&new, &self.store_slot, &self.lasting)?;
         let runners = self
             .runners
             .as_mut()

@@ -207,6 +207,17 @@ const EXPECT: &[Expect] = &[
         ends_at: 12.0,
         clears: Clears::Promptly,
     },
+    Expect {
+        gpu: 14,
+        sequence: &[
+            HEALTHY,
+            ("unhealthy", "drain_and_reset", "driver_recovery_action"),
+            HEALTHY,
+        ],
+        transient: &[],
+        ends_at: 12.0,
+        clears: Clears::Promptly,
+    },
 ];
 
 /// The value of label `key` in one exposition line.

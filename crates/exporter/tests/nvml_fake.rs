@@ -254,15 +254,27 @@ fn served_values_equal_the_simulator_for_every_builtin_scenario() {
                     1024.0 * f64::from(g.nvlink_count),
                     &what("nvlink tx"),
                 );
+                let links = r.nvlinks.len() as f64;
+                let up = r.nvlinks.iter().filter(|k| k.up).count() as f64;
                 assert_eq!(
-                    series(&body, "dgx_pixels_nvlink_up")
-                        .iter()
-                        .filter(|s| s.contains(&format!("gpu=\"{i}\",")))
-                        .count(),
-                    g.nvlink_count as usize,
+                    value(&body, "dgx_pixels_nvlink_links", &l),
+                    Some(f64::from(g.nvlink_count)),
                     "{}",
                     what("links")
                 );
+                assert_eq!(links, f64::from(g.nvlink_count), "{}", what("links read"));
+                assert_eq!(
+                    value(&body, "dgx_pixels_nvlink_links_up", &l),
+                    Some(up),
+                    "{}",
+                    what("links up")
+                );
+                // Per-link series only for links that are down or have errors.
+                let down = series(&body, "dgx_pixels_nvlink_link_down")
+                    .iter()
+                    .filter(|s| s.contains(&format!("gpu=\"{i}\",")))
+                    .count() as f64;
+                assert_eq!(down, links - up, "{}", what("links down"));
             } else {
                 assert_eq!(
                     value(&body, "dgx_pixels_nvlink_transmit_bytes_total", &l),

@@ -20,6 +20,12 @@ pub struct Config {
     pub hang: Option<(u32, Duration)>,
     /// `[from, to)` scenario-time window in which the driver is "being reset".
     pub uninitialized: Option<(Duration, Duration)>,
+    /// A file the driver prints its XIDs to as `/dev/kmsg` records, as the real driver prints
+    /// them to the kernel log (`FAKE_NVML_KMSG`).
+    pub kmsg: Option<std::path::PathBuf>,
+    /// Whether GPUs accept XID event registration (`FAKE_NVML_XID_EVENTS=0`: they answer
+    /// `NOT_SUPPORTED`, so NVML never delivers an XID and only the kernel log has them).
+    pub xid_events: bool,
 }
 
 /// Scenario time: frozen, or running from an offset since init.
@@ -112,12 +118,22 @@ impl Config {
             }
             None => None,
         };
+        let kmsg = get("FAKE_NVML_KMSG")
+            .filter(|s| !s.is_empty())
+            .map(std::path::PathBuf::from);
+        let xid_events = match get("FAKE_NVML_XID_EVENTS").as_deref().map(str::trim) {
+            None | Some("1") => true,
+            Some("0") => false,
+            Some(v) => return Err(bad("FAKE_NVML_XID_EVENTS", v, "expected 0 or 1")),
+        };
         Ok(Config {
             scenario,
             clock,
             pcie_delay,
             hang,
             uninitialized,
+            kmsg,
+            xid_events,
         })
     }
 
@@ -148,6 +164,7 @@ mod tests {
         assert_eq!(c.pcie_delay, Duration::from_millis(20));
         assert_eq!(c.hang, None);
         assert_eq!(c.uninitialized, None);
+        assert_eq!((c.kmsg, c.xid_events), (None, true));
     }
 
     #[test]
@@ -160,8 +177,12 @@ mod tests {
             ("FAKE_NVML_HANG_GPU", "2"),
             ("FAKE_NVML_HANG_AFTER", "10"),
             ("FAKE_NVML_UNINITIALIZED", "1.5:3"),
+            ("FAKE_NVML_KMSG", "/tmp/kmsg"),
+            ("FAKE_NVML_XID_EVENTS", "0"),
         ])
         .unwrap();
+        assert_eq!(c.kmsg.as_deref(), Some(std::path::Path::new("/tmp/kmsg")));
+        assert!(!c.xid_events);
         assert_eq!(c.scenario, "dgx-spark");
         // A frozen time wins over a start offset.
         assert_eq!(c.clock, ClockMode::Frozen(Duration::from_millis(61_500)));
@@ -185,6 +206,7 @@ mod tests {
             ("FAKE_NVML_HANG_GPU", "first"),
             ("FAKE_NVML_UNINITIALIZED", "5"),
             ("FAKE_NVML_UNINITIALIZED", "5:2"),
+            ("FAKE_NVML_XID_EVENTS", "yes"),
         ] {
             let err = parse(&[(k, v)]).unwrap_err().to_string();
             assert!(err.starts_with(k), "{err}");

@@ -148,6 +148,7 @@ nvml_fn! {
                 return Err(ERROR_INVALID_ARGUMENT);
             }
             if handle.mig.is_some()
+                || !d.config.xid_events
                 || event_types == 0
                 || event_types & !EVENT_TYPE_XID_CRITICAL_ERROR != 0
             {

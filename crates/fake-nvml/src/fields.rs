@@ -29,6 +29,7 @@ pub const FI_DEV_REMAPPED_UNC: u32 = 143;
 pub const FI_DEV_REMAPPED_PENDING: u32 = 144;
 pub const FI_DEV_REMAPPED_FAILURE: u32 = 145;
 pub const FI_DEV_POWER_INSTANT: u32 = 186;
+pub const FI_DEV_GET_GPU_RECOVERY_ACTION: u32 = 230;
 
 /// `scopeId` for "all links" in the NVLink fields.
 pub const SCOPE_ALL_LINKS: u32 = u32::MAX;
@@ -99,6 +100,11 @@ pub fn answer(gpu: &GpuStatic, r: &GpuReadout, id: u32, scope: u32) -> Answer {
             .power_watts
             .map_or(Answer::Error(ERROR_NOT_SUPPORTED), |w| {
                 Answer::Uint(milliwatts(w))
+            }),
+        FI_DEV_GET_GPU_RECOVERY_ACTION => r
+            .recovery_action
+            .map_or(Answer::Error(ERROR_NOT_SUPPORTED), |a| {
+                Answer::Uint(a.to_nvml())
             }),
         _ => Answer::Error(ERROR_NOT_SUPPORTED),
     }

@@ -204,6 +204,8 @@ pub struct Driver {
     /// XID counts just before each loss, by `(gpu, lost since)`.
     loss_counts: HashMap<(usize, Duration), BTreeMap<u32, u64>>,
     pub events: Registry,
+    /// What the driver printed to the fake kernel log (`FAKE_NVML_KMSG`).
+    pub kmsg: crate::kmsg::Printed,
 }
 
 /// A device call's view of its GPU.
@@ -245,6 +247,7 @@ impl Driver {
             cache: vec![None; gpus],
             loss_counts: HashMap::new(),
             events: Registry::default(),
+            kmsg: Default::default(),
         })
     }
 
@@ -396,6 +399,7 @@ pub fn with_driver<R>(
     let d = guard.as_mut().ok_or(ERROR_UNINITIALIZED)?;
     let now = d.now();
     d.check_session(now)?;
+    d.print_xids(now);
     f(d, now)
 }
 
@@ -433,6 +437,7 @@ pub fn device_call<R>(
         drop(guard);
         hang_forever();
     }
+    d.print_xids(now);
     let reading = match access {
         Access::Identity => None,
         Access::Reading => match d.state(handle.gpu, now) {

@@ -700,7 +700,7 @@ child_test!(
         let t = Duration::from_secs(4);
         let mut node = sim("fault-health");
         let nvml = open().unwrap();
-        assert_eq!(nvml.device_count().unwrap(), 14);
+        assert_eq!(nvml.device_count().unwrap(), 15);
         let dev = |i: u32| nvml.device_by_index(i).unwrap();
         // GPU 4: link 2 down, the others up.
         let active: Vec<bool> = (0..18)

@@ -21,9 +21,9 @@ pub(crate) struct GpuFacts {
     pub remap_failure: Option<bool>,
     pub remap_pending: Option<bool>,
     pub retired_pages_pending: Option<bool>,
-    /// Links reported, and those down.
-    pub nvlinks: usize,
-    pub nvlinks_down: usize,
+    /// Links the GPU has, and those up.
+    pub nvlinks: Option<f64>,
+    pub nvlinks_up: Option<f64>,
     /// Recovery and data CRC errors over all links.
     pub nvlink_serious_errors: Option<f64>,
     pub pcie_generation: Option<f64>,
@@ -31,6 +31,8 @@ pub(crate) struct GpuFacts {
     pub pcie_width: Option<f64>,
     pub pcie_max_width: Option<f64>,
     pub utilization: Option<f64>,
+    /// The driver's recovery action (`none` when it needs nothing).
+    pub recovery_action: Option<String>,
     /// Throttle reasons active now.
     pub hw_slowdown: bool,
     pub thermal_slowdown: bool,
@@ -72,10 +74,8 @@ pub(crate) fn gather<'a>(
             Metric::GpuRemappedRowsFailure => f.remap_failure = Some(on),
             Metric::GpuRemappedRowsPending => f.remap_pending = Some(on),
             Metric::GpuRetiredPagesPending => f.retired_pages_pending = Some(on),
-            Metric::NvlinkUp => {
-                f.nvlinks += 1;
-                f.nvlinks_down += usize::from(!on);
-            }
+            Metric::NvlinkLinks => f.nvlinks = Some(s.value),
+            Metric::NvlinkLinksUp => f.nvlinks_up = Some(s.value),
             Metric::NvlinkErrors => {
                 if matches!(s.label("error_type"), Some("recovery" | "crc_data")) {
                     *f.nvlink_serious_errors.get_or_insert(0.0) += s.value;
@@ -86,6 +86,9 @@ pub(crate) fn gather<'a>(
             Metric::PcieLinkWidth => f.pcie_width = Some(s.value),
             Metric::PcieLinkMaxWidth => f.pcie_max_width = Some(s.value),
             Metric::GpuUtilization => f.utilization = Some(s.value),
+            Metric::GpuRecoveryAction => {
+                f.recovery_action = s.label("action").map(str::to_string);
+            }
             Metric::GpuThrottleReason if on => match s.label("reason") {
                 Some("hw_slowdown" | "hw_power_brake_slowdown") => f.hw_slowdown = true,
                 Some("hw_thermal_slowdown" | "sw_thermal_slowdown") => f.thermal_slowdown = true,
@@ -109,7 +112,8 @@ fn is_read(metric: Metric) -> bool {
             | Metric::GpuRemappedRowsFailure
             | Metric::GpuRemappedRowsPending
             | Metric::GpuRetiredPagesPending
-            | Metric::NvlinkUp
+            | Metric::NvlinkLinks
+            | Metric::NvlinkLinksUp
             | Metric::NvlinkErrors
             | Metric::PcieLinkGeneration
             | Metric::PcieLinkMaxGeneration
@@ -117,5 +121,6 @@ fn is_read(metric: Metric) -> bool {
             | Metric::PcieLinkMaxWidth
             | Metric::GpuUtilization
             | Metric::GpuThrottleReason
+            | Metric::GpuRecoveryAction
     )
 }

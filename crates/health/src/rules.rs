@@ -69,6 +69,8 @@ pub enum Outcome {
     Fixed(Verdict, Action),
     /// Per XID code: the catalog's immediate action, see [`xid_outcome`].
     XidCatalog,
+    /// The driver's own recovery action, see [`driver_outcome`].
+    DriverAction,
 }
 
 /// One rule of the table.
@@ -129,6 +131,13 @@ pub const RULES: &[Rule] = &[
         source: "`dgx_pixels_gpu_xid_errors_total` grew (NVML, the kernel log, the simulated node), joined to the XID catalog (docs/xid.md)",
     },
     Rule {
+        reason: "driver_recovery_action",
+        condition: "the driver says the GPU needs a reset, a reboot or a drain (NVML's GPU recovery action field, where the driver has it)",
+        outcome: Outcome::DriverAction,
+        clears: Clears::WhenReadingClears,
+        source: "`dgx_pixels_gpu_recovery_action_info{action!=\"none\"}`",
+    },
+    Rule {
         reason: "row_remap_pending",
         condition: "a memory row remapping waits for the next GPU reset",
         outcome: Outcome::Fixed(Verdict::Degraded, Action::ResetGpu),
@@ -147,14 +156,14 @@ pub const RULES: &[Rule] = &[
         condition: "an NVLink link of the GPU is down",
         outcome: Outcome::Fixed(Verdict::Degraded, Action::DrainP2p),
         clears: Clears::WhenReadingClears,
-        source: "`dgx_pixels_nvlink_up` = 0 for any link",
+        source: "`dgx_pixels_nvlink_links_up` < `dgx_pixels_nvlink_links` (`dgx_pixels_nvlink_link_down` names the link)",
     },
     Rule {
         reason: "nvlink_errors",
         condition: "NVLink recovery or data CRC errors grew (a link retrained or corrupted data)",
         outcome: Outcome::Fixed(Verdict::Degraded, Action::CheckHardware),
         clears: Clears::AfterQuietPeriod,
-        source: "`dgx_pixels_nvlink_errors_total{error_type=~\"recovery|crc_data\"}` grew",
+        source: "`dgx_pixels_nvlink_errors_total{error_type=~\"recovery|crc_data\"}` (all links) grew",
     },
     Rule {
         reason: "pcie_width_degraded",
@@ -211,6 +220,20 @@ pub fn xid_outcome(action: Action) -> Option<(Verdict, Clears)> {
     }
 }
 
+/// Verdict and action of the driver's recovery action (the `action` label of
+/// `dgx_pixels_gpu_recovery_action_info`): a drain of peer-to-peer traffic degrades the GPU, a
+/// reset or reboot makes it unhealthy; `None` for "none" (or a value this build does not know).
+pub fn driver_outcome(action: &str) -> Option<(Verdict, Action)> {
+    match Action::from_str_opt(action)? {
+        Action::None => None,
+        Action::DrainP2p => Some((Verdict::Degraded, Action::DrainP2p)),
+        a @ (Action::ResetGpu | Action::Reboot | Action::DrainAndReset) => {
+            Some((Verdict::Unhealthy, a))
+        }
+        _ => None,
+    }
+}
+
 /// How disruptive an action is, for choosing the one to report when several are pending: the
 /// most disruptive also settles the others (a reboot resets the GPU; a reset restarts its
 /// applications). Contacting support ranks highest: it is what remains after the rest failed.
@@ -264,6 +287,11 @@ pub fn markdown() -> String {
                 "by the catalog action: unhealthy for reset_gpu, reboot, restart_vm, drain_p2p, drain_and_reset, check_hardware, contact_support; degraded for restart_app, update_software, evaluate, unknown",
                 "the catalog's immediate action for the code",
                 "unhealthy ones when the GPU is seen reset; degraded ones after `[health] clear_after` without the code",
+            ),
+            Outcome::DriverAction => (
+                "unhealthy for reset_gpu, reboot, drain_and_reset; degraded for drain_p2p",
+                "the driver's",
+                r.clears.describe(),
             ),
         };
         out.push_str(&format!(

@@ -10,7 +10,7 @@ use dgx_pixels_xid::Action;
 
 use crate::facts::{gather, GpuFacts};
 use crate::rules::{
-    action_rank, rule, xid_outcome, Clears, Outcome, Verdict, NONE, NO_READINGS,
+    action_rank, driver_outcome, rule, xid_outcome, Clears, Outcome, Verdict, NONE, NO_READINGS,
     PCIE_BUSY_UTILIZATION, XID_UNCATALOGUED,
 };
 
@@ -275,13 +275,16 @@ fn levels(f: &GpuFacts) -> Vec<Condition> {
             "retired_pages_pending",
             f.retired_pages_pending == Some(true),
         ),
-        ("nvlink_down", f.nvlinks_down > 0),
+        (
+            "nvlink_down",
+            matches!((f.nvlinks_up, f.nvlinks), (Some(up), Some(all)) if up < all),
+        ),
         (
             "pcie_width_degraded",
             matches!((f.pcie_width, f.pcie_max_width), (Some(w), Some(max)) if w < max),
         ),
     ];
-    holds
+    let mut conditions: Vec<Condition> = holds
         .into_iter()
         .filter(|(_, h)| *h)
         .filter_map(|(reason, _)| {
@@ -292,10 +295,18 @@ fn levels(f: &GpuFacts) -> Vec<Condition> {
                     verdict,
                     action,
                 }),
-                Outcome::XidCatalog => None,
+                Outcome::XidCatalog | Outcome::DriverAction => None,
             }
         })
-        .collect()
+        .collect();
+    if let Some((verdict, action)) = f.recovery_action.as_deref().and_then(driver_outcome) {
+        conditions.push(Condition {
+            reason: "driver_recovery_action".into(),
+            verdict,
+            action,
+        });
+    }
+    conditions
 }
 
 #[cfg(test)]

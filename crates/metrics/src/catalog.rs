@@ -7,6 +7,7 @@
 use std::fmt;
 
 use crate::device::Scope;
+mod markdown;
 mod names;
 pub use names::openmetrics_names;
 
@@ -165,7 +166,8 @@ impl Metric {
 }
 
 // Sources: "nvml", "dcgm", "probes" (CUDA probes, or simulated ones on a simulated node), "sim"
-// (the simulated node, DCGM profiling included), "textfile", "trace" (profiler traces),
+// (the simulated node, DCGM profiling included), "textfile", "kmsg" (the kernel log),
+// "trace" (profiler traces),
 // "kubernetes" and "hpc" (attribution, see `attribution`), "health" (the per-GPU verdict) and
 // "exporter" (the daemon itself, including the [cost] settings).
 define_catalog! {
@@ -216,11 +218,13 @@ define_catalog! {
     GpuThrottleViolation => Counter Seconds "dgx_pixels_gpu_throttle_violation_seconds_total" ["gpu", "uuid", "policy"] ["nvml", "dcgm", "sim"]
         "Time clocks were held below the requested clocks, per policy (power, thermal, sync_boost, board_limit, low_utilization, reliability).";
     GpuXidErrors => Counter None "dgx_pixels_gpu_xid_errors_total" ["gpu", "uuid", "xid"] ["nvml", "sim"]
-        "XID errors reported by the driver, per XID code; every occurrence counts, repeats included.";
+        "XID errors reported by the driver, per XID code; every occurrence counts, repeats included. With the kmsg collector on, XIDs from the kernel log count too, and one seen both ways (less than 10 s apart) counts once.";
     GpuXidIncidents => Counter None "dgx_pixels_gpu_xid_incidents_total" ["gpu", "uuid", "xid"] ["nvml", "sim"]
         "XID incidents per code: occurrences of one code on one GPU less than the quiet period apart ([nvml] xid_quiet_period, default 3 min) are one incident, so a storm of hundreds pages once.";
     GpuXidInfo => Gauge None "dgx_pixels_gpu_xid_info" ["gpu", "uuid", "xid", "mnemonic", "action"] ["nvml", "sim"]
         "One series (value 1) per XID code the GPU has reported: NVIDIA's mnemonic for it and the recommended immediate action from the XID catalog (docs/xid.md; unknown for a code the catalog lacks). Join on uuid and xid to put the action beside dgx_pixels_gpu_xid_errors_total.";
+    GpuRecoveryAction => Gauge None "dgx_pixels_gpu_recovery_action_info" ["gpu", "uuid", "action"] ["nvml", "sim"]
+        "What the driver says the GPU needs to recover (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: none, reset_gpu, reboot, drain_p2p, drain_and_reset), value 1; absent where the driver does not report it. The health rule driver_recovery_action reads it.";
     GpuHealthState => Gauge None "dgx_pixels_gpu_health_state" ["gpu", "uuid", "state"] ["health"]
         "Health verdict of the GPU from the rules of docs/health.md: 1 for the current state (healthy, degraded, unhealthy, unknown when the GPU cannot be read), 0 for the others.";
     GpuHealthAction => Gauge None "dgx_pixels_gpu_health_action_info" ["gpu", "uuid", "action", "reason"] ["health"]
@@ -261,10 +265,16 @@ define_catalog! {
         "Data transmitted over all NVLinks of the GPU.";
     NvlinkReceive => Counter Bytes "dgx_pixels_nvlink_receive_bytes_total" ["gpu", "uuid"] ["nvml", "sim"]
         "Data received over all NVLinks of the GPU.";
-    NvlinkUp => Gauge None "dgx_pixels_nvlink_up" ["gpu", "uuid", "link"] ["nvml", "sim"]
-        "1 when the NVLink link is active, else 0; one series per link the GPU has.";
-    NvlinkErrors => Counter None "dgx_pixels_nvlink_errors_total" ["gpu", "uuid", "link", "error_type"] ["nvml", "sim"]
-        "NVLink errors per link and type (replay, recovery, crc_flit, crc_data).";
+    NvlinkLinks => Gauge None "dgx_pixels_nvlink_links" ["gpu", "uuid"] ["nvml", "sim"]
+        "NVLink links the GPU has (the count expected up).";
+    NvlinkLinksUp => Gauge None "dgx_pixels_nvlink_links_up" ["gpu", "uuid"] ["nvml", "sim"]
+        "NVLink links of the GPU that are active; below dgx_pixels_nvlink_links when a link is down (dgx_pixels_nvlink_link_down names it).";
+    NvlinkErrors => Counter None "dgx_pixels_nvlink_errors_total" ["gpu", "uuid", "error_type"] ["nvml", "sim"]
+        "NVLink errors over all links of the GPU, per type (replay, recovery, crc_flit, crc_data); dgx_pixels_nvlink_link_errors_total names the links.";
+    NvlinkLinkDown => Gauge None "dgx_pixels_nvlink_link_down" ["gpu", "uuid", "link"] ["nvml", "sim"]
+        "1 for each NVLink link that is down now; links that are up have no series (an 18-link GPU would otherwise serve 18 ones; see docs/metrics.md, \"Series budget\").";
+    NvlinkLinkErrors => Counter None "dgx_pixels_nvlink_link_errors_total" ["gpu", "uuid", "link", "error_type"] ["nvml", "sim"]
+        "NVLink errors per link and type, only for the (link, type) pairs that have counted errors: the series appears at its first count, which increase() does not see, so sum the per-GPU dgx_pixels_nvlink_errors_total for rates and use this one to find the link.";
     GpuProcesses => Gauge None "dgx_pixels_gpu_processes" ["gpu", "uuid"] ["nvml", "sim"]
         "Compute processes running on the GPU (all of them, also those beyond the per-GPU series limit).";
     ProcessMemoryUsed => Gauge Bytes "dgx_pixels_process_memory_used_bytes" ["gpu", "uuid", "gpu_instance", "compute_instance", "pid", "container_id"] ["nvml", "sim"]
@@ -341,6 +351,16 @@ define_catalog! {
         "Reloads of the config file and field lists on SIGHUP, by result (success, failure; after a failure the previous config stays in force).";
     ExporterConfigLastReloadSuccessful => Gauge None "dgx_pixels_exporter_config_last_reload_successful" [] ["exporter"]
         "1 when the last SIGHUP reload of the config file and field lists succeeded (or none was asked for), else 0.";
+    GpuFallenOffBus => Counter None "dgx_pixels_gpu_fallen_off_bus_total" ["gpu", "uuid"] ["kmsg"]
+        "Kernel-log messages that the GPU has fallen off the bus without an XID line of their own (the XID 79 lines count in dgx_pixels_gpu_xid_errors_total); from the kmsg collector.";
+    NvswitchSxidErrors => Counter None "dgx_pixels_nvswitch_sxid_errors_total" ["pci_bus_id", "sxid"] ["kmsg"]
+        "NVSwitch errors (SXids) in the kernel log, per switch (its PCI address, as the kernel log names it) and SXid code; from the kmsg collector.";
+    KmsgRecordsRead => Counter None "dgx_pixels_kmsg_records_read_total" [] ["kmsg"]
+        "Kernel-log records read by the kmsg collector (continuation lines are part of their record), counted before replayed ones are skipped.";
+    KmsgErrors => Counter None "dgx_pixels_kmsg_errors_total" ["reason"] ["kmsg"]
+        "Kernel-log records or events not counted as they are, by reason: malformed (no kmsg header, or a GPU line whose address or code does not parse or is out of range), too_long (over 8 KiB), overrun (the kernel overwrote records before they were read), unknown_gpu (an address of no GPU the GPU sources know), unknown_xid (counted, but a code the XID catalog lacks), dropped (waiting for the GPU list, too many), too_many_series, read_error, state_write.";
+    KmsgXidDuplicates => Counter None "dgx_pixels_kmsg_xid_duplicates_total" [] ["kmsg"]
+        "XID events reported by both NVML and the kernel log less than the dedupe window (10 s) apart, counted once in dgx_pixels_gpu_xid_errors_total.";
     TextfileScrapeError => Gauge None "dgx_pixels_textfile_scrape_error" ["file"] ["textfile"]
         "1 when the *.prom file was skipped (unreadable, too big, invalid, or colliding with another file or an exporter metric), 0 when its metrics are served.";
     TextfileMtime => Gauge Seconds "dgx_pixels_textfile_mtime_seconds" ["file"] ["textfile"]
@@ -416,90 +436,7 @@ define_catalog! {
         "Configured hardware cost of one GPU per second of its service life (cost per hour / 3600, or purchase price / lifetime).";
 }
 
-/// Renders the catalog as the Markdown of `docs/metrics.md`.
-pub fn markdown() -> String {
-    let mut out = String::from(
-        "# Metrics\n\n\
-         Generated from the metric catalog (`crates/metrics/src/catalog.rs`) by \
-         `cargo run -p dgx-pixels-exporter -- docs metrics > docs/metrics.md`; a test fails when this \
-         file is stale.\n\n\
-         Every per-GPU series carries `gpu` (index) and `uuid`. When a node name is configured, every \
-         series also carries `node`. Readings a GPU does not support are omitted, never exported as 0.\n\n\
-         | Name | Type | Unit | Labels | Sources | Help |\n|---|---|---|---|---|---|\n",
-    );
-    for def in CATALOG {
-        let labels = def
-            .labels
-            .iter()
-            .map(|l| format!("`{l}`"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        out.push_str(&format!(
-            "| `{}` | {} | {} | {} | {} | {} |\n",
-            def.name,
-            def.kind.as_str(),
-            def.unit.suffix().unwrap_or("-"),
-            labels,
-            def.sources.join(", "),
-            def.help.replace('|', "\\|"),
-        ));
-    }
-    out.push_str(FRESHNESS);
-    out.push_str(ATTRIBUTION);
-    out
-}
-
-/// Which series carry pod and job labels (appended to docs/metrics.md).
-const ATTRIBUTION: &str = "
-## Pod and job labels
-
-With `--collector.kubernetes` (kubelet pod-resources API) or `--hpc.job-mapping-dir` (HPC job
-files), every series with a `uuid` label (`gpu_*`, `pcie_*`, `nvlink_*`, `process_*`, `mig_*`,
-`probe_*` except the probe histograms) gains labels naming who holds the device, after its
-catalog labels:
-
-| Labels | When |
-|---|---|
-| `namespace`, `pod`, `container` | exactly one container of one pod holds the device |
-| `hpc_job` | exactly one job file lists a job for the device |
-
-The device of a series is its `uuid` plus its `gpu_instance` label, if it has one: a pod that
-holds a MIG instance labels that instance's `mig_*` and `process_*` series, not the GPU's
-whole-device series. Series of devices nobody holds keep their catalog labels only.
-
-When several pods (time-sliced `nvidia.com/gpu` replicas, `GPU-...::N`) or jobs share one device,
-its series carry none of these labels: one copy per holder would repeat one reading under several
-label sets, and sums by pod would count it once per holder. `dgx_pixels_gpu_pod_info` and
-`dgx_pixels_gpu_hpc_job_info` name every holder instead; join them on `uuid` and `gpu_instance`:
-
-```promql
-dgx_pixels_gpu_power_watts * on (uuid) group_left (namespace, pod)
-  dgx_pixels_gpu_pod_info{gpu_instance=\"\"}
-```
-
-The labels are joined once per generation of the snapshot store, never per scrape. While the
-`kubernetes` or `hpc` source is down (`dgx_pixels_source_up 0`), its labels and info series go
-away and every series is served unattributed.
-";
-
-/// How fresh each NVML reading is (appended to docs/metrics.md).
-const FRESHNESS: &str = "
-## How fresh NVML readings are
-
-The `nvml` source polls every `--collector.nvml.interval` (default 1 s); each GPU is read by its
-own thread, and a GPU that does not answer within 60% of `--collector.nvml.timeout` is reported
-with `dgx_pixels_gpu_up 0` while the others are served. Readings come in three cadences:
-
-| Cadence | Readings |
-|---|---|
-| once per GPU | `gpu_info` labels, `gpu_clock_max_hertz`, the number of fans |
-| every poll | utilization (GPU, memory, encoder, decoder), memory, BAR1, power and limit, energy, temperatures, clocks, P-state, fan speeds, throttle reasons, ECC totals, remapped rows, PCIe replays, link generation and width, NVLink byte totals, processes, MIG instance memory |
-| every `[nvml] slow_interval` (default 5 s) | PCIe throughput (the driver samples each direction for about 20 ms, so reading it every poll would cost 40 ms per GPU), NVLink per-link state and errors, throttle violation times, ECC mode, retired pages, the MIG layout |
-| as they happen | XID errors: a thread waits on an NVML event set and counts each one |
-
-Values reported by the driver are themselves averaged by it: utilization over the driver's
-sample period (1/6 s to 1 s depending on the GPU), power as a 1 s average on most data-centre GPUs.
-";
+pub use markdown::markdown;
 
 #[cfg(test)]
 mod tests {
@@ -524,7 +461,7 @@ mod tests {
     fn names_follow_the_naming_rules() {
         let subsystems = [
             "gpu", "mig", "nvlink", "pcie", "process", "probe", "workload", "quality", "cost",
-            "source", "exporter", "textfile", "trace",
+            "source", "exporter", "textfile", "kmsg", "nvswitch", "trace",
         ];
         let mut seen = HashSet::new();
         for def in CATALOG {

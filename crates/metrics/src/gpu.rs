@@ -18,7 +18,8 @@ use std::sync::Arc;
 use crate::catalog::Metric;
 use crate::device::{DeviceKey, MigInstance};
 use crate::labels::{
-    ClockDomain, EccCounter, EccErrorType, RemappedRowCause, RetiredPageCause, TemperatureSensor,
+    ClockDomain, EccCounter, EccErrorType, NvlinkErrorType, RemappedRowCause, RetiredPageCause,
+    TemperatureSensor,
 };
 use crate::snapshot::Sample;
 
@@ -131,6 +132,9 @@ pub fn push_gpu_samples(id: &GpuIdentity, r: &GpuReadout, out: &mut Vec<Sample>)
     let mut labelled = |metric: Metric, labels: &[&str], value: f64| {
         out.push(Sample::of(&key, metric, labels.iter().copied(), value));
     };
+    if let Some(action) = r.recovery_action {
+        labelled(Metric::GpuRecoveryAction, &[action.as_str()], 1.0);
+    }
     for sensor in TemperatureSensor::ALL {
         if let Some(v) = r.temperature(sensor) {
             labelled(Metric::GpuTemperature, &[sensor.as_str()], v);
@@ -176,11 +180,31 @@ pub fn push_gpu_samples(id: &GpuIdentity, r: &GpuReadout, out: &mut Vec<Sample>)
     for (policy, seconds) in &r.throttle_violations {
         labelled(Metric::GpuThrottleViolation, &[policy.as_str()], *seconds);
     }
+    // NVLink at fleet scale: per-GPU totals, and per-link series only for the links that are
+    // down or have counted errors (18 links x 5 series per GPU would be most of a node's
+    // series, almost all of them 1 or 0).
+    if !r.nvlinks.is_empty() {
+        let up = r.nvlinks.iter().filter(|l| l.up).count();
+        labelled(Metric::NvlinkLinks, &[], r.nvlinks.len() as f64);
+        labelled(Metric::NvlinkLinksUp, &[], up as f64);
+        for kind in NvlinkErrorType::ALL {
+            let per_link = r.nvlinks.iter().filter_map(|l| l.errors.get(kind));
+            // Absent when no link reads this type; a sum of what the links report otherwise.
+            let total = per_link.fold(None, |acc: Option<f64>, v| Some(acc.unwrap_or(0.0) + v));
+            if let Some(total) = total {
+                labelled(Metric::NvlinkErrors, &[kind.as_str()], total);
+            }
+        }
+    }
     for l in &r.nvlinks {
         let link = l.link.to_string();
-        labelled(Metric::NvlinkUp, &[&link], flag(l.up));
+        if !l.up {
+            labelled(Metric::NvlinkLinkDown, &[&link], 1.0);
+        }
         for (kind, v) in l.errors.iter() {
-            labelled(Metric::NvlinkErrors, &[&link, kind.as_str()], v);
+            if v > 0.0 {
+                labelled(Metric::NvlinkLinkErrors, &[&link, kind.as_str()], v);
+            }
         }
     }
     for p in &r.processes {
@@ -320,14 +344,35 @@ mod tests {
                 ..Default::default()
             }),
             throttle_violations: vec![(ViolationPolicy::Power, 12.5)],
-            nvlinks: vec![NvlinkReadout {
-                link: 3,
-                up: true,
-                errors: NvlinkErrors {
-                    replay: Some(4.0),
-                    ..Default::default()
+            nvlinks: vec![
+                NvlinkReadout {
+                    link: 3,
+                    up: true,
+                    errors: NvlinkErrors {
+                        replay: Some(4.0),
+                        recovery: Some(0.0),
+                        ..Default::default()
+                    },
                 },
-            }],
+                NvlinkReadout {
+                    link: 4,
+                    up: false,
+                    errors: NvlinkErrors {
+                        replay: Some(1.0),
+                        recovery: Some(0.0),
+                        ..Default::default()
+                    },
+                },
+                NvlinkReadout {
+                    link: 5,
+                    up: true,
+                    errors: NvlinkErrors {
+                        replay: Some(0.0),
+                        recovery: Some(0.0),
+                        ..Default::default()
+                    },
+                },
+            ],
             process_count: Some(2),
             processes: vec![ProcessReadout {
                 pid: 42,
@@ -357,11 +402,25 @@ mod tests {
             find(&out, Metric::GpuThrottleViolation)[0].label_values()[2],
             "power"
         );
-        assert_eq!(find(&out, Metric::NvlinkUp)[0].label_values()[2], "3");
-        assert_eq!(
-            find(&out, Metric::NvlinkErrors)[0].label_values()[2..],
-            ["3", "replay"]
-        );
+        // Per GPU: links, links up, errors per type the links read (summed).
+        assert_eq!(find(&out, Metric::NvlinkLinks)[0].value, 3.0);
+        assert_eq!(find(&out, Metric::NvlinkLinksUp)[0].value, 2.0);
+        let totals: Vec<(&str, f64)> = find(&out, Metric::NvlinkErrors)
+            .iter()
+            .map(|s| (s.label_values()[2], s.value))
+            .collect();
+        assert_eq!(totals, [("replay", 5.0), ("recovery", 0.0)]);
+        // Per link only what is wrong: the link that is down, the counts that are not 0.
+        let down: Vec<&str> = find(&out, Metric::NvlinkLinkDown)
+            .iter()
+            .map(|s| s.label_values()[2])
+            .collect();
+        assert_eq!(down, ["4"]);
+        let errors: Vec<Vec<&str>> = find(&out, Metric::NvlinkLinkErrors)
+            .iter()
+            .map(|s| s.label_values()[2..].to_vec())
+            .collect();
+        assert_eq!(errors, [["3", "replay"], ["4", "replay"]]);
         assert_eq!(find(&out, Metric::GpuProcesses)[0].value, 2.0);
         let p = find(&out, Metric::ProcessMemoryUsed);
         assert_eq!(p[0].label_values()[2..], ["1", "0", "42", "abc"]);

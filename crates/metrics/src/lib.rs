@@ -34,6 +34,7 @@ pub mod histogram;
 pub mod incidents;
 pub mod snapshot;
 pub mod source;
+pub mod xid_ledger;
 
 pub use attribution::{AttributionSet, DeviceRef, Holder};
 pub use catalog::{Kind, Metric, MetricDef, Unit, CATALOG};
@@ -44,3 +45,4 @@ pub use external::{
 };
 pub use snapshot::{PollOutput, Sample, Snapshot, SourceError, SourceHealth};
 pub use source::{panic_message, Backoff, PollError, PollErrorKind, Source};
+pub use xid_ledger::{XidLedger, XidOrigin};

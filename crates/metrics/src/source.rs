@@ -30,6 +30,9 @@ pub enum PollErrorKind {
     ReadFailed,
     /// A directory the source reads cannot be listed.
     DirectoryUnreadable,
+    /// A file or device the source reads cannot be opened or read (e.g. `/dev/kmsg` without
+    /// the privilege to read the kernel log).
+    FileUnreadable,
     /// The kubelet pod-resources socket does not exist.
     SocketMissing,
     /// The kubelet answered with an error or could not be reached.
@@ -50,7 +53,7 @@ pub enum PollErrorKind {
 
 impl PollErrorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [PollErrorKind; 17] = [
+    pub const ALL: [PollErrorKind; 18] = [
         PollErrorKind::LibraryUnavailable,
         PollErrorKind::Uninitialized,
         PollErrorKind::Config,
@@ -60,6 +63,7 @@ impl PollErrorKind {
         PollErrorKind::VersionMismatch,
         PollErrorKind::ReadFailed,
         PollErrorKind::DirectoryUnreadable,
+        PollErrorKind::FileUnreadable,
         PollErrorKind::SocketMissing,
         PollErrorKind::KubeletUnavailable,
         PollErrorKind::ResponseTooLarge,
@@ -82,6 +86,7 @@ impl PollErrorKind {
             PollErrorKind::VersionMismatch => "version_mismatch",
             PollErrorKind::ReadFailed => "read_failed",
             PollErrorKind::DirectoryUnreadable => "directory_unreadable",
+            PollErrorKind::FileUnreadable => "file_unreadable",
             PollErrorKind::SocketMissing => "socket_missing",
             PollErrorKind::KubeletUnavailable => "kubelet_unavailable",
             PollErrorKind::ResponseTooLarge => "response_too_large",

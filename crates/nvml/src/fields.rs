@@ -21,7 +21,7 @@ const ALL_LINKS: u32 = u32::MAX;
 
 /// `(field id, scope)` in the order of [`Fields`]' members. All ids are below 251, so the driver
 /// 580.82 renumbering (which nvml-wrapper applies to ids 251–273) does not concern them.
-const REQUEST: [(u32, u32); 13] = [
+const REQUEST: [(u32, u32); 14] = [
     (NVML_FI_DEV_ECC_SBE_VOL_TOTAL, 0),
     (NVML_FI_DEV_ECC_DBE_VOL_TOTAL, 0),
     (NVML_FI_DEV_ECC_SBE_AGG_TOTAL, 0),
@@ -35,7 +35,12 @@ const REQUEST: [(u32, u32); 13] = [
     (NVML_FI_DEV_REMAPPED_UNC, 0),
     (NVML_FI_DEV_REMAPPED_PENDING, 0),
     (NVML_FI_DEV_REMAPPED_FAILURE, 0),
+    (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, 0),
 ];
+
+/// `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION` (drivers 550 and later; older ones answer "not
+/// supported" for it alone, which leaves the reading out).
+const NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: u32 = 230;
 
 /// The field readings of one GPU; `None` where NVML answered with an error for that field.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -53,6 +58,7 @@ pub struct Fields {
     pub remapped_uncorrectable: Option<f64>,
     pub remapped_pending: Option<f64>,
     pub remapped_failure: Option<f64>,
+    pub recovery_action: Option<f64>,
 }
 
 /// Field ids NVML could not answer for this GPU (for a once-per-field debug log).
@@ -104,7 +110,7 @@ pub fn read(nvml: &Nvml, device: nvmlDevice_t) -> Result<(Fields, Unanswered), N
             unanswered.push(v.fieldId);
         }
     }
-    let [ecc_sbe_volatile, ecc_dbe_volatile, ecc_sbe_aggregate, ecc_dbe_aggregate, memory_temperature_celsius, energy_millijoules, pcie_replays, nvlink_tx_kib, nvlink_rx_kib, remapped_correctable, remapped_uncorrectable, remapped_pending, remapped_failure] =
+    let [ecc_sbe_volatile, ecc_dbe_volatile, ecc_sbe_aggregate, ecc_dbe_aggregate, memory_temperature_celsius, energy_millijoules, pcie_replays, nvlink_tx_kib, nvlink_rx_kib, remapped_correctable, remapped_uncorrectable, remapped_pending, remapped_failure, recovery_action] =
         got;
     Ok((
         Fields {
@@ -121,6 +127,7 @@ pub fn read(nvml: &Nvml, device: nvmlDevice_t) -> Result<(Fields, Unanswered), N
             remapped_uncorrectable,
             remapped_pending,
             remapped_failure,
+            recovery_action,
         },
         unanswered,
     ))

@@ -49,7 +49,7 @@ use std::time::{Duration, Instant};
 
 use dgx_pixels_metrics::gpu::{push_gpu_samples, GpuIdentity, GpuReadout, XidIncidents};
 use dgx_pixels_metrics::{
-    Backoff, DeviceKey, Metric, PollError, PollErrorKind, PollOutput, Sample, Source,
+    Backoff, DeviceKey, Metric, PollError, PollErrorKind, PollOutput, Sample, Source, XidLedger,
 };
 use nvml_wrapper::Nvml;
 use tracing::{info, warn};
@@ -131,7 +131,8 @@ struct Worker {
 struct Loaded {
     workers: Vec<Worker>,
     replies: mpsc::Receiver<Reply>,
-    xid: XidWatcher,
+    /// Stops the XID thread when dropped.
+    _xid: XidWatcher,
 }
 
 /// The NVML source. See the crate docs.
@@ -146,6 +147,8 @@ pub struct NvmlSource {
     stalled: HashSet<u32>,
     /// XID counts over time, turned into incidents.
     incidents: XidIncidents,
+    /// Where XID events are recorded and counted (shared with the kernel log reader).
+    ledger: Arc<XidLedger>,
 }
 
 impl std::fmt::Debug for NvmlSource {
@@ -178,7 +181,15 @@ impl NvmlSource {
             poll_number: 0,
             identities: BTreeMap::new(),
             stalled: HashSet::new(),
+            ledger: Arc::default(),
         }
+    }
+
+    /// Records and counts XIDs in `ledger` (the exporter's one ledger, which the kernel-log
+    /// reader also feeds) instead of a ledger of its own.
+    pub fn with_xid_ledger(mut self, ledger: Arc<XidLedger>) -> NvmlSource {
+        self.ledger = ledger;
+        self
     }
 
     fn library_name(&self) -> String {
@@ -270,11 +281,11 @@ impl NvmlSource {
                 busy,
             });
         }
-        let xid = XidWatcher::spawn(nvml.clone(), (0..count).collect());
+        let xid = XidWatcher::spawn(nvml.clone(), (0..count).collect(), self.ledger.clone());
         Loaded {
             workers,
             replies,
-            xid,
+            _xid: xid,
         }
     }
 }
@@ -371,7 +382,9 @@ impl Source for NvmlSource {
                     GpuReadout::default()
                 }
             };
-            readout.xid_counts = loaded.xid.counts(index);
+            if let Some(id) = self.identities.get(&index) {
+                readout.xid_counts = self.ledger.counts(&id.uuid);
+            }
             readout.xid_incidents = self.incidents.observe(index, &readout.xid_counts, now);
             match self.identities.get(&index) {
                 Some(id) => push_gpu_samples(id, &readout, &mut out),

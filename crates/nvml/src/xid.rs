@@ -1,12 +1,15 @@
 //! XID errors: a dedicated thread blocks in `nvmlEventSetWait` for critical XID events and
-//! counts every occurrence per GPU and XID code. The poll only reads the counts, so an event is
-//! never missed between polls and a poll never waits for events.
+//! records every occurrence per GPU (by uuid) and XID code in the shared [`XidLedger`], which
+//! also hears the kernel log and counts an event seen both ways once. The poll only reads the
+//! ledger's counts, so an event is never missed between polls and a poll never waits for events.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use dgx_pixels_metrics::{XidLedger, XidOrigin};
 
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enums::event::XidError;
@@ -19,39 +22,24 @@ const WAIT_MS: u32 = 500;
 /// XID code recorded when the driver reports an XID without a value.
 pub const XID_UNKNOWN: u32 = 999;
 
-/// Counts per GPU index, then per XID code.
-pub type XidCounts = Arc<Mutex<HashMap<u32, BTreeMap<u32, u64>>>>;
-
 /// The running event thread; dropping it asks the thread to stop.
 #[derive(Debug)]
 pub struct XidWatcher {
-    counts: XidCounts,
     stop: Arc<AtomicBool>,
 }
 
 impl XidWatcher {
-    /// Starts watching the GPUs with the given indices.
-    pub fn spawn(nvml: Arc<Nvml>, gpus: Vec<u32>) -> XidWatcher {
-        let counts = XidCounts::default();
+    /// Starts watching the GPUs with the given indices, recording their XIDs in `ledger`.
+    pub fn spawn(nvml: Arc<Nvml>, gpus: Vec<u32>, ledger: Arc<XidLedger>) -> XidWatcher {
         let stop = Arc::new(AtomicBool::new(false));
-        let (c, s) = (counts.clone(), stop.clone());
+        let s = stop.clone();
         let spawned = thread::Builder::new()
             .name("nvml-xid".into())
-            .spawn(move || watch(&nvml, &gpus, &c, &s));
+            .spawn(move || watch(&nvml, &gpus, &ledger, &s));
         if let Err(e) = spawned {
             warn!(error = %e, "cannot start the XID event thread; XID errors are not counted");
         }
-        XidWatcher { counts, stop }
-    }
-
-    /// XID counts of GPU `index` observed so far.
-    pub fn counts(&self, index: u32) -> BTreeMap<u32, u64> {
-        self.counts
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&index)
-            .cloned()
-            .unwrap_or_default()
+        XidWatcher { stop }
     }
 }
 
@@ -61,7 +49,7 @@ impl Drop for XidWatcher {
     }
 }
 
-fn watch(nvml: &Nvml, gpus: &[u32], counts: &XidCounts, stop: &AtomicBool) {
+fn watch(nvml: &Nvml, gpus: &[u32], ledger: &XidLedger, stop: &AtomicBool) {
     let set = match nvml.create_event_set() {
         Ok(s) => s,
         Err(e) => {
@@ -73,20 +61,21 @@ fn watch(nvml: &Nvml, gpus: &[u32], counts: &XidCounts, stop: &AtomicBool) {
         info!("nvmlDeviceRegisterEvents missing; XID errors are not counted");
         return;
     };
-    // Event data names the device by handle; map handles back to indices.
-    let mut by_handle: HashMap<usize, u32> = HashMap::new();
+    // Event data names the device by handle; map handles back to indices and uuids.
+    let mut by_handle: HashMap<usize, (u32, String)> = HashMap::new();
     for &index in gpus {
         let registered = nvml.device_by_index(index).and_then(|dev| {
+            let uuid = dev.uuid()?;
             // SAFETY: raw call with a live device handle and event set. The raw call is used
             // because the wrapper frees the whole set when one device cannot register.
             let handle = unsafe { dev.handle() };
             let ret =
                 unsafe { register(handle, EventTypes::CRITICAL_XID_ERROR.bits(), set.handle()) };
-            nvml_try(ret).map(|()| handle as usize)
+            nvml_try(ret).map(|()| (handle as usize, uuid))
         });
         match registered {
-            Ok(h) => {
-                by_handle.insert(h, index);
+            Ok((h, uuid)) => {
+                by_handle.insert(h, (index, uuid));
             }
             Err(e) => debug!(gpu = index, error = %e, "XID events not available for this GPU"),
         }
@@ -104,10 +93,9 @@ fn watch(nvml: &Nvml, gpus: &[u32], counts: &XidCounts, stop: &AtomicBool) {
                     Some(XidError::Value(v)) => u32::try_from(v).unwrap_or(XID_UNKNOWN),
                     Some(XidError::Unknown) | None => XID_UNKNOWN,
                 };
-                if let Some(index) = by_handle.get(&handle) {
-                    warn!(gpu = index, xid, "XID error");
-                    let mut c = counts.lock().unwrap_or_else(PoisonError::into_inner);
-                    *c.entry(*index).or_default().entry(xid).or_default() += 1;
+                if let Some((index, uuid)) = by_handle.get(&handle) {
+                    let new = ledger.record(uuid, xid, Instant::now(), XidOrigin::Nvml);
+                    warn!(gpu = index, xid, already_in_kernel_log = !new, "XID error");
                 }
             }
             Err(NvmlError::Timeout) => {}

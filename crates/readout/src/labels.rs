@@ -143,6 +143,37 @@ label_values! {
         /// Data CRC errors.
         CrcData => "crc_data",
     }
+
+    /// `action` of `dgx_pixels_gpu_recovery_action_info`: what the driver says the GPU needs
+    /// (NVML's `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION` field), spelled as the health verdict's
+    /// actions.
+    RecoveryAction {
+        /// Nothing (`NVML_GPU_RECOVERY_ACTION_NONE`).
+        None => "none",
+        /// Reset the GPU (`..._GPU_RESET`).
+        GpuReset => "reset_gpu",
+        /// Reboot the node (`..._NODE_REBOOT`).
+        NodeReboot => "reboot",
+        /// Drain peer-to-peer traffic (`..._DRAIN_P2P`).
+        DrainP2p => "drain_p2p",
+        /// Drain, then reset (`..._DRAIN_AND_RESET`).
+        DrainAndReset => "drain_and_reset",
+    }
+}
+
+impl RecoveryAction {
+    /// The action for NVML's field value (0 none, 1 GPU reset, 2 node reboot, 3 drain P2P,
+    /// 4 drain and reset); `None` for a value this build does not know.
+    pub fn from_nvml(value: u32) -> Option<RecoveryAction> {
+        RecoveryAction::ALL
+            .get(usize::try_from(value).ok()?)
+            .copied()
+    }
+
+    /// NVML's field value for the action.
+    pub fn to_nvml(self) -> u32 {
+        self as u32
+    }
 }
 
 #[cfg(test)]

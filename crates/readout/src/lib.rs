@@ -315,6 +315,8 @@ pub struct GpuReadout {
     pub pcie_link_max_generation: Option<f64>,
     /// Widest PCIe link, in lanes, the GPU and its slot support.
     pub pcie_link_max_width: Option<f64>,
+    /// What the driver says the GPU needs to recover, where the driver reports it.
+    pub recovery_action: Option<labels::RecoveryAction>,
     /// NVLink links the GPU has.
     pub nvlinks: Vec<NvlinkReadout>,
     /// Number of compute processes, where the GPU reports them.

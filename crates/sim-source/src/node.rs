@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use dgx_pixels_metrics::gpu::{push_gpu_samples, GpuIdentity, GpuReadout, XidIncidents};
-use dgx_pixels_metrics::{DeviceKey, Metric};
+use dgx_pixels_metrics::{DeviceKey, Metric, XidLedger, XidOrigin};
 use dgx_pixels_metrics::{
     ExternalFamilies, ExternalFamily, ExternalKind, ExternalSample, PollError, PollOutput, Sample,
     Source,
@@ -84,6 +84,9 @@ pub struct SimSource {
     profiling: bool,
     /// XID counts over time, turned into incidents as the NVML source does.
     incidents: XidIncidents,
+    /// Where the simulated XIDs are recorded and counted, as NVML's are (shared with the
+    /// kernel-log reader, so a simulated XID also written to a fake kernel log counts once).
+    ledger: Arc<XidLedger>,
 }
 
 impl SimSource {
@@ -91,6 +94,12 @@ impl SimSource {
     /// `[nvml] xid_quiet_period`).
     pub fn with_xid_quiet_period(mut self, quiet: std::time::Duration) -> SimSource {
         self.incidents = XidIncidents::new(quiet);
+        self
+    }
+
+    /// Records and counts XIDs in `ledger` (the exporter's one ledger) instead of its own.
+    pub fn with_xid_ledger(mut self, ledger: Arc<XidLedger>) -> SimSource {
+        self.ledger = ledger;
         self
     }
 
@@ -150,6 +159,7 @@ impl SimSource {
             workload,
             profiling: false,
             incidents: XidIncidents::new(XidIncidents::DEFAULT_QUIET),
+            ledger: Arc::default(),
         }
     }
 }
@@ -354,9 +364,15 @@ impl Source for SimSource {
                     }
                 }
             };
-            r.xid_incidents = self
-                .incidents
-                .observe(id.index, &r.xid_counts, Instant::now());
+            let now = Instant::now();
+            // The simulator's counts are running totals of its events: the ledger takes their
+            // growth as events seen by NVML (which the simulated node stands in for).
+            for (&code, &total) in &r.xid_counts {
+                self.ledger
+                    .record_total(&id.uuid, code, total, now, XidOrigin::Nvml);
+            }
+            r.xid_counts = self.ledger.counts(&id.uuid);
+            r.xid_incidents = self.incidents.observe(id.index, &r.xid_counts, now);
             push_gpu_samples(id, &r, &mut out);
         }
         let mut external = ExternalFamilies::default();

@@ -171,6 +171,8 @@ struct GpuSim {
     power_brake: Vec<(Duration, Duration)>,
     /// Reset times, sorted.
     resets: Vec<Duration>,
+    /// Recovery actions the driver reports, and when.
+    recovery: Vec<(dgx_pixels_readout::labels::RecoveryAction, Window)>,
     mig: Vec<MigParams>,
     bar1_total: Option<u64>,
     /// `exp(-STEP / tau)`.

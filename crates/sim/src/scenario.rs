@@ -172,6 +172,7 @@ enum RawFaultKind {
     PcieDegraded,
     PowerBrake,
     Reset,
+    RecoveryAction,
 }
 
 impl RawFaultKind {
@@ -186,6 +187,7 @@ impl RawFaultKind {
             RawFaultKind::PcieDegraded => "pcie_degraded",
             RawFaultKind::PowerBrake => "power_brake",
             RawFaultKind::Reset => "reset",
+            RawFaultKind::RecoveryAction => "recovery_action",
         }
     }
 
@@ -198,7 +200,11 @@ impl RawFaultKind {
             "repeat_every_s" | "count" => matches!(self, Xid | Ecc | NvlinkErrors),
             "recover_at_s" => matches!(self, Xid | Lost),
             "corrected" | "uncorrected" | "rows_retired" => self == Ecc,
-            "until_s" => matches!(self, Thermal | NvlinkDown | PcieDegraded | PowerBrake),
+            "until_s" => matches!(
+                self,
+                Thermal | NvlinkDown | PcieDegraded | PowerBrake | RecoveryAction
+            ),
+            "action" => self == RecoveryAction,
             "ambient_rise_celsius" | "thermal_resistance_factor" => self == Thermal,
             "link" => matches!(self, NvlinkDown | NvlinkErrors),
             "error_type" | "errors" => self == NvlinkErrors,
@@ -229,11 +235,12 @@ struct RawFault {
     errors: Option<u64>,
     width: Option<u32>,
     generation: Option<u32>,
+    action: Option<String>,
 }
 
 impl RawFault {
     /// The optional keys, in the order their misuse is reported, with whether each is set.
-    fn optional_keys(&self) -> [(&'static str, bool); 15] {
+    fn optional_keys(&self) -> [(&'static str, bool); 16] {
         [
             ("until_s", self.until_s.is_some()),
             ("ambient_rise_celsius", self.ambient_rise_celsius.is_some()),
@@ -253,6 +260,7 @@ impl RawFault {
             ("errors", self.errors.is_some()),
             ("width", self.width.is_some()),
             ("generation", self.generation.is_some()),
+            ("action", self.action.is_some()),
         ]
     }
 }
@@ -400,6 +408,13 @@ pub(crate) enum Fault {
         gpu: usize,
         at: Duration,
     },
+    /// The driver reports a recovery action (NVML's field) in `[at, until)`.
+    RecoveryAction {
+        gpu: usize,
+        action: dgx_pixels_readout::labels::RecoveryAction,
+        at: Duration,
+        until: Option<Duration>,
+    },
 }
 
 impl Fault {
@@ -413,7 +428,8 @@ impl Fault {
             | Fault::NvlinkErrors { gpu, .. }
             | Fault::PcieDegraded { gpu, .. }
             | Fault::PowerBrake { gpu, .. }
-            | Fault::Reset { gpu, .. } => *gpu,
+            | Fault::Reset { gpu, .. }
+            | Fault::RecoveryAction { gpu, .. } => *gpu,
         }
     }
 }

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use dgx_pixels_sim::labels::{NvlinkErrorType, ThrottleReason};
+use dgx_pixels_sim::labels::{NvlinkErrorType, RecoveryAction, ThrottleReason};
 use dgx_pixels_sim::{Benchmark, GpuReadout, GpuState, Node, Scenario, Transfer};
 
 fn secs(s: f64) -> Duration {
@@ -398,6 +398,9 @@ fn conditions(r: &GpuReadout) -> Vec<&'static str> {
     if r.retired_pages.is_some_and(|p| p.pending) {
         out.push("retired_pages_pending");
     }
+    if r.recovery_action.is_some_and(|a| a != RecoveryAction::None) {
+        out.push("driver_recovery_action");
+    }
     if r.nvlinks.iter().any(|l| !l.up) {
         out.push("nvlink_down");
     }
@@ -422,11 +425,11 @@ fn conditions(r: &GpuReadout) -> Vec<&'static str> {
 #[test]
 fn fault_health_shows_each_gpus_rule_inside_its_window_only() {
     let mut n = Node::new(Scenario::builtin("fault-health").unwrap());
-    assert_eq!(n.gpu_count(), 14);
+    assert_eq!(n.gpu_count(), 15);
     assert_eq!(n.gpu(12).unwrap().architecture, "Volta");
     // What holds at 6.5 s, per GPU: the level conditions hold in [3, 12) s; the transient
     // ones (checked below) end by then, except the heat.
-    let expected: [(usize, &[&str]); 14] = [
+    let expected: [(usize, &[&str]); 15] = [
         (0, &[]),
         (1, &[]),
         (2, &["ecc_double_bit", "row_remap_pending"]),
@@ -444,6 +447,7 @@ fn fault_health_shows_each_gpus_rule_inside_its_window_only() {
         (11, &["thermal_slowdown"]),
         (12, &["retired_pages_pending"]),
         (13, &["ecc_double_bit", "retired_pages_pending"]),
+        (14, &["driver_recovery_action"]),
     ];
     for (g, want) in expected {
         for t in [0.0, 2.9, 20.0, 40.0] {

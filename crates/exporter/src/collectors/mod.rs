@@ -10,11 +10,13 @@
 //! decision. Nothing outside this folder matches on a collector's name.
 
 use std::any::Any;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use dgx_pixels_dcgm::fields::FieldChoice;
-use dgx_pixels_metrics::Source;
+use dgx_pixels_metrics::{Source, XidLedger};
 use dgx_pixels_sim::Scenario;
 
 use crate::config::Settings;
@@ -23,6 +25,7 @@ use crate::runner::Timing;
 pub mod dcgm;
 pub mod health;
 pub mod hpc;
+pub mod kmsg;
 pub mod kubernetes;
 pub mod nvml;
 pub mod probes;
@@ -48,6 +51,7 @@ pub const COLLECTORS: &[Collector] = &[
     kubernetes::COLLECTOR,
     hpc::COLLECTOR,
     health::COLLECTOR,
+    kmsg::COLLECTOR,
     trace::COLLECTOR,
 ];
 
@@ -132,6 +136,45 @@ pub struct BuildContext<'a> {
     /// The DCGM fields to watch, after ownership (empty unless the dcgm collector runs on real
     /// GPUs).
     pub dcgm_fields: &'a [FieldChoice],
+    /// The one XID ledger: the GPU source (NVML, the simulated node) and the kernel-log
+    /// reader record XIDs in it, and the GPU source serves its counts.
+    pub xid_ledger: &'a Arc<XidLedger>,
+    /// What collectors keep across the restarts of their sources (see [`Lasting`]).
+    pub lasting: &'a Lasting,
+}
+
+impl BuildContext<'_> {
+    /// The value collector `name` keeps across restarts of its source, created empty the first
+    /// time: a reload builds the new source before it stops the old one, and both see it.
+    pub fn kept<T: Default + Send + Sync + 'static>(&self, name: &'static str) -> Arc<T> {
+        let mut kept = self
+            .lasting
+            .kept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let any = kept
+            .entry(name)
+            .or_insert_with(|| Arc::new(T::default()) as Arc<dyn Any + Send + Sync>);
+        match Arc::clone(any).downcast::<T>() {
+            Ok(t) => t,
+            Err(_) => {
+                // One collector, one type: a second type under a name replaces the first.
+                let t = Arc::new(T::default());
+                *any = Arc::clone(&t) as Arc<dyn Any + Send + Sync>;
+                t
+            }
+        }
+    }
+}
+
+/// What lives as long as the process, across reloads: created once by the wiring and handed
+/// to every build.
+#[derive(Default)]
+pub struct Lasting {
+    /// The one XID ledger.
+    pub xid_ledger: Arc<XidLedger>,
+    /// Per collector name, a value of the collector's choosing (see [`BuildContext::kept`]).
+    kept: Mutex<HashMap<&'static str, Arc<dyn Any + Send + Sync>>>,
 }
 
 /// The simulated node collectors build on under `--simulate`.

@@ -26,19 +26,23 @@ fn build(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
         return Ok(None);
     }
     let settings = ctx.settings;
-    Ok(Some(Box::new(NvmlSource::with_options(NvmlOptions {
-        // Leave the runner's watchdog room: a poll returns before its timeout even when a GPU
-        // hangs, and that GPU alone is reported down.
-        gpu_deadline: ctx.timing.timeout.mul_f64(0.6),
-        procfs: settings
-            .path
-            .procfs
-            .clone()
-            .unwrap_or_else(|| NvmlOptions::default().procfs),
-        // `[nvml]` is the crate's own options type: library, slow_interval, processes_per_gpu,
-        // xid_quiet_period.
-        ..settings.nvml.clone()
-    }))))
+    Ok(Some(Box::new(
+        NvmlSource::with_options(NvmlOptions {
+            // Leave the runner's watchdog room: a poll returns before its timeout even when a GPU
+            // hangs, and that GPU alone is reported down.
+            gpu_deadline: ctx.timing.timeout.mul_f64(0.6),
+            procfs: settings
+                .path
+                .procfs
+                .clone()
+                .unwrap_or_else(|| NvmlOptions::default().procfs),
+            // `[nvml]` is the crate's own options type: library, slow_interval, processes_per_gpu,
+            // xid_quiet_period.
+            ..settings.nvml.clone()
+        })
+        // XIDs from NVML and from the kernel log (kmsg collector) count once, served here.
+        .with_xid_ledger(std::sync::Arc::clone(ctx.xid_ledger)),
+    )))
 }
 
 /// `[nvml]`, `[path]`, and the series DCGM takes over (its samples of them are dropped).

@@ -31,7 +31,7 @@ pub fn resolve(
             .separator("__")
             .source(Some(env)),
     );
-    let overrides: [(&str, Option<config::Value>); 17] = [
+    let overrides: [(&str, Option<config::Value>); 19] = [
         (
             "dcgm.library",
             cli.dcgm_library
@@ -110,6 +110,18 @@ pub fn resolve(
         (
             "kubernetes.max_response_bytes",
             cli.kubernetes_max_response_bytes.map(Into::into),
+        ),
+        (
+            "kmsg.path",
+            cli.kmsg_path
+                .as_ref()
+                .map(|p| p.display().to_string().into()),
+        ),
+        (
+            "kmsg.state_directory",
+            cli.kmsg_state_directory
+                .as_ref()
+                .map(|p| p.display().to_string().into()),
         ),
         (
             "hpc.job_mapping_dir",

@@ -486,6 +486,44 @@ fn dcgm_settings_parse_strictly_and_flags_win() {
     assert!(e.contains("has no host"), "{e}");
 }
 
+/// `[kmsg]`: defaults, the file, and flags over the environment over the file; the collector
+/// is off unless asked for, on hardware and on a simulated node.
+#[test]
+fn kmsg_settings_layer_and_the_collector_is_opt_in() {
+    let s = resolve(&parse_from(["x"]).unwrap(), []).unwrap();
+    assert_eq!(s.kmsg.path, Path::new("/dev/kmsg"));
+    assert_eq!(
+        s.kmsg.state_directory.as_deref(),
+        Some(Path::new("/var/lib/dgx-pixels-exporter"))
+    );
+    assert!(!s.collector_enabled("kmsg") && !s.simulated_collector_enabled("kmsg"));
+    let f = file("[kmsg]\npath = \"/file/kmsg\"\nstate_directory = \"/file/state\"\n[collector.kmsg]\nenabled = true\n");
+    let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
+    let s = resolve(&cli, env(&[("DGX_PIXELS_KMSG__PATH", "/env/kmsg")])).unwrap();
+    assert_eq!(s.kmsg.path, Path::new("/env/kmsg"));
+    assert_eq!(
+        s.kmsg.state_directory.as_deref(),
+        Some(Path::new("/file/state"))
+    );
+    assert!(s.collector_enabled("kmsg"));
+    let cli = parse_from([
+        "x",
+        "--config.file",
+        f.path().to_str().unwrap(),
+        "--kmsg.path",
+        "/flag/kmsg",
+        "--kmsg.state-directory",
+        "/flag/state",
+    ])
+    .unwrap();
+    let s = resolve(&cli, env(&[("DGX_PIXELS_KMSG__PATH", "/env/kmsg")])).unwrap();
+    assert_eq!(s.kmsg.path, Path::new("/flag/kmsg"));
+    assert_eq!(
+        s.kmsg.state_directory.as_deref(),
+        Some(Path::new("/flag/state"))
+    );
+}
+
 #[test]
 fn the_trace_table_parses_strictly_validates_and_yields_to_flags() {
     let f = file(

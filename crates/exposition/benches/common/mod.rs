@@ -7,7 +7,9 @@ use dgx_pixels_metrics::gpu::{
     push_gpu_samples, ClockReadout, EccTotals, GpuIdentity, GpuReadout, NvlinkReadout,
     ProcessReadout, RemappedRowsReadout,
 };
-use dgx_pixels_metrics::labels::{NvlinkErrorType, ThrottleReason, ViolationPolicy};
+use dgx_pixels_metrics::labels::{
+    NvlinkErrorType, RecoveryAction, ThrottleReason, ViolationPolicy,
+};
 use dgx_pixels_metrics::{PollOutput, Snapshot, SourceHealth};
 
 /// The `nvml` source's snapshot of `gpus` H100s, every reading present (18 NVLinks each).
@@ -80,6 +82,7 @@ pub fn snapshot(gpus: u32) -> Snapshot {
             pcie_link_width: Some(16.0),
             pcie_link_max_generation: Some(5.0),
             pcie_link_max_width: Some(16.0),
+            recovery_action: Some(RecoveryAction::None),
             // An H100 SXM has 18 NVLinks, each with 4 error counters.
             nvlinks: (0..18)
                 .map(|link| NvlinkReadout {

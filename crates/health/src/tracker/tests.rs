@@ -224,26 +224,26 @@ fn memory_rules() {
 fn link_rules() {
     let now = Instant::now();
     let mut t = HealthTracker::new(T);
-    let links = |up1: f64| {
+    let links = |up: f64| {
         gpu0(&[
-            (Metric::NvlinkUp, &["0"], 1.0),
-            (Metric::NvlinkUp, &["1"], up1),
+            (Metric::NvlinkLinks, &[], 18.0),
+            (Metric::NvlinkLinksUp, &[], up),
         ])
     };
     assert_eq!(
-        verdict(&t.evaluate(links(0.0).iter(), now), "GPU-0"),
+        verdict(&t.evaluate(links(17.0).iter(), now), "GPU-0"),
         v("degraded", "drain_p2p", "nvlink_down")
     );
     assert_eq!(
-        verdict(&t.evaluate(links(1.0).iter(), now), "GPU-0").0,
+        verdict(&t.evaluate(links(18.0).iter(), now), "GPU-0").0,
         "healthy"
     );
 
     let mut t = HealthTracker::new(T);
     let errors = |replay: f64, recovery: f64| {
         gpu0(&[
-            (Metric::NvlinkErrors, &["0", "replay"], replay),
-            (Metric::NvlinkErrors, &["0", "recovery"], recovery),
+            (Metric::NvlinkErrors, &["replay"], replay),
+            (Metric::NvlinkErrors, &["recovery"], recovery),
         ])
     };
     // Counts present at the first sight are history since the driver loaded: no verdict.
@@ -334,7 +334,8 @@ fn the_most_disruptive_action_wins_and_the_state_is_the_most_severe() {
         gpu0(&[
             (Metric::GpuXidErrors, &["13"], 1.0),
             (Metric::GpuRemappedRowsPending, &[], 1.0),
-            (Metric::NvlinkUp, &["3"], 0.0),
+            (Metric::NvlinkLinks, &[], 18.0),
+            (Metric::NvlinkLinksUp, &[], 17.0),
         ])
         .iter(),
         now,
@@ -378,4 +379,32 @@ fn gpus_are_judged_apart_and_mig_samples_are_not_gpus() {
     let first_uuids: Vec<&str> = out.iter().filter_map(|s| s.label("uuid")).collect();
     assert_eq!(first_uuids.first(), Some(&"GPU-0"));
     assert_eq!(first_uuids.last(), Some(&"GPU-1"));
+}
+
+#[test]
+fn the_drivers_recovery_action_holds_while_the_driver_reports_it() {
+    let mut t = HealthTracker::new(T);
+    let now = Instant::now();
+    let driver = |a: &str| gpu0(&[(Metric::GpuRecoveryAction, &[a], 1.0)]);
+    assert_eq!(
+        verdict(&t.evaluate(driver("none").iter(), now), "GPU-0").0,
+        "healthy"
+    );
+    assert_eq!(
+        verdict(&t.evaluate(driver("drain_and_reset").iter(), now), "GPU-0"),
+        v("unhealthy", "drain_and_reset", "driver_recovery_action")
+    );
+    assert_eq!(
+        verdict(&t.evaluate(driver("drain_p2p").iter(), now), "GPU-0"),
+        v("degraded", "drain_p2p", "driver_recovery_action")
+    );
+    assert_eq!(
+        verdict(&t.evaluate(driver("none").iter(), now), "GPU-0").0,
+        "healthy"
+    );
+    // A value this build does not know establishes nothing.
+    assert_eq!(
+        verdict(&t.evaluate(driver("melt").iter(), now), "GPU-0").0,
+        "healthy"
+    );
 }

@@ -4,6 +4,7 @@
 //! state and schedule.
 
 use super::*;
+use dgx_pixels_metrics::labels::RecoveryAction;
 
 pub(super) fn read_slow(dev: &Device<'_>, check: &mut Check<'_>) -> Slow {
     // PCIe throughput: the driver samples each direction for about 20 ms per call.
@@ -309,6 +310,11 @@ pub(super) fn read_fast(
             .map(f64::from),
         pcie_link_max_generation: st.pcie_max_generation,
         pcie_link_max_width: st.pcie_max_width,
+        // A value this build does not know is left out rather than guessed.
+        recovery_action: f
+            .recovery_action
+            .and_then(|v| u32::try_from(v as u64).ok())
+            .and_then(RecoveryAction::from_nvml),
         // NVLink fields are in KiB.
         nvlink_transmit_bytes: f.nvlink_tx_kib.map(|k| k * 1024.0),
         nvlink_receive_bytes: f.nvlink_rx_kib.map(|k| k * 1024.0),

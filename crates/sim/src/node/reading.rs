@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use dgx_pixels_readout::labels::{NvlinkErrorType, ThrottleReason, ViolationPolicy};
+use dgx_pixels_readout::labels::{
+    NvlinkErrorType, RecoveryAction, ThrottleReason, ViolationPolicy,
+};
 use dgx_pixels_readout::{
     EccTotals, GpuReadout, MigReadout, NvlinkReadout, ProcessReadout, RemappedRowsReadout,
     RetiredPages,
@@ -168,7 +170,15 @@ impl GpuSim {
             .nvlink_rx
             .saturating_add((e.nvlink_rx * partial) as u64);
         let bytes = |b: Option<u64>| b.map(|b| b as f64);
+        // A driver with the field reports "none" unless a fault says otherwise.
+        let recovery_action = Some(
+            self.recovery
+                .iter()
+                .find(|(_, w)| w.holds(t))
+                .map_or(RecoveryAction::None, |(a, _)| *a),
+        );
         let readout = GpuReadout {
+            recovery_action,
             up: true,
             utilization_ratio: Some(e.utilization),
             memory_utilization_ratio: Some(e.memory_utilization),

@@ -66,6 +66,7 @@ impl GpuSim {
         let mut nvlink_errors = Vec::new();
         let mut pcie_degraded = Vec::new();
         let mut power_brake = Vec::new();
+        let mut recovery = Vec::new();
         let mut resets = Vec::new();
         for f in scenario.faults.iter().filter(|f| f.gpu() == index) {
             match f {
@@ -129,6 +130,15 @@ impl GpuSim {
                 )),
                 Fault::PowerBrake { at, until, .. } => power_brake.push((*at, *until)),
                 Fault::Reset { at, .. } => resets.push(*at),
+                Fault::RecoveryAction {
+                    action, at, until, ..
+                } => recovery.push((
+                    *action,
+                    Window {
+                        from: *at,
+                        until: *until,
+                    },
+                )),
             }
         }
         lost.sort_by_key(|l| l.0);
@@ -165,6 +175,7 @@ impl GpuSim {
             pcie_degraded,
             power_brake,
             resets,
+            recovery,
             mig,
             bar1_total: stat.bar1_total_bytes,
             alpha,

@@ -249,6 +249,39 @@ impl Fields<'_> {
                 })?,
             },
             RawFaultKind::Reset => Fault::Reset { gpu, at },
+            RawFaultKind::RecoveryAction => {
+                use dgx_pixels_readout::labels::RecoveryAction;
+                let names = || -> Vec<&str> {
+                    RecoveryAction::ALL[1..]
+                        .iter()
+                        .map(|a| a.as_str())
+                        .collect()
+                };
+                let Some(name) = f.action.as_deref() else {
+                    return Err(self.err(
+                        "action",
+                        format!(
+                            "faults of kind \"recovery_action\" need an action: one of {}",
+                            names().join(", ")
+                        ),
+                    ));
+                };
+                let Some(action) = RecoveryAction::ALL[1..]
+                    .iter()
+                    .copied()
+                    .find(|a| a.as_str() == name)
+                else {
+                    return Err(
+                        self.err("action", format!("expected one of {}", names().join(", ")))
+                    );
+                };
+                Fault::RecoveryAction {
+                    gpu,
+                    action,
+                    at,
+                    until: self.until()?,
+                }
+            }
         })
     }
 

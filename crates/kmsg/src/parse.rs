@@ -1,0 +1,452 @@
+//! Parsing `/dev/kmsg` records and recognising the GPU messages in them, without allocating.
+//!
+//! A record is `PRIO,SEQ,TIMESTAMP_US,FLAGS[,...];MESSAGE` on one line; the kernel may follow it
+//! with continuation lines that start with a space (`SUBSYSTEM=pci`, `DEVICE=+pci:...`), which
+//! name the device but never carry an XID. Messages recognised (formats of NVIDIA's drivers seen
+//! in the field; see docs/kmsg.md):
+//!
+//! - `NVRM: Xid (PCI:0000:1b:00): 79, pid=1234, name=python3, GPU has fallen off the bus.`,
+//!   with or without `pid=`/`name=`, with `pid='<unknown>'`, with a MIG part
+//!   (`(PCI:0000:4b:00 GPU-I:05)` and similar) and in the old form without `PCI:`
+//!   (`NVRM: Xid (0000:03:00): 14, Channel 00000001`);
+//! - `nvidia-nvswitch3: SXid (PCI:0000:c6:00.0): 20034, Fatal, Link 60 LTSSM Fault Up`
+//!   (NVSwitch errors: switches, not GPUs);
+//! - `NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.` (and `NVRM: GPU at PCI:0000:3b:00:
+//!   ...`), a lost GPU reported without an XID line of its own.
+
+use memchr::memmem;
+use std::sync::OnceLock;
+
+/// Longest record accepted, header included. The kernel caps a `/dev/kmsg` record at 8 KiB
+/// (`CONSOLE_EXT_LOG_MAX`); a longer line is not a kernel record and is rejected whole.
+pub const MAX_RECORD_BYTES: usize = 8192;
+/// XID and SXid codes at or above this are not codes (NVIDIA's go up to a few hundred for XIDs
+/// and 5 digits for SXids): such a line is malformed, so a garbled line cannot create series.
+pub const MAX_XID: u32 = 10_000;
+/// SXid codes are 5 digits (`12028`, `20034`): the bound for them.
+pub const MAX_SXID: u32 = 100_000;
+
+/// Why a line is not a usable record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Malformed {
+    /// Longer than [`MAX_RECORD_BYTES`].
+    TooLong,
+    /// No `PRIO,SEQ,TIMESTAMP,FLAGS;` header, or one that does not parse.
+    Header,
+    /// A GPU message (`NVRM: Xid`, `SXid`) whose address or code does not parse or is out of
+    /// range.
+    Message,
+}
+
+/// A record's header and message; the message borrows the line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record<'a> {
+    /// Sequence number: grows by one per record within a boot.
+    pub seq: u64,
+    /// Microseconds since boot (the kernel's monotonic clock) when the record was logged.
+    pub timestamp_us: u64,
+    /// The message, bytes as the kernel escaped them (non-printable bytes as `\xNN`).
+    pub message: &'a [u8],
+}
+
+/// A PCI address as the kernel log and NVML name it, reduced to what names a GPU: domain, bus
+/// and device (the function is always 0 for a GPU, and the kernel log often leaves it out).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PciAddress {
+    /// PCI domain (segment).
+    pub domain: u32,
+    /// Bus.
+    pub bus: u8,
+    /// Device.
+    pub device: u8,
+}
+
+impl PciAddress {
+    /// Parses `0000:1b:00`, `0000:1b:00.0` (kernel log) or `00000000:1B:00.0` (NVML): hex,
+    /// any case, a domain of 4 to 8 digits, the function ignored.
+    pub fn parse(s: &str) -> Option<PciAddress> {
+        parse_pci(s.as_bytes()).map(|(a, _)| a)
+    }
+}
+
+impl std::fmt::Display for PciAddress {
+    /// The kernel log's spelling: `0000:1b:00`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:04x}:{:02x}:{:02x}",
+            self.domain, self.bus, self.device
+        )
+    }
+}
+
+/// What a GPU-related message says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// `NVRM: Xid (PCI:...): CODE, ...`: an XID on the GPU at `pci`.
+    Xid {
+        /// The GPU.
+        pci: PciAddress,
+        /// The XID code, below [`MAX_XID`].
+        code: u32,
+    },
+    /// `SXid (PCI:...): CODE, ...`: an NVSwitch error on the switch at `pci`.
+    SXid {
+        /// The switch, with its function.
+        pci: PciAddress,
+        /// The PCI function of the switch.
+        function: u8,
+        /// The SXid code, below [`MAX_SXID`].
+        code: u32,
+    },
+    /// `NVRM: GPU ...: GPU has fallen off the bus.` without an XID.
+    FallenOffBus {
+        /// The GPU.
+        pci: PciAddress,
+    },
+}
+
+/// Parses the first line of a record (without its newline).
+pub fn parse_record(line: &[u8]) -> Result<Record<'_>, Malformed> {
+    if line.len() > MAX_RECORD_BYTES {
+        return Err(Malformed::TooLong);
+    }
+    // The header is short; a `;` far into the line is in the message of a line without one.
+    let head_end = line
+        .iter()
+        .take(96)
+        .position(|&b| b == b';')
+        .ok_or(Malformed::Header)?;
+    let mut fields = line[..head_end].split(|&b| b == b',');
+    let _priority = fields.next().and_then(number).ok_or(Malformed::Header)?;
+    let seq = fields.next().and_then(number).ok_or(Malformed::Header)?;
+    let timestamp_us = fields.next().and_then(number).ok_or(Malformed::Header)?;
+    // Flags: `-`, `c` or `+` in practice; newer kernels may add fields after them.
+    fields
+        .next()
+        .filter(|f| !f.is_empty())
+        .ok_or(Malformed::Header)?;
+    Ok(Record {
+        seq,
+        timestamp_us,
+        message: &line[head_end + 1..],
+    })
+}
+
+/// Decimal digits only (at most 19, so it cannot overflow a u64).
+fn number(s: &[u8]) -> Option<u64> {
+    if s.is_empty() || s.len() > 19 {
+        return None;
+    }
+    s.iter().try_fold(0u64, |n, &b| {
+        b.is_ascii_digit().then(|| n * 10 + u64::from(b - b'0'))
+    })
+}
+
+struct Finders {
+    xid: memmem::Finder<'static>,
+    sxid: memmem::Finder<'static>,
+    fallen: memmem::Finder<'static>,
+}
+
+fn finders() -> &'static Finders {
+    static F: OnceLock<Finders> = OnceLock::new();
+    F.get_or_init(|| Finders {
+        xid: memmem::Finder::new("NVRM: Xid ("),
+        sxid: memmem::Finder::new("SXid ("),
+        fallen: memmem::Finder::new("fallen off the bus"),
+    })
+}
+
+/// What `message` says about a GPU or switch: `Ok(None)` for the other messages of the kernel
+/// log (almost all of them), an error for a GPU message that does not parse.
+pub fn classify(message: &[u8]) -> Result<Option<Event>, Malformed> {
+    // Every message we look for names the driver; most lines are rejected on this one scan.
+    if memchr::memchr2(b'N', b'S', message).is_none() {
+        return Ok(None);
+    }
+    let f = finders();
+    if let Some(at) = f.xid.find(message) {
+        let (pci, rest) = paren_address(&message[at + 11..]).ok_or(Malformed::Message)?;
+        let code = code_after(rest, MAX_XID).ok_or(Malformed::Message)?;
+        return Ok(Some(Event::Xid { pci: pci.0, code }));
+    }
+    if let Some(at) = f.sxid.find(message) {
+        let (pci, rest) = paren_address(&message[at + 6..]).ok_or(Malformed::Message)?;
+        let code = code_after(rest, MAX_SXID).ok_or(Malformed::Message)?;
+        return Ok(Some(Event::SXid {
+            pci: pci.0,
+            function: pci.1,
+            code,
+        }));
+    }
+    if message.starts_with(b"NVRM: ") && f.fallen.find(message).is_some() {
+        // `NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.`: the first address names it.
+        let pci = find_address(message).ok_or(Malformed::Message)?;
+        return Ok(Some(Event::FallenOffBus { pci }));
+    }
+    Ok(None)
+}
+
+/// `PCI:0000:1b:00 GPU-I:05): 79, ...` or `0000:03:00): 14, ...` (after the `(`): the address
+/// (and function) and what follows the closing `)`.
+fn paren_address(s: &[u8]) -> Option<((PciAddress, u8), &[u8])> {
+    let s = s.strip_prefix(b"PCI:").unwrap_or(s);
+    let (address, used) = parse_pci(s)?;
+    let rest = &s[used..];
+    // Anything up to `)` after the address (a MIG instance: ` GPU-I:05`, ` GPU-CI:01`) is
+    // bounded by the record's own length.
+    let close = rest.iter().position(|&b| b == b')')?;
+    if rest[..close].contains(&b'(') {
+        return None;
+    }
+    let function = if s.get(used.wrapping_sub(2)) == Some(&b'.') {
+        s.get(used - 1).map_or(0, |b| b - b'0')
+    } else {
+        0
+    };
+    Some(((address, function), &rest[close + 1..]))
+}
+
+/// The code in `: 79, ...` (or `: 79` at the end), when below `max`.
+fn code_after(s: &[u8], max: u32) -> Option<u32> {
+    let s = s.strip_prefix(b":")?;
+    let s = s.strip_prefix(b" ").unwrap_or(s);
+    let digits = s.iter().take_while(|b| b.is_ascii_digit()).count();
+    let after = s.get(digits);
+    if !matches!(after, None | Some(b',') | Some(b' ')) {
+        return None;
+    }
+    let code = number(&s[..digits])?;
+    u32::try_from(code).ok().filter(|&c| c < max)
+}
+
+fn hex(b: u8) -> Option<u32> {
+    (b as char).to_digit(16)
+}
+
+/// Parses a PCI address at the start of `s`: DOMAIN(4-8 hex):BUS(2):DEVICE(2)[.FUNCTION], any
+/// case. Returns it and the bytes used.
+fn parse_pci(s: &[u8]) -> Option<(PciAddress, usize)> {
+    let domain_len = s.iter().take(9).take_while(|&&b| hex(b).is_some()).count();
+    if !(4..=8).contains(&domain_len) || s.get(domain_len) != Some(&b':') {
+        return None;
+    }
+    let domain = s[..domain_len]
+        .iter()
+        .try_fold(0u32, |n, &b| Some(n * 16 + hex(b)?))?;
+    let two = |i: usize| -> Option<u8> {
+        let hi = hex(*s.get(i)?)?;
+        let lo = hex(*s.get(i + 1)?)?;
+        u8::try_from(hi * 16 + lo).ok()
+    };
+    let bus = two(domain_len + 1)?;
+    if s.get(domain_len + 3) != Some(&b':') {
+        return None;
+    }
+    let device = two(domain_len + 4)?;
+    let mut used = domain_len + 6;
+    if s.get(used) == Some(&b'.') && s.get(used + 1).is_some_and(|b| (b'0'..=b'7').contains(b)) {
+        used += 2;
+    }
+    // An address ends here: a seventh hex digit would make it something else.
+    if s.get(used).is_some_and(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    Some((
+        PciAddress {
+            domain,
+            bus,
+            device,
+        },
+        used,
+    ))
+}
+
+/// The first PCI address anywhere in `s`.
+fn find_address(s: &[u8]) -> Option<PciAddress> {
+    let mut from = 0;
+    while let Some(i) = memchr::memchr(b':', &s[from..]) {
+        let colon = from + i;
+        // A domain of 4 hex digits ends at this colon.
+        if colon >= 4 {
+            let start = colon - 4;
+            let boundary = start == 0 || !s[start - 1].is_ascii_hexdigit();
+            if boundary {
+                if let Some((a, _)) = parse_pci(&s[start..]) {
+                    return Some(a);
+                }
+            }
+        }
+        from = colon + 1;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pci(domain: u32, bus: u8, device: u8) -> PciAddress {
+        PciAddress {
+            domain,
+            bus,
+            device,
+        }
+    }
+
+    fn event(message: &str) -> Result<Option<Event>, Malformed> {
+        classify(message.as_bytes())
+    }
+
+    #[test]
+    fn records_split_into_header_and_message() {
+        let r = parse_record(b"3,2315,1234567890,-;NVRM: Xid (PCI:0000:1b:00): 79, pid=0").unwrap();
+        assert_eq!((r.seq, r.timestamp_us), (2315, 1_234_567_890));
+        assert_eq!(r.message, b"NVRM: Xid (PCI:0000:1b:00): 79, pid=0");
+        // Newer kernels add fields after the flags (caller ids).
+        let r = parse_record(b"6,17,5,c,caller=T42;hello; world").unwrap();
+        assert_eq!((r.seq, r.message), (17, &b"hello; world"[..]));
+        for bad in [
+            &b""[..],
+            b"no header at all",
+            b"6,x,5,-;m",
+            b"6,1,5;m",
+            b"6,1,5,;m",
+            b"6,99999999999999999999,5,-;m",
+            b";m",
+        ] {
+            assert_eq!(parse_record(bad), Err(Malformed::Header), "{bad:?}");
+        }
+        let huge = [b'a'; MAX_RECORD_BYTES + 1];
+        assert_eq!(parse_record(&huge), Err(Malformed::TooLong));
+    }
+
+    /// The driver's XID line in the variants seen in the field.
+    #[test]
+    fn xid_lines_in_every_known_shape() {
+        let cases = [
+            ("NVRM: Xid (PCI:0000:1b:00): 79, pid=1234, name=python3, GPU has fallen off the bus.", pci(0, 0x1b, 0), 79),
+            ("NVRM: Xid (PCI:0000:01:00): 32, Channel ID 00000000 intr 00004000", pci(0, 1, 0), 32),
+            ("NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on (GPC 7, TPC 7, SM 0): Illegal Instruction Parameter", pci(0, 0xcb, 0), 13),
+            ("NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000001 caused by previous Xid 149", pci(0, 0xdc, 0), 45),
+            ("NVRM: Xid (PCI:0000:4b:00 GPU-I:05): 43, pid=77, name=train, Ch 00000008", pci(0, 0x4b, 0), 43),
+            ("NVRM: Xid (PCI:0000:4B:00 GPU-I:05 GPU-CI:01): 31, pid=77, name=train", pci(0, 0x4b, 0), 31),
+            ("NVRM: Xid (0000:03:00): 14, Channel 00000001", pci(0, 3, 0), 14),
+            ("NVRM: Xid (PCI:0001:b8:1f): 149, NETIR_LINK_EVT Fatal XC0 i0 Link 00", pci(1, 0xb8, 0x1f), 149),
+            ("NVRM: Xid (PCI:0000:1b:00): 94", pci(0, 0x1b, 0), 94),
+            // An unknown but plausible code still counts under its number.
+            ("NVRM: Xid (PCI:0000:1b:00): 9999, something new", pci(0, 0x1b, 0), 9999),
+        ];
+        for (line, want_pci, want_code) in cases {
+            assert_eq!(
+                event(line),
+                Ok(Some(Event::Xid {
+                    pci: want_pci,
+                    code: want_code
+                })),
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
+    fn sxid_and_fallen_off_the_bus() {
+        assert_eq!(
+            event(
+                "nvidia-nvswitch3: SXid (PCI:0000:c6:00.0): 20034, Fatal, Link 60 LTSSM Fault Up"
+            ),
+            Ok(Some(Event::SXid {
+                pci: pci(0, 0xc6, 0),
+                function: 0,
+                code: 20034
+            }))
+        );
+        assert_eq!(
+            event("nvidia-nvswitch0: SXid (PCI:0000:05:00.1): 12028, Non-fatal, Link 32 egress"),
+            Ok(Some(Event::SXid {
+                pci: pci(0, 5, 0),
+                function: 1,
+                code: 12028
+            }))
+        );
+        assert_eq!(
+            event("NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus."),
+            Ok(Some(Event::FallenOffBus {
+                pci: pci(0, 0x3b, 0)
+            }))
+        );
+        assert_eq!(
+            event("NVRM: GPU at PCI:0000:3b:00: GPU has fallen off the bus."),
+            Ok(Some(Event::FallenOffBus {
+                pci: pci(0, 0x3b, 0)
+            }))
+        );
+    }
+
+    #[test]
+    fn other_kernel_lines_are_not_events() {
+        for line in [
+            "usb 1-1: new high-speed USB device number 2 using xhci_hcd",
+            "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.15",
+            "NVRM: GPU at PCI:0000:00:05: GPU-efbdfde9-5798-a6e7-4c46-12518fa15375",
+            "NVRM: GPU Board Serial Number: 1650423013443",
+            "Something about Xid in prose",
+            "my disk has fallen off the bus",
+            "",
+        ] {
+            assert_eq!(event(line), Ok(None), "{line}");
+        }
+    }
+
+    /// Hostile input: wrong shapes, huge or negative codes, binary and non-UTF-8 bytes,
+    /// truncation at every byte of a valid line; never a panic, never an event of a bad code.
+    #[test]
+    fn hostile_gpu_lines_are_malformed_never_events() {
+        for line in [
+            "NVRM: Xid (PCI:0000:1b:00): 10000, too big",
+            "NVRM: Xid (PCI:0000:1b:00): 99999999999999999999999, overflow",
+            "NVRM: Xid (PCI:0000:1b:00): -1, negative",
+            "NVRM: Xid (PCI:0000:1b:00): 79x, glued",
+            "NVRM: Xid (PCI:0000:1b:00): , empty",
+            "NVRM: Xid (PCI:zzzz:1b:00): 79, bad hex",
+            "NVRM: Xid (PCI:0000:1b:00: 79, unclosed",
+            "NVRM: Xid (PCI:0000:1b:000): 79, long device",
+            "NVRM: Xid (PCI:0000:1b:00 (x)): 79, nested",
+            "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 123456, too big",
+            "NVRM: GPU has fallen off the bus.",
+        ] {
+            assert_eq!(event(line), Err(Malformed::Message), "{line}");
+        }
+        let full = b"NVRM: Xid (PCI:0000:1b:00): 79, pid=1";
+        for n in 0..full.len() {
+            let r = classify(&full[..n]);
+            assert!(
+                !matches!(r, Ok(Some(Event::Xid { code, .. })) if code != 79 && code != 7),
+                "{n}: {r:?}"
+            );
+        }
+        let binary: Vec<u8> = (0..=255u8).cycle().take(4096).collect();
+        assert!(classify(&binary).is_ok());
+        let mut non_utf8 = b"NVRM: Xid (PCI:0000:1b:00): 79, name=\xff\xfe\x80".to_vec();
+        assert_eq!(
+            classify(&non_utf8),
+            Ok(Some(Event::Xid {
+                pci: pci(0, 0x1b, 0),
+                code: 79
+            }))
+        );
+        non_utf8.insert(17, 0xff);
+        assert_eq!(classify(&non_utf8), Err(Malformed::Message));
+    }
+
+    #[test]
+    fn nvml_and_kernel_addresses_normalise_alike() {
+        let kernel = PciAddress::parse("0000:1b:00").unwrap();
+        assert_eq!(PciAddress::parse("00000000:1B:00.0"), Some(kernel));
+        assert_eq!(PciAddress::parse("0000:1b:00.0"), Some(kernel));
+        assert_eq!(kernel.to_string(), "0000:1b:00");
+        assert_eq!(PciAddress::parse("1b:00.0"), None);
+        assert_eq!(PciAddress::parse("000000000:1b:00.0"), None);
+    }
+}

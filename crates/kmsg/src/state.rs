@@ -1,0 +1,230 @@
+//! The state file: how far the kernel log was read (the last sequence number processed, per
+//! boot id) and what was counted up to there, written atomically together so that a restart
+//! resumes exactly where the previous process stopped: nothing is counted twice and nothing
+//! counted is forgotten.
+//!
+//! ```text
+//! # dgx-pixels-exporter kmsg state; written by the exporter, do not edit
+//! version 1
+//! boot_id 4d1c7a1e-0b8f-4c0e-9a55-1f0c4a7e9b21
+//! path /dev/kmsg
+//! seq 18234
+//! xid GPU-1b2c... 79 1
+//! sxid 0000:c6:00.0 20034 2
+//! fallen GPU-1b2c... 1
+//! ```
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+/// Largest state file read: far more than the bounded counts it holds need.
+pub const MAX_STATE_BYTES: u64 = 1 << 20;
+/// Most series kept per kind (XIDs, SXids, fallen-off-the-bus): a state file past this is
+/// refused, and the reader stops adding series past it.
+pub const MAX_SERIES: usize = 4096;
+/// Name of the state file in the state directory.
+pub const FILE_NAME: &str = "kmsg.state";
+
+/// What a reader of one kernel log has processed and counted in one boot.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// The boot the sequence numbers belong to.
+    pub boot_id: String,
+    /// The kernel log they were read from (another log's sequence numbers mean nothing here).
+    pub path: String,
+    /// The last sequence number processed; `None` before the first record.
+    pub seq: Option<u64>,
+    /// XIDs per (GPU uuid, code) read from the kernel log.
+    pub xids: BTreeMap<(String, u32), u64>,
+    /// SXids per (switch PCI address, code).
+    pub sxids: BTreeMap<(String, u32), u64>,
+    /// "Fallen off the bus" messages without an XID, per GPU uuid.
+    pub fallen: BTreeMap<String, u64>,
+}
+
+/// Why a state file cannot be used; the message names the file and line.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// Reading failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
+    /// A line does not parse, or the file is too big.
+    #[error("{path}:{line}: {why}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// Line number (1-based; 0 for the whole file).
+        line: usize,
+        /// What is wrong.
+        why: String,
+    },
+}
+
+/// Reads the state file `path`; `Ok(None)` when there is none.
+pub fn load(path: &Path) -> Result<Option<Progress>, StateError> {
+    let io_err = |source| StateError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = match fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_err(e)),
+    };
+    let mut text = String::new();
+    file.take(MAX_STATE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(io_err)?;
+    let invalid = |line: usize, why: &str| StateError::Invalid {
+        path: path.to_path_buf(),
+        line,
+        why: why.to_string(),
+    };
+    if text.len() as u64 > MAX_STATE_BYTES {
+        return Err(invalid(0, "larger than 1 MiB"));
+    }
+    let mut p = Progress::default();
+    let mut version = false;
+    for (i, line) in text.lines().enumerate() {
+        let n = i + 1;
+        if line.starts_with('#') || line.is_empty() {
+            continue;
+        }
+        if let Some(path) = line.strip_prefix("path ") {
+            p.path = path.to_string();
+            continue;
+        }
+        let f: Vec<&str> = line.split(' ').collect();
+        let num = |s: &str| s.parse::<u64>().map_err(|_| invalid(n, "not a number"));
+        let code = |s: &str| s.parse::<u32>().map_err(|_| invalid(n, "not a code"));
+        match f.as_slice() {
+            ["version", "1"] => version = true,
+            ["version", _] => return Err(invalid(n, "unknown version")),
+            ["boot_id", id] => p.boot_id = (*id).to_string(),
+            ["seq", s] => p.seq = Some(num(s)?),
+            ["xid", uuid, c, count] => {
+                p.xids.insert(((*uuid).to_string(), code(c)?), num(count)?);
+            }
+            ["sxid", pci, c, count] => {
+                p.sxids.insert(((*pci).to_string(), code(c)?), num(count)?);
+            }
+            ["fallen", uuid, count] => {
+                p.fallen.insert((*uuid).to_string(), num(count)?);
+            }
+            _ => return Err(invalid(n, "unknown line")),
+        }
+        if p.xids.len().max(p.sxids.len()).max(p.fallen.len()) > MAX_SERIES {
+            return Err(invalid(n, "too many series"));
+        }
+    }
+    if !version || p.boot_id.is_empty() {
+        return Err(invalid(0, "no version or boot_id line"));
+    }
+    Ok(Some(p))
+}
+
+/// Writes `p` to `path` atomically: a temporary file in the same directory, synced, then
+/// renamed over the old one, so a crash leaves the old state or the new one, never half.
+pub fn save(path: &Path, p: &Progress) -> io::Result<()> {
+    let mut text = String::with_capacity(256);
+    text.push_str("# dgx-pixels-exporter kmsg state; written by the exporter, do not edit\n");
+    text.push_str("version 1\n");
+    text.push_str(&format!("boot_id {}\n", p.boot_id));
+    // One line, so a newline in a path cannot add lines.
+    text.push_str(&format!("path {}\n", p.path.replace('\n', "?")));
+    if let Some(seq) = p.seq {
+        text.push_str(&format!("seq {seq}\n"));
+    }
+    for ((uuid, code), n) in &p.xids {
+        text.push_str(&format!("xid {uuid} {code} {n}\n"));
+    }
+    for ((pci, code), n) in &p.sxids {
+        text.push_str(&format!("sxid {pci} {code} {n}\n"));
+    }
+    for (uuid, n) in &p.fallen {
+        text.push_str(&format!("fallen {uuid} {n}\n"));
+    }
+    let tmp = path.with_extension("state.tmp");
+    let mut f = fs::File::create(&tmp)?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()?;
+    drop(f);
+    fs::rename(&tmp, path)
+}
+
+/// The boot id in `path` (`/proc/sys/kernel/random/boot_id`): one token, at most 64 bytes.
+pub fn boot_id(path: &Path) -> io::Result<String> {
+    let mut text = String::new();
+    fs::File::open(path)?.take(256).read_to_string(&mut text)?;
+    let id = text.trim();
+    if id.is_empty() || id.len() > 64 || id.contains(char::is_whitespace) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "not a boot id (one token of at most 64 bytes)",
+        ));
+    }
+    Ok(id.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_round_trips_and_writes_atomically() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        assert!(load(&path).unwrap().is_none());
+        let mut p = Progress {
+            boot_id: "b-1".into(),
+            path: "/var/log/kernel log".into(),
+            seq: Some(42),
+            ..Default::default()
+        };
+        p.xids.insert(("GPU-a".into(), 79), 2);
+        p.sxids.insert(("0000:c6:00.0".into(), 20034), 1);
+        p.fallen.insert("GPU-a".into(), 1);
+        save(&path, &p).unwrap();
+        assert_eq!(load(&path).unwrap(), Some(p));
+        let names: Vec<_> = fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(names.len(), 1, "no temporary file left behind");
+    }
+
+    #[test]
+    fn a_bad_state_file_names_its_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        fs::write(&path, "version 1\nboot_id b\nseq x\n").unwrap();
+        let e = load(&path).unwrap_err().to_string();
+        assert!(
+            e.ends_with(&format!("{}:3: not a number", path.display())),
+            "{e}"
+        );
+        fs::write(&path, "seq 1\n").unwrap();
+        assert!(load(&path).unwrap_err().to_string().contains("no version"));
+        fs::write(&path, "x".repeat(MAX_STATE_BYTES as usize + 1)).unwrap();
+        assert!(load(&path).unwrap_err().to_string().contains("larger"));
+    }
+
+    #[test]
+    fn boot_ids_are_one_bounded_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("boot_id");
+        fs::write(&path, "4d1c7a1e-0b8f-4c0e-9a55-1f0c4a7e9b21\n").unwrap();
+        assert_eq!(
+            boot_id(&path).unwrap(),
+            "4d1c7a1e-0b8f-4c0e-9a55-1f0c4a7e9b21"
+        );
+        fs::write(&path, "two tokens\n").unwrap();
+        assert!(boot_id(&path).is_err());
+        fs::write(&path, "").unwrap();
+        assert!(boot_id(&path).is_err());
+    }
+}
