@@ -79,6 +79,11 @@ pub struct Cli {
     /// beside the GPU metrics; see docs/workloads.md.
     #[arg(long = "textfile.directory", value_name = "DIR")]
     pub textfile_directory: Option<PathBuf>,
+    /// Directory where jobs drop PyTorch profiler traces, analysed by the trace collector
+    /// (--collector.trace); repeatable, a component may be a glob (quote it), e.g.
+    /// '/data/profile_traces/iteration_*'. See docs/traces.md.
+    #[arg(long = "trace.directory", value_name = "DIR")]
+    pub trace_directories: Vec<PathBuf>,
 
     /// The kubelet's pod-resources socket, read by the kubernetes collector
     /// [default: /var/lib/kubelet/pod-resources/kubelet.sock].

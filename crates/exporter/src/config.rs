@@ -407,6 +407,8 @@ pub struct Settings {
     pub health: HealthSettings,
     /// Kernel log: the kmsg crate's own options (`path`, `state_directory`, `boot_id_path`).
     pub kmsg: dgx_pixels_kmsg::KmsgOptions,
+    /// Profiler trace source.
+    pub trace: dgx_pixels_trace::source::TraceOptions,
 }
 
 pub use collectors::{DEFAULT_INTERVAL, DEFAULT_TIMEOUT, MIN_INTERVAL, MIN_TIMEOUT};
@@ -514,6 +516,7 @@ impl Settings {
         }
         self.probes.schedule()?;
         self.health.validate()?;
+        self.trace.validate().map_err(ConfigError)?;
         if let Some(address) = &self.dcgm.hostengine {
             check_hostengine(address)?;
         }

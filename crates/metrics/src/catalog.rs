@@ -167,6 +167,7 @@ impl Metric {
 
 // Sources: "nvml", "dcgm", "probes" (CUDA probes, or simulated ones on a simulated node), "sim"
 // (the simulated node, DCGM profiling included), "textfile", "kmsg" (the kernel log),
+// "trace" (profiler traces),
 // "kubernetes" and "hpc" (attribution, see `attribution`), "health" (the per-GPU verdict) and
 // "exporter" (the daemon itself, including the [cost] settings).
 define_catalog! {
@@ -364,6 +365,69 @@ define_catalog! {
         "1 when the *.prom file was skipped (unreadable, too big, invalid, or colliding with another file or an exporter metric), 0 when its metrics are served.";
     TextfileMtime => Gauge Seconds "dgx_pixels_textfile_mtime_seconds" ["file"] ["textfile"]
         "Unix time the *.prom file was last modified; only for files whose metrics are served, so a broken file never looks fresh.";
+    // The trace source (docs/traces.md): counters of analysed time add over files, ranks,
+    // steps and jobs; trace_job is the trace's directory (not `job`, which is Prometheus'
+    // target label), rank its distributedInfo rank.
+    TraceFiles => Counter None "dgx_pixels_trace_files_total" ["outcome"] ["trace"]
+        "Trace files the trace source finished with, by outcome (analysed, too_large, truncated, not_a_trace, parse_error, unreadable, timeout, internal_error); an error outcome is counted once per version of a file.";
+    TracePendingFiles => Gauge None "dgx_pixels_trace_pending_files" [] ["trace"]
+        "Trace files found but not analysed yet: still being written, waiting to be stable across two listings, or queued for another try.";
+    TraceAnalysisSeconds => Counter Seconds "dgx_pixels_trace_analysis_seconds_total" [] ["trace"]
+        "Wall time the background thread spent parsing and analysing trace files (at the lowest CPU priority).";
+    TraceReadBytes => Counter Bytes "dgx_pixels_trace_read_bytes_total" [] ["trace"]
+        "Size on disk of the trace files parsed (each attempt counts).";
+    TraceLastAnalysis => Gauge Seconds "dgx_pixels_trace_last_analysis_timestamp_seconds" ["trace_job", "rank"] ["trace"]
+        "Unix time the latest trace file of this job and rank was analysed.";
+    TraceGpuSeconds => Counter Seconds "dgx_pixels_trace_gpu_seconds_total" ["trace_job", "rank"] ["trace"]
+        "GPU time covered by the analysed traces: HTA's kernel time, first GPU row start to last GPU row end over all streams (compute + non-compute + idle).";
+    TraceComputeSeconds => Counter Seconds "dgx_pixels_trace_compute_seconds_total" ["trace_job", "rank"] ["trace"]
+        "Analysed GPU time running computation kernels (HTA's compute time: the union over streams).";
+    TraceNonComputeSeconds => Counter Seconds "dgx_pixels_trace_non_compute_seconds_total" ["trace_job", "rank"] ["trace"]
+        "Analysed GPU time busy with communication, memory copies or syncs and no computation (HTA's non-compute time).";
+    TraceIdleSeconds => Counter Seconds "dgx_pixels_trace_idle_seconds_total" ["trace_job", "rank"] ["trace"]
+        "Analysed GPU time with nothing running on any stream (HTA's idle time).";
+    TraceCommunicationSeconds => Counter Seconds "dgx_pixels_trace_communication_seconds_total" ["trace_job", "rank"] ["trace"]
+        "Analysed GPU time running communication (NCCL) kernels: the union over streams.";
+    TraceExposedCommunicationSeconds => Counter Seconds "dgx_pixels_trace_exposed_communication_seconds_total" ["trace_job", "rank"] ["trace"]
+        "Analysed communication time not overlapped by computation: the GPU waits on the network.";
+    TraceOverlappedCommunicationSeconds => Counter Seconds "dgx_pixels_trace_overlapped_communication_seconds_total" ["trace_job", "rank"] ["trace"]
+        "Analysed communication time hidden under computation; over dgx_pixels_trace_communication_seconds_total it is HTA's overlap ratio.";
+    TraceSteps => Counter None "dgx_pixels_trace_steps_total" ["trace_job", "rank"] ["trace"]
+        "Complete profiler steps (ProfilerStep#N) analysed; HTA's filter drops the last step of a trace with two or more.";
+    TraceStepSeconds => Counter Seconds "dgx_pixels_trace_step_seconds_total" ["trace_job", "rank"] ["trace"]
+        "Summed duration of the analysed profiler steps; over dgx_pixels_trace_steps_total it is the mean step time.";
+    TraceCollectiveKernels => Counter None "dgx_pixels_trace_collective_kernels_total" ["trace_job", "rank", "collective"] ["trace"]
+        "Communication kernels analysed per collective type (all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, send_recv, other).";
+    TraceCollectiveSeconds => Counter Seconds "dgx_pixels_trace_collective_seconds_total" ["trace_job", "rank", "collective"] ["trace"]
+        "Summed duration of the communication kernels of a collective type (waiting for other ranks included).";
+    TraceCollectiveSizedSeconds => Counter Seconds "dgx_pixels_trace_collective_sized_seconds_total" ["trace_job", "rank", "collective"] ["trace"]
+        "Summed duration of the kernels whose message size the trace gives (PyTorch 2.2 or later): the time bus bandwidth divides by.";
+    TraceCollectiveBytes => Counter Bytes "dgx_pixels_trace_collective_bytes_total" ["trace_job", "rank", "collective"] ["trace"]
+        "Message size moved per collective type, nccl-tests' S (all-gather and reduce-scatter count the whole array); over sized seconds it is the algorithm bandwidth.";
+    TraceCollectiveBusBytes => Counter Bytes "dgx_pixels_trace_collective_bus_bytes_total" ["trace_job", "rank", "collective"] ["trace"]
+        "Message size times nccl-tests' bus factor (2(n-1)/n all-reduce, (n-1)/n all-gather, reduce-scatter, all-to-all, 1 otherwise); over sized seconds it is the bus bandwidth.";
+    TracePhaseSeconds => Counter Seconds "dgx_pixels_trace_phase_seconds_total" ["trace_job", "rank", "phase"] ["trace"]
+        "CPU time of the training phases' annotations within complete steps, per phase (forward, backward, optimizer).";
+    TraceJobRanks => Gauge None "dgx_pixels_trace_job_ranks" ["trace_job"] ["trace"]
+        "Ranks in the latest job-level analysis of the job's traces (run once every rank of the world has arrived, or [trace] group_timeout after the last one with two or more).";
+    TraceJobComplete => Gauge None "dgx_pixels_trace_job_complete" ["trace_job"] ["trace"]
+        "1 when the latest job-level analysis had every rank of distributedInfo.world_size, 0 when it ran on what had arrived by the timeout.";
+    TraceJobStepSpread => Gauge Seconds "dgx_pixels_trace_job_step_spread_seconds" ["trace_job"] ["trace"]
+        "Per profiler step, the slowest rank's step time minus the fastest's, averaged over the steps every rank has (latest job-level analysis).";
+    TraceStragglerScore => Gauge None "dgx_pixels_trace_straggler_score" ["trace_job", "rank"] ["trace"]
+        "Per rank, (its step time - the median rank's) / the median, averaged over steps (latest job-level analysis; 0.1 = 10% slower than the median rank).";
+    TraceSyncWait => Gauge Seconds "dgx_pixels_trace_sync_wait_seconds" ["trace_job", "rank"] ["trace"]
+        "Per rank, the time its collectives waited for the slowest rank to start them (collectives matched by order; only when every rank has as many; latest job-level analysis).";
+    TraceStraggler => Gauge None "dgx_pixels_trace_straggler" ["trace_job", "rank"] ["trace"]
+        "1 for a rank that started last in at least half of the matched collectives, else 0 (latest job-level analysis with matched collectives).";
+    TraceMemoryReserved => Gauge Bytes "dgx_pixels_trace_memory_reserved_bytes" ["trace_job", "rank", "cuda_device"] ["trace"]
+        "Memory the CUDA caching allocator had reserved in the latest memory snapshot of the job (rank from the file name, empty without one; cuda_device is the device ordinal inside the job's process).";
+    TraceMemoryAllocated => Gauge Bytes "dgx_pixels_trace_memory_allocated_bytes" ["trace_job", "rank", "cuda_device"] ["trace"]
+        "Memory requested by live allocations in the latest memory snapshot (PyTorch's allocated bytes).";
+    TraceMemoryFragmentation => Gauge Ratio "dgx_pixels_trace_memory_fragmentation_ratio" ["trace_job", "rank", "cuda_device"] ["trace"]
+        "Free memory in reserved segments outside allocated blocks over reserved memory, in the latest memory snapshot.";
+    TraceMemoryPeakAllocated => Gauge Bytes "dgx_pixels_trace_memory_peak_allocated_bytes" ["trace_job", "rank", "cuda_device"] ["trace"]
+        "Peak allocated memory replayed from the latest snapshot's history; absent when the job did not record memory history.";
     CostElectricityPrice => Gauge None "dgx_pixels_cost_electricity_price_per_joule" ["currency"] ["exporter"]
         "Configured electricity price per joule (the [cost] price per kWh divided by 3.6e6), in the currency of the label.";
     CostPowerUsageEffectiveness => Gauge None "dgx_pixels_cost_power_usage_effectiveness" [] ["exporter"]
@@ -397,7 +461,7 @@ mod tests {
     fn names_follow_the_naming_rules() {
         let subsystems = [
             "gpu", "mig", "nvlink", "pcie", "process", "probe", "workload", "quality", "cost",
-            "source", "exporter", "textfile", "kmsg", "nvswitch",
+            "source", "exporter", "textfile", "kmsg", "nvswitch", "trace",
         ];
         let mut seen = HashSet::new();
         for def in CATALOG {
@@ -428,11 +492,13 @@ mod tests {
             assert!(!def.help.is_empty() && !def.help.contains('\n') && !def.help.contains('\\'));
             for label in def.labels {
                 assert!(valid_name(label) && !label.starts_with("__"), "{label}");
-                assert_ne!(
-                    *label, "instance",
-                    "{}: instance belongs to Prometheus",
-                    def.name
-                );
+                for target_label in ["instance", "job"] {
+                    assert_ne!(
+                        *label, target_label,
+                        "{}: {target_label} belongs to Prometheus (it would become exported_{target_label})",
+                        def.name
+                    );
+                }
                 assert_ne!(
                     *label, "node",
                     "{}: node is added by configuration",

@@ -56,6 +56,7 @@ pub const DEFAULT_MAX_TOTAL_BYTES: u64 = 16 * 1024 * 1024;
 /// `workload` and `quality` subsystems of the workload contract, and names of their own).
 pub const EXPORTER_SUBSYSTEMS: &[&str] = &[
     "gpu", "mig", "nvlink", "pcie", "process", "probe", "cost", "source", "exporter", "textfile",
+    "trace",
 ];
 
 /// Bounds on what one poll reads.

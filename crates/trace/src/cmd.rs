@@ -158,6 +158,7 @@ pub fn load_and_analyze(
     let opts = ParseOptions {
         max_value_bytes: input.max_event_bytes,
         progress: Some(counter.clone()),
+        ..ParseOptions::default()
     };
     let bar = (progress && std::io::stderr().is_terminal()).then(|| {
         let b = indicatif::ProgressBar::new(total);

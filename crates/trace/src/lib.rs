@@ -20,6 +20,8 @@
 //! - [`memory`]: memory snapshots (pickles, read by [`pickle`]) into [`memory::SnapshotReport`].
 //! - [`render`], [`chart`], [`compare`]: human, Markdown and PNG output, and two runs side by side.
 //! - [`cmd`]: the `trace` subcommand (flags and run), which the exporter binary mounts.
+//! - [`source`]: the exporter's `trace` source: watches directories, analyses new traces in
+//!   the background and serves the results as counters of the `trace` subsystem.
 //! - [`synth`]: a generator of realistic multi-rank traces with a known ground truth, for
 //!   tests and benchmarks.
 //!
@@ -57,6 +59,7 @@ pub mod model;
 pub mod parse;
 pub mod pickle;
 pub mod render;
+pub mod source;
 pub mod synth;
 
 pub use analysis::{analyze, AnalyzeOptions, RankReport, Report};

@@ -32,7 +32,7 @@ fn seed() -> &'static str {
 fn check(bytes: &[u8]) {
     let opts = ParseOptions {
         max_value_bytes: 4096,
-        progress: None,
+        ..ParseOptions::default()
     };
     match parse_bytes(bytes, Path::new("fuzz.json"), &opts) {
         Ok(t) => {

@@ -96,7 +96,7 @@ fn a_huge_line_is_bounded_by_the_value_limit() {
     };
     let opts = ParseOptions {
         max_value_bytes: limit,
-        progress: None,
+        ..ParseOptions::default()
     };
     let e = parse_read(&mut src, Path::new("line.json"), &opts).unwrap_err();
     assert!(

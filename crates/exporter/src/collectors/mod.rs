@@ -30,6 +30,7 @@ pub mod kubernetes;
 pub mod nvml;
 pub mod probes;
 pub mod textfile;
+pub mod trace;
 
 /// Default poll interval.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
@@ -51,6 +52,7 @@ pub const COLLECTORS: &[Collector] = &[
     hpc::COLLECTOR,
     health::COLLECTOR,
     kmsg::COLLECTOR,
+    trace::COLLECTOR,
 ];
 
 /// What a collector's `build` returns: its source, or `None` when there is nothing to run.

@@ -31,7 +31,7 @@ pub fn resolve(
             .separator("__")
             .source(Some(env)),
     );
-    let overrides: [(&str, Option<config::Value>); 18] = [
+    let overrides: [(&str, Option<config::Value>); 19] = [
         (
             "dcgm.library",
             cli.dcgm_library
@@ -90,6 +90,16 @@ pub fn resolve(
             cli.textfile_directory
                 .as_ref()
                 .map(|p| p.display().to_string().into()),
+        ),
+        (
+            "trace.directory",
+            (!cli.trace_directories.is_empty()).then(|| {
+                cli.trace_directories
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .into()
+            }),
         ),
         (
             "kubernetes.pod_resources_socket",

@@ -523,3 +523,72 @@ fn kmsg_settings_layer_and_the_collector_is_opt_in() {
         Some(Path::new("/flag/state"))
     );
 }
+
+#[test]
+fn the_trace_table_parses_strictly_validates_and_yields_to_flags() {
+    let f = file(
+        "[trace]\ndirectory = [\"/a\", \"/b/iteration_*\"]\nmax_file_bytes = 1024\nmax_analysis_time = \"2m\"\ngroup_timeout = \"30s\"\n",
+    );
+    let path = f.path().to_str().unwrap();
+    let s = resolve(&parse_from(["x", "--config.file", path]).unwrap(), []).unwrap();
+    assert_eq!(
+        s.trace.directory,
+        [PathBuf::from("/a"), PathBuf::from("/b/iteration_*")]
+    );
+    assert_eq!(s.trace.max_file_bytes, 1024);
+    assert_eq!(s.trace.max_analysis_time, Duration::from_secs(120));
+    assert_eq!(s.trace.group_timeout, Duration::from_secs(30));
+    // One path is a list of one; the environment gives one path.
+    let s = resolve(
+        &parse_from(["x", "--config.file", path]).unwrap(),
+        env(&[("DGX_PIXELS_TRACE__DIRECTORY", "/env")]),
+    )
+    .unwrap();
+    assert_eq!(s.trace.directory, [PathBuf::from("/env")]);
+    // Repeated flags win over both.
+    let cli = parse_from([
+        "x",
+        "--config.file",
+        path,
+        "--trace.directory",
+        "/f1",
+        "--trace.directory",
+        "/f2/*",
+    ])
+    .unwrap();
+    let s = resolve(&cli, env(&[("DGX_PIXELS_TRACE__DIRECTORY", "/env")])).unwrap();
+    assert_eq!(
+        s.trace.directory,
+        [PathBuf::from("/f1"), PathBuf::from("/f2/*")]
+    );
+    assert_eq!(s.trace.max_file_bytes, 1024, "the file's other keys stay");
+
+    for (text, place, what) in [
+        (
+            "[trace]\ndirectories = \"/a\"\n",
+            "line 2 key trace.directories",
+            "unknown field",
+        ),
+        (
+            "[trace]\nmax_analysis_time = \"soon\"\n",
+            "line 2 key trace.max_analysis_time",
+            "invalid duration",
+        ),
+        (
+            "[trace]\nmax_file_bytes = 0\n",
+            "",
+            "trace.max_file_bytes: must be > 0",
+        ),
+        (
+            "[trace]\nmax_depth = 99\n",
+            "",
+            "trace.max_depth: 99 is over 8",
+        ),
+    ] {
+        let f = file(text);
+        let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
+        let e = resolve(&cli, []).unwrap_err().to_string();
+        assert!(e.contains(&f.path().display().to_string()), "{e}");
+        assert!(e.contains(place) && e.contains(what), "{text:?}: {e}");
+    }
+}

@@ -41,6 +41,7 @@ pub(super) fn communication(
     steps: usize,
     time_us: i64,
     exposed_time_us: i64,
+    overlapped_time_us: i64,
 ) -> Communication {
     let mut by: BTreeMap<Collective, (CollectiveStats, f64, f64, f64)> = BTreeMap::new();
     let mut unsized_kernels = 0;
@@ -83,6 +84,8 @@ pub(super) fn communication(
     let mut collectives = Vec::new();
     let mut bytes = 0.0;
     for (_, (mut c, time, b, bus)) in by {
+        c.sized_time_us = time;
+        c.bus_bytes = bus;
         if time > 0.0 {
             c.algbw_gbps = b / time / 1e3;
             c.busbw_gbps = bus / time / 1e3;
@@ -99,6 +102,7 @@ pub(super) fn communication(
         collectives,
         time_us,
         exposed_time_us,
+        overlapped_time_us,
         bytes,
         unsized_kernels,
     }

@@ -15,6 +15,32 @@ use crate::model::{GpuKind, RankTrace};
 /// Analyses the ranks of one job. `traces` must be distinct ranks; ranks are taken from
 /// `distributedInfo`, else from a `rank<N>` in the file name, else from the input order.
 pub fn analyze(traces: &[RankTrace], opts: &AnalyzeOptions) -> Result<Report, crate::TraceError> {
+    let ranks = analyze_ranks(traces, opts)?;
+    let job = job_report(&ranks, opts);
+    Ok(Report {
+        tool: "dgx-pixels-trace",
+        version: env!("CARGO_PKG_VERSION"),
+        ranks: ranks.into_iter().map(|r| r.report).collect(),
+        job,
+        memory_snapshots: Vec::new(),
+    })
+}
+
+/// One rank's analysis with what the job-level analysis needs beyond its report.
+#[derive(Debug, Clone)]
+pub struct RankAnalysis {
+    /// The rank's report.
+    pub report: RankReport,
+    /// Its communication kernels in start order: (correlation, raw start in µs).
+    pub comm_starts: Vec<(i64, f64)>,
+}
+
+/// The per-rank half of [`analyze`]: each rank analysed (HTA's step filter decided over all
+/// of `traces`), sorted by rank; [`job_report`] is the other half.
+pub fn analyze_ranks(
+    traces: &[RankTrace],
+    opts: &AnalyzeOptions,
+) -> Result<Vec<RankAnalysis>, crate::TraceError> {
     let mut ranks: Vec<i64> = Vec::new();
     for (i, t) in traces.iter().enumerate() {
         let r = t
@@ -31,25 +57,20 @@ pub fn analyze(traces: &[RankTrace], opts: &AnalyzeOptions) -> Result<Report, cr
     }
     let step_names: HashSet<&String> = traces.iter().flat_map(|t| &t.step_names).collect();
     let filter = step_names.len() >= 2;
-    let mut reports: Vec<(RankReport, Vec<(i64, f64)>)> = traces
+    let mut out: Vec<RankAnalysis> = traces
         .iter()
         .zip(&ranks)
         .map(|(t, &r)| {
-            let rep = analyze_rank(t, r, filter, opts);
+            let report = analyze_rank(t, r, filter, opts);
             let kept = kept_rows(t, filter);
-            let starts = comm_starts(&kept.rows);
-            (rep, starts)
+            RankAnalysis {
+                report,
+                comm_starts: comm_starts(&kept.rows),
+            }
         })
         .collect();
-    reports.sort_by_key(|r| r.0.rank);
-    let job = job_report(&reports, opts);
-    Ok(Report {
-        tool: "dgx-pixels-trace",
-        version: env!("CARGO_PKG_VERSION"),
-        ranks: reports.into_iter().map(|r| r.0).collect(),
-        job,
-        memory_snapshots: Vec::new(),
-    })
+    out.sort_by_key(|r| r.report.rank);
+    Ok(out)
 }
 
 /// Communication kernels of a rank in start order: (correlation, raw start).
@@ -74,15 +95,16 @@ pub fn rank_from_name(p: &std::path::Path) -> Option<i64> {
     rest[..end].parse().ok()
 }
 
-fn job_report(reports: &[(RankReport, Vec<(i64, f64)>)], opts: &AnalyzeOptions) -> JobReport {
+/// The numbers across the ranks of a job (sorted by rank, distinct), from their analyses.
+pub fn job_report(reports: &[RankAnalysis], opts: &AnalyzeOptions) -> JobReport {
     let mut job = JobReport {
-        ranks: reports.iter().map(|r| r.0.rank).collect(),
+        ranks: reports.iter().map(|r| r.report.rank).collect(),
         items_name: opts.items_name.clone(),
         ..JobReport::default()
     };
     // Kernel-type breakdown summed over ranks.
     let mut kt: BTreeMap<String, i64> = BTreeMap::new();
-    for (r, _) in reports {
+    for r in reports.iter().map(|r| &r.report) {
         for k in &r.kernel_type_breakdown {
             *kt.entry(k.kernel_type.clone()).or_default() += k.time_us;
         }
@@ -106,7 +128,7 @@ fn job_report(reports: &[(RankReport, Vec<(i64, f64)>)], opts: &AnalyzeOptions) 
     // Steps across ranks, matched by step number.
     let mut per_step: BTreeMap<u64, Vec<(i64, f64)>> = BTreeMap::new();
     let mut all_steps = Vec::new();
-    for (r, _) in reports {
+    for r in reports.iter().map(|r| &r.report) {
         for (n, d) in r.steps.numbers.iter().zip(&r.steps.durations_us) {
             per_step.entry(*n).or_default().push((r.rank, *d));
             all_steps.push(*d);
@@ -149,28 +171,35 @@ fn job_report(reports: &[(RankReport, Vec<(i64, f64)>)], opts: &AnalyzeOptions) 
     job.straggler_score = score.into_iter().map(|(r, v)| (r, mean(&v))).collect();
     let sps: Vec<f64> = reports
         .iter()
-        .map(|r| r.0.throughput.steps_per_s)
+        .map(|r| r.report.throughput.steps_per_s)
         .filter(|x| *x > 0.0)
         .collect();
     job.steps_per_s = mean(&sps);
     job.items_per_s = {
         let v: Vec<f64> = reports
             .iter()
-            .filter_map(|r| r.0.throughput.items_per_s)
+            .filter_map(|r| r.report.throughput.items_per_s)
             .collect();
         (!v.is_empty()).then(|| v.iter().sum())
     };
 
     // Collectives matched by order across ranks.
-    let n = reports.iter().map(|r| r.1.len()).min().unwrap_or(0);
-    if reports.len() > 1 && reports.iter().all(|r| r.1.len() == n) {
+    let n = reports
+        .iter()
+        .map(|r| r.comm_starts.len())
+        .min()
+        .unwrap_or(0);
+    if reports.len() > 1 && reports.iter().all(|r| r.comm_starts.len() == n) {
         job.matched_collectives = n as u64;
-        for (r, _) in reports {
+        for r in reports.iter().map(|r| &r.report) {
             job.late_arrivals.insert(r.rank, 0);
             job.sync_wait_us.insert(r.rank, 0.0);
         }
         for k in 0..n {
-            let starts: Vec<(i64, f64)> = reports.iter().map(|r| (r.0.rank, r.1[k].1)).collect();
+            let starts: Vec<(i64, f64)> = reports
+                .iter()
+                .map(|r| (r.report.rank, r.comm_starts[k].1))
+                .collect();
             let last = starts.iter().map(|s| s.1).fold(f64::NEG_INFINITY, f64::max);
             for (rank, s) in &starts {
                 if *s == last {
@@ -195,11 +224,11 @@ fn job_report(reports: &[(RankReport, Vec<(i64, f64)>)], opts: &AnalyzeOptions) 
     job.comm_comp_overlap_ratio = mean(
         &reports
             .iter()
-            .map(|r| r.0.comm_comp_overlap_ratio)
+            .map(|r| r.report.comm_comp_overlap_ratio)
             .collect::<Vec<_>>(),
     );
     let (mut bytes, mut bus, mut time) = (0.0, 0.0, 0.0);
-    for (r, _) in reports {
+    for r in reports.iter().map(|r| &r.report) {
         for c in &r.communication.collectives {
             bytes += c.bytes;
             if c.busbw_gbps > 0.0 {

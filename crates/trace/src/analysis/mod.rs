@@ -23,7 +23,7 @@ mod rows;
 mod steps;
 
 pub use comm::collective_size;
-pub use job::{analyze, rank_from_name};
+pub use job::{analyze, analyze_ranks, job_report, rank_from_name, RankAnalysis};
 pub use rank::analyze_rank;
 pub use report::{
     ClassKernels, CollectiveStats, Communication, Dist, FsdpStats, JobReport, KernelStat,

@@ -144,7 +144,7 @@ pub fn analyze_rank(
             .map(|n| n * 1e6 / steps.mean_us),
     };
     let comm_exposed: i64 = states.iter().filter(|s| s.0 == 1).map(|s| s.1).sum();
-    let communication = communication(t, rows, steps.numbers.len(), comm_total, comm_exposed);
+    let communication = communication(t, rows, steps.numbers.len(), comm_total, comm_exposed, both);
     let memcpy = memcpy_stats(t, rows);
     let step_spans = step_intervals(t, &kept);
     let (phases, fsdp) = phases_fsdp(t, rows, &kept, &step_spans, step_sum);

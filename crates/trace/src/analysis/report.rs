@@ -152,6 +152,11 @@ pub struct CollectiveStats {
     pub algbw_gbps: f64,
     /// Σ S·factor / Σ time over sized kernels (GB/s): the nccl-tests bus bandwidth.
     pub busbw_gbps: f64,
+    /// Σ kernel duration of the sized kernels (µs, ns precision): the time `algbw_gbps` and
+    /// `busbw_gbps` divide by.
+    pub sized_time_us: f64,
+    /// Σ S·factor over sized kernels (bytes): `busbw_gbps` = bus_bytes / sized_time.
+    pub bus_bytes: f64,
     /// Largest group size seen.
     pub group_size: u64,
 }
@@ -235,6 +240,9 @@ pub struct Communication {
     /// Communication not overlapped by computation (µs): the "bubble" where the GPU waits on
     /// the network.
     pub exposed_time_us: i64,
+    /// Communication overlapped by computation (µs): |comm ∩ comp|, so time_us =
+    /// exposed_time_us + overlapped_time_us.
+    pub overlapped_time_us: i64,
     /// Σ bytes over all collectives.
     pub bytes: f64,
     /// Kernels without size args (older PyTorch or coalesced kernels).

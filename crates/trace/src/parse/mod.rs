@@ -18,8 +18,9 @@ use std::borrow::Cow;
 use std::fs::File;
 use std::io::{ErrorKind, Read};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use serde::de::IgnoredAny;
 
@@ -46,6 +47,12 @@ pub struct ParseOptions {
     pub max_value_bytes: usize,
     /// Bytes of the file read so far, updated as the parser goes (for progress bars).
     pub progress: Option<Arc<AtomicU64>>,
+    /// When set (e.g. by a daemon shutting down), the next read fails with
+    /// error [`CANCELLED`] and parsing stops.
+    pub cancel: Option<Arc<AtomicBool>>,
+    /// Past this instant the next read fails ("deadline") and parsing stops: a bound on the
+    /// time one file may take.
+    pub deadline: Option<Instant>,
 }
 
 impl Default for ParseOptions {
@@ -53,6 +60,8 @@ impl Default for ParseOptions {
         ParseOptions {
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
             progress: None,
+            cancel: None,
+            deadline: None,
         }
     }
 }
@@ -70,6 +79,8 @@ pub fn parse_file(path: &Path, opts: &ParseOptions) -> Result<RankTrace, TraceEr
     let counted = Counting {
         inner: head.chain(file),
         count: opts.progress.clone(),
+        cancel: opts.cancel.clone(),
+        deadline: opts.deadline,
     };
     if n == 2 && magic == [0x1f, 0x8b] {
         parse_reader(flate2::read::GzDecoder::new(counted), path, opts, true)
@@ -116,10 +127,27 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
 struct Counting<R> {
     inner: R,
     count: Option<Arc<AtomicU64>>,
+    cancel: Option<Arc<AtomicBool>>,
+    deadline: Option<Instant>,
 }
+
+/// The message of the read error that stops a parse whose [`ParseOptions::cancel`] is set.
+pub const CANCELLED: &str = "cancelled";
+/// The message of the read error that stops a parse past its [`ParseOptions::deadline`].
+pub const DEADLINE: &str = "deadline exceeded";
 
 impl<R: Read> Read for Counting<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self
+            .cancel
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::Relaxed))
+        {
+            return Err(std::io::Error::other(CANCELLED));
+        }
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(std::io::Error::new(ErrorKind::TimedOut, DEADLINE));
+        }
         let n = self.inner.read(buf)?;
         if let Some(c) = &self.count {
             c.fetch_add(n as u64, Ordering::Relaxed);
@@ -310,7 +338,7 @@ mod tests {
         );
         let opts = ParseOptions {
             max_value_bytes: 1000,
-            progress: None,
+            ..ParseOptions::default()
         };
         let e = parse_bytes(big.as_bytes(), Path::new("big.json"), &opts).unwrap_err();
         assert!(
@@ -325,5 +353,32 @@ mod tests {
             "{e}"
         );
         assert!(parse(&big).is_ok());
+    }
+
+    #[test]
+    fn a_cancelled_or_late_parse_stops_at_its_next_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.json");
+        std::fs::write(&path, r#"{"traceEvents":[]}"#).unwrap();
+        let late = ParseOptions {
+            deadline: Some(Instant::now()),
+            ..ParseOptions::default()
+        };
+        match parse_file(&path, &late).unwrap_err() {
+            TraceError::Io { source, .. } => {
+                assert_eq!(source.kind(), ErrorKind::TimedOut);
+                assert!(source.to_string().contains(DEADLINE));
+            }
+            e => panic!("{e}"),
+        }
+        let cancel = Arc::new(AtomicBool::new(true));
+        let cancelled = ParseOptions {
+            cancel: Some(cancel.clone()),
+            ..ParseOptions::default()
+        };
+        let e = parse_file(&path, &cancelled).unwrap_err();
+        assert!(e.to_string().contains(CANCELLED), "{e}");
+        cancel.store(false, Ordering::Relaxed);
+        assert!(parse_file(&path, &cancelled).is_ok());
     }
 }

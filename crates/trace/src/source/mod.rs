@@ -1,0 +1,265 @@
+//! The `trace` source: watches the directories where training jobs drop profiler traces and
+//! CUDA memory snapshots, analyses each new file in the background, and serves what the
+//! analysis found as series of the `trace` subsystem (docs/traces.md, "The trace collector").
+//!
+//! Why here and not in the exporter: the source is the analysis engine run on a schedule; it
+//! needs this crate's parser and analyses and the metrics catalog, nothing of the daemon.
+//!
+//! How the parts connect:
+//! - [`TraceOptions`]: the `[trace]` config table (strict, documented defaults).
+//! - `watch`: the bounded directory listing, glob expansion and the completeness rules that
+//!   decide when a file is ready (stable across two listings, retried on parse errors).
+//! - `series`: the counters per job and rank that the analysed reports add to, bounded.
+//! - `group`: the ranks of one job, analysed together (stragglers, variation across ranks)
+//!   once all have arrived or after a timeout.
+//! - `worker`: the one background thread (low priority) that lists, analyses one file at a
+//!   time and publishes the finished series.
+//! - [`TraceSource`]: the [`Source`] the runner polls; a poll only copies what the worker has
+//!   published, so it never waits on a listing or an analysis.
+//!
+//! ```no_run
+//! use dgx_pixels_metrics::Source;
+//! use dgx_pixels_trace::source::{TraceOptions, TraceSource};
+//! use std::time::Duration;
+//!
+//! let options = TraceOptions {
+//!     directory: vec!["/var/lib/dgx-pixels/traces".into()],
+//!     ..TraceOptions::default()
+//! };
+//! let mut source = TraceSource::start(options, Duration::from_secs(5))?;
+//! let output = source.poll()?; // what the background analysis has finished so far
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod group;
+mod series;
+mod watch;
+mod worker;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use dgx_pixels_metrics::{PollError, PollErrorKind, PollOutput, Sample, Source};
+use serde::{Deserialize, Deserializer};
+
+pub use series::{job_label, Outcome, MAX_JOB_BYTES};
+pub use watch::{glob_match, is_snapshot_name, is_trace_name};
+
+/// Default largest trace file analysed: 1 GiB.
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 1 << 30;
+/// Default largest memory snapshot read: 128 MiB (one is read whole, and its unpickled form is
+/// several times its size; a snapshot with full history is tens of MB).
+pub const DEFAULT_MAX_SNAPSHOT_BYTES: u64 = 128 << 20;
+/// Default depth of subdirectories searched below each watched directory.
+pub const DEFAULT_MAX_DEPTH: usize = 2;
+/// Default bound on directory entries looked at per listing (all directories together).
+pub const DEFAULT_MAX_ENTRIES: usize = 100_000;
+/// Default bound on the (job, rank) pairs with series; the least recently updated job goes
+/// first.
+pub const DEFAULT_MAX_RANKS: usize = 256;
+/// Default number of times an unchanged file that fails to parse is tried.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
+/// Default wait for the missing ranks of a job before it is analysed with those it has.
+pub const DEFAULT_GROUP_TIMEOUT: Duration = Duration::from_secs(300);
+/// Default bound on the time one file's parse may take.
+pub const DEFAULT_MAX_ANALYSIS_TIME: Duration = Duration::from_secs(600);
+
+/// Settings of the trace source. The daemon's `[trace]` config table deserializes into it
+/// (unknown keys are errors; durations are humantime strings such as `"10m"`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TraceOptions {
+    /// `directory`: the directories to watch, one path or a list; a component may be a glob
+    /// (`*`, `?`), e.g. `/data/profile_traces/iteration_*`. Empty = no trace source.
+    #[serde(deserialize_with = "one_or_many")]
+    pub directory: Vec<PathBuf>,
+    /// `max_file_bytes`: larger files are not analysed (counted as `too_large`).
+    pub max_file_bytes: u64,
+    /// `max_snapshot_bytes`: larger memory snapshots are not read (counted as `too_large`).
+    pub max_snapshot_bytes: u64,
+    /// `max_depth`: subdirectories searched below each watched directory (0 = only its files).
+    pub max_depth: usize,
+    /// `max_entries`: directory entries looked at per listing, over all directories; the rest
+    /// waits (logged once).
+    pub max_entries: usize,
+    /// `max_ranks`: (job, rank) pairs with series; past it the least recently updated job's
+    /// series are dropped.
+    pub max_ranks: usize,
+    /// `max_attempts`: parses of an unchanged file before a parse error is final.
+    pub max_attempts: u32,
+    /// `max_analysis_time`: a parse running longer is stopped (counted as `timeout`).
+    #[serde(deserialize_with = "de_duration")]
+    pub max_analysis_time: Duration,
+    /// `group_timeout`: how long after its last file a job missing ranks (fewer than its
+    /// `distributedInfo.world_size`) waits before it is analysed with the ranks it has.
+    #[serde(deserialize_with = "de_duration")]
+    pub group_timeout: Duration,
+    /// `max_event_bytes`: largest single JSON value (one event) accepted.
+    pub max_event_bytes: usize,
+    /// `analyze_existing`: also analyse the files already there, last modified more than 2 s
+    /// before the source started (off: after a restart they would be counted a second time).
+    pub analyze_existing: bool,
+}
+
+impl Default for TraceOptions {
+    fn default() -> Self {
+        TraceOptions {
+            directory: Vec::new(),
+            max_file_bytes: DEFAULT_MAX_FILE_BYTES,
+            max_snapshot_bytes: DEFAULT_MAX_SNAPSHOT_BYTES,
+            max_depth: DEFAULT_MAX_DEPTH,
+            max_entries: DEFAULT_MAX_ENTRIES,
+            max_ranks: DEFAULT_MAX_RANKS,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            max_analysis_time: DEFAULT_MAX_ANALYSIS_TIME,
+            group_timeout: DEFAULT_GROUP_TIMEOUT,
+            max_event_bytes: crate::DEFAULT_MAX_VALUE_BYTES,
+            analyze_existing: false,
+        }
+    }
+}
+
+impl TraceOptions {
+    /// Checks the values; the error names the key (`trace.KEY: why`).
+    pub fn validate(&self) -> Result<(), String> {
+        let positive = [
+            ("max_file_bytes", self.max_file_bytes == 0),
+            ("max_snapshot_bytes", self.max_snapshot_bytes == 0),
+            ("max_entries", self.max_entries == 0),
+            ("max_ranks", self.max_ranks == 0),
+            ("max_attempts", self.max_attempts == 0),
+            ("max_event_bytes", self.max_event_bytes == 0),
+            ("max_analysis_time", self.max_analysis_time.is_zero()),
+        ];
+        if let Some((key, _)) = positive.iter().find(|(_, zero)| *zero) {
+            return Err(format!("trace.{key}: must be > 0"));
+        }
+        if self.max_snapshot_bytes > crate::memory::MAX_SNAPSHOT_BYTES {
+            return Err(format!(
+                "trace.max_snapshot_bytes: over {} (the snapshot reader's own limit)",
+                crate::memory::MAX_SNAPSHOT_BYTES
+            ));
+        }
+        if self.max_attempts > 16 {
+            return Err(format!(
+                "trace.max_attempts: {} is over 16 (each try waits twice as long as the last)",
+                self.max_attempts
+            ));
+        }
+        if self.max_depth > 8 {
+            return Err(format!(
+                "trace.max_depth: {} is over 8 (each level multiplies the listing)",
+                self.max_depth
+            ));
+        }
+        for d in &self.directory {
+            if d.as_os_str().is_empty() {
+                return Err("trace.directory: an empty path".into());
+            }
+            if d.to_str().is_none() {
+                return Err(format!(
+                    "trace.directory: {} is not valid UTF-8",
+                    d.display()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One path or a list of paths.
+fn one_or_many<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PathBuf>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(PathBuf),
+        Many(Vec<PathBuf>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(p) => vec![p],
+        OneOrMany::Many(v) => v,
+    })
+}
+
+/// A duration in humantime syntax ("500ms", "5s", "10m").
+fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let s = String::deserialize(d)?;
+    humantime::parse_duration(s.trim()).map_err(|e| {
+        serde::de::Error::custom(format!(
+            "invalid duration {s:?} ({e}); use e.g. 500ms, 1s, 2m"
+        ))
+    })
+}
+
+/// What the worker hands to polls: the series it has finished, or why it cannot watch.
+#[derive(Debug, Default)]
+struct Published {
+    samples: Vec<Sample>,
+    error: Option<PollError>,
+}
+
+/// The state the worker and the polls share. The worker holds the lock only to swap in a
+/// finished set of samples, never while listing or parsing.
+#[derive(Debug, Default)]
+struct Shared {
+    published: Mutex<Published>,
+    stop: Arc<AtomicBool>,
+}
+
+/// The `trace` source: a background worker watches and analyses, polls publish its results.
+#[derive(Debug)]
+pub struct TraceSource {
+    shared: Arc<Shared>,
+    worker: JoinHandle<()>,
+}
+
+impl TraceSource {
+    /// Checks `options` and starts the worker thread, which lists the directories every
+    /// `interval`.
+    pub fn start(options: TraceOptions, interval: Duration) -> Result<TraceSource, String> {
+        options.validate()?;
+        if options.directory.is_empty() {
+            return Err("trace.directory: no directory to watch".into());
+        }
+        let shared = Arc::new(Shared::default());
+        let worker = worker::spawn(options, interval, Arc::clone(&shared))
+            .map_err(|e| format!("cannot start the trace worker thread: {e}"))?;
+        Ok(TraceSource { shared, worker })
+    }
+}
+
+impl Drop for TraceSource {
+    fn drop(&mut self) {
+        // The worker stops at its next check (a running parse is cancelled at its next read).
+        self.shared.stop.store(true, Ordering::Relaxed);
+        self.worker.thread().unpark();
+    }
+}
+
+impl Source for TraceSource {
+    fn name(&self) -> &'static str {
+        "trace"
+    }
+
+    fn poll(&mut self) -> Result<PollOutput, PollError> {
+        if self.worker.is_finished() {
+            return Err(PollError::new(
+                PollErrorKind::Runtime,
+                "the trace worker thread has stopped",
+            ));
+        }
+        let published = self.shared.published.lock().map_err(|_| {
+            PollError::new(PollErrorKind::Runtime, "the trace worker thread panicked")
+        })?;
+        match &published.error {
+            Some(e) => Err(e.clone()),
+            None => Ok(PollOutput::samples(published.samples.clone())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

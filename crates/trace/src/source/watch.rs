@@ -1,0 +1,365 @@
+//! Finding trace files and deciding when each is complete.
+//!
+//! A listing expands each configured directory (a component may be a glob) and walks it to
+//! `max_depth`, looking at `max_entries` directory entries at most over all directories, so
+//! a huge directory full of other files costs a bounded amount per listing. Only regular
+//! files named like traces are kept (`*.json`, `*.json.gz`: the profiler's
+//! `{host}_{pid}.{time_ns}.pt.trace.json[.gz]`, `rank*_trace.json`, ...) or like memory
+//! snapshots (`*.pickle`, `*.pkl`, `*.pk`); hidden files (the
+//! temporary files writers rename into place), symlinks and other files are skipped.
+//!
+//! Completeness: a file is ready when its size and modification time are the same in two
+//! consecutive listings (and it is not empty). A plain `.json` is normally renamed into place
+//! whole; a `.json.gz` is written in place, so a stalled writer can leave a stable but
+//! incomplete file: the parse then fails (the gzip trailer, CRC and length, is checked by the
+//! decoder at the end of the stream, and a short stream is "truncated"), and the file is tried
+//! again once it has been stable for twice as many listings as before (2, 4, 8, ...), up to
+//! `max_attempts` times while it stays unchanged. A file that
+//! changes starts over. Files are remembered by path with their size and modification time,
+//! so none is analysed twice; files no longer listed are forgotten.
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::path::{Component, Path, PathBuf};
+use std::time::SystemTime;
+
+use super::TraceOptions;
+
+/// Whether a file name looks like a Kineto trace the watcher picks up.
+pub fn is_trace_name(name: &str) -> bool {
+    !name.starts_with('.') && (name.ends_with(".json") || name.ends_with(".json.gz"))
+}
+
+/// Whether a file name looks like a CUDA memory snapshot (`torch.cuda.memory._dump_snapshot`'s
+/// pickle) the watcher picks up.
+pub fn is_snapshot_name(name: &str) -> bool {
+    !name.starts_with('.') && crate::memory::is_pickle(Path::new(name))
+}
+
+fn is_candidate(name: &str) -> bool {
+    is_trace_name(name) || is_snapshot_name(name)
+}
+
+/// Whether `name` matches the glob `pattern` (`*`: any run of characters, `?`: one
+/// character; no other special characters).
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    // Iterative matching with one backtrack point (the last `*`): linear in practice and
+    // never exponential.
+    let (mut pi, mut ni) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ni < n.len() {
+        match p.get(pi) {
+            Some('*') => {
+                star = Some((pi, ni));
+                pi += 1;
+            }
+            Some(&c) if c == '?' || c == n[ni] => {
+                pi += 1;
+                ni += 1;
+            }
+            _ => match star {
+                Some((sp, sn)) => {
+                    pi = sp + 1;
+                    ni = sn + 1;
+                    star = Some((sp, sn + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+fn is_glob(s: &str) -> bool {
+    s.contains(['*', '?'])
+}
+
+/// What identifies one version of a file: a changed size or modification time is a new file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileId {
+    /// Size in bytes.
+    pub size: u64,
+    /// Last modification.
+    pub mtime: SystemTime,
+}
+
+/// A file ready to analyse.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ready {
+    /// The file.
+    pub path: PathBuf,
+    /// Its version when it was found stable.
+    pub id: FileId,
+    /// Its directory relative to the watched root (the `trace_job` label before sanitizing).
+    pub job: String,
+}
+
+/// What one listing found.
+#[derive(Debug, Default)]
+pub struct Scan {
+    /// Files complete and due for (another) analysis.
+    pub ready: Vec<Ready>,
+    /// Files found stable but over `max_file_bytes` (`max_snapshot_bytes` for a snapshot;
+    /// final; counted as `too_large`).
+    pub too_large: Vec<PathBuf>,
+    /// Configured directories that could not be read, with why.
+    pub unreadable: Vec<String>,
+    /// Whether every configured directory failed (nothing could be listed).
+    pub all_unreadable: bool,
+    /// Whether the listing stopped at `max_entries`.
+    pub truncated: bool,
+}
+
+#[derive(Debug)]
+struct Candidate {
+    id: FileId,
+    job: String,
+    /// Listings in a row that saw `id`.
+    stable: u32,
+    /// Failed parses of `id`.
+    attempts: u32,
+}
+
+/// The listing state across scans.
+#[derive(Debug)]
+pub struct Watcher {
+    options: TraceOptions,
+    started: SystemTime,
+    first: bool,
+    candidates: HashMap<PathBuf, Candidate>,
+    done: HashMap<PathBuf, FileId>,
+}
+
+struct Found {
+    path: PathBuf,
+    id: FileId,
+    job: String,
+}
+
+impl Watcher {
+    /// A watcher over `options.directory`; files older than `started` that the first listing
+    /// finds are left alone unless `analyze_existing`.
+    pub fn new(options: TraceOptions, started: SystemTime) -> Watcher {
+        Watcher {
+            options,
+            started,
+            first: true,
+            candidates: HashMap::new(),
+            done: HashMap::new(),
+        }
+    }
+
+    /// Files seen but not analysed yet (waiting to be complete, or to be retried).
+    pub fn pending(&self) -> usize {
+        self.candidates.len()
+    }
+
+    /// Lists the directories and returns what is ready.
+    pub fn scan(&mut self) -> Scan {
+        let mut scan = Scan::default();
+        let mut budget = self.options.max_entries;
+        let mut found: Vec<Found> = Vec::new();
+        let mut readable = 0;
+        for pattern in &self.options.directory.clone() {
+            match self.list(pattern, &mut budget, &mut found) {
+                Ok(()) => readable += 1,
+                Err(e) => scan.unreadable.push(e),
+            }
+        }
+        scan.truncated = budget == 0;
+        scan.all_unreadable = readable == 0 && !self.options.directory.is_empty();
+        let first = std::mem::replace(&mut self.first, false);
+        let mut live: HashSet<PathBuf> = HashSet::with_capacity(found.len());
+        for f in found {
+            if !live.insert(f.path.clone()) || self.done.get(&f.path) == Some(&f.id) {
+                continue;
+            }
+            if first && !self.options.analyze_existing && f.id.mtime < self.started {
+                self.done.insert(f.path, f.id);
+                continue;
+            }
+            let c = self
+                .candidates
+                .entry(f.path.clone())
+                .or_insert_with(|| Candidate {
+                    id: f.id,
+                    job: f.job.clone(),
+                    stable: 0,
+                    attempts: 0,
+                });
+            if c.id == f.id {
+                c.stable = c.stable.saturating_add(1);
+            } else {
+                *c = Candidate {
+                    id: f.id,
+                    job: f.job,
+                    stable: 1,
+                    attempts: 0,
+                };
+            }
+            // Stable across two listings, and something to read; a retry waits for twice as
+            // many listings as the try before (2, 4, 8, ...), so a writer that pauses for a
+            // while is given time before its file's error is final.
+            let due = 2u32.saturating_mul(1u32.checked_shl(c.attempts).unwrap_or(u32::MAX));
+            if c.stable < due || f.id.size == 0 {
+                continue;
+            }
+            let snapshot = f
+                .path
+                .file_name()
+                .is_some_and(|n| is_snapshot_name(&n.to_string_lossy()));
+            let limit = if snapshot {
+                self.options.max_snapshot_bytes
+            } else {
+                self.options.max_file_bytes
+            };
+            if f.id.size > limit {
+                self.candidates.remove(&f.path);
+                self.done.insert(f.path.clone(), f.id);
+                scan.too_large.push(f.path);
+                continue;
+            }
+            scan.ready.push(Ready {
+                path: f.path,
+                id: f.id,
+                job: c.job.clone(),
+            });
+        }
+        // Forget what is gone; after a cut-short listing only when the memory grows past
+        // twice the bound (files then not listed may be analysed again if they come back).
+        if !scan.truncated || self.done.len() > 2 * self.options.max_entries {
+            self.done.retain(|p, _| live.contains(p));
+        }
+        if !scan.truncated || self.candidates.len() > 2 * self.options.max_entries {
+            self.candidates.retain(|p, _| live.contains(p));
+        }
+        scan
+    }
+
+    /// Records the result of analysing `ready`: `final_` when there is nothing more to try
+    /// (analysed, or an error that does not go away). A parse error of an unchanged file is
+    /// tried again up to `max_attempts`; returns whether the outcome is final now.
+    pub fn finished(&mut self, ready: &Ready, final_: bool) -> bool {
+        let give_up = match self.candidates.get_mut(&ready.path) {
+            Some(c) if c.id == ready.id && !final_ => {
+                c.attempts += 1;
+                c.attempts >= self.options.max_attempts
+            }
+            _ => true,
+        };
+        if give_up {
+            self.candidates.remove(&ready.path);
+            self.done.insert(ready.path.clone(), ready.id);
+        }
+        give_up
+    }
+
+    /// Lists one configured directory (or glob); `Err` when it cannot be read.
+    fn list(
+        &self,
+        pattern: &Path,
+        budget: &mut usize,
+        found: &mut Vec<Found>,
+    ) -> Result<(), String> {
+        let mut root = PathBuf::new();
+        let mut rest: Vec<String> = Vec::new();
+        for c in pattern.components() {
+            let s = c.as_os_str().to_string_lossy().into_owned();
+            if rest.is_empty() && !is_glob(&s) {
+                root.push(c);
+            } else if matches!(c, Component::Normal(_)) {
+                rest.push(s);
+            }
+        }
+        let cannot = |e: std::io::Error| format!("{}: cannot read: {e}", root.display());
+        // Check the root itself, so a missing directory is reported, not silently empty.
+        let meta = fs::metadata(&root).map_err(cannot)?;
+        if !meta.is_dir() {
+            return Err(format!("{}: not a directory", root.display()));
+        }
+        let mut dirs = vec![root.clone()];
+        for part in &rest {
+            let mut next = Vec::new();
+            for d in &dirs {
+                if is_glob(part) {
+                    for (name, path, is_dir) in entries(d, budget) {
+                        if is_dir && !name.starts_with('.') && glob_match(part, &name) {
+                            next.push(path);
+                        }
+                    }
+                } else {
+                    let p = d.join(part);
+                    if fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir()) {
+                        next.push(p);
+                    }
+                }
+            }
+            dirs = next;
+        }
+        let job_of = |dir: &Path| -> String {
+            let rel = dir.strip_prefix(&root).unwrap_or(dir);
+            let rel = rel.to_string_lossy().into_owned();
+            if rel.is_empty() {
+                root.file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| "/".into())
+            } else {
+                rel
+            }
+        };
+        let mut stack: Vec<(PathBuf, usize)> = dirs.into_iter().map(|d| (d, 0)).collect();
+        while let Some((dir, depth)) = stack.pop() {
+            for (name, path, is_dir) in entries(&dir, budget) {
+                if is_dir {
+                    if depth < self.options.max_depth && !name.starts_with('.') {
+                        stack.push((path, depth + 1));
+                    }
+                } else if is_candidate(&name) {
+                    // A regular file (not a symlink), its size and modification time.
+                    let Ok(m) = fs::symlink_metadata(&path) else {
+                        continue;
+                    };
+                    let Ok(mtime) = m.modified() else { continue };
+                    if m.is_file() {
+                        found.push(Found {
+                            path,
+                            id: FileId {
+                                size: m.len(),
+                                mtime,
+                            },
+                            job: job_of(&dir),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The entries of `dir` as (UTF-8 name, path, is a real directory), taking one unit of
+/// `budget` per entry read and stopping when it runs out. Unreadable directories and entries
+/// with names that are not UTF-8 yield nothing.
+fn entries(dir: &Path, budget: &mut usize) -> Vec<(String, PathBuf, bool)> {
+    let Ok(rd) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in rd {
+        if *budget == 0 {
+            break;
+        }
+        *budget -= 1;
+        let Ok(e) = e else { continue };
+        let Ok(name) = e.file_name().into_string() else {
+            continue;
+        };
+        let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+        // Only directories and names that may be traces are kept, so the list stays small.
+        if is_dir || is_candidate(&name) {
+            out.push((name, e.path(), is_dir));
+        }
+    }
+    out
+}
