@@ -1,0 +1,59 @@
+//! `[health]`: the settings of the health collector (docs/health.md).
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{check_min, de_duration, ConfigError};
+
+/// `[health]`: the GPU health verdict (docs/health.md).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HealthSettings {
+    /// A transient condition (a slowdown, an application fault) clears after this long
+    /// without recurring [default: 5m].
+    #[serde(deserialize_with = "de_duration")]
+    pub clear_after: Option<Duration>,
+    /// Utilization (0-1) under which a GPU held by a pod or job counts as idle [default: 0.05].
+    pub idle_utilization: Option<f64>,
+    /// How long a held GPU must stay idle before its idle time counts [default: 10m].
+    #[serde(deserialize_with = "de_duration")]
+    pub idle_after: Option<Duration>,
+}
+
+impl HealthSettings {
+    /// Shortest `clear_after` accepted: shorter would clear a condition between two polls.
+    pub const MIN_CLEAR_AFTER: Duration = Duration::from_secs(10);
+
+    /// The quiet period in force.
+    pub fn clear_after(&self) -> Duration {
+        self.clear_after
+            .unwrap_or(dgx_pixels_health::HealthTracker::DEFAULT_CLEAR_AFTER)
+    }
+
+    /// The idle threshold in force.
+    pub fn idle_utilization(&self) -> f64 {
+        self.idle_utilization
+            .unwrap_or(dgx_pixels_health::IdleTracker::DEFAULT_THRESHOLD)
+    }
+
+    /// The idle grace period in force.
+    pub fn idle_after(&self) -> Duration {
+        self.idle_after
+            .unwrap_or(dgx_pixels_health::IdleTracker::DEFAULT_AFTER)
+    }
+
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        check_min(
+            "health.clear_after",
+            self.clear_after,
+            HealthSettings::MIN_CLEAR_AFTER,
+        )?;
+        match self.idle_utilization {
+            Some(u) if !(u > 0.0 && u <= 1.0) => Err(ConfigError(format!(
+                "health.idle_utilization: {u} is outside (0, 1]"
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
