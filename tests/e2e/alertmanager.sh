@@ -61,26 +61,11 @@ wait_for "http://127.0.0.1:$AM_PORT/-/ready" 30 || fail "alertmanager not ready"
 
 start_exporter --simulate "$(dirname "$0")/health-scenario.toml" --collector.health.interval 250ms
 
-PROM_PORT=$(free_port)
-cat >"$work/prometheus.yml" <<YAML
-global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-  evaluation_interval: 1s
-rule_files: ["$RULES"]
+start_prometheus "rule_files: [\"$RULES\"]
 alerting:
   alertmanagers:
     - static_configs:
-        - targets: ["127.0.0.1:$AM_PORT"]
-scrape_configs:
-  - job_name: dgx-pixels
-    static_configs:
-      - targets: ["127.0.0.1:$EXP_PORT"]
-YAML
-prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/data" \
-  --web.listen-address="127.0.0.1:$PROM_PORT" >"$work/prometheus.log" 2>&1 &
-pids+=($!)
-wait_for "http://127.0.0.1:$PROM_PORT/-/ready" 30 || fail "prometheus not ready"
+        - targets: [\"127.0.0.1:$AM_PORT\"]"
 
 passed=0 failed=0
 # The alert ALERTNAME with REASON as received by RECEIVER: "action|description", or nothing.

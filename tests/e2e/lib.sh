@@ -25,12 +25,14 @@ start_exporter() { # EXPORTER_ARGS... -- sets EXP_PORT; logs to $work/exporter.l
   wait_for "http://127.0.0.1:$EXP_PORT/-/ready" 10 || fail "exporter not ready"
 }
 
-start_prometheus() { # scrapes 127.0.0.1:$EXP_PORT every second -- sets PROM_PORT
+start_prometheus() { # [EXTRA_YAML] -- scrapes 127.0.0.1:$EXP_PORT every second, evaluates every second; sets PROM_PORT
   PROM_PORT=$(free_port)
   cat >"$work/prometheus.yml" <<YAML
 global:
   scrape_interval: 1s
   scrape_timeout: 1s
+  evaluation_interval: 1s
+${1:-}
 scrape_configs:
   - job_name: dgx-pixels
     static_configs:
