@@ -88,12 +88,17 @@ impl Source for HealthSource {
 /// The whole GPUs a pod or job holds, with their readings: held by one holder when the join
 /// gives their series its labels, by several when info series name them.
 fn held_gpus<'a>(join: &Join, samples: impl Iterator<Item = &'a Sample> + Clone) -> Vec<HeldGpu> {
-    let reading = |uuid: &str, metric: Metric| {
-        samples.clone().find_map(|s| {
-            let d = s.device.as_ref()?;
-            (s.metric == metric && d.mig().is_none() && d.uuid() == uuid).then_some(s.value)
-        })
-    };
+    // SM activity and energy of each whole GPU, gathered in one pass over the samples.
+    let mut readings: std::collections::HashMap<(&str, Metric), f64> =
+        std::collections::HashMap::new();
+    for s in samples.clone() {
+        if let Some(d) = s.device.as_ref().filter(|d| d.mig().is_none()) {
+            if matches!(s.metric, Metric::GpuSmActive | Metric::GpuEnergy) {
+                readings.entry((d.uuid(), s.metric)).or_insert(s.value);
+            }
+        }
+    }
+    let reading = |uuid: &str, metric: Metric| readings.get(&(uuid, metric)).copied();
     let mut held = Vec::new();
     for s in samples.clone() {
         let Some(key) = s.device.as_ref().filter(|d| d.mig().is_none()) else {
