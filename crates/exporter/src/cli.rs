@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Arg, ArgAction, ArgMatches, Command, FromArgMatches, Parser, Subcommand};
 
 use crate::collectors::COLLECTORS;
-use crate::config::{parse_duration, LogFormat, DEFAULT_LISTEN_ADDRESS};
+use crate::config::{parse_duration, LogFormat, MetricsDetail, DEFAULT_LISTEN_ADDRESS};
 
 const ABOUT: &str =
     "GPU telemetry exporter for Prometheus: NVML readings of every GPU of the node \
@@ -48,6 +48,12 @@ pub struct Cli {
     /// Log line format [default: logfmt].
     #[arg(long = "log.format", value_name = "FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
+
+    /// Series profile: default (what an SRE needs at fleet scale: every signal the shipped rules,
+    /// alerts and dashboards use, per-part detail only while it says something) or full (every
+    /// series every source reads). See docs/metrics.md, "Series budget" [default: default].
+    #[arg(long = "metrics.detail", value_name = "PROFILE", value_enum)]
+    pub metrics_detail: Option<MetricsDetail>,
 
     /// Serve a simulated node instead of real GPUs: a built-in scenario (dgx-h100, dgx-a100-mig,
     /// dgx-spark, fault-gpu-lost, fault-xid-storm, fault-ecc, fault-thermal, fault-health) or a

@@ -33,6 +33,35 @@ pub enum LogFormat {
     Json,
 }
 
+/// The series budget's profile (`[metrics] detail`, `--metrics.detail`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum MetricsDetail {
+    /// What an SRE needs at fleet scale (docs/metrics.md, "Series budget").
+    #[default]
+    Default,
+    /// Every series every source reads.
+    Full,
+}
+
+impl MetricsDetail {
+    /// The encoder's profile.
+    pub fn profile(self) -> dgx_pixels_metrics::catalog::Detail {
+        match self {
+            MetricsDetail::Default => dgx_pixels_metrics::catalog::Detail::Default,
+            MetricsDetail::Full => dgx_pixels_metrics::catalog::Detail::Full,
+        }
+    }
+}
+
+/// `[metrics]`: what the exposition serves.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsSettings {
+    /// `default` or `full` [default: default].
+    pub detail: MetricsDetail,
+}
+
 /// A config error, in one line.
 #[derive(Debug)]
 pub struct ConfigError(pub String);
@@ -289,7 +318,8 @@ impl CostSettings {
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProbesSettings {
-    /// Comma-separated probes to rotate through [default: all].
+    /// Comma-separated probes to rotate through, or `all` [default:
+    /// gemm_bf16,copy_d2d,copy_h2d,launch_latency].
     pub probes: Option<String>,
     /// Maximum fraction of GPU time spent in probes [default: 0.005].
     pub duty_cycle: Option<f64>,
@@ -329,6 +359,8 @@ pub struct Settings {
     pub node_name: Option<String>,
     /// HTTP server.
     pub web: WebSettings,
+    /// What the exposition serves (the series budget).
+    pub metrics: MetricsSettings,
     /// Logging.
     pub log: LogSettings,
     /// Simulated node.

@@ -390,6 +390,7 @@ async fn run(
     let names: Vec<&str> = plan.sources.iter().map(|(s, _)| s.name()).collect();
     let options = EncodeOptions {
         const_labels: node_label(&settings),
+        detail: settings.metrics.detail.profile(),
     };
     let mut statics = vec![build_info(plan.mode, &plan.scenario)];
     statics.extend(cost_samples(plan.cost.as_ref()));

@@ -154,6 +154,7 @@ impl Live {
             statics,
             EncodeOptions {
                 const_labels: crate::node_label(&new),
+                detail: new.metrics.detail.profile(),
             },
         );
         let running = runners.names();

@@ -13,9 +13,16 @@ use std::time::Duration;
 use common::*;
 use dgx_pixels_sim::{GpuReading, GpuState, Node, Scenario};
 
-/// Starts the daemon with only the dcgm collector, on the fake.
+/// Starts the daemon with only the dcgm collector, on the fake, serving every series (these
+/// tests compare readings; the series budget has its own test).
 fn start_fake(fake_env: &[(&str, &str)], args: &[&str]) -> Daemon {
-    let mut all = vec!["--collector.dcgm", "--dcgm.library", fake_dcgm_library()];
+    let mut all = vec![
+        "--collector.dcgm",
+        "--dcgm.library",
+        fake_dcgm_library(),
+        "--metrics.detail",
+        "full",
+    ];
     if !args.contains(&"--collector.dcgm.interval") {
         all.extend_from_slice(&["--collector.dcgm.interval", "200ms"]);
     }

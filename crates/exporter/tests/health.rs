@@ -227,8 +227,9 @@ fn label<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     Some(&line[start..start + len])
 }
 
-/// GPU `gpu`'s verdict in `body`, `None` while the health series are not served yet. Exactly
-/// one state is 1 and there is one action series.
+/// GPU `gpu`'s verdict in `body` (served with `--metrics.detail full`: every state, the
+/// action "none" too), `None` while the health series are not served yet. Exactly one state is
+/// 1 and there is one action series.
 fn verdict(body: &str, gpu: usize) -> Option<Owned> {
     let gpu_label = format!("gpu=\"{gpu}\"");
     let of_gpu = |name: &str| -> Vec<&str> {
@@ -463,6 +464,8 @@ fn every_health_rule_holds_and_clears_through_the_nvml_source() {
             library,
             "--config.file",
             config.path().to_str().unwrap(),
+            "--metrics.detail",
+            "full",
         ],
         &[
             ("FAKE_NVML_SCENARIO", "fault-health"),
@@ -485,6 +488,8 @@ fn every_health_rule_holds_and_clears_through_the_simulated_source() {
         config.path().to_str().unwrap(),
         "--no-collector.probes",
         "--no-collector.dcgm",
+        "--metrics.detail",
+        "full",
     ]);
     let ready = spawned.elapsed().as_secs_f64();
     watch_and_check(&d, spawned, ready, "sim");

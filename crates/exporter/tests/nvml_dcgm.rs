@@ -13,8 +13,15 @@ use dgx_pixels_sim::{GpuState, Node, Scenario};
 
 const FROZEN: (&str, &str) = ("FAKE_DCGM_TIME", "60");
 
+/// Every series (`--metrics.detail full`): these tests look at which source serves what.
 fn start_fake(env: &[(&str, &str)], args: &[&str]) -> Daemon {
-    let mut all = vec!["--collector.dcgm", "--dcgm.library", fake_dcgm_library()];
+    let mut all = vec![
+        "--collector.dcgm",
+        "--dcgm.library",
+        fake_dcgm_library(),
+        "--metrics.detail",
+        "full",
+    ];
     all.extend_from_slice(args);
     start_with_env(&all, env)
 }

@@ -31,14 +31,15 @@ fn fake_library() -> &'static str {
     })
 }
 
-/// Starts the daemon on the fake with the given scenario and extra fake settings.
+/// Starts the daemon on the fake with the given scenario and extra fake settings, serving every
+/// series (these tests compare readings; the series budget has its own test).
 fn start_fake(scenario: &str, fake_env: &[(&str, &str)], args: &[&str]) -> Daemon {
     let mut env = vec![
         ("FAKE_NVML_SCENARIO", scenario),
         ("FAKE_NVML_PCIE_DELAY_MS", "0"),
     ];
     env.extend_from_slice(fake_env);
-    let mut all = vec!["--nvml.library", fake_library()];
+    let mut all = vec!["--nvml.library", fake_library(), "--metrics.detail", "full"];
     all.extend_from_slice(args);
     start_with_env(&all, &env)
 }

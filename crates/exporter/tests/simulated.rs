@@ -19,10 +19,13 @@ fn unix(t: SystemTime) -> f64 {
     t.duration_since(UNIX_EPOCH).unwrap().as_secs_f64()
 }
 
-/// A daemon on `args`, with the wall-clock window in which its scenario time started.
+/// A daemon on `args` serving every series (these tests compare values with the simulator),
+/// with the wall-clock window in which its scenario time started.
 fn start_timed(args: &[&str]) -> (Daemon, f64, f64) {
     let before = unix(SystemTime::now());
-    let d = start(args);
+    let mut all = args.to_vec();
+    all.extend_from_slice(&["--metrics.detail", "full"]);
+    let d = start(&all);
     let ready = unix(SystemTime::now());
     (d, before, ready)
 }

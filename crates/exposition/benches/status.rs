@@ -57,6 +57,7 @@ fn store(gpus: u32) -> SnapshotStore {
     );
     let options = EncodeOptions {
         const_labels: vec![("node".into(), "dgx-01".into())],
+        ..Default::default()
     };
     let store = SnapshotStore::new(&["health", "nvml", "textfile"], vec![build], options);
     store.publish(common::snapshot(gpus));

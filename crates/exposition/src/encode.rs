@@ -10,7 +10,7 @@ use crate::family::{self, Exposition};
 use crate::join::Join;
 use crate::openmetrics;
 use crate::text::{write_family, Syntax};
-use dgx_pixels_metrics::catalog::Metric;
+use dgx_pixels_metrics::catalog::{serves, Detail, Metric};
 use dgx_pixels_metrics::snapshot::{Sample, Snapshot};
 
 /// Content type of the OpenMetrics exposition.
@@ -43,6 +43,9 @@ impl Format {
 pub struct EncodeOptions {
     /// Labels added to every series, e.g. `node` when a node name is configured.
     pub const_labels: Vec<(String, String)>,
+    /// The series budget's profile (`--metrics.detail`): what the default one trims is listed
+    /// in `dgx_pixels_metrics::catalog::POLICIES`.
+    pub detail: Detail,
 }
 
 /// Everything one exposition is made of: static samples (build info) and the latest snapshot
@@ -106,14 +109,24 @@ pub(crate) fn with_exposition<T>(
     for output in &served {
         samples.extend(output.samples.iter());
     }
+    let detail = input.options.detail;
+    samples.retain(|s| serves(detail, s.metric, |name| s.label(name), s.value));
     let consts = &input.options.const_labels;
+    // Declared before the families, which borrow it once it is filled.
+    let series_counts: Vec<Sample>;
     let mut families = Vec::new();
     family::catalog(samples, &join, &mut families);
+    let catalog_end = families.len();
     family::external(
         served.iter().map(|o| &o.external[..]),
         consts,
         &mut families,
     );
+    series_counts = family::series_counts(&families);
+    // After the other catalog families, before the external ones.
+    let mut counts = Vec::with_capacity(1);
+    family::catalog(series_counts.iter().collect(), &join, &mut counts);
+    families.splice(catalog_end..catalog_end, counts);
     write(&Exposition { consts, families })
 }
 
@@ -189,6 +202,7 @@ mod tests {
             })],
             options: Arc::new(EncodeOptions {
                 const_labels: vec![("node".into(), "dgx-01".into())],
+                ..Default::default()
             }),
         }
     }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use crate::join::Join;
 use dgx_pixels_metrics::attribution;
-use dgx_pixels_metrics::catalog::{Kind, MetricDef};
+use dgx_pixels_metrics::catalog::{Kind, Metric, MetricDef};
 use dgx_pixels_metrics::device::{DeviceKey, DeviceLabels, Scope};
 use dgx_pixels_metrics::external::ExternalKind;
 use dgx_pixels_metrics::histogram::{INF, SUM};
@@ -245,6 +245,21 @@ pub(crate) enum Point<'a> {
     Summary(Box<SummaryPoint<'a>>),
 }
 
+impl Point<'_> {
+    /// How many series a Prometheus stores for this point.
+    fn stored_series(&self) -> usize {
+        match self {
+            Point::Value(_) => 1,
+            Point::Histogram(h) => {
+                h.buckets.len() + usize::from(h.sum.is_some()) + usize::from(h.count.is_some())
+            }
+            Point::Summary(s) => {
+                s.quantiles.len() + usize::from(s.sum.is_some()) + usize::from(s.count.is_some())
+            }
+        }
+    }
+}
+
 /// A histogram series: cumulative buckets in increasing order of their bound, `+Inf` last.
 #[derive(Debug, Default)]
 pub(crate) struct HistogramPoint<'a> {
@@ -317,6 +332,25 @@ pub(crate) fn catalog<'a>(mut samples: Vec<&'a Sample>, join: &'a Join, out: &mu
             });
         }
     }
+}
+
+/// `dgx_pixels_exporter_series`: the series each family writes, as a Prometheus scraping it
+/// stores them (a histogram's every bucket, `_sum` and `_count`), this family's own included.
+pub(crate) fn series_counts(families: &[Family<'_>]) -> Vec<Sample> {
+    let mut out: Vec<Sample> = families
+        .iter()
+        .map(|f| {
+            let n: usize = f.series.iter().map(|s| s.point.stored_series()).sum();
+            Sample::new(Metric::ExporterSeries, [f.name], n as f64)
+        })
+        .collect();
+    let own = out.len() + 1;
+    out.push(Sample::new(
+        Metric::ExporterSeries,
+        [Metric::ExporterSeries.def().name],
+        own as f64,
+    ));
+    out
 }
 
 /// Rebuilds a histogram row's series from its samples (see `histogram`): bucket samples carry

@@ -265,6 +265,7 @@ mod tests {
         store.publish(up("gone", 7.0));
         let options = EncodeOptions {
             const_labels: vec![("node".into(), "n1".into())],
+            ..Default::default()
         };
         store.reconfigure(&["sim", "new"], vec![], options);
         let g = store.current();

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use dgx_pixels_exposition::{EncodeOptions, Format, SnapshotStore};
+use dgx_pixels_metrics::catalog::Detail;
 use dgx_pixels_metrics::histogram::Histogram;
 use dgx_pixels_metrics::{
     DeviceKey, ExternalFamily, ExternalKind, ExternalSample, Metric, PollOutput, Sample, Snapshot,
@@ -101,6 +102,8 @@ fn exposition(format: Format) -> String {
     ];
     let options = EncodeOptions {
         const_labels: vec![("node".into(), "n1".into())],
+        // Every series: the probe duration histogram is outside the default budget.
+        detail: Detail::Full,
     };
     let store = SnapshotStore::new(&["t"], vec![], options);
     store.publish(Snapshot {

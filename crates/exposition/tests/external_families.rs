@@ -71,7 +71,10 @@ fn exposition(snapshots: Vec<Arc<Snapshot>>, consts: &[(&str, &str)], f: Format)
     let input = ExpositionInput {
         statics: Arc::new(vec![]),
         snapshots,
-        options: Arc::new(EncodeOptions { const_labels }),
+        options: Arc::new(EncodeOptions {
+            const_labels,
+            ..Default::default()
+        }),
     };
     encode(&input, f)
 }

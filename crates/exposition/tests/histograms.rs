@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use dgx_pixels_exposition::encode::{encode, EncodeOptions, ExpositionInput, Format};
+use dgx_pixels_metrics::catalog::Detail;
 use dgx_pixels_metrics::histogram::Histogram;
 use dgx_pixels_metrics::{DeviceKey, Metric, Sample, Snapshot, SourceHealth};
 
@@ -43,6 +44,8 @@ fn exposition(format: Format) -> String {
             })],
             options: Arc::new(EncodeOptions {
                 const_labels: vec![("node".into(), "n1".into())],
+                // Every series: the probe duration histogram is outside the default budget.
+                detail: Detail::Full,
             }),
         },
         format,

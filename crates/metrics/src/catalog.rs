@@ -7,8 +7,10 @@
 use std::fmt;
 
 use crate::device::Scope;
+mod detail;
 mod markdown;
 mod names;
+pub use detail::{policy, serves, Detail, Policy, POLICIES};
 pub use names::openmetrics_names;
 
 /// Prometheus metric type of a catalog row.
@@ -341,6 +343,8 @@ define_catalog! {
         "Fraction of wall time since the exporter started that probes held the GPU.";
     ExporterBuildInfo => Gauge None "dgx_pixels_exporter_build_info" ["version", "revision", "rustc_version", "mode", "scenario"] ["exporter"]
         "Build facts of the exporter (value 1); mode is \"simulated\" when the GPUs are simulated, with the scenario's name.";
+    ExporterSeries => Gauge None "dgx_pixels_exporter_series" ["family"] ["exporter"]
+        "Series this exposition serves per family, as Prometheus stores them (each histogram bucket, _sum and _count counts; this family included); see docs/metrics.md, Series budget.";
     ExporterHttpRejected => Counter None "dgx_pixels_exporter_http_rejected_total" ["reason"] ["exporter"]
         "Connections or requests the HTTP server refused, by reason (connection_limit, per_client_limit, request_timeout, auth_busy, scrape_limit, unauthorized, request_body, tls_handshake, stalled).";
     ExporterWebConfigReloads => Counter None "dgx_pixels_exporter_web_config_reloads_total" ["result"] ["exporter"]

@@ -76,6 +76,18 @@ probe_kinds! {
 }
 
 impl ProbeKind {
+    /// What the daemon rotates through unless `[probes] probes` says otherwise: the tensor-core
+    /// GEMM that training and diffusion run (fp16 takes the same path as bf16), device memory,
+    /// the host link jobs load data over (device-to-host mirrors it) and the launch path. The
+    /// TF32/FP32/FP64 GEMMs are for HPC nodes: each probe costs its GPUs three series and GPU
+    /// time (docs/metrics.md, "Series budget"), so they are opt-in (`probes = "all"`).
+    pub const DAEMON_DEFAULT: &'static [ProbeKind] = &[
+        ProbeKind::GemmBf16,
+        ProbeKind::CopyD2D,
+        ProbeKind::CopyH2D,
+        ProbeKind::LaunchLatency,
+    ];
+
     /// Whether the probe needs cuBLAS.
     pub fn needs_cublas(self) -> bool {
         self.unit() == ProbeUnit::Flops

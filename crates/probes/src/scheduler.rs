@@ -46,7 +46,7 @@ pub const OUTCOMES: &[&str] = &["ok", "error", "skipped_busy", "skipped_no_utili
 /// Settings of the scheduler.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScheduleSettings {
-    /// Probes to rotate through.
+    /// Probes to rotate through ([`ProbeKind::DAEMON_DEFAULT`] unless configured).
     pub probes: Vec<ProbeKind>,
     /// Maximum fraction of GPU time spent in probes (0 < d ≤ 1).
     pub duty_cycle: f64,
@@ -61,7 +61,7 @@ pub struct ScheduleSettings {
 impl Default for ScheduleSettings {
     fn default() -> Self {
         ScheduleSettings {
-            probes: ProbeKind::ALL.to_vec(),
+            probes: ProbeKind::DAEMON_DEFAULT.to_vec(),
             duty_cycle: DEFAULT_DUTY_CYCLE,
             busy_threshold: DEFAULT_BUSY_THRESHOLD,
             memory_limit_bytes: DEFAULT_MEMORY_LIMIT_BYTES,

@@ -8,6 +8,7 @@ use std::process::{Command, Stdio};
 
 use dgx_pixels_exposition::{EncodeOptions, Format, SnapshotStore};
 
+use dgx_pixels_metrics::catalog::Detail;
 use dgx_pixels_metrics::{Snapshot, Source, SourceHealth};
 use dgx_pixels_probes::scheduler::{
     Backend, GpuId, ProbeSource, ScheduleSettings, UtilizationView,
@@ -61,6 +62,7 @@ fn promtool() -> PathBuf {
 #[test]
 fn probe_series_pass_promtool() {
     let settings = ScheduleSettings {
+        probes: ProbeKind::ALL.to_vec(),
         duty_cycle: 1.0,
         ..Default::default()
     };
@@ -70,7 +72,12 @@ fn probe_series_pass_promtool() {
     for _ in 0..ProbeKind::ALL.len() {
         samples = source.poll().unwrap().samples;
     }
-    let store = SnapshotStore::new(&["probes"], vec![], EncodeOptions::default());
+    // Full detail: the duration histogram is outside the default series budget.
+    let options = EncodeOptions {
+        detail: Detail::Full,
+        ..Default::default()
+    };
+    let store = SnapshotStore::new(&["probes"], vec![], options);
     store.publish(Snapshot {
         source: "probes".into(),
         health: SourceHealth {

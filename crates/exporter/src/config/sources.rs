@@ -1,7 +1,7 @@
 //! Layering of the sources of settings: defaults, config file, environment and flags.
 
 use super::files::check_file;
-use super::{ConfigError, LogFormat, Settings, ENV_PREFIX};
+use super::{ConfigError, LogFormat, MetricsDetail, Settings, ENV_PREFIX};
 use crate::cli::Cli;
 
 /// Resolves settings from the flags, the environment `env` (name, value pairs), the config file
@@ -31,7 +31,7 @@ pub fn resolve(
             .separator("__")
             .source(Some(env)),
     );
-    let overrides: [(&str, Option<config::Value>); 19] = [
+    let overrides: [(&str, Option<config::Value>); 20] = [
         (
             "dcgm.library",
             cli.dcgm_library
@@ -61,6 +61,16 @@ pub fn resolve(
                 match f {
                     LogFormat::Logfmt => "logfmt",
                     LogFormat::Json => "json",
+                }
+                .into()
+            }),
+        ),
+        (
+            "metrics.detail",
+            cli.metrics_detail.map(|d| {
+                match d {
+                    MetricsDetail::Default => "default",
+                    MetricsDetail::Full => "full",
                 }
                 .into()
             }),

@@ -103,6 +103,7 @@ fn store(statics: Vec<Sample>, node: Option<&str>) -> SnapshotStore {
         const_labels: node
             .map(|n| vec![("node".to_string(), n.to_string())])
             .unwrap_or_default(),
+        ..Default::default()
     };
     SnapshotStore::new(&["health", "nvml", "textfile"], statics, options)
 }

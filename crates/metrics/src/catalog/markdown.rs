@@ -1,7 +1,7 @@
 //! The catalog as the Markdown of `docs/metrics.md`: the table, then the sections on freshness,
 //! pod and job labels and the series budget.
 
-use super::CATALOG;
+use super::{Policy, CATALOG};
 
 /// Renders the catalog as the Markdown of `docs/metrics.md`.
 pub fn markdown() -> String {
@@ -33,27 +33,107 @@ pub fn markdown() -> String {
     }
     out.push_str(FRESHNESS);
     out.push_str(ATTRIBUTION);
-    out.push_str(SERIES_BUDGET);
+    out.push_str(&series_budget());
     out
 }
 
-/// How the catalog keeps a node's series count down (appended to docs/metrics.md).
+/// How the catalog keeps a node's series count down (appended to docs/metrics.md): the fixed
+/// text, then the policies of `detail.rs` as a table, then the measured counts.
+fn series_budget() -> String {
+    let mut out = String::from(SERIES_BUDGET);
+    for e in super::POLICIES {
+        let def = e.metric.def();
+        let serves = match e.policy {
+            Policy::FullOnly => "nothing (full detail only)".to_string(),
+            Policy::NonZero => "series whose value is not 0".to_string(),
+            Policy::OnlyValues(label, values) => format!("`{label}` = {}", quoted(values)),
+            Policy::ExceptValues(label, values) => {
+                format!("all but `{label}` = {}", quoted(values))
+            }
+            Policy::NonZeroExcept(label, values) => {
+                format!("series not 0, but not `{label}` = {}", quoted(values))
+            }
+        };
+        out.push_str(&format!("| `{}` | {serves} | {} |\n", def.name, e.why));
+    }
+    out.push_str(SERIES_COUNTS);
+    out
+}
+
+fn quoted(values: &[&str]) -> String {
+    values
+        .iter()
+        .map(|v| format!("`{v}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 const SERIES_BUDGET: &str = "
 ## Series budget
 
 Active series are what a fleet's Prometheus, Mimir or Thanos indexes and what hosted services
-bill, so per-part detail that is almost always 1 or 0 is served only when it says something:
+bill. The exporter serves one of two profiles, `--metrics.detail` (`[metrics] detail`):
+
+- **`default`**: what an SRE needs at fleet scale. Every series a shipped rule, alert or dashboard
+  panel reads is in it; per-part detail is served only while it says something. At most 60
+  series per GPU (a test, `crates/exporter/tests/series_budget.rs`, holds the simulated DGX
+  H100 with DCGM profiling and probes, and the fake NVML, to it).
+- **`full`**: every series every source reads, for a drill-down on one node (set it on that
+  node while you debug it).
+
+The sources read and publish the same readings in both profiles; only the exposition differs.
+The health verdict, the status page and every other in-process reader see everything, so a
+rule over the aggregate ECC count or the PCIe maximum link width works in either profile.
+
+Series that come and go. In the default profile a few families serve a series only while its
+value says something (an active throttle reason, a GPU's current health state, a probe error).
+A gauge that appears or disappears needs no care in PromQL: `sum`, `count` and `== 1` read it as
+they read a 0. A counter that appears starts at its first value, which `increase()` and `rate()`
+do not count (they need two samples): take rates from the per-GPU totals that are always served
+and use the sparse series to find the part.
 
 - **NVLink**: per GPU, `dgx_pixels_nvlink_links`, `dgx_pixels_nvlink_links_up` and
   `dgx_pixels_nvlink_errors_total{error_type}` (summed over the links). Per link, only what is
   wrong: `dgx_pixels_nvlink_link_down{link}` (1) while a link is down, and
   `dgx_pixels_nvlink_link_errors_total{link,error_type}` once that link has counted errors of that
-  type. A series that appears starts at its first value, which `increase()` and `rate()` do not
-  count (they need two samples): take rates from the per-GPU counter and use the per-link series
-  to find the link. An 18-link GPU serves 6 NVLink series instead of 90.
+  type (in both profiles). An 18-link GPU serves 6 NVLink series instead of 90.
+- **Probes**: the daemon rotates through `gemm_bf16`, `copy_d2d`, `copy_h2d` and
+  `launch_latency` unless `[probes] probes` names others (`all` adds the fp16, tf32, fp32 and
+  fp64 GEMMs and `copy_d2h`); each probe costs a GPU three series (result, fraction of peak,
+  and errors or skips when they happen).
 
-`--simulate dgx-h100` (8 GPUs, with DCGM profiling and probes) serves 1,020 series, down from
-1,692.
+`dgx_pixels_exporter_series{family}` says how many series each family serves now (a histogram's
+every bucket, `_sum` and `_count` counted), so `topk(10, dgx_pixels_exporter_series)` finds what
+costs the most on a node.
+
+What the default profile trims:
+
+| Family | Default serves | Why |
+|---|---|---|
+";
+
+/// The measured counts (bench/series_budget.py; docs/performance.md has the run).
+const SERIES_COUNTS: &str = "
+Series served, measured with `bench/series_budget.py` (the steady state: every GPU read, every
+default probe run once). Per GPU counts the series with a `uuid` label, without the families a
+job reports (workload, quality, traces); per node counts everything, the exporter's own series
+included.
+
+| Node | Profile | Series per GPU | Series per node | 1,000 nodes |
+|---|---|---|---|---|
+| simulated DGX H100 (NVML, DCGM profiling, probes) | default | 51 | 600 | 0.60 M |
+| simulated DGX H100 | full | 151 | 1,420 | 1.42 M |
+| fake NVML, DGX H100 (NVML alone) | default | 40 | 392 | 0.39 M |
+| fake NVML, DGX H100 | full | 68 | 630 | 0.63 M |
+
+For comparison, dcgm-exporter serves one series per GPU for each field of its field list (and a
+few node-level ones): its container's default list (`dcp-metrics-included.csv`) has 27 fields,
+about 27 series per GPU and 220 per 8-GPU node (0.22 M for 1,000 nodes); with every line of that
+list uncommented, about 47 per GPU and 380 per node (0.38 M), before per-link NVLink fields. The
+default profile costs about twice dcgm-exporter's default and carries what it does not: the
+health verdict and its action, throttle reasons and violation times, NVLink errors by type,
+PCIe link state, per-process memory, probes, and pod and job attribution on every series
+(dcgm-exporter adds attribution as labels too, so that part costs no series in either).
 ";
 
 /// Which series carry pod and job labels (appended to docs/metrics.md).

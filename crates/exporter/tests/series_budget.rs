@@ -1,0 +1,242 @@
+//! The series budget (docs/metrics.md, "Series budget"), through the real binary: at most 60
+//! series per GPU by default on the simulated DGX H100 (DCGM profiling and probes included,
+//! once every default probe has a result) and on the fake libnvidia-ml, the full detail profile
+//! serving what the default trims, `dgx_pixels_exporter_series` agreeing with the lines served,
+//! and no series with more than 15 labels with every attribution option on.
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::*;
+use dgx_pixels_kubernetes::fake::{pod, FakeKubelet};
+use dgx_pixels_sim::{Node, Scenario};
+
+/// The budget of issue 20.
+const PER_GPU: usize = 60;
+/// Mimir's default is 30 labels per series; we keep half of that.
+const MAX_LABELS: usize = 15;
+const WAIT: Duration = Duration::from_secs(60);
+
+/// Families a job reports (textfiles, the simulated workload, profiler traces): their series
+/// are the job's, not the exporter's per-GPU telemetry, and grow with what the job writes.
+fn jobs_family(name: &str) -> bool {
+    [
+        "dgx_pixels_workload_",
+        "dgx_pixels_trace_",
+        "dgx_pixels_quality_",
+    ]
+    .iter()
+    .any(|p| name.starts_with(p))
+}
+
+/// Sample lines per GPU uuid, without the jobs' families.
+fn per_gpu(body: &str) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for line in body.lines().filter(|l| !l.starts_with('#')) {
+        let name = line.split(['{', ' ']).next().unwrap_or_default();
+        if jobs_family(name) {
+            continue;
+        }
+        if let Some(rest) = line.split("uuid=\"").nth(1) {
+            let uuid = rest.split('"').next().unwrap_or_default().to_string();
+            *out.entry(uuid).or_default() += 1;
+        }
+    }
+    out
+}
+
+fn samples(body: &str) -> usize {
+    body.lines().filter(|l| !l.starts_with('#')).count()
+}
+
+fn probe_results(body: &str) -> usize {
+    [
+        "dgx_pixels_probe_gemm_flops{",
+        "dgx_pixels_probe_bandwidth_bytes_per_second{",
+        "dgx_pixels_probe_launch_latency_seconds{",
+    ]
+    .iter()
+    .map(|p| body.lines().filter(|l| l.starts_with(p)).count())
+    .sum()
+}
+
+/// Probes that run at once on every GPU, busy or not, so the steady state comes fast.
+fn eager_probes() -> tempfile::NamedTempFile {
+    let f = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        f.path(),
+        "[probes]\nduty_cycle = 1.0\nbusy_threshold = 1.0\n[collector.probes]\ninterval = \"200ms\"\n",
+    )
+    .unwrap();
+    f
+}
+
+/// The simulated node once every GPU has a result of each of the 4 default probes.
+fn simulated(detail: &str) -> String {
+    let config = eager_probes();
+    let d = start(&[
+        "--simulate",
+        "dgx-h100",
+        "--config.file",
+        config.path().to_str().unwrap(),
+        "--metrics.detail",
+        detail,
+    ]);
+    let (body, _) = wait_until(d.port, WAIT, |b| probe_results(b) == 8 * 4);
+    assert_eq!(
+        probe_results(&body),
+        8 * 4,
+        "the default probes never all ran:\n{body}"
+    );
+    body
+}
+
+#[test]
+fn the_simulated_node_serves_at_most_60_series_per_gpu_and_full_detail_serves_the_rest() {
+    let default = simulated("default");
+    let counts = per_gpu(&default);
+    assert_eq!(counts.len(), 8, "{counts:?}");
+    for (uuid, n) in &counts {
+        assert!(*n <= PER_GPU, "{uuid}: {n} series\n{default}");
+    }
+    // What the default keeps: every GPU's verdict, active throttle reasons only, the SM clock.
+    assert_eq!(series(&default, "dgx_pixels_gpu_health_state").len(), 8);
+    assert!(default.contains("clock=\"sm\""));
+    assert!(!default.contains("clock=\"video\""));
+    assert!(!default.contains("counter=\"aggregate\""));
+    assert!(!default.contains("dgx_pixels_gpu_bar1_used_bytes{"));
+    assert!(!default.contains("outcome=\"ok\""));
+
+    let full = simulated("full");
+    let full_counts = per_gpu(&full);
+    for (uuid, n) in &counts {
+        assert!(
+            full_counts[uuid] > *n + 20,
+            "{uuid}: full {}",
+            full_counts[uuid]
+        );
+    }
+    assert_eq!(series(&full, "dgx_pixels_gpu_health_state").len(), 8 * 4);
+    for needle in [
+        "clock=\"video\"",
+        "counter=\"aggregate\"",
+        "dgx_pixels_gpu_bar1_used_bytes{",
+        "dgx_pixels_pcie_link_max_width{",
+        "dgx_pixels_probe_duration_seconds_bucket{",
+        "outcome=\"ok\"",
+    ] {
+        assert!(full.contains(needle), "full detail lacks {needle}");
+    }
+}
+
+/// The self-metric counts what is served, family by family, itself included.
+#[test]
+fn exporter_series_counts_every_served_line() {
+    let body = simulated("default");
+    let counted: f64 = series(&body, "dgx_pixels_exporter_series")
+        .iter()
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap())
+        .sum();
+    assert_eq!(counted as usize, samples(&body), "{body}");
+    assert_eq!(
+        value(
+            &body,
+            "dgx_pixels_exporter_series",
+            &[("family", "dgx_pixels_gpu_health_state")]
+        ),
+        Some(8.0)
+    );
+}
+
+#[test]
+fn the_fake_nvml_node_serves_at_most_60_series_per_gpu() {
+    let d = start_with_env(
+        &["--nvml.library", fake_nvml_library()],
+        &[
+            ("FAKE_NVML_SCENARIO", "dgx-h100"),
+            ("FAKE_NVML_PCIE_DELAY_MS", "0"),
+            ("FAKE_NVML_TIME", "60"),
+        ],
+    );
+    let (body, _) = wait_until(d.port, WAIT, |b| {
+        series(b, "dgx_pixels_gpu_health_state").len() == 8
+    });
+    assert_eq!(series(&body, "dgx_pixels_gpu_health_state").len(), 8);
+    let counts = per_gpu(&body);
+    assert_eq!(counts.len(), 8, "{counts:?}");
+    for (uuid, n) in &counts {
+        assert!(*n <= PER_GPU, "{uuid}: {n} series\n{body}");
+    }
+}
+
+/// Every attribution option at once (node name, pods on a GPU and on a MIG instance, an HPC
+/// job, MIG): the longest series stays within 15 labels.
+#[test]
+fn no_series_carries_more_than_15_labels_with_every_attribution_on() {
+    let node = Node::new(Scenario::builtin("dgx-a100-mig").unwrap());
+    let uuid = |i: usize| node.gpu(i).unwrap().uuid.clone();
+    let mig = node.gpu(1).unwrap().mig.clone().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kubelet.sock");
+    let jobs = dir.path().join("jobs");
+    std::fs::create_dir(&jobs).unwrap();
+    for gpu in 0..8 {
+        std::fs::write(jobs.join(gpu.to_string()), "4242\n").unwrap();
+    }
+    let kubelet = FakeKubelet::start(&socket).unwrap();
+    kubelet.set_pods(vec![
+        pod("ml", "train-0", "trainer", "nvidia.com/gpu", &[&uuid(2)]),
+        pod(
+            "inf",
+            "llm-0",
+            "server",
+            "nvidia.com/mig-3g.40gb",
+            &[&mig[0].uuid],
+        ),
+    ]);
+    let d = start_with_env(
+        &[
+            "--nvml.library",
+            fake_nvml_library(),
+            "--node.name",
+            "dgx-01",
+            "--collector.kubernetes",
+            "--kubernetes.pod-resources-socket",
+            socket.to_str().unwrap(),
+            "--collector.kubernetes.interval",
+            "200ms",
+            "--hpc.job-mapping-dir",
+            jobs.to_str().unwrap(),
+            "--collector.hpc.interval",
+            "200ms",
+            "--metrics.detail",
+            "full",
+        ],
+        &[
+            ("FAKE_NVML_SCENARIO", "dgx-a100-mig"),
+            ("FAKE_NVML_PCIE_DELAY_MS", "0"),
+            ("FAKE_NVML_TIME", "60"),
+        ],
+    );
+    let attributed = |b: &str| {
+        b.contains("pod=\"llm-0\"") && b.contains("pod=\"train-0\"") && b.contains("hpc_job=")
+    };
+    let (body, _) = wait_until(d.port, WAIT, attributed);
+    assert!(attributed(&body), "{body}");
+    let (most, line) = body
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| (l.matches("=\"").count(), l))
+        .max_by_key(|(n, _)| *n)
+        .unwrap();
+    assert!(most <= MAX_LABELS, "{most} labels: {line}");
+    // The attribution really is on the longest series' kind of line: a GPU info series
+    // carries the node, the pod and the job.
+    assert!(body.lines().any(|l| l.starts_with("dgx_pixels_gpu_info{")
+        && l.contains("node=\"dgx-01\"")
+        && l.contains("pod=\"train-0\"")
+        && l.contains("hpc_job=\"4242\"")));
+}

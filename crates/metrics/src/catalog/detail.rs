@@ -1,0 +1,302 @@
+//! The series budget: which catalog series the default profile serves and which only the full
+//! detail profile (`--metrics.detail=full`) does.
+//!
+//! Sources read and publish everything; the policy applies where an exposition is built, so the
+//! health verdict, the status page's sources and every in-process reader still see the full
+//! detail (a rule on `counter="aggregate"` ECC or on the PCIe maximum keeps working), and only
+//! what Prometheus stores shrinks. A row without an entry in [`POLICIES`] is always served.
+
+use super::Metric;
+
+/// How much a node serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Detail {
+    /// What an SRE needs at fleet scale: every signal a shipped rule, alert or dashboard uses,
+    /// per-part detail only while it says something.
+    #[default]
+    Default,
+    /// Every series every source reads, for a drill-down.
+    Full,
+}
+
+impl Detail {
+    /// The setting's spelling (`--metrics.detail`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Detail::Default => "default",
+            Detail::Full => "full",
+        }
+    }
+
+    /// Parses `default` or `full`.
+    pub fn parse(s: &str) -> Option<Detail> {
+        match s {
+            "default" => Some(Detail::Default),
+            "full" => Some(Detail::Full),
+            _ => None,
+        }
+    }
+}
+
+/// What the default profile serves of a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// Nothing: the row is drill-down detail.
+    FullOnly,
+    /// Only series whose value is not 0: flags and one-hot states that are almost always 0, and
+    /// counters that matter once they count (a series that appears is not seen by `increase()`
+    /// at its first value: the docs say which per-GPU total to take rates from).
+    NonZero,
+    /// Only the series whose label has one of these values.
+    OnlyValues(&'static str, &'static [&'static str]),
+    /// Every series but those whose label has one of these values.
+    ExceptValues(&'static str, &'static [&'static str]),
+    /// [`Policy::NonZero`] and [`Policy::ExceptValues`] both.
+    NonZeroExcept(&'static str, &'static [&'static str]),
+}
+
+/// One row of the budget: the policy and why, for docs/metrics.md.
+#[derive(Debug)]
+pub struct Entry {
+    pub metric: Metric,
+    pub policy: Policy,
+    pub why: &'static str,
+}
+
+/// Rows the default profile trims. Everything else is served in both profiles.
+pub static POLICIES: &[Entry] = &[
+    Entry {
+        metric: Metric::GpuClock,
+        policy: Policy::OnlyValues("clock", &["sm", "memory"]),
+        why: "graphics follows sm on every data-center GPU; video matters only to video workloads",
+    },
+    Entry {
+        metric: Metric::GpuClockMax,
+        policy: Policy::OnlyValues("clock", &["sm"]),
+        why: "the SM clock against its maximum is the throttling signal; the other maxima are static",
+    },
+    Entry {
+        metric: Metric::GpuEccErrors,
+        policy: Policy::OnlyValues("counter", &["volatile"]),
+        why: "the volatile counter is the one rates, alerts and the health verdict read; the lifetime (aggregate) count is inventory",
+    },
+    Entry {
+        metric: Metric::GpuThrottleReason,
+        policy: Policy::NonZero,
+        why: "only active reasons (value 1): six one-hot series per GPU are almost always 0",
+    },
+    Entry {
+        metric: Metric::GpuHealthState,
+        policy: Policy::NonZero,
+        why: "the current verdict only (value 1), one series per GPU",
+    },
+    Entry {
+        metric: Metric::GpuHealthAction,
+        policy: Policy::ExceptValues("action", &["none"]),
+        why: "only GPUs that need an action",
+    },
+    Entry {
+        metric: Metric::GpuRecoveryAction,
+        policy: Policy::ExceptValues("action", &["none"]),
+        why: "only while the driver asks for a recovery action (the health verdict reads it either way)",
+    },
+    Entry {
+        metric: Metric::GpuStaleReadings,
+        policy: Policy::NonZero,
+        why: "only while a source left stale readings out",
+    },
+    Entry {
+        metric: Metric::GpuMemoryFree,
+        policy: Policy::FullOnly,
+        why: "total minus used minus reserved",
+    },
+    Entry {
+        metric: Metric::GpuMemoryReserved,
+        policy: Policy::FullOnly,
+        why: "static driver reservation",
+    },
+    Entry {
+        metric: Metric::GpuBar1Used,
+        policy: Policy::FullOnly,
+        why: "BAR1 mappings matter to peer-to-peer debugging, not to fleet monitoring",
+    },
+    Entry {
+        metric: Metric::GpuBar1Total,
+        policy: Policy::FullOnly,
+        why: "static",
+    },
+    Entry {
+        metric: Metric::GpuPerformanceState,
+        policy: Policy::FullOnly,
+        why: "P0 whenever a job runs; clocks and throttle reasons say why it is slow",
+    },
+    Entry {
+        metric: Metric::GpuEncoderUtilization,
+        policy: Policy::FullOnly,
+        why: "NVENC is idle on training and image-generation nodes",
+    },
+    Entry {
+        metric: Metric::GpuDecoderUtilization,
+        policy: Policy::FullOnly,
+        why: "NVDEC is idle on training and image-generation nodes",
+    },
+    Entry {
+        metric: Metric::PcieLinkMaxGeneration,
+        policy: Policy::FullOnly,
+        why: "static; the health verdict compares the link with it and names a degraded link",
+    },
+    Entry {
+        metric: Metric::PcieLinkMaxWidth,
+        policy: Policy::FullOnly,
+        why: "static; the health verdict compares the link with it and names a degraded link",
+    },
+    Entry {
+        metric: Metric::GpuFp64PipeActive,
+        policy: Policy::FullOnly,
+        why: "per-precision pipe detail; the tensor pipe carries the training signal",
+    },
+    Entry {
+        metric: Metric::GpuFp32PipeActive,
+        policy: Policy::FullOnly,
+        why: "per-precision pipe detail; the tensor pipe carries the training signal",
+    },
+    Entry {
+        metric: Metric::GpuFp16PipeActive,
+        policy: Policy::FullOnly,
+        why: "per-precision pipe detail; the tensor pipe carries the training signal",
+    },
+    Entry {
+        metric: Metric::NvlinkTransmitRate,
+        policy: Policy::FullOnly,
+        why: "DCGM's per-second gauge of what dgx_pixels_nvlink_transmit_bytes_total counts exactly",
+    },
+    Entry {
+        metric: Metric::NvlinkReceiveRate,
+        policy: Policy::FullOnly,
+        why: "DCGM's per-second gauge of what dgx_pixels_nvlink_receive_bytes_total counts exactly",
+    },
+    Entry {
+        metric: Metric::ProbeRuns,
+        policy: Policy::NonZeroExcept("outcome", &["ok"]),
+        why: "only errors and skips that happened: a served result says its probe ran (results older than three rounds are dropped)",
+    },
+    Entry {
+        metric: Metric::ProbeDuration,
+        policy: Policy::FullOnly,
+        why: "a histogram per probe and GPU; the duty cycle says how much GPU time probes take",
+    },
+    Entry {
+        metric: Metric::ProbeLastRun,
+        policy: Policy::FullOnly,
+        why: "results older than three probe rounds are dropped, so a served result is recent",
+    },
+];
+
+/// The policy of `metric`, `None` when the default profile serves all of it.
+pub fn policy(metric: Metric) -> Option<Policy> {
+    // A table indexed by the row, built once: the encoder asks once per sample.
+    static TABLE: std::sync::OnceLock<Vec<Option<Policy>>> = std::sync::OnceLock::new();
+    let table = TABLE.get_or_init(|| {
+        let mut t = vec![None; super::CATALOG.len()];
+        for e in POLICIES {
+            t[e.metric as usize] = Some(e.policy);
+        }
+        t
+    });
+    table.get(metric as usize).copied().flatten()
+}
+
+/// Whether `detail` serves a sample of `metric` with these own label values and this value.
+/// `label` looks a label value up by name (the sample's own labels).
+pub fn serves<'a>(
+    detail: Detail,
+    metric: Metric,
+    label: impl Fn(&str) -> Option<&'a str>,
+    value: f64,
+) -> bool {
+    if detail == Detail::Full {
+        return true;
+    }
+    match policy(metric) {
+        None => true,
+        Some(Policy::FullOnly) => false,
+        Some(Policy::NonZero) => value != 0.0,
+        Some(Policy::OnlyValues(name, values)) => label(name).is_some_and(|v| values.contains(&v)),
+        Some(Policy::ExceptValues(name, values)) => {
+            label(name).is_none_or(|v| !values.contains(&v))
+        }
+        Some(Policy::NonZeroExcept(name, values)) => {
+            value != 0.0 && label(name).is_none_or(|v| !values.contains(&v))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_entry_names_a_label_of_its_row_and_rows_are_listed_once() {
+        let mut seen = std::collections::BTreeSet::new();
+        for e in POLICIES {
+            assert!(seen.insert(e.metric), "{} listed twice", e.metric);
+            if let Policy::OnlyValues(l, _)
+            | Policy::ExceptValues(l, _)
+            | Policy::NonZeroExcept(l, _) = e.policy
+            {
+                assert!(
+                    e.metric.def().own_labels().contains(&l),
+                    "{}: no label {l}",
+                    e.metric
+                );
+            }
+            // A histogram's buckets are not one value each: NonZero would cut a histogram apart.
+            if matches!(e.policy, Policy::NonZero | Policy::NonZeroExcept(..)) {
+                assert_ne!(e.metric.def().kind, super::super::Kind::Histogram);
+            }
+        }
+    }
+
+    #[test]
+    fn default_trims_and_full_serves_everything() {
+        let clock = |v: &'static str| move |n: &str| (n == "clock").then_some(v);
+        assert!(serves(Detail::Default, Metric::GpuClock, clock("sm"), 1.0));
+        assert!(!serves(
+            Detail::Default,
+            Metric::GpuClock,
+            clock("video"),
+            1.0
+        ));
+        assert!(serves(Detail::Full, Metric::GpuClock, clock("video"), 1.0));
+        let none = |_: &str| None;
+        assert!(!serves(
+            Detail::Default,
+            Metric::GpuThrottleReason,
+            none,
+            0.0
+        ));
+        assert!(serves(
+            Detail::Default,
+            Metric::GpuThrottleReason,
+            none,
+            1.0
+        ));
+        assert!(!serves(Detail::Default, Metric::GpuBar1Used, none, 5.0));
+        assert!(serves(Detail::Default, Metric::GpuPower, none, 0.0));
+        let action = |v: &'static str| move |n: &str| (n == "action").then_some(v);
+        assert!(!serves(
+            Detail::Default,
+            Metric::GpuRecoveryAction,
+            action("none"),
+            1.0
+        ));
+        assert!(serves(
+            Detail::Default,
+            Metric::GpuRecoveryAction,
+            action("reboot"),
+            1.0
+        ));
+        assert_eq!(Detail::parse("full"), Some(Detail::Full));
+        assert_eq!(Detail::parse("all"), None);
+    }
+}
