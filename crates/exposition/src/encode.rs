@@ -112,8 +112,6 @@ pub(crate) fn with_exposition<T>(
     let detail = input.options.detail;
     samples.retain(|s| serves(detail, s.metric, |name| s.label(name), s.value));
     let consts = &input.options.const_labels;
-    // Declared before the families, which borrow it once it is filled.
-    let series_counts: Vec<Sample>;
     let mut families = Vec::new();
     family::catalog(samples, &join, &mut families);
     let catalog_end = families.len();
@@ -122,7 +120,7 @@ pub(crate) fn with_exposition<T>(
         consts,
         &mut families,
     );
-    series_counts = family::series_counts(&families);
+    let series_counts = family::series_counts(&families);
     // After the other catalog families, before the external ones.
     let mut counts = Vec::with_capacity(1);
     family::catalog(series_counts.iter().collect(), &join, &mut counts);
