@@ -482,9 +482,13 @@ def system_health():
     d.panel("table", "GPU health",
             "Each GPU's health verdict with the most severe recommended action and the rule "
             "behind it (docs/health.md lists the rules and how each clears).",
-            [q(f"max by (node, gpu, uuid, action, reason) (dgx_pixels_gpu_health_action_info{g})"
-               "\n  * on (node, uuid) group_left (state) max by (node, uuid, state) "
-               f"(dgx_pixels_gpu_health_state{g} == 1)", instant=True, fmt="table")],
+            # A healthy GPU has no action series in the default series profile: the "or"
+            # keeps it in the table with its state and no action.
+            [q(f"max by (node, gpu, uuid, state) (dgx_pixels_gpu_health_state{g} == 1)"
+               "\n  * on (node, uuid) group_left (action, reason) max by (node, uuid, action, reason) "
+               f"(dgx_pixels_gpu_health_action_info{g})"
+               f"\nor max by (node, gpu, uuid, state) (dgx_pixels_gpu_health_state{g} == 1)",
+               instant=True, fmt="table")],
             w=14, h=8,
             overrides=[{"matcher": {"id": "byName", "options": "state"}, "properties": [
                 {"id": "mappings", "value": HEALTH_STATE_TEXT_MAPPINGS},
@@ -558,8 +562,10 @@ def system_health():
                f'  / dgx_pixels_gpu_clock_max_hertz{{{NODE_GPU}, clock="sm"}}', GPU_LEGEND)],
             unit="percentunit", min_=0, max_=1, custom=ts_custom(fill=0))
     d.panel("timeseries", "Throttle reasons",
-            "GPUs held down by each throttle reason (sum of dgx_pixels_gpu_throttle_reason).",
-            [q(f"sum by (node, reason) (dgx_pixels_gpu_throttle_reason{g})",
+            "GPUs held down by each throttle reason (sum of dgx_pixels_gpu_throttle_reason, "
+            "which serves active reasons only); \"none\" is 0 while the GPUs are read.",
+            [q(f"sum by (node, reason) (dgx_pixels_gpu_throttle_reason{g})"
+               f'\nor label_replace(sum by (node) (dgx_pixels_gpu_up{g}) * 0, "reason", "none", "", "")',
                "{{node}} {{reason}}")],
             unit="short", min_=0, custom=ts_custom(stack=True))
     d.panel("timeseries", "Time throttled",

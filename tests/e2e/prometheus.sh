@@ -6,7 +6,10 @@ set -euo pipefail
 BIN=${1:?usage: $0 EXPORTER_BINARY}
 . "$(dirname "$0")/lib.sh"
 
-start_exporter --simulate dgx-h100
+# Full detail: the check below compares every family served with what Prometheus ingested, and
+# in the default profile a few families (active throttle reasons, the current health state) may
+# change between a fetch and a scrape. The fleet test (fleet.sh) scrapes the default profile.
+start_exporter --simulate dgx-h100 --metrics.detail full
 
 start_prometheus
 
@@ -48,7 +51,7 @@ while :; do
   served_by_name >"$work/served" && ingested_by_name >"$work/ingested" || true
   served_total=$(awk '{ n += $2 } END { print n + 0 }' "$work/served")
   scraped=$(query 'scrape_samples_scraped{job="dgx-pixels"}')
-  if [ "$served_total" -gt 1000 ] && cmp -s "$work/served" "$work/ingested" && [ "$scraped" = "$served_total" ]; then
+  if [ "$served_total" -gt 800 ] && cmp -s "$work/served" "$work/ingested" && [ "$scraped" = "$served_total" ]; then
     echo "ok: every series ingested ($served_total series in $(wc -l <"$work/served") metric names, as served; scrape_samples_scraped = $scraped)"
     passed=$((passed + 1)); break
   fi
