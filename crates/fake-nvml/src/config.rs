@@ -26,6 +26,12 @@ pub struct Config {
     /// Whether GPUs accept XID event registration (`FAKE_NVML_XID_EVENTS=0`: they answer
     /// `NOT_SUPPORTED`, so NVML never delivers an XID and only the kernel log has them).
     pub xid_events: bool,
+    /// Whether Hopper and newer GPUs answer GPM (`FAKE_NVML_GPM=0`: no GPU supports it, as on a
+    /// driver without GPM); older parts never do.
+    pub gpm: bool,
+    /// A GPU whose `nvmlGpmSampleGet` fails with `NVML_ERROR_UNKNOWN`
+    /// (`FAKE_NVML_GPM_FAIL_GPU`), to test that one failing GPU leaves the others alone.
+    pub gpm_fail_gpu: Option<u32>,
 }
 
 /// Scenario time: frozen, or running from an offset since init.
@@ -126,6 +132,19 @@ impl Config {
             Some("0") => false,
             Some(v) => return Err(bad("FAKE_NVML_XID_EVENTS", v, "expected 0 or 1")),
         };
+        let gpm = match get("FAKE_NVML_GPM").as_deref().map(str::trim) {
+            None | Some("1") => true,
+            Some("0") => false,
+            Some(v) => return Err(bad("FAKE_NVML_GPM", v, "expected 0 or 1")),
+        };
+        let gpm_fail_gpu = match get("FAKE_NVML_GPM_FAIL_GPU") {
+            Some(v) => Some(
+                v.trim()
+                    .parse()
+                    .map_err(|_| bad("FAKE_NVML_GPM_FAIL_GPU", &v, "expected a GPU index"))?,
+            ),
+            None => None,
+        };
         Ok(Config {
             scenario,
             clock,
@@ -134,6 +153,8 @@ impl Config {
             uninitialized,
             kmsg,
             xid_events,
+            gpm,
+            gpm_fail_gpu,
         })
     }
 
@@ -165,6 +186,7 @@ mod tests {
         assert_eq!(c.hang, None);
         assert_eq!(c.uninitialized, None);
         assert_eq!((c.kmsg, c.xid_events), (None, true));
+        assert_eq!((c.gpm, c.gpm_fail_gpu), (true, None));
     }
 
     #[test]
@@ -179,8 +201,11 @@ mod tests {
             ("FAKE_NVML_UNINITIALIZED", "1.5:3"),
             ("FAKE_NVML_KMSG", "/tmp/kmsg"),
             ("FAKE_NVML_XID_EVENTS", "0"),
+            ("FAKE_NVML_GPM", "0"),
+            ("FAKE_NVML_GPM_FAIL_GPU", "3"),
         ])
         .unwrap();
+        assert_eq!((c.gpm, c.gpm_fail_gpu), (false, Some(3)));
         assert_eq!(c.kmsg.as_deref(), Some(std::path::Path::new("/tmp/kmsg")));
         assert!(!c.xid_events);
         assert_eq!(c.scenario, "dgx-spark");
@@ -207,6 +232,8 @@ mod tests {
             ("FAKE_NVML_UNINITIALIZED", "5"),
             ("FAKE_NVML_UNINITIALIZED", "5:2"),
             ("FAKE_NVML_XID_EVENTS", "yes"),
+            ("FAKE_NVML_GPM", "on"),
+            ("FAKE_NVML_GPM_FAIL_GPU", "x"),
         ] {
             let err = parse(&[(k, v)]).unwrap_err().to_string();
             assert!(err.starts_with(k), "{err}");
