@@ -176,10 +176,16 @@ fn with_dcgm_they_come_from_dcgm_only() {
 
 #[test]
 fn without_gpm_the_profiling_families_are_absent() {
-    for (scenario, env) in [
-        ("dgx-h100", vec![("FAKE_NVML_GPM", "0")]),
+    for (scenario, env, logged) in [
+        (
+            "dgx-h100",
+            vec![("FAKE_NVML_GPM", "0")],
+            "no GPM on this GPU",
+        ),
         // Ampere: no GPM.
-        ("dgx-a100-mig", vec![]),
+        ("dgx-a100-mig", vec![], "no GPM on this GPU"),
+        // The driver refuses it (NVML_ERROR_NO_PERMISSION): a warning per GPU, once.
+        ("dgx-h100", vec![("FAKE_NVML_GPM", "denied")], "GPM denied"),
     ] {
         let mut env = env;
         env.extend([("FAKE_NVML_TIME", "60"), ("FAKE_NVML_SCENARIO", scenario)]);
@@ -203,7 +209,11 @@ fn without_gpm_the_profiling_families_are_absent() {
         .unwrap();
         assert_eq!(tx % 1000.0, 0.0, "{scenario}: {tx}");
         let logs = stop_and_logs(d);
-        assert!(logs.contains("no GPM on this GPU"), "{scenario}: {logs}");
+        assert_eq!(
+            logs.matches(logged).count(),
+            8,
+            "{scenario}: once per GPU: {logs}"
+        );
     }
 }
 

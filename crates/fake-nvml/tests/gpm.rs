@@ -201,6 +201,18 @@ child_test!(
 );
 
 child_test!(
+    gpm_can_be_denied,
+    [("FAKE_NVML_GPM", "denied"), ("FAKE_NVML_TIME", "60")],
+    {
+        let nvml = open();
+        let dev = nvml.device_by_index(0).unwrap();
+        assert!(dev.gpm_support().unwrap(), "the part has GPM");
+        assert!(matches!(dev.gpm_sample(), Err(NvmlError::NoPermission)));
+        assert_eq!(control(&nvml, b"fake_nvml_gpm_live_samples", None), 0);
+    }
+);
+
+child_test!(
     metrics_are_the_profile_averaged_over_the_samples_interval,
     [("FAKE_NVML_START", "61.05")],
     {

@@ -220,8 +220,8 @@ impl GpmReader {
         if self.support == Support::Unknown {
             self.support = match dev.gpm_support() {
                 Ok(true) if symbols_present(nvml) => Support::Supported,
-                Ok(_) => self.refuse("not supported by this GPU or driver"),
-                Err(e) if permanent(&e) => self.refuse(&e.to_string()),
+                Ok(_) => self.refuse(&NvmlError::NotSupported),
+                Err(e) if permanent(&e) => self.refuse(&e),
                 Err(e) => return self.failed("nvmlGpmQueryDeviceSupport", e),
             };
             if self.support == Support::No {
@@ -232,7 +232,7 @@ impl GpmReader {
             Ok(s) => s,
             Err(e) if permanent(&e) => {
                 self.prev = None;
-                self.support = self.refuse(&e.to_string());
+                self.support = self.refuse(&e);
                 return None;
             }
             Err(e) => return self.failed("nvmlGpmSampleGet", e),
@@ -263,17 +263,17 @@ impl GpmReader {
         reading
     }
 
-    fn refuse(&mut self, why: &str) -> Support {
-        if why.contains("permission") || why.contains("Permission") {
+    fn refuse(&mut self, why: &NvmlError) -> Support {
+        if matches!(why, NvmlError::NoPermission) {
             warn!(
                 gpu = self.index,
-                reason = why,
-                "GPM denied: profiling series from NVML omitted (see docs/metrics.md, \"Profiling metrics\")"
+                reason = %why,
+                "GPM denied (NVreg_RestrictProfilingToAdminUsers?): profiling series omitted; see docs/metrics.md, \"Profiling metrics\""
             );
         } else {
             info!(
                 gpu = self.index,
-                reason = why,
+                reason = %why,
                 "no GPM on this GPU; profiling series need DCGM (--collector.dcgm)"
             );
         }

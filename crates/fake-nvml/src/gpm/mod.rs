@@ -3,13 +3,15 @@
 //! averaged over the samples' interval ([`model`]).
 //!
 //! Which GPUs answer: Hopper and Blackwell parts, unless `FAKE_NVML_GPM=0`; older parts and
-//! MIG device handles answer `NOT_SUPPORTED` to sampling and 0 to the support query.
+//! MIG device handles answer `NOT_SUPPORTED` to sampling and 0 to the support query. With
+//! `FAKE_NVML_GPM=denied` sampling answers `NO_PERMISSION`.
 //! `FAKE_NVML_GPM_FAIL_GPU=N` makes GPU N's sampling fail (`NVML_ERROR_UNKNOWN`).
 //! `nvmlGpmMigSampleGet` and the streaming calls are not exported (nvml-wrapper reports a
 //! missing symbol as an error of that call only).
 
 use std::ffi::{c_char, c_uint, c_void, CStr};
 
+use crate::config::Gpm;
 use crate::state::{self, device_call_mut, nvml_fn, out, Handle};
 use crate::types::*;
 
@@ -88,7 +90,7 @@ const INFO: [(&CStr, &CStr, &CStr); 12] = [
 
 /// Whether the GPU behind `h` answers GPM under the driver's configuration.
 fn supported(d: &state::Driver, h: Handle) -> bool {
-    d.config.gpm && h.mig.is_none() && d.node().gpu(h.gpu).is_some_and(has_gpm)
+    d.config.gpm != Gpm::Off && h.mig.is_none() && d.node().gpu(h.gpu).is_some_and(has_gpm)
 }
 
 nvml_fn! {
@@ -130,6 +132,9 @@ nvml_fn! {
         let taken = device_call_mut(device, |d, h, now| {
             if !supported(d, h) {
                 return Err(ERROR_NOT_SUPPORTED);
+            }
+            if d.config.gpm == Gpm::Denied {
+                return Err(ERROR_NO_PERMISSION);
             }
             if d.config.gpm_fail_gpu.is_some_and(|g| g as usize == h.gpu) {
                 return Err(ERROR_UNKNOWN);
