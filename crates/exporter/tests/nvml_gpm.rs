@@ -241,3 +241,45 @@ fn a_gpu_whose_gpm_fails_keeps_its_other_series_and_leaves_the_others_alone() {
         "logged once: {logs}"
     );
 }
+
+#[test]
+fn on_a_running_clock_each_value_is_the_profile_over_its_interval() {
+    // Scenario time = 61 s + the daemon's age; polls every 500 ms. A value scraped at scenario
+    // time s covers an interval between two polls that ended before s and began one interval
+    // earlier (a few with a late poll): it lies within the profile's range over that window.
+    let spawned = std::time::Instant::now();
+    let d = start_nvml(
+        &[("FAKE_NVML_START", "61")],
+        &["--collector.nvml.interval", "500ms"],
+    );
+    let mut node = Node::new(Scenario::builtin("dgx-h100").unwrap());
+    let g = node.gpu(5).unwrap().clone();
+    let mut seen = Vec::new();
+    for _ in 0..6 {
+        std::thread::sleep(Duration::from_millis(700));
+        let body = text(d.port);
+        let now = 61.0 + spawned.elapsed().as_secs_f64();
+        let Some(served) = value(&body, "dgx_pixels_gpu_sm_active_ratio", &[("gpu", "5")]) else {
+            continue; // the first poll: no interval yet
+        };
+        // The window, with slack for a late poll on a loaded machine and for the scrape.
+        let (from, to) = ((now - 3.0).max(61.0), now + 0.2);
+        let (mut lo, mut hi) = (f64::MAX, f64::MIN);
+        let mut t = from;
+        while t <= to {
+            if let Some(GpuState::Ok(r)) = node.reading(5, Duration::from_secs_f64(t)) {
+                let v = profile(&g, &r).sm_active;
+                (lo, hi) = (lo.min(v), hi.max(v));
+            }
+            t += 0.01;
+        }
+        assert!(
+            served >= lo - 1e-9 && served <= hi + 1e-9,
+            "sm_active {served} outside the profile's range [{lo}, {hi}] over [{from:.2}, {to:.2}] s"
+        );
+        seen.push(served);
+    }
+    assert!(seen.len() >= 4, "served on most scrapes: {seen:?}");
+    seen.dedup();
+    assert!(seen.len() > 1, "the value follows the clock: {seen:?}");
+}
