@@ -5,7 +5,9 @@
 //!
 //! By default DCGM provides the profiling metrics and NVML the device metrics;
 //! `[dcgm] device_metrics = true` hands the device metrics DCGM can read to DCGM (the default
-//! when the nvml collector is off).
+//! when the nvml collector is off). Without DCGM, the NVML source serves the profiling families
+//! itself through GPM on Hopper and newer; the nvml collector does not read GPM when DCGM
+//! provides every one of them (`collectors/nvml.rs`).
 
 use std::collections::HashSet;
 

@@ -26,6 +26,23 @@ pub struct Config {
     /// Whether GPUs accept XID event registration (`FAKE_NVML_XID_EVENTS=0`: they answer
     /// `NOT_SUPPORTED`, so NVML never delivers an XID and only the kernel log has them).
     pub xid_events: bool,
+    /// Whether Hopper and newer GPUs answer GPM (`FAKE_NVML_GPM`); older parts never do.
+    pub gpm: Gpm,
+    /// A GPU whose `nvmlGpmSampleGet` fails with `NVML_ERROR_UNKNOWN`
+    /// (`FAKE_NVML_GPM_FAIL_GPU`), to test that one failing GPU leaves the others alone.
+    pub gpm_fail_gpu: Option<u32>,
+}
+
+/// What GPM-capable GPUs do (`FAKE_NVML_GPM`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gpm {
+    /// `1`: they support it and sample.
+    On,
+    /// `0`: no GPU supports it, as on a driver without GPM.
+    Off,
+    /// `denied`: supported, but sampling answers `NVML_ERROR_NO_PERMISSION`, as a driver that
+    /// restricts GPU counters to administrators would.
+    Denied,
 }
 
 /// Scenario time: frozen, or running from an offset since init.
@@ -126,6 +143,20 @@ impl Config {
             Some("0") => false,
             Some(v) => return Err(bad("FAKE_NVML_XID_EVENTS", v, "expected 0 or 1")),
         };
+        let gpm = match get("FAKE_NVML_GPM").as_deref().map(str::trim) {
+            None | Some("1") => Gpm::On,
+            Some("0") => Gpm::Off,
+            Some("denied") => Gpm::Denied,
+            Some(v) => return Err(bad("FAKE_NVML_GPM", v, "expected 0, 1 or denied")),
+        };
+        let gpm_fail_gpu = match get("FAKE_NVML_GPM_FAIL_GPU") {
+            Some(v) => Some(
+                v.trim()
+                    .parse()
+                    .map_err(|_| bad("FAKE_NVML_GPM_FAIL_GPU", &v, "expected a GPU index"))?,
+            ),
+            None => None,
+        };
         Ok(Config {
             scenario,
             clock,
@@ -134,6 +165,8 @@ impl Config {
             uninitialized,
             kmsg,
             xid_events,
+            gpm,
+            gpm_fail_gpu,
         })
     }
 
@@ -165,6 +198,7 @@ mod tests {
         assert_eq!(c.hang, None);
         assert_eq!(c.uninitialized, None);
         assert_eq!((c.kmsg, c.xid_events), (None, true));
+        assert_eq!((c.gpm, c.gpm_fail_gpu), (Gpm::On, None));
     }
 
     #[test]
@@ -179,8 +213,13 @@ mod tests {
             ("FAKE_NVML_UNINITIALIZED", "1.5:3"),
             ("FAKE_NVML_KMSG", "/tmp/kmsg"),
             ("FAKE_NVML_XID_EVENTS", "0"),
+            ("FAKE_NVML_GPM", "0"),
+            ("FAKE_NVML_GPM_FAIL_GPU", "3"),
         ])
         .unwrap();
+        assert_eq!((c.gpm, c.gpm_fail_gpu), (Gpm::Off, Some(3)));
+        let denied = parse(&[("FAKE_NVML_GPM", "denied")]).unwrap();
+        assert_eq!(denied.gpm, Gpm::Denied);
         assert_eq!(c.kmsg.as_deref(), Some(std::path::Path::new("/tmp/kmsg")));
         assert!(!c.xid_events);
         assert_eq!(c.scenario, "dgx-spark");
@@ -207,6 +246,8 @@ mod tests {
             ("FAKE_NVML_UNINITIALIZED", "5"),
             ("FAKE_NVML_UNINITIALIZED", "5:2"),
             ("FAKE_NVML_XID_EVENTS", "yes"),
+            ("FAKE_NVML_GPM", "on"),
+            ("FAKE_NVML_GPM_FAIL_GPU", "x"),
         ] {
             let err = parse(&[(k, v)]).unwrap_err().to_string();
             assert!(err.starts_with(k), "{err}");

@@ -21,6 +21,8 @@
 //! | `FAKE_NVML_HANG_AFTER` | Scenario seconds from which that GPU hangs. | `0` |
 //! | `FAKE_NVML_KMSG` | A file the fake driver prints each XID occurrence to, as `/dev/kmsg` records (`3,SEQ,USEC,-;NVRM: Xid (PCI:0000:2a:00): 48, pid=…`), as the real driver prints them to the kernel log: from scenario time 0 (the log holds the whole "boot"), within 100 ms of scenario time of each occurrence while the library is called (every call, the XID event wait included). For the exporter's kmsg collector. | unset |
 //! | `FAKE_NVML_XID_EVENTS` | `0`: GPUs refuse XID event registration (`NOT_SUPPORTED`), so NVML delivers no XID and only the fake kernel log has them. | `1` |
+//! | `FAKE_NVML_GPM` | `0`: no GPU supports GPM (the support query answers 0, sampling `NOT_SUPPORTED`), so the exporter's fallback is tested; `denied`: supported, but sampling answers `NVML_ERROR_NO_PERMISSION`. With `1`, Hopper and Blackwell parts sample; older ones never do. | `1` |
+//! | `FAKE_NVML_GPM_FAIL_GPU` | GPU index whose `nvmlGpmSampleGet` fails with `NVML_ERROR_UNKNOWN`. | unset |
 //! | `FAKE_NVML_UNINITIALIZED` | `FROM:TO` scenario seconds: a driver reset. In the window every call (init too) returns `NVML_ERROR_UNINITIALIZED`; a session opened before it stays uninitialized afterwards, until a new `nvmlInit_v2` (which works once the window is over). | unset |
 //!
 //! The loaded scenario and its clock live for the whole process: a later init with the same
@@ -33,7 +35,9 @@
 //! Not part of NVML, for tests and benchmarks: `fake_nvml_call_count() -> u64` (NVML calls
 //! served since load, every `nvml*` symbol counted whatever it returned), `fake_nvml_busy_ns()
 //! -> u64` (CPU time the calling threads spent inside those calls, so a benchmark can subtract
-//! the fake's own cost from the caller's) and `fake_nvml_reset_call_count()` (zeroes both).
+//! the fake's own cost from the caller's) and `fake_nvml_reset_call_count()` (zeroes both);
+//! `fake_nvml_gpm_sample_time_ns(sample) -> u64` (the scenario time a GPM sample read at) and
+//! `fake_nvml_gpm_live_samples() -> u64` (GPM sample buffers not yet freed).
 //!
 //! # Semantics
 //!
@@ -60,6 +64,12 @@
 //! - Events: critical XID (type 8) only. A wait delivers one event per XID occurrence since the
 //!   registration (a GPU's loss delivers its XID once), polling every 10 ms up to its timeout,
 //!   then `NVML_ERROR_TIMEOUT`.
+//! - GPM (`nvmlGpmQueryDeviceSupport`, `nvmlGpmSampleAlloc`/`Get`/`Free`,
+//!   `nvmlGpmMetricsGet`; see `gpm`): a sample records its GPU and scenario time; metrics between
+//!   two samples are the simulator's profiling model (the one the fake libdcgm answers from)
+//!   averaged over that interval, weighted by each 100 ms step's share, in GPM's units (percent,
+//!   MiB/s). Struct versions are checked (`ARGUMENT_VERSION_MISMATCH`), each metric has its own
+//!   return code, and at most 4096 sample buffers live at once (`NVML_ERROR_MEMORY` beyond).
 //! - No panic crosses the C boundary: each export runs under `catch_unwind` and a panic answers
 //!   `NVML_ERROR_UNKNOWN`.
 #![deny(missing_docs)]
@@ -70,6 +80,7 @@ mod config;
 mod device;
 mod events;
 mod fields;
+mod gpm;
 mod kmsg;
 mod mig;
 mod processes;
@@ -78,7 +89,7 @@ mod system;
 #[allow(missing_docs)]
 mod types;
 
-pub use config::{ClockMode, Config};
+pub use config::{ClockMode, Config, Gpm};
 
 /// NVML calls served since the library was loaded or the counter last reset.
 #[no_mangle]

@@ -206,6 +206,8 @@ pub struct Driver {
     pub events: Registry,
     /// What the driver printed to the fake kernel log (`FAKE_NVML_KMSG`).
     pub kmsg: crate::kmsg::Printed,
+    /// GPM's own copy of the node, loaded at the first metrics request (see `gpm`).
+    pub gpm: Option<Node>,
 }
 
 /// A device call's view of its GPU.
@@ -248,6 +250,7 @@ impl Driver {
             loss_counts: HashMap::new(),
             events: Registry::default(),
             kmsg: Default::default(),
+            gpm: None,
         })
     }
 

@@ -10,6 +10,7 @@ use crate::device::Scope;
 mod detail;
 mod markdown;
 mod names;
+mod profiling;
 pub use detail::{policy, serves, Detail, Policy, POLICIES};
 pub use names::openmetrics_names;
 
@@ -167,7 +168,7 @@ impl Metric {
     }
 }
 
-// Sources: "nvml", "dcgm", "probes" (CUDA probes, or simulated ones on a simulated node), "sim"
+// Sources: "nvml" (GPM profiling included), "dcgm", "probes" (CUDA probes, or simulated ones on a simulated node), "sim"
 // (the simulated node, DCGM profiling included), "textfile", "kmsg" (the kernel log),
 // "trace" (profiler traces),
 // "kubernetes" and "hpc" (attribution, see `attribution`), "health" (the per-GPU verdict) and
@@ -250,9 +251,9 @@ define_catalog! {
     GpuRemappedRowsFailure => Gauge None "dgx_pixels_gpu_remapped_rows_failure" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
         "1 when a row remapping failed (no spare rows left; the GPU needs service), else 0.";
     PcieTransmit => Gauge BytesPerSecond "dgx_pixels_pcie_transmit_bytes_per_second" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
-        "PCIe transmit throughput of the GPU, as sampled by the driver.";
+        "PCIe transmit throughput of the GPU: over the whole poll interval from DCGM profiling or NVML GPM (Hopper and newer), else the driver's ~20 ms sample.";
     PcieReceive => Gauge BytesPerSecond "dgx_pixels_pcie_receive_bytes_per_second" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
-        "PCIe receive throughput of the GPU, as sampled by the driver.";
+        "PCIe receive throughput of the GPU: over the whole poll interval from DCGM profiling or NVML GPM (Hopper and newer), else the driver's ~20 ms sample.";
     PcieReplays => Counter None "dgx_pixels_pcie_replays_total" ["gpu", "uuid"] ["nvml", "sim"]
         "PCIe replays (link-level retransmissions), a sign of a marginal link.";
     PcieLinkGeneration => Gauge None "dgx_pixels_pcie_link_generation" ["gpu", "uuid"] ["nvml", "sim"]
@@ -293,26 +294,26 @@ define_catalog! {
         "Memory in use in the MIG instance.";
     MigMemoryTotal => Gauge Bytes "dgx_pixels_mig_memory_total_bytes" ["gpu", "uuid", "gpu_instance", "compute_instance", "mig_profile"] ["nvml", "sim"]
         "Memory of the MIG instance.";
-    GpuGraphicsEngineActive => Gauge Ratio "dgx_pixels_gpu_graphics_engine_active_ratio" ["gpu", "uuid"] ["dcgm", "sim"]
-        "Fraction of time a graphics or compute context was active on the GPU (DCGM profiling, DCGM_FI_PROF_GR_ENGINE_ACTIVE).";
-    GpuSmActive => Gauge Ratio "dgx_pixels_gpu_sm_active_ratio" ["gpu", "uuid"] ["dcgm", "sim"]
-        "Fraction of time at least one warp was resident on an SM, averaged over all SMs (DCGM profiling).";
-    GpuSmOccupancy => Gauge Ratio "dgx_pixels_gpu_sm_occupancy_ratio" ["gpu", "uuid"] ["dcgm", "sim"]
-        "Resident warps relative to the maximum an SM can hold, averaged over all SMs (DCGM profiling).";
-    GpuTensorPipeActive => Gauge Ratio "dgx_pixels_gpu_tensor_pipe_active_ratio" ["gpu", "uuid"] ["dcgm", "sim"]
-        "Fraction of cycles the tensor (HMMA/IMMA) pipes were active (DCGM profiling).";
-    GpuDramActive => Gauge Ratio "dgx_pixels_gpu_dram_active_ratio" ["gpu", "uuid"] ["dcgm", "sim"]
-        "Fraction of cycles the device memory interface was sending or receiving data (DCGM profiling).";
-    GpuFp64PipeActive => Gauge Ratio "dgx_pixels_gpu_fp64_pipe_active_ratio" ["gpu", "uuid"] ["dcgm", "sim"]
-        "Fraction of cycles the FP64 pipes were active (DCGM profiling).";
-    GpuFp32PipeActive => Gauge Ratio "dgx_pixels_gpu_fp32_pipe_active_ratio" ["gpu", "uuid"] ["dcgm", "sim"]
-        "Fraction of cycles the FP32 pipes were active (DCGM profiling).";
-    GpuFp16PipeActive => Gauge Ratio "dgx_pixels_gpu_fp16_pipe_active_ratio" ["gpu", "uuid"] ["dcgm", "sim"]
-        "Fraction of cycles the FP16 pipes were active (DCGM profiling).";
-    NvlinkTransmitRate => Gauge BytesPerSecond "dgx_pixels_nvlink_transmit_bytes_per_second" ["gpu", "uuid"] ["dcgm", "sim"]
-        "Data transmitted over all NVLinks of the GPU, headers included, per second (DCGM profiling).";
-    NvlinkReceiveRate => Gauge BytesPerSecond "dgx_pixels_nvlink_receive_bytes_per_second" ["gpu", "uuid"] ["dcgm", "sim"]
-        "Data received over all NVLinks of the GPU, headers included, per second (DCGM profiling).";
+    GpuGraphicsEngineActive => Gauge Ratio "dgx_pixels_gpu_graphics_engine_active_ratio" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
+        "Fraction of time a graphics or compute context was active on the GPU (DCGM profiling, DCGM_FI_PROF_GR_ENGINE_ACTIVE; without DCGM, NVML GPM's GRAPHICS_UTIL on Hopper and newer).";
+    GpuSmActive => Gauge Ratio "dgx_pixels_gpu_sm_active_ratio" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
+        "Fraction of time at least one warp was resident on an SM, averaged over all SMs (DCGM profiling; without DCGM, NVML GPM's SM_UTIL on Hopper and newer).";
+    GpuSmOccupancy => Gauge Ratio "dgx_pixels_gpu_sm_occupancy_ratio" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
+        "Resident warps relative to the maximum an SM can hold, averaged over all SMs (DCGM profiling; without DCGM, NVML GPM on Hopper and newer).";
+    GpuTensorPipeActive => Gauge Ratio "dgx_pixels_gpu_tensor_pipe_active_ratio" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
+        "Fraction of cycles the tensor (HMMA/IMMA) pipes were active (DCGM profiling; without DCGM, NVML GPM's ANY_TENSOR_UTIL on Hopper and newer).";
+    GpuDramActive => Gauge Ratio "dgx_pixels_gpu_dram_active_ratio" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
+        "Fraction of cycles the device memory interface was sending or receiving data (DCGM profiling; without DCGM, NVML GPM's DRAM bandwidth used over its maximum, on Hopper and newer).";
+    GpuFp64PipeActive => Gauge Ratio "dgx_pixels_gpu_fp64_pipe_active_ratio" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
+        "Fraction of cycles the FP64 pipes were active (DCGM profiling; without DCGM, NVML GPM on Hopper and newer).";
+    GpuFp32PipeActive => Gauge Ratio "dgx_pixels_gpu_fp32_pipe_active_ratio" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
+        "Fraction of cycles the FP32 pipes were active (DCGM profiling; without DCGM, NVML GPM on Hopper and newer).";
+    GpuFp16PipeActive => Gauge Ratio "dgx_pixels_gpu_fp16_pipe_active_ratio" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
+        "Fraction of cycles the FP16 pipes were active (DCGM profiling; without DCGM, NVML GPM on Hopper and newer).";
+    NvlinkTransmitRate => Gauge BytesPerSecond "dgx_pixels_nvlink_transmit_bytes_per_second" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
+        "Data transmitted over all NVLinks of the GPU, headers included, per second (DCGM profiling; without DCGM, NVML GPM on Hopper and newer).";
+    NvlinkReceiveRate => Gauge BytesPerSecond "dgx_pixels_nvlink_receive_bytes_per_second" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
+        "Data received over all NVLinks of the GPU, headers included, per second (DCGM profiling; without DCGM, NVML GPM on Hopper and newer).";
     SourceUp => Gauge None "dgx_pixels_source_up" ["source"] ["exporter"]
         "1 when the source's last poll succeeded within its deadline, else 0 (its series are then omitted).";
     SourcePollDuration => Gauge Seconds "dgx_pixels_source_poll_duration_seconds" ["source"] ["exporter"]

@@ -1,6 +1,7 @@
 //! Cost of an NVML poll against the fake libnvidia-ml, for 8 and 64 GPUs: exporter CPU per GPU
 //! per poll (process CPU time minus the time spent inside the library), library calls per GPU per
-//! poll, and wall time per poll. The peer, measured in the same run, is a naive poll: the same
+//! poll, and wall time per poll, with and without GPM (the profiling families on Hopper). The
+//! peer, measured in the same run, is a naive poll: the same
 //! readings through nvml-wrapper's getters one by one on one thread, as simple exporters do.
 //!
 //! Run: `cargo bench -p dgx-pixels-nvml --bench poll`. Each configuration runs in a child
@@ -75,6 +76,18 @@ fn child(gpus: u32, lib: &str) {
         let samples = source.poll().unwrap().samples;
         assert!(samples.len() > gpus as usize * 20);
     });
+    // The same steady poll without GPM (as when DCGM provides the profiling families): the
+    // difference is what GPM costs.
+    let mut no_gpm = NvmlSource::with_options(NvmlOptions {
+        library: Some(PathBuf::from(lib)),
+        gpu_deadline: Duration::from_secs(10),
+        slow_interval: Duration::from_secs(3600),
+        profiling: false,
+        ..NvmlOptions::default()
+    });
+    let ours_no_gpm = measure(&f, || {
+        no_gpm.poll().unwrap();
+    });
     let mut every = NvmlSource::with_options(NvmlOptions {
         library: Some(PathBuf::from(lib)),
         gpu_deadline: Duration::from_secs(10),
@@ -144,7 +157,11 @@ fn child(gpus: u32, lib: &str) {
             wall.as_secs_f64() * 1e3,
         );
     };
-    row("dgx-pixels nvml source, steady poll", ours);
+    row("dgx-pixels nvml source, steady poll (GPM included)", ours);
+    row(
+        "dgx-pixels nvml source, steady poll without GPM",
+        ours_no_gpm,
+    );
     row("dgx-pixels nvml source, poll with slow readings", ours_slow);
     row("naive serial getters (peer)", naive);
 }

@@ -24,6 +24,10 @@
 //!
 //! XID errors are counted by a thread blocked on an NVML event set (see `xid.rs`).
 //!
+//! On Hopper and newer, the profiling families (SM activity and occupancy, pipe and DRAM
+//! activity, NVLink rates) and PCIe throughput come from GPM, over the interval between two
+//! polls, unless DCGM provides them ([`NvmlOptions::profiling`], `gpm.rs`).
+//!
 //! ```
 //! use dgx_pixels_metrics::Source;
 //! use dgx_pixels_nvml::NvmlSource;
@@ -37,6 +41,7 @@
 mod cgroup;
 mod device;
 mod fields;
+mod gpm;
 mod xid;
 
 use std::collections::{BTreeMap, HashSet};
@@ -56,6 +61,7 @@ use tracing::{info, warn};
 
 pub use cgroup::container_id;
 use device::{GpuPoll, GpuReader, ReaderOptions};
+pub use gpm::GPM_FAMILIES;
 use xid::XidWatcher;
 
 /// The library NVML is loaded from unless a path is configured.
@@ -91,6 +97,10 @@ pub struct NvmlOptions {
     /// `[path] procfs`).
     #[serde(skip)]
     pub procfs: PathBuf,
+    /// Read the profiling families through GPM where the GPU has it (not a key: the daemon
+    /// turns it off when DCGM provides every one of [`GPM_FAMILIES`]); default true.
+    #[serde(skip)]
+    pub profiling: bool,
 }
 
 /// A duration in humantime syntax ("500ms", "5s", "2m").
@@ -112,12 +122,13 @@ impl Default for NvmlOptions {
             max_processes_per_gpu: 10,
             xid_quiet_period: XidIncidents::DEFAULT_QUIET,
             procfs: PathBuf::from("/proc"),
+            profiling: true,
         }
     }
 }
 
-/// A reply from a GPU worker: GPU index, poll number, result.
-type Reply = (u32, u64, GpuPoll);
+/// A reply from a GPU worker: GPU index, poll number, result, GPM's metrics since the last poll.
+type Reply = (u32, u64, GpuPoll, Option<gpm::GpmReading>);
 
 /// One GPU's worker thread.
 struct Worker {
@@ -259,14 +270,16 @@ impl NvmlSource {
             let busy = Arc::new(AtomicBool::new(false));
             let (nvml, reply_tx, busy2) = (nvml.clone(), reply_tx.clone(), busy.clone());
             let mut reader = GpuReader::new(index, reader_options.clone());
+            let mut gpm = gpm::GpmReader::new(index, self.options.profiling);
             let spawned = thread::Builder::new()
                 .name(format!("nvml-gpu{index}"))
                 .spawn(move || {
                     // Ends when the source drops its sender (library reloaded or source gone).
                     while let Ok(poll) = rx.recv() {
                         let result = reader.poll(&nvml);
+                        let profile = gpm.poll(&nvml, matches!(result, GpuPoll::Read { .. }));
                         busy2.store(false, Ordering::Release);
-                        if reply_tx.send((index, poll, result)).is_err() {
+                        if reply_tx.send((index, poll, result, profile)).is_err() {
                             return;
                         }
                     }
@@ -320,11 +333,15 @@ impl Source for NvmlSource {
         }
         let deadline = Instant::now() + self.options.gpu_deadline;
         let mut results: BTreeMap<u32, GpuPoll> = BTreeMap::new();
+        let mut profiles: BTreeMap<u32, gpm::GpmReading> = BTreeMap::new();
         while results.len() < asked {
             let left = deadline.saturating_duration_since(Instant::now());
             match loaded.replies.recv_timeout(left) {
-                Ok((index, n, result)) if n == number => {
+                Ok((index, n, result, profile)) if n == number => {
                     results.insert(index, result);
+                    if let Some(p) = profile {
+                        profiles.insert(index, p);
+                    }
                 }
                 Ok(_) => {} // a late answer to an earlier poll: already reported as stalled
                 Err(_) => break,
@@ -386,8 +403,17 @@ impl Source for NvmlSource {
                 readout.xid_counts = self.ledger.counts(&id.uuid);
             }
             readout.xid_incidents = self.incidents.observe(index, &readout.xid_counts, now);
+            let profile = profiles.remove(&index);
+            if let Some(p) = &profile {
+                p.apply(&mut readout);
+            }
             match self.identities.get(&index) {
-                Some(id) => push_gpu_samples(id, &readout, &mut out),
+                Some(id) => {
+                    push_gpu_samples(id, &readout, &mut out);
+                    if let Some(p) = &profile {
+                        p.push(id, &mut out);
+                    }
+                }
                 // Never answered (hung or failing since the library was loaded): its uuid is
                 // unknown, but the GPU exists and is down, so say that much.
                 None => out.push(Sample::of(

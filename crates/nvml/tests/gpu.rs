@@ -40,7 +40,7 @@ fn by_uuid(samples: &[Sample], metric: Metric) -> BTreeMap<String, f64> {
     samples
         .iter()
         .filter(|s| s.metric == metric)
-        .map(|s| (s.labels[1].clone(), s.value))
+        .map(|s| (s.label("uuid").unwrap_or_default().to_string(), s.value))
         .collect()
 }
 
@@ -92,7 +92,7 @@ fn gpu_nvml_reads_every_real_device_as_nvidia_smi_reports_it() {
     }
     let temps: Vec<f64> = samples
         .iter()
-        .filter(|s| s.metric == Metric::GpuTemperature && s.labels[2] == "gpu")
+        .filter(|s| s.metric == Metric::GpuTemperature && s.label("sensor") == Some("gpu"))
         .map(|s| s.value)
         .collect();
     assert_eq!(temps.len(), smi.len(), "a GPU temperature per GPU");
@@ -106,4 +106,41 @@ fn gpu_nvml_reads_every_real_device_as_nvidia_smi_reports_it() {
             "{uuid}: utilization {u} is a ratio"
         );
     }
+}
+
+/// GPM on the real driver: the profiling families are served by the NVML source exactly on the
+/// GPUs where NVML itself samples GPM (Hopper and newer, not refused), as ratios, from the
+/// second poll on; elsewhere they are absent, never 0.
+#[test]
+#[ignore = "environment: gpu (needs an NVIDIA driver, a GPU and nvidia-smi; scripts/test runs it on a GPU host)"]
+fn gpu_gpm_profiling_families_where_nvml_samples_gpm() {
+    let nvml = nvml_wrapper::Nvml::init().unwrap();
+    let mut gpm = BTreeMap::new();
+    for i in 0..nvml.device_count().unwrap() {
+        let d = nvml.device_by_index(i).unwrap();
+        // What NVML answers this user: a sample taken, or refused (unsupported or denied).
+        gpm.insert(d.uuid().unwrap(), d.gpm_sample().is_ok());
+    }
+    let mut source = NvmlSource::new(None);
+    let first = source.poll().unwrap().samples;
+    assert!(
+        by_uuid(&first, Metric::GpuSmActive).is_empty(),
+        "the first poll has no interval: no GPM value"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let samples = source.poll().unwrap().samples;
+    let sm = by_uuid(&samples, Metric::GpuSmActive);
+    let tensor = by_uuid(&samples, Metric::GpuTensorPipeActive);
+    for (uuid, sampled) in &gpm {
+        assert_eq!(
+            sm.contains_key(uuid),
+            *sampled,
+            "{uuid}: sm_active served iff NVML samples GPM ({sampled})"
+        );
+        assert_eq!(tensor.contains_key(uuid), *sampled, "{uuid}: tensor");
+    }
+    for (uuid, v) in sm.iter().chain(&tensor) {
+        assert!((0.0..=1.0001).contains(v), "{uuid}: {v} is a ratio");
+    }
+    println!("GPM sampled per GPU: {gpm:?}; sm_active {sm:?}");
 }

@@ -1,9 +1,12 @@
 //! The `nvml` collector: GPU telemetry through NVML, on by default.
 
-use dgx_pixels_nvml::{NvmlOptions, NvmlSource};
+use std::collections::HashSet;
+
+use dgx_pixels_nvml::{NvmlOptions, NvmlSource, GPM_FAMILIES};
 
 use super::{BuildContext, Built, Collector, RestartKey, DEFAULT_INTERVAL, DEFAULT_TIMEOUT};
 use crate::config::Settings;
+use crate::ownership;
 
 /// The descriptor.
 pub const COLLECTOR: Collector = Collector {
@@ -26,6 +29,15 @@ fn build(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
         return Ok(None);
     }
     let settings = ctx.settings;
+    // One source per series: GPM's profiling families come from DCGM when its fields provide
+    // them all (the ownership filter drops NVML's samples of any it provides), so NVML does not
+    // spend a GPM read per GPU and poll on series it would drop.
+    let owned: HashSet<ownership::Owned> = ctx
+        .dcgm_fields
+        .iter()
+        .filter_map(ownership::series_of)
+        .collect();
+    let profiling = GPM_FAMILIES.iter().any(|m| !owned.contains(&(*m, &[][..])));
     Ok(Some(Box::new(
         NvmlSource::with_options(NvmlOptions {
             // Leave the runner's watchdog room: a poll returns before its timeout even when a GPU
@@ -36,6 +48,7 @@ fn build(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
                 .procfs
                 .clone()
                 .unwrap_or_else(|| NvmlOptions::default().procfs),
+            profiling,
             // `[nvml]` is the crate's own options type: library, slow_interval, processes_per_gpu,
             // xid_quiet_period.
             ..settings.nvml.clone()
@@ -45,7 +58,8 @@ fn build(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
     )))
 }
 
-/// `[nvml]`, `[path]`, and the series DCGM takes over (its samples of them are dropped).
+/// `[nvml]`, `[path]`, and the series DCGM takes over (its samples of them are dropped, and
+/// GPM is not read when DCGM takes every profiling family).
 fn restart_key(s: &Settings) -> RestartKey {
     Box::new((
         s.nvml.clone(),

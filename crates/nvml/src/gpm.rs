@@ -1,0 +1,373 @@
+//! Profiling metrics through NVML's GPM interface (GPU Performance Monitoring, Hopper and newer):
+//! SM activity and occupancy, tensor and FP pipe activity, DRAM bandwidth, PCIe and NVLink
+//! rates, without the DCGM host engine and without the perfmon counters DCGM profiling and
+//! Nsight hold exclusively.
+//!
+//! GPM reports counters between two samples. Each GPU's worker keeps the sample of its previous
+//! poll and takes a new one every poll, so the metrics cover the interval between two polls;
+//! the first poll (and the first after a failure or a loss) has no interval and serves nothing
+//! rather than a made-up value. One `nvmlGpmMetricsGet` per GPU and poll answers every metric.
+//! A GPU or a driver without GPM (`NOT_SUPPORTED`, no symbol), or without the permission to
+//! read it, is asked once and then left alone: its profiling series are absent.
+
+use std::collections::HashSet;
+use std::mem::ManuallyDrop;
+use std::sync::Arc;
+
+use dgx_pixels_metrics::gpu::{GpuIdentity, GpuReadout};
+use dgx_pixels_metrics::{DeviceKey, Metric, Sample};
+use nvml_wrapper::enums::gpm::GpmMetricId;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::gpm::{gpm_metrics_get, GpmSample};
+use nvml_wrapper::Nvml;
+use nvml_wrapper_sys::bindings::nvmlGpmSample_t;
+use tracing::{debug, info, warn};
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// Where a GPM metric goes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Target {
+    /// A `_ratio` family: GPM answers percent.
+    Ratio(Metric),
+    /// A `_bytes_per_second` family: GPM answers MiB/s.
+    Rate(Metric),
+    /// PCIe throughput, in MiB/s: replaces the driver's ~20 ms sample in the readout.
+    PcieTx,
+    /// As [`Target::PcieTx`], received.
+    PcieRx,
+}
+
+/// The metrics read, one `nvmlGpmMetricsGet` for all of them, and where each goes.
+const METRICS: [(GpmMetricId, Target); 12] = [
+    (
+        GpmMetricId::GraphicsUtil,
+        Target::Ratio(Metric::GpuGraphicsEngineActive),
+    ),
+    (GpmMetricId::SmUtil, Target::Ratio(Metric::GpuSmActive)),
+    (
+        GpmMetricId::SmOccupancy,
+        Target::Ratio(Metric::GpuSmOccupancy),
+    ),
+    (
+        GpmMetricId::AnyTensorUtil,
+        Target::Ratio(Metric::GpuTensorPipeActive),
+    ),
+    (
+        GpmMetricId::DramBwUtil,
+        Target::Ratio(Metric::GpuDramActive),
+    ),
+    (
+        GpmMetricId::Fp64Util,
+        Target::Ratio(Metric::GpuFp64PipeActive),
+    ),
+    (
+        GpmMetricId::Fp32Util,
+        Target::Ratio(Metric::GpuFp32PipeActive),
+    ),
+    (
+        GpmMetricId::Fp16Util,
+        Target::Ratio(Metric::GpuFp16PipeActive),
+    ),
+    (GpmMetricId::PcieTxPerSec, Target::PcieTx),
+    (GpmMetricId::PcieRxPerSec, Target::PcieRx),
+    (
+        GpmMetricId::NvlinkTotalTxPerSec,
+        Target::Rate(Metric::NvlinkTransmitRate),
+    ),
+    (
+        GpmMetricId::NvlinkTotalRxPerSec,
+        Target::Rate(Metric::NvlinkReceiveRate),
+    ),
+];
+
+/// The families GPM serves beside PCIe throughput (which it also reads): the profiling families
+/// the DCGM source serves when it runs. The exporter skips GPM when DCGM provides all of them.
+pub const GPM_FAMILIES: [Metric; 10] = [
+    Metric::GpuGraphicsEngineActive,
+    Metric::GpuSmActive,
+    Metric::GpuSmOccupancy,
+    Metric::GpuTensorPipeActive,
+    Metric::GpuDramActive,
+    Metric::GpuFp64PipeActive,
+    Metric::GpuFp32PipeActive,
+    Metric::GpuFp16PipeActive,
+    Metric::NvlinkTransmitRate,
+    Metric::NvlinkReceiveRate,
+];
+
+/// What GPM measured on one GPU over the interval between two polls.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpmReading {
+    /// Profiling series (no labels beyond the GPU's), in base units.
+    pub series: Vec<(Metric, f64)>,
+    /// PCIe transmit and receive rates over the interval, bytes per second.
+    pub pcie_tx: Option<f64>,
+    /// See `pcie_tx`.
+    pub pcie_rx: Option<f64>,
+}
+
+impl GpmReading {
+    /// From GPM's per-metric answers in [`METRICS`] order: a metric that failed, or answered a
+    /// value that is not a number, is left out.
+    fn from_answers(answers: &[Result<f64, NvmlError>]) -> GpmReading {
+        let mut r = GpmReading::default();
+        for ((_, target), answer) in METRICS.iter().zip(answers) {
+            let Some(v) = answer.as_ref().ok().copied().filter(|v| v.is_finite()) else {
+                continue;
+            };
+            match target {
+                Target::Ratio(m) => r.series.push((*m, v / 100.0)),
+                Target::Rate(m) => r.series.push((*m, v * MIB)),
+                Target::PcieTx => r.pcie_tx = Some(v * MIB),
+                Target::PcieRx => r.pcie_rx = Some(v * MIB),
+            }
+        }
+        r
+    }
+
+    /// PCIe throughput over the whole interval replaces the driver's short sample.
+    pub fn apply(&self, readout: &mut GpuReadout) {
+        if self.pcie_tx.is_some() {
+            readout.pcie_transmit_bytes_per_second = self.pcie_tx;
+        }
+        if self.pcie_rx.is_some() {
+            readout.pcie_receive_bytes_per_second = self.pcie_rx;
+        }
+    }
+
+    /// The profiling samples of GPU `id`.
+    pub fn push(&self, id: &GpuIdentity, out: &mut Vec<Sample>) {
+        if self.series.is_empty() {
+            return;
+        }
+        let key = Arc::new(DeviceKey::gpu(id.index, id.uuid.as_str()));
+        for (metric, v) in &self.series {
+            out.push(Sample::of(&key, *metric, [] as [&str; 0], *v));
+        }
+    }
+}
+
+/// The previous poll's sample, owned (freed on drop) with the library it came from.
+struct Held {
+    nvml: Arc<Nvml>,
+    sample: nvmlGpmSample_t,
+}
+
+// SAFETY: a GPM sample may move between threads (nvml-wrapper's `GpmSample` is `Send`); it is
+// only ever used by the one worker that owns this value.
+unsafe impl Send for Held {}
+
+impl Held {
+    /// The sample as nvml-wrapper's type, without taking ownership (never freed by the view).
+    fn view(&self) -> ManuallyDrop<GpmSample<'_>> {
+        // SAFETY: `sample` was allocated by this library and is live until `self` drops.
+        ManuallyDrop::new(unsafe { GpmSample::from_handle(&self.nvml, self.sample) })
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        // SAFETY: we own the handle; this frees it once (`nvmlGpmSampleFree`, present: checked
+        // before any sample is kept).
+        drop(unsafe { GpmSample::from_handle(&self.nvml, self.sample) });
+    }
+}
+
+/// Whether a GPU reads GPM.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Support {
+    /// Not asked yet, or the question failed for a reason that may pass.
+    Unknown,
+    Supported,
+    /// Unsupported, denied or not exported by this driver: not asked again.
+    No,
+}
+
+/// One GPU's GPM state, kept by its worker thread between polls.
+pub struct GpmReader {
+    index: u32,
+    enabled: bool,
+    support: Support,
+    prev: Option<Held>,
+    /// Errors already logged (once each).
+    logged: HashSet<String>,
+}
+
+impl GpmReader {
+    /// A reader for GPU `index`; `enabled` false reads nothing (DCGM provides these families).
+    pub fn new(index: u32, enabled: bool) -> GpmReader {
+        GpmReader {
+            index,
+            enabled,
+            support: Support::Unknown,
+            prev: None,
+            logged: HashSet::new(),
+        }
+    }
+
+    /// Takes this poll's sample and returns the metrics since the previous poll's, if any.
+    /// `answered` says whether the GPU answered this poll: a GPU that did not starts afresh.
+    pub fn poll(&mut self, nvml: &Arc<Nvml>, answered: bool) -> Option<GpmReading> {
+        if !self.enabled || !answered || self.support == Support::No {
+            self.prev = None;
+            return None;
+        }
+        let dev = match nvml.device_by_index(self.index) {
+            Ok(d) => d,
+            Err(e) => return self.failed("device handle", e),
+        };
+        if self.support == Support::Unknown {
+            self.support = match dev.gpm_support() {
+                Ok(true) if symbols_present(nvml) => Support::Supported,
+                Ok(_) => self.refuse(&NvmlError::NotSupported),
+                Err(e) if permanent(&e) => self.refuse(&e),
+                Err(e) => return self.failed("nvmlGpmQueryDeviceSupport", e),
+            };
+            if self.support == Support::No {
+                return None;
+            }
+        }
+        let sample = match dev.gpm_sample() {
+            Ok(s) => s,
+            Err(e) if permanent(&e) => {
+                self.prev = None;
+                self.support = self.refuse(&e);
+                return None;
+            }
+            Err(e) => return self.failed("nvmlGpmSampleGet", e),
+        };
+        let reading = match &self.prev {
+            Some(prev) => {
+                let ids = METRICS.map(|(id, _)| id);
+                match gpm_metrics_get(nvml, &prev.view(), &sample, &ids) {
+                    Ok(results) => {
+                        let answers: Vec<Result<f64, NvmlError>> =
+                            results.into_iter().map(|r| r.map(|m| m.value)).collect();
+                        self.note_unanswered(&answers);
+                        Some(GpmReading::from_answers(&answers))
+                    }
+                    Err(e) => {
+                        self.log_once("nvmlGpmMetricsGet", &e);
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
+        // This poll's sample starts the next interval; the previous one is freed here.
+        self.prev = Some(Held {
+            nvml: Arc::clone(nvml),
+            sample: sample.into_handle(),
+        });
+        reading
+    }
+
+    fn refuse(&mut self, why: &NvmlError) -> Support {
+        if matches!(why, NvmlError::NoPermission) {
+            warn!(
+                gpu = self.index,
+                reason = %why,
+                "GPM denied (NVreg_RestrictProfilingToAdminUsers?): profiling series omitted; see docs/metrics.md, \"Profiling metrics\""
+            );
+        } else {
+            info!(
+                gpu = self.index,
+                reason = %why,
+                "no GPM on this GPU; profiling series need DCGM (--collector.dcgm)"
+            );
+        }
+        Support::No
+    }
+
+    /// A call that failed for a reason that may pass: no interval until the next good sample.
+    fn failed(&mut self, what: &str, e: NvmlError) -> Option<GpmReading> {
+        self.prev = None;
+        self.log_once(what, &e);
+        None
+    }
+
+    fn log_once(&mut self, what: &str, e: &NvmlError) {
+        let line = format!("{what}: {e}");
+        if self.logged.len() < 32 && self.logged.insert(line.clone()) {
+            warn!(gpu = self.index, error = %line, "GPM reading failed; its series are omitted");
+        }
+    }
+
+    fn note_unanswered(&mut self, answers: &[Result<f64, NvmlError>]) {
+        for ((id, _), a) in METRICS.iter().zip(answers) {
+            if let Err(e) = a {
+                let line = format!("{id:?}: {e}");
+                if self.logged.len() < 32 && self.logged.insert(line.clone()) {
+                    debug!(gpu = self.index, metric = %line, "GPM metric not available; omitted");
+                }
+            }
+        }
+    }
+}
+
+/// Errors that will not pass by asking again.
+fn permanent(e: &NvmlError) -> bool {
+    matches!(
+        e,
+        NvmlError::NotSupported | NvmlError::NoPermission | NvmlError::FailedToLoadSymbol(_)
+    )
+}
+
+/// Every GPM symbol a kept sample needs: nvml-wrapper frees a sample through an unchecked
+/// symbol lookup on drop, which would panic on a library that lacks it.
+fn symbols_present(nvml: &Nvml) -> bool {
+    let lib = nvml.lib();
+    lib.nvmlGpmSampleAlloc.is_ok()
+        && lib.nvmlGpmSampleGet.is_ok()
+        && lib.nvmlGpmSampleFree.is_ok()
+        && lib.nvmlGpmMetricsGet.is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_becomes_a_ratio_and_mib_per_second_bytes() {
+        let mut answers: Vec<Result<f64, NvmlError>> = (0..12).map(|i| Ok(f64::from(i))).collect();
+        answers[2] = Err(NvmlError::NotSupported);
+        answers[3] = Ok(f64::NAN);
+        let r = GpmReading::from_answers(&answers);
+        assert_eq!(r.series[0], (Metric::GpuGraphicsEngineActive, 0.0));
+        assert_eq!(r.series[1], (Metric::GpuSmActive, 0.01));
+        assert!(
+            !r.series
+                .iter()
+                .any(|(m, _)| matches!(m, Metric::GpuSmOccupancy | Metric::GpuTensorPipeActive)),
+            "a failed or non-numeric metric is omitted, not 0: {r:?}"
+        );
+        assert_eq!(r.pcie_tx, Some(8.0 * MIB));
+        assert_eq!(r.pcie_rx, Some(9.0 * MIB));
+        assert!(r.series.contains(&(Metric::NvlinkTransmitRate, 10.0 * MIB)));
+        assert!(r.series.contains(&(Metric::NvlinkReceiveRate, 11.0 * MIB)));
+        // Every family GPM serves is listed, and nothing else.
+        let mut served: Vec<Metric> = r.series.iter().map(|(m, _)| *m).collect();
+        served.extend([Metric::GpuSmOccupancy, Metric::GpuTensorPipeActive]);
+        served.sort_by_key(|m| m.def().name);
+        let mut families = GPM_FAMILIES.to_vec();
+        families.sort_by_key(|m| m.def().name);
+        assert_eq!(served, families);
+    }
+
+    #[test]
+    fn pcie_over_the_interval_replaces_the_short_sample_only_when_read() {
+        let mut readout = GpuReadout {
+            pcie_transmit_bytes_per_second: Some(1.0),
+            pcie_receive_bytes_per_second: Some(2.0),
+            ..GpuReadout::default()
+        };
+        let r = GpmReading {
+            pcie_tx: Some(5.0),
+            ..GpmReading::default()
+        };
+        r.apply(&mut readout);
+        assert_eq!(readout.pcie_transmit_bytes_per_second, Some(5.0));
+        assert_eq!(readout.pcie_receive_bytes_per_second, Some(2.0));
+    }
+}
