@@ -10,6 +10,7 @@ quality and trace families), and the bytes of the classic text exposition.
 
     bench/series_budget.py BIN [BIN ...]          # e.g. the previous build, then this one
     FAKE_NVML=target/debug/libfake_nvml.so bench/series_budget.py BIN
+    PROBES=all bench/series_budget.py BIN          # every probe (the default before issue 20)
 
 A build without --metrics.detail is measured once, as it serves (its only profile).
 """
@@ -97,11 +98,13 @@ def main():
         raise SystemExit(__doc__)
     fake = os.environ.get("FAKE_NVML", os.path.join(ROOT, "target/debug/libfake_nvml.so"))
     config = tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False)
-    config.write('[probes]\nprobes = "gemm_bf16,copy_d2d,copy_h2d,launch_latency"\n'
+    probes = os.environ.get("PROBES", "gemm_bf16,copy_d2d,copy_h2d,launch_latency")
+    config.write(f'[probes]\nprobes = "{probes}"\n'
                  'duty_cycle = 1.0\nbusy_threshold = 1.0\n'
                  '[collector.probes]\ninterval = "200ms"\n')
     config.close()
-    probes_ready = lambda b: sum(l.startswith(PROBE_RESULTS) for l in lines(b)) >= 32
+    want = 8 * (9 if probes == "all" else len(probes.split(",")))
+    probes_ready = lambda b: sum(l.startswith(PROBE_RESULTS) for l in lines(b)) >= want
     nvml_ready = lambda b: b.count("dgx_pixels_gpu_up{") >= 8
     print("| build | node | profile | series per node | series per GPU (max) | text bytes |")
     print("|---|---|---|---|---|---|")

@@ -124,8 +124,10 @@ included.
 |---|---|---|---|---|
 | simulated DGX H100 (NVML, DCGM profiling, probes) | default | 51 | 600 | 0.60 M |
 | simulated DGX H100 | full | 151 | 1,420 | 1.42 M |
-| fake NVML, DGX H100 (NVML alone) | default | 40 | 392 | 0.39 M |
-| fake NVML, DGX H100 | full | 68 | 630 | 0.63 M |
+| fake NVML, DGX H100 (NVML with GPM profiling) | default | 45 | 437 | 0.44 M |
+| fake NVML, DGX H100 | full | 78 | 720 | 0.72 M |
+| the previous build (4df81c2), simulated, its default (all 9 probes) | - | 245 | 2,084 | 2.08 M |
+| the previous build (4df81c2), fake NVML (no GPM) | - | 68 | 575 | 0.58 M |
 
 For comparison, dcgm-exporter serves one series per GPU for each field of its field list (and a
 few node-level ones): its container's default list (`dcp-metrics-included.csv`) has 27 fields,
