@@ -39,8 +39,15 @@ fn families(p: &Profile) -> [(&'static str, Option<f64>); 10] {
     ]
 }
 
+/// Every series (`--metrics.detail full`): the FP pipes and NVLink rates are outside the default
+/// series budget, and these tests compare every family with the simulator.
 fn start_nvml(env: &[(&str, &str)], args: &[&str]) -> Daemon {
-    let mut all = vec!["--nvml.library", fake_nvml_library()];
+    let mut all = vec![
+        "--nvml.library",
+        fake_nvml_library(),
+        "--metrics.detail",
+        "full",
+    ];
     all.extend_from_slice(args);
     let mut e = vec![("FAKE_NVML_PCIE_DELAY_MS", "0")];
     e.extend_from_slice(env);
