@@ -26,6 +26,9 @@ pub struct Config {
     /// Whether GPUs accept XID event registration (`FAKE_NVML_XID_EVENTS=0`: they answer
     /// `NOT_SUPPORTED`, so NVML never delivers an XID and only the kernel log has them).
     pub xid_events: bool,
+    /// Whether GPUs answer `NVML_FI_DEV_POWER_INSTANT` (`FAKE_NVML_POWER_INSTANT=0`: they
+    /// answer `NOT_SUPPORTED`, as drivers and GPUs without the field do).
+    pub power_instant: bool,
 }
 
 /// Scenario time: frozen, or running from an offset since init.
@@ -126,7 +129,13 @@ impl Config {
             Some("0") => false,
             Some(v) => return Err(bad("FAKE_NVML_XID_EVENTS", v, "expected 0 or 1")),
         };
+        let power_instant = match get("FAKE_NVML_POWER_INSTANT").as_deref().map(str::trim) {
+            None | Some("1") => true,
+            Some("0") => false,
+            Some(v) => return Err(bad("FAKE_NVML_POWER_INSTANT", v, "expected 0 or 1")),
+        };
         Ok(Config {
+            power_instant,
             scenario,
             clock,
             pcie_delay,

@@ -21,6 +21,7 @@
 //! | `FAKE_NVML_HANG_AFTER` | Scenario seconds from which that GPU hangs. | `0` |
 //! | `FAKE_NVML_KMSG` | A file the fake driver prints each XID occurrence to, as `/dev/kmsg` records (`3,SEQ,USEC,-;NVRM: Xid (PCI:0000:2a:00): 48, pid=…`), as the real driver prints them to the kernel log: from scenario time 0 (the log holds the whole "boot"), within 100 ms of scenario time of each occurrence while the library is called (every call, the XID event wait included). For the exporter's kmsg collector. | unset |
 //! | `FAKE_NVML_XID_EVENTS` | `0`: GPUs refuse XID event registration (`NOT_SUPPORTED`), so NVML delivers no XID and only the fake kernel log has them. | `1` |
+//! | `FAKE_NVML_POWER_INSTANT` | `0`: GPUs answer `NOT_SUPPORTED` for `NVML_FI_DEV_POWER_INSTANT` (186), as GPUs and drivers without the field do. | `1` |
 //! | `FAKE_NVML_UNINITIALIZED` | `FROM:TO` scenario seconds: a driver reset. In the window every call (init too) returns `NVML_ERROR_UNINITIALIZED`; a session opened before it stays uninitialized afterwards, until a new `nvmlInit_v2` (which works once the window is over). | unset |
 //!
 //! The loaded scenario and its clock live for the whole process: a later init with the same
