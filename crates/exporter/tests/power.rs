@@ -233,3 +233,45 @@ fn sampling_settings_out_of_range_are_refused_in_one_line() {
         assert!(err.contains(why), "{flag} {value}: {err}");
     }
 }
+
+/// A GPU lost for a while serves no samples while lost, and afterwards the instantaneous
+/// reading again, with a window that starts after the loss.
+#[test]
+fn a_lost_gpu_serves_no_samples_and_comes_back_with_the_instant_reading() {
+    let text = std::fs::read_to_string(SWING).unwrap()
+        + "\n[[faults]]\nkind = \"lost\"\ngpu = 2\nat_s = 33\nrecover_at_s = 36\n";
+    let file = std::env::temp_dir().join(format!("power-lost-{}.toml", std::process::id()));
+    std::fs::write(&file, text).unwrap();
+    let scenario = file.display().to_string();
+    let d = start_with_env(
+        &["--nvml.library", fake_nvml_library()],
+        &[
+            ("FAKE_NVML_SCENARIO", scenario.as_str()),
+            ("FAKE_NVML_PCIE_DELAY_MS", "0"),
+            ("FAKE_NVML_START", "31"),
+        ],
+    );
+    let (lost, _) = wait_until(d.port, Duration::from_secs(20), |b| {
+        value(b, "dgx_pixels_gpu_up", &[("gpu", "2")]) == Some(0.0)
+    });
+    assert_eq!(peak_min(&lost, "2"), (None, None));
+    assert!(series(&lost, HIST).iter().all(|s| !s.contains("gpu=\"2\"")));
+    let (back, _) = wait_until(d.port, Duration::from_secs(20), |b| {
+        value(b, "dgx_pixels_gpu_up", &[("gpu", "2")]) == Some(1.0) && peak_min(b, "2").0.is_some()
+    });
+    assert!(
+        back.contains("dgx_pixels_gpu_power_sample_info{gpu=\"2\"")
+            && series(&back, "dgx_pixels_gpu_power_sample_info")
+                .iter()
+                .filter(|s| s.contains("gpu=\"2\""))
+                .all(|s| s.contains("reading=\"instant\"")),
+        "{:?}",
+        series(&back, "dgx_pixels_gpu_power_sample_info")
+    );
+    let (_, min) = peak_min(&back, "2");
+    assert!(
+        min.unwrap() > 200.0,
+        "no sample of the lost GPU counted: {min:?}"
+    );
+    let _ = std::fs::remove_file(&file);
+}

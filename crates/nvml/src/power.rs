@@ -187,8 +187,8 @@ impl Sampler {
     }
 }
 
-/// `NVML_FI_DEV_POWER_INSTANT` in watts; `None` when the GPU answers it `NOT_SUPPORTED` (or
-/// with anything but a number).
+/// `NVML_FI_DEV_POWER_INSTANT` in watts; `None` when the GPU or driver does not support it (or
+/// it answers anything but a number).
 fn read_instant(nvml: &Nvml, device: nvmlDevice_t) -> Result<Option<f64>, NvmlError> {
     let Ok(sym) = nvml.lib().nvmlDeviceGetFieldValues.as_ref() else {
         return Ok(None);
@@ -202,8 +202,11 @@ fn read_instant(nvml: &Nvml, device: nvmlDevice_t) -> Result<Option<f64>, NvmlEr
         Err(NvmlError::NotSupported | NvmlError::FunctionNotFound) => return Ok(None),
         other => other?,
     }
-    if v.nvmlReturn != 0 {
-        return Ok(None);
+    // Only NOT_SUPPORTED means the field is missing; another error (a lost GPU) is a failed
+    // read, which must not switch the GPU to the averaged reading for good.
+    match nvml_try(v.nvmlReturn) {
+        Ok(()) => Ok(crate::fields::value(&v).map(|mw| mw / 1e3)),
+        Err(NvmlError::NotSupported) => Ok(None),
+        Err(e) => Err(e),
     }
-    Ok(crate::fields::value(&v).map(|mw| mw / 1e3))
 }
