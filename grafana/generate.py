@@ -556,6 +556,17 @@ def system_health():
             [q(f"dgx_pixels_gpu_power_watts{g}", GPU_LEGEND),
              q(f"max by (node) (dgx_pixels_gpu_power_limit_watts{g})", "{{node}} limit")],
             unit="watt", min_=0, custom=ts_custom(fill=0))
+    d.panel("timeseries", "Power swings: 1 s average, peak and p99",
+            "The driver's 1 s average power against the fast samples (docs/power.md): the "
+            "peak of the recent window (dgx_pixels_gpu_power_sample_peak_watts) and the 99th "
+            "percentile of the instant samples in each interval. A peak far above the average "
+            "is a swing (compute and communication phases) the average hides.",
+            [q(f"dgx_pixels_gpu_power_watts{g}", GPU_LEGEND + " 1 s average"),
+             q(f"dgx_pixels_gpu_power_sample_peak_watts{g}", GPU_LEGEND + " peak"),
+             q("histogram_quantile(0.99, sum by (node, gpu, le) "
+               f"(rate(dgx_pixels_gpu_power_sample_watts_bucket{g}[$__rate_interval])))",
+               GPU_LEGEND + " p99")],
+            unit="watt", min_=0, custom=ts_custom(fill=0))
     d.panel("timeseries", "SM clock against maximum",
             "Current SM clock as a fraction of its maximum; a drop under load is throttling.",
             [q(f'dgx_pixels_gpu_clock_hertz{{{NODE_GPU}, clock="sm"}}\n'

@@ -64,6 +64,13 @@ pub struct Cli {
     /// Path of libnvidia-ml [default: libnvidia-ml.so.1 from the loader's search path].
     #[arg(long = "nvml.library", value_name = "PATH")]
     pub nvml_library: Option<PathBuf>,
+    /// How often each GPU's board power is sampled between polls, for the power histogram, peak
+    /// and minimum (docs/power.md); 0s turns fast power sampling off [default: 100ms].
+    #[arg(long = "nvml.power-sample-interval", value_name = "DURATION", value_parser = duration_arg)]
+    pub nvml_power_sample_interval: Option<Duration>,
+    /// How much recent time the power peak and minimum cover [default: 30s].
+    #[arg(long = "nvml.power-window", value_name = "DURATION", value_parser = duration_arg)]
+    pub nvml_power_window: Option<Duration>,
 
     /// Web config file in the exporter-toolkit format: TLS, client certificates, basic auth,
     /// response headers. Re-read when it changes and on SIGHUP.

@@ -513,6 +513,7 @@ impl Settings {
             Some(self.nvml.slow_interval),
             MIN_INTERVAL,
         )?;
+        check_power_sampling(&self.nvml)?;
         if let Some(n) = self
             .node_name
             .as_ref()
@@ -577,7 +578,7 @@ mod health;
 mod sources;
 
 pub use files::read_field_list;
-use files::{check_hostengine, check_min};
+use files::{check_hostengine, check_min, check_power_sampling};
 pub use health::HealthSettings;
 pub use sources::{environment, resolve};
 

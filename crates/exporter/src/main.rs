@@ -271,12 +271,19 @@ fn simulated_node(
     // The dcgm collector selects the simulated profiling families.
     let profiling = collectors::dcgm::COLLECTOR.enabled(settings, true);
     let xid_quiet = settings.nvml.xid_quiet_period;
+    // The simulated node samples its model's power as the NVML source samples a GPU's.
+    let power = (
+        settings.nvml.power_sample_interval,
+        settings.nvml.power_window,
+    );
     let sim = dgx_pixels_sim_source::SimSource::new(Node::new(scenario.clone()))
         .with_profiling(profiling)
         .with_xid_quiet_period(xid_quiet)
+        .with_power_sampling(power.0, power.1)
         .with_xid_ledger(Arc::clone(&lasting.xid_ledger));
     let started = sim.started();
-    let key: collectors::RestartKey = Box::new((settings.simulation.clone(), profiling, xid_quiet));
+    let key: collectors::RestartKey =
+        Box::new((settings.simulation.clone(), profiling, xid_quiet, power));
     plan.push(Box::new(sim), Fingerprint::new(timing, key), timing, false);
     plan.mode = "simulated";
     plan.scenario = scenario_name;

@@ -429,7 +429,7 @@ fn a_dcgm_exporter_field_list_is_accepted() {
     let l = [("gpu", "0"), ("uuid", uuid.as_str())];
     close(
         value(&body, "dgx_pixels_dcgm_dev_power_usage_instant", &l),
-        r.readout.power_watts.unwrap(),
+        r.power_instant_watts,
         1e-9,
         "instant power",
     );

@@ -170,6 +170,9 @@ fn the_fake_nvml_node_serves_at_most_60_series_per_gpu() {
     for (uuid, n) in &counts {
         assert!(*n <= PER_GPU, "{uuid}: {n} series\n{body}");
     }
+    // Fast power samples are in the budget; that they are instantaneous goes without saying.
+    assert!(body.contains("dgx_pixels_gpu_power_sample_watts_bucket{"));
+    assert!(!body.contains("dgx_pixels_gpu_power_sample_info{"));
 }
 
 /// Every attribution option at once (node name, pods on a GPU and on a MIG instance, an HPC

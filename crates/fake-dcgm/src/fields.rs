@@ -82,7 +82,9 @@ pub fn value(
         id::MEM_CLOCK => int(r.clocks.get(ClockDomain::Memory).map(|hz| hz / 1e6), 1.0),
         id::MEMORY_TEMP => int(r.temperature(TemperatureSensor::Memory), 1.0),
         id::GPU_TEMP => int(r.temperature(TemperatureSensor::Gpu), 1.0),
-        id::POWER_USAGE | id::POWER_USAGE_INSTANT => r.power_watts.map_or(blank, Value::Double),
+        // The driver's 1 s average, and the model's instantaneous power.
+        id::POWER_USAGE => r.power_watts.map_or(blank, Value::Double),
+        id::POWER_USAGE_INSTANT => Value::Double(reading.power_instant_watts),
         id::TOTAL_ENERGY => int(r.energy_joules, 1000.0),
         id::PSTATE => int(r.performance_state.map(f64::from), 1.0),
         id::FAN_SPEED => pct(r.fan_speed_ratios.first().copied()),

@@ -31,6 +31,9 @@ pub struct Config {
     /// A GPU whose `nvmlGpmSampleGet` fails with `NVML_ERROR_UNKNOWN`
     /// (`FAKE_NVML_GPM_FAIL_GPU`), to test that one failing GPU leaves the others alone.
     pub gpm_fail_gpu: Option<u32>,
+    /// Whether GPUs answer `NVML_FI_DEV_POWER_INSTANT` (`FAKE_NVML_POWER_INSTANT=0`: they
+    /// answer `NOT_SUPPORTED`, as drivers and GPUs without the field do).
+    pub power_instant: bool,
 }
 
 /// What GPM-capable GPUs do (`FAKE_NVML_GPM`).
@@ -157,7 +160,13 @@ impl Config {
             ),
             None => None,
         };
+        let power_instant = match get("FAKE_NVML_POWER_INSTANT").as_deref().map(str::trim) {
+            None | Some("1") => true,
+            Some("0") => false,
+            Some(v) => return Err(bad("FAKE_NVML_POWER_INSTANT", v, "expected 0 or 1")),
+        };
         Ok(Config {
+            power_instant,
             scenario,
             clock,
             pcie_delay,

@@ -57,8 +57,15 @@ fn nvlink_kib(gpu: &GpuStatic, total_bytes: Option<f64>, scope: u32) -> Answer {
     Answer::Ulonglong(total_bytes / u64::from(links) / 1024)
 }
 
-/// The answer for field `id` with `scope` from a GPU's static facts and reading.
-pub fn answer(gpu: &GpuStatic, r: &GpuReadout, id: u32, scope: u32) -> Answer {
+/// The answer for field `id` with `scope` from a GPU's static facts and reading, and its
+/// instantaneous power where it answers that field.
+pub fn answer(
+    gpu: &GpuStatic,
+    r: &GpuReadout,
+    power_instant: Option<f64>,
+    id: u32,
+    scope: u32,
+) -> Answer {
     let ecc = |e: u32, c: u32| match ecc_count(r, e, c) {
         Ok(v) => Answer::Ulonglong(v),
         Err(code) => Answer::Error(code),
@@ -96,11 +103,10 @@ pub fn answer(gpu: &GpuStatic, r: &GpuReadout, id: u32, scope: u32) -> Answer {
         FI_DEV_REMAPPED_UNC => uint(rows.map(|r| r.uncorrectable)),
         FI_DEV_REMAPPED_PENDING => uint(rows.map(|r| flag(r.pending))),
         FI_DEV_REMAPPED_FAILURE => uint(rows.map(|r| flag(r.failure))),
-        FI_DEV_POWER_INSTANT => r
-            .power_watts
-            .map_or(Answer::Error(ERROR_NOT_SUPPORTED), |w| {
-                Answer::Uint(milliwatts(w))
-            }),
+        // The model's instantaneous power; `nvmlDeviceGetPowerUsage` reads its 1 s average.
+        FI_DEV_POWER_INSTANT => power_instant.map_or(Answer::Error(ERROR_NOT_SUPPORTED), |w| {
+            Answer::Uint(milliwatts(w))
+        }),
         FI_DEV_GET_GPU_RECOVERY_ACTION => r
             .recovery_action
             .map_or(Answer::Error(ERROR_NOT_SUPPORTED), |a| {
@@ -147,7 +153,7 @@ nvml_fn! {
             for v in values.iter_mut() {
                 let a = match dev.handle.mig {
                     Some(_) => Answer::Error(ERROR_NOT_SUPPORTED),
-                    None => answer(dev.gpu, r, v.field_id, v.scope_id),
+                    None => answer(dev.gpu, r, dev.power_instant_watts, v.field_id, v.scope_id),
                 };
                 store(v, a, timestamp);
             }

@@ -218,6 +218,8 @@ pub struct Dev<'a> {
     pub mig: Option<&'a MigInstance>,
     /// What the GPU reports at the current time (`Access::Reading` only).
     pub reading: Option<&'a GpuReadout>,
+    /// Instantaneous power now, where the fake answers `NVML_FI_DEV_POWER_INSTANT`.
+    pub power_instant_watts: Option<f64>,
 }
 
 impl Dev<'_> {
@@ -454,10 +456,13 @@ pub fn device_call<R>(
             .cache
             .get(handle.gpu)
             .and_then(|s| s.as_ref())
-            .and_then(|(_, s)| s.ok())
-            .map(|r| &r.readout),
+            .and_then(|(_, s)| s.ok()),
         None => None,
     };
+    let power_instant_watts = reading
+        .filter(|_| d.config.power_instant)
+        .map(|r| r.power_instant_watts);
+    let reading = reading.map(|r| &r.readout);
     let gpu = d.node.gpu(handle.gpu).ok_or(ERROR_INVALID_ARGUMENT)?;
     let mig = match handle.mig {
         Some(m) => Some(
@@ -473,6 +478,7 @@ pub fn device_call<R>(
         gpu,
         mig,
         reading,
+        power_instant_watts,
     })
 }
 

@@ -410,7 +410,8 @@ child_test!(
                     uint(rr.uncorrectable as u64),
                     uint(u64::from(rr.pending)),
                     uint(u64::from(rr.failure)),
-                    uint(round(r.power_watts.unwrap() * 1000.0)),
+                    // The instantaneous value, not the 1 s average `power_usage` reads.
+                    uint(round(node.power_instant(i as usize, t).unwrap() * 1000.0)),
                     (3, 0, 0),
                 ]
             );

@@ -204,6 +204,14 @@ define_catalog! {
         "Power draw of the GPU board.";
     GpuPowerLimit => Gauge Watts "dgx_pixels_gpu_power_limit_watts" ["gpu", "uuid"] ["nvml", "sim"]
         "Enforced power limit of the GPU board.";
+    GpuPowerSample => Histogram Watts "dgx_pixels_gpu_power_sample_watts" ["gpu", "uuid"] ["nvml", "sim"]
+        "Board power sampled many times a second between polls ([nvml] power_sample_interval, default 100 ms), counted per fixed watt bucket since the exporter started; the reading sampled is named by dgx_pixels_gpu_power_sample_info. Quantiles and the fraction of time above a bound sum correctly over GPUs and nodes (docs/power.md).";
+    GpuPowerSamplePeak => Gauge Watts "dgx_pixels_gpu_power_sample_peak_watts" ["gpu", "uuid"] ["nvml", "sim"]
+        "Highest power sample of the last [nvml] power_window (default 30 s); absent when no sample of the window is current.";
+    GpuPowerSampleMin => Gauge Watts "dgx_pixels_gpu_power_sample_min_watts" ["gpu", "uuid"] ["nvml", "sim"]
+        "Lowest power sample of the last [nvml] power_window (default 30 s); absent when no sample of the window is current.";
+    GpuPowerSampleInfo => Gauge None "dgx_pixels_gpu_power_sample_info" ["gpu", "uuid", "reading"] ["nvml", "sim"]
+        "Which power reading the fast samples are, value 1: instant (NVML_FI_DEV_POWER_INSTANT) or average (the driver's averaged reading, where the GPU does not support the instantaneous one).";
     GpuEnergy => Counter Joules "dgx_pixels_gpu_energy_joules_total" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
         "Energy consumed by the GPU since the driver was loaded.";
     GpuTemperature => Gauge Celsius "dgx_pixels_gpu_temperature_celsius" ["gpu", "uuid", "sensor"] ["nvml", "dcgm", "sim"]

@@ -10,8 +10,12 @@
 pub use crate::incidents::XidIncidents;
 pub use dgx_pixels_readout::{
     cuda_version_string, ClockReadout, EccTotals, GpuIdentity, GpuReadout, MigReadout,
-    NvlinkErrors, NvlinkReadout, ProcessReadout, RemappedRowsReadout, RetiredPages,
+    NvlinkErrors, NvlinkReadout, PowerSamples, PowerTally, ProcessReadout, RemappedRowsReadout,
+    RetiredPages, POWER_BUCKETS_WATTS,
 };
+
+mod power;
+use power::push_power_samples;
 
 use std::sync::Arc;
 
@@ -128,6 +132,10 @@ pub fn push_gpu_samples(id: &GpuIdentity, r: &GpuReadout, out: &mut Vec<Sample>)
     gauge(Metric::PcieReceive, r.pcie_receive_bytes_per_second);
     gauge(Metric::NvlinkTransmit, r.nvlink_transmit_bytes);
     gauge(Metric::NvlinkReceive, r.nvlink_receive_bytes);
+
+    if let Some(p) = &r.power_samples {
+        push_power_samples(&key, p, out);
+    }
 
     let mut labelled = |metric: Metric, labels: &[&str], value: f64| {
         out.push(Sample::of(&key, metric, labels.iter().copied(), value));

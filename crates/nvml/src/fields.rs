@@ -64,7 +64,8 @@ pub struct Fields {
 /// Field ids NVML could not answer for this GPU (for a once-per-field debug log).
 pub type Unanswered = Vec<u32>;
 
-fn value(v: &nvmlFieldValue_t) -> Option<f64> {
+/// A field's value as a number, if it is one.
+pub(crate) fn value(v: &nvmlFieldValue_t) -> Option<f64> {
     // SAFETY: the union member read is the one `valueType` says NVML wrote.
     unsafe {
         match v.valueType {

@@ -22,7 +22,8 @@
 //!   direction), NVLink per-link state and errors, violation times, ECC mode, retired pages and
 //!   the MIG layout.
 //!
-//! XID errors are counted by a thread blocked on an NVML event set (see `xid.rs`).
+//! XID errors are counted by a thread blocked on an NVML event set (see `xid.rs`). Board power
+//! is sampled many times a second by a thread per GPU (see `power.rs` and docs/power.md).
 //!
 //! On Hopper and newer, the profiling families (SM activity and occupancy, pipe and DRAM
 //! activity, NVLink rates) and PCIe throughput come from GPM, over the interval between two
@@ -42,6 +43,7 @@ mod cgroup;
 mod device;
 mod fields;
 mod gpm;
+mod power;
 mod xid;
 
 use std::collections::{BTreeMap, HashSet};
@@ -62,6 +64,7 @@ use tracing::{info, warn};
 pub use cgroup::container_id;
 use device::{GpuPoll, GpuReader, ReaderOptions};
 pub use gpm::GPM_FAMILIES;
+use power::PowerSampler;
 use xid::XidWatcher;
 
 /// The library NVML is loaded from unless a path is configured.
@@ -101,7 +104,20 @@ pub struct NvmlOptions {
     /// turns it off when DCGM provides every one of [`GPM_FAMILIES`]); default true.
     #[serde(skip)]
     pub profiling: bool,
+    /// `power_sample_interval`: how often each GPU's power is sampled between polls
+    /// (docs/power.md); `0s` turns fast power sampling off; default 100 ms (10 Hz).
+    #[serde(deserialize_with = "de_duration")]
+    pub power_sample_interval: Duration,
+    /// `power_window`: the peak and minimum of the power samples cover this much recent time;
+    /// default 30 s.
+    #[serde(deserialize_with = "de_duration")]
+    pub power_window: Duration,
 }
+
+/// Default [`NvmlOptions::power_sample_interval`]: 10 Hz.
+pub const DEFAULT_POWER_SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
+/// Default [`NvmlOptions::power_window`].
+pub const DEFAULT_POWER_WINDOW: Duration = Duration::from_secs(30);
 
 /// A duration in humantime syntax ("500ms", "5s", "2m").
 fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
@@ -123,6 +139,8 @@ impl Default for NvmlOptions {
             xid_quiet_period: XidIncidents::DEFAULT_QUIET,
             procfs: PathBuf::from("/proc"),
             profiling: true,
+            power_sample_interval: DEFAULT_POWER_SAMPLE_INTERVAL,
+            power_window: DEFAULT_POWER_WINDOW,
         }
     }
 }
@@ -144,6 +162,8 @@ struct Loaded {
     replies: mpsc::Receiver<Reply>,
     /// Stops the XID thread when dropped.
     _xid: XidWatcher,
+    /// Fast power sampling, when on; stops its threads when dropped.
+    power: Option<PowerSampler>,
 }
 
 /// The NVML source. See the crate docs.
@@ -295,10 +315,16 @@ impl NvmlSource {
             });
         }
         let xid = XidWatcher::spawn(nvml.clone(), (0..count).collect(), self.ledger.clone());
+        let o = &self.options;
+        let power = (!o.power_sample_interval.is_zero()).then(|| {
+            let gpus: Vec<u32> = workers.iter().map(|w| w.index).collect();
+            PowerSampler::spawn(&nvml, &gpus, o.power_sample_interval, o.power_window)
+        });
         Loaded {
             workers,
             replies,
             _xid: xid,
+            power,
         }
     }
 }
@@ -403,6 +429,9 @@ impl Source for NvmlSource {
                 readout.xid_counts = self.ledger.counts(&id.uuid);
             }
             readout.xid_incidents = self.incidents.observe(index, &readout.xid_counts, now);
+            if readout.up {
+                readout.power_samples = loaded.power.as_ref().and_then(|p| p.samples(index));
+            }
             let profile = profiles.remove(&index);
             if let Some(p) = &profile {
                 p.apply(&mut readout);

@@ -159,6 +159,16 @@ label_values! {
         /// Drain, then reset (`..._DRAIN_AND_RESET`).
         DrainAndReset => "drain_and_reset",
     }
+
+    /// `reading` of `dgx_pixels_gpu_power_sample_info`: which NVML reading the fast power
+    /// samples are.
+    PowerReading {
+        /// Instantaneous board power (`NVML_FI_DEV_POWER_INSTANT`).
+        Instant => "instant",
+        /// The driver's averaged power (`nvmlDeviceGetPowerUsage`, a 1 s average on Ampere
+        /// and newer), where the instantaneous field is not supported.
+        Average => "average",
+    }
 }
 
 impl RecoveryAction {

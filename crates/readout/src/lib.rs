@@ -16,6 +16,9 @@
 use std::collections::BTreeMap;
 
 pub mod labels;
+pub mod power;
+
+pub use power::{PowerSamples, PowerTally, POWER_BUCKETS_WATTS};
 
 use labels::{
     ClockDomain, EccCounter, EccErrorType, NvlinkErrorType, RemappedRowCause, RetiredPageCause,
@@ -273,6 +276,9 @@ pub struct GpuReadout {
     pub power_watts: Option<f64>,
     /// Enforced power limit.
     pub power_limit_watts: Option<f64>,
+    /// Fast power samples taken between polls (`None` when sampling is off or has nothing
+    /// current to serve).
+    pub power_samples: Option<PowerSamples>,
     /// Energy since driver load.
     pub energy_joules: Option<f64>,
     /// Die temperature ([`TemperatureSensor::Gpu`]).

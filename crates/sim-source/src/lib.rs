@@ -2,6 +2,7 @@
 //!
 //! - [`node`]: the `sim` source, the simulated node's GPU readings (through the same mapping
 //!   as the NVML source), its DCGM profiling families and its image-generation workload;
+//! - [`power`]: its fast power samples, the model's instantaneous power between polls;
 //! - [`probes`]: the `probes` collector of a simulated node, the real probe scheduler over a
 //!   backend that asks the simulator what each probe would measure.
 //!
@@ -9,6 +10,7 @@
 //! the exporter's catalog, and the binary only wires it (`--simulate`).
 
 pub mod node;
+pub mod power;
 pub mod probes;
 
 pub use node::{SimSource, LATENCY_BUCKETS, SIMULATED_FAMILIES};

@@ -15,7 +15,9 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::power::SimPower;
 
 use dgx_pixels_metrics::gpu::{push_gpu_samples, GpuIdentity, GpuReadout, XidIncidents};
 use dgx_pixels_metrics::{DeviceKey, Metric, XidLedger, XidOrigin};
@@ -87,6 +89,8 @@ pub struct SimSource {
     /// Where the simulated XIDs are recorded and counted, as NVML's are (shared with the
     /// kernel-log reader, so a simulated XID also written to a fake kernel log counts once).
     ledger: Arc<XidLedger>,
+    /// Fast power sampling, when on.
+    power: Option<SimPower>,
 }
 
 impl SimSource {
@@ -100,6 +104,14 @@ impl SimSource {
     /// Records and counts XIDs in `ledger` (the exporter's one ledger) instead of its own.
     pub fn with_xid_ledger(mut self, ledger: Arc<XidLedger>) -> SimSource {
         self.ledger = ledger;
+        self
+    }
+
+    /// Samples every GPU's instantaneous power every `interval` between polls, with the peak
+    /// and minimum over `window` (docs/power.md); a zero interval turns it off.
+    pub fn with_power_sampling(mut self, interval: Duration, window: Duration) -> SimSource {
+        self.power =
+            (!interval.is_zero()).then(|| SimPower::new(self.identities.len(), interval, window));
         self
     }
 
@@ -160,6 +172,7 @@ impl SimSource {
             profiling: false,
             incidents: XidIncidents::new(XidIncidents::DEFAULT_QUIET),
             ledger: Arc::default(),
+            power: None,
         }
     }
 }
@@ -338,6 +351,9 @@ impl Source for SimSource {
 
     fn poll(&mut self) -> Result<PollOutput, PollError> {
         let t = self.started.elapsed();
+        if let Some(p) = &mut self.power {
+            p.advance(&mut self.node, t);
+        }
         let mut out = Vec::with_capacity(self.identities.len() * 64);
         for (i, id) in self.identities.iter().enumerate() {
             let state = self.node.reading(i, t);
@@ -373,6 +389,9 @@ impl Source for SimSource {
             }
             r.xid_counts = self.ledger.counts(&id.uuid);
             r.xid_incidents = self.incidents.observe(id.index, &r.xid_counts, now);
+            if r.up {
+                r.power_samples = self.power.as_mut().and_then(|p| p.samples(i, t));
+            }
             push_gpu_samples(id, &r, &mut out);
         }
         let mut external = ExternalFamilies::default();

@@ -12,7 +12,7 @@ use std::time::Duration;
 use dgx_pixels_readout::labels::NvlinkErrorType;
 use dgx_pixels_readout::GpuIdentity;
 
-use crate::scenario::{GpuModel, Repeat, Scenario};
+use crate::scenario::{GpuModel, Repeat, Scenario, Swing};
 use crate::types::{Clocks, GpuState, GpuStatic};
 
 /// Integration step of the model. Readings between two steps use the state at the earlier step;
@@ -20,6 +20,8 @@ use crate::types::{Clocks, GpuState, GpuStatic};
 pub const STEP: Duration = Duration::from_millis(100);
 const STEP_NS: u128 = 100_000_000;
 const STEP_S: f64 = 0.1;
+/// Steps in the driver's averaged power reading (1 s on Ampere and newer).
+const AVERAGE_STEPS: usize = 10;
 const MIB: u64 = 1024 * 1024;
 
 /// Utilization at and above which clocks reach their (unthrottled) maximum.
@@ -90,6 +92,8 @@ struct GpuPhase {
     start_ns: u128,
     ramp_ns: u128,
     target: Target,
+    /// The training step's square wave, after the ramp.
+    swing: Option<Swing>,
 }
 
 #[derive(Debug, Clone)]
@@ -113,6 +117,8 @@ struct SimState {
     nvlink_rx: u64,
     violation_power: f64,
     violation_thermal: f64,
+    /// Power of the last [`AVERAGE_STEPS`] steps, at `step % AVERAGE_STEPS` (0 before the first).
+    recent_power: [f64; AVERAGE_STEPS],
 }
 
 /// Instantaneous values of an active (not lost) GPU during one step.
@@ -262,6 +268,13 @@ impl Node {
             .zip(gpus)
             .map(|(s, g)| s.reading(g, t))
             .collect()
+    }
+
+    /// Instantaneous board power of GPU `index` at `t` (what `NVML_FI_DEV_POWER_INSTANT` reads),
+    /// without building a whole reading: what a fast power sampler asks many times a second.
+    /// `None` if out of range or the GPU is lost.
+    pub fn power_instant(&mut self, index: usize, t: Duration) -> Option<f64> {
+        self.sims.get_mut(index)?.power_instant(t)
     }
 
     /// Identity of GPU `index` as NVML reports it, or `None` if out of range.

@@ -158,6 +158,9 @@ struct RawPhase {
     ramp_s: f64,
     spread: Option<f64>,
     noise: Option<f64>,
+    swing_period_s: Option<f64>,
+    swing_compute_ratio: Option<f64>,
+    swing_utilization: Option<f64>,
 }
 
 #[derive(Deserialize, Clone, Copy, PartialEq, Eq, Debug)]
@@ -313,6 +316,17 @@ pub(crate) struct Phase {
     pub nvlink_rx: f64,
     pub spread: f64,
     pub noise: f64,
+    /// The fast swing of a training step, if the phase has one.
+    pub swing: Option<Swing>,
+}
+
+/// A square wave inside a phase: each `period_steps` model steps, the first `compute_steps`
+/// run at the phase's utilization (compute) and the rest at `utilization` (communication).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Swing {
+    pub period_steps: u64,
+    pub compute_steps: u64,
+    pub utilization: f64,
 }
 
 /// How often an event fires.

@@ -170,4 +170,7 @@ pub struct GpuReading {
     /// thermal slowdown its temperature causes and by the power cap a full load would meet.
     /// What a benchmark started now would get (see [`crate::bench`]).
     pub full_load_sm_clock_hz: f64,
+    /// Instantaneous board power, watts: what `NVML_FI_DEV_POWER_INSTANT` reads. The
+    /// readout's `power_watts` is the driver's 1 s average of it, and energy its integral.
+    pub power_instant_watts: f64,
 }

@@ -1016,12 +1016,13 @@ fn state_advances_every_100_ms_and_holds_in_between() {
     for k in 50..70u64 {
         let t = Duration::from_millis(100 * k);
         let at = |n: &mut Node, d: Duration| match n.reading(0, d) {
-            Some(GpuState::Ok(r)) => r.readout,
+            Some(GpuState::Ok(r)) => r,
             other => panic!("{other:?}"),
         };
-        let r0 = at(&mut n, t);
+        let g0 = at(&mut n, t);
+        let r0 = &g0.readout;
         for mid in [1, 50, 99] {
-            let r = at(&mut n, t + Duration::from_millis(mid));
+            let r = at(&mut n, t + Duration::from_millis(mid)).readout;
             assert_eq!(
                 (
                     r.temperature_gpu_celsius.unwrap(),
@@ -1037,14 +1038,14 @@ fn state_advances_every_100_ms_and_holds_in_between() {
                 ),
                 "{k}00 ms + {mid} ms: held from the step"
             );
-            let want = r0.energy_joules.unwrap() + r0.power_watts.unwrap() * mid as f64 / 1000.0;
+            let want = r0.energy_joules.unwrap() + g0.power_instant_watts * mid as f64 / 1000.0;
             assert!(
                 (r.energy_joules.unwrap() - want).abs() < 1e-6,
                 "{k}00 ms + {mid} ms: energy {} want {want}",
                 r.energy_joules.unwrap()
             );
         }
-        let next = at(&mut n, t + Duration::from_millis(100));
+        let next = at(&mut n, t + Duration::from_millis(100)).readout;
         if next.temperature_gpu_celsius.unwrap() != r0.temperature_gpu_celsius.unwrap() {
             changed += 1;
         }

@@ -18,6 +18,29 @@ pub(super) fn check_min(key: &str, d: Option<Duration>, min: Duration) -> Result
     }
 }
 
+/// Checks `nvml.power_sample_interval` (0 for off, else 10 ms to 1 s: faster costs CPU for
+/// nothing NVML refreshes, slower is what the 1 s average already gives) and
+/// `nvml.power_window` (1 s to 10 min, which bounds the samples kept per GPU).
+pub(super) fn check_power_sampling(nvml: &dgx_pixels_nvml::NvmlOptions) -> Result<(), ConfigError> {
+    let (interval, window) = (nvml.power_sample_interval, nvml.power_window);
+    let fmt = |d: Duration| humantime::format_duration(d).to_string();
+    if !interval.is_zero()
+        && !(Duration::from_millis(10)..=Duration::from_secs(1)).contains(&interval)
+    {
+        return Err(ConfigError(format!(
+            "nvml.power_sample_interval: {} is outside 10ms to 1s (0s turns fast power sampling off)",
+            fmt(interval)
+        )));
+    }
+    if !(Duration::from_secs(1)..=Duration::from_secs(600)).contains(&window) {
+        return Err(ConfigError(format!(
+            "nvml.power_window: {} is outside 1s to 10m",
+            fmt(window)
+        )));
+    }
+    Ok(())
+}
+
 /// Checks `dcgm.hostengine`: a unix socket path, or HOST[:PORT].
 pub(super) fn check_hostengine(address: &str) -> Result<(), ConfigError> {
     let bad = |why: &str| {

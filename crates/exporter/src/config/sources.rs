@@ -31,7 +31,7 @@ pub fn resolve(
             .separator("__")
             .source(Some(env)),
     );
-    let overrides: [(&str, Option<config::Value>); 20] = [
+    let overrides: [(&str, Option<config::Value>); 22] = [
         (
             "dcgm.library",
             cli.dcgm_library
@@ -81,6 +81,16 @@ pub fn resolve(
             cli.nvml_library
                 .as_ref()
                 .map(|p| p.display().to_string().into()),
+        ),
+        (
+            "nvml.power_sample_interval",
+            cli.nvml_power_sample_interval
+                .map(|d| humantime::format_duration(d).to_string().into()),
+        ),
+        (
+            "nvml.power_window",
+            cli.nvml_power_window
+                .map(|d| humantime::format_duration(d).to_string().into()),
         ),
         ("node_name", cli.node_name.clone().map(Into::into)),
         (

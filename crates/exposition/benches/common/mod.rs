@@ -43,6 +43,7 @@ pub fn snapshot(gpus: u32) -> Snapshot {
             memory_total_bytes: Some(8.589934592e10),
             power_watts: Some(612.25),
             power_limit_watts: Some(700.0),
+            power_samples: None,
             energy_joules: Some(1.234_567_89e9),
             temperature_gpu_celsius: Some(67.0),
             temperature_memory_celsius: Some(71.0),

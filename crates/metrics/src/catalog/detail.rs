@@ -39,7 +39,7 @@ impl Detail {
 }
 
 /// What the default profile serves of a row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Policy {
     /// Nothing: the row is drill-down detail.
     FullOnly,
@@ -51,8 +51,10 @@ pub enum Policy {
     OnlyValues(&'static str, &'static [&'static str]),
     /// Every series but those whose label has one of these values.
     ExceptValues(&'static str, &'static [&'static str]),
-    /// [`Policy::NonZero`] and [`Policy::ExceptValues`] both.
-    NonZeroExcept(&'static str, &'static [&'static str]),
+    /// Only series whose value is not this one: a setting that matters only when it is off.
+    NotValue(f64),
+    /// [`Policy::NonZero`] and [`Policy::OnlyValues`] both.
+    NonZeroOnly(&'static str, &'static [&'static str]),
 }
 
 /// One row of the budget: the policy and why, for docs/metrics.md.
@@ -67,8 +69,8 @@ pub struct Entry {
 pub static POLICIES: &[Entry] = &[
     Entry {
         metric: Metric::GpuClock,
-        policy: Policy::OnlyValues("clock", &["sm", "memory"]),
-        why: "graphics follows sm on every data-center GPU; video matters only to video workloads",
+        policy: Policy::OnlyValues("clock", &["sm"]),
+        why: "graphics follows sm on every data-center GPU; HBM runs at its one memory clock (memory throttling shows in the throttle reasons); video matters only to video workloads",
     },
     Entry {
         metric: Metric::GpuClockMax,
@@ -177,8 +179,8 @@ pub static POLICIES: &[Entry] = &[
     },
     Entry {
         metric: Metric::ProbeRuns,
-        policy: Policy::NonZeroExcept("outcome", &["ok"]),
-        why: "only errors and skips that happened: a served result says its probe ran (results older than three rounds are dropped)",
+        policy: Policy::NonZeroOnly("outcome", &["error"]),
+        why: "only errors that happened: a served result says its probe ran (results older than three rounds are dropped), and a skip of a busy GPU is the probes being polite",
     },
     Entry {
         metric: Metric::ProbeDuration,
@@ -189,6 +191,31 @@ pub static POLICIES: &[Entry] = &[
         metric: Metric::ProbeLastRun,
         policy: Policy::FullOnly,
         why: "results older than three probe rounds are dropped, so a served result is recent",
+    },
+    Entry {
+        metric: Metric::ProbeDutyCycle,
+        policy: Policy::FullOnly,
+        why: "bounded by [probes] duty_cycle; the probe source's own poll metrics say it runs",
+    },
+    Entry {
+        metric: Metric::GpuEccEnabled,
+        policy: Policy::NotValue(1.0),
+        why: "only a GPU running with ECC off (value 0), a misconfiguration",
+    },
+    Entry {
+        metric: Metric::PcieLinkGeneration,
+        policy: Policy::FullOnly,
+        why: "the negotiated link is static while healthy; the health verdict compares it with the maximum and names a degraded link",
+    },
+    Entry {
+        metric: Metric::PcieLinkWidth,
+        policy: Policy::FullOnly,
+        why: "the negotiated link is static while healthy; the health verdict compares it with the maximum and names a degraded link",
+    },
+    Entry {
+        metric: Metric::GpuPowerSampleInfo,
+        policy: Policy::ExceptValues("reading", &["instant"]),
+        why: "only where the fast power samples fall back to the 1 s average; without it they are instantaneous",
     },
 ];
 
@@ -225,8 +252,9 @@ pub fn serves<'a>(
         Some(Policy::ExceptValues(name, values)) => {
             label(name).is_none_or(|v| !values.contains(&v))
         }
-        Some(Policy::NonZeroExcept(name, values)) => {
-            value != 0.0 && label(name).is_none_or(|v| !values.contains(&v))
+        Some(Policy::NotValue(v)) => value != v,
+        Some(Policy::NonZeroOnly(name, values)) => {
+            value != 0.0 && label(name).is_some_and(|v| values.contains(&v))
         }
     }
 }
@@ -242,7 +270,7 @@ mod tests {
             assert!(seen.insert(e.metric), "{} listed twice", e.metric);
             if let Policy::OnlyValues(l, _)
             | Policy::ExceptValues(l, _)
-            | Policy::NonZeroExcept(l, _) = e.policy
+            | Policy::NonZeroOnly(l, _) = e.policy
             {
                 assert!(
                     e.metric.def().own_labels().contains(&l),
@@ -251,7 +279,10 @@ mod tests {
                 );
             }
             // A histogram's buckets are not one value each: NonZero would cut a histogram apart.
-            if matches!(e.policy, Policy::NonZero | Policy::NonZeroExcept(..)) {
+            if matches!(
+                e.policy,
+                Policy::NonZero | Policy::NotValue(_) | Policy::NonZeroOnly(..)
+            ) {
                 assert_ne!(e.metric.def().kind, super::super::Kind::Histogram);
             }
         }

@@ -51,8 +51,9 @@ fn series_budget() -> String {
             Policy::ExceptValues(label, values) => {
                 format!("all but `{label}` = {}", quoted(values))
             }
-            Policy::NonZeroExcept(label, values) => {
-                format!("series not 0, but not `{label}` = {}", quoted(values))
+            Policy::NotValue(v) => format!("series whose value is not {v}"),
+            Policy::NonZeroOnly(label, values) => {
+                format!("series not 0 with `{label}` = {}", quoted(values))
             }
         };
         out.push_str(&format!("| `{}` | {serves} | {} |\n", def.name, e.why));
@@ -100,8 +101,12 @@ and use the sparse series to find the part.
   type (in both profiles). An 18-link GPU serves 6 NVLink series instead of 90.
 - **Probes**: the daemon rotates through `gemm_bf16`, `copy_d2d`, `copy_h2d` and
   `launch_latency` unless `[probes] probes` names others (`all` adds the fp16, tf32, fp32 and
-  fp64 GEMMs and `copy_d2h`); each probe costs a GPU three series (result, fraction of peak,
-  and errors or skips when they happen).
+  fp64 GEMMs and `copy_d2h`); each probe costs a GPU two series (result and fraction of peak),
+  and a third once it has failed.
+- **Fast power samples** ([power.md](power.md)): a histogram of fixed watt buckets (with
+  `+Inf`, `_sum`, `_count`) and the window's peak and minimum per GPU; which reading they sample
+  is said only when it is the 1 s average (`dgx_pixels_gpu_power_sample_info{reading=\"average\"}`);
+  `[nvml] power_sample_interval = \"0s\"` leaves them out.
 
 `dgx_pixels_exporter_series{family}` says how many series each family serves now (a histogram's
 every bucket, `_sum` and `_count` counted), so `topk(10, dgx_pixels_exporter_series)` finds what
@@ -122,10 +127,10 @@ included.
 
 | Node | Profile | Series per GPU | Series per node | 1,000 nodes |
 |---|---|---|---|---|
-| simulated DGX H100 (NVML, DCGM profiling, probes) | default | 51 | 600 | 0.60 M |
-| simulated DGX H100 | full | 151 | 1,420 | 1.42 M |
-| fake NVML, DGX H100 (NVML with GPM profiling) | default | 45 | 437 | 0.44 M |
-| fake NVML, DGX H100 | full | 78 | 720 | 0.72 M |
+| simulated DGX H100 (NVML, DCGM profiling, probes, fast power) | default | 59 | 663 | 0.66 M |
+| simulated DGX H100 | full | 165 | 1,536 | 1.54 M |
+| fake NVML, DGX H100 (NVML with GPM profiling and fast power) | default | 54 | 509 | 0.51 M |
+| fake NVML, DGX H100 | full | 92 | 836 | 0.84 M |
 | the previous build (4df81c2), simulated, its default (all 9 probes) | - | 245 | 2,084 | 2.08 M |
 | the previous build (4df81c2), fake NVML (no GPM) | - | 68 | 575 | 0.58 M |
 
@@ -178,15 +183,17 @@ const FRESHNESS: &str = "
 
 The `nvml` source polls every `--collector.nvml.interval` (default 1 s); each GPU is read by its
 own thread, and a GPU that does not answer within 60% of `--collector.nvml.timeout` is reported
-with `dgx_pixels_gpu_up 0` while the others are served. Readings come in three cadences:
+with `dgx_pixels_gpu_up 0` while the others are served. Readings come in these cadences:
 
 | Cadence | Readings |
 |---|---|
 | once per GPU | `gpu_info` labels, `gpu_clock_max_hertz`, the number of fans |
 | every poll | utilization (GPU, memory, encoder, decoder), memory, BAR1, power and limit, energy, temperatures, clocks, P-state, fan speeds, throttle reasons, ECC totals, remapped rows, PCIe replays, link generation and width, NVLink byte totals, processes, MIG instance memory |
 | every `[nvml] slow_interval` (default 5 s) | PCIe throughput (the driver samples each direction for about 20 ms, so reading it every poll would cost 40 ms per GPU), NVLink per-link state and errors, throttle violation times, ECC mode, retired pages, the MIG layout |
+| every `[nvml] power_sample_interval` (default 100 ms) | board power (`NVML_FI_DEV_POWER_INSTANT`), by a thread per GPU, into `gpu_power_sample_watts` and its peak and minimum ([docs/power.md](power.md)) |
 | as they happen | XID errors: a thread waits on an NVML event set and counts each one |
 
 Values reported by the driver are themselves averaged by it: utilization over the driver's
-sample period (1/6 s to 1 s depending on the GPU), power as a 1 s average on most data-centre GPUs.
+sample period (1/6 s to 1 s depending on the GPU), power as a 1 s average on most data-centre
+GPUs; the fast power samples show what that average hides.
 ";

@@ -272,6 +272,8 @@ pub(super) fn read_fast(
         power_limit_watts: check
             .get("enforced_power_limit", dev.enforced_power_limit())
             .map(|mw| f64::from(mw) / 1e3),
+        // Filled by the source from the power sampling threads.
+        power_samples: None,
         energy_joules: f.energy_millijoules.map(|mj| mj / 1e3),
         temperature_gpu_celsius: check
             .get("temperature", dev.temperature(TemperatureSensor::Gpu))

@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use super::{
-    time_of, GpuSim, StepEval, Target, FULL_CLOCK_UTILIZATION, HW_THERMAL_GAIN, MIN_CLOCK_FACTOR,
-    POWER_BRAKE_FACTOR, STEP_NS, STEP_S, SW_THERMAL_GAIN, S_BANDWIDTH, S_CAP_WOBBLE, S_IDLE_POWER,
-    S_NVLINK, S_PCIE, S_UTIL,
+    step_of, time_of, GpuSim, StepEval, Target, AVERAGE_STEPS, FULL_CLOCK_UTILIZATION,
+    HW_THERMAL_GAIN, MIN_CLOCK_FACTOR, POWER_BRAKE_FACTOR, STEP_NS, STEP_S, SW_THERMAL_GAIN,
+    S_BANDWIDTH, S_CAP_WOBBLE, S_IDLE_POWER, S_NVLINK, S_PCIE, S_UTIL,
 };
 use crate::noise;
 use crate::types::Clocks;
@@ -51,7 +51,16 @@ impl GpuSim {
         let cur = &self.phases[pos - 1];
         let since = tc - cur.start_ns;
         if cur.ramp_ns == 0 || since >= cur.ramp_ns {
-            return cur.target;
+            return match cur.swing {
+                Some(w) if (since / STEP_NS) as u64 % w.period_steps >= w.compute_steps => {
+                    // The communication part of the training step.
+                    Target {
+                        utilization: w.utilization,
+                        ..cur.target
+                    }
+                }
+                _ => cur.target,
+            };
         }
         let prev = if pos >= 2 {
             self.phases[pos - 2].target
@@ -152,6 +161,37 @@ impl GpuSim {
         }
     }
 
+    /// Advances the state to step `k` (from the start when `k` is before it).
+    pub(super) fn advance_to(&mut self, k: u64) {
+        if k < self.state.step {
+            self.state = self.initial.clone();
+        }
+        while self.state.step < k {
+            self.advance();
+        }
+    }
+
+    /// The driver's averaged power at step `k` (the state is at `k`) whose own power is
+    /// `power`: the mean of the last second's steps, or of those since the start.
+    pub(super) fn power_average(&self, k: u64, power: f64) -> f64 {
+        let ring = &self.state.recent_power;
+        let at = (k % AVERAGE_STEPS as u64) as usize;
+        // `ring[at]` is step k - 10 (or unset): outside the second that ends with step k.
+        let sum: f64 = ring.iter().sum::<f64>() - ring[at] + power;
+        let n = (k.saturating_add(1)).min(AVERAGE_STEPS as u64);
+        sum / n as f64
+    }
+
+    /// Instantaneous power at `t`; `None` while the GPU is lost.
+    pub(super) fn power_instant(&mut self, t: Duration) -> Option<f64> {
+        let k = step_of(t);
+        self.advance_to(k);
+        if self.lost_at(t).is_some() {
+            return None;
+        }
+        Some(self.eval(k, self.state.temperature).power)
+    }
+
     /// Integrates one step forward.
     pub(super) fn advance(&mut self) {
         let k = self.state.step;
@@ -171,6 +211,7 @@ impl GpuSim {
         let (ambient, resistance) = self.thermal_env(t);
         let steady = ambient + resistance * power;
         let s = &mut self.state;
+        s.recent_power[(k % AVERAGE_STEPS as u64) as usize] = power;
         s.energy += power * STEP_S;
         s.nvlink_tx = s.nvlink_tx.saturating_add((tx * STEP_S) as u64);
         s.nvlink_rx = s.nvlink_rx.saturating_add((rx * STEP_S) as u64);

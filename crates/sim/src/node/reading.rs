@@ -66,12 +66,7 @@ impl GpuSim {
     /// The state at `t` of this GPU, whose static facts are `g`.
     pub(super) fn reading(&mut self, g: &GpuStatic, t: Duration) -> GpuState {
         let k = step_of(t);
-        if k < self.state.step {
-            self.state = self.initial.clone();
-        }
-        while self.state.step < k {
-            self.advance();
-        }
+        self.advance_to(k);
         if let Some((since, xid)) = self.lost_at(t) {
             return GpuState::Lost { since, xid };
         }
@@ -191,8 +186,12 @@ impl GpuSim {
             memory_free_bytes: bytes(free),
             memory_reserved_bytes: bytes(reserved),
             memory_total_bytes: bytes(g.memory_total_bytes),
-            power_watts: Some(e.power),
+            // The driver's reading is a 1 s average (Ampere and newer); the instantaneous value
+            // is `GpuReading::power_instant_watts` (NVML_FI_DEV_POWER_INSTANT).
+            power_watts: Some(self.power_average(k, e.power)),
             power_limit_watts: Some(g.power_limit_watts),
+            // Samples between readings are the sampler's (`Node::power_instant`), not a reading's.
+            power_samples: None,
             energy_joules: Some(self.state.energy + e.power * partial),
             temperature_gpu_celsius: Some(temperature),
             temperature_memory_celsius: m.memory_temperature_offset.map(|o| temperature + o),
@@ -274,6 +273,7 @@ impl GpuSim {
             nvlink_tx_bytes_per_second: e.nvlink_tx,
             nvlink_rx_bytes_per_second: e.nvlink_rx,
             full_load_sm_clock_hz: self.full_load_sm_clock(temperature, e.power_brake),
+            power_instant_watts: e.power,
         })
     }
 }

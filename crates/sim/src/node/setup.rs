@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::{
-    GpuPhase, GpuSim, MigParams, SimState, Target, Window, STEP_S, S_ENERGY, S_MIG_ACTIVITY,
-    S_MIG_MEMORY, S_SPREAD,
+    GpuPhase, GpuSim, MigParams, SimState, Target, Window, AVERAGE_STEPS, STEP_S, S_ENERGY,
+    S_MIG_ACTIVITY, S_MIG_MEMORY, S_SPREAD,
 };
 use crate::noise;
 use crate::scenario::{Fault, PhaseMemory, Repeat, Scenario};
@@ -55,6 +55,7 @@ impl GpuSim {
                         nvlink_rx: p.nvlink_rx * nv,
                         noise: p.noise,
                     },
+                    swing: p.swing,
                 }
             })
             .collect();
@@ -187,6 +188,7 @@ impl GpuSim {
                 nvlink_rx: 0,
                 violation_power: 0.0,
                 violation_thermal: 0.0,
+                recent_power: [0.0; AVERAGE_STEPS],
             },
             state: SimState {
                 step: 0,
@@ -196,6 +198,7 @@ impl GpuSim {
                 nvlink_rx: 0,
                 violation_power: 0.0,
                 violation_thermal: 0.0,
+                recent_power: [0.0; AVERAGE_STEPS],
             },
         };
         // Like NVML's counter since driver load: some energy was used before the scenario began.

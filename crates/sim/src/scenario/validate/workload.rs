@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
-use super::super::{GpuModel, Phase, PhaseMemory, RawScenario, MAX_RATE};
+use super::super::{GpuModel, Phase, PhaseMemory, RawPhase, RawScenario, Swing, MAX_RATE};
 use super::{gpu_indexer, Ctx};
 use crate::error::ScenarioError;
+use crate::node::STEP;
 
 /// The `[[phases]]` tables, sorted by start time.
 pub(super) fn phases(
@@ -127,8 +128,53 @@ pub(super) fn phases(
             nvlink_rx,
             spread,
             noise,
+            swing: swing(ctx, t, p)?,
         });
     }
     phases.sort_by_key(|p| p.start);
     Ok(phases)
+}
+
+/// The phase's swing: `swing_period_s`, `swing_compute_ratio` and `swing_utilization` together
+/// or not at all; the period a whole number of model steps (0.2 to 10 s), and each part at
+/// least one step.
+fn swing(ctx: &Ctx<'_>, t: &str, p: &RawPhase) -> Result<Option<Swing>, ScenarioError> {
+    let (period, ratio, utilization) =
+        match (p.swing_period_s, p.swing_compute_ratio, p.swing_utilization) {
+            (None, None, None) => return Ok(None),
+            (Some(p), Some(r), Some(u)) => (p, r, u),
+            _ => {
+                return Err(ctx.err(
+                    t,
+                    Some("swing_period_s"),
+                    "swing_period_s, swing_compute_ratio and swing_utilization go together",
+                ))
+            }
+        };
+    let step = STEP.as_secs_f64();
+    let steps = (period / step).round();
+    if !(period.is_finite()
+        && (0.2..=10.0).contains(&period)
+        && (period / step - steps).abs() < 1e-6)
+    {
+        return Err(ctx.err(
+            t,
+            Some("swing_period_s"),
+            "expected a multiple of 0.1 s between 0.2 and 10",
+        ));
+    }
+    let ratio = ctx.ratio(t, "swing_compute_ratio", ratio)?;
+    let compute = (steps * ratio).round();
+    if compute < 1.0 || compute >= steps {
+        return Err(ctx.err(
+            t,
+            Some("swing_compute_ratio"),
+            "leaves compute or communication less than one 0.1 s step of the period",
+        ));
+    }
+    Ok(Some(Swing {
+        period_steps: steps as u64,
+        compute_steps: compute as u64,
+        utilization: ctx.ratio(t, "swing_utilization", utilization)?,
+    }))
 }
