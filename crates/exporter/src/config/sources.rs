@@ -31,7 +31,7 @@ pub fn resolve(
             .separator("__")
             .source(Some(env)),
     );
-    let overrides: [(&str, Option<config::Value>); 19] = [
+    let overrides: [(&str, Option<config::Value>); 20] = [
         (
             "dcgm.library",
             cli.dcgm_library
@@ -66,6 +66,12 @@ pub fn resolve(
             }),
         ),
         ("simulation.scenario", cli.simulate.clone().map(Into::into)),
+        (
+            "simulation.trace_directory",
+            cli.simulate_trace_directory
+                .as_ref()
+                .map(|p| p.display().to_string().into()),
+        ),
         (
             "nvml.library",
             cli.nvml_library
