@@ -173,3 +173,16 @@ fn the_private_trace_directory_lives_under_tmpdir_and_goes_at_exit() {
     }
     drop(d);
 }
+
+#[test]
+fn without_a_writable_tmpdir_the_simulated_node_runs_without_traces() {
+    let d = start_with_env(
+        &["--simulate", "dgx-h100"],
+        &[("TMPDIR", "/nonexistent/dgx-pixels-test")],
+    );
+    let body = text(d.port);
+    assert!(body.contains("dgx_pixels_gpu_up{"), "the node is served");
+    assert!(series(&body, "dgx_pixels_trace_files_total").is_empty());
+    let logs = stop_and_logs(d);
+    assert!(logs.contains("no simulated traces"), "{logs}");
+}

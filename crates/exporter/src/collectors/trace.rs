@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, Result};
 use dgx_pixels_metrics::{PollError, PollOutput, Source};
 use dgx_pixels_sim::Scenario;
 use dgx_pixels_trace::source::{SimulatedJob, SimulatedTraces, TraceSource, DEFAULT_KEEP};
@@ -33,13 +33,16 @@ pub const COLLECTOR: Collector = Collector {
 fn build(ctx: &BuildContext<'_>) -> Result<Built> {
     let mut options = ctx.settings.trace.clone();
     let simulated = match ctx.simulated {
-        Some(node) => Some(start_simulated(ctx.settings, &node.scenario)?),
+        Some(node) => start_simulated(ctx.settings, &node.scenario)?,
         None => None,
     };
     if let Some(sim) = &simulated {
         options.directory.push(sim.directory().to_path_buf());
     }
     if options.directory.is_empty() {
+        if ctx.simulated.is_some() {
+            return Ok(None);
+        }
         return Err(anyhow!(
             "the trace collector needs a directory to watch: set --trace.directory or [trace] directory"
         ));
@@ -53,8 +56,10 @@ fn build(ctx: &BuildContext<'_>) -> Result<Built> {
 
 /// The simulated node's training job: one rank per GPU, a step's traces every
 /// `[simulation] trace_period`. It is named after the scenario, so the jobs of several
-/// simulated nodes are told apart (`trace_job="simulated-dgx-h100"`).
-fn start_simulated(settings: &Settings, scenario: &Scenario) -> Result<SimulatedTraces> {
+/// simulated nodes are told apart (`trace_job="simulated-dgx-h100"`). A directory the operator
+/// chose must work; without a writable `$TMPDIR` (a read-only root filesystem without an
+/// emptyDir) the node runs without simulated traces rather than not at all.
+fn start_simulated(settings: &Settings, scenario: &Scenario) -> Result<Option<SimulatedTraces>> {
     let sim = &settings.simulation;
     let name: String = scenario
         .name()
@@ -75,17 +80,24 @@ fn start_simulated(settings: &Settings, scenario: &Scenario) -> Result<Simulated
         period: sim.trace_period(),
         keep: DEFAULT_KEEP,
     };
-    let where_ = sim
-        .trace_directory
-        .as_ref()
-        .map_or("a temporary directory under $TMPDIR".to_string(), |d| {
-            d.display().to_string()
-        });
-    let traces = SimulatedTraces::start(job)
-        .with_context(|| format!("simulated traces: cannot write to {where_}"))?;
-    // Debug: the plan is built before the address is bound, and a failed start is one line.
-    tracing::debug!(directory = %traces.directory().display(), "simulated training job drops its traces");
-    Ok(traces)
+    match (SimulatedTraces::start(job), &sim.trace_directory) {
+        (Ok(traces), _) => {
+            // Debug: the plan is built before the address is bound, and a failed start is
+            // one line.
+            tracing::debug!(directory = %traces.directory().display(), "simulated training job drops its traces");
+            Ok(Some(traces))
+        }
+        (Err(e), Some(dir)) => Err(anyhow!(
+            "simulation.trace_directory: cannot write to {}: {e}",
+            dir.display()
+        )),
+        (Err(e), None) => {
+            tracing::warn!(
+                "no simulated traces: cannot create a directory under $TMPDIR ({e}); mount a writable /tmp or set --simulate.trace-directory"
+            );
+            Ok(None)
+        }
+    }
 }
 
 /// The trace source, and the simulated job whose traces it watches (stopped and its directory
