@@ -117,8 +117,13 @@ def run_binary(binary, container, configmap, extra_args, node_name="node-under-t
             time.sleep(0.1)
         return f"exporter with {args} was not ready within 10 s"
     finally:
-        proc.kill()
-        proc.wait()
+        # SIGTERM first: a simulated node removes its temporary trace directory on a clean exit.
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

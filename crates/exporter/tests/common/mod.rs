@@ -22,7 +22,7 @@ impl Drop for Daemon {
 
 /// SIGTERM, then SIGKILL after 2 s: a clean shutdown lets a simulated node remove its
 /// temporary trace directory (a killed one would leave it in $TMPDIR).
-fn terminate(child: &mut Child) {
+pub fn terminate(child: &mut Child) {
     let pid = child.id().to_string();
     let _ = Command::new("kill")
         .args(["-TERM", &pid])

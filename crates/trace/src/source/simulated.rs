@@ -27,6 +27,33 @@ use crate::synth::{write_rank, SynthConfig};
 /// two segments, history on), copied for every rank.
 const SNAPSHOT: &[u8] = include_bytes!("../../tests/fixtures/snapshot_p4.pickle");
 
+/// Name prefix of the private directories, followed by the owner's process id.
+const PREFIX: &str = "dgx-pixels-simulated-traces-";
+
+/// Removes the private directories of earlier processes that are gone (killed before they could
+/// remove theirs), so restarts after crashes do not pile them up in `$TMPDIR`. Bounded: looks
+/// at the first 10,000 entries; a process id that is alive again is left alone.
+fn remove_orphans(tmp: &Path) {
+    let Ok(entries) = fs::read_dir(tmp) else {
+        return;
+    };
+    for entry in entries.take(10_000).flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        if is_dir && pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 /// Default time between two drops of a step's traces.
 pub const DEFAULT_PERIOD: Duration = Duration::from_secs(30);
 /// Default number of drops kept on disk (older files are deleted).
@@ -66,8 +93,9 @@ impl SimulatedTraces {
                 (d.clone(), None)
             }
             None => {
+                remove_orphans(&std::env::temp_dir());
                 let t = tempfile::Builder::new()
-                    .prefix("dgx-pixels-simulated-traces-")
+                    .prefix(&format!("{PREFIX}{}-", std::process::id()))
                     .tempdir()?;
                 (t.path().to_path_buf(), Some(t))
             }
@@ -277,6 +305,22 @@ mod tests {
         assert_eq!(parsed.world_size, Some(8));
         drop(sim);
         assert!(files(&dir).is_empty(), "{:?}", files(&dir));
+    }
+
+    #[test]
+    fn directories_of_processes_that_are_gone_are_removed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let gone = tmp.path().join(format!("{PREFIX}{}-abc", u32::MAX));
+        let mine = tmp
+            .path()
+            .join(format!("{PREFIX}{}-abc", std::process::id()));
+        let other = tmp.path().join("dgx-pixels-simulated-traces-x-abc");
+        for d in [&gone, &mine, &other] {
+            fs::create_dir_all(d.join("simulated-x")).unwrap();
+        }
+        remove_orphans(tmp.path());
+        assert!(!gone.exists(), "no process {} (above pid_max)", u32::MAX);
+        assert!(mine.exists() && other.exists());
     }
 
     #[test]
