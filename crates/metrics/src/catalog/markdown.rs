@@ -53,7 +53,8 @@ bill, so per-part detail that is almost always 1 or 0 is served only when it say
   to find the link. An 18-link GPU serves 6 NVLink series instead of 90.
 
 `--simulate dgx-h100` (8 GPUs, with DCGM profiling and probes) serves 1,020 series, down from
-1,692.
+1,692, plus 294 `trace` series of its simulated training job (8 ranks; `--no-collector.trace`
+drops them).
 ";
 
 /// Which series carry pod and job labels (appended to docs/metrics.md).
