@@ -142,6 +142,9 @@ pub struct SimulationSettings {
     /// Poll interval of the simulated node.
     #[serde(deserialize_with = "de_duration")]
     pub interval: Option<Duration>,
+    /// Whether the simulated node runs its training job, whose traces the trace collector
+    /// analyses [default: true]; false leaves the collector to `--trace.directory` alone.
+    pub traces: Option<bool>,
     /// Where the simulated training job drops its profiler traces (a `simulated-training`
     /// directory inside it); unset = a private temporary directory under `$TMPDIR`, removed
     /// at exit.

@@ -33,8 +33,10 @@ pub const COLLECTOR: Collector = Collector {
 fn build(ctx: &BuildContext<'_>) -> Result<Built> {
     let mut options = ctx.settings.trace.clone();
     let simulated = match ctx.simulated {
-        Some(node) => start_simulated(ctx.settings, &node.scenario)?,
-        None => None,
+        Some(node) if ctx.settings.simulation.traces != Some(false) => {
+            start_simulated(ctx.settings, &node.scenario)?
+        }
+        _ => None,
     };
     if let Some(sim) = &simulated {
         options.directory.push(sim.directory().to_path_buf());
@@ -121,6 +123,7 @@ impl Source for Traces {
 fn restart_key(s: &Settings) -> RestartKey {
     Box::new((
         s.trace.clone(),
+        s.simulation.traces,
         s.simulation.trace_directory.clone(),
         s.simulation.trace_period,
     ))
