@@ -82,6 +82,8 @@ def main():
         proc = subprocess.Popen([BIN, "--simulate", "dgx-h100", "--trace.directory", traces,
                                  "--collector.trace.interval", "1s",
                                  "--web.listen-address", f"127.0.0.1:{port}"],
+                                # Only the generated files: not the simulated node's own job.
+                                env={**os.environ, "DGX_PIXELS_SIMULATION__TRACES": "false"},
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             deadline = time.time() + 10

@@ -30,6 +30,9 @@ PSNR_TARGET_DB = 25
 CLIP_TARGET = 0.10
 RATING_TARGET = 4.0
 ENERGY_PER_IMAGE_TARGET_KWH = 0.0002
+NCCL_BUS_BANDWIDTH_TARGET = 200e9  # bytes/s on 8 GPUs
+TRACE_COMPUTE_ALERT = 0.5  # DgxPixelsTraceLowCompute
+TRACE_STRAGGLER_ALERT = 0.1  # DgxPixelsTraceStraggler
 
 GREEN, YELLOW, RED, BLUE = "green", "yellow", "red", "blue"
 
@@ -901,12 +904,181 @@ def fleet():
     return d
 
 
+
+# ---------------------------------------------------------------------------------------------
+TRACE_JOB_VAR = query_var(
+    "trace_job", "Job",
+    'label_values(dgx_pixels_trace_gpu_seconds_total{node=~"$node"}, trace_job)',
+    description="The job of the profiler traces (label trace_job: the traces' directory under "
+                "the watched one; docs/traces.md).")
+TRACE = 'node=~"$node", trace_job=~"$trace_job"'
+TRACE_JOB = 'trace_job=~"$trace_job"'
+RANK_LEGEND = "{{trace_job}} rank {{rank}}"
+# Traces arrive in bursts (a profiled window now and then): shares are taken over the same
+# 30 minutes as the recording rules, not over $__rate_interval, which would mostly be empty.
+TRACE_WINDOW = "30m"
+
+
+def trace_share(part, whole="gpu", by="trace_job, rank"):
+    """Share of one analysed-time counter in another, per `by`, over TRACE_WINDOW."""
+    inc = lambda m: (f"sum by ({by}) (increase(dgx_pixels_trace_{m}_seconds_total"
+                     f"{{{TRACE}}}[{TRACE_WINDOW}]))")
+    return f"{inc(part)}\n  / ({inc(whole)} > 0)"
+
+
+def training():
+    d = Dashboard("dgx-pixels-training", "DGX Pixels / Training efficiency",
+                  "How well each training job uses its GPUs, from the PyTorch profiler traces "
+                  "the trace collector analyses: compute, idle and exposed communication, "
+                  "overlap, NCCL bus bandwidth against 200 GB/s, stragglers and memory.",
+                  ["training", "traces"], [NODE_VAR, TRACE_JOB_VAR])
+    d.row("Where the GPU time goes")
+    for title, rule, desc, th in [
+        ("Compute", "trace_job:dgx_pixels_trace_compute:ratio30m",
+         "Share of the analysed GPU time in compute kernels per job over 30 minutes of traces "
+         "(recording rule); red under 50%, where the DgxPixelsTraceLowCompute alert fires.",
+         lower_target(TRACE_COMPUTE_ALERT)),
+        ("Idle", "trace_job:dgx_pixels_trace_idle:ratio30m",
+         "Share of the analysed GPU time with nothing running (waiting on data loading, the "
+         "host or a synchronization).", NO_THRESHOLDS),
+        ("Exposed communication", "trace_job:dgx_pixels_trace_exposed_communication:ratio30m",
+         "Share of the analysed GPU time in communication not hidden by compute: the GPUs wait "
+         "on the network.", NO_THRESHOLDS),
+        ("Communication overlap", "trace_job:dgx_pixels_trace_communication_overlap:ratio30m",
+         "Share of communication time hidden under compute (HTA's overlap ratio); higher is "
+         "better.", NO_THRESHOLDS),
+    ]:
+        d.panel("stat", title, desc, [q(f"{rule}{{{TRACE_JOB}}}", "{{trace_job}}")], w=6, h=5,
+                unit="percentunit", min_=0, max_=1, thresholds=th)
+    d.panel("timeseries", "GPU time breakdown per job",
+            "Compute, non-compute (communication, memory copies, synchronization not hidden by "
+            "compute) and idle shares of the analysed GPU time of each job, over 30 minutes of "
+            "traces; they add up to 1.",
+            [q(trace_share(part, by="trace_job"), f"{{{{trace_job}}}} {label}")
+             for part, label in (("compute", "compute"), ("non_compute", "non-compute"),
+                                 ("idle", "idle"))],
+            unit="percentunit", min_=0, max_=1, custom=ts_custom(stack=True))
+    d.panel("timeseries", "Communication overlap per job",
+            "Share of each job's communication time hidden under compute "
+            "(trace_job:dgx_pixels_trace_communication_overlap:ratio30m) beside its exposed "
+            "communication share of GPU time.",
+            [q(f"trace_job:dgx_pixels_trace_communication_overlap:ratio30m{{{TRACE_JOB}}}",
+               "{{trace_job}} hidden"),
+             q(f"trace_job:dgx_pixels_trace_exposed_communication:ratio30m{{{TRACE_JOB}}}",
+               "{{trace_job}} exposed")],
+            unit="percentunit", min_=0, max_=1, custom=ts_custom(fill=0))
+    for title, part, desc in [
+        ("Compute per rank", "compute", "Share of each rank's analysed GPU time in compute "
+         "kernels over 30 minutes of traces; a rank below the others computes less per step."),
+        ("Idle per rank", "idle", "Share of each rank's analysed GPU time with nothing running."),
+        ("Exposed communication per rank", "exposed_communication",
+         "Share of each rank's analysed GPU time in communication not hidden by compute; the "
+         "fast ranks wait longest for a straggler."),
+    ]:
+        d.panel("timeseries", title, desc, [q(trace_share(part), RANK_LEGEND)], w=8,
+                unit="percentunit", min_=0, max_=1, custom=ts_custom(fill=0))
+    d.row("Communication")
+    busbw = "trace_job_collective:dgx_pixels_trace_bus_bandwidth_bytes_per_second:rate30m"
+    d.panel("timeseries", "Bus bandwidth per collective",
+            "Achieved NCCL bus bandwidth (nccl-tests' busbw) per job and collective over 30 "
+            "minutes of traces (recording rule); the red area is under the metrics framework's "
+            "target of 200 GB/s on 8 GPUs. A lower bound: kernel time includes waiting for the "
+            "slowest rank, and small collectives (a grad-norm all-reduce) are latency-bound.",
+            [q(f"{busbw}{{{TRACE_JOB}}}", "{{trace_job}} {{collective}}")],
+            unit="Bps", min_=0, thresholds=lower_target(NCCL_BUS_BANDWIDTH_TARGET),
+            custom=ts_custom(True, fill=0))
+    d.panel("bargauge", "Bus bandwidth against 200 GB/s",
+            "Latest bus bandwidth per job and collective over the 200 GB/s target "
+            "(trace_job_collective:dgx_pixels_trace_bus_bandwidth:target_ratio30m; 1 = on "
+            "target).",
+            [q(f"trace_job_collective:dgx_pixels_trace_bus_bandwidth:target_ratio30m"
+               f"{{{TRACE_JOB}}}", "{{trace_job}} {{collective}}", instant=True)],
+            unit="percentunit", min_=0, thresholds=lower_target(1))
+    d.panel("timeseries", "Collective time per step",
+            "Time in communication kernels per profiled step, per job and collective type "
+            "(all ranks' mean).",
+            [q(f"sum by (trace_job, collective) (increase(dgx_pixels_trace_collective_seconds_total"
+               f"{{{TRACE}}}[{TRACE_WINDOW}]))\n  / on (trace_job) group_left () "
+               f"(sum by (trace_job) (increase(dgx_pixels_trace_steps_total{{{TRACE}}}"
+               f"[{TRACE_WINDOW}])) > 0)", "{{trace_job}} {{collective}}")],
+            unit="s", min_=0, custom=ts_custom(fill=0))
+    d.panel("timeseries", "Bytes moved per step",
+            "Message bytes (nccl-tests' size) per profiled step, per job and collective type.",
+            [q(f"sum by (trace_job, collective) (increase(dgx_pixels_trace_collective_bytes_total"
+               f"{{{TRACE}}}[{TRACE_WINDOW}]))\n  / on (trace_job) group_left () "
+               f"(sum by (trace_job) (increase(dgx_pixels_trace_steps_total{{{TRACE}}}"
+               f"[{TRACE_WINDOW}])) > 0)", "{{trace_job}} {{collective}}")],
+            unit="bytes", min_=0, custom=ts_custom(fill=0))
+    d.row("Stragglers and steps")
+    d.panel("bargauge", "Slowest rank",
+            "The slowest rank of each job and how much longer its steps take than the median "
+            "rank's (trace_job:dgx_pixels_trace_straggler_score:topk1); the "
+            "DgxPixelsTraceStraggler alert fires above 10% for 30 minutes.",
+            [q(f"trace_job:dgx_pixels_trace_straggler_score:topk1{{{TRACE_JOB}}}", RANK_LEGEND,
+               instant=True)],
+            w=8, unit="percentunit", min_=0,
+            thresholds=steps(GREEN, (TRACE_STRAGGLER_ALERT, RED)))
+    d.panel("timeseries", "Straggler score per rank",
+            "Each rank's step time over the median rank's, minus 1, in the latest job analysis "
+            "(dgx_pixels_trace_straggler_score).",
+            [q(f"dgx_pixels_trace_straggler_score{{{TRACE}}}", RANK_LEGEND)], w=8,
+            unit="percentunit", custom=ts_custom(fill=0))
+    d.panel("timeseries", "Waiting for the slowest rank",
+            "Per rank, the time its collectives waited for the last rank to arrive in the latest "
+            "job analysis (dgx_pixels_trace_sync_wait_seconds): high on the fast ranks.",
+            [q(f"dgx_pixels_trace_sync_wait_seconds{{{TRACE}}}", RANK_LEGEND)], w=8, unit="s",
+            min_=0, custom=ts_custom(fill=0))
+    d.panel("timeseries", "Mean step time per rank",
+            "Profiled step time of each rank over 30 minutes of traces (step seconds over "
+            "steps).",
+            [q(f"sum by (trace_job, rank) (increase(dgx_pixels_trace_step_seconds_total"
+               f"{{{TRACE}}}[{TRACE_WINDOW}]))\n  / (sum by (trace_job, rank) (increase("
+               f"dgx_pixels_trace_steps_total{{{TRACE}}}[{TRACE_WINDOW}])) > 0)",
+               RANK_LEGEND)],
+            unit="s", min_=0, custom=ts_custom(fill=0))
+    d.panel("timeseries", "Step time spread",
+            "Slowest minus fastest rank's step time, averaged over the steps of the latest job "
+            "analysis (dgx_pixels_trace_job_step_spread_seconds).",
+            [q(f"dgx_pixels_trace_job_step_spread_seconds{{{TRACE}}}", "{{trace_job}}")],
+            unit="s", min_=0, custom=ts_custom(fill=0))
+    d.row("Memory (latest CUDA memory snapshot)")
+    d.panel("timeseries", "Memory per rank",
+            "Reserved (held from CUDA by the caching allocator), allocated (asked for by "
+            "tensors) and peak allocated bytes in each rank's latest memory snapshot.",
+            [q(f"dgx_pixels_trace_memory_{m}_bytes{{{TRACE}}}", f"{RANK_LEGEND} {label}")
+             for m, label in (("reserved", "reserved"), ("allocated", "allocated"),
+                              ("peak_allocated", "peak"))],
+            unit="bytes", min_=0, custom=ts_custom(fill=0))
+    d.panel("timeseries", "Memory fragmentation per rank",
+            "Free memory held in the allocator's segments over reserved memory, in each rank's "
+            "latest snapshot: high values waste memory and can cause out-of-memory errors with "
+            "memory free.",
+            [q(f"dgx_pixels_trace_memory_fragmentation_ratio{{{TRACE}}}", RANK_LEGEND)],
+            unit="percentunit", min_=0, max_=1, custom=ts_custom(fill=0))
+    d.row("The trace collector")
+    d.panel("bargauge", "Trace files by outcome",
+            "Files the trace collector finished with in the time range, by outcome (analysed, "
+            "too_large, truncated, not_a_trace, parse_error, unreadable, timeout); the log "
+            "names each file it could not analyse.",
+            [q(f'sum by (outcome) (increase(dgx_pixels_trace_files_total{{{NODE}}}[$__range]))',
+               "{{outcome}}", instant=True)],
+            unit="short", min_=0)
+    d.panel("timeseries", "Files waiting and analysis time",
+            "Trace files found but not analysed yet (dgx_pixels_trace_pending_files), and the "
+            "share of a core the analysis thread uses (it runs at the lowest priority).",
+            [q(f"dgx_pixels_trace_pending_files{{{NODE}}}", "{{node}} pending files"),
+             q(f"rate(dgx_pixels_trace_analysis_seconds_total{{{NODE}}}[$__rate_interval])",
+               "{{node}} analysis (cores)")],
+            unit="short", min_=0, custom=ts_custom(fill=0))
+    return d
+
 DASHBOARDS = {
     "dgx-pixels-performance.json": performance,
     "dgx-pixels-quality.json": quality,
     "dgx-pixels-system-health.json": system_health,
     "dgx-pixels-cost.json": cost,
     "dgx-pixels-fleet.json": fleet,
+    "dgx-pixels-training.json": training,
 }
 
 

@@ -47,7 +47,7 @@ NO_DATA_ON_ONE_GPU = {
     ("dgx-pixels-fleet", "XID incidents"): "XIDs happen on the xid-storm-sim node",
     ("dgx-pixels-fleet", "Wasted GPU-hours by holder"): "the held idle GPU is on idle-sim",
 }
-for _uid in ("performance", "quality", "system-health", "cost", "fleet"):
+for _uid in ("performance", "quality", "system-health", "cost", "fleet", "training"):
     NO_DATA_ON_ONE_GPU[(f"dgx-pixels-{_uid}", "annotation Job end")] = \
         "the finished job is in the xid-storm-sim node's textfile"
 

@@ -70,6 +70,11 @@ def run_binary(binary, container, configmap, extra_args, node_name="node-under-t
             path = os.path.join(tmp, "kmsg")
             open(path, "w").close()
             a = f"--kmsg.path={path}"
+        if a.startswith("--trace.directory="):
+            # A node directory of traces: stand in with an empty directory.
+            path = os.path.join(tmp, "traces")
+            os.makedirs(path, exist_ok=True)
+            a = f"--trace.directory={path}"
         if a.startswith("--kmsg.state-directory="):
             a = f"--kmsg.state-directory={os.path.join(tmp, 'state')}"
         if a.startswith("--web.config.file="):
@@ -112,8 +117,13 @@ def run_binary(binary, container, configmap, extra_args, node_name="node-under-t
             time.sleep(0.1)
         return f"exporter with {args} was not ready within 10 s"
     finally:
-        proc.kill()
-        proc.wait()
+        # SIGTERM first: a simulated node removes its temporary trace directory on a clean exit.
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -158,6 +168,22 @@ def main():
         path = next(a.split("=", 1)[1] for a in args if a.startswith("--kmsg.path="))
         check(mounts.get(path, {}).get("readOnly") is True, "the kernel log is mounted read-only")
         check("/var/lib/dgx-pixels-exporter" in mounts, "the kmsg state directory is a volume")
+    trace_dirs = [a.split("=", 1)[1] for a in args if a.startswith("--trace.directory=")]
+    if trace_dirs:
+        check("--collector.trace" in args, "--trace.directory comes with --collector.trace")
+        mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
+        vols = {v["name"]: v for v in spec.get("volumes", [])}
+        for d in trace_dirs:
+            # A glob is mounted from the directory above its first wildcard.
+            fixed = d.split("*")[0].split("?")[0].rsplit("/", 1)[0] if ("*" in d or "?" in d) else d
+            m = mounts.get(fixed.rstrip("/") or "/", {})
+            check(m.get("readOnly") is True, f"trace directory {d}: {fixed} mounted read-only")
+            host = vols.get(m.get("name"), {}).get("hostPath", {})
+            check(host.get("path") == m.get("mountPath") and host.get("type") == "Directory",
+                  f"trace directory {d}: the node's {fixed}, which must exist")
+    if any(a.startswith("--simulate") for a in args):
+        mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
+        check("/tmp" in mounts, "a simulated node has a writable /tmp for its traces")
     check(sc.get("readOnlyRootFilesystem") is True, "read-only root filesystem")
     check(sc.get("capabilities", {}).get("drop") == ["ALL"], "all capabilities dropped")
     check(c["livenessProbe"]["httpGet"]["path"] == "/-/healthy", "liveness on /-/healthy")

@@ -26,7 +26,9 @@ for i in $(seq 1 10000); do : >"$traces/node-$i.prom"; done
 cp "$work/gen/rank0.pt.trace.json" "$traces/before.pt.trace.json"
 touch -d '-1 minute' "$traces/before.pt.trace.json"
 
-start_exporter --simulate dgx-h100 --trace.directory "$traces" --collector.trace.interval 200ms
+# Without the simulated node's own training job: only the files written here are counted.
+DGX_PIXELS_SIMULATION__TRACES=false \
+  start_exporter --simulate dgx-h100 --trace.directory "$traces" --collector.trace.interval 200ms
 start_prometheus
 truncate -s 2G "$traces/huge.pt.trace.json"
 

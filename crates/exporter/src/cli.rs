@@ -97,6 +97,11 @@ pub struct Cli {
     /// '/data/profile_traces/iteration_*'. See docs/traces.md.
     #[arg(long = "trace.directory", value_name = "DIR")]
     pub trace_directories: Vec<PathBuf>,
+    /// Where a simulated node (--simulate) drops the profiler traces of its simulated training
+    /// job, watched by the trace collector [default: a private temporary directory under
+    /// $TMPDIR, removed at exit].
+    #[arg(long = "simulate.trace-directory", value_name = "DIR")]
+    pub simulate_trace_directory: Option<PathBuf>,
 
     /// The kubelet's pod-resources socket, read by the kubernetes collector
     /// [default: /var/lib/kubelet/pod-resources/kubelet.sock].

@@ -171,6 +171,24 @@ pub struct SimulationSettings {
     /// Poll interval of the simulated node.
     #[serde(deserialize_with = "de_duration")]
     pub interval: Option<Duration>,
+    /// Whether the simulated node runs its training job, whose traces the trace collector
+    /// analyses [default: true]; false leaves the collector to `--trace.directory` alone.
+    pub traces: Option<bool>,
+    /// Where the simulated training job drops its profiler traces (a `simulated-training`
+    /// directory inside it); unset = a private temporary directory under `$TMPDIR`, removed
+    /// at exit.
+    pub trace_directory: Option<PathBuf>,
+    /// Time between two of the simulated job's trace drops [default: 30s].
+    #[serde(deserialize_with = "de_duration")]
+    pub trace_period: Option<Duration>,
+}
+
+impl SimulationSettings {
+    /// `trace_period` or its default.
+    pub fn trace_period(&self) -> Duration {
+        self.trace_period
+            .unwrap_or(dgx_pixels_trace::source::DEFAULT_PERIOD)
+    }
 }
 
 /// `[dcgm]`.
@@ -497,6 +515,12 @@ impl Settings {
         self.probes.schedule()?;
         self.health.validate()?;
         self.trace.validate().map_err(ConfigError)?;
+        // A drop is 8 traces of a few hundred kB: faster than a second is no demo, only CPU.
+        check_min(
+            "simulation.trace_period",
+            self.simulation.trace_period,
+            Duration::from_secs(1),
+        )?;
         if let Some(address) = &self.dcgm.hostengine {
             check_hostengine(address)?;
         }

@@ -93,7 +93,7 @@ fn without_a_gpu_nvml_is_down_ready_and_logged_once() {
         .parse()
         .unwrap();
     assert!(polls >= 3.0, "keeps polling: {polls}");
-    let _ = d.child.kill();
+    terminate(&mut d.child);
     let mut stderr = String::new();
     d.child
         .stderr

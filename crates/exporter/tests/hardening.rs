@@ -54,8 +54,7 @@ fn non_utf8_environment_variables() {
         assert!(Instant::now() < deadline, "not ready");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let _ = child.kill();
-    let _ = child.wait();
+    terminate(&mut child);
 
     let (code, err) = fails_with(
         &["--simulate", "dgx-spark"],
@@ -197,8 +196,7 @@ fn startup_says_what_it_does() {
     let port: u16 = addr.rsplit(':').next().unwrap().parse().unwrap();
     assert_ne!(port, 0, "{listening}");
     assert_eq!(get(port, "/-/healthy", &[]).0, 200);
-    let _ = child.kill();
-    let _ = child.wait();
+    terminate(&mut child);
 
     let (mut child, rx) = spawn(&[
         "--simulate",
@@ -213,8 +211,7 @@ fn startup_says_what_it_does() {
     assert!(ignored.contains("--nvml.library"), "{ignored}");
     // --collector.dcgm selects the simulated profiling families: it has an effect.
     assert!(!ignored.contains("--collector.dcgm"), "{ignored}");
-    let _ = child.kill();
-    let _ = child.wait();
+    terminate(&mut child);
 }
 
 /// Waits for `child` to exit (killing it past 5 s after `since`).

@@ -7,6 +7,9 @@
 //! set that applies with `--ignored` and reports the other as not run (docs/testing.md).
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
+mod common;
+
+use common::terminate;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -123,12 +126,11 @@ fn probe_compare_writes_report_and_chart() {
     );
 }
 
-/// Kills the daemon on drop.
+/// Stops the daemon on drop.
 struct Daemon(Child, u16);
 impl Drop for Daemon {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        terminate(&mut self.0);
     }
 }
 
@@ -197,7 +199,7 @@ fn no_driver_the_probes_collector_is_down_and_the_daemon_keeps_serving() {
         "still serving"
     );
     assert!(d.0.try_wait().unwrap().is_none(), "still running");
-    let _ = d.0.kill();
+    terminate(&mut d.0);
     let mut stderr = String::new();
     d.0.stderr
         .take()

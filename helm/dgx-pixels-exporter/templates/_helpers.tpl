@@ -44,3 +44,24 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+
+{{/* The node directory to mount for a trace directory: itself, or for a glob the directory above
+     its first wildcard (a glob with none above it would mount the node's root: refused). */}}
+{{- define "dgx-pixels-exporter.traceMount" -}}
+{{- if regexMatch "[*?]" . -}}
+{{- $prefix := regexFind "^[^*?]*/" . | trimSuffix "/" -}}
+{{- if not $prefix -}}
+{{- fail (printf "trace.directories: %s has no fixed directory above its first wildcard to mount" .) -}}
+{{- end -}}
+{{- $prefix -}}
+{{- else -}}
+{{- . | trimSuffix "/" -}}
+{{- end -}}
+{{- end }}
+
+{{/* Whether the pod has volumes or mounts besides extraVolumes. */}}
+{{- define "dgx-pixels-exporter.hasVolumes" -}}
+{{- if or .Values.config .Values.dcgm.fieldList .Values.webConfig.secretName .Values.podResources.enabled .Values.kmsg.enabled .Values.simulate (and .Values.trace.enabled .Values.trace.directories) -}}
+true
+{{- end -}}
+{{- end }}

@@ -1,13 +1,16 @@
 //! The `trace` collector: training efficiency from the PyTorch profiler traces jobs drop in
 //! `--trace.directory` (docs/traces.md, "The trace collector"). Off by default on real GPUs:
 //! it reads job files and spends CPU on them (on one thread at the lowest priority), which an
-//! operator should choose. On a simulated node it runs whenever a directory is given, so a demo
-//! needs no extra flag; without one there is nothing to watch and it stays off.
+//! operator should choose. On a simulated node it is on: the node runs a simulated training job
+//! that drops a step's traces of every GPU (one rank each) into a directory of its own
+//! ([`SimulatedTraces`]), watched beside any `--trace.directory`.
 
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
-use dgx_pixels_trace::source::TraceSource;
+use dgx_pixels_metrics::{PollError, PollOutput, Source};
+use dgx_pixels_sim::Scenario;
+use dgx_pixels_trace::source::{SimulatedJob, SimulatedTraces, TraceSource, DEFAULT_KEEP};
 
 use super::{BuildContext, Built, Collector, RestartKey, DEFAULT_TIMEOUT};
 use crate::config::Settings;
@@ -20,7 +23,7 @@ pub const COLLECTOR: Collector = Collector {
     // Also the period of the directory listing: a file is analysed once stable across two.
     default_interval: Duration::from_secs(5),
     default_timeout: DEFAULT_TIMEOUT,
-    help: "training efficiency from the PyTorch profiler traces in --trace.directory, analysed in the background at low priority ([trace]); off unless enabled, on a simulated node whenever a directory is set",
+    help: "training efficiency from the PyTorch profiler traces in --trace.directory, analysed in the background at low priority ([trace]); off unless enabled; on a simulated node, over the traces of its simulated job",
     yields_owned_series: false,
     derived: false,
     build,
@@ -28,7 +31,16 @@ pub const COLLECTOR: Collector = Collector {
 };
 
 fn build(ctx: &BuildContext<'_>) -> Result<Built> {
-    let options = &ctx.settings.trace;
+    let mut options = ctx.settings.trace.clone();
+    let simulated = match ctx.simulated {
+        Some(node) if ctx.settings.simulation.traces != Some(false) => {
+            start_simulated(ctx.settings, &node.scenario)?
+        }
+        _ => None,
+    };
+    if let Some(sim) = &simulated {
+        options.directory.push(sim.directory().to_path_buf());
+    }
     if options.directory.is_empty() {
         if ctx.simulated.is_some() {
             return Ok(None);
@@ -37,12 +49,82 @@ fn build(ctx: &BuildContext<'_>) -> Result<Built> {
             "the trace collector needs a directory to watch: set --trace.directory or [trace] directory"
         ));
     }
-    let source =
-        TraceSource::start(options.clone(), ctx.timing.interval).map_err(|e| anyhow!(e))?;
-    Ok(Some(Box::new(source)))
+    let source = TraceSource::start(options, ctx.timing.interval).map_err(|e| anyhow!(e))?;
+    Ok(Some(Box::new(Traces {
+        source,
+        _simulated: simulated,
+    })))
 }
 
-/// `[trace]`.
+/// The simulated node's training job: one rank per GPU, a step's traces every
+/// `[simulation] trace_period`. It is named after the scenario, so the jobs of several
+/// simulated nodes are told apart (`trace_job="simulated-dgx-h100"`). A directory the operator
+/// chose must work; without a writable `$TMPDIR` (a read-only root filesystem without an
+/// emptyDir) the node runs without simulated traces rather than not at all.
+fn start_simulated(settings: &Settings, scenario: &Scenario) -> Result<Option<SimulatedTraces>> {
+    let sim = &settings.simulation;
+    let name: String = scenario
+        .name()
+        .chars()
+        .take(64)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let job = SimulatedJob {
+        directory: sim.trace_directory.clone(),
+        name,
+        ranks: scenario.gpus().len().max(1),
+        period: sim.trace_period(),
+        keep: DEFAULT_KEEP,
+    };
+    match (SimulatedTraces::start(job), &sim.trace_directory) {
+        (Ok(traces), _) => {
+            // Debug: the plan is built before the address is bound, and a failed start is
+            // one line.
+            tracing::debug!(directory = %traces.directory().display(), "simulated training job drops its traces");
+            Ok(Some(traces))
+        }
+        (Err(e), Some(dir)) => Err(anyhow!(
+            "simulation.trace_directory: cannot write to {}: {e}",
+            dir.display()
+        )),
+        (Err(e), None) => {
+            tracing::warn!(
+                "no simulated traces: cannot create a directory under $TMPDIR ({e}); mount a writable /tmp or set --simulate.trace-directory"
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// The trace source, and the simulated job whose traces it watches (stopped and its directory
+/// removed when the source goes: the field is dropped after the source).
+struct Traces {
+    source: TraceSource,
+    _simulated: Option<SimulatedTraces>,
+}
+
+impl Source for Traces {
+    fn name(&self) -> &'static str {
+        self.source.name()
+    }
+
+    fn poll(&mut self) -> Result<PollOutput, PollError> {
+        self.source.poll()
+    }
+}
+
+/// `[trace]`, and on a simulated node `[simulation]`'s trace keys.
 fn restart_key(s: &Settings) -> RestartKey {
-    Box::new(s.trace.clone())
+    Box::new((
+        s.trace.clone(),
+        s.simulation.traces,
+        s.simulation.trace_directory.clone(),
+        s.simulation.trace_period,
+    ))
 }

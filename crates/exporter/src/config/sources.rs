@@ -31,7 +31,7 @@ pub fn resolve(
             .separator("__")
             .source(Some(env)),
     );
-    let overrides: [(&str, Option<config::Value>); 22] = [
+    let overrides: [(&str, Option<config::Value>); 23] = [
         (
             "dcgm.library",
             cli.dcgm_library
@@ -76,6 +76,12 @@ pub fn resolve(
             }),
         ),
         ("simulation.scenario", cli.simulate.clone().map(Into::into)),
+        (
+            "simulation.trace_directory",
+            cli.simulate_trace_directory
+                .as_ref()
+                .map(|p| p.display().to_string().into()),
+        ),
         (
             "nvml.library",
             cli.nvml_library

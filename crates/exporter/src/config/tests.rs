@@ -584,6 +584,11 @@ fn the_trace_table_parses_strictly_validates_and_yields_to_flags() {
             "",
             "trace.max_depth: 99 is over 8",
         ),
+        (
+            "[simulation]\ntrace_period = \"100ms\"\n",
+            "",
+            "simulation.trace_period: 100ms is below the minimum of 1s",
+        ),
     ] {
         let f = file(text);
         let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
@@ -591,4 +596,7 @@ fn the_trace_table_parses_strictly_validates_and_yields_to_flags() {
         assert!(e.contains(&f.path().display().to_string()), "{e}");
         assert!(e.contains(place) && e.contains(what), "{text:?}: {e}");
     }
+    let cli = parse_from(["x", "--simulate.trace-directory", "/sim"]).unwrap();
+    let s = resolve(&cli, []).unwrap().simulation;
+    assert_eq!(s.trace_directory.as_deref(), Some(Path::new("/sim")));
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_dgx-pixels-exporter");
 
-/// Kills the daemon on drop.
+/// Stops the daemon on drop.
 pub struct Daemon {
     pub child: Child,
     pub port: u16,
@@ -16,9 +16,27 @@ pub struct Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        terminate(&mut self.child);
     }
+}
+
+/// SIGTERM, then SIGKILL after 2 s: a clean shutdown lets a simulated node remove its
+/// temporary trace directory (a killed one would leave it in $TMPDIR).
+pub fn terminate(child: &mut Child) {
+    let pid = child.id().to_string();
+    let _ = Command::new("kill")
+        .args(["-TERM", &pid])
+        .stderr(Stdio::null())
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 pub fn free_port() -> u16 {
@@ -134,8 +152,7 @@ pub fn value(exposition: &str, name: &str, labels: &[(&str, &str)]) -> Option<f6
 
 /// Stops the daemon and returns what it logged on stderr.
 pub fn stop_and_logs(mut d: Daemon) -> String {
-    let _ = d.child.kill();
-    let _ = d.child.wait();
+    terminate(&mut d.child);
     let mut logs = String::new();
     if let Some(mut err) = d.child.stderr.take() {
         let _ = err.read_to_string(&mut logs);

@@ -142,6 +142,10 @@ default profile costs about twice dcgm-exporter's default and carries what it do
 health verdict and its action, throttle reasons and violation times, NVLink errors by type,
 PCIe link state, per-process memory, probes, and pod and job attribution on every series
 (dcgm-exporter adds attribution as labels too, so that part costs no series in either).
+
+The simulated node also serves the `trace` series of its simulated training job (about 294 for
+its 8 ranks; `[simulation] traces = false` or `--no-collector.trace` drops them). They are the
+job's, per rank, not per GPU, and they are not in the counts above.
 ";
 
 /// Which series carry pod and job labels (appended to docs/metrics.md).

@@ -14,6 +14,7 @@
 //!   once all have arrived or after a timeout.
 //! - `worker`: the one background thread (low priority) that lists, analyses one file at a
 //!   time and publishes the finished series.
+//! - [`SimulatedTraces`]: a simulated job dropping traces for the watcher (`--simulate`).
 //! - [`TraceSource`]: the [`Source`] the runner polls; a poll only copies what the worker has
 //!   published, so it never waits on a listing or an analysis.
 //!
@@ -33,6 +34,7 @@
 
 mod group;
 mod series;
+mod simulated;
 mod watch;
 mod worker;
 
@@ -46,6 +48,7 @@ use dgx_pixels_metrics::{PollError, PollErrorKind, PollOutput, Sample, Source};
 use serde::{Deserialize, Deserializer};
 
 pub use series::{job_label, Outcome, MAX_JOB_BYTES};
+pub use simulated::{SimulatedJob, SimulatedTraces, DEFAULT_KEEP, DEFAULT_PERIOD};
 pub use watch::{glob_match, is_snapshot_name, is_trace_name};
 
 /// Default largest trace file analysed: 1 GiB.

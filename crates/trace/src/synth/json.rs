@@ -17,15 +17,21 @@ pub(super) fn write_json(
     out: &mut dyn Write,
 ) -> std::io::Result<()> {
     let dist = format!(
-        r#""distributedInfo": {{"backend": "nccl", "rank": {rank}, "world_size": {n}, "pg_count": 1, "pg_config": [{{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", "pg_size": {n}, "ranks": "{ranks:?}"}}], "nccl_version": "2.21.5"}}"#,
+        r#""distributedInfo": {{"backend": "nccl", "rank": {rank}, "world_size": {n}, "pg_count": 1, "pg_config": [{{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", "pg_size": {n}, "ranks": "{ranks:?}"}}], "nccl_version": "2.21.5"{sim}}}"#,
         n = cfg.ranks,
+        sim = if cfg.simulated {
+            r#", "simulated": true"#
+        } else {
+            ""
+        },
         ranks = (0..cfg.ranks).collect::<Vec<_>>()
     );
+    let device = if cfg.device_per_rank { rank } else { 0 };
     write!(
         out,
         r#"{{
   "schemaVersion": 1,
-  "deviceProperties": [{{"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 84929347584, "computeMajor": 9, "computeMinor": 0}}],
+  "deviceProperties": [{{"id": {device}, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 84929347584, "computeMajor": 9, "computeMinor": 0}}],
 "#
     )?;
     if !cfg.distributed_info_last {
@@ -112,7 +118,7 @@ pub(super) fn write_json(
         let tid = if g.stream == SYNC_STREAM { 0 } else { g.stream };
         let _ = write!(
             line,
-            r#"{{"ph": "X", "cat": "{cat}", "name": "{}", "pid": 0, "tid": {tid}, "ts": {ts}, "dur": {dur}, "args": {{"External id": {corr}, "device": 0, "stream": {}, "correlation": {corr}{extra}{nccl}}}}}"#,
+            r#"{{"ph": "X", "cat": "{cat}", "name": "{}", "pid": {device}, "tid": {tid}, "ts": {ts}, "dur": {dur}, "args": {{"External id": {corr}, "device": {device}, "stream": {}, "correlation": {corr}{extra}{nccl}}}}}"#,
             g.name, g.stream
         );
         emit(out, &line)?;
@@ -126,7 +132,7 @@ pub(super) fn write_json(
             emit(
                 out,
                 &format!(
-                    r#"{{"ph": "f", "id": {corr}, "pid": 0, "tid": {tid}, "ts": {ts}, "cat": "ac2g", "name": "ac2g", "bp": "e"}}"#
+                    r#"{{"ph": "f", "id": {corr}, "pid": {device}, "tid": {tid}, "ts": {ts}, "cat": "ac2g", "name": "ac2g", "bp": "e"}}"#
                 ),
             )?;
         }
@@ -144,7 +150,11 @@ pub(super) fn write_json(
             T0 + 10_000_000
         ),
     )?;
-    write!(out, "\n  ],\n  \"traceName\": \"rank{rank}.pt.trace.json\"")?;
+    let prefix = if cfg.simulated { "simulated-" } else { "" };
+    write!(
+        out,
+        "\n  ],\n  \"traceName\": \"{prefix}rank{rank}.pt.trace.json\""
+    )?;
     if cfg.distributed_info_last {
         write!(out, ",\n  {dist}")?;
     }

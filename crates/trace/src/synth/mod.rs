@@ -49,6 +49,12 @@ pub struct SynthConfig {
     pub seed: u64,
     /// Write `distributedInfo` after `traceEvents` (as on-demand traces do).
     pub distributed_info_last: bool,
+    /// Rank N runs on CUDA device N (`deviceProperties` id, GPU rows' `pid` and `device`), as
+    /// in a one-node job without per-rank `CUDA_VISIBLE_DEVICES`; else every rank on device 0.
+    pub device_per_rank: bool,
+    /// Mark the trace as generated: `"simulated": true` in `distributedInfo` and the trace name
+    /// (readers ignore unknown keys; a person opening the file sees it).
+    pub simulated: bool,
 }
 
 impl Default for SynthConfig {
@@ -62,6 +68,8 @@ impl Default for SynthConfig {
             straggler_delay_us: 300,
             seed: 7,
             distributed_info_last: true,
+            device_per_rank: false,
+            simulated: false,
         }
     }
 }
