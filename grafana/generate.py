@@ -1041,6 +1041,18 @@ def training():
             "analysis (dgx_pixels_trace_job_step_spread_seconds).",
             [q(f"dgx_pixels_trace_job_step_spread_seconds{{{TRACE}}}", "{{trace_job}}")],
             unit="s", min_=0, custom=ts_custom(fill=0))
+    d.panel("table", "Ranks and their GPUs",
+            "The GPU each rank ran on: the host pid of its kernel launches matched to the GPU "
+            "processes NVML lists on the node (trace_job_rank:dgx_pixels_trace_gpu:info). "
+            "Ranks of a job in its own PID namespace (a pod without hostPID) are not listed: "
+            "join those through the pod (docs/traces.md).",
+            [q(f"trace_job_rank:dgx_pixels_trace_gpu:info{{{TRACE}}}", instant=True, fmt="table")],
+            w=24, h=8,
+            transformations=[{"id": "organize", "options": {
+                "excludeByName": {"Time": True, "Value": True, "__name__": True, "job": True,
+                                  "instance": True},
+                "indexByName": {"node": 0, "trace_job": 1, "rank": 2, "gpu": 3, "uuid": 4,
+                                "pid": 5}}}])
     d.row("Memory (latest CUDA memory snapshot)")
     d.panel("timeseries", "Memory per rank",
             "Reserved (held from CUDA by the caching allocator), allocated (asked for by "

@@ -120,6 +120,23 @@ fn a_simulated_node_serves_the_traces_of_its_eight_ranks_equal_to_trace_analyze(
             "rank {rank}"
         );
         assert!(got("dgx_pixels_trace_memory_reserved_bytes").unwrap() > 0.0);
+        // The rank's host pid, as `trace analyze` reads it, is the simulated process on its GPU:
+        // the join to dgx_pixels_process_memory_used_bytes by pid names the GPU (rank N, GPU N).
+        let pid = r["process_id"].as_u64().unwrap().to_string();
+        assert_eq!(
+            value(
+                &body,
+                "dgx_pixels_trace_rank_process_info",
+                &[("trace_job", JOB), ("rank", &rank), ("pid", &pid)]
+            ),
+            Some(1.0),
+            "rank {rank}"
+        );
+        let process = series(&body, "dgx_pixels_process_memory_used_bytes")
+            .into_iter()
+            .find(|l| l.contains(&format!("pid=\"{pid}\"")))
+            .unwrap_or_else(|| panic!("rank {rank}: no GPU process with pid {pid}"));
+        assert!(process.contains(&format!("gpu=\"{rank}\"")), "{process}");
     }
     for c in ["all_gather", "reduce_scatter", "all_reduce"] {
         assert_eq!(

@@ -389,6 +389,8 @@ define_catalog! {
         "Wall time the background thread spent parsing and analysing trace files (at the lowest CPU priority).";
     TraceReadBytes => Counter Bytes "dgx_pixels_trace_read_bytes_total" [] ["trace"]
         "Size on disk of the trace files parsed (each attempt counts).";
+    TraceRankProcess => Gauge None "dgx_pixels_trace_rank_process_info" ["trace_job", "rank", "pid"] ["trace"]
+        "One series (value 1) per rank whose latest trace names its host process (the pid of its kernel launches): join on (instance, pid) with dgx_pixels_process_memory_used_bytes for the GPU's gpu and uuid (docs/traces.md).";
     TraceLastAnalysis => Gauge Seconds "dgx_pixels_trace_last_analysis_timestamp_seconds" ["trace_job", "rank"] ["trace"]
         "Unix time the latest trace file of this job and rank was analysed.";
     TraceGpuSeconds => Counter Seconds "dgx_pixels_trace_gpu_seconds_total" ["trace_job", "rank"] ["trace"]

@@ -90,3 +90,14 @@ pub use node::{Node, STEP};
 pub use profile::{profile, Profile};
 pub use scenario::{Scenario, BUILTIN_SCENARIOS, MAX_GPUS, XID_GPU_LOST};
 pub use types::{Clocks, GpuReading, GpuState, GpuStatic, MigInstance, PcieLink};
+
+/// The pid of the simulated process on a busy, non-MIG GPU `index` (the processes of its MIG
+/// instances follow it): what the simulated training job's traces name as their host process,
+/// so they join to `dgx_pixels_process_memory_used_bytes` by pid as a real job's traces do.
+pub fn process_id(index: usize) -> u32 {
+    20_000
+        + 100
+            * u32::try_from(index)
+                .unwrap_or(u32::MAX / 200)
+                .min(u32::MAX / 200)
+}

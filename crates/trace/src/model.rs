@@ -151,6 +151,9 @@ pub struct RankTrace {
     pub base_time_ns: Option<i64>,
     /// `deviceProperties[0].name`, when present.
     pub device_name: Option<String>,
+    /// The host process id of the first kernel launch (a CPU row with a correlation id and an
+    /// integer `pid`): the training process, which NVML lists on the GPU it uses.
+    pub host_pid: Option<u32>,
     /// Interned names.
     pub names: Vec<String>,
     /// GPU rows, in file order.

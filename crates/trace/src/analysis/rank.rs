@@ -152,6 +152,7 @@ pub fn analyze_rank(
         rank,
         file: t.path.display().to_string(),
         device: t.device_name.clone(),
+        process_id: t.host_pid,
         parse: t.stats.clone(),
         steps_filtered: filter_steps,
         gpu_rows: rows.len() as u64,

@@ -258,6 +258,9 @@ pub struct RankReport {
     pub file: String,
     /// GPU name, from `deviceProperties`.
     pub device: Option<String>,
+    /// The training process's host pid, from its kernel launches (absent without launches).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub process_id: Option<u32>,
     /// What the parser saw.
     pub parse: ParseStats,
     /// Whether HTA's step filter applied (≥ 2 distinct profiler steps over the job).

@@ -202,6 +202,8 @@ pub(super) struct RawEvent<'a> {
     #[serde(default)]
     dur: Option<Lenient>,
     #[serde(default)]
+    pid: Option<Id>,
+    #[serde(default)]
     tid: Option<Id>,
     #[serde(default, borrow)]
     args: Option<RawArgs<'a>>,
@@ -367,6 +369,14 @@ impl Builder {
         }
         if !filter_gpu {
             if correlation != -1 {
+                // A launch runs on the host: its pid is the training process's (GPU rows
+                // carry the device ordinal there instead). Strings hash to negative ids.
+                if self.out.host_pid.is_none() {
+                    self.out.host_pid = ev
+                        .pid
+                        .and_then(|p| u32::try_from(p.0).ok())
+                        .filter(|p| *p > 0);
+                }
                 let name_idx = self.name_id(name);
                 self.out.stats.cpu_launch_rows += 1;
                 self.out.cpu_corr.push(CpuCorr {

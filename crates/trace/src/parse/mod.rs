@@ -311,6 +311,31 @@ mod tests {
         assert_eq!(t.annotations.len(), 1);
         assert_eq!(t.rounded(t.gpu[0].ts, t.gpu[0].end), (11, 12));
         assert!(t.step_names.contains("ProfilerStep#4"));
+        // The launch's pid is a name, not a process: no host pid.
+        assert_eq!(t.host_pid, None);
+    }
+
+    /// The host process is the integer pid of the first kernel launch, not the GPU rows' pid
+    /// (the device ordinal) nor an annotation's.
+    #[test]
+    fn the_host_pid_is_the_first_launchs() {
+        let t = parse(
+            r#"{"traceEvents":[
+              {"ph":"X","cat":"user_annotation","name":"ProfilerStep#1","pid":11,"tid":11,"ts":1,"dur":30},
+              {"ph":"X","cat":"kernel","name":"gemm","pid":3,"tid":7,"ts":10,"dur":2,"args":{"stream":7,"correlation":3}},
+              {"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":31337,"tid":31337,"ts":9,"dur":1,"args":{"correlation":3}},
+              {"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":99,"tid":99,"ts":12,"dur":1,"args":{"correlation":4}}
+            ]}"#,
+        )
+        .unwrap();
+        assert_eq!(t.host_pid, Some(31337));
+        let negative = parse(
+            r#"{"traceEvents":[
+              {"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":-5,"tid":1,"ts":9,"dur":1,"args":{"correlation":3}}
+            ]}"#,
+        )
+        .unwrap();
+        assert_eq!(negative.host_pid, None);
     }
 
     #[test]

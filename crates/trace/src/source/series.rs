@@ -97,6 +97,8 @@ struct Group {
     /// Sequence number of the last update (for eviction).
     touched: u64,
     last_analysis: f64,
+    /// The host pid the rank's latest analysed trace names.
+    pid: Option<u32>,
     gpu: f64,
     compute: f64,
     non_compute: f64,
@@ -191,6 +193,7 @@ impl Series {
         let g = self.groups.entry(key).or_default();
         g.touched = self.seq;
         g.last_analysis = now;
+        g.pid = r.process_id;
         let t = &r.temporal_breakdown;
         g.gpu += t.kernel_time_us as f64 * US;
         g.compute += t.compute_time_us as f64 * US;
@@ -288,6 +291,11 @@ impl Series {
                 (Metric::TraceStepSeconds, g.step_seconds),
             ] {
                 out.push(Sample::new(m, jr, v));
+            }
+            if let Some(pid) = g.pid {
+                let pid = pid.to_string();
+                let l = [job, rank.as_str(), pid.as_str()];
+                out.push(Sample::new(Metric::TraceRankProcess, l, 1.0));
             }
             for (coll, v) in &g.collectives {
                 let l = [job, rank.as_str(), coll.as_str()];

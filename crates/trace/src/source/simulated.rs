@@ -68,6 +68,9 @@ pub struct SimulatedJob {
     pub name: String,
     /// Ranks (one per simulated GPU; rank N on CUDA device N).
     pub ranks: usize,
+    /// The host process id of each rank: the simulated node's process on GPU N, so the
+    /// traces join to `dgx_pixels_process_memory_used_bytes` by pid as a real job's do.
+    pub process_ids: Vec<u32>,
     /// Time between two drops.
     pub period: Duration,
     /// Drops kept on disk.
@@ -185,7 +188,7 @@ impl Writer {
 
     /// One profiler window of every rank, and each rank's memory snapshot.
     fn write_drop(&self, step: u64) -> std::io::Result<Vec<PathBuf>> {
-        let cfg = drop_config(self.job.ranks, step);
+        let cfg = drop_config(self.job.ranks, step, &self.job.process_ids);
         let mut files = Vec::with_capacity(2 * cfg.ranks);
         for rank in 0..cfg.ranks {
             if self.stopped() {
@@ -222,7 +225,7 @@ impl Writer {
 
 /// The generator's settings for drop `step`: small traces (a few hundred kB per rank), rank 5
 /// (or the last) a straggler, durations varying from drop to drop.
-fn drop_config(ranks: usize, step: u64) -> SynthConfig {
+fn drop_config(ranks: usize, step: u64, host_pids: &[u32]) -> SynthConfig {
     let ranks = ranks.max(1);
     SynthConfig {
         ranks,
@@ -235,6 +238,7 @@ fn drop_config(ranks: usize, step: u64) -> SynthConfig {
         distributed_info_last: true,
         device_per_rank: true,
         simulated: true,
+        host_pids: host_pids.to_vec(),
     }
 }
 
@@ -258,6 +262,7 @@ mod tests {
             directory: None,
             name: "llm".into(),
             ranks: 8,
+            process_ids: Vec::new(),
             period: Duration::from_millis(20),
             keep: 2,
         };
@@ -280,6 +285,7 @@ mod tests {
             directory: Some(chosen.path().to_path_buf()),
             name: "llm".into(),
             ranks: 8,
+            process_ids: Vec::new(),
             period: Duration::from_millis(20),
             keep: 2,
         };
@@ -326,7 +332,7 @@ mod tests {
     #[test]
     fn rank_n_runs_on_device_n() {
         let mut out = Vec::new();
-        write_rank(&drop_config(8, 0), 3, &mut out).unwrap();
+        write_rank(&drop_config(8, 0, &[]), 3, &mut out).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["deviceProperties"][0]["id"], 3);
         assert_eq!(v["distributedInfo"]["rank"], 3);

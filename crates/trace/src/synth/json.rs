@@ -39,7 +39,10 @@ pub(super) fn write_json(
     }
     writeln!(out, r#"  "baseTimeNanoseconds": 1699999999000000000,"#)?;
     writeln!(out, r#"  "traceEvents": ["#)?;
-    let pid = 4242 + rank;
+    let pid = cfg
+        .host_pids
+        .get(rank)
+        .map_or(4242 + rank as u64, |p| u64::from(*p));
     let mut first = true;
     let mut line = String::with_capacity(1024);
     let mut emit = |out: &mut dyn Write, s: &str| -> std::io::Result<()> {

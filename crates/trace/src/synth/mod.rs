@@ -55,6 +55,8 @@ pub struct SynthConfig {
     /// Mark the trace as generated: `"simulated": true` in `distributedInfo` and the trace name
     /// (readers ignore unknown keys; a person opening the file sees it).
     pub simulated: bool,
+    /// Host process id of each rank's CPU rows (rank N: entry N, else 4242 + N).
+    pub host_pids: Vec<u32>,
 }
 
 impl Default for SynthConfig {
@@ -70,6 +72,7 @@ impl Default for SynthConfig {
             distributed_info_last: true,
             device_per_rank: false,
             simulated: false,
+            host_pids: Vec::new(),
         }
     }
 }
