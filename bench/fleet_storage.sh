@@ -5,7 +5,8 @@
 #   - series per node: scrape_samples_scraped averaged over the nodes (one sample per series a
 #     scrape), and Prometheus' head series (the recording rules' outputs included) / nodes;
 #   - samples per second per node at a 15 s scrape interval: series per node / 15;
-#   - VictoriaMetrics' bytes per sample after /internal/force_flush: the data parts
+#   - VictoriaMetrics' bytes per sample after /internal/force_flush and /internal/force_merge
+#     (every partition merged into one part, as a day's data ends up): the data parts
 #     (vm_data_size_bytes of storage/small + storage/big) / the rows they hold (vm_rows of the
 #     same types), and the index (vm_data_size_bytes{type="indexdb"}) per series created.
 # The scrape interval is INTERVAL (1 s by default) so that a few minutes give each series
@@ -40,15 +41,26 @@ nodes=${#FLEET_TARGETS[@]}
 series=$(prom_query 'avg(scrape_samples_scraped{job="dgx-pixels"})')
 head=$(prom_self prometheus_tsdb_head_series)
 fleet_wait_sent "$(($(date +%s) - 2))" 60 || fail "remote write is behind"
+fleet_stop_prometheus
 curl -sf "http://127.0.0.1:$VM_PORT/internal/force_flush" >/dev/null || fail "force_flush"
-sleep 2
-curl -sf "http://127.0.0.1:$VM_PORT/metrics" >"$work/vm.txt"
+# Merge each partition into one part, as days of data end up, and wait for the merges: how far
+# background merges got in a few minutes would otherwise decide the bytes.
+curl -sf "http://127.0.0.1:$VM_PORT/internal/force_merge?partition_prefix=$(date -u +%Y_%m)" >/dev/null \
+  || fail "force_merge"
+merging() { awk '/^vm_active_merges/ {s += $2} END {print s + 0}' "$work/vm.txt"; }
+deadline=$((SECONDS + 120)) idle=0
+while [ $idle -lt 3 ]; do
+  sleep 2
+  curl -sf "http://127.0.0.1:$VM_PORT/metrics" >"$work/vm.txt" || fail "VictoriaMetrics /metrics"
+  if [ "$(merging)" = 0 ]; then idle=$((idle + 1)); else idle=0; fi
+  [ $SECONDS -lt $deadline ] || fail "VictoriaMetrics did not finish merging"
+done
+echo "$FLEET_STORAGE_PROFILE: $(awk '/^vm_parts\{type="storage/ {s += $2} END {print s}' "$work/vm.txt") data parts after the merge" >&2
 vm() { awk -v k="$1" '$1 == k {print $2}' "$work/vm.txt"; }
 rows=$(( $(vm 'vm_rows{type="storage/small"}') + $(vm 'vm_rows{type="storage/big"}') ))
 bytes=$(( $(vm 'vm_data_size_bytes{type="storage/small"}') + $(vm 'vm_data_size_bytes{type="storage/big"}') ))
 index=$(vm 'vm_data_size_bytes{type="indexdb"}')
 created=$(vm vm_new_timeseries_created_total)
-fleet_stop_prometheus
 awk -v p="$FLEET_STORAGE_PROFILE" -v n="$nodes" -v s="$series" -v h="$head" -v r="$rows" \
   -v b="$bytes" -v i="$index" -v c="$created" 'BEGIN {
   printf "| %s | %d | %.0f | %.0f | %.1f | %d | %d | %.2f | %.0f |\n", p, n, s, h / n, s / 15, r, b, b / r, i / c }'

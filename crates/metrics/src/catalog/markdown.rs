@@ -148,15 +148,15 @@ What a fleet costs a remote-write store, measured with `bench/fleet_storage.sh`
 `tests/e2e/fleet.sh` (H100 training nodes, A100 MIG nodes, a GB10, fault and idle nodes) scraped
 by Prometheus with the shipped rules and remote-written to VictoriaMetrics 1.79. Series per node
 is the fleet's average of `scrape_samples_scraped` (Prometheus' own per-target series and the
-recording rules add about 43 more per node). Bytes per sample are VictoriaMetrics' data parts
-over the rows they hold; its index comes on top, about 150 bytes per series, again each day (it
-indexes the series of every day). The 1,000-node columns scale these to a 15 s scrape interval,
-index included.
+recording rules add about 44 more per node). Bytes per sample are VictoriaMetrics' data parts,
+merged, over the rows they hold; its index comes on top, about 140 bytes per series, again each
+day (it indexes the series of every day). The 1,000-node columns scale these to a 15 s scrape
+interval, index included.
 
 | Profile | Series per node | Samples/s per node (15 s) | Bytes per sample | 1,000 nodes: series | samples/s | storage per day |
 |---|---|---|---|---|---|---|
-| default | 537 | 35.8 | 2.1 | 0.54 M | 35,800 | 6.6 GB |
-| full | 975 | 65.0 | 1.6 | 0.98 M | 65,000 | 9.1 GB |
+| default | 590 | 39.3 | 1.5 | 0.59 M | 39,300 | 5.1 GB |
+| full | 1,089 | 72.6 | 1.2 | 1.09 M | 72,600 | 7.8 GB |
 
 The simulated readings carry noise in every digit, so they compress worse than a real GPU's
 integer temperatures and percentages: expect fewer bytes per sample from real nodes. The series
