@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs, idempotently, the tools the test suite runs beside cargo: Prometheus and promtool
-# (Debian's package, unpacked under .tools/ rather than installed system-wide), Alertmanager, curl, jq, and
-# bindgen with libclang (for the dcgm-sys bindings check), TypeScript with @grafana/schema (for the
-# dashboards' type check), traceinsight (HTA) in .venv-tools for the trace analysis comparison,
-# and Chromium for the status page's headless browser test.
+# (Debian's package, unpacked under .tools/ rather than installed system-wide), Alertmanager,
+# VictoriaMetrics, curl, jq, and bindgen with libclang (for the dcgm-sys bindings check),
+# TypeScript with @grafana/schema (for the dashboards' type check), traceinsight (HTA) in
+# .venv-tools for the trace analysis comparison, and Chromium for the status page's headless
+# browser test.
 # Usage: scripts/install-test-tools.sh [--bench]   (--bench adds node_exporter and wrk)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,6 +49,11 @@ fi
 # template from /usr/share/prometheus/alertmanager/.
 command -v prometheus-alertmanager >/dev/null || apt_install prometheus-alertmanager
 prometheus-alertmanager --version 2>&1 | head -1
+
+# VictoriaMetrics (Debian's, 1.79; one binary, no dependencies) as the remote-write store of the
+# fleet test (tests/e2e/fleet.sh), which runs its own on a temporary directory.
+command -v victoria-metrics >/dev/null || apt_install victoria-metrics
+echo "victoria-metrics $(dpkg-query -W -f '${Version}' victoria-metrics 2>/dev/null)"
 
 # TypeScript and @grafana/schema (pinned) for type-checking the Grafana dashboards
 # (grafana/check.sh): an npm project under .tools/, about 26 MB.

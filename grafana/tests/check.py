@@ -74,11 +74,12 @@ def load(paths):
     return out
 
 
-def substitute(expr, values=None):
-    """expr with Grafana's variables replaced: the given values, else "All"."""
+def substitute(expr, values=None, builtins=None):
+    """expr with Grafana's variables replaced: the given values, else "All"; Grafana's own
+    ($__rate_interval...) from builtins, else BUILTINS."""
     def repl(m):
         name = m.group(1) or m.group(2)
-        return BUILTINS.get(name, (values or {}).get(name, ALL))
+        return (builtins or BUILTINS).get(name, (values or {}).get(name, ALL))
     return re.sub(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)", repl, expr)
 
 
