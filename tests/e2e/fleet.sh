@@ -52,7 +52,7 @@ for m in prometheus_remote_storage_samples_failed_total prometheus_remote_storag
   [ "$(prom_self $m)" = 0 ] || fail "remote write: $m is $(prom_self $m)"
 done
 echo "fleet: $(prom_self prometheus_remote_storage_samples_total) samples remote-written"
-echo "fleet: per node, $(prom_query 'avg(scrape_samples_scraped{job="dgx-pixels"})') series, $(prom_query 'avg(scrape_samples_scraped{job="dgx-pixels"}) / 5') samples per second"
+echo "fleet: per node, $(prom_query 'round(avg(scrape_samples_scraped{job="dgx-pixels"}))') series, $(prom_query 'round(avg(scrape_samples_scraped{job="dgx-pixels"}) / 5, 0.1)') samples per second"
 
 echo "fleet: comparing at $t, $((SECONDS - started)) s after the fleet started"
 rules=("$FLEET_ROOT"/deploy/prometheus/rules/*.yml)

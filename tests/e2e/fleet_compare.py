@@ -57,6 +57,9 @@ NO_DATA_ON_FLEET = {
     "alert DgxPixelsStaleReadings": "the simulated DCGM never stops updating its fields",
     "alert DgxPixelsEnergyPerImageHigh": "the simulated image generation costs under 150 J per "
                                          "image, the alert fires above 720 J",
+    "alert DgxPixelsTraceLowCompute": "the simulated training job spends more than half of its "
+                                      "GPU time in compute, the alert fires under 50% (its "
+                                      "promtool test fires it)",
 }
 
 failures = []

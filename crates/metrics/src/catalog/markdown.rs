@@ -162,6 +162,10 @@ interval, index included.
 | default | 590 | 39.3 | 1.5 | 0.59 M | 39,300 | 5.1 GB |
 | full | 1,089 | 72.6 | 1.2 | 1.09 M | 72,600 | 7.8 GB |
 
+These were measured before the simulated nodes ran a training job that drops profiler traces:
+the job's `trace` series (about 300 per simulated node) come on top in `tests/e2e/fleet.sh`
+(about 880 series per node there), as a real job's traces would.
+
 The simulated readings carry noise in every digit, so they compress worse than a real GPU's
 integer temperatures and percentages: expect fewer bytes per sample from real nodes. The series
 the full profile adds cost about 0.9 bytes per sample: most of them (maximum clocks, aggregate
