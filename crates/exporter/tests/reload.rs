@@ -245,3 +245,35 @@ fn sighup_rereads_the_dcgm_field_list() {
     let logs = stop_and_logs(d);
     assert!(logs.contains("fields.csv:1"), "{logs}");
 }
+
+/// The series profile (`[metrics] detail`) follows a SIGHUP: the full detail appears, and goes
+/// again when the file asks for the default.
+#[test]
+fn sighup_switches_the_series_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("exporter.toml");
+    let write = |detail: &str| {
+        let text = format!(
+            "[metrics]\ndetail = \"{detail}\"\n[simulation]\nscenario = \"dgx-h100\"\ninterval = \"1s\"\n"
+        );
+        std::fs::write(&file, text).unwrap();
+    };
+    write("default");
+    let d = start(&["--config.file", file.to_str().unwrap()]);
+    let video = |b: &str| b.contains("clock=\"video\"");
+    let (body, _) = wait_until(d.port, Duration::from_secs(10), |b| {
+        b.contains("dgx_pixels_gpu_clock_hertz{")
+    });
+    assert!(
+        !video(&body),
+        "the default profile serves the SM clock only"
+    );
+    write("full");
+    hup(&d);
+    let (body, _) = wait_until(d.port, Duration::from_secs(10), video);
+    assert!(video(&body), "full detail after the reload");
+    write("default");
+    hup(&d);
+    let (body, _) = wait_until(d.port, Duration::from_secs(10), |b| !video(b));
+    assert!(!video(&body), "back to the default profile");
+}

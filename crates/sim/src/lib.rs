@@ -94,10 +94,7 @@ pub use types::{Clocks, GpuReading, GpuState, GpuStatic, MigInstance, PcieLink};
 /// The pid of the simulated process on a busy, non-MIG GPU `index` (the processes of its MIG
 /// instances follow it): what the simulated training job's traces name as their host process,
 /// so they join to `dgx_pixels_process_memory_used_bytes` by pid as a real job's traces do.
-pub fn process_id(index: usize) -> u32 {
-    20_000
-        + 100
-            * u32::try_from(index)
-                .unwrap_or(u32::MAX / 200)
-                .min(u32::MAX / 200)
+pub fn process_id(index: u64) -> u32 {
+    let index = u32::try_from(index).unwrap_or(u32::MAX);
+    index.saturating_mul(100).saturating_add(20_000)
 }

@@ -79,7 +79,7 @@ fn start_simulated(settings: &Settings, scenario: &Scenario) -> Result<Option<Si
         directory: sim.trace_directory.clone(),
         name,
         ranks: scenario.gpus().len().max(1),
-        process_ids: (0..scenario.gpus().len())
+        process_ids: (0..scenario.gpus().len() as u64)
             .map(dgx_pixels_sim::process_id)
             .collect(),
         period: sim.trace_period(),

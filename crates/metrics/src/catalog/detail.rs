@@ -19,25 +19,6 @@ pub enum Detail {
     Full,
 }
 
-impl Detail {
-    /// The setting's spelling (`--metrics.detail`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Detail::Default => "default",
-            Detail::Full => "full",
-        }
-    }
-
-    /// Parses `default` or `full`.
-    pub fn parse(s: &str) -> Option<Detail> {
-        match s {
-            "default" => Some(Detail::Default),
-            "full" => Some(Detail::Full),
-            _ => None,
-        }
-    }
-}
-
 /// What the default profile serves of a row.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Policy {
@@ -327,7 +308,5 @@ mod tests {
             action("reboot"),
             1.0
         ));
-        assert_eq!(Detail::parse("full"), Some(Detail::Full));
-        assert_eq!(Detail::parse("all"), None);
     }
 }

@@ -123,7 +123,7 @@ impl GpuSim {
         });
         let idle = e.utilization < IDLE_UTILIZATION;
         // One process per busy GPU or busy MIG instance, holding the memory in use.
-        let base_pid = crate::process_id(usize::try_from(self.index).unwrap_or(usize::MAX));
+        let base_pid = crate::process_id(self.index);
         let processes: Vec<ProcessReadout> = if idle {
             Vec::new()
         } else if mig.is_empty() {
