@@ -92,13 +92,7 @@ fn in_child(test: &str, env: &[(&str, &str)], body: impl FnOnce()) -> String {
         return String::new();
     }
     let out = command(&std::env::current_exe().unwrap(), env)
-        .args([
-            test,
-            "--exact",
-            "--include-ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD, "1")
         .output()
         .unwrap();
@@ -244,12 +238,23 @@ fn every_probe_reports_the_simulators_expected_value_and_leaves_no_context() {
     assert_eq!(ctx_files(state.path()), Vec::<String>::new());
 }
 
-/// Child body: prints the compute processes NVML (the fake, reading the CUDA state directory)
-/// lists on GPUs 0 and 1, as `gpu<i>=pid:bytes,...`.
+/// Without a context NVML lists only the simulated workload. In a child (run by
+/// [`nvml_processes`]) it prints the compute processes NVML (the fake, reading the CUDA state
+/// directory) lists on GPUs 0 and 1, as `gpu<i>=pid:bytes,...`.
 #[test]
-#[ignore = "a child body, run by other tests"]
-fn nvml_processes_child() {
+fn nvml_lists_only_the_simulated_processes_without_contexts() {
     if std::env::var_os(CHILD).is_none() {
+        let empty = tempfile::tempdir().unwrap();
+        let mut node = Node::new(Scenario::load("dgx-h100").unwrap());
+        let t = Duration::from_secs(TIME.parse().unwrap());
+        for (gpu, listed) in nvml_processes(empty.path()).iter().enumerate() {
+            let Some(GpuState::Ok(r)) = node.reading(gpu, t) else {
+                panic!("GPU {gpu} is healthy")
+            };
+            let pids: Vec<u32> = r.readout.processes.iter().map(|p| p.pid).collect();
+            assert!(!pids.is_empty(), "the scenario trains on GPU {gpu}");
+            assert_eq!(listed.keys().copied().collect::<Vec<_>>(), pids);
+        }
         return;
     }
     let lib = profile_dir().join("libfake_nvml.so");
@@ -280,7 +285,7 @@ fn nvml_processes_child() {
 /// What NVML lists on GPUs 0 and 1 now: pid → bytes.
 fn nvml_processes(state: &Path) -> [BTreeMap<u32, u64>; 2] {
     let out = in_child(
-        "nvml_processes_child",
+        "nvml_lists_only_the_simulated_processes_without_contexts",
         &[
             ("FAKE_NVML_CUDA_STATE_DIR", state.to_str().unwrap()),
             ("FAKE_NVML_TIME", TIME),
@@ -383,14 +388,37 @@ fn nvml_ignores_the_file_of_a_killed_process() {
     assert!(!nvml_processes(state.path())[0].contains_key(&pid));
 }
 
-/// Child body: opens GPU 0 through the probe library, runs a small GEMM and a copy, releases
-/// the GPU, and prints the contexts the fake counts and whether the state file remains.
+/// Through the probe library itself: opens GPU 0, runs a small GEMM and a copy, releases the
+/// GPU; the fake then counts no context and the state file is gone, unless the driver leaks
+/// the context. A GEMM larger than the GPU's memory fails cleanly.
 #[test]
-#[ignore = "a child body, run by other tests"]
-fn release_child() {
-    if std::env::var_os(CHILD).is_none() {
+fn a_released_context_is_gone_unless_the_driver_leaks_it() {
+    if std::env::var_os(CHILD).is_some() {
+        released_in_child();
         return;
     }
+    for (leak, open, released, file) in [("0", "1", "0", "false"), ("1", "1", "1", "true")] {
+        let state = tempfile::tempdir().unwrap();
+        let out = in_child(
+            "a_released_context_is_gone_unless_the_driver_leaks_it",
+            &[
+                ("FAKE_CUDA_STATE_DIR", state.path().to_str().unwrap()),
+                ("FAKE_CUDA_LEAK_CONTEXT", leak),
+            ],
+            || {},
+        );
+        assert_eq!(printed(&out, "open"), open, "leak={leak}");
+        assert_eq!(printed(&out, "released"), released, "leak={leak}");
+        assert_eq!(printed(&out, "file"), file, "leak={leak}");
+        assert!(
+            printed(&out, "oom").contains("CUDA_ERROR_OUT_OF_MEMORY"),
+            "{out}"
+        );
+    }
+}
+
+/// The child's part of [`a_released_context_is_gone_unless_the_driver_leaks_it`].
+fn released_in_child() {
     use dgx_pixels_probes::cuda::Gpu;
     let sizes = ProbeSizes {
         gemm_n_16bit: 1024,
@@ -427,28 +455,6 @@ fn release_child() {
         .run(ProbeKind::GemmFp32, &huge, 1, 0, 1, &mut || {})
         .unwrap_err();
     println!("oom={err}");
-}
-
-#[test]
-fn a_released_context_is_gone_unless_the_driver_leaks_it() {
-    for (leak, open, released, file) in [("0", "1", "0", "false"), ("1", "1", "1", "true")] {
-        let state = tempfile::tempdir().unwrap();
-        let out = in_child(
-            "release_child",
-            &[
-                ("FAKE_CUDA_STATE_DIR", state.path().to_str().unwrap()),
-                ("FAKE_CUDA_LEAK_CONTEXT", leak),
-            ],
-            || {},
-        );
-        assert_eq!(printed(&out, "open"), open, "leak={leak}");
-        assert_eq!(printed(&out, "released"), released, "leak={leak}");
-        assert_eq!(printed(&out, "file"), file, "leak={leak}");
-        assert!(
-            printed(&out, "oom").contains("CUDA_ERROR_OUT_OF_MEMORY"),
-            "{out}"
-        );
-    }
 }
 
 #[test]
