@@ -345,7 +345,22 @@ pub struct ProbesSettings {
     pub busy_threshold: Option<f64>,
     /// Device memory one probe may allocate [default: 1073741824].
     pub memory_limit_bytes: Option<u64>,
+    /// How long a GPU must read idle and free before it is probed [default: 10s].
+    #[serde(deserialize_with = "de_duration")]
+    pub settle: Option<Duration>,
+    /// Deadline of one probe worker process, after which it is killed [default: 20s].
+    #[serde(deserialize_with = "de_duration")]
+    pub worker_timeout: Option<Duration>,
 }
+
+/// Default `[probes] worker_timeout`: a context, cuBLAS and four iterations take 1-3 s on a
+/// real GPU; the deadline is for a hung one.
+pub const DEFAULT_PROBE_WORKER_TIMEOUT: Duration = Duration::from_secs(20);
+/// Bounds of the probe durations: a settle window of over an hour means never, and a worker
+/// deadline must stay within the collector's poll deadline range.
+const MAX_PROBE_SETTLE: Duration = Duration::from_secs(3600);
+const PROBE_WORKER_TIMEOUT_RANGE: (Duration, Duration) =
+    (Duration::from_secs(1), Duration::from_secs(600));
 
 impl ProbesSettings {
     /// The scheduler settings, checked.
@@ -364,8 +379,36 @@ impl ProbesSettings {
         if let Some(m) = self.memory_limit_bytes {
             s.memory_limit_bytes = m;
         }
+        if let Some(d) = self.settle {
+            if d > MAX_PROBE_SETTLE {
+                return Err(ConfigError(format!(
+                    "probes.settle: {} is over the limit of {}",
+                    humantime::format_duration(d),
+                    humantime::format_duration(MAX_PROBE_SETTLE)
+                )));
+            }
+            s.settle = d;
+        }
+        self.worker_timeout()?;
         s.validate().map_err(|e| ConfigError(e.to_string()))?;
         Ok(s)
+    }
+}
+
+impl ProbesSettings {
+    /// `worker_timeout` or its default, checked.
+    pub fn worker_timeout(&self) -> Result<Duration, ConfigError> {
+        let d = self.worker_timeout.unwrap_or(DEFAULT_PROBE_WORKER_TIMEOUT);
+        let (min, max) = PROBE_WORKER_TIMEOUT_RANGE;
+        if d < min || d > max {
+            return Err(ConfigError(format!(
+                "probes.worker_timeout: {} must be between {} and {}",
+                humantime::format_duration(d),
+                humantime::format_duration(min),
+                humantime::format_duration(max)
+            )));
+        }
+        Ok(d)
     }
 }
 

@@ -25,6 +25,7 @@
 //! | `FAKE_NVML_GPM_FAIL_GPU` | GPU index whose `nvmlGpmSampleGet` fails with `NVML_ERROR_UNKNOWN`. | unset |
 //! | `FAKE_NVML_POWER_INSTANT` | `0`: GPUs answer `NOT_SUPPORTED` for `NVML_FI_DEV_POWER_INSTANT` (186), as GPUs and drivers without the field do. | `1` |
 //! | `FAKE_NVML_CUDA_STATE_DIR` | The fake CUDA driver's `FAKE_CUDA_STATE_DIR` (crates/fake-cuda): `nvmlDeviceGetComputeRunningProcesses` (`_v2`, `_v3`) of a whole GPU also lists every process with a live context on it there, with the device memory it holds, as the real driver lists CUDA processes; a dead process's file is ignored (the driver frees its context). | unset |
+//! | `FAKE_NVML_COMPUTE_MODE` | `INDEX=MODE,...`: the compute mode `nvmlDeviceGetComputeMode` answers for those GPUs (`default`, `exclusive_thread`, `prohibited`, `exclusive_process`); read at every call, not only at init. | every GPU `default` |
 //! | `FAKE_NVML_UNINITIALIZED` | `FROM:TO` scenario seconds: a driver reset. In the window every call (init too) returns `NVML_ERROR_UNINITIALIZED`; a session opened before it stays uninitialized afterwards, until a new `nvmlInit_v2` (which works once the window is over). | unset |
 //!
 //! The loaded scenario and its clock live for the whole process: a later init with the same
@@ -78,6 +79,7 @@
 // The C names of the exports are NVML's.
 #![allow(non_snake_case)]
 
+mod compute_mode;
 mod config;
 mod cuda_contexts;
 mod device;

@@ -345,7 +345,11 @@ define_catalog! {
     ProbeLastRun => Gauge Seconds "dgx_pixels_probe_last_run_timestamp_seconds" ["gpu", "uuid", "probe"] ["probes"]
         "Unix time at which the probe's exported result was measured.";
     ProbeRuns => Counter None "dgx_pixels_probe_runs_total" ["gpu", "uuid", "probe", "outcome"] ["probes"]
-        "Probe runs by outcome: ok, error, skipped_busy (GPU utilization above the threshold) or skipped_no_utilization (no recent utilization reading to prove the GPU idle).";
+        "Probe runs by outcome: ok; error, timeout (the worker was killed at its deadline) or crashed (the worker died); contended (another process used the GPU during the run: result discarded); skipped_busy (utilization above the threshold), skipped_settling (not idle for the whole settle window yet), skipped_held (a pod or HPC job holds the GPU), skipped_in_use (another process is on it), skipped_mig, skipped_compute_mode (EXCLUSIVE_PROCESS or PROHIBITED) or skipped_no_utilization (no current reading to prove the GPU idle).";
+    ProbeWorkerPeakRss => Gauge Bytes "dgx_pixels_probe_worker_peak_rss_bytes" [] ["probes"]
+        "Highest peak resident memory of any probe worker process since the exporter started (its CUDA context and cuBLAS included): what a memory limit must leave room for beside the exporter.";
+    ProbeGpus => Gauge None "dgx_pixels_probe_gpus" ["state"] ["probes"]
+        "GPUs by what their last probe attempt found: measured, pending (not tried yet), busy, settling, held, in_use, mig, compute_mode, no_utilization, contended, failed. Tells \"probes on, all GPUs busy\" from \"probes broken\".";
     ProbeDuration => Histogram Seconds "dgx_pixels_probe_duration_seconds" ["gpu", "uuid", "probe"] ["probes"]
         "Wall time the GPU was held by one probe run, context setup included.";
     ProbeDutyCycle => Gauge Ratio "dgx_pixels_probe_duty_cycle_ratio" ["gpu", "uuid"] ["probes"]

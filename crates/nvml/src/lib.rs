@@ -43,6 +43,7 @@ mod cgroup;
 mod device;
 mod fields;
 mod gpm;
+pub mod peers;
 mod power;
 mod xid;
 
