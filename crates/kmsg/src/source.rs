@@ -482,6 +482,8 @@ impl Source for KmsgSource {
         for (reason, n) in std::mem::take(&mut tally.errors) {
             *self.errors.entry(reason).or_insert(0) += n;
         }
+        // Says whether the GPUs' XIDs are observed, for the health verdict.
+        self.ledger.set_kernel_log_reading(read.is_ok());
         if let Err(e) = read {
             self.reader = None;
             *self.errors.entry("read_error").or_insert(0) += 1;
@@ -588,6 +590,8 @@ impl KmsgSource {
 impl Drop for KmsgSource {
     /// A last write of the state, so a stop loses nothing counted (best effort).
     fn drop(&mut self) {
+        // A successor (a reload) says so again at its first poll.
+        self.ledger.set_kernel_log_reading(false);
         if self.dirty {
             self.save_state();
         }

@@ -234,6 +234,8 @@ define_catalog! {
         "XID incidents per code: occurrences of one code on one GPU less than the quiet period apart ([nvml] xid_quiet_period, default 3 min) are one incident, so a storm of hundreds pages once.";
     GpuXidInfo => Gauge None "dgx_pixels_gpu_xid_info" ["gpu", "uuid", "xid", "mnemonic", "action"] ["nvml", "sim"]
         "One series (value 1) per XID code the GPU has reported: NVIDIA's mnemonic for it and the recommended immediate action from the XID catalog (docs/xid.md; unknown for a code the catalog lacks). Join on uuid and xid to put the action beside dgx_pixels_gpu_xid_errors_total.";
+    GpuXidObserved => Gauge None "dgx_pixels_gpu_xid_observed" ["gpu", "uuid"] ["nvml"]
+        "1 when the GPU's XID errors are observed (NVML's event set accepted the GPU, or the kmsg collector reads the kernel log), 0 when neither does: its XIDs cannot be counted, and the health verdict says unknown (reason xid_unobserved) rather than healthy.";
     GpuRecoveryAction => Gauge None "dgx_pixels_gpu_recovery_action_info" ["gpu", "uuid", "action"] ["nvml", "sim"]
         "What the driver says the GPU needs to recover (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: none, reset_gpu, reboot, drain_p2p, drain_and_reset), value 1; absent where the driver does not report it. The health rule driver_recovery_action reads it.";
     GpuHealthState => Gauge None "dgx_pixels_gpu_health_state" ["gpu", "uuid", "state"] ["health"]

@@ -439,6 +439,14 @@ impl Source for NvmlSource {
             match self.identities.get(&index) {
                 Some(id) => {
                     push_gpu_samples(id, &readout, &mut out);
+                    if let Some(observed) = self.ledger.observed(&id.uuid) {
+                        out.push(Sample::of(
+                            &Arc::new(DeviceKey::gpu(id.index, id.uuid.as_str())),
+                            Metric::GpuXidObserved,
+                            [] as [&str; 0],
+                            if observed { 1.0 } else { 0.0 },
+                        ));
+                    }
                     if let Some(p) = &profile {
                         p.push(id, &mut out);
                     }
