@@ -336,8 +336,8 @@ define_catalog! {
         "Polls of the source that failed or missed their deadline.";
     ProbeGemm => Gauge Flops "dgx_pixels_probe_gemm_flops" ["gpu", "uuid", "probe"] ["probes"]
         "Last GEMM throughput measured by a cuBLAS probe (median of its iterations); see dgx_pixels_probe_last_run_timestamp_seconds for when.";
-    GpuStaleReadings => Gauge None "dgx_pixels_gpu_stale_readings" ["gpu", "uuid", "source"] ["dcgm"]
-        "Readings of this GPU the source left out of its last poll because they were stale: for DCGM, samples older than 3 update intervals (at least 2 s), after which the source re-creates its watches.";
+    GpuStaleReadings => Gauge None "dgx_pixels_gpu_stale_readings" ["gpu", "uuid", "source"] ["dcgm", "nvml"]
+        "Readings of this GPU the source left out of its last poll because they were stale or late: for DCGM, samples older than 3 update intervals (at least 2 s), after which the source re-creates its watches; for NVML, the GPM profiling families (10) while the GPU's GPM calls do not answer within the deadline (its other readings are served).";
     ProbeBandwidth => Gauge BytesPerSecond "dgx_pixels_probe_bandwidth_bytes_per_second" ["gpu", "uuid", "probe"] ["probes"]
         "Last copy bandwidth measured by a probe: copy_d2d counts bytes read plus written, copy_h2d and copy_d2h bytes moved over the host link from pinned memory.";
     ProbeLaunchLatency => Gauge Seconds "dgx_pixels_probe_launch_latency_seconds" ["gpu", "uuid"] ["probes"]
