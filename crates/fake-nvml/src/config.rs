@@ -31,6 +31,8 @@ pub struct Config {
     /// A GPU whose `nvmlGpmSampleGet` fails with `NVML_ERROR_UNKNOWN`
     /// (`FAKE_NVML_GPM_FAIL_GPU`), to test that one failing GPU leaves the others alone.
     pub gpm_fail_gpu: Option<u32>,
+    /// GPU index whose GPM calls block forever (its other calls answer).
+    pub gpm_hang_gpu: Option<u32>,
     /// Whether GPUs answer `NVML_FI_DEV_POWER_INSTANT` (`FAKE_NVML_POWER_INSTANT=0`: they
     /// answer `NOT_SUPPORTED`, as drivers and GPUs without the field do).
     pub power_instant: bool,
@@ -155,6 +157,14 @@ impl Config {
             Some("denied") => Gpm::Denied,
             Some(v) => return Err(bad("FAKE_NVML_GPM", v, "expected 0, 1 or denied")),
         };
+        let gpm_hang_gpu = match get("FAKE_NVML_GPM_HANG_GPU") {
+            Some(v) => Some(
+                v.trim()
+                    .parse()
+                    .map_err(|_| bad("FAKE_NVML_GPM_HANG_GPU", &v, "expected a GPU index"))?,
+            ),
+            None => None,
+        };
         let gpm_fail_gpu = match get("FAKE_NVML_GPM_FAIL_GPU") {
             Some(v) => Some(
                 v.trim()
@@ -183,6 +193,7 @@ impl Config {
             xid_events,
             gpm,
             gpm_fail_gpu,
+            gpm_hang_gpu,
         })
     }
 

@@ -84,6 +84,11 @@ pub static POLICIES: &[Entry] = &[
         why: "only while the driver asks for a recovery action (the health verdict reads it either way)",
     },
     Entry {
+        metric: Metric::GpuXidObserved,
+        policy: Policy::NotValue(1.0),
+        why: "only a GPU whose XIDs nobody observes (value 0); the health verdict reads it either way",
+    },
+    Entry {
         metric: Metric::GpuStaleReadings,
         policy: Policy::NonZero,
         why: "only while a source left stale readings out",
