@@ -35,11 +35,17 @@ pub enum Outcome {
     Timeout,
     /// The analysis failed in an unexpected way (a bug; logged).
     InternalError,
+    /// Over a bound of one file: decompressed bytes (`max_decompressed_bytes`), rows
+    /// (`max_rows`), a snapshot's values or nesting.
+    OverLimit,
+    /// When opened, not the regular file listed (a symlink, a FIFO or another file was put in
+    /// its place).
+    Replaced,
 }
 
 impl Outcome {
     /// Every outcome, in exposition order.
-    pub const ALL: [Outcome; 8] = [
+    pub const ALL: [Outcome; 10] = [
         Outcome::Analysed,
         Outcome::TooLarge,
         Outcome::Truncated,
@@ -48,6 +54,8 @@ impl Outcome {
         Outcome::Unreadable,
         Outcome::Timeout,
         Outcome::InternalError,
+        Outcome::OverLimit,
+        Outcome::Replaced,
     ];
 
     /// The label value.
@@ -61,6 +69,8 @@ impl Outcome {
             Outcome::Unreadable => "unreadable",
             Outcome::Timeout => "timeout",
             Outcome::InternalError => "internal_error",
+            Outcome::OverLimit => "over_limit",
+            Outcome::Replaced => "replaced",
         }
     }
 }
