@@ -633,3 +633,32 @@ fn duration_settings_have_an_upper_bound() {
     let o: TraceOptions = toml_like(r#"{"directory": "/a", "max_analysis_time": "24h"}"#);
     assert!(o.validate().is_ok());
 }
+
+#[test]
+fn communication_start_times_are_bounded_over_all_ranks() {
+    let cfg = SynthConfig::default();
+    let (world, a) = rank_analysis(&cfg, 0);
+    let t0 = Instant::now();
+    for (per_rank, ranks) in [
+        (group::MAX_COMM_STARTS, 6),
+        (group::MAX_COMM_STARTS / 3, 12),
+    ] {
+        let mut groups = group::Groups::new(256, Duration::from_secs(60));
+        for r in 0..ranks {
+            let mut x = a.clone();
+            x.report.rank = r as i64;
+            x.comm_starts = vec![(1, 0.0); per_rank];
+            // Two jobs, and each rank added twice (a replaced rank gives its share back).
+            for job in ["a", "b"] {
+                groups.add(job, world, x.clone(), t0);
+                groups.add(job, world, x.clone(), t0);
+            }
+            assert!(
+                groups.comm_starts_held() <= group::MAX_COMM_STARTS_TOTAL,
+                "{per_rank} x {r}: {}",
+                groups.comm_starts_held()
+            );
+        }
+        assert!(groups.comm_starts_held() >= group::MAX_COMM_STARTS_TOTAL - per_rank);
+    }
+}
