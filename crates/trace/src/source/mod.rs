@@ -70,9 +70,10 @@ pub const DEFAULT_GROUP_TIMEOUT: Duration = Duration::from_secs(300);
 /// Default bound on the decompressed text of one trace: 4 times the default
 /// `max_file_bytes` (a `.json.gz` compresses about 10 to 30 times; a hostile one 1,000 times).
 pub const DEFAULT_MAX_DECOMPRESSED_BYTES: u64 = 4 << 30;
-/// Default bound on the rows kept from one trace (GPU rows, launches, annotations): about
-/// 130 bytes of memory each while analysed.
-pub const DEFAULT_MAX_ROWS: u64 = 1_000_000;
+/// Default bound on the rows kept from one trace (GPU rows, launches, annotations): a trace
+/// of 500,000 rows peaks at about 80 MiB while parsed and analysed (docs/performance.md), under
+/// the chart's 128 MiB limit.
+pub const DEFAULT_MAX_ROWS: u64 = 500_000;
 /// Upper bound of `max_analysis_time` and `group_timeout`: a day.
 pub const MAX_DURATION_SETTING: Duration = Duration::from_secs(86_400);
 /// Default bound on the time one file's parse may take.
