@@ -288,15 +288,8 @@ fn events<R: Read>(input: &mut Input<R>, b: &mut Builder, max_rows: u64) -> Resu
     loop {
         input.skip_ws()?;
         input.value("an event", |s| one::<RawEvent<'_>, _>(s, |ev| b.event(ev)))?;
-        let rows = b.out.gpu.len() + b.out.cpu_corr.len() + b.out.annotations.len();
-        if rows as u64 > max_rows {
-            return Err(TraceError::OverLimit {
-                path: input.path.clone(),
-                message: format!(
-                    "more than {max_rows} rows (GPU rows, launches, annotations) at byte {}",
-                    input.offset()
-                ),
-            });
+        if (b.out.gpu.len() + b.out.cpu_corr.len() + b.out.annotations.len()) as u64 > max_rows {
+            return Err(too_many_rows(input, max_rows));
         }
         input.skip_ws()?;
         match input.peek("traceEvents")? {
@@ -307,6 +300,18 @@ fn events<R: Read>(input: &mut Input<R>, b: &mut Builder, max_rows: u64) -> Resu
             }
             c => return Err(input.unexpected(c, "',' or ']' after an event")),
         }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn too_many_rows<R: Read>(input: &Input<R>, max_rows: u64) -> TraceError {
+    TraceError::OverLimit {
+        path: input.path.clone(),
+        message: format!(
+            "more than {max_rows} rows (GPU rows, launches, annotations) at byte {}",
+            input.offset()
+        ),
     }
 }
 
