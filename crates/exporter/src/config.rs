@@ -74,10 +74,24 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// Parses "1s", "500ms", "2m" (humantime syntax).
+/// Longest duration any setting accepts (each key has its own, lower bound too): 100 years,
+/// so that no instant advanced by a setting can overflow the clock.
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 31_557_600);
+
+/// Longest interval, timeout or period of a poll or a drop: a day.
+pub const MAX_PERIOD: Duration = Duration::from_secs(86_400);
+
+/// Parses "1s", "500ms", "2m" (humantime syntax), at most [`MAX_DURATION`].
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s.trim())
-        .map_err(|e| format!("invalid duration {s:?} ({e}); use e.g. 500ms, 1s, 2m"))
+    let d = humantime::parse_duration(s.trim())
+        .map_err(|e| format!("invalid duration {s:?} ({e}); use e.g. 500ms, 1s, 2m"))?;
+    if d > MAX_DURATION {
+        return Err(format!(
+            "duration {s:?} is over the maximum of {}",
+            humantime::format_duration(MAX_DURATION)
+        ));
+    }
+    Ok(d)
 }
 
 fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
@@ -554,6 +568,27 @@ impl Settings {
                 MIN_INTERVAL,
             )?;
             check_min(&format!("collector.{name}.timeout"), c.timeout, MIN_TIMEOUT)?;
+            check_max(
+                &format!("collector.{name}.interval"),
+                c.interval,
+                MAX_PERIOD,
+            )?;
+            check_max(&format!("collector.{name}.timeout"), c.timeout, MAX_PERIOD)?;
+        }
+        // Upper bounds: an instant advanced by any of these must stay in the clock's range.
+        for (key, d) in [
+            ("simulation.trace_period", self.simulation.trace_period),
+            ("simulation.interval", self.simulation.interval),
+            ("nvml.slow_interval", Some(self.nvml.slow_interval)),
+            ("nvml.xid_quiet_period", Some(self.nvml.xid_quiet_period)),
+        ] {
+            check_max(key, d, MAX_PERIOD)?;
+        }
+        for (key, d) in [
+            ("health.clear_after", self.health.clear_after),
+            ("health.idle_after", self.health.idle_after),
+        ] {
+            check_max(key, d, 30 * MAX_PERIOD)?;
         }
         self.probes.schedule()?;
         self.health.validate()?;
@@ -645,7 +680,7 @@ mod health;
 mod sources;
 
 pub use files::read_field_list;
-use files::{check_hostengine, check_min, check_power_sampling};
+use files::{check_hostengine, check_max, check_min, check_power_sampling};
 pub use health::HealthSettings;
 pub use sources::{environment, resolve};
 

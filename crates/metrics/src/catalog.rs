@@ -388,7 +388,7 @@ define_catalog! {
     // steps and jobs; trace_job is the trace's directory (not `job`, which is Prometheus'
     // target label), rank its distributedInfo rank.
     TraceFiles => Counter None "dgx_pixels_trace_files_total" ["outcome"] ["trace"]
-        "Trace files the trace source finished with, by outcome (analysed, too_large, truncated, not_a_trace, parse_error, unreadable, timeout, internal_error); an error outcome is counted once per version of a file.";
+        "Trace files the trace source finished with, by outcome (analysed, too_large, truncated, not_a_trace, parse_error, unreadable, timeout, internal_error, over_limit, replaced); an error outcome is counted once per version of a file.";
     TracePendingFiles => Gauge None "dgx_pixels_trace_pending_files" [] ["trace"]
         "Trace files found but not analysed yet: still being written, waiting to be stable across two listings, or queued for another try.";
     TraceAnalysisSeconds => Counter Seconds "dgx_pixels_trace_analysis_seconds_total" [] ["trace"]

@@ -171,9 +171,12 @@ impl Writer {
                 }
             }
             step += 1;
-            let until = std::time::Instant::now() + self.job.period;
+            // checked: a period past the clock's range waits until stopped, never panics.
+            let until = std::time::Instant::now().checked_add(self.job.period);
             while !self.stopped() {
-                let left = until.saturating_duration_since(std::time::Instant::now());
+                let left = until.map_or(Duration::MAX, |u| {
+                    u.saturating_duration_since(std::time::Instant::now())
+                });
                 if left.is_zero() {
                     break;
                 }
