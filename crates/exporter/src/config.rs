@@ -491,7 +491,6 @@ impl Settings {
     }
 
     /// Interval and deadline of collector `name` (its registered defaults unless configured).
-    #[cfg(test)]
     pub fn collector_timing(&self, name: &str) -> (Duration, Duration) {
         collectors::find(name).map_or((DEFAULT_INTERVAL, DEFAULT_TIMEOUT), |c| {
             let t = c.timing(self);
