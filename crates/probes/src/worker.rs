@@ -392,6 +392,89 @@ mod tests {
         }
     }
 
+    fn sh(script: &str, timeout: Duration) -> WorkerBackend {
+        WorkerBackend::new(
+            "/bin/sh".into(),
+            vec!["-c".into(), script.into()],
+            ProbeSizes::default(),
+            timeout,
+        )
+    }
+
+    fn gpu() -> GpuId {
+        GpuId {
+            ordinal: 0,
+            uuid: "GPU-a".into(),
+            model: "NVIDIA H100 80GB HBM3".into(),
+        }
+    }
+
+    #[test]
+    fn a_worker_that_prints_garbage_hangs_or_crashes_is_an_error_of_its_kind() {
+        let second = Duration::from_secs(5);
+        for (script, kind) in [
+            ("cat >/dev/null; echo 'not json'", "bad_reply"),
+            ("cat >/dev/null; printf '{\"reply\":\"devices\"}'", "bad_reply"),
+            ("cat >/dev/null; kill -SEGV $$", "crashed"),
+            ("cat >/dev/null; exit 3", "failed"),
+            ("cat >/dev/null; head -c 200000 /dev/zero", "output_too_large"),
+        ] {
+            let mut b = sh(script, second);
+            match b.run(&gpu(), ProbeKind::GemmBf16) {
+                Err(ProbeError::Worker { kind: k, .. }) => assert_eq!(k, kind, "{script}"),
+                other => panic!("{script}: {other:?}"),
+            }
+            assert!(b.held_for().is_none(), "{script}: no GPU time claimed");
+        }
+        let mut b = sh("sleep 30", Duration::from_millis(200));
+        let t0 = std::time::Instant::now();
+        match b.discover() {
+            Err(ProbeError::Worker { kind: "timeout", .. }) => {}
+            other => panic!("{other:?}"),
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn replies_map_to_results_and_outcomes() {
+        let reply = |r: &WorkerReply| {
+            format!(
+                "cat >/dev/null; printf '%s' '{}'",
+                serde_json::to_string(r).unwrap()
+            )
+        };
+        let second = Duration::from_secs(5);
+        let mut b = sh(
+            &reply(&WorkerReply::Measured {
+                values: vec![1.0, 2.0],
+                held_ns: 7_000,
+            }),
+            second,
+        );
+        assert_eq!(b.run(&gpu(), ProbeKind::CopyD2D).unwrap(), vec![1.0, 2.0]);
+        assert_eq!(b.held_for(), Some(Duration::from_micros(7)));
+        assert!(b.worker_peak_rss_bytes().is_some_and(|r| r > 0));
+        let mut b = sh(
+            &reply(&WorkerReply::Contended {
+                others: 2,
+                held_ns: 5,
+            }),
+            second,
+        );
+        assert_eq!(
+            b.run(&gpu(), ProbeKind::CopyD2D),
+            Err(ProbeError::Contended(2))
+        );
+        let mut b = sh(
+            &reply(&WorkerReply::Failed {
+                unavailable: true,
+                message: "no libcuda".into(),
+            }),
+            second,
+        );
+        assert!(matches!(b.discover(), Err(ProbeError::Unavailable(m)) if m == "no libcuda"));
+    }
+
     #[test]
     fn skip_outcomes_are_distinct_labels() {
         let all = [Skip::InUse, Skip::ComputeMode, Skip::Mig].map(Skip::outcome);
