@@ -15,4 +15,6 @@ cargo test --release -q -p dgx-pixels-dcgm --test fuzz
 cargo test --release -q -p dgx-pixels-trace --test fuzz
 cargo test --release -q -p dgx-pixels-exporter --bin dgx-pixels-exporter fuzz_tests
 c=$PROPTEST_CASES
-echo "fuzz: 6 properties, $((3 * c + c / 4 + 1 + 2 * (c / 2 + 1))) cases in all ($c per property; $((c / 4 + 1)) for the scenario loader, $((c / 2 + 1)) for each exporter property), $(( $(date +%s) - start )) s, no failure"
+# 8 properties: web, textfile, dcgm and the trace's two at c cases, the scenario loader at c/4 + 1,
+# the exporter's two at c/2 + 1 (125,003 cases at the default 20000).
+echo "fuzz: 8 properties, $((5 * c + c / 4 + 1 + 2 * (c / 2 + 1))) cases in all ($c per property; $((c / 4 + 1)) for the scenario loader, $((c / 2 + 1)) for each exporter property), $(( $(date +%s) - start )) s, no failure"
