@@ -100,7 +100,7 @@ def main():
     config = tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False)
     probes = os.environ.get("PROBES", "gemm_bf16,copy_d2d,copy_h2d,launch_latency")
     config.write(f'[probes]\nprobes = "{probes}"\n'
-                 'duty_cycle = 1.0\nbusy_threshold = 1.0\n'
+                 'duty_cycle = 1.0\nbusy_threshold = 1.0\nsettle = "0s"\n'
                  '[collector.probes]\ninterval = "200ms"\n')
     config.close()
     want = 8 * (9 if probes == "all" else len(probes.split(",")))

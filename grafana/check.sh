@@ -87,6 +87,7 @@ echo "-- every query returns data from a real Prometheus scraping simulated node
 cat >"$work/probes.toml" <<'TOML'
 [probes]
 busy_threshold = 1.0
+settle = "0s"
 duty_cycle = 0.2
 probes = "gemm_bf16,copy_d2d,copy_h2d"
 [simulation]

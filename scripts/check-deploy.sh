@@ -79,6 +79,13 @@ for k in $KUBE_VERSIONS; do
   "$HELM" template dgx "$CHART" --namespace monitoring --kube-version "$k" >"$TMP/default.yaml"
   "$HELM" template dgx "$TMP/chart" --namespace monitoring --kube-version "$k" \
     -f helm/tests/all-toggles-values.yaml >"$TMP/all.yaml"
+  # probes.enabled: the collector flag, libcuda through the compute capability, the worker's
+  # memory limit; none of them by default.
+  grep -q -- '- --collector.probes$' "$TMP/all.yaml" && grep -q 'value: "compute,utility"' "$TMP/all.yaml" \
+    && grep -q 'memory: 640Mi' "$TMP/all.yaml" && grep -q 'name: CUDA_CACHE_DISABLE' "$TMP/all.yaml" \
+    || fail "probes.enabled=true does not render the probes collector, capability and memory limit"
+  ! grep -q -e '--collector.probes' -e 'value: "compute,' -e CUDA_CACHE_DISABLE "$TMP/default.yaml" \
+    || fail "the default render turns the probes on"
   grep -q '^kind: ServiceMonitor' "$TMP/all.yaml" && grep -q '^kind: PrometheusRule' "$TMP/all.yaml" \
     && [ "$(grep -c '^kind: ConfigMap' "$TMP/all.yaml")" -gt 1 ] || fail "the all-toggles render lacks an object"
   for r in default all; do
@@ -193,6 +200,11 @@ cp systemd/kmsg.conf "$FAKE/etc/systemd/system/dgx-pixels-exporter.service.d/"
 systemd-analyze verify --root="$FAKE" dgx-pixels-exporter.service >"$TMP/verify" 2>&1 \
   || { cat "$TMP/verify"; fail "systemd-analyze verify with the kmsg drop-in"; }
 [ ! -s "$TMP/verify" ] || { cat "$TMP/verify"; fail "systemd-analyze verify with the kmsg drop-in printed warnings"; }
+# And the probes drop-in, beside it.
+cp systemd/probes.conf "$FAKE/etc/systemd/system/dgx-pixels-exporter.service.d/"
+systemd-analyze verify --root="$FAKE" dgx-pixels-exporter.service >"$TMP/verify" 2>&1 \
+  || { cat "$TMP/verify"; fail "systemd-analyze verify with the probes drop-in"; }
+[ ! -s "$TMP/verify" ] || { cat "$TMP/verify"; fail "systemd-analyze verify with the probes drop-in printed warnings"; }
 
 section "hadolint Dockerfile"
 "$VENV/hadolint" Dockerfile

@@ -43,7 +43,7 @@ fleet_scenario() { # SCENARIO N
 fleet_role_args() { # ROLE
   case $1 in
     probes)
-      printf '[probes]\nbusy_threshold = 1.0\nduty_cycle = 0.2\nprobes = "gemm_bf16,copy_d2d,copy_h2d"\n' \
+      printf '[probes]\nbusy_threshold = 1.0\nsettle = "0s"\nduty_cycle = 0.2\nprobes = "gemm_bf16,copy_d2d,copy_h2d"\n' \
         >"$work/probes.toml"
       echo "--config.file $work/probes.toml --collector.probes.interval 1s" ;;
     textfile)

@@ -154,6 +154,14 @@ pub enum Commands {
         #[command(subcommand)]
         what: dgx_pixels_trace::cmd::TraceCommand,
     },
+    /// Internal: one probe run (or GPU discovery) in a short-lived worker process, started by
+    /// the daemon's probes collector; reads a JSON request on stdin, answers on stdout.
+    #[command(name = "probe-worker", hide = true)]
+    ProbeWorker {
+        /// NVML library to check the GPU's other users with (the daemon's `nvml.library`).
+        #[arg(long, value_name = "PATH")]
+        nvml_library: Option<std::path::PathBuf>,
+    },
 }
 
 /// `probe` subcommands: one-shot benchmarks with the CUDA probes.

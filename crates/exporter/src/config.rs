@@ -74,10 +74,24 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// Parses "1s", "500ms", "2m" (humantime syntax).
+/// Longest duration any setting accepts (each key has its own, lower bound too): 100 years,
+/// so that no instant advanced by a setting can overflow the clock.
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 31_557_600);
+
+/// Longest interval, timeout or period of a poll or a drop: a day.
+pub const MAX_PERIOD: Duration = Duration::from_secs(86_400);
+
+/// Parses "1s", "500ms", "2m" (humantime syntax), at most [`MAX_DURATION`].
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s.trim())
-        .map_err(|e| format!("invalid duration {s:?} ({e}); use e.g. 500ms, 1s, 2m"))
+    let d = humantime::parse_duration(s.trim())
+        .map_err(|e| format!("invalid duration {s:?} ({e}); use e.g. 500ms, 1s, 2m"))?;
+    if d > MAX_DURATION {
+        return Err(format!(
+            "duration {s:?} is over the maximum of {}",
+            humantime::format_duration(MAX_DURATION)
+        ));
+    }
+    Ok(d)
 }
 
 fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
@@ -345,7 +359,22 @@ pub struct ProbesSettings {
     pub busy_threshold: Option<f64>,
     /// Device memory one probe may allocate [default: 1073741824].
     pub memory_limit_bytes: Option<u64>,
+    /// How long a GPU must read idle and free before it is probed [default: 10s].
+    #[serde(deserialize_with = "de_duration")]
+    pub settle: Option<Duration>,
+    /// Deadline of one probe worker process, after which it is killed [default: 20s].
+    #[serde(deserialize_with = "de_duration")]
+    pub worker_timeout: Option<Duration>,
 }
+
+/// Default `[probes] worker_timeout`: a context, cuBLAS and four iterations take 1-3 s on a
+/// real GPU; the deadline is for a hung one.
+pub const DEFAULT_PROBE_WORKER_TIMEOUT: Duration = Duration::from_secs(20);
+/// Bounds of the probe durations: a settle window of over an hour means never, and a worker
+/// deadline must stay within the collector's poll deadline range.
+const MAX_PROBE_SETTLE: Duration = Duration::from_secs(3600);
+const PROBE_WORKER_TIMEOUT_RANGE: (Duration, Duration) =
+    (Duration::from_secs(1), Duration::from_secs(600));
 
 impl ProbesSettings {
     /// The scheduler settings, checked.
@@ -364,8 +393,36 @@ impl ProbesSettings {
         if let Some(m) = self.memory_limit_bytes {
             s.memory_limit_bytes = m;
         }
+        if let Some(d) = self.settle {
+            if d > MAX_PROBE_SETTLE {
+                return Err(ConfigError(format!(
+                    "probes.settle: {} is over the limit of {}",
+                    humantime::format_duration(d),
+                    humantime::format_duration(MAX_PROBE_SETTLE)
+                )));
+            }
+            s.settle = d;
+        }
+        self.worker_timeout()?;
         s.validate().map_err(|e| ConfigError(e.to_string()))?;
         Ok(s)
+    }
+}
+
+impl ProbesSettings {
+    /// `worker_timeout` or its default, checked.
+    pub fn worker_timeout(&self) -> Result<Duration, ConfigError> {
+        let d = self.worker_timeout.unwrap_or(DEFAULT_PROBE_WORKER_TIMEOUT);
+        let (min, max) = PROBE_WORKER_TIMEOUT_RANGE;
+        if d < min || d > max {
+            return Err(ConfigError(format!(
+                "probes.worker_timeout: {} must be between {} and {}",
+                humantime::format_duration(d),
+                humantime::format_duration(min),
+                humantime::format_duration(max)
+            )));
+        }
+        Ok(d)
     }
 }
 
@@ -434,7 +491,6 @@ impl Settings {
     }
 
     /// Interval and deadline of collector `name` (its registered defaults unless configured).
-    #[cfg(test)]
     pub fn collector_timing(&self, name: &str) -> (Duration, Duration) {
         collectors::find(name).map_or((DEFAULT_INTERVAL, DEFAULT_TIMEOUT), |c| {
             let t = c.timing(self);
@@ -511,8 +567,40 @@ impl Settings {
                 MIN_INTERVAL,
             )?;
             check_min(&format!("collector.{name}.timeout"), c.timeout, MIN_TIMEOUT)?;
+            check_max(
+                &format!("collector.{name}.interval"),
+                c.interval,
+                MAX_PERIOD,
+            )?;
+            check_max(&format!("collector.{name}.timeout"), c.timeout, MAX_PERIOD)?;
+        }
+        // Upper bounds: an instant advanced by any of these must stay in the clock's range.
+        for (key, d) in [
+            ("simulation.trace_period", self.simulation.trace_period),
+            ("simulation.interval", self.simulation.interval),
+            ("nvml.slow_interval", Some(self.nvml.slow_interval)),
+            ("nvml.xid_quiet_period", Some(self.nvml.xid_quiet_period)),
+        ] {
+            check_max(key, d, MAX_PERIOD)?;
+        }
+        for (key, d) in [
+            ("health.clear_after", self.health.clear_after),
+            ("health.idle_after", self.health.idle_after),
+        ] {
+            check_max(key, d, 30 * MAX_PERIOD)?;
         }
         self.probes.schedule()?;
+        // A worker must be killed before the poll that waits for it overruns its own deadline
+        // (the runner would serve the probes source down for a hang the worker timeout handles).
+        let probe_deadline = self.collector_timing("probes").1;
+        let worker = self.probes.worker_timeout()?;
+        if worker >= probe_deadline {
+            return Err(ConfigError(format!(
+                "probes.worker_timeout: {} must be shorter than collector.probes.timeout ({})",
+                humantime::format_duration(worker),
+                humantime::format_duration(probe_deadline)
+            )));
+        }
         self.health.validate()?;
         self.trace.validate().map_err(ConfigError)?;
         // A drop is 8 traces of a few hundred kB: faster than a second is no demo, only CPU.
@@ -602,7 +690,7 @@ mod health;
 mod sources;
 
 pub use files::read_field_list;
-use files::{check_hostengine, check_min, check_power_sampling};
+use files::{check_hostengine, check_max, check_min, check_power_sampling};
 pub use health::HealthSettings;
 pub use sources::{environment, resolve};
 

@@ -11,6 +11,7 @@ mod http_source;
 mod logging;
 mod ownership;
 mod probe_cmd;
+mod probe_worker;
 mod reload;
 mod runner;
 mod server;
@@ -54,6 +55,9 @@ fn main() -> ExitCode {
     }
     if let Some(Commands::Trace { what }) = &cli.command {
         return trace_cmd::run(what);
+    }
+    if let Some(Commands::ProbeWorker { nvml_library }) = &cli.command {
+        return probe_worker::run(nvml_library.as_deref());
     }
     if let Some(Commands::Docs {
         what: DocsCommand::DcgmFields,

@@ -594,3 +594,123 @@ fn an_xid_storm_through_the_kernel_log_counts_each_occurrence_once() {
         assert_eq!(kmsg_errors(&body, "malformed"), Some(0.0));
     }
 }
+
+/// Issue 28, item 11: no cap per poll. XIDs sent faster than any per-poll cap (50,000 a second
+/// for 10 s; 3,000 a second for 5 s over two GPUs and codes) are all counted, with nothing
+/// dropped, once the exporter has caught up.
+#[test]
+fn an_xid_flood_is_counted_completely() {
+    for (per_second, seconds, gpus) in [(50_000u64, 10u64, 1usize), (3_000, 5, 2)] {
+        let mut k = KernelLog::new();
+        let d = k.start(&FROZEN);
+        let body = wait(&d, "gpu_info", |b| {
+            !series(b, "dgx_pixels_gpu_info").is_empty()
+        });
+        let pci: Vec<String> = (0..gpus as u32).map(|g| kernel_pci(&body, g)).collect();
+        let codes = ["13", "31"];
+        let started = std::time::Instant::now();
+        for tick in 0..seconds * 10 {
+            let mut text = String::with_capacity(per_second as usize * 8);
+            for i in 0..per_second / 10 {
+                k.seq += 1;
+                let g = (i as usize) % gpus;
+                text.push_str(&format!(
+                    "3,{},{},-;NVRM: Xid (PCI:{}): {}, pid=9, name=train\n",
+                    k.seq, k.seq, pci[g], codes[g]
+                ));
+            }
+            k.raw(text.as_bytes());
+            let next = started + Duration::from_millis(100 * (tick + 1));
+            std::thread::sleep(next.saturating_duration_since(std::time::Instant::now()));
+        }
+        let total = per_second * seconds;
+        let want = (total / gpus as u64) as f64;
+        let done = |b: &str| (0..gpus).all(|g| xid(b, &g.to_string(), codes[g]) == Some(want));
+        let (body, _) = wait_until(d.port, Duration::from_secs(90), done);
+        assert!(done(&body), "{per_second}/s: {}", kmsg_lines(&body));
+        assert_eq!(kmsg_errors(&body, "dropped"), Some(0.0));
+        assert_eq!(
+            value(&body, "dgx_pixels_kmsg_records_read_total", &[]),
+            Some(total as f64)
+        );
+    }
+}
+
+/// Issue 28, item 12: a reload that switches `[kmsg] path` to another log and back, again and
+/// again, counts the first log's XIDs once (it counted them again at every switch back).
+#[test]
+fn switching_the_kernel_log_away_and_back_counts_nothing_twice() {
+    let mut k = KernelLog::new();
+    let config = k.log.with_file_name("exporter.toml");
+    let other = k.log.with_file_name("other-kmsg");
+    std::fs::write(&other, "").unwrap();
+    let (state, boot_id) = (k.state.clone(), k.boot_id.clone());
+    let write_config = |log: &Path| {
+        std::fs::write(
+            &config,
+            format!(
+                "[nvml]\nlibrary = {:?}\n[collector.kmsg]\nenabled = true\ninterval = \"200ms\"\n[kmsg]\npath = {:?}\nstate_directory = {:?}\nboot_id_path = {:?}\n",
+                fake_nvml_library(),
+                log.to_str().unwrap(),
+                state.to_str().unwrap(),
+                boot_id.to_str().unwrap(),
+            ),
+        )
+        .unwrap();
+    };
+    write_config(&k.log);
+    let d = start_with_env(
+        &["--config.file", config.to_str().unwrap()],
+        &[FROZEN[0], FROZEN[1], ("FAKE_NVML_PCIE_DELAY_MS", "0")],
+    );
+    let body = wait(&d, "gpu_info", |b| {
+        !series(b, "dgx_pixels_gpu_info").is_empty()
+    });
+    let gpu0 = kernel_pci(&body, 0);
+    for _ in 0..3 {
+        k.record(
+            4,
+            &format!("NVRM: Xid (PCI:{gpu0}): 31, pid=9, name=train, MMU Fault"),
+        );
+    }
+    std::fs::write(
+        &other,
+        format!("4,1,1,-;NVRM: Xid (PCI:{gpu0}): 43, pid=9, name=train\n"),
+    )
+    .unwrap();
+    wait(&d, "the first log's XIDs", |b| {
+        xid(b, "0", "31") == Some(3.0)
+    });
+    let hup = || {
+        assert!(std::process::Command::new("kill")
+            .args(["-HUP", &d.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success());
+    };
+    for round in 1..=3u32 {
+        write_config(&other);
+        hup();
+        wait(&d, "the other log read", |b| {
+            value(
+                b,
+                "dgx_pixels_exporter_config_reloads_total",
+                &[("result", "success")],
+            ) == Some(f64::from(2 * round - 1))
+                && xid(b, "0", "43") == Some(1.0)
+        });
+        write_config(&k.log);
+        hup();
+        wait(&d, "back on the first log", |b| {
+            value(
+                b,
+                "dgx_pixels_exporter_config_reloads_total",
+                &[("result", "success")],
+            ) == Some(f64::from(2 * round))
+        });
+        std::thread::sleep(Duration::from_millis(1200));
+        let body = text(d.port);
+        assert_eq!(xid(&body, "0", "31"), Some(3.0), "round {round}");
+        assert_eq!(xid(&body, "0", "43"), Some(1.0), "round {round}");
+    }
+}

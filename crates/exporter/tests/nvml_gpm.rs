@@ -290,3 +290,71 @@ fn on_a_running_clock_each_value_is_the_profile_over_its_interval() {
     seen.dedup();
     assert!(seen.len() > 1, "the value follows the clock: {seen:?}");
 }
+
+/// Issue 28, item 16: a GPU whose GPM calls hang (its other NVML calls answer) keeps
+/// `gpu_up` 1, its health verdict and every other reading; only its profiling families go
+/// missing, said by `dgx_pixels_gpu_stale_readings{source="nvml"}` (10, in the default profile
+/// too), while every other GPU keeps its GPM readings. For GPU 2 and GPU 0, over several polls.
+#[test]
+fn a_gpu_whose_gpm_hangs_loses_only_its_profiling_families() {
+    for hung in ["2", "0"] {
+        let d = start_with_env(
+            &[
+                "--nvml.library",
+                fake_nvml_library(),
+                "--collector.nvml.interval",
+                "200ms",
+            ],
+            &[
+                ("FAKE_NVML_TIME", "60"),
+                ("FAKE_NVML_GPM_HANG_GPU", hung),
+                ("FAKE_NVML_PCIE_DELAY_MS", "0"),
+            ],
+        );
+        let ok = |b: &str| {
+            series(b, "dgx_pixels_gpu_sm_active_ratio").len() == 7
+                && value(
+                    b,
+                    "dgx_pixels_gpu_stale_readings",
+                    &[("gpu", hung), ("source", "nvml")],
+                ) == Some(10.0)
+                && value(
+                    b,
+                    "dgx_pixels_gpu_health_state",
+                    &[("gpu", hung), ("state", "healthy")],
+                ) == Some(1.0)
+        };
+        let (body, _) = wait_until(d.port, Duration::from_secs(15), ok);
+        assert!(ok(&body), "GPU {hung}:\n{body}");
+        // Several polls later (each waits out the deadline for GPM only): still up.
+        std::thread::sleep(Duration::from_secs(3));
+        let body = text(d.port);
+        assert!(ok(&body), "GPU {hung} later:\n{body}");
+        let sm = series(&body, "dgx_pixels_gpu_sm_active_ratio");
+        assert!(
+            sm.iter().all(|l| !l.contains(&format!("gpu=\"{hung}\""))),
+            "{sm:?}"
+        );
+        for gpu in 0..8 {
+            let g = gpu.to_string();
+            assert_eq!(
+                value(&body, "dgx_pixels_gpu_up", &[("gpu", &g)]),
+                Some(1.0),
+                "{g}"
+            );
+        }
+        assert!(value(&body, "dgx_pixels_gpu_power_watts", &[("gpu", hung)]).is_some());
+        assert!(value(&body, "dgx_pixels_gpu_utilization_ratio", &[("gpu", hung)]).is_some());
+        assert_eq!(
+            value(&body, "dgx_pixels_source_up", &[("source", "nvml")]),
+            Some(1.0)
+        );
+        let logs = stop_and_logs(d);
+        assert_eq!(
+            logs.matches("GPM did not answer within the deadline")
+                .count(),
+            1,
+            "logged once: {logs}"
+        );
+    }
+}

@@ -261,7 +261,7 @@ fn gpu_the_probes_collector_serves_measurements() {
     // Both probes small and frequent; busy_threshold 1 so that a GPU in use still gets probed.
     std::fs::write(
         &config,
-        "[probes]\nprobes = \"launch_latency,copy_d2d\"\nduty_cycle = 1.0\nbusy_threshold = 1.0\n",
+        "[probes]\nprobes = \"launch_latency,copy_d2d\"\nduty_cycle = 1.0\nbusy_threshold = 1.0\nsettle = \"0s\"\n",
     )
     .unwrap();
     let d = daemon(&[

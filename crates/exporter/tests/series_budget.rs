@@ -78,7 +78,7 @@ fn eager_probes() -> tempfile::NamedTempFile {
     let f = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(
         f.path(),
-        "[probes]\nduty_cycle = 1.0\nbusy_threshold = 1.0\n[collector.probes]\ninterval = \"200ms\"\n",
+        "[probes]\nduty_cycle = 1.0\nbusy_threshold = 1.0\nsettle = \"0s\"\n[collector.probes]\ninterval = \"200ms\"\n",
     )
     .unwrap();
     f

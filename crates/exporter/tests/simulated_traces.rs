@@ -134,9 +134,20 @@ fn a_simulated_node_serves_the_traces_of_its_eight_ranks_equal_to_trace_analyze(
         );
         let process = series(&body, "dgx_pixels_process_memory_used_bytes")
             .into_iter()
-            .find(|l| l.contains(&format!("pid=\"{pid}\"")))
-            .unwrap_or_else(|| panic!("rank {rank}: no GPU process with pid {pid}"));
-        assert!(process.contains(&format!("gpu=\"{rank}\"")), "{process}");
+            .find(|l| l.contains(&format!("pid=\"{pid}\"")));
+        // dgx-h100's GPU 7 joins the job 45 s into the cycle: until then it has no process
+        // (the scenario's idle window for the probes), so rank 7's pid joins nothing yet.
+        let joined_late = rank == "7" && took < Duration::from_secs(44);
+        match process {
+            Some(process) => assert!(process.contains(&format!("gpu=\"{rank}\"")), "{process}"),
+            None if joined_late => assert!(
+                !series(&body, "dgx_pixels_process_memory_used_bytes")
+                    .iter()
+                    .any(|l| l.contains("gpu=\"7\"")),
+                "GPU 7 has a process before it joins"
+            ),
+            None => panic!("rank {rank}: no GPU process with pid {pid}"),
+        }
     }
     for c in ["all_gather", "reduce_scatter", "all_reduce"] {
         assert_eq!(

@@ -31,9 +31,14 @@ pub struct Config {
     /// A GPU whose `nvmlGpmSampleGet` fails with `NVML_ERROR_UNKNOWN`
     /// (`FAKE_NVML_GPM_FAIL_GPU`), to test that one failing GPU leaves the others alone.
     pub gpm_fail_gpu: Option<u32>,
+    /// GPU index whose GPM calls block forever (its other calls answer).
+    pub gpm_hang_gpu: Option<u32>,
     /// Whether GPUs answer `NVML_FI_DEV_POWER_INSTANT` (`FAKE_NVML_POWER_INSTANT=0`: they
     /// answer `NOT_SUPPORTED`, as drivers and GPUs without the field do).
     pub power_instant: bool,
+    /// Where the fake CUDA driver publishes live contexts (`FAKE_NVML_CUDA_STATE_DIR`): their
+    /// processes are listed as compute processes of their GPUs.
+    pub cuda_state_dir: Option<std::path::PathBuf>,
 }
 
 /// What GPM-capable GPUs do (`FAKE_NVML_GPM`).
@@ -152,6 +157,14 @@ impl Config {
             Some("denied") => Gpm::Denied,
             Some(v) => return Err(bad("FAKE_NVML_GPM", v, "expected 0, 1 or denied")),
         };
+        let gpm_hang_gpu = match get("FAKE_NVML_GPM_HANG_GPU") {
+            Some(v) => Some(
+                v.trim()
+                    .parse()
+                    .map_err(|_| bad("FAKE_NVML_GPM_HANG_GPU", &v, "expected a GPU index"))?,
+            ),
+            None => None,
+        };
         let gpm_fail_gpu = match get("FAKE_NVML_GPM_FAIL_GPU") {
             Some(v) => Some(
                 v.trim()
@@ -165,7 +178,11 @@ impl Config {
             Some("0") => false,
             Some(v) => return Err(bad("FAKE_NVML_POWER_INSTANT", v, "expected 0 or 1")),
         };
+        let cuda_state_dir = get("FAKE_NVML_CUDA_STATE_DIR")
+            .filter(|s| !s.is_empty())
+            .map(std::path::PathBuf::from);
         Ok(Config {
+            cuda_state_dir,
             power_instant,
             scenario,
             clock,
@@ -176,6 +193,7 @@ impl Config {
             xid_events,
             gpm,
             gpm_fail_gpu,
+            gpm_hang_gpu,
         })
     }
 
@@ -208,6 +226,7 @@ mod tests {
         assert_eq!(c.uninitialized, None);
         assert_eq!((c.kmsg, c.xid_events), (None, true));
         assert_eq!((c.gpm, c.gpm_fail_gpu), (Gpm::On, None));
+        assert_eq!(c.cuda_state_dir, None);
     }
 
     #[test]
@@ -224,8 +243,13 @@ mod tests {
             ("FAKE_NVML_XID_EVENTS", "0"),
             ("FAKE_NVML_GPM", "0"),
             ("FAKE_NVML_GPM_FAIL_GPU", "3"),
+            ("FAKE_NVML_CUDA_STATE_DIR", "/tmp/cuda"),
         ])
         .unwrap();
+        assert_eq!(
+            c.cuda_state_dir.as_deref(),
+            Some(std::path::Path::new("/tmp/cuda"))
+        );
         assert_eq!((c.gpm, c.gpm_fail_gpu), (Gpm::Off, Some(3)));
         let denied = parse(&[("FAKE_NVML_GPM", "denied")]).unwrap();
         assert_eq!(denied.gpm, Gpm::Denied);

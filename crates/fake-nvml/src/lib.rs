@@ -23,7 +23,10 @@
 //! | `FAKE_NVML_XID_EVENTS` | `0`: GPUs refuse XID event registration (`NOT_SUPPORTED`), so NVML delivers no XID and only the fake kernel log has them. | `1` |
 //! | `FAKE_NVML_GPM` | `0`: no GPU supports GPM (the support query answers 0, sampling `NOT_SUPPORTED`), so the exporter's fallback is tested; `denied`: supported, but sampling answers `NVML_ERROR_NO_PERMISSION`. With `1`, Hopper and Blackwell parts sample; older ones never do. | `1` |
 //! | `FAKE_NVML_GPM_FAIL_GPU` | GPU index whose `nvmlGpmSampleGet` fails with `NVML_ERROR_UNKNOWN`. | unset |
+//! | `FAKE_NVML_GPM_HANG_GPU` | GPU index whose GPM calls (`nvmlGpmQueryDeviceSupport`, `nvmlGpmSampleGet`) block forever while its other calls answer, to test that GPM has its own deadline. | unset |
 //! | `FAKE_NVML_POWER_INSTANT` | `0`: GPUs answer `NOT_SUPPORTED` for `NVML_FI_DEV_POWER_INSTANT` (186), as GPUs and drivers without the field do. | `1` |
+//! | `FAKE_NVML_CUDA_STATE_DIR` | The fake CUDA driver's `FAKE_CUDA_STATE_DIR` (crates/fake-cuda): `nvmlDeviceGetComputeRunningProcesses` (`_v2`, `_v3`) of a whole GPU also lists every process with a live context on it there, with the device memory it holds, as the real driver lists CUDA processes; a dead process's file is ignored (the driver frees its context). | unset |
+//! | `FAKE_NVML_COMPUTE_MODE` | `INDEX=MODE,...`: the compute mode `nvmlDeviceGetComputeMode` answers for those GPUs (`default`, `exclusive_thread`, `prohibited`, `exclusive_process`); read at every call, not only at init. | every GPU `default` |
 //! | `FAKE_NVML_UNINITIALIZED` | `FROM:TO` scenario seconds: a driver reset. In the window every call (init too) returns `NVML_ERROR_UNINITIALIZED`; a session opened before it stays uninitialized afterwards, until a new `nvmlInit_v2` (which works once the window is over). | unset |
 //!
 //! The loaded scenario and its clock live for the whole process: a later init with the same
@@ -77,7 +80,9 @@
 // The C names of the exports are NVML's.
 #![allow(non_snake_case)]
 
+mod compute_mode;
 mod config;
+mod cuda_contexts;
 mod device;
 mod events;
 mod fields;

@@ -65,7 +65,24 @@ unsafe fn compute(
     if count.is_null() {
         return Err(ERROR_INVALID_ARGUMENT);
     }
-    let list = device_call(device, Access::Reading, compute_processes)?;
+    let (mut list, handle) = device_call(device, Access::Reading, |dev| {
+        Ok((compute_processes(dev)?, dev.handle))
+    })?;
+    // Processes holding the GPU through the fake CUDA driver (FAKE_NVML_CUDA_STATE_DIR).
+    if handle.mig.is_none() {
+        if let Some(dir) = state::with_driver(|d, _| Ok(d.config.cuda_state_dir.clone()))? {
+            for (pid, bytes) in crate::cuda_contexts::holders(&dir, handle.gpu) {
+                if !list.iter().any(|p| p.pid == pid) {
+                    list.push(ProcessInfo {
+                        pid,
+                        used_gpu_memory: bytes,
+                        gpu_instance_id: NO_INSTANCE,
+                        compute_instance_id: NO_INSTANCE,
+                    });
+                }
+            }
+        }
+    }
     // SAFETY: forwarded caller contract.
     unsafe { fill(&list, count, infos) }
 }

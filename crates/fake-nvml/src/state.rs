@@ -502,6 +502,21 @@ pub fn device_call_mut<R>(
     f(d, handle, now)
 }
 
+/// Blocks the calling thread for good when `device` is the GPU whose GPM calls hang
+/// (`FAKE_NVML_GPM_HANG_GPU`); returns at once otherwise.
+pub fn gpm_hang(device: Device) {
+    let hangs = {
+        let guard = lock();
+        guard.as_ref().is_some_and(|d| {
+            Handle::from_ptr(device)
+                .is_some_and(|h| d.config.gpm_hang_gpu.is_some_and(|g| g as usize == h.gpu))
+        })
+    };
+    if hangs {
+        hang_forever();
+    }
+}
+
 /// Whether `gpu` is hung at `now` (event waits skip hung GPUs instead of blocking).
 pub fn is_hung(d: &Driver, gpu: usize, now: Duration) -> bool {
     d.hangs(gpu, now)

@@ -12,6 +12,10 @@ pub(crate) struct GpuFacts {
     pub up: Option<bool>,
     /// XID occurrences per code.
     pub xids: BTreeMap<u32, f64>,
+    /// Whether some origin observes the GPU's XIDs (`None`: not said).
+    pub xid_observed: Option<bool>,
+    /// Kernel-log messages that the GPU fell off the bus (without an XID line).
+    pub fallen_off_bus: Option<f64>,
     /// Uncorrected ECC errors since the last reset (volatile counter).
     pub ecc_uncorrected_volatile: Option<f64>,
     /// Corrected ECC errors since the last reset (volatile): read only to see a reset.
@@ -71,6 +75,8 @@ pub(crate) fn gather<'a>(
                 }
             }
             Metric::GpuEnergy => f.energy = Some(s.value),
+            Metric::GpuFallenOffBus => f.fallen_off_bus = Some(s.value),
+            Metric::GpuXidObserved => f.xid_observed = Some(on),
             Metric::GpuRemappedRowsFailure => f.remap_failure = Some(on),
             Metric::GpuRemappedRowsPending => f.remap_pending = Some(on),
             Metric::GpuRetiredPagesPending => f.retired_pages_pending = Some(on),
@@ -109,6 +115,8 @@ fn is_read(metric: Metric) -> bool {
             | Metric::GpuXidErrors
             | Metric::GpuEccErrors
             | Metric::GpuEnergy
+            | Metric::GpuFallenOffBus
+            | Metric::GpuXidObserved
             | Metric::GpuRemappedRowsFailure
             | Metric::GpuRemappedRowsPending
             | Metric::GpuRetiredPagesPending

@@ -46,8 +46,9 @@ pub enum Clears {
     /// After the quiet period (`[health] clear_after`) without the condition recurring: a
     /// transient event, such as a thermal slowdown or an application fault.
     AfterQuietPeriod,
-    /// When the GPU is seen reset: it answers again after being lost, or its counters
-    /// since the last reset (volatile ECC, energy) started over. A reboot restarts the exporter,
+    /// When the GPU is seen reset: it answers again after the driver said it fell off the
+    /// bus, or its counters since the last reset (volatile ECC, energy) started over. A missed
+    /// poll (`gpu_up` 1, 0, 1 without either) is not a reset. A reboot restarts the exporter,
     /// which forgets everything.
     OnReset,
 }
@@ -57,7 +58,7 @@ impl Clears {
         match self {
             Clears::WhenReadingClears => "when the reading no longer shows it",
             Clears::AfterQuietPeriod => "after `[health] clear_after` (default 5 min) without recurring",
-            Clears::OnReset => "when the GPU is seen reset (it answers again after being lost, or its volatile ECC or energy counters start over)",
+            Clears::OnReset => "when the GPU is seen reset: it answers again after the driver said it fell off the bus (XID 79, or the kernel log's message), or its volatile ECC or energy counters start over; a GPU that only missed a poll was not reset",
         }
     }
 }
@@ -91,6 +92,9 @@ pub struct Rule {
 /// The reason of an XID code that is not in the catalog: one value, so codes the driver invents
 /// cannot grow the label's cardinality.
 pub const XID_UNCATALOGUED: &str = "xid_uncatalogued";
+/// The reason when no rule holds but nothing observes the GPU's XIDs: the XID rules cannot
+/// be judged, so the verdict is unknown rather than healthy.
+pub const XID_UNOBSERVED: &str = "xid_unobserved";
 /// The reason when the GPU cannot be read.
 pub const NO_READINGS: &str = "no_readings";
 /// The reason when no rule holds.
@@ -270,6 +274,10 @@ pub fn markdown() -> String {
          - `dgx_pixels_gpu_health_action_info{gpu,uuid,action,reason}` (value 1): the most \
          severe action pending and the rule behind it (`none`/`none` when healthy, \
          `unknown`/`no_readings` when unknown).\n\n\
+         A verdict also says what it cannot see: where no origin observes a GPU's XIDs (NVML's \
+         event set refused the GPU, `dgx_pixels_gpu_xid_observed` 0, and the kmsg collector is \
+         off), the XID rules cannot hold, so a GPU no other rule finds at fault is `unknown` \
+         with action `unknown` and reason `xid_unobserved`, never `healthy`.\n\n\
          When several rules hold, the state is the most severe verdict and the action the most \
          disruptive one, since it settles the others: contact_support > reboot > restart_vm > \
          drain_and_reset > reset_gpu > drain_p2p > check_hardware > restart_app > \
@@ -286,7 +294,7 @@ pub fn markdown() -> String {
             Outcome::XidCatalog => (
                 "by the catalog action: unhealthy for reset_gpu, reboot, restart_vm, drain_p2p, drain_and_reset, check_hardware, contact_support; degraded for restart_app, update_software, evaluate, unknown",
                 "the catalog's immediate action for the code",
-                "unhealthy ones when the GPU is seen reset; degraded ones after `[health] clear_after` without the code",
+                "unhealthy ones when the GPU is seen reset (it answers again after the driver said it fell off the bus, XID 79 or the kernel log's message, or its volatile ECC or energy counters start over; a GPU that only missed a poll, `gpu_up` 1, 0, 1, was not reset); degraded ones after `[health] clear_after` without the code",
             ),
             Outcome::DriverAction => (
                 "unhealthy for reset_gpu, reboot, drain_and_reset; degraded for drain_p2p",

@@ -11,7 +11,7 @@ use dgx_pixels_xid::Action;
 use crate::facts::{gather, GpuFacts};
 use crate::rules::{
     action_rank, driver_outcome, rule, xid_outcome, Clears, Outcome, Verdict, NONE, NO_READINGS,
-    PCIE_BUSY_UTILIZATION, XID_UNCATALOGUED,
+    PCIE_BUSY_UTILIZATION, XID_UNCATALOGUED, XID_UNOBSERVED,
 };
 
 /// A condition that holds: the rule's reason, verdict and action.
@@ -41,7 +41,14 @@ struct Baseline {
     ecc_corrected: Option<f64>,
     nvlink_errors: Option<f64>,
     xids: BTreeMap<u32, f64>,
+    fallen_off_bus: Option<f64>,
+    /// The driver said the GPU fell off the bus (XID 79, or the kernel log's message) and no
+    /// reset was seen since: only then is answering again after being down a reset.
+    lost: bool,
 }
+
+/// The XID the driver reports when a GPU falls off the bus.
+const XID_FALLEN_OFF_BUS: u32 = 79;
 
 #[derive(Debug)]
 struct GpuState {
@@ -128,8 +135,12 @@ impl GpuState {
     /// Updates the latched events from `f` and returns the verdict with the condition that
     /// decides the action.
     fn apply(&mut self, f: &GpuFacts, now: Instant, clear_after: Duration) -> (Verdict, Condition) {
+        if self.lost_reported(f) {
+            self.baseline.lost = true;
+        }
         if self.reset_seen(f) {
             self.latched.retain(|_, l| l.clears != Clears::OnReset);
+            self.baseline.lost = false;
         }
         self.latch_events(f, now);
         self.update_baseline(f);
@@ -167,6 +178,15 @@ impl GpuState {
             };
             return (Verdict::Unknown, unknown);
         }
+        if verdict == Verdict::Healthy && f.xid_observed == Some(false) {
+            // No rule holds, but the XID rules cannot hold where no XID is seen: say so.
+            let unobserved = Condition {
+                reason: XID_UNOBSERVED.into(),
+                verdict: Verdict::Unknown,
+                action: Action::Unknown,
+            };
+            return (Verdict::Unknown, unobserved);
+        }
         let worst = worst.unwrap_or(Condition {
             reason: NONE.into(),
             verdict: Verdict::Healthy,
@@ -175,12 +195,25 @@ impl GpuState {
         (verdict, worst)
     }
 
-    /// Whether the GPU was reset since the last poll: back after being lost, or one of its
-    /// counters since the last reset started over.
+    /// Whether the driver says, in this poll, that the GPU fell off the bus: XID 79 grew, or
+    /// the kernel log's "fallen off the bus" count did.
+    fn lost_reported(&self, f: &GpuFacts) -> bool {
+        let b = &self.baseline;
+        let grew = |before: Option<f64>, after: Option<f64>| matches!((before, after), (b, Some(a)) if a > b.unwrap_or(0.0));
+        grew(
+            b.xids.get(&XID_FALLEN_OFF_BUS).copied(),
+            f.xids.get(&XID_FALLEN_OFF_BUS).copied(),
+        ) || grew(b.fallen_off_bus, f.fallen_off_bus)
+    }
+
+    /// Whether the GPU was reset since the last poll, by evidence: back after the driver said
+    /// it fell off the bus (a GPU that fell off comes back only through a reset), or one of its
+    /// counters since the last reset started over. A GPU that merely missed a poll (a slow
+    /// library call: `gpu_up` 1, 0, 1) was not reset.
     fn reset_seen(&self, f: &GpuFacts) -> bool {
         let b = &self.baseline;
         let went_down = |before: Option<f64>, after: Option<f64>| matches!((before, after), (Some(x), Some(y)) if y < x);
-        (b.up == Some(false) && f.up == Some(true))
+        (b.lost && b.up == Some(false) && f.up == Some(true))
             || went_down(b.energy, f.energy)
             || went_down(b.ecc_uncorrected, f.ecc_uncorrected_volatile)
             || went_down(b.ecc_corrected, f.ecc_corrected_volatile)
@@ -255,6 +288,7 @@ impl GpuState {
         b.ecc_uncorrected = f.ecc_uncorrected_volatile.or(b.ecc_uncorrected);
         b.ecc_corrected = f.ecc_corrected_volatile.or(b.ecc_corrected);
         b.nvlink_errors = f.nvlink_serious_errors.or(b.nvlink_errors);
+        b.fallen_off_bus = f.fallen_off_bus.or(b.fallen_off_bus);
         for (&code, &count) in &f.xids {
             b.xids.insert(code, count);
         }

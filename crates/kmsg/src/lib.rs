@@ -36,8 +36,8 @@ mod source;
 pub mod state;
 
 pub use source::{
-    GpuDirectory, KmsgSource, KnownGpu, SharedProgress, Tracked, MAX_PENDING_EVENTS, REASONS,
-    STATE_INTERVAL,
+    GpuDirectory, KmsgSource, KnownGpu, Progresses, SharedProgress, Tracked, MAX_PATHS,
+    MAX_PENDING_EVENTS, MAX_SEQ, MAX_SEQ_JUMP, READ_BUDGET, REASONS, STATE_INTERVAL,
 };
 
 /// The kernel log read by default.

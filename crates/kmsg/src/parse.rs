@@ -41,6 +41,8 @@ pub enum Malformed {
 /// A record's header and message; the message borrows the line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Record<'a> {
+    /// The syslog priority field: `facility * 8 + level`.
+    pub priority: u64,
     /// Sequence number: grows by one per record within a boot.
     pub seq: u64,
     /// Microseconds since boot (the kernel's monotonic clock) when the record was logged.
@@ -118,7 +120,7 @@ pub fn parse_record(line: &[u8]) -> Result<Record<'_>, Malformed> {
         .position(|&b| b == b';')
         .ok_or(Malformed::Header)?;
     let mut fields = line[..head_end].split(|&b| b == b',');
-    let _priority = fields.next().and_then(number).ok_or(Malformed::Header)?;
+    let priority = fields.next().and_then(number).ok_or(Malformed::Header)?;
     let seq = fields.next().and_then(number).ok_or(Malformed::Header)?;
     let timestamp_us = fields.next().and_then(number).ok_or(Malformed::Header)?;
     // Flags: `-`, `c` or `+` in practice; newer kernels may add fields after them.
@@ -127,10 +129,20 @@ pub fn parse_record(line: &[u8]) -> Result<Record<'_>, Malformed> {
         .filter(|f| !f.is_empty())
         .ok_or(Malformed::Header)?;
     Ok(Record {
+        priority,
         seq,
         timestamp_us,
         message: &line[head_end + 1..],
     })
+}
+
+impl Record<'_> {
+    /// Whether the kernel itself logged the record (facility 0, `LOG_KERN`). A process writing
+    /// to `/dev/kmsg` cannot log at facility 0: the kernel gives such records `LOG_USER` (1) or
+    /// the facility the writer names, never 0. So only these can be the driver's.
+    pub fn is_kernel(&self) -> bool {
+        self.priority < 8
+    }
 }
 
 /// Decimal digits only (at most 19, so it cannot overflow a u64).
@@ -143,44 +155,50 @@ fn number(s: &[u8]) -> Option<u64> {
     })
 }
 
-struct Finders {
-    xid: memmem::Finder<'static>,
-    sxid: memmem::Finder<'static>,
-    fallen: memmem::Finder<'static>,
+fn fallen_finder() -> &'static memmem::Finder<'static> {
+    static F: OnceLock<memmem::Finder<'static>> = OnceLock::new();
+    F.get_or_init(|| memmem::Finder::new("fallen off the bus"))
 }
 
-fn finders() -> &'static Finders {
-    static F: OnceLock<Finders> = OnceLock::new();
-    F.get_or_init(|| Finders {
-        xid: memmem::Finder::new("NVRM: Xid ("),
-        sxid: memmem::Finder::new("SXid ("),
-        fallen: memmem::Finder::new("fallen off the bus"),
-    })
-}
+/// The NVIDIA driver's XID prefix: the driver starts the message with it.
+const XID_PREFIX: &[u8] = b"NVRM: Xid (";
+/// The NVSwitch driver's prefix: `nvidia-nvswitchN: SXid (`.
+const NVSWITCH_PREFIX: &[u8] = b"nvidia-nvswitch";
+const SXID_AFTER_INSTANCE: &[u8] = b": SXid (";
 
 /// What `message` says about a GPU or switch: `Ok(None)` for the other messages of the kernel
 /// log (almost all of them), an error for a GPU message that does not parse.
+///
+/// Only the drivers' own messages count: each is recognised by the prefix the driver starts
+/// it with (`NVRM: Xid (`, `nvidia-nvswitchN: SXid (`, `NVRM: `), never by text further in,
+/// which may quote user input (a mount option, a file name). Callers also check that the
+/// record is the kernel's ([`Record::is_kernel`]).
 pub fn classify(message: &[u8]) -> Result<Option<Event>, Malformed> {
-    // Every message we look for names the driver; most lines are rejected on this one scan.
-    if memchr::memchr2(b'N', b'S', message).is_none() {
-        return Ok(None);
-    }
-    let f = finders();
-    if let Some(at) = f.xid.find(message) {
-        let (pci, rest) = paren_address(&message[at + 11..]).ok_or(Malformed::Message)?;
+    if let Some(rest) = message.strip_prefix(XID_PREFIX) {
+        let (pci, rest) = paren_address(rest).ok_or(Malformed::Message)?;
         let code = code_after(rest, MAX_XID).ok_or(Malformed::Message)?;
         return Ok(Some(Event::Xid { pci: pci.0, code }));
     }
-    if let Some(at) = f.sxid.find(message) {
-        let (pci, rest) = paren_address(&message[at + 6..]).ok_or(Malformed::Message)?;
-        let code = code_after(rest, MAX_SXID).ok_or(Malformed::Message)?;
-        return Ok(Some(Event::SXid {
-            pci: pci.0,
-            function: pci.1,
-            code,
-        }));
+    if let Some(rest) = message.strip_prefix(NVSWITCH_PREFIX) {
+        let digits = rest
+            .iter()
+            .take(4)
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+        if digits > 0 {
+            if let Some(rest) = rest[digits..].strip_prefix(SXID_AFTER_INSTANCE) {
+                let (pci, rest) = paren_address(rest).ok_or(Malformed::Message)?;
+                let code = code_after(rest, MAX_SXID).ok_or(Malformed::Message)?;
+                return Ok(Some(Event::SXid {
+                    pci: pci.0,
+                    function: pci.1,
+                    code,
+                }));
+            }
+        }
+        return Ok(None);
     }
-    if message.starts_with(b"NVRM: ") && f.fallen.find(message).is_some() {
+    if message.starts_with(b"NVRM: ") && fallen_finder().find(message).is_some() {
         // `NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.`: the first address names it.
         let pci = find_address(message).ok_or(Malformed::Message)?;
         return Ok(Some(Event::FallenOffBus { pci }));
@@ -438,6 +456,57 @@ mod tests {
         );
         non_utf8.insert(17, 0xff);
         assert_eq!(classify(&non_utf8), Err(Malformed::Message));
+    }
+
+    /// Issue 28, item 10: only the drivers' own messages count, recognised at the start of the
+    /// message; a kernel message quoting user input (a mount option, a process name, a file
+    /// name) with a driver line inside it is no event, nor malformed.
+    #[test]
+    fn driver_lines_count_only_at_the_start_of_the_message() {
+        for line in [
+            "EXT4-fs (sda1): Unrecognized mount option \"NVRM: Xid (PCI:0000:1b:00): 79, x\" or missing value",
+            "audit: type=1400 name=\"NVRM: Xid (PCI:0000:1b:00): 95, pid=1\"",
+            " NVRM: Xid (PCI:0000:1b:00): 79, leading space",
+            "xNVRM: Xid (PCI:0000:1b:00): 79, glued",
+            "python3[42]: NVRM: Xid (PCI:0000:1b:00): 48, from a process",
+            "usb 1-1: nvidia-nvswitch3: SXid (PCI:0000:c6:00.0): 20034, Fatal",
+            "nvidia-nvswitch: SXid (PCI:0000:c6:00.0): 20034, no instance number",
+            "nvidia-nvswitch3 SXid (PCI:0000:c6:00.0): 20034, no colon",
+            "my disk: NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.",
+        ] {
+            assert_eq!(event(line), Ok(None), "{line}");
+        }
+        // The same lines, as the drivers print them, count.
+        assert!(matches!(
+            event("NVRM: Xid (PCI:0000:1b:00): 79, x"),
+            Ok(Some(Event::Xid { code: 79, .. }))
+        ));
+        assert!(matches!(
+            event("nvidia-nvswitch12: SXid (PCI:0000:c6:00.0): 20034, Fatal"),
+            Ok(Some(Event::SXid { code: 20034, .. }))
+        ));
+    }
+
+    /// The priority field says who logged the record: facility 0 (`priority` 0-7) is the
+    /// kernel; a process writing to /dev/kmsg gets facility 1 (`LOG_USER`, 8-15) or another.
+    #[test]
+    fn only_kernel_facility_records_are_the_kernels() {
+        for (prio, kernel) in [
+            (0, true),
+            (3, true),
+            (4, true),
+            (7, true),
+            (8, false),
+            (11, false),
+            (12, false),
+            (14, false),
+            (30, false),
+            (191, false),
+        ] {
+            let line = format!("{prio},1,1,-;NVRM: Xid (PCI:0000:1b:00): 79, x");
+            let r = parse_record(line.as_bytes()).unwrap();
+            assert_eq!((r.priority, r.is_kernel()), (prio, kernel), "{line}");
+        }
     }
 
     #[test]

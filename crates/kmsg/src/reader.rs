@@ -6,6 +6,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use crate::parse::MAX_RECORD_BYTES;
 
@@ -97,23 +98,24 @@ impl Reader {
         self.kind
     }
 
-    /// Reads what is there now (up to [`MAX_BYTES_PER_READ`]), handing each line to `each`.
-    /// Never blocks. An error other than "nothing more" is returned after the lines before it.
-    pub fn read(&mut self, mut each: impl FnMut(Line<'_>)) -> io::Result<()> {
+    /// Reads what is there now (up to [`MAX_BYTES_PER_READ`], and until `until`), handing
+    /// each line to `each`; what is left is read by the next call. Never blocks. An error other
+    /// than "nothing more" is returned after the lines before it.
+    pub fn read(&mut self, until: Instant, mut each: impl FnMut(Line<'_>)) -> io::Result<()> {
         match self.kind {
-            Kind::CharDevice => self.read_records(&mut each),
+            Kind::CharDevice => self.read_records(until, &mut each),
             Kind::Regular => {
                 self.follow()?;
-                self.read_stream(&mut each)
+                self.read_stream(until, &mut each)
             }
-            Kind::Fifo => self.read_stream(&mut each),
+            Kind::Fifo => self.read_stream(until, &mut each),
         }
     }
 
     /// `/dev/kmsg`: each read returns one record (its first line and continuation lines).
-    fn read_records(&mut self, each: &mut impl FnMut(Line<'_>)) -> io::Result<()> {
+    fn read_records(&mut self, until: Instant, each: &mut impl FnMut(Line<'_>)) -> io::Result<()> {
         let mut total = 0;
-        while total < MAX_BYTES_PER_READ {
+        while total < MAX_BYTES_PER_READ && Instant::now() < until {
             match self.file.read(&mut self.buf) {
                 Ok(0) => return Ok(()),
                 Ok(n) => {
@@ -158,9 +160,9 @@ impl Reader {
     }
 
     /// A stream of newline-ended lines; an unfinished last line waits for the rest.
-    fn read_stream(&mut self, each: &mut impl FnMut(Line<'_>)) -> io::Result<()> {
+    fn read_stream(&mut self, until: Instant, each: &mut impl FnMut(Line<'_>)) -> io::Result<()> {
         let mut total = 0;
-        while total < MAX_BYTES_PER_READ {
+        while total < MAX_BYTES_PER_READ && Instant::now() < until {
             let n = match self.file.read(&mut self.buf[self.partial..]) {
                 Ok(0) => return Ok(()),
                 Ok(n) => n,
@@ -207,7 +209,7 @@ mod tests {
 
     fn lines(r: &mut Reader) -> Vec<String> {
         let mut out = Vec::new();
-        r.read(|l| {
+        r.read(Instant::now() + std::time::Duration::from_secs(5), |l| {
             out.push(match l {
                 Line::Text(t) => String::from_utf8_lossy(t).into_owned(),
                 Line::TooLong => "<too long>".into(),

@@ -3,7 +3,7 @@
 //! self-metrics.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -24,8 +24,10 @@ pub const STATE_INTERVAL: Duration = Duration::from_secs(5);
 pub const MAX_PENDING_EVENTS: usize = 1024;
 
 /// Every `reason` of `dgx_pixels_kmsg_errors_total`, all served from the first poll.
-pub const REASONS: [&str; 9] = [
+pub const REASONS: [&str; 11] = [
     "malformed",
+    "not_kernel",
+    "bad_seq",
     "too_long",
     "overrun",
     "unknown_gpu",
@@ -54,19 +56,98 @@ pub trait GpuDirectory: Send {
     fn gpus(&self) -> Option<Vec<KnownGpu>>;
 }
 
-/// What a reader of one path has processed, shared by a source and its successor after a
-/// reload (which builds the new source before stopping the old one), so a restart in the
-/// process neither repeats nor skips records. Create one per process; it starts empty.
-pub type SharedProgress = Arc<Mutex<Option<Tracked>>>;
+/// What the readers of each kernel-log path have processed, shared by a source and its
+/// successors after a reload (which builds the new source before stopping the old one), so a
+/// restart in the process neither repeats nor skips records, and switching `[kmsg] path` away
+/// and back does not count the first log again. Create one per process; it starts empty.
+pub type SharedProgress = Arc<Mutex<Progresses>>;
+
+/// Most kernel-log paths whose progress a process keeps; the least recently read is forgotten
+/// past this (its state file stays).
+pub const MAX_PATHS: usize = 16;
+
+/// Sequence numbers at or above this are refused from any source (the kernel's count of
+/// records since boot would take years at a million records a second to get here), so a
+/// forged number near `u64::MAX` can never make every later record look already counted.
+pub const MAX_SEQ: u64 = 1 << 48;
+/// From a file or FIFO (not `/dev/kmsg`, whose numbers the kernel gives), a sequence number
+/// more than this past the last one is refused unless the record after it continues from it,
+/// and one more than this below the last one means the log started over.
+pub const MAX_SEQ_JUMP: u64 = 1 << 24;
+
+/// The progress per path (see [`SharedProgress`]).
+#[derive(Debug, Default)]
+pub struct Progresses {
+    by_path: BTreeMap<PathBuf, Tracked>,
+    /// Paths, least recently read first.
+    order: VecDeque<PathBuf>,
+}
+
+impl Progresses {
+    fn get_mut(&mut self, path: &Path) -> Option<&mut Tracked> {
+        self.by_path.get_mut(path)
+    }
+
+    fn insert(&mut self, path: PathBuf, tracked: Tracked) {
+        self.order.retain(|p| p != &path);
+        while self.order.len() >= MAX_PATHS {
+            if let Some(old) = self.order.pop_front() {
+                self.by_path.remove(&old);
+            }
+        }
+        self.order.push_back(path.clone());
+        self.by_path.insert(path, tracked);
+    }
+}
 
 /// The progress on one path and the events read but not yet mapped to a GPU.
 #[derive(Debug)]
 pub struct Tracked {
-    path: PathBuf,
     progress: Progress,
     pending: VecDeque<(Event, Instant)>,
     /// Whether the state file can be written (checked once per process and path).
     writable: bool,
+    /// A sequence number that jumped too far, held until the next record confirms it.
+    jump: Option<u64>,
+}
+
+/// What a record's sequence number says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seq {
+    /// Not processed yet: process it.
+    New,
+    /// Processed before (a replay after a restart): skip it.
+    Seen,
+    /// Not a believable number: skip it, count it, never remember it.
+    Bad,
+}
+
+/// Judges `seq` against the last one processed (see [`MAX_SEQ`], [`MAX_SEQ_JUMP`]).
+fn judge_seq(kind: Kind, last: Option<u64>, jump: &mut Option<u64>, seq: u64) -> Seq {
+    if seq >= MAX_SEQ {
+        return Seq::Bad;
+    }
+    let trusted = kind == Kind::CharDevice;
+    let Some(last) = last else {
+        return Seq::New;
+    };
+    if seq > last {
+        if trusted || seq - last <= MAX_SEQ_JUMP {
+            *jump = None;
+            return Seq::New;
+        }
+        // A jump: believed once the next record continues from it (a filtered log can skip
+        // millions of records; one garbled or forged number cannot).
+        let confirmed = jump.is_some_and(|j| seq > j && seq - j <= MAX_SEQ_JUMP);
+        *jump = if confirmed { None } else { Some(seq) };
+        return if confirmed { Seq::New } else { Seq::Bad };
+    }
+    if !trusted && last - seq > MAX_SEQ_JUMP {
+        // Far below the last: the log started over (or the last was bogus).
+        *jump = None;
+        return Seq::New;
+    }
+    Seq::Seen
 }
 
 /// The source. See the crate docs.
@@ -80,6 +161,20 @@ pub struct KmsgSource {
     errors: BTreeMap<&'static str, u64>,
     last_save: Option<Instant>,
     dirty: bool,
+}
+
+/// Counts by reason of one poll, and the XIDs to log.
+#[derive(Default)]
+struct PollTally {
+    errors: BTreeMap<&'static str, u64>,
+    /// XIDs counted per (GPU index, code) and how many NVML had already: logged once per poll.
+    xids: BTreeMap<(u32, u32), (u64, u64)>,
+}
+
+impl PollTally {
+    fn error(&mut self, reason: &'static str) {
+        *self.errors.entry(reason).or_insert(0) += 1;
+    }
 }
 
 impl KmsgSource {
@@ -104,20 +199,16 @@ impl KmsgSource {
         }
     }
 
-    fn error(&mut self, reason: &'static str) {
-        *self.errors.entry(reason).or_insert(0) += 1;
-    }
-
     fn state_path(&self) -> Option<PathBuf> {
         self.options
             .state_directory
             .as_ref()
             .filter(|d| !d.as_os_str().is_empty())
-            .map(|d| d.join(state::FILE_NAME))
+            .map(|d| d.join(state::file_name(&self.options.path)))
     }
 
-    /// The progress to continue from: this process's on the same path and boot, else the
-    /// state file's, else none (and whether the state file can be written).
+    /// The progress to continue from: the state file's when it is of this boot and path,
+    /// else none (and whether the state file can be written).
     fn start(&self) -> Result<Tracked, PollError> {
         let boot = state::boot_id(&self.options.boot_id_path).map_err(|e| {
             PollError::new(
@@ -138,7 +229,15 @@ impl KmsgSource {
             warn!(kmsg = %self.options.path.display(), "no [kmsg] state_directory: restarts are not replay-protected; counting kernel-log records from now");
             return Ok(self.tracked(fresh(), false));
         };
-        let progress = match state::load(&path) {
+        let loaded = match state::load(&path) {
+            // Before per-path state files, every log's state was `kmsg.state`.
+            Ok(None) => path
+                .parent()
+                .map(|d| state::load(&d.join(state::FILE_NAME)))
+                .unwrap_or(Ok(None)),
+            other => other,
+        };
+        let progress = match loaded {
             Ok(Some(p)) if p.boot_id == boot && p.path == path_text => {
                 info!(state = %path.display(), seq = ?p.seq, "kmsg: resuming after the last record counted in this boot");
                 p
@@ -174,10 +273,10 @@ impl KmsgSource {
             self.ledger.seed(uuid, *code, XidOrigin::KernelLog, *n);
         }
         Tracked {
-            path: self.options.path.clone(),
             progress,
             pending: VecDeque::new(),
             writable,
+            jump: None,
         }
     }
 }
@@ -206,6 +305,46 @@ fn logged_at(kind: Kind, timestamp_us: u64, now: Instant, mono_us: Option<u64>) 
     }
 }
 
+/// Counts one GPU event: an XID in the ledger, a lost GPU in the progress.
+fn resolve(
+    event: Event,
+    at: Instant,
+    gpus: &[KnownGpu],
+    progress: &mut Progress,
+    ledger: &XidLedger,
+    tally: &mut PollTally,
+) {
+    let pci = match event {
+        Event::Xid { pci, .. } | Event::FallenOffBus { pci } => pci,
+        Event::SXid { .. } => return,
+    };
+    let Some(gpu) = gpus.iter().find(|g| g.pci == pci) else {
+        return tally.error("unknown_gpu");
+    };
+    match event {
+        Event::Xid { code, .. } => {
+            if dgx_pixels_xid::lookup(code).is_none() {
+                tally.error("unknown_xid");
+            }
+            if count(&mut progress.xids, (gpu.uuid.clone(), code)) {
+                let new = ledger.record(&gpu.uuid, code, at, XidOrigin::KernelLog);
+                let logged = tally.xids.entry((gpu.index, code)).or_insert((0, 0));
+                logged.0 += 1;
+                logged.1 += u64::from(!new);
+            } else {
+                tally.error("too_many_series");
+            }
+        }
+        Event::FallenOffBus { .. } => {
+            warn!(gpu = gpu.index, "kernel log: GPU has fallen off the bus");
+            if !count(&mut progress.fallen, gpu.uuid.clone()) {
+                tally.error("too_many_series");
+            }
+        }
+        Event::SXid { .. } => {}
+    }
+}
+
 impl Source for KmsgSource {
     fn name(&self) -> &'static str {
         "kmsg"
@@ -214,10 +353,15 @@ impl Source for KmsgSource {
     fn poll(&mut self) -> Result<PollOutput, PollError> {
         let shared = Arc::clone(&self.shared);
         let mut guard = shared.lock().unwrap_or_else(PoisonError::into_inner);
-        if guard.as_ref().is_none_or(|t| t.path != self.options.path) {
-            *guard = Some(self.start()?);
+        if guard.get_mut(&self.options.path).is_none() {
+            let tracked = self.start()?;
+            guard.insert(self.options.path.clone(), tracked);
+        } else {
+            let path = self.options.path.clone();
+            guard.order.retain(|p| p != &path);
+            guard.order.push_back(path);
         }
-        let Some(tracked) = guard.as_mut() else {
+        let Some(tracked) = guard.get_mut(&self.options.path) else {
             return Err(PollError::new(PollErrorKind::Config, "kmsg: no progress"));
         };
         if self.reader.is_none() {
@@ -236,20 +380,33 @@ impl Source for KmsgSource {
             self.reader = Some(reader);
         }
         let (now, mono) = (Instant::now(), monotonic_us());
-        let mut errors: Vec<&'static str> = Vec::new();
+        // Known before reading, so events are counted as they are read: no queue between
+        // reading and counting that a burst could overflow.
+        let gpus = self.directory.gpus();
+        let mut tally = PollTally::default();
         let mut records = 0u64;
         let Tracked {
-            progress, pending, ..
+            progress,
+            pending,
+            jump,
+            ..
         } = tracked;
+        // Events read before the GPU list was known go first, in order.
+        if let Some(gpus) = &gpus {
+            while let Some((event, at)) = pending.pop_front() {
+                resolve(event, at, gpus, progress, &self.ledger, &mut tally);
+            }
+        }
         let mut read_more = false;
+        let ledger = &self.ledger;
         let read = match self.reader.as_mut() {
             Some(reader) => {
                 let kind = reader.kind();
-                reader.read(|line| match line {
-                    Line::Overrun => errors.push("overrun"),
+                reader.read(Instant::now() + READ_BUDGET, |line| match line {
+                    Line::Overrun => tally.error("overrun"),
                     Line::TooLong => {
                         records += 1;
-                        errors.push("too_long");
+                        tally.error("too_long");
                     }
                     // Continuation lines name the device; they never carry an XID.
                     Line::Text(t) if t.first() == Some(&b' ') => {}
@@ -257,34 +414,50 @@ impl Source for KmsgSource {
                         records += 1;
                         let record = match parse_record(t) {
                             Ok(r) => r,
-                            Err(Malformed::TooLong) => return errors.push("too_long"),
-                            Err(_) => return errors.push("malformed"),
+                            Err(Malformed::TooLong) => return tally.error("too_long"),
+                            Err(_) => return tally.error("malformed"),
                         };
-                        if progress.seq.is_some_and(|s| record.seq <= s) {
-                            return; // counted before this restart
+                        match judge_seq(kind, progress.seq, jump, record.seq) {
+                            Seq::New => {}
+                            Seq::Seen => return, // counted before this restart
+                            Seq::Bad => return tally.error("bad_seq"),
                         }
                         progress.seq = Some(record.seq);
                         read_more = true;
-                        match classify(record.message) {
-                            Ok(None) => {}
-                            Err(_) => errors.push("malformed"),
-                            Ok(Some(Event::SXid {
+                        let event = match classify(record.message) {
+                            Ok(None) => return,
+                            Err(_) if !record.is_kernel() => return,
+                            Err(_) => return tally.error("malformed"),
+                            // Only the kernel logs at facility 0; anyone who may write to
+                            // /dev/kmsg can log a driver's words at another.
+                            Ok(Some(_)) if !record.is_kernel() => return tally.error("not_kernel"),
+                            Ok(Some(e)) => e,
+                        };
+                        match event {
+                            Event::SXid {
                                 pci,
                                 function,
                                 code,
-                            })) => {
+                            } => {
                                 let key = (format!("{pci}.{function}"), code);
                                 if !count(&mut progress.sxids, key) {
-                                    errors.push("too_many_series");
+                                    tally.error("too_many_series");
                                 }
                             }
-                            Ok(Some(event)) => {
-                                if pending.len() >= MAX_PENDING_EVENTS {
-                                    pending.pop_front();
-                                    errors.push("dropped");
-                                }
+                            event => {
                                 let at = logged_at(kind, record.timestamp_us, now, mono);
-                                pending.push_back((event, at));
+                                match &gpus {
+                                    Some(gpus) => {
+                                        resolve(event, at, gpus, progress, ledger, &mut tally)
+                                    }
+                                    None => {
+                                        if pending.len() >= MAX_PENDING_EVENTS {
+                                            pending.pop_front();
+                                            tally.error("dropped");
+                                        }
+                                        pending.push_back((event, at));
+                                    }
+                                }
                             }
                         }
                     }
@@ -292,14 +465,28 @@ impl Source for KmsgSource {
             }
             None => Ok(()),
         };
+        let pending_empty = pending.is_empty();
+        let writable = tracked.writable;
+        drop(guard);
+        for ((gpu, xid), (n, from_nvml)) in &tally.xids {
+            warn!(
+                gpu,
+                xid,
+                count = n,
+                already_from_nvml = from_nvml,
+                "XID error in the kernel log"
+            );
+        }
         self.records += records;
         self.dirty |= read_more;
+        for (reason, n) in std::mem::take(&mut tally.errors) {
+            *self.errors.entry(reason).or_insert(0) += n;
+        }
+        // Says whether the GPUs' XIDs are observed, for the health verdict.
+        self.ledger.set_kernel_log_reading(read.is_ok());
         if let Err(e) = read {
             self.reader = None;
-            errors.push("read_error");
-            for r in errors {
-                self.error(r);
-            }
+            *self.errors.entry("read_error").or_insert(0) += 1;
             return Err(PollError::new(
                 PollErrorKind::ReadFailed,
                 format!(
@@ -308,79 +495,22 @@ impl Source for KmsgSource {
                 ),
             ));
         }
-        // Map the events to GPUs once a GPU source has said which GPU is where.
-        let gpus = self.directory.gpus();
-        if let Some(gpus) = &gpus {
-            while let Some((event, at)) = pending.pop_front() {
-                let pci = match event {
-                    Event::Xid { pci, .. } | Event::FallenOffBus { pci } => pci,
-                    Event::SXid { .. } => continue,
-                };
-                let Some(gpu) = gpus.iter().find(|g| g.pci == pci) else {
-                    errors.push("unknown_gpu");
-                    continue;
-                };
-                match event {
-                    Event::Xid { code, .. } => {
-                        if dgx_pixels_xid::lookup(code).is_none() {
-                            errors.push("unknown_xid");
-                        }
-                        if count(&mut progress.xids, (gpu.uuid.clone(), code)) {
-                            let new = self
-                                .ledger
-                                .record(&gpu.uuid, code, at, XidOrigin::KernelLog);
-                            warn!(
-                                gpu = gpu.index,
-                                xid = code,
-                                already_from_nvml = !new,
-                                "XID error in the kernel log"
-                            );
-                        } else {
-                            errors.push("too_many_series");
-                        }
-                    }
-                    Event::FallenOffBus { .. } => {
-                        warn!(gpu = gpu.index, "kernel log: GPU has fallen off the bus");
-                        if !count(&mut progress.fallen, gpu.uuid.clone()) {
-                            errors.push("too_many_series");
-                        }
-                    }
-                    Event::SXid { .. } => {}
-                }
-            }
-        }
         // The state is written only with nothing pending, so it never claims a record whose
         // event is not counted yet.
         let due = self.last_save.is_none_or(|t| t.elapsed() >= STATE_INTERVAL);
-        if tracked_writable(&guard) && self.dirty && due && pending_empty(&guard) {
-            if let (Some(path), Some(t)) = (self.state_path(), guard.as_ref()) {
-                match state::save(&path, &t.progress) {
-                    Ok(()) => self.dirty = false,
-                    Err(e) => {
-                        warn!(state = %path.display(), error = %e, "kmsg: cannot write the state file");
-                        errors.push("state_write");
-                    }
-                }
-                self.last_save = Some(Instant::now());
-            }
+        if writable && self.dirty && due && pending_empty {
+            self.save_state();
+            self.last_save = Some(Instant::now());
         }
-        for r in errors {
-            self.error(r);
-        }
-        Ok(PollOutput::samples(self.samples(
-            guard.as_ref().map(|t| &t.progress),
-            gpus.as_deref(),
-        )))
+        let guard = shared.lock().unwrap_or_else(PoisonError::into_inner);
+        let progress = guard.by_path.get(&self.options.path).map(|t| &t.progress);
+        Ok(PollOutput::samples(self.samples(progress, gpus.as_deref())))
     }
 }
 
-fn tracked_writable(t: &Option<Tracked>) -> bool {
-    t.as_ref().is_some_and(|t| t.writable)
-}
-
-fn pending_empty(t: &Option<Tracked>) -> bool {
-    t.as_ref().is_none_or(|t| t.pending.is_empty())
-}
+/// How long one poll reads at most; the rest of a backlog is read by the next polls (nothing
+/// is dropped: `/dev/kmsg` keeps it until the kernel overwrites it, counted as `overrun`).
+pub const READ_BUDGET: Duration = Duration::from_millis(250);
 
 /// Adds one to `key`; false (and nothing added) when it is a new key past [`MAX_SERIES`].
 fn count<K: Ord>(map: &mut BTreeMap<K, u64>, key: K) -> bool {
@@ -392,6 +522,30 @@ fn count<K: Ord>(map: &mut BTreeMap<K, u64>, key: K) -> bool {
 }
 
 impl KmsgSource {
+    /// Writes this path's progress to its state file, counting a failure.
+    fn save_state(&mut self) {
+        let Some(path) = self.state_path() else {
+            return;
+        };
+        let saved = {
+            let guard = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+            match guard.by_path.get(&self.options.path) {
+                Some(t) if t.writable && t.pending.is_empty() => {
+                    Some(state::save(&path, &t.progress))
+                }
+                _ => None,
+            }
+        };
+        match saved {
+            Some(Ok(())) => self.dirty = false,
+            Some(Err(e)) => {
+                warn!(state = %path.display(), error = %e, "kmsg: cannot write the state file");
+                *self.errors.entry("state_write").or_insert(0) += 1;
+            }
+            None => {}
+        }
+    }
+
     fn samples(&self, progress: Option<&Progress>, gpus: Option<&[KnownGpu]>) -> Vec<Sample> {
         let mut out = vec![
             Sample::new(
@@ -436,14 +590,10 @@ impl KmsgSource {
 impl Drop for KmsgSource {
     /// A last write of the state, so a stop loses nothing counted (best effort).
     fn drop(&mut self) {
-        if !self.dirty {
-            return;
-        }
-        let guard = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
-        if let (Some(path), Some(t)) = (self.state_path(), guard.as_ref()) {
-            if t.writable && t.pending.is_empty() && t.path == self.options.path {
-                let _ = state::save(&path, &t.progress);
-            }
+        // A successor (a reload) says so again at its first poll.
+        self.ledger.set_kernel_log_reading(false);
+        if self.dirty {
+            self.save_state();
         }
     }
 }

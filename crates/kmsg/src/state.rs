@@ -24,8 +24,27 @@ pub const MAX_STATE_BYTES: u64 = 1 << 20;
 /// Most series kept per kind (XIDs, SXids, fallen-off-the-bus): a state file past this is
 /// refused, and the reader stops adding series past it.
 pub const MAX_SERIES: usize = 4096;
-/// Name of the state file in the state directory.
+/// Name of the state file of `/dev/kmsg` in the state directory (and, before per-path state
+/// files, of every log).
 pub const FILE_NAME: &str = "kmsg.state";
+
+/// The state file's name for the kernel log at `log`: [`FILE_NAME`] for `/dev/kmsg`,
+/// `kmsg-HASH.state` for any other path (a 64-bit FNV-1a hash of it), so each log keeps its
+/// own progress and switching the path away and back counts nothing twice. The file also
+/// names its log, so a hash collision is noticed, never trusted.
+pub fn file_name(log: &Path) -> String {
+    if log == Path::new(crate::DEFAULT_PATH) {
+        return FILE_NAME.to_string();
+    }
+    let hash = log
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+    format!("kmsg-{hash:016x}.state")
+}
 
 /// What a reader of one kernel log has processed and counted in one boot.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -108,7 +127,14 @@ pub fn load(path: &Path) -> Result<Option<Progress>, StateError> {
             ["version", "1"] => version = true,
             ["version", _] => return Err(invalid(n, "unknown version")),
             ["boot_id", id] => p.boot_id = (*id).to_string(),
-            ["seq", s] => p.seq = Some(num(s)?),
+            ["seq", s] => {
+                let seq = num(s)?;
+                // Never written by this version; an older one could persist a forged number.
+                if seq >= crate::source::MAX_SEQ {
+                    return Err(invalid(n, "sequence number out of range"));
+                }
+                p.seq = Some(seq);
+            }
             ["xid", uuid, c, count] => {
                 p.xids.insert(((*uuid).to_string(), code(c)?), num(count)?);
             }
@@ -132,6 +158,10 @@ pub fn load(path: &Path) -> Result<Option<Progress>, StateError> {
 
 /// Writes `p` to `path` atomically: a temporary file in the same directory, synced, then
 /// renamed over the old one, so a crash leaves the old state or the new one, never half.
+/// The temporary file gets a random name and is created with `O_CREAT|O_EXCL` (never
+/// following a link someone planted there), and the rename replaces the link at `path`
+/// itself, never what it points to: a state directory others can write to cannot make the
+/// exporter (root, where it reads `/dev/kmsg`) overwrite another file.
 pub fn save(path: &Path, p: &Progress) -> io::Result<()> {
     let mut text = String::with_capacity(256);
     text.push_str("# dgx-pixels-exporter kmsg state; written by the exporter, do not edit\n");
@@ -151,12 +181,18 @@ pub fn save(path: &Path, p: &Progress) -> io::Result<()> {
     for (uuid, n) in &p.fallen {
         text.push_str(&format!("fallen {uuid} {n}\n"));
     }
-    let tmp = path.with_extension("state.tmp");
-    let mut f = fs::File::create(&tmp)?;
-    f.write_all(text.as_bytes())?;
-    f.sync_all()?;
-    drop(f);
-    fs::rename(&tmp, path)
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".kmsg-")
+        .suffix(".tmp")
+        .tempfile_in(dir)?;
+    tmp.write_all(text.as_bytes())?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
 }
 
 /// The boot id in `path` (`/proc/sys/kernel/random/boot_id`): one token, at most 64 bytes.
@@ -211,6 +247,66 @@ mod tests {
         assert!(load(&path).unwrap_err().to_string().contains("no version"));
         fs::write(&path, "x".repeat(MAX_STATE_BYTES as usize + 1)).unwrap();
         assert!(load(&path).unwrap_err().to_string().contains("larger"));
+    }
+
+    /// Issue 28, item 14: a link planted at the state file's path or at any fixed temporary
+    /// name is replaced, never followed: the file it points to is unchanged.
+    #[test]
+    fn a_planted_symlink_is_never_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        fs::write(&victim, "precious\n").unwrap();
+        let state_dir = dir.path().join("state");
+        fs::create_dir(&state_dir).unwrap();
+        let path = state_dir.join(FILE_NAME);
+        // The old fixed temporary name, and the state file itself, both links to the victim.
+        for name in ["kmsg.state.tmp", FILE_NAME, ".kmsg-.tmp"] {
+            std::os::unix::fs::symlink(&victim, state_dir.join(name)).unwrap();
+        }
+        let p = Progress {
+            boot_id: "b".into(),
+            seq: Some(7),
+            ..Default::default()
+        };
+        for _ in 0..3 {
+            save(&path, &p).unwrap();
+        }
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "precious\n");
+        assert!(!fs::symlink_metadata(&path)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(load(&path).unwrap().unwrap().seq, Some(7));
+    }
+
+    /// Issue 28, item 13: a sequence number no kernel reaches is refused in a state file (an
+    /// older version could have persisted a forged one).
+    #[test]
+    fn a_state_file_with_an_impossible_sequence_number_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        for (seq, ok) in [
+            ("9999999999999999999", false),
+            ("281474976710656", false),
+            ("281474976710655", true),
+            ("0", true),
+        ] {
+            fs::write(&path, format!("version 1\nboot_id b\nseq {seq}\n")).unwrap();
+            assert_eq!(load(&path).is_ok(), ok, "{seq}");
+        }
+    }
+
+    #[test]
+    fn each_log_has_its_own_state_file() {
+        assert_eq!(file_name(Path::new("/dev/kmsg")), FILE_NAME);
+        let a = file_name(Path::new("/run/kmsg.fifo"));
+        let b = file_name(Path::new("/run/kmsg.fifo2"));
+        assert!(
+            a.starts_with("kmsg-") && a.ends_with(".state") && a.len() == 27,
+            "{a}"
+        );
+        assert_ne!(a, b);
+        assert_eq!(a, file_name(Path::new("/run/kmsg.fifo")));
     }
 
     #[test]

@@ -10,7 +10,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dgx_pixels_kmsg::parse::PciAddress;
-use dgx_pixels_kmsg::{state, GpuDirectory, KmsgOptions, KmsgSource, KnownGpu, MAX_PENDING_EVENTS};
+use dgx_pixels_kmsg::{
+    state, GpuDirectory, KmsgOptions, KmsgSource, KnownGpu, SharedProgress, MAX_PENDING_EVENTS,
+    MAX_SEQ, MAX_SEQ_JUMP,
+};
 use dgx_pixels_metrics::{Metric, PollOutput, Source, XidLedger};
 
 /// GPU 0 at 0000:1b:00, known once `known` is set.
@@ -67,20 +70,23 @@ impl Fixture {
 
     fn xid(&mut self, code: u32) {
         self.seq += 1;
+        let seq = self.seq;
+        self.line(&format!(
+            "3,{seq},1,-;NVRM: Xid (PCI:0000:1b:00): {code}, pid=1"
+        ));
+    }
+
+    fn line(&self, line: &str) {
         let mut f = std::fs::OpenOptions::new()
             .append(true)
             .open(self.dir.path().join("kmsg"))
             .unwrap();
-        writeln!(
-            f,
-            "3,{},1,-;NVRM: Xid (PCI:0000:1b:00): {code}, pid=1",
-            self.seq
-        )
-        .unwrap();
+        writeln!(f, "{line}").unwrap();
     }
 
     fn state(&self) -> state::Progress {
-        state::load(&self.dir.path().join("state").join(state::FILE_NAME))
+        let name = state::file_name(&self.dir.path().join("kmsg"));
+        state::load(&self.dir.path().join("state").join(name))
             .unwrap()
             .unwrap()
     }
@@ -152,7 +158,15 @@ fn the_state_of_another_log_is_not_used() {
         [(48, 1)].into(),
         "counted from the other log alone"
     );
-    assert_eq!(f.state().path, other.display().to_string());
+    let other_state = state::load(&f.dir.path().join("state").join(state::file_name(&other)))
+        .unwrap()
+        .unwrap();
+    assert_eq!(other_state.path, other.display().to_string());
+    assert_eq!(
+        f.state().path,
+        f.options().path.display().to_string(),
+        "each log its own file"
+    );
 }
 
 #[test]
@@ -239,4 +253,201 @@ fn the_real_dev_kmsg_is_read_without_blocking() {
         .unwrap()
         .seq
         .is_some());
+}
+
+/// Issue 28, item 10: only the kernel's own records (facility 0) count; a record of another
+/// facility saying the driver's words is counted as `not_kernel`, never as an XID, at every
+/// user-space priority.
+#[test]
+fn records_of_other_facilities_never_count() {
+    let mut f = Fixture::new();
+    f.known.store(true, Ordering::Relaxed);
+    let mut s = f.source();
+    for prio in [8, 11, 12, 14, 15, 30, 191] {
+        f.seq += 1;
+        f.line(&format!(
+            "{prio},{},1,-;NVRM: Xid (PCI:0000:1b:00): 95, pid=1",
+            f.seq
+        ));
+        f.seq += 1;
+        f.line(&format!(
+            "{prio},{},1,-;nvidia-nvswitch0: SXid (PCI:0000:c6:00.0): 20034, Fatal",
+            f.seq
+        ));
+    }
+    // A kernel message that quotes the driver's words: not an event at all.
+    f.seq += 1;
+    f.line(&format!(
+        "6,{},1,-;EXT4-fs (sda1): Unrecognized mount option \"NVRM: Xid (PCI:0000:1b:00): 79, x\"",
+        f.seq
+    ));
+    let out = s.poll().unwrap();
+    assert!(
+        f.ledger.counts("GPU-a").is_empty(),
+        "{:?}",
+        f.ledger.counts("GPU-a")
+    );
+    assert_eq!(error(&out, "not_kernel"), 14.0);
+    assert!(!out
+        .samples
+        .iter()
+        .any(|s| s.metric == Metric::NvswitchSxidErrors));
+    assert_eq!(error(&out, "malformed"), 0.0);
+    // The driver's own record, at each kernel priority, counts.
+    for prio in [0, 3, 4, 7] {
+        f.seq += 1;
+        f.line(&format!(
+            "{prio},{},1,-;NVRM: Xid (PCI:0000:1b:00): 95, pid=1",
+            f.seq
+        ));
+    }
+    s.poll().unwrap();
+    assert_eq!(f.ledger.counts("GPU-a"), [(95, 4)].into());
+}
+
+/// Issue 28, item 11: no cap per poll. A backlog of records is counted whole, over as many
+/// polls as the read budget takes; nothing is dropped once the GPU list is known.
+#[test]
+fn a_large_backlog_is_counted_completely() {
+    for n in [1025usize, 5000, 200_000] {
+        let f = Fixture::new();
+        f.known.store(true, Ordering::Relaxed);
+        let mut text = String::with_capacity(n * 64);
+        for i in 1..=n {
+            text.push_str(&format!(
+                "3,{i},1,-;NVRM: Xid (PCI:0000:1b:00): 13, pid=1\n"
+            ));
+        }
+        std::fs::write(f.dir.path().join("kmsg"), text).unwrap();
+        let mut s = f.source();
+        let mut out = s.poll().unwrap();
+        for _ in 0..200 {
+            if f.ledger.counts("GPU-a").get(&13) == Some(&(n as u64)) {
+                break;
+            }
+            out = s.poll().unwrap();
+        }
+        assert_eq!(f.ledger.counts("GPU-a")[&13], n as u64, "{n}");
+        assert_eq!(error(&out, "dropped"), 0.0);
+    }
+}
+
+/// Issue 28, item 12: switching the source to another log and back (as a reload of
+/// `[kmsg] path` does) counts nothing twice, in the process and across a restart.
+#[test]
+fn switching_the_path_away_and_back_counts_nothing_twice() {
+    let mut f = Fixture::new();
+    f.known.store(true, Ordering::Relaxed);
+    for _ in 0..3 {
+        f.xid(79);
+    }
+    let other = f.dir.path().join("other-kmsg");
+    std::fs::write(&other, "3,1,1,-;NVRM: Xid (PCI:0000:1b:00): 48, pid=1\n").unwrap();
+    let shared = SharedProgress::default();
+    let source = |path: &std::path::Path, ledger: &Arc<XidLedger>| {
+        let mut o = f.options();
+        o.path = path.to_path_buf();
+        KmsgSource::new(
+            o,
+            Arc::clone(ledger),
+            Box::new(Gpus(Arc::clone(&f.known))),
+            Arc::clone(&shared),
+        )
+    };
+    let first = f.dir.path().join("kmsg");
+    for round in 0..4 {
+        source(&first, &f.ledger).poll().unwrap();
+        assert_eq!(f.ledger.counts("GPU-a")[&79], 3, "round {round}");
+        source(&other, &f.ledger).poll().unwrap();
+        assert_eq!(f.ledger.counts("GPU-a")[&48], 1, "round {round}");
+    }
+    // A new process (fresh ledger and progress) switching back and forth: the state files.
+    let ledger = Arc::new(XidLedger::default());
+    for _ in 0..2 {
+        for path in [&first, &other] {
+            let mut o = f.options();
+            o.path = path.to_path_buf();
+            KmsgSource::new(
+                o,
+                Arc::clone(&ledger),
+                Box::new(Gpus(Arc::clone(&f.known))),
+                Default::default(),
+            )
+            .poll()
+            .unwrap();
+        }
+    }
+    assert_eq!(ledger.counts("GPU-a"), [(48, 1), (79, 3)].into());
+}
+
+/// Issue 28, item 13: a sequence number no kernel reaches, or a jump far past the last one,
+/// from a file is refused (`bad_seq`) and never remembered or persisted; the records after it
+/// count. A log that starts over far below counts again from there.
+#[test]
+fn an_impossible_sequence_number_poisons_nothing() {
+    for bad in [
+        9_999_999_999_999_999_999u64,
+        u64::MAX / 2,
+        MAX_SEQ,
+        3 + MAX_SEQ_JUMP + 1,
+    ] {
+        let mut f = Fixture::new();
+        f.known.store(true, Ordering::Relaxed);
+        for _ in 0..3 {
+            f.xid(79);
+        }
+        f.line(&format!(
+            "3,{bad},1,-;NVRM: Xid (PCI:0000:1b:00): 95, pid=1"
+        ));
+        for _ in 0..2 {
+            f.xid(79);
+        }
+        let mut s = f.source();
+        let out = s.poll().unwrap();
+        assert_eq!(f.ledger.counts("GPU-a"), [(79, 5)].into(), "{bad}");
+        assert_eq!(error(&out, "bad_seq"), 1.0, "{bad}");
+        drop(s);
+        assert_eq!(f.state().seq, Some(5), "{bad}: never persisted");
+    }
+    // A legitimate jump (a filtered log): refused alone, believed once the next record
+    // continues from it.
+    let mut f = Fixture::new();
+    f.known.store(true, Ordering::Relaxed);
+    f.xid(79);
+    let far = 1 + MAX_SEQ_JUMP * 3;
+    f.line(&format!(
+        "3,{far},1,-;NVRM: Xid (PCI:0000:1b:00): 13, pid=1"
+    ));
+    f.line(&format!(
+        "3,{},1,-;NVRM: Xid (PCI:0000:1b:00): 13, pid=1",
+        far + 100
+    ));
+    let out = f.source().poll().unwrap();
+    assert_eq!(f.ledger.counts("GPU-a"), [(13, 1), (79, 1)].into());
+    assert_eq!(error(&out, "bad_seq"), 1.0);
+    assert_eq!(f.state().seq, Some(far + 100));
+    // The log starts over far below: counted again from there.
+    f.line("3,1,1,-;NVRM: Xid (PCI:0000:1b:00): 31, pid=1");
+    f.source().poll().unwrap();
+    assert_eq!(f.ledger.counts("GPU-a")[&31], 1);
+}
+
+/// Issue 28, item 14: the state file is written through a fresh temporary file, never
+/// following a link planted in the state directory.
+#[test]
+fn a_link_planted_in_the_state_directory_is_not_followed() {
+    let mut f = Fixture::new();
+    f.known.store(true, Ordering::Relaxed);
+    let victim = f.dir.path().join("victim");
+    std::fs::write(&victim, "precious").unwrap();
+    let dir = f.dir.path().join("state");
+    std::fs::create_dir(&dir).unwrap();
+    let name = state::file_name(&f.dir.path().join("kmsg"));
+    for planted in [format!("{name}.tmp"), name.clone()] {
+        std::os::unix::fs::symlink(&victim, dir.join(planted)).unwrap();
+    }
+    f.xid(79);
+    f.source().poll().unwrap();
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    assert_eq!(f.state().seq, Some(1));
 }

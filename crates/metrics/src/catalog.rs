@@ -234,6 +234,8 @@ define_catalog! {
         "XID incidents per code: occurrences of one code on one GPU less than the quiet period apart ([nvml] xid_quiet_period, default 3 min) are one incident, so a storm of hundreds pages once.";
     GpuXidInfo => Gauge None "dgx_pixels_gpu_xid_info" ["gpu", "uuid", "xid", "mnemonic", "action"] ["nvml", "sim"]
         "One series (value 1) per XID code the GPU has reported: NVIDIA's mnemonic for it and the recommended immediate action from the XID catalog (docs/xid.md; unknown for a code the catalog lacks). Join on uuid and xid to put the action beside dgx_pixels_gpu_xid_errors_total.";
+    GpuXidObserved => Gauge None "dgx_pixels_gpu_xid_observed" ["gpu", "uuid"] ["nvml"]
+        "1 when the GPU's XID errors are observed (NVML's event set accepted the GPU, or the kmsg collector reads the kernel log), 0 when neither does: its XIDs cannot be counted, and the health verdict says unknown (reason xid_unobserved) rather than healthy.";
     GpuRecoveryAction => Gauge None "dgx_pixels_gpu_recovery_action_info" ["gpu", "uuid", "action"] ["nvml", "sim"]
         "What the driver says the GPU needs to recover (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: none, reset_gpu, reboot, drain_p2p, drain_and_reset), value 1; absent where the driver does not report it. The health rule driver_recovery_action reads it.";
     GpuHealthState => Gauge None "dgx_pixels_gpu_health_state" ["gpu", "uuid", "state"] ["health"]
@@ -334,8 +336,8 @@ define_catalog! {
         "Polls of the source that failed or missed their deadline.";
     ProbeGemm => Gauge Flops "dgx_pixels_probe_gemm_flops" ["gpu", "uuid", "probe"] ["probes"]
         "Last GEMM throughput measured by a cuBLAS probe (median of its iterations); see dgx_pixels_probe_last_run_timestamp_seconds for when.";
-    GpuStaleReadings => Gauge None "dgx_pixels_gpu_stale_readings" ["gpu", "uuid", "source"] ["dcgm"]
-        "Readings of this GPU the source left out of its last poll because they were stale: for DCGM, samples older than 3 update intervals (at least 2 s), after which the source re-creates its watches.";
+    GpuStaleReadings => Gauge None "dgx_pixels_gpu_stale_readings" ["gpu", "uuid", "source"] ["dcgm", "nvml"]
+        "Readings of this GPU the source left out of its last poll because they were stale or late: for DCGM, samples older than 3 update intervals (at least 2 s), after which the source re-creates its watches; for NVML, the GPM profiling families (10) while the GPU's GPM calls do not answer within the deadline (its other readings are served).";
     ProbeBandwidth => Gauge BytesPerSecond "dgx_pixels_probe_bandwidth_bytes_per_second" ["gpu", "uuid", "probe"] ["probes"]
         "Last copy bandwidth measured by a probe: copy_d2d counts bytes read plus written, copy_h2d and copy_d2h bytes moved over the host link from pinned memory.";
     ProbeLaunchLatency => Gauge Seconds "dgx_pixels_probe_launch_latency_seconds" ["gpu", "uuid"] ["probes"]
@@ -345,7 +347,11 @@ define_catalog! {
     ProbeLastRun => Gauge Seconds "dgx_pixels_probe_last_run_timestamp_seconds" ["gpu", "uuid", "probe"] ["probes"]
         "Unix time at which the probe's exported result was measured.";
     ProbeRuns => Counter None "dgx_pixels_probe_runs_total" ["gpu", "uuid", "probe", "outcome"] ["probes"]
-        "Probe runs by outcome: ok, error, skipped_busy (GPU utilization above the threshold) or skipped_no_utilization (no recent utilization reading to prove the GPU idle).";
+        "Probe runs by outcome: ok; error, timeout (the worker was killed at its deadline) or crashed (the worker died); contended (another process used the GPU during the run: result discarded); skipped_busy (utilization above the threshold), skipped_settling (not idle for the whole settle window yet), skipped_held (a pod or HPC job holds the GPU), skipped_in_use (another process is on it), skipped_mig, skipped_compute_mode (EXCLUSIVE_PROCESS or PROHIBITED) or skipped_no_utilization (no current reading to prove the GPU idle).";
+    ProbeWorkerPeakRss => Gauge Bytes "dgx_pixels_probe_worker_peak_rss_bytes" [] ["probes"]
+        "Highest peak resident memory of any probe worker process since the exporter started (its CUDA context and cuBLAS included): what a memory limit must leave room for beside the exporter.";
+    ProbeGpus => Gauge None "dgx_pixels_probe_gpus" ["state"] ["probes"]
+        "GPUs by what their last probe attempt found: measured, pending (not tried yet), busy, settling, held, in_use, mig, compute_mode, no_utilization, contended, failed. Tells \"probes on, all GPUs busy\" from \"probes broken\".";
     ProbeDuration => Histogram Seconds "dgx_pixels_probe_duration_seconds" ["gpu", "uuid", "probe"] ["probes"]
         "Wall time the GPU was held by one probe run, context setup included.";
     ProbeDutyCycle => Gauge Ratio "dgx_pixels_probe_duty_cycle_ratio" ["gpu", "uuid"] ["probes"]
@@ -371,7 +377,7 @@ define_catalog! {
     KmsgRecordsRead => Counter None "dgx_pixels_kmsg_records_read_total" [] ["kmsg"]
         "Kernel-log records read by the kmsg collector (continuation lines are part of their record), counted before replayed ones are skipped.";
     KmsgErrors => Counter None "dgx_pixels_kmsg_errors_total" ["reason"] ["kmsg"]
-        "Kernel-log records or events not counted as they are, by reason: malformed (no kmsg header, or a GPU line whose address or code does not parse or is out of range), too_long (over 8 KiB), overrun (the kernel overwrote records before they were read), unknown_gpu (an address of no GPU the GPU sources know), unknown_xid (counted, but a code the XID catalog lacks), dropped (waiting for the GPU list, too many), too_many_series, read_error, state_write.";
+        "Kernel-log records or events not counted as they are, by reason: malformed (no kmsg header, or a GPU line whose address or code does not parse or is out of range), not_kernel (a driver's words in a record the kernel did not log: another facility than 0, as anyone writing to /dev/kmsg gets), bad_seq (a sequence number no kernel gives, or one that jumps far ahead in a file or FIFO without the next record confirming it), too_long (over 8 KiB), overrun (the kernel overwrote records before they were read), unknown_gpu (an address of no GPU the GPU sources know), unknown_xid (counted, but a code the XID catalog lacks), dropped (waiting for the GPU list, too many), too_many_series, read_error, state_write.";
     KmsgXidDuplicates => Counter None "dgx_pixels_kmsg_xid_duplicates_total" [] ["kmsg"]
         "XID events reported by both NVML and the kernel log less than the dedupe window (10 s) apart, counted once in dgx_pixels_gpu_xid_errors_total.";
     TextfileScrapeError => Gauge None "dgx_pixels_textfile_scrape_error" ["file"] ["textfile"]
@@ -382,7 +388,7 @@ define_catalog! {
     // steps and jobs; trace_job is the trace's directory (not `job`, which is Prometheus'
     // target label), rank its distributedInfo rank.
     TraceFiles => Counter None "dgx_pixels_trace_files_total" ["outcome"] ["trace"]
-        "Trace files the trace source finished with, by outcome (analysed, too_large, truncated, not_a_trace, parse_error, unreadable, timeout, internal_error); an error outcome is counted once per version of a file.";
+        "Trace files the trace source finished with, by outcome (analysed, too_large, truncated, not_a_trace, parse_error, unreadable, timeout, internal_error, over_limit, replaced); an error outcome is counted once per version of a file.";
     TracePendingFiles => Gauge None "dgx_pixels_trace_pending_files" [] ["trace"]
         "Trace files found but not analysed yet: still being written, waiting to be stable across two listings, or queued for another try.";
     TraceAnalysisSeconds => Counter Seconds "dgx_pixels_trace_analysis_seconds_total" [] ["trace"]

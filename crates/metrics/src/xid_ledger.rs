@@ -71,6 +71,10 @@ struct Inner {
     entries: HashMap<(String, u32), Entry>,
     duplicates: u64,
     overflowed: u64,
+    /// Per GPU uuid: whether NVML's event set accepted it (absent: not tried yet).
+    nvml_watching: HashMap<String, bool>,
+    /// Whether a kernel-log reader is reading the log now.
+    kernel_log_reading: bool,
 }
 
 /// One XID count per GPU (by uuid) and code, deduplicated across origins (see the module docs).
@@ -156,6 +160,30 @@ impl XidLedger {
         }
     }
 
+    /// Notes whether NVML's event set watches GPU `uuid` for XIDs (it accepted the GPU's
+    /// registration, or refused it).
+    pub fn set_nvml_watching(&self, uuid: &str, watching: bool) {
+        let mut inner = self.lock();
+        if inner.nvml_watching.len() < MAX_KEYS || inner.nvml_watching.contains_key(uuid) {
+            inner.nvml_watching.insert(uuid.to_string(), watching);
+        }
+    }
+
+    /// Notes whether a kernel-log reader reads the kernel log now (its last poll succeeded).
+    pub fn set_kernel_log_reading(&self, reading: bool) {
+        self.lock().kernel_log_reading = reading;
+    }
+
+    /// Whether GPU `uuid`'s XIDs are observed by some origin: `Some(false)` when NVML refused
+    /// to watch it and no kernel log is read, `None` while NVML has not said yet.
+    pub fn observed(&self, uuid: &str) -> Option<bool> {
+        let inner = self.lock();
+        if inner.kernel_log_reading {
+            return Some(true);
+        }
+        inner.nvml_watching.get(uuid).copied()
+    }
+
     /// Distinct events per code on GPU `uuid`.
     pub fn counts(&self, uuid: &str) -> BTreeMap<u32, u64> {
         self.lock()
@@ -218,6 +246,23 @@ fn record_in(entry: &mut Entry, at: Instant, origin: XidOrigin, window: Duration
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 28, item 17: a GPU NVML refused to watch is observed only while the kernel log
+    /// is read; one NVML has not answered for yet is not known either way.
+    #[test]
+    fn observed_says_whether_any_origin_sees_a_gpus_xids() {
+        let l = XidLedger::default();
+        assert_eq!(l.observed("GPU-a"), None);
+        l.set_nvml_watching("GPU-a", false);
+        l.set_nvml_watching("GPU-b", true);
+        assert_eq!(l.observed("GPU-a"), Some(false));
+        assert_eq!(l.observed("GPU-b"), Some(true));
+        l.set_kernel_log_reading(true);
+        assert_eq!(l.observed("GPU-a"), Some(true));
+        assert_eq!(l.observed("GPU-c"), Some(true));
+        l.set_kernel_log_reading(false);
+        assert_eq!(l.observed("GPU-a"), Some(false));
+    }
 
     fn at(t0: Instant, ms: u64) -> Instant {
         t0 + Duration::from_millis(ms)

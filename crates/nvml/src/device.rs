@@ -323,6 +323,9 @@ impl GpuReader {
         let Some(mut procs) = check.get("processes", dev.running_compute_processes()) else {
             return;
         };
+        // The exporter's own probe workers are not users of the GPU (in the same PID
+        // namespace; docs/probes.md says what happens across namespaces).
+        procs.retain(|p| !dgx_pixels_worker::is_ours(p.pid));
         readout.process_count = Some(procs.len());
         let used = |p: &nvml_wrapper::struct_wrappers::device::ProcessInfo| match p.used_gpu_memory
         {

@@ -43,10 +43,11 @@ mod cgroup;
 mod device;
 mod fields;
 mod gpm;
+pub mod peers;
 mod power;
 mod xid;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -146,17 +147,28 @@ impl Default for NvmlOptions {
 }
 
 /// A reply from a GPU worker: GPU index, poll number, result, GPM's metrics since the last poll.
-type Reply = (u32, u64, GpuPoll, Option<gpm::GpmReading>);
+/// What a worker thread sends back: a GPU's basic reading, or its GPM reading, for a poll.
+enum Reply {
+    Basic(u32, u64, GpuPoll),
+    Gpm(u32, u64, Option<gpm::GpmReading>),
+}
 
-/// One GPU's worker thread.
+/// A GPU's GPM thread: its requests (the poll number and whether the GPU answered its last
+/// basic reading) and whether it is in a call.
+type GpmWorker = (mpsc::Sender<(u64, bool)>, Arc<AtomicBool>);
+
+/// One GPU's worker threads: the basic reading, and GPM on a thread of its own, so a GPU whose
+/// GPM calls hang loses its profiling families only, never its other readings.
 struct Worker {
     /// The GPU's NVML index (a GPU whose thread could not start has no worker).
     index: u32,
     requests: mpsc::Sender<u64>,
     busy: Arc<AtomicBool>,
+    /// GPM, when it is read: requests carry the poll number and whether the GPU answered
+    /// its last basic reading.
+    gpm: Option<GpmWorker>,
 }
 
-/// Everything that lives while the library is loaded.
 struct Loaded {
     workers: Vec<Worker>,
     replies: mpsc::Receiver<Reply>,
@@ -176,6 +188,10 @@ pub struct NvmlSource {
     identities: BTreeMap<u32, GpuIdentity>,
     /// GPUs currently reported as not answering (to log transitions once).
     stalled: HashSet<u32>,
+    /// GPUs whose GPM reading is missing (hung or late), to log transitions once.
+    gpm_stalled: HashSet<u32>,
+    /// Whether each GPU answered its last basic reading (GPM starts afresh after one it did not).
+    answered: HashMap<u32, bool>,
     /// XID counts over time, turned into incidents.
     incidents: XidIncidents,
     /// Where XID events are recorded and counted (shared with the kernel log reader).
@@ -212,6 +228,8 @@ impl NvmlSource {
             poll_number: 0,
             identities: BTreeMap::new(),
             stalled: HashSet::new(),
+            gpm_stalled: HashSet::new(),
+            answered: HashMap::new(),
             ledger: Arc::default(),
         }
     }
@@ -288,18 +306,16 @@ impl NvmlSource {
         for index in 0..count {
             let (requests, rx) = mpsc::channel::<u64>();
             let busy = Arc::new(AtomicBool::new(false));
-            let (nvml, reply_tx, busy2) = (nvml.clone(), reply_tx.clone(), busy.clone());
+            let (nvml2, reply_tx2, busy2) = (nvml.clone(), reply_tx.clone(), busy.clone());
             let mut reader = GpuReader::new(index, reader_options.clone());
-            let mut gpm = gpm::GpmReader::new(index, self.options.profiling);
             let spawned = thread::Builder::new()
                 .name(format!("nvml-gpu{index}"))
                 .spawn(move || {
                     // Ends when the source drops its sender (library reloaded or source gone).
                     while let Ok(poll) = rx.recv() {
-                        let result = reader.poll(&nvml);
-                        let profile = gpm.poll(&nvml, matches!(result, GpuPoll::Read { .. }));
+                        let result = reader.poll(&nvml2);
                         busy2.store(false, Ordering::Release);
-                        if reply_tx.send((index, poll, result, profile)).is_err() {
+                        if reply_tx2.send(Reply::Basic(index, poll, result)).is_err() {
                             return;
                         }
                     }
@@ -308,10 +324,16 @@ impl NvmlSource {
                 warn!(gpu = index, error = %e, "cannot start a worker thread; GPU not read");
                 continue;
             }
+            let gpm = self
+                .options
+                .profiling
+                .then(|| spawn_gpm_worker(index, &nvml, &reply_tx))
+                .flatten();
             workers.push(Worker {
                 index,
                 requests,
                 busy,
+                gpm,
             });
         }
         let xid = XidWatcher::spawn(nvml.clone(), (0..count).collect(), self.ledger.clone());
@@ -357,14 +379,37 @@ impl Source for NvmlSource {
                 }
             }
         }
+        let mut gpm_asked = 0usize;
+        let mut gpm_missing: HashSet<u32> = HashSet::new();
+        for w in &loaded.workers {
+            let Some((requests, busy)) = &w.gpm else {
+                continue;
+            };
+            // A GPM thread still busy with an earlier poll is stuck in the library: its
+            // families are missing, the GPU's other readings are not.
+            gpm_missing.insert(w.index);
+            if !busy.swap(true, Ordering::AcqRel) {
+                let answered = self.answered.get(&w.index).copied().unwrap_or(true);
+                if requests.send((number, answered)).is_ok() {
+                    gpm_asked += 1;
+                } else {
+                    busy.store(false, Ordering::Release);
+                }
+            }
+        }
         let deadline = Instant::now() + self.options.gpu_deadline;
         let mut results: BTreeMap<u32, GpuPoll> = BTreeMap::new();
         let mut profiles: BTreeMap<u32, gpm::GpmReading> = BTreeMap::new();
-        while results.len() < asked {
+        let mut gpm_answers = 0usize;
+        while results.len() < asked || gpm_answers < gpm_asked {
             let left = deadline.saturating_duration_since(Instant::now());
             match loaded.replies.recv_timeout(left) {
-                Ok((index, n, result, profile)) if n == number => {
+                Ok(Reply::Basic(index, n, result)) if n == number => {
                     results.insert(index, result);
+                }
+                Ok(Reply::Gpm(index, n, profile)) if n == number => {
+                    gpm_answers += 1;
+                    gpm_missing.remove(&index);
                     if let Some(p) = profile {
                         profiles.insert(index, p);
                     }
@@ -432,15 +477,43 @@ impl Source for NvmlSource {
             if readout.up {
                 readout.power_samples = loaded.power.as_ref().and_then(|p| p.samples(index));
             }
+            self.answered.insert(index, readout.up);
             let profile = profiles.remove(&index);
+            let gpm_late = gpm_missing.contains(&index);
+            if gpm_late && self.gpm_stalled.insert(index) {
+                warn!(
+                    gpu = index,
+                    deadline = ?self.options.gpu_deadline,
+                    "GPM did not answer within the deadline; its profiling families are left out"
+                );
+            } else if !gpm_late && self.gpm_stalled.remove(&index) {
+                info!(gpu = index, "GPM answers again");
+            }
             if let Some(p) = &profile {
                 p.apply(&mut readout);
             }
             match self.identities.get(&index) {
                 Some(id) => {
                     push_gpu_samples(id, &readout, &mut out);
+                    if let Some(observed) = self.ledger.observed(&id.uuid) {
+                        out.push(Sample::of(
+                            &Arc::new(DeviceKey::gpu(id.index, id.uuid.as_str())),
+                            Metric::GpuXidObserved,
+                            [] as [&str; 0],
+                            if observed { 1.0 } else { 0.0 },
+                        ));
+                    }
                     if let Some(p) = &profile {
                         p.push(id, &mut out);
+                    }
+                    if gpm_late {
+                        // Visible per GPU: the profiling families are missing, not zero.
+                        out.push(Sample::of(
+                            &Arc::new(DeviceKey::gpu(id.index, id.uuid.as_str())),
+                            Metric::GpuStaleReadings,
+                            ["nvml"],
+                            GPM_FAMILIES.len() as f64,
+                        ));
                     }
                 }
                 // Never answered (hung or failing since the library was loaded): its uuid is
@@ -454,6 +527,36 @@ impl Source for NvmlSource {
             }
         }
         Ok(PollOutput::samples(out))
+    }
+}
+
+/// Starts GPU `index`'s GPM thread; `None` (logged) when it cannot start.
+fn spawn_gpm_worker(
+    index: u32,
+    nvml: &Arc<Nvml>,
+    reply_tx: &mpsc::Sender<Reply>,
+) -> Option<GpmWorker> {
+    let (requests, rx) = mpsc::channel::<(u64, bool)>();
+    let busy = Arc::new(AtomicBool::new(false));
+    let (nvml, reply_tx, busy2) = (nvml.clone(), reply_tx.clone(), busy.clone());
+    let mut gpm = gpm::GpmReader::new(index, true);
+    let spawned = thread::Builder::new()
+        .name(format!("nvml-gpm{index}"))
+        .spawn(move || {
+            while let Ok((poll, answered)) = rx.recv() {
+                let profile = gpm.poll(&nvml, answered);
+                busy2.store(false, Ordering::Release);
+                if reply_tx.send(Reply::Gpm(index, poll, profile)).is_err() {
+                    return;
+                }
+            }
+        });
+    match spawned {
+        Ok(_) => Some((requests, busy)),
+        Err(e) => {
+            warn!(gpu = index, error = %e, "cannot start a GPM thread; no GPM readings");
+            None
+        }
     }
 }
 

@@ -49,35 +49,56 @@ impl Drop for XidWatcher {
     }
 }
 
+/// Notes that NVML watches none of `gpus` for XIDs (so the health verdict can say it cannot
+/// see them).
+fn watching_none(nvml: &Nvml, gpus: &[u32], ledger: &XidLedger) {
+    for &index in gpus {
+        if let Ok(uuid) = nvml.device_by_index(index).and_then(|d| d.uuid()) {
+            ledger.set_nvml_watching(&uuid, false);
+        }
+    }
+}
+
 fn watch(nvml: &Nvml, gpus: &[u32], ledger: &XidLedger, stop: &AtomicBool) {
     let set = match nvml.create_event_set() {
         Ok(s) => s,
         Err(e) => {
             info!(error = %e, "NVML event sets unavailable; XID errors are not counted");
+            watching_none(nvml, gpus, ledger);
             return;
         }
     };
     let Ok(register) = nvml.lib().nvmlDeviceRegisterEvents.as_ref() else {
         info!("nvmlDeviceRegisterEvents missing; XID errors are not counted");
+        watching_none(nvml, gpus, ledger);
         return;
     };
     // Event data names the device by handle; map handles back to indices and uuids.
     let mut by_handle: HashMap<usize, (u32, String)> = HashMap::new();
     for &index in gpus {
-        let registered = nvml.device_by_index(index).and_then(|dev| {
-            let uuid = dev.uuid()?;
-            // SAFETY: raw call with a live device handle and event set. The raw call is used
-            // because the wrapper frees the whole set when one device cannot register.
-            let handle = unsafe { dev.handle() };
-            let ret =
-                unsafe { register(handle, EventTypes::CRITICAL_XID_ERROR.bits(), set.handle()) };
-            nvml_try(ret).map(|()| (handle as usize, uuid))
-        });
-        match registered {
-            Ok((h, uuid)) => {
-                by_handle.insert(h, (index, uuid));
+        let device = nvml
+            .device_by_index(index)
+            .and_then(|dev| dev.uuid().map(|uuid| (dev, uuid)));
+        let (dev, uuid) = match device {
+            Ok(d) => d,
+            Err(e) => {
+                debug!(gpu = index, error = %e, "XID events not available for this GPU");
+                continue;
             }
-            Err(e) => debug!(gpu = index, error = %e, "XID events not available for this GPU"),
+        };
+        // SAFETY: raw call with a live device handle and event set. The raw call is used
+        // because the wrapper frees the whole set when one device cannot register.
+        let handle = unsafe { dev.handle() };
+        let ret = unsafe { register(handle, EventTypes::CRITICAL_XID_ERROR.bits(), set.handle()) };
+        match nvml_try(ret) {
+            Ok(()) => {
+                ledger.set_nvml_watching(&uuid, true);
+                by_handle.insert(handle as usize, (index, uuid));
+            }
+            Err(e) => {
+                debug!(gpu = index, error = %e, "XID events not available for this GPU");
+                ledger.set_nvml_watching(&uuid, false);
+            }
         }
     }
     if by_handle.is_empty() {

@@ -14,6 +14,8 @@
 //!   and a PNG chart.
 //! - [`peaks`]: published peak rates per GPU model.
 //! - [`scheduler`]: the daemon's `probes` [`dgx_pixels_metrics::Source`].
+//! - [`worker`]: each probe run in a short-lived worker process, so the daemon never holds a
+//!   GPU.
 //!
 //! # Which CUDA
 //!
@@ -53,6 +55,7 @@ pub mod probe;
 pub mod results;
 pub mod scheduler;
 pub mod stats;
+pub mod worker;
 
 pub use probe::{ProbeKind, ProbeSizes, ProbeUnit};
 pub use results::{Environment, ProbeResult, RunResults};
@@ -75,6 +78,20 @@ pub enum ProbeError {
     /// A result file is malformed.
     #[error("{0}")]
     Parse(String),
+    /// Another process used the GPU during the run (this many): the result is discarded.
+    #[error("contended: {0} other process(es) used the GPU during the run; result discarded")]
+    Contended(usize),
+    /// The GPU was left alone.
+    #[error("{outcome}: {detail}", outcome = .0.outcome(), detail = .1)]
+    Skipped(worker::Skip, String),
+    /// The worker process failed (`kind`: timeout, crashed, output_too_large, bad_reply, ...).
+    #[error("probe worker {kind}: {message}")]
+    Worker {
+        /// A short name of what happened.
+        kind: &'static str,
+        /// The details.
+        message: String,
+    },
 }
 
 /// What to run in one-shot mode.

@@ -1,15 +1,22 @@
 //! The daemon side: a [`Source`] that runs probes politely and exports their last results.
 //!
-//! Politeness rules, checked before every run:
-//! - one probe at a time per GPU (probes run one after another on the source's own thread);
-//! - a GPU whose latest utilization reading (from the NVML/DCGM snapshot) is above the busy
-//!   threshold is skipped (`skipped_busy`), and so is one without a reading
-//!   (`skipped_no_utilization`): without proof that it is idle, it is left alone;
+//! Politeness rules, checked before every run (each skip is its own `outcome`):
+//! - one probe at a time on the node (probes run one after another on the source's thread);
+//! - without a current utilization reading (from the NVML/DCGM snapshot) a GPU is left alone
+//!   (`skipped_no_utilization`): without proof that it is idle, it is not touched;
+//! - a GPU a pod or HPC job holds (`skipped_held`), one with another process on it
+//!   (`skipped_in_use`), one in MIG mode (`skipped_mig`), one above the busy threshold
+//!   (`skipped_busy`) and one that has not read idle for the whole settle window
+//!   (`skipped_settling`) are left alone;
+//! - the worker checks compute mode, MIG and other processes again itself before it creates a
+//!   context (`skipped_compute_mode`, ...) and while it runs: another process seen on the GPU
+//!   makes the run `contended`, and its numbers are discarded (see [`crate::worker`]);
 //! - after a run of duration d, that GPU is not probed again for d / duty_cycle, so probes
 //!   hold each GPU at most `duty_cycle` of the time (0.5% by default);
-//! - probes whose buffers exceed the memory cap are not scheduled at all;
-//! - the CUDA context is released after every run, so no device memory stays held between
-//!   probes.
+//! - probes whose buffers exceed the memory cap are not scheduled at all.
+//!
+//! With the [`crate::worker::WorkerBackend`] (the daemon's), each run is a worker process whose
+//! CUDA context ends with it: the daemon itself never creates one.
 //!
 //! At most one probe runs per poll, which keeps a poll short against the runner's deadline.
 
@@ -40,8 +47,71 @@ pub const DURATION_BUCKETS: &[f64] = &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2
 /// they described the GPU now.
 const MAX_AGE_ROUNDS: u32 = 3;
 
+/// Default time a GPU must read idle before it is probed.
+pub const DEFAULT_SETTLE: Duration = Duration::from_secs(10);
+
 /// Run outcomes, the `outcome` label values.
-pub const OUTCOMES: &[&str] = &["ok", "error", "skipped_busy", "skipped_no_utilization"];
+pub const OUTCOMES: &[&str] = &[
+    "ok",
+    "error",
+    "timeout",
+    "crashed",
+    "contended",
+    "skipped_busy",
+    "skipped_no_utilization",
+    "skipped_settling",
+    "skipped_held",
+    "skipped_in_use",
+    "skipped_mig",
+    "skipped_compute_mode",
+];
+
+/// States of a GPU for the probes, the `state` label of `dgx_pixels_probe_gpus`: what its last
+/// attempt found.
+pub const STATES: &[&str] = &[
+    "measured",
+    "pending",
+    "busy",
+    "settling",
+    "held",
+    "in_use",
+    "mig",
+    "compute_mode",
+    "no_utilization",
+    "contended",
+    "failed",
+];
+
+/// The state an outcome leaves a GPU in.
+fn state_of(outcome: &str) -> &'static str {
+    match outcome {
+        "ok" => "measured",
+        "skipped_busy" => "busy",
+        "skipped_settling" => "settling",
+        "skipped_held" => "held",
+        "skipped_in_use" => "in_use",
+        "skipped_mig" => "mig",
+        "skipped_compute_mode" => "compute_mode",
+        "skipped_no_utilization" => "no_utilization",
+        "contended" => "contended",
+        _ => "failed",
+    }
+}
+
+/// The outcome label of a failed run.
+fn outcome_of(e: &ProbeError) -> &'static str {
+    match e {
+        ProbeError::Contended(_) => "contended",
+        ProbeError::Skipped(skip, _) => skip.outcome(),
+        ProbeError::Worker {
+            kind: "timeout", ..
+        } => "timeout",
+        ProbeError::Worker {
+            kind: "crashed", ..
+        } => "crashed",
+        _ => "error",
+    }
+}
 
 /// Settings of the scheduler.
 #[derive(Debug, Clone, PartialEq)]
@@ -56,6 +126,8 @@ pub struct ScheduleSettings {
     pub memory_limit_bytes: u64,
     /// Workload sizes.
     pub sizes: ProbeSizes,
+    /// How long a GPU must read idle (and free) before it is probed.
+    pub settle: Duration,
 }
 
 impl Default for ScheduleSettings {
@@ -66,6 +138,7 @@ impl Default for ScheduleSettings {
             busy_threshold: DEFAULT_BUSY_THRESHOLD,
             memory_limit_bytes: DEFAULT_MEMORY_LIMIT_BYTES,
             sizes: ProbeSizes::default(),
+            settle: DEFAULT_SETTLE,
         }
     }
 }
@@ -132,6 +205,12 @@ pub trait Backend: Send {
     fn held_for(&self) -> Option<Duration> {
         None
     }
+
+    /// Peak resident memory of the process that did the last call, where it was another
+    /// process (a worker); `None` (the default) for in-process backends.
+    fn worker_peak_rss_bytes(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// The CUDA backend: opens the GPU, runs 1 warm-up and 3 measured iterations, releases it.
@@ -165,6 +244,24 @@ impl Backend for CudaBackend {
 pub trait UtilizationView: Send {
     /// `(exported GPU index, utilization 0–1)` when a current reading exists.
     fn lookup(&self, uuid: &str) -> Option<(u32, f64)>;
+
+    /// Who else is on the GPU, from the same snapshot. The default (a view that knows only
+    /// utilization) says nobody: the worker checks processes again itself.
+    fn occupancy(&self, uuid: &str) -> Occupancy {
+        let _ = uuid;
+        Occupancy::default()
+    }
+}
+
+/// Who else is on a GPU.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Occupancy {
+    /// A pod or HPC job holds it (attribution).
+    pub held: bool,
+    /// Processes other than the exporter's own workers with a context on it.
+    pub processes: usize,
+    /// It is in MIG mode.
+    pub mig: bool,
 }
 
 #[derive(Debug)]
@@ -187,6 +284,10 @@ struct GpuState {
     durations: BTreeMap<ProbeKind, Histogram>,
     busy: Duration,
     last_error: Option<String>,
+    /// Since when it has read idle and free (none while it does not).
+    idle_since: Option<Instant>,
+    /// What its last attempt found ([`STATES`]).
+    state: &'static str,
 }
 
 /// The `probes` source.
@@ -199,6 +300,8 @@ pub struct ProbeSource<B: Backend, U: UtilizationView> {
     gpus: Option<Vec<GpuState>>,
     unavailable: Option<(Instant, PollError)>,
     cursor: usize,
+    /// The highest peak RSS of any worker so far.
+    worker_peak_rss: Option<u64>,
 }
 
 impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
@@ -214,6 +317,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
             gpus: None,
             unavailable: None,
             cursor: 0,
+            worker_peak_rss: None,
         })
     }
 
@@ -244,6 +348,8 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
                             durations: BTreeMap::new(),
                             busy: Duration::ZERO,
                             last_error: None,
+                            idle_since: None,
+                            state: "pending",
                         })
                         .collect(),
                 );
@@ -257,6 +363,27 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
                 let err = PollError::new(kind, format!("probes: {e}"));
                 self.unavailable = Some((now, err.clone()));
                 Err(err)
+            }
+        }
+    }
+
+    /// Follows how long each GPU has read idle and free, for the settle window.
+    fn observe(&mut self, now: Instant) {
+        let Some(gpus) = self.gpus.as_mut() else {
+            return;
+        };
+        for g in gpus {
+            let free = self.utilization.occupancy(&g.id.uuid);
+            let idle = matches!(
+                self.utilization.lookup(&g.id.uuid),
+                Some((_, u)) if u <= self.settings.busy_threshold
+            ) && !free.held
+                && free.processes == 0
+                && !free.mig;
+            if !idle {
+                g.idle_since = None;
+            } else if g.idle_since.is_none() {
+                g.idle_since = Some(now);
             }
         }
     }
@@ -278,23 +405,40 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         let g = &mut gpus[i];
         let kind = probes[g.next_probe % probes.len()];
         let reading = self.utilization.lookup(&g.id.uuid);
+        let occupancy = self.utilization.occupancy(&g.id.uuid);
         if let Some((gpu, _)) = reading {
             if g.key.index() != gpu {
                 g.key = Arc::new(DeviceKey::gpu(gpu, g.id.uuid.as_str()));
             }
         }
+        let idle_for = g
+            .idle_since
+            .map(|t| now.saturating_duration_since(t))
+            .unwrap_or_default();
         let skip = match reading {
-            None => Some("skipped_no_utilization"),
-            Some((_, u)) if u > self.settings.busy_threshold => Some("skipped_busy"),
+            None => Some(("skipped_no_utilization", SKIP_RETRY)),
+            Some(_) if occupancy.held => Some(("skipped_held", SKIP_RETRY)),
+            Some(_) if occupancy.processes > 0 => Some(("skipped_in_use", SKIP_RETRY)),
+            Some(_) if occupancy.mig => Some(("skipped_mig", SKIP_RETRY)),
+            Some((_, u)) if u > self.settings.busy_threshold => Some(("skipped_busy", SKIP_RETRY)),
+            // Not idle for long enough yet: look again when it would be.
+            Some(_) if idle_for < self.settings.settle => Some((
+                "skipped_settling",
+                (self.settings.settle - idle_for).max(Duration::from_millis(100)),
+            )),
             Some(_) => None,
         };
-        if let Some(outcome) = skip {
+        if let Some((outcome, retry)) = skip {
             *g.runs.entry((kind, outcome)).or_default() += 1;
-            g.next_due = now + SKIP_RETRY;
+            g.state = state_of(outcome);
+            g.next_due = now + retry;
             return;
         }
         let t0 = Instant::now();
         let result = self.backend.run(&g.id, kind);
+        if let Some(rss) = self.backend.worker_peak_rss_bytes() {
+            self.worker_peak_rss = Some(self.worker_peak_rss.unwrap_or(0).max(rss));
+        }
         let took = self.backend.held_for().unwrap_or_else(|| t0.elapsed());
         g.busy += took;
         g.durations
@@ -309,6 +453,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         match value {
             Ok(v) => {
                 *g.runs.entry((kind, "ok")).or_default() += 1;
+                g.state = state_of("ok");
                 g.results.insert(
                     kind,
                     LastResult {
@@ -320,14 +465,28 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
                 g.last_error = None;
             }
             Err(e) => {
-                *g.runs.entry((kind, "error")).or_default() += 1;
-                // A failed probe leaves no result: the previous one no longer describes the GPU.
-                g.results.remove(&kind);
-                let msg = e.to_string();
-                if g.last_error.as_deref() != Some(&msg) {
-                    tracing::warn!(gpu = g.key.index(), uuid = %g.id.uuid, probe = %kind, "probe failed: {msg}");
+                let outcome = outcome_of(&e);
+                *g.runs.entry((kind, outcome)).or_default() += 1;
+                g.state = state_of(outcome);
+                if outcome.starts_with("skipped_") || outcome == "contended" {
+                    // Polite, not broken: the previous result still describes the GPU until
+                    // it ages out. A skip held the GPU for no time; look again later.
+                    tracing::debug!(gpu = g.key.index(), uuid = %g.id.uuid, probe = %kind, outcome, "probe not run: {e}");
+                    g.idle_since = None;
+                    if outcome.starts_with("skipped_") {
+                        g.next_due = now + SKIP_RETRY;
+                        return;
+                    }
+                } else {
+                    // A failed probe leaves no result: the previous one no longer describes
+                    // the GPU.
+                    g.results.remove(&kind);
+                    let msg = e.to_string();
+                    if g.last_error.as_deref() != Some(&msg) {
+                        tracing::warn!(gpu = g.key.index(), uuid = %g.id.uuid, probe = %kind, outcome, "probe failed: {msg}");
+                    }
+                    g.last_error = Some(msg);
                 }
-                g.last_error = Some(msg);
             }
         }
         g.next_probe = (g.next_probe + 1) % probes.len();
@@ -340,6 +499,17 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         let Some(gpus) = &self.gpus else {
             return out;
         };
+        if let Some(rss) = self.worker_peak_rss {
+            out.push(Sample::new(
+                Metric::ProbeWorkerPeakRss,
+                [] as [&str; 0],
+                rss as f64,
+            ));
+        }
+        for state in STATES {
+            let n = gpus.iter().filter(|g| g.state == *state).count();
+            out.push(Sample::new(Metric::ProbeGpus, [*state], n as f64));
+        }
         let elapsed = now.duration_since(self.started).as_secs_f64();
         for g in gpus {
             let key = &g.key;
@@ -418,6 +588,7 @@ impl<B: Backend, U: UtilizationView> Source for ProbeSource<B, U> {
     fn poll(&mut self) -> Result<PollOutput, PollError> {
         let now = Instant::now();
         self.discover(now)?;
+        self.observe(now);
         self.step(now);
         Ok(PollOutput::samples(self.samples(Instant::now())))
     }

@@ -64,6 +64,7 @@ fn probe_series_pass_promtool() {
     let settings = ScheduleSettings {
         probes: ProbeKind::ALL.to_vec(),
         duty_cycle: 1.0,
+        settle: std::time::Duration::ZERO,
         ..Default::default()
     };
     let mut source = ProbeSource::new(Fake, Idle, settings).unwrap();

@@ -103,6 +103,7 @@ fn gpu_the_daemon_source_serves_measurements() {
         ScheduleSettings {
             probes: vec![ProbeKind::LaunchLatency, ProbeKind::CopyD2D],
             duty_cycle: 1.0,
+            settle: std::time::Duration::ZERO,
             ..ScheduleSettings::default()
         },
     )

@@ -137,7 +137,10 @@ mod tests {
     use dgx_pixels_sim::Scenario;
 
     fn settings() -> ScheduleSettings {
-        ScheduleSettings::default()
+        ScheduleSettings {
+            settle: Duration::ZERO,
+            ..ScheduleSettings::default()
+        }
     }
 
     fn node(name: &str) -> Node {
@@ -151,13 +154,19 @@ mod tests {
 
     #[test]
     fn busy_gpus_are_left_alone_as_on_hardware() {
-        // dgx-h100 trains on every GPU: every probe is skipped as busy.
+        // dgx-h100 trains on GPUs 0-6 from the start (GPU 7 joins at 45 s): those are
+        // skipped as busy, the idle one is measured.
         let mut s = source(settings(), node("dgx-h100"), Instant::now()).unwrap();
         for _ in 0..8 {
             s.poll().unwrap();
         }
         let out = s.poll().unwrap().samples;
-        assert!(out.iter().all(|x| x.metric != Metric::ProbeGemm));
+        let measured: Vec<_> = out
+            .iter()
+            .filter(|x| x.metric == Metric::ProbeGemm)
+            .map(|x| x.label_values()[0].to_string())
+            .collect();
+        assert_eq!(measured, ["7"]);
         let skipped = out.iter().find(|x| {
             x.metric == Metric::ProbeRuns
                 && x.label_values()[0] == "0"
@@ -173,6 +182,7 @@ mod tests {
         let cfg = ScheduleSettings {
             busy_threshold: 1.0,
             probes: dgx_pixels_probes::probe::parse_list("gemm_bf16,copy_h2d").unwrap(),
+            settle: Duration::ZERO,
             ..ScheduleSettings::default()
         };
         let started = Instant::now() - Duration::from_secs(60);

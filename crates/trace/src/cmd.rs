@@ -11,7 +11,9 @@ use clap::{Args, Subcommand, ValueEnum};
 
 use crate::analysis::{analyze, AnalyzeOptions, Report};
 use crate::memory::{is_pickle, read_snapshot};
-use crate::parse::{parse_file, ParseOptions, DEFAULT_MAX_VALUE_BYTES};
+use crate::parse::{
+    parse_file, ParseOptions, DEFAULT_MAX_ROWS, DEFAULT_MAX_TEXT_BYTES, DEFAULT_MAX_VALUE_BYTES,
+};
 use crate::{RankTrace, TraceError};
 
 const NAME: &str = "dgx-pixels-exporter trace";
@@ -50,6 +52,12 @@ pub struct InputArgs {
     /// Largest single JSON value (one event) accepted, in bytes.
     #[arg(long = "max-event-bytes", value_name = "BYTES", default_value_t = DEFAULT_MAX_VALUE_BYTES)]
     pub max_event_bytes: usize,
+    /// Largest decompressed text of one trace read, in bytes.
+    #[arg(long = "max-decompressed-bytes", value_name = "BYTES", default_value_t = DEFAULT_MAX_TEXT_BYTES)]
+    pub max_decompressed_bytes: u64,
+    /// Most rows (GPU rows, launches, annotations) kept from one trace.
+    #[arg(long = "max-rows", value_name = "N", default_value_t = DEFAULT_MAX_ROWS)]
+    pub max_rows: u64,
 }
 
 /// Flags of `trace analyze`.
@@ -170,6 +178,8 @@ pub fn load_and_analyze(
     let opts = ParseOptions {
         max_value_bytes: input.max_event_bytes,
         progress: Some(counter.clone()),
+        max_text_bytes: input.max_decompressed_bytes,
+        max_rows: input.max_rows,
         ..ParseOptions::default()
     };
     let bar = (progress && std::io::stderr().is_terminal()).then(|| {

@@ -60,6 +60,24 @@ pub enum TraceError {
         /// Why.
         message: String,
     },
+    /// The file is over a bound of what one file may cost: decompressed bytes, rows, the
+    /// memory of a snapshot's values, its nesting.
+    #[error("{path}: over a limit: {message}")]
+    OverLimit {
+        /// The file.
+        path: PathBuf,
+        /// Which limit.
+        message: String,
+    },
+    /// When opened, the path was not the regular file listed: a symlink, a FIFO or another
+    /// file was put in its place.
+    #[error("{path}: not the file listed: {message}")]
+    Replaced {
+        /// The file.
+        path: PathBuf,
+        /// What was found instead.
+        message: String,
+    },
     /// Bad input to an analysis (e.g. two traces claiming the same rank).
     #[error("{0}")]
     Input(String),

@@ -56,6 +56,7 @@ mod error;
 pub mod hta;
 pub mod memory;
 pub mod model;
+pub mod open;
 pub mod parse;
 pub mod pickle;
 pub mod render;

@@ -6,90 +6,18 @@
 //! unknown keys are ignored, so newer PyTorch versions still read.
 
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::Path;
+use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::pickle::PVal;
+use crate::pickle::{Limits, PVal, PickleError};
 
 use crate::TraceError;
 
 /// Largest snapshot file read (1 GiB): a snapshot with full history is tens of MB.
 pub const MAX_SNAPSHOT_BYTES: u64 = 1 << 30;
-
-struct Segment {
-    device: i64,
-    total_size: u64,
-    segment_type: Option<String>,
-    blocks: Vec<Block>,
-}
-
-struct Block {
-    size: u64,
-    requested_size: Option<u64>,
-    state: String,
-}
-
-struct TraceEntry {
-    action: String,
-    size: u64,
-    time_us: Option<i64>,
-}
-
-struct Snapshot {
-    segments: Vec<Segment>,
-    device_traces: Vec<Vec<TraceEntry>>,
-}
-
-fn snapshot_of(v: &PVal) -> Result<Snapshot, String> {
-    if !matches!(v, PVal::Dict(_)) {
-        return Err("the pickle is not a dict (expected torch.cuda.memory._snapshot())".into());
-    }
-    let u = |d: &PVal, k: &str| d.get(k).and_then(|x| x.as_u64());
-    let st = |d: &PVal, k: &str| d.get(k).and_then(|x| x.as_str().map(str::to_string));
-    let segments = v
-        .get("segments")
-        .map(|s| s.items())
-        .unwrap_or_default()
-        .iter()
-        .map(|s| Segment {
-            device: s.get("device").and_then(|d| d.as_i64()).unwrap_or(0),
-            total_size: u(s, "total_size").unwrap_or(0),
-            segment_type: st(s, "segment_type"),
-            blocks: s
-                .get("blocks")
-                .map(|b| b.items())
-                .unwrap_or_default()
-                .iter()
-                .map(|b| Block {
-                    size: u(b, "size").unwrap_or(0),
-                    requested_size: u(b, "requested_size"),
-                    state: st(b, "state").unwrap_or_default(),
-                })
-                .collect(),
-        })
-        .collect();
-    let device_traces = v
-        .get("device_traces")
-        .map(|d| d.items())
-        .unwrap_or_default()
-        .iter()
-        .map(|dev| {
-            dev.items()
-                .iter()
-                .map(|e| TraceEntry {
-                    action: st(e, "action").unwrap_or_default(),
-                    size: u(e, "size").unwrap_or(0),
-                    time_us: e.get("time_us").and_then(|t| t.as_i64()),
-                })
-                .collect()
-        })
-        .collect();
-    Ok(Snapshot {
-        segments,
-        device_traces,
-    })
-}
 
 /// The numbers of one device in a snapshot (bytes unless said otherwise).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -139,116 +67,281 @@ pub struct SnapshotReport {
     pub devices: Vec<DeviceMemory>,
 }
 
-/// Reads a snapshot pickle.
+/// Reads a snapshot pickle (the CLI: any readable file, followed through symlinks).
 pub fn read_snapshot(path: &Path) -> Result<SnapshotReport, TraceError> {
-    let err = |message: String| TraceError::Snapshot {
-        path: path.to_path_buf(),
-        message,
-    };
-    let meta = std::fs::metadata(path).map_err(|source| TraceError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    if meta.len() > MAX_SNAPSHOT_BYTES {
-        return Err(err(format!(
-            "{} bytes is over the {MAX_SNAPSHOT_BYTES}-byte limit",
-            meta.len()
-        )));
+    read_snapshot_with(path, &SnapshotOptions::default())
+}
+
+/// How to read a snapshot file.
+#[derive(Debug, Clone)]
+pub struct SnapshotOptions {
+    /// Largest file read ([`MAX_SNAPSHOT_BYTES`] at most).
+    pub max_bytes: u64,
+    /// The unpickler's bounds (deadline, cancel, memory of the values).
+    pub limits: Limits,
+    /// The file as listed: it is opened without following a symlink and must be this
+    /// regular file (see [`crate::open::open_listed`]).
+    pub listed: Option<crate::open::FileKey>,
+}
+
+impl Default for SnapshotOptions {
+    fn default() -> Self {
+        SnapshotOptions {
+            max_bytes: MAX_SNAPSHOT_BYTES,
+            limits: Limits::default(),
+            listed: None,
+        }
     }
-    let bytes = std::fs::read(path).map_err(|source| TraceError::Io {
+}
+
+/// Reads a snapshot pickle within `opts`.
+pub fn read_snapshot_with(
+    path: &Path,
+    opts: &SnapshotOptions,
+) -> Result<SnapshotReport, TraceError> {
+    let max = opts.max_bytes.min(MAX_SNAPSHOT_BYTES);
+    let file = crate::open::open_input(path, opts.listed)?;
+    let io = |source| TraceError::Io {
         path: path.to_path_buf(),
         source,
-    })?;
-    snapshot_from_bytes(&bytes, path)
+    };
+    let len = file.metadata().map_err(io)?.len();
+    if len > max {
+        return Err(TraceError::OverLimit {
+            path: path.to_path_buf(),
+            message: format!("{len} bytes is over the {max}-byte limit of a snapshot"),
+        });
+    }
+    // Read at most one byte past the limit: the file may grow after the fstat.
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    file.take(max + 1).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() as u64 > max {
+        return Err(TraceError::OverLimit {
+            path: path.to_path_buf(),
+            message: format!("over the {max}-byte limit of a snapshot"),
+        });
+    }
+    snapshot_from_bytes_with(&bytes, path, &opts.limits)
 }
 
 /// Reads a snapshot from pickle bytes (`path` names it in errors).
 pub fn snapshot_from_bytes(bytes: &[u8], path: &Path) -> Result<SnapshotReport, TraceError> {
-    let snap = crate::pickle::loads(bytes)
-        .map_err(|e| e.to_string())
-        .and_then(|v| snapshot_of(&v))
-        .map_err(|message| TraceError::Snapshot {
-            path: path.to_path_buf(),
-            message,
-        })?;
-    Ok(summarize(&snap, path))
+    snapshot_from_bytes_with(bytes, path, &Limits::default())
 }
 
-fn summarize(s: &Snapshot, path: &Path) -> SnapshotReport {
+/// Reads a snapshot from pickle bytes within `limits`.
+pub fn snapshot_from_bytes_with(
+    bytes: &[u8],
+    path: &Path,
+    limits: &Limits,
+) -> Result<SnapshotReport, TraceError> {
+    let err = |message: String| TraceError::Snapshot {
+        path: path.to_path_buf(),
+        message,
+    };
+    let v = crate::pickle::loads_with(bytes, limits).map_err(|e| match e {
+        PickleError::TooDeep { .. } | PickleError::TooLarge { .. } => TraceError::OverLimit {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        },
+        PickleError::Deadline { .. } => TraceError::Io {
+            path: path.to_path_buf(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("{} ({e})", crate::parse::DEADLINE),
+            ),
+        },
+        PickleError::Cancelled { .. } => TraceError::Io {
+            path: path.to_path_buf(),
+            source: std::io::Error::other(format!("{} ({e})", crate::parse::CANCELLED)),
+        },
+        e => err(e.to_string()),
+    })?;
+    if !matches!(v, PVal::Dict(_)) {
+        return Err(err(
+            "the pickle is not a dict (expected torch.cuda.memory._snapshot())".into(),
+        ));
+    }
+    // Every segment, block and history entry walked costs one unit: a file can reference one
+    // list from many places at 2 bytes a reference, so the walk, not the file, is bounded by
+    // the file's size (a real snapshot's items are distinct, tens of bytes each).
+    let mut walk = Walk {
+        left: bytes.len() as u64 + 4096,
+        deadline: limits.deadline,
+    };
+    summarize(&v, path, &mut walk).map_err(|message| TraceError::OverLimit {
+        path: path.to_path_buf(),
+        message,
+    })
+}
+
+/// The walk budget over the unpickled value.
+struct Walk {
+    left: u64,
+    deadline: Option<Instant>,
+}
+
+impl Walk {
+    fn step(&mut self) -> Result<(), String> {
+        if self.left == 0 {
+            return Err("more segments, blocks and history entries than the file has bytes (shared references repeated)".into());
+        }
+        self.left -= 1;
+        if self.left % 4096 == 0 && self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err("deadline exceeded while summarizing".into());
+        }
+        Ok(())
+    }
+}
+
+/// Devices a snapshot may name (a node has at most a few dozen GPUs).
+const MAX_DEVICES: usize = 256;
+/// Distinct `device_traces` actions kept by name; more are counted as "other".
+const MAX_ACTIONS: usize = 32;
+
+fn summarize(v: &PVal, path: &Path, walk: &mut Walk) -> Result<SnapshotReport, String> {
     let mut devs: BTreeMap<i64, DeviceMemory> = BTreeMap::new();
     let mut allocated_sizes: BTreeMap<i64, u64> = BTreeMap::new();
-    for seg in &s.segments {
-        let d = devs.entry(seg.device).or_insert_with(|| DeviceMemory {
-            device: seg.device,
-            ..DeviceMemory::default()
-        });
-        d.reserved_bytes = d.reserved_bytes.saturating_add(seg.total_size);
-        d.segments += 1;
-        d.large_segments += u64::from(seg.segment_type.as_deref() == Some("large"));
-        for b in &seg.blocks {
-            d.blocks += 1;
-            match b.state.as_str() {
-                "active_allocated" => {
-                    let req = b.requested_size.unwrap_or(b.size).min(b.size);
-                    d.allocated_blocks += 1;
-                    d.allocated_bytes = d.allocated_bytes.saturating_add(req);
-                    d.internal_free_bytes = d.internal_free_bytes.saturating_add(b.size - req);
-                    d.active_bytes = d.active_bytes.saturating_add(b.size);
-                    *allocated_sizes.entry(seg.device).or_default() += b.size;
-                }
-                "active_pending_free" => {
-                    d.active_bytes = d.active_bytes.saturating_add(b.size);
-                    d.external_free_bytes = d.external_free_bytes.saturating_add(b.size);
-                }
-                _ => d.external_free_bytes = d.external_free_bytes.saturating_add(b.size),
-            }
+    let mut failed: Option<String> = None;
+    let too_many = || format!("more than {MAX_DEVICES} devices");
+    let u = |d: &PVal, k: &str| d.get(k).and_then(|x| x.as_u64());
+    let segments = v.get("segments").unwrap_or(PVal::None);
+    segments.each(|seg| {
+        if let Err(e) = walk.step() {
+            failed = Some(e);
+            return false;
         }
-    }
-    for (device, entries) in s.device_traces.iter().enumerate() {
-        if entries.is_empty() {
-            continue;
+        let device = seg.get("device").and_then(|d| d.as_i64()).unwrap_or(0);
+        if devs.len() >= MAX_DEVICES && !devs.contains_key(&device) {
+            failed = Some(too_many());
+            return false;
         }
-        let device = device as i64;
         let d = devs.entry(device).or_insert_with(|| DeviceMemory {
             device,
             ..DeviceMemory::default()
         });
-        let end_alloc = allocated_sizes.get(&device).copied().unwrap_or(0) as i128;
-        let end_reserved = d.reserved_bytes as i128;
+        d.reserved_bytes = d
+            .reserved_bytes
+            .saturating_add(u(seg, "total_size").unwrap_or(0));
+        d.segments += 1;
+        d.large_segments += u64::from(
+            seg.get("segment_type")
+                .is_some_and(|t| t.as_str() == Some("large")),
+        );
+        let blocks = seg.get("blocks").unwrap_or(PVal::None);
+        blocks.each(|b| {
+            if let Err(e) = walk.step() {
+                failed = Some(e);
+                return false;
+            }
+            let size = u(b, "size").unwrap_or(0);
+            let state = b.get("state");
+            d.blocks += 1;
+            match state.as_ref().and_then(PVal::as_str).unwrap_or("") {
+                "active_allocated" => {
+                    let req = u(b, "requested_size").unwrap_or(size).min(size);
+                    d.allocated_blocks += 1;
+                    d.allocated_bytes = d.allocated_bytes.saturating_add(req);
+                    d.internal_free_bytes = d.internal_free_bytes.saturating_add(size - req);
+                    d.active_bytes = d.active_bytes.saturating_add(size);
+                    let a = allocated_sizes.entry(device).or_default();
+                    *a = a.saturating_add(size);
+                }
+                "active_pending_free" => {
+                    d.active_bytes = d.active_bytes.saturating_add(size);
+                    d.external_free_bytes = d.external_free_bytes.saturating_add(size);
+                }
+                _ => d.external_free_bytes = d.external_free_bytes.saturating_add(size),
+            }
+            true
+        });
+        failed.is_none()
+    });
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    let traces = v.get("device_traces").unwrap_or(PVal::None);
+    let mut device = -1i64;
+    traces.each(|entries| {
+        device += 1;
+        if entries.is_empty() {
+            return true;
+        }
+        if devs.len() >= MAX_DEVICES && !devs.contains_key(&device) {
+            failed = Some(too_many());
+            return false;
+        }
+        let d = devs.entry(device).or_insert_with(|| DeviceMemory {
+            device,
+            ..DeviceMemory::default()
+        });
+        let end_alloc = i128::from(allocated_sizes.get(&device).copied().unwrap_or(0));
+        let end_reserved = i128::from(d.reserved_bytes);
+        // The change of allocated and reserved bytes one entry makes.
+        let delta = |e: &PVal| -> (i128, i128) {
+            let size = i128::from(u(e, "size").unwrap_or(0));
+            match e.get("action").as_ref().and_then(PVal::as_str) {
+                Some("alloc") => (size, 0),
+                Some("free_completed") => (-size, 0),
+                Some("segment_alloc" | "segment_map") => (0, size),
+                Some("segment_free" | "segment_unmap") => (0, -size),
+                _ => (0, 0),
+            }
+        };
         // Replay: the state before the history = the end state minus every change in it.
         let (mut da, mut dr) = (0i128, 0i128);
-        for e in entries {
-            *d.actions.entry(e.action.clone()).or_default() += 1;
-            match e.action.as_str() {
-                "alloc" => da += e.size as i128,
-                "free_completed" => da -= e.size as i128,
-                "segment_alloc" | "segment_map" => dr += e.size as i128,
-                "segment_free" | "segment_unmap" => dr -= e.size as i128,
-                _ => {}
+        let (mut lo, mut hi) = (i64::MAX, i64::MIN);
+        entries.each(|e| {
+            if let Err(err) = walk.step() {
+                failed = Some(err);
+                return false;
             }
+            let action = e.get("action");
+            let name = action.as_ref().and_then(PVal::as_str).unwrap_or("");
+            if let Some(n) = d.actions.get_mut(name) {
+                *n += 1;
+            } else {
+                let key = if d.actions.len() < MAX_ACTIONS {
+                    name
+                } else {
+                    "other"
+                };
+                *d.actions.entry(key.to_string()).or_default() += 1;
+            }
+            let (a, r) = delta(e);
+            da += a;
+            dr += r;
+            if let Some(t) = e.get("time_us").and_then(|t| t.as_i64()) {
+                lo = lo.min(t);
+                hi = hi.max(t);
+            }
+            true
+        });
+        if failed.is_some() {
+            return false;
         }
         let (mut a, mut r) = (end_alloc - da, end_reserved - dr);
         let (mut pa, mut pr) = (a.max(end_alloc), r.max(end_reserved));
-        for e in entries {
-            match e.action.as_str() {
-                "alloc" => a += e.size as i128,
-                "free_completed" => a -= e.size as i128,
-                "segment_alloc" | "segment_map" => r += e.size as i128,
-                "segment_free" | "segment_unmap" => r -= e.size as i128,
-                _ => {}
-            }
+        // The second pass costs no budget: the first bounded the entries.
+        entries.each(|e| {
+            let (x, y) = delta(e);
+            a += x;
+            r += y;
             pa = pa.max(a);
             pr = pr.max(r);
-        }
-        d.peak_allocated_bytes = Some(pa.clamp(0, u64::MAX as i128) as u64);
-        d.peak_reserved_bytes = Some(pr.clamp(0, u64::MAX as i128) as u64);
-        let times: Vec<i64> = entries.iter().filter_map(|e| e.time_us).collect();
+            true
+        });
+        d.peak_allocated_bytes = Some(pa.clamp(0, i128::from(u64::MAX)) as u64);
+        d.peak_reserved_bytes = Some(pr.clamp(0, i128::from(u64::MAX)) as u64);
         let allocs = d.actions.get("alloc").copied().unwrap_or(0);
-        if let (Some(lo), Some(hi)) = (times.iter().min(), times.iter().max()) {
-            if hi > lo {
-                d.allocs_per_s = Some(allocs as f64 / ((hi - lo) as f64 / 1e6));
-            }
+        if hi > lo {
+            let span = (i128::from(hi) - i128::from(lo)) as f64 / 1e6;
+            d.allocs_per_s = Some(allocs as f64 / span);
         }
+        true
+    });
+    if let Some(e) = failed {
+        return Err(e);
     }
     for d in devs.values_mut() {
         if d.reserved_bytes > 0 {
@@ -256,10 +349,10 @@ fn summarize(s: &Snapshot, path: &Path) -> SnapshotReport {
             d.efficiency_ratio = d.active_bytes as f64 / d.reserved_bytes as f64;
         }
     }
-    SnapshotReport {
+    Ok(SnapshotReport {
         file: path.display().to_string(),
         devices: devs.into_values().collect(),
-    }
+    })
 }
 
 /// Whether a file looks like a pickle (protocol 2+ starts with 0x80).

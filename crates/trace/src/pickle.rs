@@ -2,30 +2,71 @@
 //! protocols 2–5 restricted to dicts, lists, tuples, sets, strings, bytes, ints, floats, bools and
 //! None. Memo references are shared (`Rc`), so the frame lists PyTorch shares between thousands
 //! of blocks cost nothing to read twice (serde-pickle 1.2 fails on such shared containers).
-//! Parsing is a loop over opcodes, not recursion: deep nesting cannot overflow the stack.
+//!
+//! Hostile input is bounded (issue 28): parsing is a loop over opcodes and dropping a value is a
+//! loop too, so deep nesting cannot overflow the stack; nesting is limited to [`MAX_DEPTH`]; a
+//! memo index is never used to size anything (a far index goes into a map bounded by its
+//! entries); a container cannot be changed once it is inside another one, so no value can
+//! contain itself (an `Rc` cycle would never be freed); the memory the values take is counted
+//! against [`Limits::max_bytes`]; and the loop checks a deadline and a cancel flag.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
 
-/// A Python value.
+/// Deepest nesting of containers accepted (a snapshot nests about 5 deep; Python's own
+/// recursion limit stops its pickler near 1,000).
+pub const MAX_DEPTH: u32 = 256;
+
+/// A Python value: 16 bytes, containers and strings behind shared pointers.
 #[derive(Debug, Clone)]
 pub enum PVal {
     /// None
     None,
     /// bool
     Bool(bool),
-    /// int (up to 128 bits)
-    Int(i128),
+    /// int that fits i64
+    Int(i64),
+    /// int above i64::MAX (saturated at u64::MAX)
+    UInt(u64),
     /// float
     Float(f64),
     /// str
-    Str(Rc<str>),
-    /// bytes
-    Bytes(Rc<[u8]>),
+    Str(Rc<Box<str>>),
+    /// bytes (only the length is kept: a snapshot's numbers never live in bytes)
+    Bytes(u64),
     /// list, tuple or set
-    List(Rc<RefCell<Vec<PVal>>>),
-    /// dict, in insertion order
-    Dict(Rc<RefCell<Vec<(PVal, PVal)>>>),
+    List(Rc<Node>),
+    /// dict, in insertion order (keys and values alternate in the node)
+    Dict(Rc<Node>),
+}
+
+/// The items of a container. Dropped by a loop, not by recursion.
+#[derive(Debug, Default)]
+pub struct Node {
+    items: RefCell<Vec<PVal>>,
+    /// 1 + the deepest item's depth.
+    depth: Cell<u32>,
+    /// Put inside another container (or into a tuple): no longer changed, so no cycle can form.
+    sealed: Cell<bool>,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        // Children whose last reference this is are emptied into one work list, so a chain of
+        // a million nested lists is freed in a loop on the heap.
+        let mut work = std::mem::take(self.items.get_mut());
+        while let Some(v) = work.pop() {
+            if let PVal::List(rc) | PVal::Dict(rc) = v {
+                if let Ok(mut node) = Rc::try_unwrap(rc) {
+                    work.append(node.items.get_mut());
+                }
+            }
+        }
+    }
 }
 
 impl PVal {
@@ -33,18 +74,44 @@ impl PVal {
     pub fn get(&self, key: &str) -> Option<PVal> {
         match self {
             PVal::Dict(d) => d
+                .items
                 .borrow()
-                .iter()
-                .find(|(k, _)| matches!(k, PVal::Str(s) if &**s == key))
-                .map(|(_, v)| v.clone()),
+                .chunks_exact(2)
+                .find(|kv| matches!(&kv[0], PVal::Str(s) if &***s == key))
+                .map(|kv| kv[1].clone()),
             _ => None,
         }
     }
 
-    /// The items of a list/tuple/set (empty otherwise).
+    /// How many items a list/tuple/set has (0 otherwise).
+    pub fn len(&self) -> usize {
+        match self {
+            PVal::List(l) => l.items.borrow().len(),
+            _ => 0,
+        }
+    }
+
+    /// Whether [`PVal::len`] is 0.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Calls `f` with each item of a list/tuple/set (nothing otherwise), without copying
+    /// the list; stops early when `f` returns false.
+    pub fn each(&self, mut f: impl FnMut(&PVal) -> bool) {
+        if let PVal::List(l) = self {
+            for v in l.items.borrow().iter() {
+                if !f(v) {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The items of a list/tuple/set (empty otherwise), as shared references.
     pub fn items(&self) -> Vec<PVal> {
         match self {
-            PVal::List(l) => l.borrow().clone(),
+            PVal::List(l) => l.items.borrow().clone(),
             _ => Vec::new(),
         }
     }
@@ -52,7 +119,8 @@ impl PVal {
     /// A non-negative int as u64 (saturating), else None.
     pub fn as_u64(&self) -> Option<u64> {
         match self {
-            PVal::Int(i) if *i >= 0 => Some(u64::try_from(*i).unwrap_or(u64::MAX)),
+            PVal::Int(i) => u64::try_from(*i).ok(),
+            PVal::UInt(u) => Some(*u),
             PVal::Bool(b) => Some(u64::from(*b)),
             _ => None,
         }
@@ -61,7 +129,8 @@ impl PVal {
     /// An int as i64 (saturating), else None.
     pub fn as_i64(&self) -> Option<i64> {
         match self {
-            PVal::Int(i) => Some((*i).clamp(i64::MIN as i128, i64::MAX as i128) as i64),
+            PVal::Int(i) => Some(*i),
+            PVal::UInt(_) => Some(i64::MAX),
             _ => None,
         }
     }
@@ -73,6 +142,40 @@ impl PVal {
             _ => None,
         }
     }
+
+    fn depth(&self) -> u32 {
+        match self {
+            PVal::List(n) | PVal::Dict(n) => n.depth.get(),
+            _ => 0,
+        }
+    }
+
+    fn seal(&self) {
+        if let PVal::List(n) | PVal::Dict(n) = self {
+            n.sealed.set(true);
+        }
+    }
+}
+
+/// Bounds of one [`loads_with`].
+#[derive(Debug, Clone, Default)]
+pub struct Limits {
+    /// Bytes the values may take (as this reader stores them); 0 = [`default_max_bytes`] of
+    /// the input's length.
+    pub max_bytes: u64,
+    /// Deepest nesting accepted; 0 = [`MAX_DEPTH`].
+    pub max_depth: u32,
+    /// Past this instant the loop stops ([`PickleError::Deadline`]).
+    pub deadline: Option<Instant>,
+    /// Once set, the loop stops ([`PickleError::Cancelled`]).
+    pub cancel: Option<Arc<AtomicBool>>,
+}
+
+/// The default budget of the values' memory for an input of `len` bytes: 24 times its size
+/// plus 1 MiB. An ordinary snapshot takes about 10 times its size; every opcode is at least a
+/// byte, so a hostile file reaches the bound only by building values from 1-byte opcodes.
+pub fn default_max_bytes(len: usize) -> u64 {
+    (len as u64).saturating_mul(24).saturating_add(1 << 20)
 }
 
 /// Why [`loads`] failed: what, and at which byte.
@@ -89,12 +192,6 @@ pub enum PickleError {
     /// The input is empty.
     #[error("empty")]
     Empty,
-    /// A memo index far beyond the memo (a hostile file's allocation bomb).
-    #[error("memo index {index} out of range")]
-    MemoOutOfRange {
-        /// The index.
-        index: usize,
-    },
     /// A memo reference to an index never stored.
     #[error("memo {index} missing at byte {at}")]
     MemoMissing {
@@ -129,6 +226,39 @@ pub enum PickleError {
         /// Offset of the opcode.
         at: usize,
     },
+    /// A container changed after it was put inside another (what makes a value contain
+    /// itself; a snapshot never does).
+    #[error("a container changed after it was shared, at byte {at} (a recursive value)")]
+    Recursive {
+        /// Offset of the opcode.
+        at: usize,
+    },
+    /// Containers nested deeper than [`Limits::max_depth`].
+    #[error("nested too deep at byte {at}")]
+    TooDeep {
+        /// Offset of the opcode.
+        at: usize,
+    },
+    /// The values would take more memory than [`Limits::max_bytes`].
+    #[error("the values take more than {limit} bytes at byte {at}")]
+    TooLarge {
+        /// The budget.
+        limit: u64,
+        /// Offset of the opcode.
+        at: usize,
+    },
+    /// Past [`Limits::deadline`].
+    #[error("deadline exceeded at byte {at}")]
+    Deadline {
+        /// Offset of the opcode.
+        at: usize,
+    },
+    /// [`Limits::cancel`] was set.
+    #[error("cancelled at byte {at}")]
+    Cancelled {
+        /// Offset of the opcode.
+        at: usize,
+    },
     /// An opcode outside the subset a snapshot uses (objects, globals, reduce).
     #[error("unsupported pickle opcode 0x{op:02x} at byte {at} (a snapshot holds only dicts, lists, strings and numbers)")]
     UnsupportedOpcode {
@@ -139,12 +269,63 @@ pub enum PickleError {
     },
 }
 
-/// Unpickles `b`; errors say what and at which byte.
+/// The memo: dense while indices come in order (as Python's pickler writes them), a map
+/// bounded by its entries otherwise, so an index never sizes an allocation.
+#[derive(Default)]
+struct Memo {
+    dense: Vec<PVal>,
+    sparse: HashMap<u64, PVal>,
+}
+
+impl Memo {
+    fn len(&self) -> u64 {
+        (self.dense.len() + self.sparse.len()) as u64
+    }
+
+    fn put(&mut self, idx: u64, v: PVal) {
+        match usize::try_from(idx) {
+            Ok(i) if i < self.dense.len() => self.dense[i] = v,
+            Ok(i) if i == self.dense.len() && self.sparse.is_empty() => self.dense.push(v),
+            _ => {
+                self.sparse.insert(idx, v);
+            }
+        }
+    }
+
+    fn get(&self, idx: u64) -> Option<&PVal> {
+        usize::try_from(idx)
+            .ok()
+            .and_then(|i| self.dense.get(i))
+            .or_else(|| self.sparse.get(&idx))
+    }
+}
+
+/// Approximate heap cost of one stored value (its slot, and for a container its node).
+const VALUE_BYTES: u64 = 16;
+const NODE_BYTES: u64 = 64;
+
+/// Unpickles `b` with the default [`Limits`]; errors say what and at which byte.
 pub fn loads(b: &[u8]) -> Result<PVal, PickleError> {
+    loads_with(b, &Limits::default())
+}
+
+/// Unpickles `b` within `limits`.
+pub fn loads_with(b: &[u8], limits: &Limits) -> Result<PVal, PickleError> {
+    let budget = if limits.max_bytes == 0 {
+        default_max_bytes(b.len())
+    } else {
+        limits.max_bytes
+    };
+    let max_depth = if limits.max_depth == 0 {
+        MAX_DEPTH
+    } else {
+        limits.max_depth
+    };
+    let mut used: u64 = 0;
     let mut pos = 0usize;
     let mut stack: Vec<PVal> = Vec::new();
     let mut marks: Vec<usize> = Vec::new();
-    let mut memo: Vec<Option<PVal>> = Vec::new();
+    let mut memo = Memo::default();
     let take = |pos: &mut usize, n: usize| -> Result<&[u8], PickleError> {
         let end = pos
             .checked_add(n)
@@ -158,20 +339,82 @@ pub fn loads(b: &[u8]) -> Result<PVal, PickleError> {
         Ok(s)
     };
     let le = |s: &[u8]| s.iter().rev().fold(0u64, |a, &x| (a << 8) | u64::from(x));
-    let put = |memo: &mut Vec<Option<PVal>>, idx: usize, v: PVal| -> Result<(), PickleError> {
-        if idx > memo.len() + (1 << 20) {
-            return Err(PickleError::MemoOutOfRange { index: idx });
+    let container = |dict: bool| {
+        let n = Rc::new(Node {
+            items: RefCell::new(Vec::new()),
+            depth: Cell::new(1),
+            sealed: Cell::new(false),
+        });
+        if dict {
+            PVal::Dict(n)
+        } else {
+            PVal::List(n)
         }
-        if memo.len() <= idx {
-            memo.resize(idx + 1, None);
-        }
-        memo[idx] = Some(v);
-        Ok(())
     };
+    let mut ops: u32 = 0;
     loop {
         let at = pos;
+        ops = ops.wrapping_add(1);
+        if ops % 4096 == 0 {
+            if limits.deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(PickleError::Deadline { at });
+            }
+            if limits
+                .cancel
+                .as_ref()
+                .is_some_and(|c| c.load(Ordering::Relaxed))
+            {
+                return Err(PickleError::Cancelled { at });
+            }
+        }
+        if used > budget {
+            return Err(PickleError::TooLarge { limit: budget, at });
+        }
         let op = *take(&mut pos, 1)?.first().ok_or(PickleError::Empty)?;
         let underflow = || PickleError::StackUnderflow { at };
+        // Puts `items` into the container on top of the stack (a list, or a dict when `dict`).
+        let extend = |stack: &mut Vec<PVal>, items: Vec<PVal>, dict: bool| {
+            let target = match (stack.last(), dict) {
+                (Some(PVal::List(n)), false) | (Some(PVal::Dict(n)), true) => n,
+                _ if dict => return Err(PickleError::SetitemOnNonDict { at }),
+                _ => return Err(PickleError::AppendToNonList { at }),
+            };
+            // Seal first: a container appended into itself is then refused too.
+            items.iter().for_each(PVal::seal);
+            if target.sealed.get() {
+                return Err(PickleError::Recursive { at });
+            }
+            let deepest = items.iter().map(PVal::depth).max().unwrap_or(0);
+            if deepest >= max_depth {
+                return Err(PickleError::TooDeep { at });
+            }
+            target
+                .depth
+                .set(target.depth.get().max(deepest.saturating_add(1)));
+            let mut v = target.items.borrow_mut();
+            if dict {
+                // An odd item out (a key without value) is dropped, as before.
+                let even = items.len() & !1;
+                v.extend(items.into_iter().take(even));
+            } else {
+                v.extend(items);
+            }
+            Ok(())
+        };
+        // A tuple (or frozenset) of `items`.
+        let tuple = |items: Vec<PVal>| {
+            items.iter().for_each(PVal::seal);
+            let deepest = items.iter().map(PVal::depth).max().unwrap_or(0);
+            if deepest >= max_depth {
+                return Err(PickleError::TooDeep { at });
+            }
+            Ok(PVal::List(Rc::new(Node {
+                items: RefCell::new(items),
+                depth: Cell::new(deepest.saturating_add(1)),
+                sealed: Cell::new(true),
+            })))
+        };
+        used += VALUE_BYTES;
         match op {
             0x80 => {
                 take(&mut pos, 1)?;
@@ -180,44 +423,44 @@ pub fn loads(b: &[u8]) -> Result<PVal, PickleError> {
                 take(&mut pos, 8)?;
             }
             b'.' => return stack.pop().ok_or_else(underflow),
-            b'}' => stack.push(PVal::Dict(Rc::new(RefCell::new(Vec::new())))),
-            b']' | b')' | 0x8f => stack.push(PVal::List(Rc::new(RefCell::new(Vec::new())))),
+            b'}' => {
+                used += NODE_BYTES;
+                stack.push(container(true));
+            }
+            b']' | 0x8f => {
+                used += NODE_BYTES;
+                stack.push(container(false));
+            }
+            b')' => {
+                used += NODE_BYTES;
+                stack.push(tuple(Vec::new())?);
+            }
             b'(' => marks.push(stack.len()),
+            b'0' => {
+                stack.pop().ok_or_else(underflow)?;
+            }
             b'N' => stack.push(PVal::None),
             0x88 => stack.push(PVal::Bool(true)),
             0x89 => stack.push(PVal::Bool(false)),
             b'J' => {
                 let s = take(&mut pos, 4)?;
-                stack.push(PVal::Int(i128::from(i32::from_le_bytes([
+                stack.push(PVal::Int(i64::from(i32::from_le_bytes([
                     s[0], s[1], s[2], s[3],
                 ]))));
             }
-            b'K' => stack.push(PVal::Int(i128::from(take(&mut pos, 1)?[0]))),
+            b'K' => stack.push(PVal::Int(i64::from(take(&mut pos, 1)?[0]))),
             b'M' => {
                 let s = take(&mut pos, 2)?;
-                stack.push(PVal::Int(i128::from(u16::from_le_bytes([s[0], s[1]]))));
+                stack.push(PVal::Int(i64::from(u16::from_le_bytes([s[0], s[1]]))));
             }
             0x8a | 0x8b => {
                 let n = if op == 0x8a {
-                    take(&mut pos, 1)?[0] as usize
+                    u64::from(take(&mut pos, 1)?[0])
                 } else {
-                    le(take(&mut pos, 4)?) as usize
+                    le(take(&mut pos, 4)?)
                 };
-                let s = take(&mut pos, n)?;
-                if n > 16 {
-                    // Larger than 128 bits: keep the sign, saturate.
-                    let neg = s.last().is_some_and(|x| x & 0x80 != 0);
-                    stack.push(PVal::Int(if neg { i128::MIN } else { i128::MAX }));
-                } else {
-                    let mut v: i128 = 0;
-                    for (i, &x) in s.iter().enumerate() {
-                        v |= i128::from(x) << (8 * i);
-                    }
-                    if n > 0 && n < 16 && s[n - 1] & 0x80 != 0 {
-                        v -= 1i128 << (8 * n);
-                    }
-                    stack.push(PVal::Int(v));
-                }
+                let n = usize::try_from(n).map_err(|_| PickleError::Length { length: n, at })?;
+                stack.push(long(take(&mut pos, n)?));
             }
             b'G' => {
                 let s = take(&mut pos, 8)?;
@@ -227,17 +470,18 @@ pub fn loads(b: &[u8]) -> Result<PVal, PickleError> {
             }
             b'X' | 0x8c | 0x8d | b'C' | b'B' | 0x8e | 0x96 => {
                 let n = match op {
-                    0x8c | b'C' => take(&mut pos, 1)?[0] as u64,
+                    0x8c | b'C' => u64::from(take(&mut pos, 1)?[0]),
                     b'X' | b'B' => le(take(&mut pos, 4)?),
                     _ => le(take(&mut pos, 8)?),
                 };
                 let n = usize::try_from(n).map_err(|_| PickleError::Length { length: n, at })?;
                 let s = take(&mut pos, n)?;
                 if matches!(op, b'X' | 0x8c | 0x8d) {
+                    used += 48 + n as u64;
                     let s = String::from_utf8_lossy(s);
-                    stack.push(PVal::Str(Rc::from(s.as_ref())));
+                    stack.push(PVal::Str(Rc::new(Box::from(s.as_ref()))));
                 } else {
-                    stack.push(PVal::Bytes(Rc::from(s)));
+                    stack.push(PVal::Bytes(n as u64));
                 }
             }
             0x85..=0x87 => {
@@ -245,13 +489,15 @@ pub fn loads(b: &[u8]) -> Result<PVal, PickleError> {
                 if stack.len() < n {
                     return Err(underflow());
                 }
+                used += NODE_BYTES;
                 let items = stack.split_off(stack.len() - n);
-                stack.push(PVal::List(Rc::new(RefCell::new(items))));
+                stack.push(tuple(items)?);
             }
             b't' | 0x91 => {
                 let m = marks.pop().ok_or_else(underflow)?.min(stack.len());
+                used += NODE_BYTES;
                 let items = stack.split_off(m);
-                stack.push(PVal::List(Rc::new(RefCell::new(items))));
+                stack.push(tuple(items)?);
             }
             b'a' | b'e' | 0x90 => {
                 let items = if op == b'a' {
@@ -260,10 +506,7 @@ pub fn loads(b: &[u8]) -> Result<PVal, PickleError> {
                     let m = marks.pop().ok_or_else(underflow)?.min(stack.len());
                     stack.split_off(m)
                 };
-                match stack.last() {
-                    Some(PVal::List(l)) => l.borrow_mut().extend(items),
-                    _ => return Err(PickleError::AppendToNonList { at }),
-                }
+                extend(&mut stack, items, false)?;
             }
             b's' | b'u' => {
                 let items = if op == b's' {
@@ -275,47 +518,62 @@ pub fn loads(b: &[u8]) -> Result<PVal, PickleError> {
                     let m = marks.pop().ok_or_else(underflow)?.min(stack.len());
                     stack.split_off(m)
                 };
-                match stack.last() {
-                    Some(PVal::Dict(d)) => {
-                        let mut d = d.borrow_mut();
-                        let mut it = items.into_iter();
-                        while let (Some(k), Some(v)) = (it.next(), it.next()) {
-                            d.push((k, v));
-                        }
-                    }
-                    _ => return Err(PickleError::SetitemOnNonDict { at }),
-                }
+                extend(&mut stack, items, true)?;
             }
             0x94 => {
                 let v = stack.last().cloned().ok_or_else(underflow)?;
-                let idx = memo.len();
-                put(&mut memo, idx, v)?;
+                memo.put(memo.len(), v);
             }
             b'q' | b'r' => {
                 let idx = if op == b'q' {
-                    take(&mut pos, 1)?[0] as usize
+                    u64::from(take(&mut pos, 1)?[0])
                 } else {
-                    le(take(&mut pos, 4)?) as usize
+                    le(take(&mut pos, 4)?)
                 };
                 let v = stack.last().cloned().ok_or_else(underflow)?;
-                put(&mut memo, idx, v)?;
+                // A sparse entry costs a map slot.
+                used += 32;
+                memo.put(idx, v);
             }
             b'h' | b'j' => {
                 let idx = if op == b'h' {
-                    take(&mut pos, 1)?[0] as usize
+                    u64::from(take(&mut pos, 1)?[0])
                 } else {
-                    le(take(&mut pos, 4)?) as usize
+                    le(take(&mut pos, 4)?)
                 };
-                let v = memo
-                    .get(idx)
-                    .cloned()
-                    .flatten()
-                    .ok_or(PickleError::MemoMissing { index: idx, at })?;
+                // A shared reference: the value is not copied, only its pointer.
+                let v = memo.get(idx).cloned().ok_or(PickleError::MemoMissing {
+                    index: idx as usize,
+                    at,
+                })?;
                 stack.push(v);
             }
             other => return Err(PickleError::UnsupportedOpcode { op: other, at }),
         }
     }
+}
+
+/// A little-endian two's complement int of `s.len()` bytes, saturated to i64 / u64.
+fn long(s: &[u8]) -> PVal {
+    let neg = s.last().is_some_and(|x| x & 0x80 != 0);
+    // Significant bytes: drop the sign extension.
+    let fill = if neg { 0xff } else { 0 };
+    let sig = s.iter().rposition(|&x| x != fill).map_or(0, |i| i + 1);
+    if neg {
+        if sig > 8 || (sig == 8 && s[7] & 0x80 == 0) {
+            return PVal::Int(i64::MIN);
+        }
+        let mut a = [0xffu8; 8];
+        a[..sig.min(s.len())].copy_from_slice(&s[..sig.min(s.len())]);
+        return PVal::Int(i64::from_le_bytes(a));
+    }
+    if sig > 8 {
+        return PVal::UInt(u64::MAX);
+    }
+    let mut a = [0u8; 8];
+    a[..sig].copy_from_slice(&s[..sig]);
+    let u = u64::from_le_bytes(a);
+    i64::try_from(u).map_or(PVal::UInt(u), PVal::Int)
 }
 
 #[cfg(test)]
@@ -341,15 +599,59 @@ mod tests {
     }
 
     #[test]
+    fn longs_saturate_at_the_64_bit_bounds() {
+        // (bytes, as_i64, as_u64): pickle.encode_long of each value.
+        let cases: [(&[u8], Option<i64>, Option<u64>); 9] = [
+            (b"", Some(0), Some(0)),
+            (b"\xff", Some(-1), None),
+            (b"\xff\x00", Some(255), Some(255)),
+            (b"\x00\x80", Some(-32768), None),
+            (
+                b"\xff\xff\xff\xff\xff\xff\xff\x7f",
+                Some(i64::MAX),
+                Some(i64::MAX as u64),
+            ),
+            (
+                b"\x00\x00\x00\x00\x00\x00\x00\x80\x00",
+                Some(i64::MAX),
+                Some(1 << 63),
+            ),
+            (b"\x00\x00\x00\x00\x00\x00\x00\x80", Some(i64::MIN), None),
+            (
+                b"\xff\xff\xff\xff\xff\xff\xff\x7f\xff",
+                Some(i64::MIN),
+                None,
+            ),
+            (
+                b"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01",
+                Some(i64::MAX),
+                Some(u64::MAX),
+            ),
+        ];
+        for (s, i, u) in cases {
+            let v = long(s);
+            assert_eq!((v.as_i64(), v.as_u64()), (i, u), "{s:?}");
+        }
+    }
+
+    #[test]
     fn errors_say_what_and_at_which_byte() {
-        let cases: [(&[u8], &str); 8] = [
+        let cases: [(&[u8], &str); 10] = [
             (b"", "truncated at byte 0 (needs 1 more bytes)"),
             (b".", "stack underflow at byte 0"),
             (b"Na", "append to a non-list at byte 1"),
             (b"}NNNs", "setitem on a non-dict at byte 4"),
             (b"Nh\x05", "memo 5 missing at byte 1"),
-            (b"Nr\xff\xff\xff\x7f", "memo index 2147483647 out of range"),
+            (b"Nr\xff\xff\xff\x7fj\x00\x00\x00\x00", "memo 0 missing at byte 6"),
             (b"\x80\x04K", "truncated at byte 3 (needs 1 more bytes)"),
+            (
+                b"]\x94h\x00a.",
+                "a container changed after it was shared, at byte 4 (a recursive value)",
+            ),
+            (
+                b"]]a]h\x00a.",
+                "memo 0 missing at byte 4",
+            ),
             (
                 b"\x80\x04c__builtin__\neval\n",
                 "unsupported pickle opcode 0x63 at byte 2 (a snapshot holds only dicts, lists, strings and numbers)",

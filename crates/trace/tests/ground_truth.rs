@@ -14,6 +14,8 @@ fn input(items: Option<f64>) -> InputArgs {
         items_per_step: items,
         items_name: "tokens".into(),
         max_event_bytes: DEFAULT_MAX_VALUE_BYTES,
+        max_decompressed_bytes: dgx_pixels_trace::parse::DEFAULT_MAX_TEXT_BYTES,
+        max_rows: dgx_pixels_trace::parse::DEFAULT_MAX_ROWS,
     }
 }
 

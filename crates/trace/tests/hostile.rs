@@ -120,7 +120,8 @@ fn negative_durations_nan_and_odd_numbers() {
     )
     .unwrap();
     assert_eq!(t.stats.bad_durations, 1);
-    assert_eq!(t.stats.bad_timestamps, 1);
+    // "NaN", and 1e300: beyond 2^53 µs, a row whose times would overflow the i64 analyses.
+    assert_eq!(t.stats.bad_timestamps, 2);
     assert_eq!(
         t.gpu.len(),
         2,
@@ -172,4 +173,144 @@ fn billion_element_nccl_counts() {
     let c = &rep.ranks[0].communication.collectives[0];
     assert_eq!(c.bytes, (MAX_NELEMS * 4) as f64);
     assert!(c.busbw_gbps.is_finite());
+}
+
+/// A `.json.gz` of `rows` tiny GPU rows (10 M rows compress to under 3 MB).
+fn tiny_rows_gz(rows: usize) -> Vec<u8> {
+    let row = br#"{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1,"dur":1,"args":{"stream":7}}"#;
+    let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    z.write_all(br#"{"traceEvents":["#).unwrap();
+    for i in 0..rows {
+        if i > 0 {
+            z.write_all(b",").unwrap();
+        }
+        z.write_all(row).unwrap();
+    }
+    z.write_all(b"]}").unwrap();
+    z.finish().unwrap()
+}
+
+#[test]
+fn rows_and_decompressed_bytes_per_file_are_bounded() {
+    // Rows: the old parser kept every row (10 M rows of a 2.4 MB file peaked at 1.27 GB).
+    for (rows, max_rows, over) in [
+        (1_000, 1_000, false),
+        (1_001, 1_000, true),
+        (200_000, 50_000, true),
+        (200_000, 1, true),
+    ] {
+        let opts = ParseOptions {
+            max_rows,
+            ..ParseOptions::default()
+        };
+        let r = parse_bytes(&tiny_rows_gz(rows), Path::new("rows.json.gz"), &opts);
+        match (r, over) {
+            (Ok(t), false) => assert_eq!(t.gpu.len(), rows),
+            (Err(TraceError::OverLimit { message, .. }), true) => {
+                assert!(
+                    message.contains(&format!("more than {max_rows} rows")),
+                    "{message}"
+                )
+            }
+            (r, _) => panic!("{rows} rows, max {max_rows}: {:?}", r.map(|t| t.gpu.len())),
+        }
+    }
+    // Decompressed bytes: 64 MiB of whitespace compress to 64 KB.
+    for (text, max_text, over) in [
+        (64usize << 20, 16u64 << 20, true),
+        (64 << 20, 1 << 30, false),
+        (8 << 20, 4 << 20, true),
+    ] {
+        let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        z.write_all(br#"{"traceEvents":[]"#).unwrap();
+        z.write_all(&vec![b' '; text]).unwrap();
+        z.write_all(b"}").unwrap();
+        let gz = z.finish().unwrap();
+        let opts = ParseOptions {
+            max_text_bytes: max_text,
+            ..ParseOptions::default()
+        };
+        let r = parse_bytes(&gz, Path::new("ws.json.gz"), &opts);
+        assert_eq!(
+            matches!(r, Err(TraceError::OverLimit { .. })),
+            over,
+            "{text} bytes, max {max_text}: {:?}",
+            r.err()
+        );
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_listed_file_swapped_for_a_fifo_a_symlink_or_another_file_is_refused() {
+    use dgx_pixels_trace::open::FileKey;
+    use dgx_pixels_trace::parse_file;
+    use std::os::unix::ffi::OsStrExt;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rank0.json");
+    std::fs::write(&path, r#"{"traceEvents":[]}"#).unwrap();
+    let listed = FileKey::of(&std::fs::symlink_metadata(&path).unwrap());
+    let opts = ParseOptions {
+        listed: Some(listed),
+        ..ParseOptions::default()
+    };
+    assert!(parse_file(&path, &opts).is_ok(), "the file listed");
+    let swap = |make: &dyn Fn(&Path)| {
+        make(&path);
+        // On a thread: the old open() of a FIFO blocked for ever.
+        let (p, o) = (path.clone(), opts.clone());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(parse_file(&p, &o).map(|_| ())));
+        let r = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the open returned");
+        let _ = std::fs::remove_file(&path);
+        r
+    };
+    let fifo = |p: &Path| {
+        let _ = std::fs::remove_file(p);
+        let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    };
+    let zero = |p: &Path| {
+        let _ = std::fs::remove_file(p);
+        std::os::unix::fs::symlink("/dev/zero", p).unwrap()
+    };
+    // Written beside and renamed over the listed file while it exists: a new inode.
+    let other = |p: &Path| {
+        let tmp = p.with_extension("tmp");
+        std::fs::write(&tmp, r#"{"traceEvents":[]}"#).unwrap();
+        std::fs::rename(&tmp, p).unwrap();
+    };
+    let target = dir.path().join("elsewhere.json");
+    std::fs::write(&target, r#"{"traceEvents":[]}"#).unwrap();
+    let link = |p: &Path| {
+        let _ = std::fs::remove_file(p);
+        std::os::unix::fs::symlink(&target, p).unwrap()
+    };
+    for (name, make) in [
+        ("another file", &other as &dyn Fn(&Path)),
+        ("fifo", &fifo),
+        ("symlink to /dev/zero", &zero),
+        ("symlink to a trace", &link),
+    ] {
+        match swap(make) {
+            Err(TraceError::Replaced { .. }) => {}
+            r => panic!("{name}: {r:?}"),
+        }
+    }
+    // The same for a snapshot.
+    let snap = dir.path().join("s.pickle");
+    std::fs::write(&snap, b"\x80\x04}.").unwrap();
+    let key = FileKey::of(&std::fs::metadata(&snap).unwrap());
+    std::fs::remove_file(&snap).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &snap).unwrap();
+    let o = dgx_pixels_trace::memory::SnapshotOptions {
+        listed: Some(key),
+        ..Default::default()
+    };
+    let r = dgx_pixels_trace::memory::read_snapshot_with(&snap, &o);
+    assert!(matches!(r, Err(TraceError::Replaced { .. })), "{r:?}");
 }

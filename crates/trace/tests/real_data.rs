@@ -23,6 +23,8 @@ fn input() -> InputArgs {
         items_per_step: None,
         items_name: "items".into(),
         max_event_bytes: DEFAULT_MAX_VALUE_BYTES,
+        max_decompressed_bytes: dgx_pixels_trace::parse::DEFAULT_MAX_TEXT_BYTES,
+        max_rows: dgx_pixels_trace::parse::DEFAULT_MAX_ROWS,
     }
 }
 

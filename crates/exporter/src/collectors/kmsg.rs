@@ -16,7 +16,7 @@
 use std::sync::{Arc, Mutex};
 
 use dgx_pixels_kmsg::parse::PciAddress;
-use dgx_pixels_kmsg::{GpuDirectory, KmsgSource, KnownGpu, Tracked};
+use dgx_pixels_kmsg::{GpuDirectory, KmsgSource, KnownGpu, Progresses};
 use dgx_pixels_metrics::Metric;
 
 use super::probes::StoreSlot;
@@ -38,8 +38,9 @@ pub const COLLECTOR: Collector = Collector {
 };
 
 fn build(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
-    // What a source on this path read so far, kept across reloads that restart it.
-    let progress = ctx.kept::<Mutex<Option<Tracked>>>(COLLECTOR.name);
+    // What the sources on each path read so far, kept across reloads that restart them or
+    // switch the path away and back.
+    let progress = ctx.kept::<Mutex<Progresses>>(COLLECTOR.name);
     Ok(Some(Box::new(KmsgSource::new(
         ctx.settings.kmsg.clone(),
         Arc::clone(ctx.xid_ledger),

@@ -12,8 +12,10 @@ use std::time::Duration;
 
 use anyhow::Result;
 use dgx_pixels_exposition::SnapshotStore;
+use dgx_pixels_metrics::Sample;
 use dgx_pixels_metrics::{Metric, Source};
-use dgx_pixels_probes::scheduler::{CudaBackend, ProbeSource, UtilizationView};
+use dgx_pixels_probes::scheduler::{Occupancy, ProbeSource, UtilizationView};
+use dgx_pixels_probes::worker::{WorkerBackend, SUBCOMMAND as WORKER_SUBCOMMAND};
 use dgx_pixels_sim::Node;
 
 use super::{BuildContext, Built, Collector, RestartKey, DEFAULT_INTERVAL};
@@ -25,7 +27,8 @@ pub const COLLECTOR: Collector = Collector {
     enabled_by_default: false,
     enabled_in_simulation: true,
     default_interval: DEFAULT_INTERVAL,
-    // A probe run opens a CUDA context and cuBLAS first: seconds, not milliseconds.
+    // A probe run is a worker process that opens a CUDA context and cuBLAS first: seconds,
+    // not milliseconds; `[probes] worker_timeout` (20 s) kills a hung one before this.
     default_timeout: Duration::from_secs(30),
     help: "CUDA probe workloads on idle GPUs (libcuda.so.1 and cuBLAS, loaded at run time; with --simulate, simulated and on unless turned off)",
     yields_owned_series: true,
@@ -53,32 +56,78 @@ fn restart_key(s: &Settings) -> RestartKey {
 /// The store, set once it exists (it is built after the sources are planned).
 pub type StoreSlot = Arc<OnceLock<Arc<SnapshotStore>>>;
 
-/// Utilization by UUID from the latest snapshot of every source that is up.
+/// Utilization and occupancy by UUID from the latest snapshot of every source that is up.
 pub struct StoreUtilization(pub StoreSlot);
 
-impl UtilizationView for StoreUtilization {
-    fn lookup(&self, uuid: &str) -> Option<(u32, f64)> {
+impl StoreUtilization {
+    fn served_samples<R>(
+        &self,
+        f: impl FnOnce(&mut dyn Iterator<Item = &Sample>) -> R,
+    ) -> Option<R> {
         let store = self.0.get()?;
         let generation = store.current();
-        generation
+        let mut it = generation
             .snapshots()
             .iter()
             .filter_map(|s| s.served())
-            .flat_map(|o| o.samples.iter())
-            .filter(|s| s.metric == Metric::GpuUtilization)
-            .find_map(|s| {
-                let d = s.device.as_ref().filter(|d| d.uuid() == uuid)?;
-                Some((d.index(), s.value))
-            })
+            .flat_map(|o| o.samples.iter());
+        Some(f(&mut it))
     }
 }
 
-/// The probes source for `settings`.
+impl UtilizationView for StoreUtilization {
+    fn lookup(&self, uuid: &str) -> Option<(u32, f64)> {
+        self.served_samples(|samples| {
+            samples
+                .filter(|s| s.metric == Metric::GpuUtilization)
+                .find_map(|s| {
+                    let d = s.device.as_ref().filter(|d| d.uuid() == uuid)?;
+                    Some((d.index(), s.value))
+                })
+        })
+        .flatten()
+    }
+
+    /// Holders from the attribution sources (pods, HPC jobs), processes from NVML (the
+    /// source leaves the exporter's own workers out), MIG from the MIG layout.
+    fn occupancy(&self, uuid: &str) -> Occupancy {
+        self.served_samples(|samples| {
+            let mut o = Occupancy::default();
+            for s in samples {
+                if s.device.as_ref().is_none_or(|d| d.uuid() != uuid) {
+                    continue;
+                }
+                match s.metric {
+                    Metric::GpuPodInfo | Metric::GpuHpcJobInfo => o.held = true,
+                    Metric::GpuProcesses => o.processes = o.processes.max(s.value as usize),
+                    Metric::MigInfo => o.mig = true,
+                    _ => {}
+                }
+            }
+            o
+        })
+        .unwrap_or_default()
+    }
+}
+
+/// The probes source for `settings`: each discovery and probe run is a worker process (this
+/// binary's hidden `probe-worker` subcommand), so the daemon never creates a CUDA context.
 pub fn source(settings: &Settings, store: StoreSlot) -> Result<Box<dyn Source>> {
     let schedule = settings.probes.schedule()?;
-    let backend = CudaBackend {
-        sizes: schedule.sizes.clone(),
-    };
+    let program = std::env::current_exe().map_err(|e| {
+        anyhow::anyhow!("probes: cannot find this program to start its workers: {e}")
+    })?;
+    let mut args: Vec<std::ffi::OsString> = vec![WORKER_SUBCOMMAND.into()];
+    if let Some(lib) = &settings.nvml.library {
+        args.push("--nvml-library".into());
+        args.push(lib.clone().into_os_string());
+    }
+    let backend = WorkerBackend::new(
+        program,
+        args,
+        schedule.sizes.clone(),
+        settings.probes.worker_timeout()?,
+    );
     let source = ProbeSource::new(backend, StoreUtilization(store), schedule)?;
     Ok(Box::new(source))
 }

@@ -18,6 +18,18 @@ pub(super) fn check_min(key: &str, d: Option<Duration>, min: Duration) -> Result
     }
 }
 
+/// Refuses a duration over `max` (a longer one would overflow the clock when added to it).
+pub(super) fn check_max(key: &str, d: Option<Duration>, max: Duration) -> Result<(), ConfigError> {
+    match d {
+        Some(d) if d > max => Err(ConfigError(format!(
+            "{key}: {} is over the maximum of {}",
+            humantime::format_duration(d),
+            humantime::format_duration(max)
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Checks `nvml.power_sample_interval` (0 for off, else 10 ms to 1 s: faster costs CPU for
 /// nothing NVML refreshes, slower is what the 1 s average already gives) and
 /// `nvml.power_window` (1 s to 10 min, which bounds the samples kept per GPU).

@@ -44,6 +44,62 @@ fn probe_settings_come_from_file_and_env_and_are_checked() {
 }
 
 #[test]
+fn probe_worker_and_settle_durations_are_bounded_with_the_key_named() {
+    let ok = file("[probes]\nsettle = \"30s\"\nworker_timeout = \"5s\"\n");
+    let cli = parse_from(["x", "--config.file", ok.path().to_str().unwrap()]).unwrap();
+    let s = resolve(&cli, []).unwrap();
+    assert_eq!(s.probes.schedule().unwrap().settle, Duration::from_secs(30));
+    assert_eq!(s.probes.worker_timeout().unwrap(), Duration::from_secs(5));
+    let defaults = resolve(&parse_from(["x"]).unwrap(), []).unwrap();
+    assert_eq!(
+        defaults.probes.worker_timeout().unwrap(),
+        Duration::from_secs(20)
+    );
+    assert_eq!(
+        defaults.probes.schedule().unwrap().settle,
+        Duration::from_secs(10)
+    );
+    for (text, key, words) in [
+        (
+            "[probes]\nsettle = \"2h\"\n",
+            "probes.settle",
+            "over the limit of 1h",
+        ),
+        (
+            "[probes]\nworker_timeout = \"500ms\"\n",
+            "probes.worker_timeout",
+            "between 1s and 10m",
+        ),
+        (
+            "[probes]\nworker_timeout = \"11m\"\n",
+            "probes.worker_timeout",
+            "between 1s and 10m",
+        ),
+        // The worker must die before the poll waiting for it overruns (default 30 s).
+        (
+            "[probes]\nworker_timeout = \"30s\"\n",
+            "probes.worker_timeout",
+            "shorter than collector.probes.timeout (30s)",
+        ),
+        (
+            "[probes]\nworker_timeout = \"4s\"\n[collector.probes]\ntimeout = \"3s\"\n",
+            "probes.worker_timeout",
+            "shorter than collector.probes.timeout (3s)",
+        ),
+        (
+            "[probes]\nsettle = \"soon\"\n",
+            "probes.settle",
+            "invalid duration",
+        ),
+    ] {
+        let bad = file(text);
+        let cli = parse_from(["x", "--config.file", bad.path().to_str().unwrap()]).unwrap();
+        let e = resolve(&cli, []).unwrap_err().to_string();
+        assert!(e.contains(key) && e.contains(words), "{text}: {e}");
+    }
+}
+
+#[test]
 fn simulation_turns_profiling_and_probes_on_unless_they_are_turned_off() {
     let s = resolve(&parse_from(["x", "--simulate", "dgx-h100"]).unwrap(), []).unwrap();
     assert!(!s.collector_enabled("dcgm") && !s.collector_enabled("probes"));
@@ -599,4 +655,41 @@ fn the_trace_table_parses_strictly_validates_and_yields_to_flags() {
     let cli = parse_from(["x", "--simulate.trace-directory", "/sim"]).unwrap();
     let s = resolve(&cli, []).unwrap().simulation;
     assert_eq!(s.trace_directory.as_deref(), Some(Path::new("/sim")));
+}
+
+/// Issue 28, item 8: "580000000000years" was accepted, then panicked a thread (an `Instant`
+/// overflow). Every duration setting has an upper bound, and the error names the key.
+#[test]
+fn every_duration_setting_has_an_upper_bound() {
+    let huge = "580000000000years";
+    let cases = [
+        (format!("[trace]\nmax_analysis_time = \"{huge}\"\n"), "trace.max_analysis_time"),
+        ("[trace]\nmax_analysis_time = \"2days\"\n".into(), "trace.max_analysis_time"),
+        (format!("[trace]\ngroup_timeout = \"{huge}\"\n"), "trace.group_timeout"),
+        (format!("[simulation]\ntrace_period = \"{huge}\"\n"), "trace_period"),
+        ("[simulation]\ntrace_period = \"25h\"\n".into(), "simulation.trace_period"),
+        ("[simulation]\ninterval = \"2days\"\n".into(), "simulation.interval"),
+        ("[collector.nvml]\ninterval = \"25h\"\n".into(), "collector.nvml.interval"),
+        ("[collector.nvml]\ntimeout = \"3days\"\n".into(), "collector.nvml.timeout"),
+        (format!("[collector.nvml]\ninterval = \"{huge}\"\n"), "interval"),
+        ("[nvml]\nslow_interval = \"2days\"\n".into(), "nvml.slow_interval"),
+        ("[nvml]\nxid_quiet_period = \"2days\"\n".into(), "nvml.xid_quiet_period"),
+        ("[health]\nclear_after = \"1year\"\n".into(), "health.clear_after"),
+        ("[health]\nidle_after = \"1year\"\n".into(), "health.idle_after"),
+        (
+            "[cost]\nelectricity_price_per_kwh = 0.1\ngpu_purchase_price = 1\ngpu_lifetime = \"200years\"\n".into(),
+            "gpu_lifetime",
+        ),
+    ];
+    for (text, key) in cases {
+        let f = file(&text);
+        let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
+        let e = resolve(&cli, []).unwrap_err().to_string();
+        assert!(e.contains(key) && e.contains("maximum"), "{text:?}: {e}");
+    }
+    // At the bound, accepted.
+    let f = file("[simulation]\ntrace_period = \"24h\"\n[trace]\nmax_analysis_time = \"1day\"\n");
+    let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
+    assert!(resolve(&cli, []).is_ok());
+    assert!(parse_duration("100years").is_ok() && parse_duration("101years").is_err());
 }

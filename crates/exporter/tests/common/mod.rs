@@ -201,3 +201,16 @@ pub fn fake_nvml_library() -> &'static str {
     static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     PATH.get_or_init(|| fake_cdylib("fake-nvml", "libfake_nvml.so"))
 }
+
+/// The fake CUDA driver and cuBLAS (crates/fake-cuda) installed under their real names in a
+/// directory of their own, for `LD_LIBRARY_PATH`.
+pub fn fake_cuda_dir() -> &'static std::path::Path {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let so = std::path::PathBuf::from(fake_cdylib("fake-cuda", fake_cuda::LIBRARY_FILE));
+        let dir = tempfile::tempdir().unwrap();
+        fake_cuda::install(dir.path(), &so).unwrap();
+        dir
+    })
+    .path()
+}

@@ -101,6 +101,7 @@ nvml_fn! {
         if s.version != GPM_SUPPORT_VERSION {
             return Err(ERROR_ARGUMENT_VERSION_MISMATCH);
         }
+        state::gpm_hang(device);
         s.is_supported_device = device_call_mut(device, |d, h, _| Ok(supported(d, h).into()))?;
         Ok(())
     }
@@ -129,6 +130,7 @@ nvml_fn! {
         if !samples::is_live(gpm_sample) {
             return Err(ERROR_INVALID_ARGUMENT);
         }
+        state::gpm_hang(device);
         let taken = device_call_mut(device, |d, h, now| {
             if !supported(d, h) {
                 return Err(ERROR_NOT_SUPPORTED);

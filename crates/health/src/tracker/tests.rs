@@ -151,6 +151,89 @@ fn an_xid_that_needs_a_reset_holds_until_the_gpu_is_reset() {
     assert_eq!(verdict(&out, "GPU-0"), v("healthy", "none", "none"));
 }
 
+/// Issue 28, item 15: a GPU that misses polls (`gpu_up` 1, 0, 1: a slow library call, not a
+/// loss) was not reset: an XID that needs a reset holds, however long or often it was down.
+/// Once the driver says the GPU fell off the bus (XID 79, or the kernel log), answering again
+/// is a reset.
+#[test]
+fn a_missed_poll_is_not_a_reset() {
+    let xid95 = (Metric::GpuXidErrors, &["95"][..], 1.0);
+    let energy = |j: f64| (Metric::GpuEnergy, &[][..], j);
+    let down = [Sample::for_gpu(0, "GPU-0", Metric::GpuUp, &[], 0.0)];
+    for missed in [1, 2, 5] {
+        for gap in [Duration::from_millis(100), Duration::from_secs(30)] {
+            let mut t = HealthTracker::new(T);
+            let mut now = Instant::now();
+            t.evaluate(gpu0(&[energy(100.0)]).iter(), now);
+            let out = t.evaluate(gpu0(&[energy(101.0), xid95]).iter(), now);
+            assert_eq!(verdict(&out, "GPU-0").2, "xid_95");
+            for round in 0..3 {
+                for _ in 0..missed {
+                    now += gap;
+                    t.evaluate(down.iter(), now);
+                }
+                now += gap;
+                let out = t.evaluate(gpu0(&[energy(102.0 + f64::from(round)), xid95]).iter(), now);
+                assert_eq!(
+                    verdict(&out, "GPU-0"),
+                    v("unhealthy", "reset_gpu", "xid_95"),
+                    "{missed} missed polls {gap:?} apart, round {round}"
+                );
+            }
+        }
+    }
+    // Fell off the bus (XID 79 through NVML, or the kernel log's message), then back: reset.
+    for lost in [
+        (Metric::GpuXidErrors, &["79"][..], 1.0),
+        (Metric::GpuFallenOffBus, &[][..], 1.0),
+    ] {
+        let mut t = HealthTracker::new(T);
+        let now = Instant::now();
+        t.evaluate(gpu0(&[energy(100.0), xid95]).iter(), now);
+        let mut gone = down.to_vec();
+        gone.push(Sample::for_gpu(0, "GPU-0", lost.0, lost.1, lost.2));
+        t.evaluate(gone.iter(), now);
+        let out = t.evaluate(gpu0(&[energy(101.0), xid95, lost]).iter(), now);
+        assert_eq!(
+            verdict(&out, "GPU-0"),
+            v("healthy", "none", "none"),
+            "{lost:?}"
+        );
+    }
+}
+
+/// Issue 28, item 17: where nothing observes a GPU's XIDs, a GPU no rule finds at fault is
+/// unknown (`xid_unobserved`), never healthy; a GPU another rule finds at fault keeps that
+/// verdict; observed again, it is healthy.
+#[test]
+fn a_gpu_whose_xids_nobody_observes_is_not_healthy() {
+    let observed = |on: f64| (Metric::GpuXidObserved, &[][..], on);
+    let mut t = HealthTracker::new(T);
+    let now = Instant::now();
+    let out = t.evaluate(gpu0(&[observed(0.0)]).iter(), now);
+    assert_eq!(
+        verdict(&out, "GPU-0"),
+        v("unknown", "unknown", "xid_unobserved")
+    );
+    let slow = (Metric::GpuThrottleReason, &["hw_slowdown"][..], 1.0);
+    let out = t.evaluate(gpu0(&[observed(0.0), slow]).iter(), now);
+    assert_eq!(
+        verdict(&out, "GPU-0"),
+        v("degraded", "check_hardware", "hw_slowdown")
+    );
+    let mut t = HealthTracker::new(T);
+    for (reading, want) in [
+        (Some(1.0), "healthy"),
+        (None, "healthy"),
+        (Some(0.0), "unknown"),
+        (Some(1.0), "healthy"),
+    ] {
+        let extra: Vec<_> = reading.map(observed).into_iter().collect();
+        let out = t.evaluate(gpu0(&extra).iter(), now);
+        assert_eq!(verdict(&out, "GPU-0").0, want, "{reading:?}");
+    }
+}
+
 #[test]
 fn uncatalogued_and_no_action_xids() {
     let mut t = HealthTracker::new(T);

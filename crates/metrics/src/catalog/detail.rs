@@ -84,6 +84,11 @@ pub static POLICIES: &[Entry] = &[
         why: "only while the driver asks for a recovery action (the health verdict reads it either way)",
     },
     Entry {
+        metric: Metric::GpuXidObserved,
+        policy: Policy::NotValue(1.0),
+        why: "only a GPU whose XIDs nobody observes (value 0); the health verdict reads it either way",
+    },
+    Entry {
         metric: Metric::GpuStaleReadings,
         policy: Policy::NonZero,
         why: "only while a source left stale readings out",
@@ -160,8 +165,8 @@ pub static POLICIES: &[Entry] = &[
     },
     Entry {
         metric: Metric::ProbeRuns,
-        policy: Policy::NonZeroOnly("outcome", &["error"]),
-        why: "only errors that happened: a served result says its probe ran (results older than three rounds are dropped), and a skip of a busy GPU is the probes being polite",
+        policy: Policy::NonZeroOnly("outcome", &["error", "timeout", "crashed", "contended"]),
+        why: "only failures and collisions that happened: a served result says its probe ran (results older than three rounds are dropped), a skip is the probes being polite, and dgx_pixels_probe_gpus says per state how many GPUs are where",
     },
     Entry {
         metric: Metric::ProbeDuration,

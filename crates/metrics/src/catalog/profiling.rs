@@ -23,10 +23,12 @@ GPM reports counters between two samples. Each GPU's worker keeps the sample of 
 poll and takes a new one every poll, so the values cover the interval between two polls
 (`--collector.nvml.interval`, default 1 s), like DCGM's over its watch interval. The first poll
 after start, after the GPU did not answer, and after a failed GPM call serves none of them: there
-is no interval yet. One `nvmlGpmMetricsGet` per GPU and poll answers every family, on the GPU's
-own worker thread and within its deadline (five NVML calls per GPU and poll in all: handle,
-sample buffer, sample, metrics, freeing the older buffer). A GPM call failing on one GPU
-leaves that GPU's other series and every other GPU as they are.
+is no interval yet. One `nvmlGpmMetricsGet` per GPU and poll answers every family, on a GPM
+thread of the GPU's own (beside its worker for the other readings) and within the poll's
+deadline (five NVML calls per GPU and poll in all: handle, sample buffer, sample, metrics,
+freeing the older buffer). A GPM call failing on one GPU leaves that GPU's other series and
+every other GPU as they are; one that hangs leaves out only that GPU's profiling families, said
+by `dgx_pixels_gpu_stale_readings{source=\"nvml\"}` (10) while it lasts, and the GPU stays up.
 
 | Family | GPM metric (unit) |
 |---|---|

@@ -17,6 +17,14 @@ use super::MAX_NELEMS;
 use crate::classify::{kernel_class, profiler_step};
 use crate::model::{Annotation, Aux, CpuCorr, FirstRow, GpuKind, GpuRow, RankTrace};
 
+/// Largest |timestamp| taken, in µs (2^53, about 285 years after 1970: a real trace's epoch
+/// times are near 2^51); a row beyond is counted in `bad_timestamps` and dropped.
+const MAX_TS_US: f64 = (1u64 << 53) as f64;
+/// Longest duration taken, in µs (2^36, about 19 hours; a profiler trace covers seconds);
+/// longer ones are clamped and counted in `bad_durations`, so a sum of even 50 million rows
+/// fits an i64.
+const MAX_DUR_US: f64 = (1u64 << 36) as f64;
+
 /// A string field that borrows from the input when it can (and takes numbers as text).
 struct Str<'a>(Cow<'a, str>);
 
@@ -286,8 +294,10 @@ impl Builder {
         if cat.0 == "Trace" || dur.value.is_nan() {
             return;
         }
+        // Bounded so that every difference and sum of times the analyses take in i64 stays far
+        // from overflow (a hostile ts near +-9e18 wrapped, turning counters negative).
         let ts = match ev.ts {
-            Some(t) if t.value.is_finite() => t.value,
+            Some(t) if t.value.is_finite() && t.value.abs() <= MAX_TS_US => t.value,
             _ => {
                 st.bad_timestamps += 1;
                 return;
@@ -298,6 +308,9 @@ impl Builder {
         if !(d >= 0.0 && d.is_finite()) {
             st.bad_durations += 1;
             d = 0.0;
+        } else if d > MAX_DUR_US {
+            st.bad_durations += 1;
+            d = MAX_DUR_US;
         }
         let end = ts + d;
         let name = ev.name.as_ref().map(|n| n.0.as_ref()).unwrap_or("");

@@ -39,6 +39,8 @@ pub(super) struct Input<R> {
     pub(super) eof: bool,
     pub(super) path: PathBuf,
     pub(super) max: usize,
+    /// Bound on the whole (decompressed) text.
+    pub(super) max_text: u64,
     pub(super) gzip: bool,
 }
 
@@ -87,6 +89,16 @@ impl<R: Read> Input<R> {
             }
         }
         self.buf.truncate(filled);
+        if self.base + filled as u64 > self.max_text {
+            return Err(TraceError::OverLimit {
+                path: self.path.clone(),
+                message: format!(
+                    "the {} text is larger than {} bytes",
+                    if self.gzip { "decompressed" } else { "JSON" },
+                    self.max_text
+                ),
+            });
+        }
         Ok(())
     }
 

@@ -15,7 +15,6 @@ mod event;
 mod input;
 
 use std::borrow::Cow;
-use std::fs::File;
 use std::io::{ErrorKind, Read};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -37,6 +36,14 @@ pub const DEFAULT_MAX_VALUE_BYTES: usize = 64 << 20;
 /// [`crate::model::ParseStats::clamped_counts`]), so volumes stay finite: 2^48 elements.
 pub const MAX_NELEMS: u64 = 1 << 48;
 
+/// Default bound on the decompressed text of one file (the CLI's; the daemon's is
+/// `[trace] max_decompressed_bytes`): 16 GiB.
+pub const DEFAULT_MAX_TEXT_BYTES: u64 = 16 << 30;
+
+/// Default bound on the rows kept from one file (GPU rows, launches, annotations; the CLI's,
+/// the daemon's is `[trace] max_rows`): 50 million, about 6 GB of memory.
+pub const DEFAULT_MAX_ROWS: u64 = 50_000_000;
+
 /// Bytes read from the file at a time.
 const CHUNK: usize = 4 << 20;
 
@@ -53,6 +60,15 @@ pub struct ParseOptions {
     /// Past this instant the next read fails ("deadline") and parsing stops: a bound on the
     /// time one file may take.
     pub deadline: Option<Instant>,
+    /// Largest decompressed (JSON) text read ([`TraceError::OverLimit`] past it): a small
+    /// `.json.gz` can hold gigabytes.
+    pub max_text_bytes: u64,
+    /// Most rows kept (GPU rows, launches, annotations; [`TraceError::OverLimit`] past it):
+    /// what the memory of a parse follows.
+    pub max_rows: u64,
+    /// The file as a listing saw it: opened without following a symlink or waiting on a FIFO,
+    /// and checked to be that regular file ([`crate::open::open_input`]).
+    pub listed: Option<crate::open::FileKey>,
 }
 
 impl Default for ParseOptions {
@@ -62,6 +78,9 @@ impl Default for ParseOptions {
             progress: None,
             cancel: None,
             deadline: None,
+            max_text_bytes: DEFAULT_MAX_TEXT_BYTES,
+            max_rows: DEFAULT_MAX_ROWS,
+            listed: None,
         }
     }
 }
@@ -72,7 +91,7 @@ pub fn parse_file(path: &Path, opts: &ParseOptions) -> Result<RankTrace, TraceEr
         path: path.to_path_buf(),
         source,
     };
-    let mut file = File::open(path).map_err(io)?;
+    let mut file = crate::open::open_input(path, opts.listed)?;
     let mut magic = [0u8; 2];
     let n = read_full(&mut file, &mut magic).map_err(io)?;
     let head = std::io::Cursor::new(magic[..n].to_vec());
@@ -170,6 +189,7 @@ fn parse_reader<R: Read>(
         eof: false,
         path: path.to_path_buf(),
         max: opts.max_value_bytes.max(16),
+        max_text: opts.max_text_bytes,
         gzip,
     };
     let mut b = Builder::new(path);
@@ -208,7 +228,7 @@ fn parse_reader<R: Read>(
             match key.as_str() {
                 "traceEvents" => {
                     saw_events = true;
-                    events(&mut input, &mut b)?;
+                    events(&mut input, &mut b, opts.max_rows)?;
                 }
                 "distributedInfo" => input.value("distributedInfo", |s| {
                     one::<serde_json::Value, _>(s, |v| b.distributed_info(&v))
@@ -254,7 +274,7 @@ fn parse_reader<R: Read>(
     Ok(b.finish())
 }
 
-fn events<R: Read>(input: &mut Input<R>, b: &mut Builder) -> Result<(), TraceError> {
+fn events<R: Read>(input: &mut Input<R>, b: &mut Builder, max_rows: u64) -> Result<(), TraceError> {
     if input.peek("traceEvents")? != b'[' {
         let c = input.peek("traceEvents")?;
         return Err(input.unexpected(c, "'[' starting the traceEvents array"));
@@ -268,6 +288,9 @@ fn events<R: Read>(input: &mut Input<R>, b: &mut Builder) -> Result<(), TraceErr
     loop {
         input.skip_ws()?;
         input.value("an event", |s| one::<RawEvent<'_>, _>(s, |ev| b.event(ev)))?;
+        if (b.out.gpu.len() + b.out.cpu_corr.len() + b.out.annotations.len()) as u64 > max_rows {
+            return Err(too_many_rows(input, max_rows));
+        }
         input.skip_ws()?;
         match input.peek("traceEvents")? {
             b',' => input.pos += 1,
@@ -277,6 +300,18 @@ fn events<R: Read>(input: &mut Input<R>, b: &mut Builder) -> Result<(), TraceErr
             }
             c => return Err(input.unexpected(c, "',' or ']' after an event")),
         }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn too_many_rows<R: Read>(input: &Input<R>, max_rows: u64) -> TraceError {
+    TraceError::OverLimit {
+        path: input.path.clone(),
+        message: format!(
+            "more than {max_rows} rows (GPU rows, launches, annotations) at byte {}",
+            input.offset()
+        ),
     }
 }
 

@@ -8,7 +8,8 @@
 //!
 //! Bounded: at most `max_ranks` rank analyses are held over all groups (the group with the
 //! oldest arrival goes first), and a rank's communication start times (needed to match
-//! collectives across ranks) are dropped past [`MAX_COMM_STARTS`].
+//! collectives across ranks) are dropped past [`MAX_COMM_STARTS`], or when all ranks held
+//! together would pass [`MAX_COMM_STARTS_TOTAL`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -21,6 +22,11 @@ use crate::analysis::{job_report, AnalyzeOptions, JobReport, RankAnalysis};
 /// more keeps none, and the job's collectives are then not matched (the straggler score from
 /// step times still is).
 pub const MAX_COMM_STARTS: usize = 1 << 20;
+
+/// Communication start times held over all ranks of all groups (16 bytes each: 32 MiB); a
+/// rank that would go past it keeps none (the old bound was per rank only: 256 ranks could
+/// hold 4.4 GB).
+pub const MAX_COMM_STARTS_TOTAL: usize = 1 << 21;
 
 #[derive(Debug)]
 struct Group {
@@ -60,9 +66,23 @@ impl Groups {
         mut rank: RankAnalysis,
         now: Instant,
     ) {
-        if rank.comm_starts.len() > MAX_COMM_STARTS {
+        // The rank it replaces, if any, gives its share back first.
+        let held: usize = self
+            .groups
+            .iter()
+            .flat_map(|(j, g)| {
+                g.ranks
+                    .iter()
+                    .filter(move |(r, _)| !(j == job && **r == rank.report.rank))
+            })
+            .map(|(_, r)| r.comm_starts.len())
+            .sum();
+        if rank.comm_starts.len() > MAX_COMM_STARTS
+            || held + rank.comm_starts.len() > MAX_COMM_STARTS_TOTAL
+        {
             rank.comm_starts = Vec::new();
         }
+        rank.comm_starts.shrink_to_fit();
         let g = self.groups.entry(job.to_string()).or_insert_with(|| Group {
             ranks: BTreeMap::new(),
             world_size: None,
@@ -75,6 +95,16 @@ impl Groups {
         g.last_arrival = now;
         g.dirty = true;
         self.evict(job);
+    }
+
+    /// Communication start times held over all groups.
+    #[cfg(test)]
+    pub fn comm_starts_held(&self) -> usize {
+        self.groups
+            .values()
+            .flat_map(|g| g.ranks.values())
+            .map(|r| r.comm_starts.len())
+            .sum()
     }
 
     fn evict(&mut self, current: &str) {

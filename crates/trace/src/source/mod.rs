@@ -67,6 +67,15 @@ pub const DEFAULT_MAX_RANKS: usize = 256;
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 /// Default wait for the missing ranks of a job before it is analysed with those it has.
 pub const DEFAULT_GROUP_TIMEOUT: Duration = Duration::from_secs(300);
+/// Default bound on the decompressed text of one trace: 4 times the default
+/// `max_file_bytes` (a `.json.gz` compresses about 10 to 30 times; a hostile one 1,000 times).
+pub const DEFAULT_MAX_DECOMPRESSED_BYTES: u64 = 4 << 30;
+/// Default bound on the rows kept from one trace (GPU rows, launches, annotations): a trace
+/// of 500,000 rows peaks at about 80 MiB while parsed and analysed (docs/performance.md), under
+/// the chart's 128 MiB limit.
+pub const DEFAULT_MAX_ROWS: u64 = 500_000;
+/// Upper bound of `max_analysis_time` and `group_timeout`: a day.
+pub const MAX_DURATION_SETTING: Duration = Duration::from_secs(86_400);
 /// Default bound on the time one file's parse may take.
 pub const DEFAULT_MAX_ANALYSIS_TIME: Duration = Duration::from_secs(600);
 
@@ -102,6 +111,12 @@ pub struct TraceOptions {
     pub group_timeout: Duration,
     /// `max_event_bytes`: largest single JSON value (one event) accepted.
     pub max_event_bytes: usize,
+    /// `max_decompressed_bytes`: largest decompressed text of a `.json.gz` (and of a
+    /// `.json`) read; past it the file is counted as `over_limit`.
+    pub max_decompressed_bytes: u64,
+    /// `max_rows`: most rows (GPU rows, kernel launches, annotations) kept from one trace;
+    /// past it the file is counted as `over_limit`.
+    pub max_rows: u64,
     /// `analyze_existing`: also analyse the files already there, last modified more than 2 s
     /// before the source started (off: after a restart they would be counted a second time).
     pub analyze_existing: bool,
@@ -120,6 +135,8 @@ impl Default for TraceOptions {
             max_analysis_time: DEFAULT_MAX_ANALYSIS_TIME,
             group_timeout: DEFAULT_GROUP_TIMEOUT,
             max_event_bytes: crate::DEFAULT_MAX_VALUE_BYTES,
+            max_decompressed_bytes: DEFAULT_MAX_DECOMPRESSED_BYTES,
+            max_rows: DEFAULT_MAX_ROWS,
             analyze_existing: false,
         }
     }
@@ -136,9 +153,23 @@ impl TraceOptions {
             ("max_attempts", self.max_attempts == 0),
             ("max_event_bytes", self.max_event_bytes == 0),
             ("max_analysis_time", self.max_analysis_time.is_zero()),
+            ("max_decompressed_bytes", self.max_decompressed_bytes == 0),
+            ("max_rows", self.max_rows == 0),
         ];
         if let Some((key, _)) = positive.iter().find(|(_, zero)| *zero) {
             return Err(format!("trace.{key}: must be > 0"));
+        }
+        for (key, d) in [
+            ("max_analysis_time", self.max_analysis_time),
+            ("group_timeout", self.group_timeout),
+        ] {
+            if d > MAX_DURATION_SETTING {
+                return Err(format!(
+                    "trace.{key}: {} is over the maximum of {}",
+                    humantime::format_duration(d),
+                    humantime::format_duration(MAX_DURATION_SETTING)
+                ));
+            }
         }
         if self.max_snapshot_bytes > crate::memory::MAX_SNAPSHOT_BYTES {
             return Err(format!(

@@ -35,11 +35,17 @@ pub enum Outcome {
     Timeout,
     /// The analysis failed in an unexpected way (a bug; logged).
     InternalError,
+    /// Over a bound of one file: decompressed bytes (`max_decompressed_bytes`), rows
+    /// (`max_rows`), a snapshot's values or nesting.
+    OverLimit,
+    /// When opened, not the regular file listed (a symlink, a FIFO or another file was put in
+    /// its place).
+    Replaced,
 }
 
 impl Outcome {
     /// Every outcome, in exposition order.
-    pub const ALL: [Outcome; 8] = [
+    pub const ALL: [Outcome; 10] = [
         Outcome::Analysed,
         Outcome::TooLarge,
         Outcome::Truncated,
@@ -48,6 +54,8 @@ impl Outcome {
         Outcome::Unreadable,
         Outcome::Timeout,
         Outcome::InternalError,
+        Outcome::OverLimit,
+        Outcome::Replaced,
     ];
 
     /// The label value.
@@ -61,13 +69,17 @@ impl Outcome {
             Outcome::Unreadable => "unreadable",
             Outcome::Timeout => "timeout",
             Outcome::InternalError => "internal_error",
+            Outcome::OverLimit => "over_limit",
+            Outcome::Replaced => "replaced",
         }
     }
 }
 
 /// The `trace_job` label for a directory relative to the watched root: printable ASCII, `_` for
-/// anything else, at most [`MAX_JOB_BYTES`] (a longer one keeps a hash of the whole and its
-/// end, so two long paths stay distinct).
+/// anything else, at most [`MAX_JOB_BYTES`]. One-to-one: when a character had to be replaced,
+/// `~` and a hash of the original follow (`a b` is `a_b~…`, distinct from `a_b`; `~` never
+/// survives sanitizing, so no directory's own name can take that form); a longer one keeps a
+/// hash of the whole and its end.
 pub fn job_label(dir: &str) -> String {
     let clean: String = dir
         .chars()
@@ -79,13 +91,17 @@ pub fn job_label(dir: &str) -> String {
             }
         })
         .collect();
-    if clean.len() <= MAX_JOB_BYTES {
-        return clean;
-    }
     // FNV-1a of the original: stable across runs and platforms.
     let hash = dir.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     });
+    if clean == dir && clean.len() <= MAX_JOB_BYTES {
+        return clean;
+    }
+    let suffix = format!("~{:012x}", hash >> 16);
+    if clean.len() + suffix.len() <= MAX_JOB_BYTES {
+        return format!("{clean}{suffix}");
+    }
     let prefix = format!("{hash:016x}~");
     let keep = MAX_JOB_BYTES - prefix.len();
     format!("{prefix}{}", &clean[clean.len() - keep..])
@@ -132,6 +148,18 @@ pub struct Series {
 type MemoryKey = (String, String, i64);
 
 const US: f64 = 1e-6;
+
+/// Adds `x` to a counter only when it is a finite positive number: HTA's rounding gives a
+/// sub-µs row a negative duration, and a counter must never go down (Prometheus would read a
+/// reset) nor become infinite.
+fn inc(counter: &mut f64, x: f64) {
+    if x.is_finite() && x > 0.0 {
+        let v = *counter + x;
+        if v.is_finite() {
+            *counter = v;
+        }
+    }
+}
 
 impl Series {
     /// Empty, keeping at most `max_ranks` (job, rank) pairs.
@@ -182,8 +210,8 @@ impl Series {
 
     /// Adds the cost of one analysis attempt.
     pub fn cost(&mut self, seconds: f64, bytes: u64) {
-        self.analysis_seconds += seconds;
-        self.read_bytes += bytes as f64;
+        inc(&mut self.analysis_seconds, seconds);
+        inc(&mut self.read_bytes, bytes as f64);
     }
 
     /// Adds one analysed rank of `job` (at unix time `now`).
@@ -195,26 +223,30 @@ impl Series {
         g.last_analysis = now;
         g.pid = r.process_id;
         let t = &r.temporal_breakdown;
-        g.gpu += t.kernel_time_us as f64 * US;
-        g.compute += t.compute_time_us as f64 * US;
-        g.non_compute += t.non_compute_time_us as f64 * US;
-        g.idle += t.idle_time_us as f64 * US;
+        inc(&mut g.gpu, t.kernel_time_us as f64 * US);
+        inc(&mut g.compute, t.compute_time_us as f64 * US);
+        inc(&mut g.non_compute, t.non_compute_time_us as f64 * US);
+        inc(&mut g.idle, t.idle_time_us as f64 * US);
         let c = &r.communication;
-        g.communication += c.time_us as f64 * US;
-        g.exposed += c.exposed_time_us as f64 * US;
-        g.overlapped += c.overlapped_time_us as f64 * US;
-        g.steps += r.steps.numbers.len() as f64;
-        g.step_seconds += r.steps.durations_us.iter().sum::<f64>() * US;
+        inc(&mut g.communication, c.time_us as f64 * US);
+        inc(&mut g.exposed, c.exposed_time_us as f64 * US);
+        inc(&mut g.overlapped, c.overlapped_time_us as f64 * US);
+        inc(&mut g.steps, r.steps.numbers.len() as f64);
+        let step_us: f64 = r.steps.durations_us.iter().map(|d| d.max(0.0)).sum();
+        inc(&mut g.step_seconds, step_us * US);
         for s in &c.collectives {
             let e = g.collectives.entry(s.collective.clone()).or_default();
-            e[0] += s.count as f64;
-            e[1] += s.time_us * US;
-            e[2] += s.sized_time_us * US;
-            e[3] += s.bytes;
-            e[4] += s.bus_bytes;
+            inc(&mut e[0], s.count as f64);
+            inc(&mut e[1], s.time_us * US);
+            inc(&mut e[2], s.sized_time_us * US);
+            inc(&mut e[3], s.bytes);
+            inc(&mut e[4], s.bus_bytes);
         }
         for p in &r.phases {
-            *g.phases.entry(p.phase.clone()).or_default() += p.cpu_time_us * US;
+            inc(
+                g.phases.entry(p.phase.clone()).or_default(),
+                p.cpu_time_us * US,
+            );
         }
         self.evict(job);
     }

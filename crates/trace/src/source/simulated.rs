@@ -171,9 +171,12 @@ impl Writer {
                 }
             }
             step += 1;
-            let until = std::time::Instant::now() + self.job.period;
+            // checked: a period past the clock's range waits until stopped, never panics.
+            let until = std::time::Instant::now().checked_add(self.job.period);
             while !self.stopped() {
-                let left = until.saturating_duration_since(std::time::Instant::now());
+                let left = until.map_or(Duration::MAX, |u| {
+                    u.saturating_duration_since(std::time::Instant::now())
+                });
                 if left.is_zero() {
                     break;
                 }
@@ -202,24 +205,26 @@ impl Writer {
         Ok(files)
     }
 
-    /// Writes `.NAME.tmp` (hidden: the watcher skips it), then renames it to `NAME`.
+    /// Writes `.NAME.RANDOM.tmp` (hidden: the watcher skips it), then renames it to `NAME`.
+    /// The temporary file is created with `O_CREAT|O_EXCL` under a random name, and the rename
+    /// replaces any link at `NAME` itself: a link planted in the directory is never followed.
     fn write_renamed(
         &self,
         name: &str,
         write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
     ) -> std::io::Result<PathBuf> {
-        let tmp = self.dir.join(format!(".{name}.tmp"));
         let path = self.dir.join(name);
-        let result = (|| {
-            let mut w = std::io::BufWriter::new(fs::File::create(&tmp)?);
-            write(&mut w)?;
-            w.flush()?;
-            fs::rename(&tmp, &path)
-        })();
-        if result.is_err() {
-            let _ = fs::remove_file(&tmp);
-        }
-        result.map(|()| path)
+        // Dropped on an error, the temporary file is removed.
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!(".{name}."))
+            .suffix(".tmp")
+            .tempfile_in(&self.dir)?;
+        let mut w = std::io::BufWriter::new(tmp);
+        write(&mut w)?;
+        w.flush()?;
+        let tmp = w.into_inner().map_err(|e| e.into_error())?;
+        tmp.persist(&path).map_err(|e| e.error)?;
+        Ok(path)
     }
 }
 
@@ -328,6 +333,40 @@ mod tests {
         remove_orphans(tmp.path());
         assert!(!gone.exists(), "no process {} (above pid_max)", u32::MAX);
         assert!(mine.exists() && other.exists());
+    }
+
+    /// Issue 28, item 14: links planted at the old fixed temporary name and at a drop's own
+    /// name are replaced, never followed.
+    #[test]
+    fn a_planted_link_is_never_followed() {
+        let chosen = tempfile::tempdir().unwrap();
+        let victim = chosen.path().join("victim");
+        fs::write(&victim, "precious").unwrap();
+        let dir = chosen.path().join("simulated-llm");
+        fs::create_dir_all(&dir).unwrap();
+        for name in [
+            ".rank0.step0.pt.trace.json.tmp",
+            "rank0.step0.pt.trace.json",
+            ".rank1.step0_memory.pickle.tmp",
+        ] {
+            std::os::unix::fs::symlink(&victim, dir.join(name)).unwrap();
+        }
+        let job = SimulatedJob {
+            directory: Some(chosen.path().to_path_buf()),
+            name: "llm".into(),
+            ranks: 2,
+            process_ids: Vec::new(),
+            period: Duration::from_millis(20),
+            keep: 2,
+        };
+        let sim = SimulatedTraces::start(job).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !dir.join("rank1.step1_memory.pickle").exists() {
+            assert!(std::time::Instant::now() < deadline, "no second drop");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        drop(sim);
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "precious");
     }
 
     #[test]

@@ -71,7 +71,23 @@ fn names_and_globs() {
 #[test]
 fn job_labels_are_bounded_and_distinct() {
     assert_eq!(job_label("llama/iteration_10"), "llama/iteration_10");
-    assert_eq!(job_label("a b\"c\n"), "a_b_c_");
+    assert!(job_label("a b\"c\n").starts_with("a_b_c_~"));
+    // Sanitizing never merges two directories (it did: `a b` and `a_b` were one job).
+    for (x, y) in [
+        ("a b", "a_b"),
+        ("a b", "a\tb"),
+        ("job\u{e9}", "job_"),
+        ("a~1", "a_1"),
+        ("x/y z", "x/y_z"),
+    ] {
+        assert_ne!(job_label(x), job_label(y), "{x:?} {y:?}");
+    }
+    let long = "d".repeat(MAX_JOB_BYTES - 5);
+    assert_ne!(
+        job_label(&format!("{long} x")),
+        job_label(&format!("{long}_x"))
+    );
+    assert_eq!(job_label("a_b"), "a_b");
     let a = job_label(&format!("{}/one", "x".repeat(300)));
     let b = job_label(&format!("{}/one", "y".repeat(300)));
     assert!(a.len() <= MAX_JOB_BYTES && b.len() <= MAX_JOB_BYTES);
@@ -565,4 +581,115 @@ fn a_real_memory_snapshot_alone_is_served() {
         value(&samples, Metric::TraceMemoryReserved, &l).map(|v| v > 0.0),
         Some(true)
     );
+}
+
+/// A trace of sub-µs kernels (HTA's rounding makes their durations negative) and rows at
+/// timestamps near +-9e18 µs (which wrapped i64 arithmetic).
+fn hostile_times(ts: &[(&str, &str)]) -> crate::analysis::RankAnalysis {
+    let rows: Vec<String> = ts
+        .iter()
+        .enumerate()
+        .map(|(i, (t, d))| {
+            format!(
+                r#"{{"ph":"X","cat":"kernel","name":"k{i}","pid":0,"tid":7,"ts":{t},"dur":{d},"args":{{"stream":7,"correlation":{i}}}}}"#
+            )
+        })
+        .collect();
+    let json = format!(r#"{{"traceEvents":[{}]}}"#, rows.join(","));
+    let t = crate::parse_bytes(
+        json.as_bytes(),
+        Path::new("t.json"),
+        &crate::ParseOptions::default(),
+    )
+    .unwrap();
+    crate::analysis::analyze_ranks(&[t], &crate::AnalyzeOptions::default())
+        .unwrap()
+        .remove(0)
+}
+
+#[test]
+fn trace_counters_never_go_down_or_negative() {
+    let cases: [&[(&str, &str)]; 5] = [
+        &[("10.2", "0.3"), ("10.6", "0.2"), ("11.1", "0.1")],
+        &[("1.5", "0.4"), ("100", "5")],
+        &[("-9.2e18", "1"), ("9.2e18", "1"), ("0", "1")],
+        &[
+            ("9223372036854775000", "9e18"),
+            ("-9223372036854775000", "9e18"),
+        ],
+        &[("1", "1e300"), ("2", "1.8e19"), ("3", "1")],
+    ];
+    let mut series = series::Series::new(16);
+    let mut last: Vec<(Metric, Vec<String>, f64)> = Vec::new();
+    for (i, rows) in cases.iter().enumerate() {
+        let a = hostile_times(rows);
+        series.add("j", &a.report, i as f64);
+        let samples = series.samples(0);
+        for s in &samples {
+            assert!(s.value.is_finite() && s.value >= 0.0, "case {i}: {s:?}");
+            if let Some((_, _, before)) = last
+                .iter()
+                .find(|(m, l, _)| *m == s.metric && *l == s.labels)
+            {
+                if s.metric != Metric::TraceLastAnalysis {
+                    assert!(
+                        s.value >= *before,
+                        "case {i}: {s:?} went down from {before}"
+                    );
+                }
+            }
+        }
+        last = samples
+            .into_iter()
+            .map(|s| (s.metric, s.labels, s.value))
+            .collect();
+    }
+}
+
+#[test]
+fn duration_settings_have_an_upper_bound() {
+    for (key, d) in [
+        ("max_analysis_time", "580000000000years"),
+        ("max_analysis_time", "2days"),
+        ("group_timeout", "580000000000years"),
+        ("group_timeout", "25h"),
+    ] {
+        let o: TraceOptions = toml_like(&format!(r#"{{"directory": "/a", "{key}": "{d}"}}"#));
+        let e = o.validate().unwrap_err();
+        assert!(
+            e.starts_with(&format!("trace.{key}: ")) && e.contains("maximum"),
+            "{e}"
+        );
+    }
+    let o: TraceOptions = toml_like(r#"{"directory": "/a", "max_analysis_time": "24h"}"#);
+    assert!(o.validate().is_ok());
+}
+
+#[test]
+fn communication_start_times_are_bounded_over_all_ranks() {
+    let cfg = SynthConfig::default();
+    let (world, a) = rank_analysis(&cfg, 0);
+    let t0 = Instant::now();
+    for (per_rank, ranks) in [
+        (group::MAX_COMM_STARTS, 6),
+        (group::MAX_COMM_STARTS / 3, 12),
+    ] {
+        let mut groups = group::Groups::new(256, Duration::from_secs(60));
+        for r in 0..ranks {
+            let mut x = a.clone();
+            x.report.rank = r as i64;
+            x.comm_starts = vec![(1, 0.0); per_rank];
+            // Two jobs, and each rank added twice (a replaced rank gives its share back).
+            for job in ["a", "b"] {
+                groups.add(job, world, x.clone(), t0);
+                groups.add(job, world, x.clone(), t0);
+            }
+            assert!(
+                groups.comm_starts_held() <= group::MAX_COMM_STARTS_TOTAL,
+                "{per_rank} x {r}: {}",
+                groups.comm_starts_held()
+            );
+        }
+        assert!(groups.comm_starts_held() >= group::MAX_COMM_STARTS_TOTAL - per_rank);
+    }
 }

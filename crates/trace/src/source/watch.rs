@@ -82,6 +82,8 @@ pub struct FileId {
     pub size: u64,
     /// Last modification.
     pub mtime: SystemTime,
+    /// Device and inode: the file opened for analysis must be this one.
+    pub key: crate::open::FileKey,
 }
 
 /// A file ready to analyse.
@@ -327,6 +329,7 @@ impl Watcher {
                             id: FileId {
                                 size: m.len(),
                                 mtime,
+                                key: crate::open::FileKey::of(&m),
                             },
                             job: job_of(&dir),
                         });

@@ -14,8 +14,9 @@ use super::series::{job_label, Outcome, Series};
 use super::watch::{is_snapshot_name, Ready, Watcher};
 use super::{Shared, TraceOptions};
 use crate::analysis::{analyze_ranks, rank_from_name, AnalyzeOptions, RankAnalysis};
-use crate::memory::{read_snapshot, SnapshotReport};
+use crate::memory::{read_snapshot_with, SnapshotOptions, SnapshotReport};
 use crate::parse::{parse_file, ParseOptions, CANCELLED};
+use crate::pickle::Limits;
 use crate::TraceError;
 
 /// Starts the worker.
@@ -176,15 +177,29 @@ impl Worker {
             .path
             .file_name()
             .is_some_and(|n| is_snapshot_name(&n.to_string_lossy()));
+        let deadline = started.checked_add(self.options.max_analysis_time);
         let opts = ParseOptions {
             max_value_bytes: self.options.max_event_bytes,
             progress: None,
             cancel: Some(Arc::clone(&self.shared.stop)),
-            deadline: Some(started + self.options.max_analysis_time),
+            deadline,
+            max_text_bytes: self.options.max_decompressed_bytes,
+            max_rows: self.options.max_rows,
+            listed: Some(ready.id.key),
+        };
+        let snapshot_opts = SnapshotOptions {
+            max_bytes: self.options.max_snapshot_bytes,
+            limits: Limits {
+                max_bytes: 0,
+                max_depth: 0,
+                deadline,
+                cancel: Some(Arc::clone(&self.shared.stop)),
+            },
+            listed: Some(ready.id.key),
         };
         let result = catch_unwind(AssertUnwindSafe(|| {
             if snapshot {
-                return read_snapshot(&ready.path).map(Analysed::Snapshot);
+                return read_snapshot_with(&ready.path, &snapshot_opts).map(Analysed::Snapshot);
             }
             parse_file(&ready.path, &opts).and_then(|t| {
                 let world = t.world_size;
@@ -265,5 +280,7 @@ pub(super) fn classify(e: &TraceError) -> (Outcome, bool) {
         // A snapshot pickled into place may be incomplete.
         TraceError::Snapshot { .. } => (Outcome::ParseError, true),
         TraceError::ValueTooLarge { .. } | TraceError::Input(_) => (Outcome::ParseError, false),
+        TraceError::OverLimit { .. } => (Outcome::OverLimit, false),
+        TraceError::Replaced { .. } => (Outcome::Replaced, false),
     }
 }

@@ -1,0 +1,406 @@
+//! Probes in a short-lived worker process, so the daemon never holds a GPU.
+//!
+//! On real drivers a CUDA context, once created, stays with its process: the first hardware
+//! run saw the daemon keep 520 MiB, a process entry and a 42 W higher idle power after its
+//! first probe. So the daemon side ([`WorkerBackend`]) never loads CUDA: each discovery and
+//! each probe run is one worker (the exporter's own binary, hidden subcommand `probe-worker`)
+//! that gets a [`WorkerRequest`] on stdin, answers one [`WorkerReply`] on stdout and exits,
+//! taking its context with it. The worker facility ([`dgx_pixels_worker`]) kills it at its
+//! deadline, bounds what it prints and reaps it.
+//!
+//! The worker side ([`serve`]) is polite by construction: before it creates a context it asks
+//! its [`Watch`] (NVML, in the exporter) whether the GPU may be touched (compute mode, MIG,
+//! other processes), and while and after it runs it asks again: any other process seen on the
+//! GPU makes the run `contended`, and its numbers are discarded, not served.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::probe::{ProbeKind, ProbeSizes};
+use crate::scheduler::{Backend, GpuId};
+use crate::ProbeError;
+
+/// Most bytes a request may have.
+pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+/// Most bytes a worker may print; a reply is a few hundred bytes.
+pub const MAX_REPLY_BYTES: usize = 64 * 1024;
+/// The hidden subcommand of the exporter binary that serves one request.
+pub const SUBCOMMAND: &str = "probe-worker";
+
+/// What the daemon asks a worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum WorkerRequest {
+    /// List the GPUs CUDA sees (no context is created).
+    Discover,
+    /// Run one probe on one GPU.
+    Run(RunRequest),
+}
+
+/// One probe run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRequest {
+    /// CUDA ordinal.
+    pub ordinal: usize,
+    /// The GPU's UUID: the worker refuses to run on an ordinal that is another GPU now.
+    pub uuid: String,
+    /// Probe name ([`ProbeKind::name`]).
+    pub probe: String,
+    /// Workload sizes.
+    pub sizes: ProbeSizes,
+    /// Unrecorded iterations.
+    pub warmup: usize,
+    /// Recorded iterations.
+    pub iterations: usize,
+    /// Input seed.
+    pub seed: u64,
+}
+
+/// Why a GPU was left alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Skip {
+    /// Another process has a context on it.
+    InUse,
+    /// EXCLUSIVE_PROCESS or PROHIBITED compute mode: a context of ours could block its user.
+    ComputeMode,
+    /// MIG is enabled: a probe would need an instance of its own.
+    Mig,
+}
+
+impl Skip {
+    /// The `outcome` label value.
+    pub fn outcome(self) -> &'static str {
+        match self {
+            Skip::InUse => "skipped_in_use",
+            Skip::ComputeMode => "skipped_compute_mode",
+            Skip::Mig => "skipped_mig",
+        }
+    }
+}
+
+/// What a worker answers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "snake_case")]
+pub enum WorkerReply {
+    /// The GPUs CUDA sees.
+    Devices {
+        /// `(ordinal, uuid, model)`.
+        gpus: Vec<(usize, String, String)>,
+    },
+    /// The probe ran alone on the GPU.
+    Measured {
+        /// One value per recorded iteration.
+        values: Vec<f64>,
+        /// Time from context creation to release, nanoseconds.
+        held_ns: u64,
+    },
+    /// Another process used the GPU during the run: the values are not returned.
+    Contended {
+        /// How many other processes were seen.
+        others: usize,
+        /// Time the GPU was held, nanoseconds.
+        held_ns: u64,
+    },
+    /// The GPU was not touched.
+    Skipped {
+        /// Why.
+        skip: Skip,
+        /// Details for the log.
+        detail: String,
+    },
+    /// CUDA failed.
+    Failed {
+        /// CUDA (or cuBLAS) cannot be loaded at all.
+        unavailable: bool,
+        /// The error.
+        message: String,
+    },
+}
+
+/// What the worker can see of the GPU's other users (NVML, in the exporter).
+pub trait Watch {
+    /// Before the run: `Err` with the skip when the GPU must not be touched.
+    fn admit(&mut self, uuid: &str) -> Result<(), (Skip, String)>;
+    /// Processes other than this one with a context on the GPU now; an error when they
+    /// cannot be listed (which makes the run contended: it cannot be shown to be alone).
+    fn others(&mut self, uuid: &str) -> Result<usize, String>;
+}
+
+/// The worker side: answers `request` (one process, one request).
+pub fn serve(request: &WorkerRequest, watch: &mut dyn Watch) -> WorkerReply {
+    match request {
+        WorkerRequest::Discover => match crate::cuda::list_devices() {
+            Ok(gpus) => WorkerReply::Devices { gpus },
+            Err(e) => failed(e),
+        },
+        WorkerRequest::Run(run) => serve_run(run, watch),
+    }
+}
+
+fn failed(e: ProbeError) -> WorkerReply {
+    WorkerReply::Failed {
+        unavailable: matches!(e, ProbeError::Unavailable(_)),
+        message: e.to_string(),
+    }
+}
+
+fn serve_run(req: &RunRequest, watch: &mut dyn Watch) -> WorkerReply {
+    let kind: ProbeKind = match req.probe.parse() {
+        Ok(k) => k,
+        Err(e) => return failed(e),
+    };
+    if let Err((skip, detail)) = watch.admit(&req.uuid) {
+        return WorkerReply::Skipped { skip, detail };
+    }
+    let t0 = Instant::now();
+    let mut gpu = match crate::cuda::Gpu::open(req.ordinal) {
+        Ok(g) => g,
+        Err(e) => return failed(e),
+    };
+    if gpu.uuid != req.uuid {
+        let msg = format!(
+            "CUDA ordinal {} is {} now, not {}",
+            req.ordinal, gpu.uuid, req.uuid
+        );
+        let _ = gpu.release();
+        return failed(ProbeError::Cuda(msg));
+    }
+    // Checked after every iteration and once more at the end: a job that starts mid-run
+    // shares the GPU with the probe, and the numbers describe the sharing, not the GPU.
+    let mut seen = 0usize;
+    let mut check = |watch: &mut dyn Watch| match watch.others(&req.uuid) {
+        Ok(n) => seen = seen.max(n),
+        Err(_) => seen = seen.max(1),
+    };
+    let values = gpu.run(
+        kind,
+        &req.sizes,
+        req.seed,
+        req.warmup,
+        req.iterations,
+        &mut || check(watch),
+    );
+    check(watch);
+    let released = gpu.release();
+    let held_ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    let values = match (values, released) {
+        (Err(e), _) | (Ok(_), Err(e)) => return failed(e),
+        (Ok(v), Ok(())) => v,
+    };
+    if seen > 0 {
+        return WorkerReply::Contended {
+            others: seen,
+            held_ns,
+        };
+    }
+    WorkerReply::Measured { values, held_ns }
+}
+
+/// The daemon side: a [`Backend`] that runs every discovery and probe in a worker.
+#[derive(Debug, Clone)]
+pub struct WorkerBackend {
+    /// The exporter binary.
+    pub program: PathBuf,
+    /// Arguments before the request (the hidden subcommand and its flags).
+    pub args: Vec<OsString>,
+    /// Workload sizes.
+    pub sizes: ProbeSizes,
+    /// Deadline of one worker, context creation and library loading included.
+    pub timeout: Duration,
+    held: Option<Duration>,
+    last: Option<WorkerCost>,
+}
+
+/// What the last worker cost.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WorkerCost {
+    /// Wall time from spawn to exit.
+    pub wall: Duration,
+    /// Its peak resident set, bytes.
+    pub peak_rss_bytes: u64,
+}
+
+impl WorkerBackend {
+    /// Workers of `program args... ` with `sizes`, each killed after `timeout`.
+    pub fn new(
+        program: PathBuf,
+        args: Vec<OsString>,
+        sizes: ProbeSizes,
+        timeout: Duration,
+    ) -> WorkerBackend {
+        WorkerBackend {
+            program,
+            args,
+            sizes,
+            timeout,
+            held: None,
+            last: None,
+        }
+    }
+
+    /// What the last worker cost, if it exited on its own.
+    pub fn last_cost(&self) -> Option<WorkerCost> {
+        self.last
+    }
+
+    fn ask(&mut self, request: &WorkerRequest) -> Result<WorkerReply, ProbeError> {
+        let input = serde_json::to_vec(request)
+            .map_err(|e| ProbeError::Config(format!("probe worker request: {e}")))?;
+        let req = dgx_pixels_worker::Request {
+            program: self.program.clone(),
+            args: self.args.clone(),
+            env: Vec::new(),
+            input,
+            limits: dgx_pixels_worker::Limits {
+                timeout: self.timeout,
+                max_output_bytes: MAX_REPLY_BYTES,
+                // No address-space limit: the CUDA driver reserves far more than it uses.
+                max_address_space_bytes: None,
+                max_cpu_seconds: Some(self.timeout.as_secs().saturating_add(1)),
+                lowest_priority: false,
+            },
+        };
+        self.last = None;
+        let done = dgx_pixels_worker::run(&req).map_err(|e| ProbeError::Worker {
+            kind: e.kind(),
+            message: e.to_string(),
+        })?;
+        self.last = Some(WorkerCost {
+            wall: done.wall,
+            peak_rss_bytes: done.peak_rss_bytes,
+        });
+        serde_json::from_slice(&done.output).map_err(|e| ProbeError::Worker {
+            kind: "bad_reply",
+            message: format!("the probe worker's reply is not understood: {e}"),
+        })
+    }
+}
+
+impl Backend for WorkerBackend {
+    fn discover(&mut self) -> Result<Vec<GpuId>, ProbeError> {
+        match self.ask(&WorkerRequest::Discover)? {
+            WorkerReply::Devices { gpus } => Ok(gpus
+                .into_iter()
+                .map(|(ordinal, uuid, model)| GpuId {
+                    ordinal,
+                    uuid,
+                    model,
+                })
+                .collect()),
+            WorkerReply::Failed {
+                unavailable: true,
+                message,
+            } => Err(ProbeError::Unavailable(message)),
+            WorkerReply::Failed { message, .. } => Err(ProbeError::Cuda(message)),
+            other => Err(ProbeError::Worker {
+                kind: "bad_reply",
+                message: format!("unexpected reply to discovery: {other:?}"),
+            }),
+        }
+    }
+
+    fn run(&mut self, gpu: &GpuId, kind: ProbeKind) -> Result<Vec<f64>, ProbeError> {
+        self.held = None;
+        let request = WorkerRequest::Run(RunRequest {
+            ordinal: gpu.ordinal,
+            uuid: gpu.uuid.clone(),
+            probe: kind.name().to_string(),
+            sizes: self.sizes.clone(),
+            warmup: 1,
+            iterations: 3,
+            seed: 42,
+        });
+        match self.ask(&request)? {
+            WorkerReply::Measured { values, held_ns } => {
+                self.held = Some(Duration::from_nanos(held_ns));
+                Ok(values)
+            }
+            WorkerReply::Contended { others, held_ns } => {
+                self.held = Some(Duration::from_nanos(held_ns));
+                Err(ProbeError::Contended(others))
+            }
+            WorkerReply::Skipped { skip, detail } => {
+                self.held = Some(Duration::ZERO);
+                Err(ProbeError::Skipped(skip, detail))
+            }
+            WorkerReply::Failed {
+                unavailable: true,
+                message,
+            } => Err(ProbeError::Unavailable(message)),
+            WorkerReply::Failed { message, .. } => Err(ProbeError::Cuda(message)),
+            other => Err(ProbeError::Worker {
+                kind: "bad_reply",
+                message: format!("unexpected reply to a run: {other:?}"),
+            }),
+        }
+    }
+
+    fn held_for(&self) -> Option<Duration> {
+        self.held
+    }
+
+    fn worker_peak_rss_bytes(&self) -> Option<u64> {
+        self.last.map(|c| c.peak_rss_bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_and_replies_round_trip_as_json() {
+        let req = WorkerRequest::Run(RunRequest {
+            ordinal: 3,
+            uuid: "GPU-1".into(),
+            probe: "gemm_bf16".into(),
+            sizes: ProbeSizes::default(),
+            warmup: 1,
+            iterations: 3,
+            seed: 42,
+        });
+        let text = serde_json::to_string(&req).unwrap();
+        assert!(text.starts_with(r#"{"op":"run""#), "{text}");
+        assert_eq!(serde_json::from_str::<WorkerRequest>(&text).unwrap(), req);
+        for reply in [
+            WorkerReply::Measured {
+                values: vec![1.0, 2.0],
+                held_ns: 5,
+            },
+            WorkerReply::Contended {
+                others: 2,
+                held_ns: 7,
+            },
+            WorkerReply::Skipped {
+                skip: Skip::ComputeMode,
+                detail: "exclusive".into(),
+            },
+            WorkerReply::Failed {
+                unavailable: true,
+                message: "no".into(),
+            },
+            WorkerReply::Devices {
+                gpus: vec![(0, "GPU-a".into(), "H100".into())],
+            },
+        ] {
+            let text = serde_json::to_string(&reply).unwrap();
+            assert_eq!(serde_json::from_str::<WorkerReply>(&text).unwrap(), reply);
+        }
+    }
+
+    #[test]
+    fn skip_outcomes_are_distinct_labels() {
+        let all = [Skip::InUse, Skip::ComputeMode, Skip::Mig].map(Skip::outcome);
+        for o in all {
+            assert!(crate::scheduler::OUTCOMES.contains(&o), "{o}");
+        }
+        assert_eq!(
+            all.iter().collect::<std::collections::BTreeSet<_>>().len(),
+            3
+        );
+    }
+}
