@@ -124,18 +124,18 @@ What the default profile trims:
 
 /// The measured counts (bench/series_budget.py; docs/performance.md has the run).
 const SERIES_COUNTS: &str = "
-Series served, 2026-11-26 (debug build of issue 35's branch; the simulated node with the
-series-budget test's probe settings, every default probe run, after 25 s, when the simulated
-training job's trace series are served; the fake NVML after 4 s). Per GPU counts the series with
+Series served, 2026-11-26 (debug build of issue 35's branch merged with main; the simulated
+node with the series-budget test's probe settings, every default probe run, after 25 s, the
+simulated training job's trace series served; the fake NVML after 4 s). Per GPU counts the series with
 a `uuid` label, without the families a job reports (workload, quality, traces); per node counts
 everything, the job's trace series and the exporter's own included.
 
 | Node | Profile | Series per GPU | Series per node | 1,000 nodes |
 |---|---|---|---|---|
-| simulated DGX H100 (NVML, DCGM profiling, probes, fast power, simulated traces) | default | 56 | 974 | 0.97 M |
-| simulated DGX H100 | full | 165 | 1,874 | 1.87 M |
-| fake NVML, DGX H100 (NVML with GPM profiling and fast power) | default | 51 | 482 | 0.48 M |
-| fake NVML, DGX H100 | full | 92 | 836 | 0.84 M |
+| simulated DGX H100 (NVML, DCGM profiling, probes, fast power, simulated traces) | default | 57 | 995 | 1.00 M |
+| simulated DGX H100 | full | 197 | 2,143 | 2.14 M |
+| fake NVML, DGX H100 (NVML with GPM profiling and fast power) | default | 51 | 481 | 0.48 M |
+| fake NVML, DGX H100 | full | 93 | 845 | 0.85 M |
 | the previous build (4df81c2), simulated, its default (all 9 probes) | - | 245 | 2,084 | 2.08 M |
 | the previous build (4df81c2), fake NVML (no GPM) | - | 68 | 575 | 0.58 M |
 
