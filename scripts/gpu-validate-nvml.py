@@ -7,6 +7,9 @@ Needs a machine with an NVIDIA GPU, its driver and nvidia-smi; nothing else (no 
 exporter on a free port, then for a few rounds reads nvidia-smi and /metrics back to back and checks,
 per GPU: power within 10%, memory used within 1% (or 2 MiB), temperature within 2 C, SM and memory
 clocks within 5%. Prints a pass/fail table and the environment; exits 1 if any check fails.
+
+The exporter runs with `--metrics.detail full`: the default profile trims the memory clock (it failed
+the 2026-11-26 H200 run for that reason alone), and full detail serves every reading compared here.
 """
 import os
 import re
@@ -93,7 +96,8 @@ def main():
     binary = sys.argv[1] if len(sys.argv) > 1 else "target/release/dgx-pixels-exporter"
     port = free_port()
     proc = subprocess.Popen(
-        [binary, "--web.listen-address", f"127.0.0.1:{port}", "--collector.nvml.interval", "500ms"],
+        [binary, "--web.listen-address", f"127.0.0.1:{port}", "--collector.nvml.interval", "500ms",
+         "--metrics.detail", "full"],
         stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -104,7 +108,10 @@ def main():
                 break
             except Exception:
                 if time.time() > deadline or proc.poll() is not None:
-                    print("exporter did not become ready", file=sys.stderr)
+                    if proc.poll() is None:
+                        proc.terminate()
+                    print("exporter did not become ready:\n" + proc.communicate(timeout=5)[1][-2000:],
+                          file=sys.stderr)
                     return 2
                 time.sleep(0.2)
         results = {}  # (gpu, reading) -> list of (exporter, smi, ok)

@@ -1,6 +1,7 @@
 //! The series budget (docs/metrics.md, "Series budget"), through the real binary: at most 60
-//! series per GPU by default on the simulated DGX H100 (DCGM profiling and probes included,
-//! once every default probe has a result) and on the fake libnvidia-ml, the full detail profile
+//! series per GPU (a MIG instance counting as one) by default on the simulated DGX H100 (DCGM
+//! profiling and probes included, once every default probe has a result), on every built-in
+//! scenario through its faults, and on the fake libnvidia-ml, the full detail profile
 //! serving what the default trims, `dgx_pixels_exporter_series` agreeing with the lines served,
 //! and no series with more than 15 labels with every attribution option on.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
@@ -32,17 +33,26 @@ fn jobs_family(name: &str) -> bool {
     .any(|p| name.starts_with(p))
 }
 
-/// Sample lines per GPU uuid, without the jobs' families.
+/// Sample lines per GPU uuid, without the jobs' families. A MIG instance counts as a GPU of its
+/// own: series of one (a `gpu_instance` label not empty) count under `uuid/gpu_instance`.
 fn per_gpu(body: &str) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
+    let label = |line: &str, name: &str| {
+        line.split(&format!("{name}=\""))
+            .nth(1)
+            .map(|rest| rest.split('"').next().unwrap_or_default().to_string())
+    };
     for line in body.lines().filter(|l| !l.starts_with('#')) {
         let name = line.split(['{', ' ']).next().unwrap_or_default();
         if jobs_family(name) {
             continue;
         }
-        if let Some(rest) = line.split("uuid=\"").nth(1) {
-            let uuid = rest.split('"').next().unwrap_or_default().to_string();
-            *out.entry(uuid).or_default() += 1;
+        if let Some(uuid) = label(line, "uuid") {
+            let key = match label(line, "gpu_instance") {
+                Some(gi) if !gi.is_empty() => format!("{uuid}/{gi}"),
+                _ => uuid,
+            };
+            *out.entry(key).or_default() += 1;
         }
     }
     out
@@ -130,6 +140,50 @@ fn the_simulated_node_serves_at_most_60_series_per_gpu_and_full_detail_serves_th
     ] {
         assert!(full.contains(needle), "full detail lacks {needle}");
     }
+}
+
+/// Every built-in scenario, faults included, within the budget through its timeline (faults
+/// between 3 and 12 s, XIDs whose series stay): the most series any GPU serves over 16 s of
+/// scrapes, probes on as above. Scenarios run side by side.
+#[test]
+fn every_builtin_scenario_serves_at_most_60_series_per_gpu_throughout() {
+    let config = eager_probes();
+    let path = config.path().to_str().unwrap().to_string();
+    let most: Vec<(String, BTreeMap<String, usize>)> = std::thread::scope(|s| {
+        let runs: Vec<_> = dgx_pixels_sim::BUILTIN_SCENARIOS
+            .iter()
+            .map(|name| {
+                let path = path.clone();
+                s.spawn(move || {
+                    let d = start(&["--simulate", name, "--config.file", &path]);
+                    let mut most: BTreeMap<String, usize> = BTreeMap::new();
+                    let until = std::time::Instant::now() + Duration::from_secs(16);
+                    while std::time::Instant::now() < until {
+                        for (gpu, n) in per_gpu(&text(d.port)) {
+                            let m = most.entry(gpu).or_default();
+                            *m = (*m).max(n);
+                        }
+                        std::thread::sleep(Duration::from_millis(400));
+                    }
+                    (name.to_string(), most)
+                })
+            })
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    for (name, counts) in &most {
+        assert!(!counts.is_empty(), "{name}: no GPU series");
+        for (gpu, n) in counts {
+            assert!(*n <= PER_GPU, "{name}: {gpu} served {n} series");
+        }
+    }
+    let gpus = |name: &str| most.iter().find(|m| m.0 == name).unwrap().1.len();
+    assert_eq!(gpus("fault-health"), 15);
+    assert_eq!(
+        gpus("dgx-a100-mig"),
+        8 + 7 + 3,
+        "8 GPUs and 10 MIG instances"
+    );
 }
 
 /// The self-metric counts what is served, family by family, itself included.

@@ -167,3 +167,81 @@ fn behind_tls_and_basic_auth_the_page_needs_credentials() {
     assert_ne!(status, 200);
     assert!(!String::from_utf8_lossy(&body).contains("<tr class=\"gpu\""));
 }
+
+/// Four GPUs that differ in memory size and power limit: each row of the page shows its own
+/// GPU's uuid, memory total and power limit (as /metrics serves them for that GPU), so a row
+/// showing another GPU's readings fails.
+#[test]
+fn each_row_shows_its_own_gpus_readings() {
+    let dir = tempfile::tempdir().unwrap();
+    let block = |i: usize, gib: u64, watts: u64| {
+        // dgx-h100's GPU table with this GPU's memory, limit and bus id.
+        let h100 = dgx_pixels_sim::Scenario::builtin_text("dgx-h100").unwrap();
+        let start = h100.find("[[gpus]]").unwrap();
+        let end = start + h100[start..].find("pci_bus_ids").unwrap();
+        h100[start..end]
+            .replace("count = 8", "count = 1")
+            .replace(
+                "memory_total_bytes = 85_899_345_920",
+                &format!("memory_total_bytes = {}", gib << 30),
+            )
+            .replace(
+                "power_limit_watts = 700.0",
+                &format!("power_limit_watts = {watts}.0"),
+            )
+            + &format!(
+                "pci_bus_ids = [\"00000000:{:02X}:00.0\"]\n",
+                0x18 + 0x10 * i
+            )
+    };
+    let mut toml = String::from(
+        "[node]\nname = \"distinct\"\ndescription = \"four different GPUs\"\nseed = 7\n\
+         driver_version = \"550.54.15\"\ncuda_driver_version = 12040\n\n",
+    );
+    let gpus = [(40u64, 300u64), (48, 400), (80, 500), (96, 700)];
+    for (i, (gib, watts)) in gpus.iter().enumerate() {
+        toml += &block(i, *gib, *watts);
+    }
+    let scenario = dir.path().join("distinct.toml");
+    std::fs::write(&scenario, toml).unwrap();
+    let d = start(&["--simulate", scenario.to_str().unwrap()]);
+    let metrics = text(d.port);
+    let (_, _, body) = get(d.port, "/", &[]);
+    let page = String::from_utf8(body).unwrap();
+    assert_eq!(page.matches("<tr class=\"gpu\"").count(), 4, "{page}");
+    for (i, (gib, watts)) in gpus.iter().enumerate() {
+        let start = page.find(&format!("id=\"gpu-{i}\"")).unwrap();
+        let row = &page[start..start + page[start..].find("</tr>").unwrap()];
+        let gpu = i.to_string();
+        let uuid = series(&metrics, "dgx_pixels_gpu_memory_total_bytes")
+            .into_iter()
+            .find(|l| l.contains(&format!("gpu=\"{gpu}\"")))
+            .and_then(|l| {
+                l.split("uuid=\"")
+                    .nth(1)
+                    .map(|r| r.split('"').next().unwrap().to_string())
+            })
+            .unwrap();
+        assert!(row.contains(&format!("title=\"{uuid}\"")), "GPU {i}: {row}");
+        let total = value(
+            &metrics,
+            "dgx_pixels_gpu_memory_total_bytes",
+            &[("gpu", &gpu)],
+        );
+        assert_eq!(total, Some((gib << 30) as f64), "GPU {i}");
+        assert!(
+            row.contains(&format!(" / {gib}.0 GiB</td>")),
+            "GPU {i}: {row}"
+        );
+        let limit = value(
+            &metrics,
+            "dgx_pixels_gpu_power_limit_watts",
+            &[("gpu", &gpu)],
+        );
+        assert_eq!(limit, Some(*watts as f64), "GPU {i}");
+        assert!(
+            row.contains(&format!(" / {watts} W</td>")),
+            "GPU {i}: {row}"
+        );
+    }
+}

@@ -719,14 +719,11 @@ child_test!(
         let bits = dev(6).current_throttle_reasons().unwrap().bits();
         assert_eq!(bits, throttle_bits(&r));
         assert_eq!(bits & (1 << 3 | 1 << 7), 1 << 3 | 1 << 7);
-        // GPU 7: two recoveries per occurrence, at 3 and 4 s.
-        assert_eq!(
-            dev(7)
-                .link_wrapper_for(0)
-                .error_counter(ErrorCounter::DlRecovery)
-                .unwrap(),
-            4
-        );
+        // GPU 7: two data CRC errors per occurrence, at 3 and 4 s; no recovery.
+        let gpu7 = dev(7);
+        let link = gpu7.link_wrapper_for(0);
+        assert_eq!(link.error_counter(ErrorCounter::DlCrcData).unwrap(), 4);
+        assert_eq!(link.error_counter(ErrorCounter::DlRecovery).unwrap(), 0);
         // GPU 10: more uncorrectable errors than spare rows; GPU 9: a row retired after
         // corrected errors, pending.
         assert_eq!(remapped_rows(&nvml, &dev(10)), (0, [0, 512, 1, 1]));

@@ -144,3 +144,96 @@ fn gpu_gpm_profiling_families_where_nvml_samples_gpm() {
     }
     println!("GPM sampled per GPU: {gpm:?}; sm_active {sm:?}");
 }
+
+/// A CUDA workload this test starts and ends: PyTorch bf16 matmuls where `import torch` finds
+/// a GPU, else the exporter's own `probe run` (bf16 GEMMs) beside this test binary
+/// (`target/*/dgx-pixels-exporter`, or `$DGX_PIXELS_EXPORTER`). Killed when dropped.
+struct Load(std::process::Child);
+
+impl Load {
+    fn start() -> Load {
+        let torch = Command::new("python3")
+            .args(["-c", "import torch; assert torch.cuda.is_available()"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        let child = if torch {
+            Command::new("python3")
+                .args([
+                    "-c",
+                    "import time, torch\n\
+                     a = torch.randn(8192, 8192, device='cuda', dtype=torch.bfloat16)\n\
+                     t = time.time()\n\
+                     while time.time() - t < 60:\n    a @ a\n    torch.cuda.synchronize()\n",
+                ])
+                .spawn()
+        } else {
+            let exporter = std::env::var_os("DGX_PIXELS_EXPORTER")
+                .map(std::path::PathBuf::from)
+                .unwrap_or_else(|| {
+                    // target/<profile>/deps/gpu-HASH -> target/<profile>/dgx-pixels-exporter
+                    let exe = std::env::current_exe().unwrap();
+                    exe.parent()
+                        .unwrap()
+                        .parent()
+                        .unwrap()
+                        .join("dgx-pixels-exporter")
+                });
+            Command::new(&exporter)
+                .args(["probe", "run", "--probe", "gemm_bf16", "--gpus", "0"])
+                .args(["--warmup", "10", "--iterations", "20000"])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .map_err(|e| {
+                    std::io::Error::other(format!(
+                        "no PyTorch with CUDA and no exporter at {} ({e}): build it first \
+                         (cargo build -p dgx-pixels-exporter) or set DGX_PIXELS_EXPORTER",
+                        exporter.display()
+                    ))
+                })
+        };
+        Load(child.unwrap())
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Under a load this test starts, GPM activity and utilization are well above zero and still
+/// ratios: an idle GPU reads 0 whatever the percent-to-ratio conversion does (a check on an
+/// idle H200 passed without the division; under load it read 96.29).
+#[test]
+#[ignore = "environment: gpu (needs an NVIDIA driver, a GPU, and PyTorch with CUDA or a built exporter; scripts/test runs it on a GPU host)"]
+fn gpu_activity_under_a_load_the_test_starts() {
+    let nvml = nvml_wrapper::Nvml::init().unwrap();
+    let gpm_anywhere = (0..nvml.device_count().unwrap())
+        .any(|i| nvml.device_by_index(i).unwrap().gpm_sample().is_ok());
+    let mut load = Load::start();
+    let mut source = NvmlSource::new(None);
+    source.poll().unwrap();
+    let max = |m: &BTreeMap<String, f64>| m.values().copied().fold(f64::NEG_INFINITY, f64::max);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(45);
+    let (mut util, mut sm) = (BTreeMap::new(), BTreeMap::new());
+    while std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        assert!(load.0.try_wait().unwrap().is_none(), "the load ended early");
+        let samples = source.poll().unwrap().samples;
+        util = by_uuid(&samples, Metric::GpuUtilization);
+        sm = by_uuid(&samples, Metric::GpuSmActive);
+        if max(&util) > 0.5 && (!gpm_anywhere || max(&sm) > 0.3) {
+            break;
+        }
+    }
+    drop(load);
+    println!("under load: utilization {util:?}; sm_active {sm:?}");
+    for (uuid, v) in util.iter().chain(&sm) {
+        assert!((0.0..=1.0001).contains(v), "{uuid}: {v} is a ratio");
+    }
+    assert!(max(&util) > 0.5, "utilization under load: {util:?}");
+    if gpm_anywhere {
+        assert!(max(&sm) > 0.3, "sm_active under load: {sm:?}");
+    }
+}

@@ -474,16 +474,13 @@ fn fault_health_shows_each_gpus_rule_inside_its_window_only() {
         conditions(&ok(&mut n, 8, 4.0)),
         ["pcie_generation_degraded"]
     );
-    let recovery = |n: &mut Node, t: f64| {
-        ok(n, 7, t).nvlinks[0]
-            .errors
-            .get(NvlinkErrorType::Recovery)
-            .unwrap()
-    };
+    let errors =
+        |n: &mut Node, t: f64, e: NvlinkErrorType| ok(n, 7, t).nvlinks[0].errors.get(e).unwrap();
     assert_eq!(
-        [2.9, 3.0, 4.0, 5.0, 30.0].map(|t| recovery(&mut n, t)),
+        [2.9, 3.0, 4.0, 5.0, 30.0].map(|t| errors(&mut n, t, NvlinkErrorType::CrcData)),
         [0.0, 2.0, 4.0, 6.0, 6.0]
     );
+    assert_eq!(errors(&mut n, 30.0, NvlinkErrorType::Recovery), 0.0);
     let xids = |n: &mut Node, g: usize, t: f64| ok(n, g, t).xid_counts;
     assert_eq!(xids(&mut n, 1, 3.0), [(13, 1)].into());
     assert_eq!(xids(&mut n, 2, 3.4), Default::default());

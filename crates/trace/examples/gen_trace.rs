@@ -1,12 +1,13 @@
 //! Writes a synthetic multi-rank job: `gen_trace DIR [--ranks N] [--steps N] [--layers N]
-//! [--cpu-events-per-kernel N] [--gz] [--truth]` (`--truth` prints the ground truth as Debug).
+//! [--cpu-events-per-kernel N] [--no-straggler] [--ns-epoch] [--gz] [--truth]` (`--truth` prints
+//! the ground truth as Debug; `--ns-epoch` writes epoch-based ns times, see `SynthConfig`).
 
 use dgx_pixels_trace::synth::{write_job, SynthConfig};
 
 fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(dir) = args.first() else {
-        eprintln!("usage: gen_trace DIR [--ranks N] [--steps N] [--layers N] [--cpu-events-per-kernel N] [--no-straggler] [--gz] [--truth]");
+        eprintln!("usage: gen_trace DIR [--ranks N] [--steps N] [--layers N] [--cpu-events-per-kernel N] [--no-straggler] [--ns-epoch] [--gz] [--truth]");
         return std::process::ExitCode::from(2);
     };
     let mut cfg = SynthConfig::default();
@@ -21,6 +22,7 @@ fn main() -> std::process::ExitCode {
                 cfg.cpu_events_per_kernel = num(i).unwrap_or(cfg.cpu_events_per_kernel)
             }
             "--no-straggler" => cfg.straggler = None,
+            "--ns-epoch" => cfg.ns_epoch = true,
             "--gz" => gz = true,
             "--truth" => show = true,
             _ => {}

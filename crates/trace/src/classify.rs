@@ -234,30 +234,41 @@ pub fn phase_of(name: &str) -> Option<Phase> {
     None
 }
 
-/// FSDP operation kind of an annotation.
+/// FSDP operation kind of an annotation: the seed's split of FSDP overhead (all-gather or
+/// unshard, reduce-scatter, reshard), prefetch, and copy-in/copy-out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FsdpOp {
-    /// all-gather of parameters (`FSDP::all_gather`, FSDP1 `_unshard`)
+    /// gathering (unsharding) parameters: FSDP2 `FSDP::all_gather`, `FSDP::pre_forward (N)`,
+    /// `FSDP::pre_backward (N)`; FSDP1 `._pre_forward`, `._pre_backward_hook`, `*unshard*`
     AllGather,
-    /// reduce-scatter of gradients (`FSDP::post_backward_reduce`, `reduce_scatter`)
+    /// reducing gradients: FSDP2 `FSDP::post_backward_reduce (N)`; FSDP1
+    /// `._post_backward_hook` (which reduce-scatters the gradient); `*reduce_scatter*`
     ReduceScatter,
-    /// freeing the unsharded parameters (`FSDP::*reshard*`)
+    /// freeing the unsharded parameters: `FSDP::post_backward_reshard (N)`,
+    /// `FSDP::post_forward (N)`, FSDP1 `._post_forward`, `*reshard*`
     Reshard,
-    /// copying shards into the all-gather buffer (`FSDP::all_gather_copy_in`, `copy_in`)
+    /// issuing the next module's all-gather early: `FSDP::backward_prefetch for N`, FSDP1
+    /// `._pre_forward_prefetch`, `._pre_backward_prefetch`, `._post_backward_prefetch`
+    Prefetch,
+    /// copying shards into a collective's buffer: `FSDP::all_gather_copy_in`,
+    /// `fsdp::all_gather_copy_in`, `fsdp::chunk_cat` (reduce-scatter's copy-in)
     CopyIn,
-    /// copying the gathered buffer out to parameters (`FSDP::all_gather_copy_out`)
+    /// copying the gathered buffer out to parameters: `FSDP::all_gather_copy_out`,
+    /// `fsdp::split_with_sizes_copy`
     CopyOut,
-    /// any other FSDP hook (`FSDP::pre_forward`, `FSDP::post_backward`, ...)
+    /// any other FSDP hook (`FSDP::root_pre_forward`, `FSDP::post_backward_accumulate (N)`,
+    /// FSDP1 `._root_pre_forward`, `._to_kwargs`, ...)
     Other,
 }
 
 impl FsdpOp {
     /// Every kind, in report order.
-    pub const ALL: [FsdpOp; 6] = [
+    pub const ALL: [FsdpOp; 7] = [
         FsdpOp::AllGather,
         FsdpOp::ReduceScatter,
         FsdpOp::Reshard,
+        FsdpOp::Prefetch,
         FsdpOp::CopyIn,
         FsdpOp::CopyOut,
         FsdpOp::Other,
@@ -269,6 +280,7 @@ impl FsdpOp {
             FsdpOp::AllGather => "all_gather",
             FsdpOp::ReduceScatter => "reduce_scatter",
             FsdpOp::Reshard => "reshard",
+            FsdpOp::Prefetch => "prefetch",
             FsdpOp::CopyIn => "copy_in",
             FsdpOp::CopyOut => "copy_out",
             FsdpOp::Other => "other",
@@ -276,22 +288,47 @@ impl FsdpOp {
     }
 }
 
-/// The FSDP operation an annotation marks (FSDP2's `FSDP::...` and FSDP1's
-/// `FullyShardedDataParallel.*`); `None` for non-FSDP names.
+/// The FSDP operation an annotation marks, from the names both generations write: FSDP2's
+/// `FSDP::<hook> (N)` / `FSDP::backward_prefetch for N` record_functions and its `fsdp::` custom
+/// ops, FSDP1's `FullyShardedDataParallel.<_hook>`; `None` for non-FSDP names and for FSDP1's
+/// `FullyShardedDataParallel.forward`, which spans the module's whole forward (a phase, not
+/// overhead). Nested hooks (a copy-in inside a pre-forward) count in both kinds.
 pub fn fsdp_op(name: &str) -> Option<FsdpOp> {
+    if let Some(op) = name.strip_prefix("fsdp::") {
+        // The custom ops FSDP2 runs on the CPU side of its collectives.
+        return match op {
+            "all_gather_copy_in" | "chunk_cat" => Some(FsdpOp::CopyIn),
+            "split_with_sizes_copy" => Some(FsdpOp::CopyOut),
+            _ => None,
+        };
+    }
     let rest = name
         .strip_prefix("FSDP::")
         .or_else(|| name.strip_prefix("FullyShardedDataParallel."))?;
+    // FSDP2 appends the module index (` (3)`, ` for 3`); FSDP1 prefixes hooks with `_`.
     let r = rest.to_ascii_lowercase();
-    Some(if r.contains("copy_in") {
+    let r = r.trim_start_matches('_');
+    if r == "forward" {
+        return None;
+    }
+    Some(if r.contains("prefetch") {
+        FsdpOp::Prefetch
+    } else if r.contains("copy_in") {
         FsdpOp::CopyIn
     } else if r.contains("copy_out") {
         FsdpOp::CopyOut
-    } else if r.contains("all_gather") || r.contains("unshard") {
+    } else if r.contains("all_gather")
+        || r.contains("unshard")
+        || r.starts_with("pre_forward")
+        || r.starts_with("pre_backward")
+    {
         FsdpOp::AllGather
-    } else if r.contains("reduce_scatter") || r.contains("post_backward_reduce") {
+    } else if r.contains("reduce_scatter")
+        || r.starts_with("post_backward_reduce")
+        || r.starts_with("post_backward_hook")
+    {
         FsdpOp::ReduceScatter
-    } else if r.contains("reshard") {
+    } else if r.contains("reshard") || r.starts_with("post_forward") {
         FsdpOp::Reshard
     } else {
         FsdpOp::Other
@@ -392,8 +429,53 @@ mod tests {
             fsdp_op("FSDP::post_backward_reduce"),
             Some(FsdpOp::ReduceScatter)
         );
-        assert_eq!(fsdp_op("FSDP::pre_forward"), Some(FsdpOp::Other));
+        assert_eq!(fsdp_op("FSDP::root_pre_forward"), Some(FsdpOp::Other));
         assert_eq!(fsdp_op("aten::mm"), None);
+        // The names real FSDP2 and FSDP1 traces carry (fixtures/h200-2026-11-26).
+        use FsdpOp::*;
+        for (name, op) in [
+            ("FSDP::pre_forward (3)", Some(AllGather)),
+            ("FSDP::pre_backward (7)", Some(AllGather)),
+            ("FSDP::post_forward (3)", Some(Reshard)),
+            ("FSDP::post_backward_reduce (7)", Some(ReduceScatter)),
+            ("FSDP::post_backward_reshard (7)", Some(Reshard)),
+            ("FSDP::post_backward_accumulate (7)", Some(Other)),
+            ("FSDP::backward_prefetch for 6", Some(Prefetch)),
+            ("FSDP::inputs_to_device", Some(Other)),
+            ("FSDP::root_post_backward_callback", Some(Other)),
+            ("fsdp::chunk_cat", Some(CopyIn)),
+            ("fsdp::all_gather_copy_in", Some(CopyIn)),
+            ("fsdp::split_with_sizes_copy", Some(CopyOut)),
+            ("fsdp::something_new", None),
+            ("FullyShardedDataParallel.forward", None),
+            ("FullyShardedDataParallel._root_pre_forward", Some(Other)),
+            ("FullyShardedDataParallel._pre_forward", Some(AllGather)),
+            (
+                "FullyShardedDataParallel._pre_forward_prefetch",
+                Some(Prefetch),
+            ),
+            ("FullyShardedDataParallel._post_forward", Some(Reshard)),
+            (
+                "FullyShardedDataParallel._pre_backward_hook",
+                Some(AllGather),
+            ),
+            (
+                "FullyShardedDataParallel._pre_backward_prefetch",
+                Some(Prefetch),
+            ),
+            (
+                "FullyShardedDataParallel._post_backward_hook",
+                Some(ReduceScatter),
+            ),
+            (
+                "FullyShardedDataParallel._post_backward_prefetch",
+                Some(Prefetch),
+            ),
+            ("FullyShardedDataParallel._to_kwargs", Some(Other)),
+            ("FullyShardedDataParallel._unshard", Some(AllGather)),
+        ] {
+            assert_eq!(fsdp_op(name), op, "{name}");
+        }
         assert_eq!(profiler_step("ProfilerStep#12"), Some(12));
         assert_eq!(profiler_step("ProfilerStep#"), None);
     }

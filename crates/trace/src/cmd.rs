@@ -148,15 +148,27 @@ pub fn load_and_analyze(
     progress: bool,
 ) -> Result<Report, TraceError> {
     let (traces, snaps) = collect_inputs(paths)?;
-    if traces.is_empty() {
+    if traces.is_empty() && snaps.is_empty() {
         return Err(TraceError::Input(format!(
-            "no trace (.json, .json.gz) in {}",
+            "no trace (.json, .json.gz) or memory snapshot (.pickle) in {}",
             paths
                 .iter()
                 .map(|p| p.display().to_string())
                 .collect::<Vec<_>>()
                 .join(", ")
         )));
+    }
+    // Snapshots alone: a report with no ranks and their memory analysis.
+    let analyze_opts = AnalyzeOptions {
+        items_per_step: input.items_per_step,
+        items_name: Some(input.items_name.clone()),
+    };
+    if traces.is_empty() {
+        let mut rep = analyze(&[], &analyze_opts)?;
+        for s in snaps {
+            rep.memory_snapshots.push(read_snapshot(&s)?);
+        }
+        return Ok(rep);
     }
     let total: u64 = traces
         .iter()
@@ -207,13 +219,7 @@ pub fn load_and_analyze(
     let mut results = results.into_inner().unwrap_or_default();
     results.sort_by_key(|r| r.0);
     let parsed: Vec<RankTrace> = results.into_iter().map(|r| r.1).collect::<Result<_, _>>()?;
-    let mut rep = analyze(
-        &parsed,
-        &AnalyzeOptions {
-            items_per_step: input.items_per_step,
-            items_name: Some(input.items_name.clone()),
-        },
-    )?;
+    let mut rep = analyze(&parsed, &analyze_opts)?;
     for s in snaps {
         rep.memory_snapshots.push(read_snapshot(&s)?);
     }

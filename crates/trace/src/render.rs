@@ -287,5 +287,25 @@ pub fn markdown(rep: &Report) -> String {
         j.busbw_gbps,
         bytes(j.comm_bytes)
     );
+    if !rep.memory_snapshots.is_empty() {
+        out.push_str("\n## Memory snapshots\n\n| file | device | reserved | allocated | active | fragmentation | peak allocated | peak reserved |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
+        let peak = |p: Option<u64>| p.map(|p| bytes(p as f64)).unwrap_or_else(|| "-".into());
+        for s in &rep.memory_snapshots {
+            for d in &s.devices {
+                let _ = writeln!(
+                    out,
+                    "| `{}` | cuda:{} | {} | {} | {} | {:.1}% | {} | {} |",
+                    s.file.replace('|', "\\|"),
+                    d.device,
+                    bytes(d.reserved_bytes as f64),
+                    bytes(d.allocated_bytes as f64),
+                    bytes(d.active_bytes as f64),
+                    d.fragmentation_ratio * 100.0,
+                    peak(d.peak_allocated_bytes),
+                    peak(d.peak_reserved_bytes)
+                );
+            }
+        }
+    }
     out
 }

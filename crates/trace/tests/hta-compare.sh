@@ -2,7 +2,8 @@
 # Runs HTA (traceinsight, in .venv-tools) and our `trace analyze --format json` on generated
 # traces and fails on any difference in an HTA-defined number (µs equal, percentages within
 # 0.01 points). Several shapes: 4 ranks with a straggler, gzip with distributedInfo first and
-# more than 10 kernel names per class, one rank, and one profiler step (no step filter).
+# more than 10 kernel names per class, one rank, one profiler step (no step filter), and traces
+# with epoch-based nanosecond timestamps.
 # Usage: crates/trace/tests/hta-compare.sh [path/to/dgx-pixels-exporter]
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -24,3 +25,7 @@ run straggler --ranks 4 --steps 4 --layers 6
 run gzip-many-kernels --ranks 2 --steps 3 --layers 14 --gz --no-straggler
 run one-rank --ranks 1 --steps 5 --layers 4
 run one-step --ranks 2 --steps 1 --layers 5
+# Epoch-based nanosecond times (~1.7e15 µs, where float64 resolves 0.25 µs) with a sub-2 µs
+# memset or memcpy beside every row: HTA's float64 rounding, not exact decimals, must be matched.
+run ns-epoch --ranks 2 --steps 4 --layers 8 --ns-epoch --no-straggler
+run ns-epoch-gzip-straggler --ranks 3 --steps 3 --layers 12 --ns-epoch --gz

@@ -389,3 +389,36 @@ impl WebState {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+    use super::*;
+
+    /// The decoy an unknown user is checked against is the costliest configured hash, wherever
+    /// that user sorts (first, last or between), so an unknown name never answers faster than
+    /// a known one with a wrong password.
+    #[test]
+    fn the_decoy_is_the_costliest_hash() {
+        let cost = |h: &str| h.parse::<bcrypt::HashParts>().unwrap().get_cost();
+        let hashes = [4, 6, 5].map(|c| bcrypt::hash("pw", c).unwrap());
+        for order in [[0, 1, 2], [1, 0, 2], [2, 0, 1], [0, 2, 1]] {
+            let users = ["a", "m", "z"]
+                .iter()
+                .zip(order)
+                .map(|(u, i)| (u.to_string(), hashes[i].clone()))
+                .collect();
+            let live = Live::new(WebConfig {
+                tls: None,
+                client_auth: crate::config::ClientAuth::None,
+                users,
+                headers: Vec::new(),
+                files: Vec::new(),
+            });
+            let decoy = live.decoy.unwrap();
+            assert_eq!(cost(&decoy), 6, "order {order:?}");
+            assert_eq!(decoy, hashes[1]);
+        }
+    }
+}

@@ -43,7 +43,7 @@ pub const MODELLED: [u32; 12] = [
 const MIB: f64 = 1024.0 * 1024.0;
 /// The simulator's step in milliseconds: readings are constant within one.
 const STEP_MS: u64 = dgx_pixels_sim::STEP.as_millis() as u64;
-/// At most this many readings per average (a longer interval averages coarser steps).
+/// At most this many readings (+ 1) per average (a longer interval averages coarser steps).
 const MAX_POINTS: u64 = 600;
 
 /// Hopper and newer have GPM (NVML: "Hopper or newer fully supported devices").
@@ -85,14 +85,10 @@ pub fn averaged(
 ) -> Result<[Option<f64>; 12], NvmlReturn> {
     let g = node.gpu(gpu).ok_or(ERROR_INVALID_ARGUMENT)?.clone();
     let (from, to) = (ms(a.min(b)), ms(a.max(b)));
-    let stride = STEP_MS * (to - from).div_ceil(STEP_MS * MAX_POINTS).max(1);
     let mut sum = [0.0; 12];
     let mut seen = [false; 12];
     let mut weight_total = 0.0;
-    let mut at = from;
-    loop {
-        // Readings change at step boundaries: weight each by its share of the interval.
-        let end = ((at / stride + 1) * stride).min(to);
+    for (at, end) in points(from, to) {
         let weight = if to == from { 1.0 } else { (end - at) as f64 };
         if let Some(GpuState::Ok(r)) = node.reading(gpu, Duration::from_millis(at)) {
             for (i, v) in values(&g, &profile(&g, &r)).iter().enumerate() {
@@ -103,10 +99,6 @@ pub fn averaged(
             }
             weight_total += weight;
         }
-        if end >= to {
-            break;
-        }
-        at = end;
     }
     if weight_total == 0.0 {
         return Err(ERROR_GPU_IS_LOST);
@@ -116,6 +108,18 @@ pub fn averaged(
         out[i] = seen[i].then(|| sum[i] / weight_total);
     }
     Ok(out)
+}
+
+/// The readings [`averaged`] takes over `[from, to]` ms: (time read, end of the span it
+/// stands for), tiling the interval. Readings change at step boundaries, so each stands for its
+/// stride; the stride grows with the interval so that there are at most `MAX_POINTS` + 1 (the
+/// first and last spans may be partial).
+fn points(from: u64, to: u64) -> impl Iterator<Item = (u64, u64)> {
+    let stride = STEP_MS * (to - from).div_ceil(STEP_MS * MAX_POINTS).max(1);
+    let first = (from, ((from / stride + 1) * stride).min(to));
+    std::iter::successors(Some(first), move |&(_, end)| {
+        (end < to).then(|| (end, ((end / stride + 1) * stride).min(to)))
+    })
 }
 
 fn ms(t: Duration) -> u64 {
@@ -196,7 +200,23 @@ mod tests {
 
     #[test]
     fn a_long_interval_is_bounded_in_readings() {
-        // An hour: 36,000 steps, read as at most MAX_POINTS coarser ones.
+        // An hour: 36,000 steps, read as at most MAX_POINTS + 1 coarser ones that tile it,
+        // whether or not the interval starts on a stride boundary.
+        for (from, to) in [(0, 3_600_000), (12_345, 3_612_345), (7, 8), (500, 500)] {
+            let p: Vec<(u64, u64)> = points(from, to).collect();
+            assert!(
+                p.len() as u64 <= MAX_POINTS + 1,
+                "{from}..{to}: {}",
+                p.len()
+            );
+            assert_eq!(p[0].0, from);
+            assert_eq!(p[p.len() - 1].1, to);
+            assert!(p.windows(2).all(|w| w[0].1 == w[1].0 && w[0].0 < w[0].1));
+        }
+        assert!(
+            points(0, 3_600_000).count() > 100,
+            "still sampled finely enough"
+        );
         let hour = Duration::from_secs(3_600);
         let v = averaged(&mut node("dgx-h100"), 0, Duration::ZERO, hour).unwrap();
         assert!(v[0].unwrap() >= 0.0 && v[0].unwrap() <= 100.0);

@@ -199,6 +199,21 @@ pub static POLICIES: &[Entry] = &[
         why: "the negotiated link is static while healthy; the health verdict compares it with the maximum and names a degraded link",
     },
     Entry {
+        metric: Metric::PcieReplays,
+        policy: Policy::NonZero,
+        why: "a link that replays shows it at its first replay; the health verdict reads the count in process",
+    },
+    Entry {
+        metric: Metric::GpuProcesses,
+        policy: Policy::FullOnly,
+        why: "one `dgx_pixels_process_memory_used_bytes` per process is served: `count by (uuid)` of it is this number",
+    },
+    Entry {
+        metric: Metric::GpuPowerSampleMin,
+        policy: Policy::FullOnly,
+        why: "the fast samples' histogram and peak show the swing; the minimum is the idle draw the 1 s average also shows",
+    },
+    Entry {
         metric: Metric::GpuPowerSampleInfo,
         policy: Policy::ExceptValues("reading", &["instant"]),
         why: "only where the fast power samples fall back to the 1 s average; without it they are instantaneous",

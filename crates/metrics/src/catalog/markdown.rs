@@ -78,8 +78,12 @@ bill. The exporter serves one of two profiles, `--metrics.detail` (`[metrics] de
 
 - **`default`**: what an SRE needs at fleet scale. Every series a shipped rule, alert or dashboard
   panel reads is in it; per-part detail is served only while it says something. At most 60
-  series per GPU (a test, `crates/exporter/tests/series_budget.rs`, holds the simulated DGX
-  H100 with DCGM profiling and probes, and the fake NVML, to it).
+  series per GPU, a MIG instance counting as a GPU of its own, without the families a job
+  reports (workload, quality, traces: they grow with what the job writes), and with as many
+  processes and XID codes as the built-in scenarios show (one process per GPU or MIG instance,
+  one XID code at a time): `crates/exporter/tests/series_budget.rs` holds every built-in
+  scenario through its faults, with DCGM profiling and probes, and the fake NVML, to it. Each
+  further process adds one series, each further XID code three.
 - **`full`**: every series every source reads, for a drill-down on one node (set it on that
   node while you debug it).
 
@@ -120,17 +124,18 @@ What the default profile trims:
 
 /// The measured counts (bench/series_budget.py; docs/performance.md has the run).
 const SERIES_COUNTS: &str = "
-Series served, measured with `bench/series_budget.py` (the steady state: every GPU read, every
-default probe run once). Per GPU counts the series with a `uuid` label, without the families a
-job reports (workload, quality, traces); per node counts everything, the exporter's own series
-included.
+Series served, 2026-11-26 (debug build of issue 35's branch merged with main; the simulated
+node with the series-budget test's probe settings, every default probe run, after 25 s, the
+simulated training job's trace series served; the fake NVML after 4 s). Per GPU counts the series with
+a `uuid` label, without the families a job reports (workload, quality, traces); per node counts
+everything, the job's trace series and the exporter's own included.
 
 | Node | Profile | Series per GPU | Series per node | 1,000 nodes |
 |---|---|---|---|---|
-| simulated DGX H100 (NVML, DCGM profiling, probes, fast power) | default | 59 | 663 | 0.66 M |
-| simulated DGX H100 | full | 165 | 1,536 | 1.54 M |
-| fake NVML, DGX H100 (NVML with GPM profiling and fast power) | default | 54 | 509 | 0.51 M |
-| fake NVML, DGX H100 | full | 92 | 836 | 0.84 M |
+| simulated DGX H100 (NVML, DCGM profiling, probes, fast power, simulated traces) | default | 57 | 995 | 1.00 M |
+| simulated DGX H100 | full | 197 | 2,143 | 2.14 M |
+| fake NVML, DGX H100 (NVML with GPM profiling and fast power) | default | 51 | 481 | 0.48 M |
+| fake NVML, DGX H100 | full | 93 | 845 | 0.85 M |
 | the previous build (4df81c2), simulated, its default (all 9 probes) | - | 245 | 2,084 | 2.08 M |
 | the previous build (4df81c2), fake NVML (no GPM) | - | 68 | 575 | 0.58 M |
 

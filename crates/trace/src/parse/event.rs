@@ -407,7 +407,9 @@ impl Builder {
                 && (is_step
                     || cat.0 == "user_annotation"
                     || name.starts_with("Optimizer.")
-                    || name.starts_with("## "))
+                    || name.starts_with("## ")
+                    // FSDP2's copy-in/copy-out custom ops (cpu_op rows).
+                    || name.starts_with("fsdp::"))
             {
                 let name_idx = self.name_id(name);
                 self.out.stats.annotations += 1;

@@ -244,6 +244,7 @@ fn drop_config(ranks: usize, step: u64, host_pids: &[u32]) -> SynthConfig {
         device_per_rank: true,
         simulated: true,
         host_pids: host_pids.to_vec(),
+        ns_epoch: false,
     }
 }
 

@@ -552,6 +552,37 @@ fn memory_snapshots_set_gauges_and_bad_ones_are_counted() {
     );
 }
 
+/// A real snapshot (H200, tests/fixtures/h200-2026-11-26) alone in a job directory, no trace:
+/// its peaks are served, equal to what `torch.cuda.memory_stats()` said within the allocator's
+/// 512-byte rounding (tests/real_data.rs).
+#[test]
+fn a_real_memory_snapshot_alone_is_served() {
+    use std::io::Read;
+    let gz = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/h200-2026-11-26/rank0_memory_snapshot.pickle.gz");
+    let mut bytes = Vec::new();
+    flate2::read::GzDecoder::new(fs::File::open(gz).unwrap())
+        .read_to_end(&mut bytes)
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let job = dir.path().join("h200");
+    fs::create_dir(&job).unwrap();
+    let mut source = TraceSource::start(options(dir.path()), Duration::from_millis(30)).unwrap();
+    fs::write(job.join("rank0_memory_snapshot.pickle"), bytes).unwrap();
+    let l = ["h200", "0", "0"];
+    let samples = wait_for(&mut source, |s| {
+        value(s, Metric::TraceMemoryPeakAllocated, &l).is_some()
+    });
+    assert_eq!(
+        value(&samples, Metric::TraceMemoryPeakAllocated, &l),
+        Some(7_993_573_512.0)
+    );
+    assert_eq!(
+        value(&samples, Metric::TraceMemoryReserved, &l).map(|v| v > 0.0),
+        Some(true)
+    );
+}
+
 /// A trace of sub-µs kernels (HTA's rounding makes their durations negative) and rows at
 /// timestamps near +-9e18 µs (which wrapped i64 arithmetic).
 fn hostile_times(ts: &[(&str, &str)]) -> crate::analysis::RankAnalysis {

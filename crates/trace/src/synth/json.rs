@@ -52,15 +52,20 @@ pub(super) fn write_json(
         out.write_all(b"  ")?;
         out.write_all(s.as_bytes())
     };
+    let ns = cfg.ns_epoch;
     let fmt = |t: i64, e: i64, a: f64, b: f64| -> (String, String) {
+        if ns {
+            return ns_times(t, e);
+        }
         let ts = t as f64 - a;
         let dur = (e - t) as f64 + a + b;
         (format!("{ts:.3}"), format!("{dur:.3}"))
     };
+    let t0 = if ns { T0 + NS_EPOCH_SHIFT_US } else { T0 };
     emit(
         out,
         &format!(
-            r#"{{"name": "process_name", "ph": "M", "ts": {T0}, "pid": {pid}, "tid": 0, "args": {{"name": "python3"}}}}"#
+            r#"{{"name": "process_name", "ph": "M", "ts": {t0}, "pid": {pid}, "tid": 0, "args": {{"name": "python3"}}}}"#
         ),
     )?;
     for a in annos {
@@ -81,7 +86,11 @@ pub(super) fn write_json(
         // CPU-side noise around the launch: operator and python events (never analysed).
         for k in 0..cfg.cpu_events_per_kernel {
             pad += 1;
-            let t = g.launch as f64 - 0.875 + k as f64 * 0.001;
+            let t = if ns {
+                ns_text((g.launch + NS_EPOCH_SHIFT_US) * 1000 - 875 + k as i64)
+            } else {
+                format!("{:.3}", g.launch as f64 - 0.875 + k as f64 * 0.001)
+            };
             let (cat, name) = if k % 2 == 0 {
                 ("cpu_op", "aten::mm")
             } else {
@@ -93,7 +102,7 @@ pub(super) fn write_json(
             line.clear();
             let _ = write!(
                 line,
-                r#"{{"ph": "X", "cat": "{cat}", "name": "{name}", "pid": {pid}, "tid": {pid}, "ts": {t:.3}, "dur": 0.500, "args": {{"External id": {pad}, "Sequence number": {pad}, "Fwd thread id": 0, "Record function id": 0, "Concrete Inputs": ["", "", ""], "Input type": ["c10::BFloat16", "c10::BFloat16", "Scalar"], "Input Strides": [[4096, 1], [4096, 1], []], "Input Dims": [[8, 4096], [4096, 4096], []], "Ev Idx": {pad}}}}}"#
+                r#"{{"ph": "X", "cat": "{cat}", "name": "{name}", "pid": {pid}, "tid": {pid}, "ts": {t}, "dur": 0.500, "args": {{"External id": {pad}, "Sequence number": {pad}, "Fwd thread id": 0, "Record function id": 0, "Concrete Inputs": ["", "", ""], "Input type": ["c10::BFloat16", "c10::BFloat16", "Scalar"], "Input Strides": [[4096, 1], [4096, 1], []], "Input Dims": [[8, 4096], [4096, 4096], []], "Ev Idx": {pad}}}}}"#
             );
             emit(out, &line)?;
         }
@@ -125,6 +134,39 @@ pub(super) fn write_json(
             g.name, g.stream
         );
         emit(out, &line)?;
+        if ns {
+            // A sub-2 µs memset or device copy beside every row, on the copy stream, launched
+            // from the CPU like any other (HTA counts both in its breakdowns).
+            let c = 500_000 + i;
+            let (name, cat, launch) = if i % 2 == 0 {
+                ("Memset (Device)", "gpu_memset", "cudaMemsetAsync")
+            } else {
+                (
+                    "Memcpy DtoD (Device -> Device)",
+                    "gpu_memcpy",
+                    "cudaMemcpyAsync",
+                )
+            };
+            let h = mix(g.t, i as i64);
+            let start = (g.launch + 2 + NS_EPOCH_SHIFT_US) * 1000 + (h % 1000) as i64;
+            let dur = 200 + ((h >> 10) % 1700) as i64;
+            let lstart = (g.launch + 1 + NS_EPOCH_SHIFT_US) * 1000 + ((h >> 21) % 1000) as i64;
+            line.clear();
+            let _ = write!(
+                line,
+                r#"{{"ph": "X", "cat": "cuda_runtime", "name": "{launch}", "pid": {pid}, "tid": {pid}, "ts": {}, "dur": 0.731, "args": {{"External id": {c}, "cbid": 51, "correlation": {c}}}}}"#,
+                ns_text(lstart)
+            );
+            emit(out, &line)?;
+            line.clear();
+            let _ = write!(
+                line,
+                r#"{{"ph": "X", "cat": "{cat}", "name": "{name}", "pid": {device}, "tid": 9, "ts": {}, "dur": {}, "args": {{"External id": {c}, "device": {device}, "stream": 9, "correlation": {c}, "bytes": 4096, "memory bandwidth (GB/s)": 2.5}}}}"#,
+                ns_text(start),
+                ns_text(dur)
+            );
+            emit(out, &line)?;
+        }
         if g.class != Class::Sync {
             emit(
                 out,
@@ -143,14 +185,14 @@ pub(super) fn write_json(
     emit(
         out,
         &format!(
-            r#"{{"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g", "pid": "Traces", "tid": "Trace PyTorch Profiler", "ts": {T0}}}"#
+            r#"{{"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g", "pid": "Traces", "tid": "Trace PyTorch Profiler", "ts": {t0}}}"#
         ),
     )?;
     emit(
         out,
         &format!(
             r#"{{"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": {}}}"#,
-            T0 + 10_000_000
+            t0 + 10_000_000
         ),
     )?;
     let prefix = if cfg.simulated { "simulated-" } else { "" };
@@ -163,4 +205,31 @@ pub(super) fn write_json(
     }
     writeln!(out, "\n}}")?;
     Ok(())
+}
+
+/// What [`SynthConfig::ns_epoch`] adds to every time: T0 (1.7e12 µs) becomes about 1.7e15 µs,
+/// a Unix epoch in µs, where float64 resolves 0.25 µs.
+const NS_EPOCH_SHIFT_US: i64 = 1_698_300_000_000_000;
+
+/// A deterministic scramble of two integers (SplitMix64's finalizer): the ns fractions.
+fn mix(a: i64, b: i64) -> u64 {
+    let mut z = (a as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (b as u64).rotate_left(29);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A time in ns written as µs with three decimals, exactly as the text Kineto writes.
+fn ns_text(ns: i64) -> String {
+    format!("{}.{:03}", ns.div_euclid(1000), ns.rem_euclid(1000))
+}
+
+/// `[t, e)` (µs, designed) as epoch-based ns text: the start moved back and the end forward by
+/// pseudo-random ns fractions, durations of at least 1 ns.
+fn ns_times(t: i64, e: i64) -> (String, String) {
+    let h = mix(t, e);
+    let (a, b) = ((h % 1000) as i64, ((h >> 10) % 1000) as i64);
+    let ts = (t + NS_EPOCH_SHIFT_US) * 1000 - a;
+    let dur = ((e - t) * 1000 + a + b).max(1 + ((h >> 20) % 999) as i64);
+    (ns_text(ts), ns_text(dur))
 }

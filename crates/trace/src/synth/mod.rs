@@ -57,6 +57,13 @@ pub struct SynthConfig {
     pub simulated: bool,
     /// Host process id of each rank's CPU rows (rank N: entry N, else 4242 + N).
     pub host_pids: Vec<u32>,
+    /// Write times as recent PyTorch does on some hosts: epoch-based (about 1.7e15 µs) with
+    /// nanosecond fractions (`1700000001234567.891`), plus a sub-2 µs memset or memcpy beside
+    /// every GPU row. At that magnitude float64 resolves 0.25 µs, so HTA's rounding (ts, dur
+    /// parsed as float64, ceil of ts, floor of ts + dur) differs from exact decimal arithmetic on
+    /// many rows. The designed whole-µs times no longer round back exactly: the ground truth
+    /// does not hold for such a trace; compare it with HTA (crates/trace/tests/hta-compare.sh).
+    pub ns_epoch: bool,
 }
 
 impl Default for SynthConfig {
@@ -73,6 +80,7 @@ impl Default for SynthConfig {
             device_per_rank: false,
             simulated: false,
             host_pids: Vec::new(),
+            ns_epoch: false,
         }
     }
 }

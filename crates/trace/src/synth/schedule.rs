@@ -92,7 +92,7 @@ pub(super) fn schedule(cfg: &SynthConfig, rank: usize) -> Schedule {
         let mut c7 = g + m + 2;
         let fwd_start = s + 2;
         let mut k_prev: Option<(i64, i64)> = None;
-        let mut fsdp: Vec<(i64, i64, &'static str)> = Vec::new();
+        let mut fsdp: Vec<(i64, i64, String)> = Vec::new();
         for l in 0..cfg.layers {
             let params = 1_000_000 + 250_000 * l as u64;
             let a = 20 + rng.range(0, 10);
@@ -119,8 +119,10 @@ pub(super) fn schedule(cfg: &SynthConfig, rank: usize) -> Schedule {
             if let Some(last) = gpu.last_mut() {
                 last.nccl = Some(("_allgather_base", params, params * n, "BFloat16", n));
             }
-            fsdp.push((al - 2, al + 6, "FSDP::all_gather"));
-            fsdp.push((al - 4, al - 2, "FSDP::all_gather_copy_in"));
+            // FSDP2's names: the pre-forward hook of module l wraps its copy-in and all-gather.
+            fsdp.push((al - 5, al + 7, format!("FSDP::pre_forward ({l})")));
+            fsdp.push((al - 2, al + 6, "FSDP::all_gather".into()));
+            fsdp.push((al - 4, al - 2, "FSDP::all_gather_copy_in".into()));
             let gap = [2, 45, 0, 8][l % 4];
             let c = 60 + rng.range(0, 40);
             let kt = c7.max(prev7) + gap;
@@ -157,7 +159,7 @@ pub(super) fn schedule(cfg: &SynthConfig, rank: usize) -> Schedule {
                     last.b = 0.75 - 0.5 + 0.25; // dur = E − T + a + b = −1 + 1.25 = 0.25
                 }
             }
-            fsdp.push((ae + 1, ae + 3, "FSDP::all_gather_copy_out"));
+            fsdp.push((ae + 1, ae + 3, "FSDP::all_gather_copy_out".into()));
             k_prev = Some((kt, kt + c));
             prev7 = kt + c;
             c7 = kt + c;
@@ -215,8 +217,15 @@ pub(super) fn schedule(cfg: &SynthConfig, rank: usize) -> Schedule {
             if let Some(last) = gpu.last_mut() {
                 last.nccl = Some(("reduce_scatter_tensor", params * n, params, "Float", n));
             }
-            fsdp.push((rl - 2, rl + 5, "FSDP::post_backward_reduce"));
-            fsdp.push((rl + 6, rl + 8, "FSDP::post_backward_reshard"));
+            if l > 0 {
+                fsdp.push((
+                    rl - 4,
+                    rl - 3,
+                    format!("FSDP::backward_prefetch for {}", l - 1),
+                ));
+            }
+            fsdp.push((rl - 2, rl + 5, format!("FSDP::post_backward_reduce ({l})")));
+            fsdp.push((rl + 6, rl + 8, format!("FSDP::post_backward_reshard ({l})")));
             c7 = if l == 0 { re + 10 } else { kt + c };
             prev7 = kt + c;
         }
@@ -285,12 +294,7 @@ pub(super) fn schedule(cfg: &SynthConfig, rank: usize) -> Schedule {
         );
         let step_end = sy + 4 + 20;
         for (t, e, name) in fsdp {
-            annos.push(CpuAnno {
-                t,
-                e,
-                name: name.to_string(),
-                step,
-            });
+            annos.push(CpuAnno { t, e, name, step });
         }
         annos.push(CpuAnno {
             t: s,

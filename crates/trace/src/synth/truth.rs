@@ -87,11 +87,14 @@ pub(super) fn truth(
     for a in annos.iter().filter(|a| a.step < kept_steps) {
         let raw = (a.e - a.t) as f64 + 0.375 + 0.5;
         if a.name.starts_with("FSDP::") {
-            let key = match a.name.as_str() {
-                "FSDP::all_gather" => "all_gather",
+            // FSDP2 appends the module index: `FSDP::pre_forward (3)`, `... for 2`.
+            let base = a.name.split([' ', '(']).next().unwrap_or("");
+            let key = match base {
+                "FSDP::all_gather" | "FSDP::pre_forward" => "all_gather",
                 "FSDP::all_gather_copy_in" => "copy_in",
                 "FSDP::all_gather_copy_out" => "copy_out",
                 "FSDP::post_backward_reduce" => "reduce_scatter",
+                "FSDP::backward_prefetch" => "prefetch",
                 _ => "reshard",
             };
             *t.fsdp_counts.entry(key).or_default() += 1;
