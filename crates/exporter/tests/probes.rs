@@ -42,13 +42,18 @@ fn require_no_driver() {
     );
 }
 
-/// Fails (never passes quietly) when run where no GPU can be used.
-fn require_gpu() {
+/// Fails (never passes quietly) when run where no GPU can be used. The guard serialises the
+/// GPU tests of this binary: the daemon's probes rightly refuse a GPU that another process
+/// (a `probe run` of the test beside it) is using.
+fn require_gpu() -> std::sync::MutexGuard<'static, ()> {
+    static GPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let guard = GPU.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     assert!(
         dgx_pixels_probes::cuda::device_count().is_ok_and(|n| n > 0),
         "this test needs an NVIDIA driver and a GPU: scripts/test runs the no_driver_* tests \
          on a machine without them instead"
     );
+    guard
 }
 
 #[test]
@@ -218,7 +223,7 @@ fn no_driver_the_probes_collector_is_down_and_the_daemon_keeps_serving() {
 #[test]
 #[ignore = "environment: gpu (needs an NVIDIA driver and a GPU; scripts/test runs it on a GPU host)"]
 fn gpu_probe_run_measures_and_writes_results() {
-    require_gpu();
+    let _gpu = require_gpu();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("r.json");
     let (code, stdout, stderr) = run(&[
@@ -255,10 +260,11 @@ fn gpu_probe_run_measures_and_writes_results() {
 #[test]
 #[ignore = "environment: gpu (needs an NVIDIA driver and a GPU; scripts/test runs it on a GPU host)"]
 fn gpu_the_probes_collector_serves_measurements() {
-    require_gpu();
+    let _gpu = require_gpu();
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("exporter.toml");
-    // Both probes small and frequent; busy_threshold 1 so that a GPU in use still gets probed.
+    // Both probes small and frequent; busy_threshold 1 so that a GPU with a display or a
+    // monitoring load still gets probed (one with another compute process never does).
     std::fs::write(
         &config,
         "[probes]\nprobes = \"launch_latency,copy_d2d\"\nduty_cycle = 1.0\nbusy_threshold = 1.0\nsettle = \"0s\"\n",
