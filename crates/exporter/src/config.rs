@@ -491,7 +491,6 @@ impl Settings {
     }
 
     /// Interval and deadline of collector `name` (its registered defaults unless configured).
-    #[cfg(test)]
     pub fn collector_timing(&self, name: &str) -> (Duration, Duration) {
         collectors::find(name).map_or((DEFAULT_INTERVAL, DEFAULT_TIMEOUT), |c| {
             let t = c.timing(self);
@@ -591,6 +590,17 @@ impl Settings {
             check_max(key, d, 30 * MAX_PERIOD)?;
         }
         self.probes.schedule()?;
+        // A worker must be killed before the poll that waits for it overruns its own deadline
+        // (the runner would serve the probes source down for a hang the worker timeout handles).
+        let probe_deadline = self.collector_timing("probes").1;
+        let worker = self.probes.worker_timeout()?;
+        if worker >= probe_deadline {
+            return Err(ConfigError(format!(
+                "probes.worker_timeout: {} must be shorter than collector.probes.timeout ({})",
+                humantime::format_duration(worker),
+                humantime::format_duration(probe_deadline)
+            )));
+        }
         self.health.validate()?;
         self.trace.validate().map_err(ConfigError)?;
         // A drop is 8 traces of a few hundred kB: faster than a second is no demo, only CPU.

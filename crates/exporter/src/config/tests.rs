@@ -44,6 +44,62 @@ fn probe_settings_come_from_file_and_env_and_are_checked() {
 }
 
 #[test]
+fn probe_worker_and_settle_durations_are_bounded_with_the_key_named() {
+    let ok = file("[probes]\nsettle = \"30s\"\nworker_timeout = \"5s\"\n");
+    let cli = parse_from(["x", "--config.file", ok.path().to_str().unwrap()]).unwrap();
+    let s = resolve(&cli, []).unwrap();
+    assert_eq!(s.probes.schedule().unwrap().settle, Duration::from_secs(30));
+    assert_eq!(s.probes.worker_timeout().unwrap(), Duration::from_secs(5));
+    let defaults = resolve(&parse_from(["x"]).unwrap(), []).unwrap();
+    assert_eq!(
+        defaults.probes.worker_timeout().unwrap(),
+        Duration::from_secs(20)
+    );
+    assert_eq!(
+        defaults.probes.schedule().unwrap().settle,
+        Duration::from_secs(10)
+    );
+    for (text, key, words) in [
+        (
+            "[probes]\nsettle = \"2h\"\n",
+            "probes.settle",
+            "over the limit of 1h",
+        ),
+        (
+            "[probes]\nworker_timeout = \"500ms\"\n",
+            "probes.worker_timeout",
+            "between 1s and 10m",
+        ),
+        (
+            "[probes]\nworker_timeout = \"11m\"\n",
+            "probes.worker_timeout",
+            "between 1s and 10m",
+        ),
+        // The worker must die before the poll waiting for it overruns (default 30 s).
+        (
+            "[probes]\nworker_timeout = \"30s\"\n",
+            "probes.worker_timeout",
+            "shorter than collector.probes.timeout (30s)",
+        ),
+        (
+            "[probes]\nworker_timeout = \"4s\"\n[collector.probes]\ntimeout = \"3s\"\n",
+            "probes.worker_timeout",
+            "shorter than collector.probes.timeout (3s)",
+        ),
+        (
+            "[probes]\nsettle = \"soon\"\n",
+            "probes.settle",
+            "invalid duration",
+        ),
+    ] {
+        let bad = file(text);
+        let cli = parse_from(["x", "--config.file", bad.path().to_str().unwrap()]).unwrap();
+        let e = resolve(&cli, []).unwrap_err().to_string();
+        assert!(e.contains(key) && e.contains(words), "{text}: {e}");
+    }
+}
+
+#[test]
 fn simulation_turns_profiling_and_probes_on_unless_they_are_turned_off() {
     let s = resolve(&parse_from(["x", "--simulate", "dgx-h100"]).unwrap(), []).unwrap();
     assert!(!s.collector_enabled("dcgm") && !s.collector_enabled("probes"));
