@@ -162,6 +162,11 @@ pub enum Commands {
         #[arg(long, value_name = "PATH")]
         nvml_library: Option<std::path::PathBuf>,
     },
+    /// Internal: the analysis of one trace or memory snapshot in a short-lived worker process,
+    /// started by the daemon's trace collector; reads a JSON request on stdin, answers on
+    /// stdout.
+    #[command(name = "trace-worker", hide = true)]
+    TraceWorker,
 }
 
 /// `probe` subcommands: one-shot benchmarks with the CUDA probes.

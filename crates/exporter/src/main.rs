@@ -17,6 +17,7 @@ mod runner;
 mod server;
 mod status_page;
 mod trace_cmd;
+mod trace_worker;
 
 #[cfg(test)]
 mod fuzz_tests;
@@ -58,6 +59,9 @@ fn main() -> ExitCode {
     }
     if let Some(Commands::ProbeWorker { nvml_library }) = &cli.command {
         return probe_worker::run(nvml_library.as_deref());
+    }
+    if let Some(Commands::TraceWorker) = &cli.command {
+        return trace_worker::run();
     }
     if let Some(Commands::Docs {
         what: DocsCommand::DcgmFields,

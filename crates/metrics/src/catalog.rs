@@ -388,9 +388,11 @@ define_catalog! {
     // steps and jobs; trace_job is the trace's directory (not `job`, which is Prometheus'
     // target label), rank its distributedInfo rank.
     TraceFiles => Counter None "dgx_pixels_trace_files_total" ["outcome"] ["trace"]
-        "Trace files the trace source finished with, by outcome (analysed, too_large, truncated, not_a_trace, parse_error, unreadable, timeout, internal_error, over_limit, replaced); an error outcome is counted once per version of a file.";
+        "Trace files the trace source finished with, by outcome (analysed, too_large, truncated, not_a_trace, parse_error, unreadable, timeout, internal_error, over_limit, replaced; the analysis worker process: out_of_memory, crashed, bad_output), and trace-named entries left alone (symlink, not_regular, invalid_name; once per name) or forgotten unanalysed (dropped); an error outcome is counted once per version of a file.";
     TracePendingFiles => Gauge None "dgx_pixels_trace_pending_files" [] ["trace"]
         "Trace files found but not analysed yet: still being written, waiting to be stable across two listings, or queued for another try.";
+    TraceUnlistedFiles => Gauge None "dgx_pixels_trace_unlisted_files" [] ["trace"]
+        "Trace-named files the last listing found past [trace] max_entries and did not look at; the next listing resumes after the last one looked at, so each is looked at within a few listings.";
     TraceAnalysisSeconds => Counter Seconds "dgx_pixels_trace_analysis_seconds_total" [] ["trace"]
         "Wall time the background thread spent parsing and analysing trace files (at the lowest CPU priority).";
     TraceReadBytes => Counter Bytes "dgx_pixels_trace_read_bytes_total" [] ["trace"]

@@ -10,7 +10,7 @@ use std::io::Read;
 use std::path::Path;
 use std::time::Instant;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::pickle::{Limits, PVal, PickleError};
 
@@ -20,7 +20,7 @@ use crate::TraceError;
 pub const MAX_SNAPSHOT_BYTES: u64 = 1 << 30;
 
 /// The numbers of one device in a snapshot (bytes unless said otherwise).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DeviceMemory {
     /// CUDA device index.
     pub device: i64,
@@ -59,7 +59,7 @@ pub struct DeviceMemory {
 }
 
 /// One snapshot file.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SnapshotReport {
     /// The file.
     pub file: String,

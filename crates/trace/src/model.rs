@@ -116,7 +116,7 @@ pub struct FirstRow {
 }
 
 /// Counters of what the parser saw and how it handled odd input.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ParseStats {
     /// Bytes of (decompressed) JSON read.
     pub bytes: u64,

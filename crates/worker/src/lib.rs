@@ -22,6 +22,7 @@ use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -124,6 +125,9 @@ pub enum WorkerError {
     /// Waiting for it failed (should not happen; the worker was killed and reaped).
     #[error("worker: {0}")]
     Io(std::io::Error),
+    /// The caller cancelled it ([`run_cancellable`]); it was killed.
+    #[error("worker killed: cancelled")]
+    Cancelled,
 }
 
 fn tail(stderr: &str) -> String {
@@ -137,7 +141,7 @@ fn tail(stderr: &str) -> String {
 
 impl WorkerError {
     /// A short stable name for an outcome label: `timeout`, `output_too_large`, `crashed`,
-    /// `failed`, `spawn_failed`.
+    /// `failed`, `spawn_failed`, `cancelled`.
     pub fn kind(&self) -> &'static str {
         match self {
             WorkerError::Spawn { .. } => "spawn_failed",
@@ -145,6 +149,7 @@ impl WorkerError {
             WorkerError::OutputTooLarge(_) => "output_too_large",
             WorkerError::Failed { .. } | WorkerError::Io(_) => "failed",
             WorkerError::Signalled { .. } => "crashed",
+            WorkerError::Cancelled => "cancelled",
         }
     }
 }
@@ -177,6 +182,19 @@ enum Event {
 /// Runs one worker to the end. Blocks the calling thread until the worker exited or was
 /// killed and reaped (at most `timeout` plus the time a SIGKILL takes).
 pub fn run(req: &Request) -> Result<Finished, WorkerError> {
+    run_inner(req, None)
+}
+
+/// [`run`], and the worker is killed (within [`CANCEL_POLL`]) once `cancel` is set:
+/// [`WorkerError::Cancelled`].
+pub fn run_cancellable(req: &Request, cancel: &AtomicBool) -> Result<Finished, WorkerError> {
+    run_inner(req, Some(cancel))
+}
+
+/// How often a cancellable run looks at its flag.
+pub const CANCEL_POLL: Duration = Duration::from_millis(50);
+
+fn run_inner(req: &Request, cancel: Option<&AtomicBool>) -> Result<Finished, WorkerError> {
     let limits = req.limits.clone();
     let mut cmd = Command::new(&req.program);
     cmd.args(&req.args)
@@ -201,7 +219,7 @@ pub fn run(req: &Request) -> Result<Finished, WorkerError> {
     LIVE.lock()
         .unwrap_or_else(PoisonError::into_inner)
         .insert(pid);
-    let result = supervise(&mut child, pid, req, started);
+    let result = supervise(&mut child, pid, req, started, cancel);
     LIVE.lock()
         .unwrap_or_else(PoisonError::into_inner)
         .remove(&pid);
@@ -213,6 +231,7 @@ fn supervise(
     pid: u32,
     req: &Request,
     started: Instant,
+    cancel: Option<&AtomicBool>,
 ) -> Result<Finished, WorkerError> {
     let limits = &req.limits;
     let (tx, rx) = mpsc::channel::<Event>();
@@ -276,7 +295,14 @@ fn supervise(
     let deadline = started + limits.timeout;
     let mut killed: Option<WorkerError> = None;
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
+        let mut left = deadline.saturating_duration_since(Instant::now());
+        if let Some(c) = cancel {
+            if killed.is_none() && c.load(Ordering::Relaxed) {
+                killed = Some(WorkerError::Cancelled);
+                kill_group(pid);
+            }
+            left = left.min(CANCEL_POLL);
+        }
         match rx.recv_timeout(left) {
             Ok(Event::Exited) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
             Ok(Event::Overflow) => {
@@ -286,7 +312,7 @@ fn supervise(
                 }
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                if killed.is_none() {
+                if killed.is_none() && Instant::now() >= deadline {
                     killed = Some(WorkerError::TimedOut(limits.timeout));
                     kill_group(pid);
                 }

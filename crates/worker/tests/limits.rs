@@ -212,3 +212,29 @@ fn a_live_worker_is_listed_as_ours_until_reaped() {
     assert!(!is_ours(done.pid));
     assert!(gone(done.pid));
 }
+
+#[test]
+fn a_cancelled_worker_is_killed_with_its_children_and_reaped() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    for after_ms in [0u64, 150] {
+        let cancel = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&cancel);
+        let setter = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(after_ms));
+            flag.store(true, Ordering::Relaxed);
+        });
+        let t0 = Instant::now();
+        let req = sh("sleep 60 & sleep 60", quick());
+        let err = dgx_pixels_worker::run_cancellable(&req, &cancel).unwrap_err();
+        setter.join().unwrap();
+        assert!(matches!(err, WorkerError::Cancelled), "{err}");
+        assert_eq!(err.kind(), "cancelled");
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+        assert!(live_pids().is_empty() || live_pids().iter().all(|p| gone(*p)));
+    }
+    // Not cancelled: an ordinary run.
+    let cancel = AtomicBool::new(false);
+    let done = dgx_pixels_worker::run_cancellable(&sh("echo ok", quick()), &cancel).unwrap();
+    assert_eq!(done.output, b"ok\n");
+}

@@ -4,13 +4,25 @@
 //! operator should choose. On a simulated node it is on: the node runs a simulated training job
 //! that drops a step's traces of every GPU (one rank each) into a directory of its own
 //! ([`SimulatedTraces`]), watched beside any `--trace.directory`.
+//!
+//! Each file is analysed in a child process ([`WorkerAnalyzer`]: this binary's hidden
+//! `trace-worker`), so a hostile file costs the child, never the daemon. Across reloads the
+//! sources hand their state on through a [`Handoff`] kept for the life of the process.
 
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
 use dgx_pixels_metrics::{PollError, PollOutput, Source};
 use dgx_pixels_sim::Scenario;
-use dgx_pixels_trace::source::{SimulatedJob, SimulatedTraces, TraceSource, DEFAULT_KEEP};
+use dgx_pixels_trace::source::analyzer::MAX_REPLY_BYTES;
+use dgx_pixels_trace::source::{
+    Analysed, AnalysisFailure, AnalysisReply, AnalysisRequest, Analyzer, Handoff, Outcome,
+    SimulatedJob, SimulatedTraces, TraceOptions, TraceSource, DEFAULT_KEEP,
+};
+use dgx_pixels_worker::{Limits, Request, WorkerError};
 
 use super::{BuildContext, Built, Collector, RestartKey, DEFAULT_TIMEOUT};
 use crate::config::Settings;
@@ -49,7 +61,10 @@ fn build(ctx: &BuildContext<'_>) -> Result<Built> {
             "the trace collector needs a directory to watch: set --trace.directory or [trace] directory"
         ));
     }
-    let source = TraceSource::start(options, ctx.timing.interval).map_err(|e| anyhow!(e))?;
+    let analyzer = Arc::new(WorkerAnalyzer::new(&options)?);
+    let handoff = ctx.kept::<Handoff>(COLLECTOR.name);
+    let source = TraceSource::start_with(options, ctx.timing.interval, analyzer, Some(handoff))
+        .map_err(|e| anyhow!(e))?;
     Ok(Some(Box::new(Traces {
         source,
         _simulated: simulated,
@@ -120,6 +135,105 @@ impl Source for Traces {
     fn poll(&mut self) -> Result<PollOutput, PollError> {
         self.source.poll()
     }
+}
+
+/// The hidden subcommand that analyses one file.
+pub const WORKER_SUBCOMMAND: &str = "trace-worker";
+
+/// Analyses each file in a child process: this binary's `trace-worker`, with `[trace]
+/// max_worker_memory` of address space, the analysis deadline (wall and CPU time), the
+/// lowest CPU priority and a bounded reply. Whatever the child does (dies, overruns, runs out
+/// of memory, prints garbage) is an outcome of the file.
+#[derive(Debug)]
+pub struct WorkerAnalyzer {
+    program: PathBuf,
+    limits: Limits,
+}
+
+impl WorkerAnalyzer {
+    /// The analyzer for `options`, running this program.
+    pub fn new(options: &TraceOptions) -> Result<WorkerAnalyzer> {
+        let program = std::env::current_exe().map_err(|e| {
+            anyhow!("trace: cannot find this program to start its analysis workers: {e}")
+        })?;
+        Ok(WorkerAnalyzer::with_program(program, options))
+    }
+
+    /// The analyzer for `options`, running `program` (tests).
+    pub fn with_program(program: PathBuf, options: &TraceOptions) -> WorkerAnalyzer {
+        let deadline = options.max_analysis_time;
+        WorkerAnalyzer {
+            program,
+            limits: Limits {
+                timeout: deadline,
+                max_output_bytes: MAX_REPLY_BYTES,
+                max_address_space_bytes: Some(options.max_worker_memory),
+                // At the lowest priority CPU time never outruns the wall clock; the limit is
+                // a second line behind the deadline.
+                max_cpu_seconds: Some(deadline.as_secs().saturating_add(1)),
+                lowest_priority: true,
+            },
+        }
+    }
+}
+
+impl Analyzer for WorkerAnalyzer {
+    fn analyse(
+        &self,
+        request: &AnalysisRequest,
+        cancel: &Arc<AtomicBool>,
+    ) -> Result<Analysed, AnalysisFailure> {
+        let input = serde_json::to_vec(request)
+            .map_err(|e| AnalysisFailure::new(Outcome::InternalError, e.to_string()))?;
+        let req = Request {
+            program: self.program.clone(),
+            args: vec![WORKER_SUBCOMMAND.into()],
+            env: Vec::new(),
+            input,
+            limits: self.limits.clone(),
+        };
+        match dgx_pixels_worker::run_cancellable(&req, cancel) {
+            Ok(done) => serde_json::from_slice::<AnalysisReply>(&done.output)
+                .map_err(|e| {
+                    AnalysisFailure::new(
+                        Outcome::BadOutput,
+                        format!("the analysis worker's reply does not parse: {e}"),
+                    )
+                })?
+                .into_result(),
+            Err(e) => Err(worker_failure(&e)),
+        }
+    }
+}
+
+/// Linux signal numbers (the same on x86_64 and aarch64).
+const SIGABRT: i32 = 6;
+const SIGKILL: i32 = 9;
+const SIGXCPU: i32 = 24;
+
+/// The outcome of a worker that gave no reply.
+fn worker_failure(e: &WorkerError) -> AnalysisFailure {
+    let outcome = match e {
+        WorkerError::Cancelled => return AnalysisFailure::cancelled(),
+        WorkerError::TimedOut(_) => Outcome::Timeout,
+        WorkerError::OutputTooLarge(_) => Outcome::BadOutput,
+        // Rust's allocator reports a failed allocation on stderr, then aborts.
+        WorkerError::Signalled { signal, stderr }
+            if *signal == SIGABRT && stderr.contains("memory allocation") =>
+        {
+            Outcome::OutOfMemory
+        }
+        WorkerError::Signalled { signal, .. } if *signal == SIGXCPU => Outcome::Timeout,
+        // Not ours (ours is TimedOut): the kernel's OOM killer, for which the worker is
+        // first in line (oom_score_adj 1000).
+        WorkerError::Signalled { signal, .. } if *signal == SIGKILL => Outcome::OutOfMemory,
+        WorkerError::Failed { stderr, .. } if stderr.contains("memory allocation") => {
+            Outcome::OutOfMemory
+        }
+        WorkerError::Signalled { .. } | WorkerError::Failed { .. } => Outcome::Crashed,
+        WorkerError::Spawn { .. } | WorkerError::Io(_) => Outcome::InternalError,
+    };
+    AnalysisFailure::new(outcome, format!("analysis worker: {e}"))
 }
 
 /// `[trace]`, and on a simulated node `[simulation]`'s trace keys.

@@ -169,6 +169,11 @@ pub static POLICIES: &[Entry] = &[
         why: "only failures and collisions that happened: a served result says its probe ran (results older than three rounds are dropped), a skip is the probes being polite, and dgx_pixels_probe_gpus says per state how many GPUs are where",
     },
     Entry {
+        metric: Metric::TraceFiles,
+        policy: Policy::NonZero,
+        why: "17 outcomes, most of them errors that never happen on a healthy node: an outcome appears at its first file (take rates from dgx_pixels_trace_read_bytes_total or the analysed time)",
+    },
+    Entry {
         metric: Metric::ProbeDuration,
         policy: Policy::FullOnly,
         why: "a histogram per probe and GPU; the duty cycle says how much GPU time probes take",

@@ -6,12 +6,12 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::model::ParseStats;
 
 /// HTA's temporal breakdown of one rank.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TemporalBreakdown {
     /// Last GPU row end − first GPU row start, all streams (µs).
     pub kernel_time_us: i64,
@@ -30,7 +30,7 @@ pub struct TemporalBreakdown {
 }
 
 /// One exclusive state of HTA's kernel-type breakdown.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct KernelTypeTime {
     /// HTA's label: `COMPUTATION`, `COMMUNICATION`, `MEMORY`, or several joined by
     /// ` overlapping ` (e.g. `COMPUTATION overlapping COMMUNICATION`).
@@ -42,7 +42,7 @@ pub struct KernelTypeTime {
 }
 
 /// Duration statistics of one kernel name.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct KernelStat {
     /// Kernel name.
     pub name: String,
@@ -61,7 +61,7 @@ pub struct KernelStat {
 }
 
 /// The kernels of one class, as HTA's kernel breakdown lists them.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ClassKernels {
     /// Σ duration of every row of the class (µs).
     pub total_us: i64,
@@ -77,7 +77,7 @@ pub struct ClassKernels {
 }
 
 /// Idle time of one stream, by cause (HTA's idle-time breakdown).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StreamIdle {
     /// Stream.
     pub stream: i64,
@@ -99,7 +99,7 @@ pub struct StreamIdle {
 }
 
 /// Summary of one distribution (µs).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Dist {
     /// Σ (µs).
     pub sum_us: i64,
@@ -114,7 +114,7 @@ pub struct Dist {
 }
 
 /// HTA's CUDA kernel launch statistics, summarized.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LaunchStats {
     /// Launch/GPU pairs joined by correlation.
     pub count: u64,
@@ -133,7 +133,7 @@ pub struct LaunchStats {
 }
 
 /// Communication of one collective type.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CollectiveStats {
     /// all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, send_recv, other.
     pub collective: String,
@@ -162,7 +162,7 @@ pub struct CollectiveStats {
 }
 
 /// Memory copies and sets of one kind.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct MemcpyStats {
     /// The name up to the direction (`Memcpy HtoD`, `Memcpy DtoD`, `Memset`).
     pub kind: String,
@@ -177,7 +177,7 @@ pub struct MemcpyStats {
 }
 
 /// One training phase.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PhaseStats {
     /// forward, backward, optimizer.
     pub phase: String,
@@ -192,7 +192,7 @@ pub struct PhaseStats {
 }
 
 /// One FSDP operation kind.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct FsdpStats {
     /// all_gather, reduce_scatter, reshard, copy_in, copy_out, other.
     pub op: String,
@@ -207,7 +207,7 @@ pub struct FsdpStats {
 }
 
 /// Profiler steps of one rank.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Steps {
     /// Step numbers analysed (complete steps: the last is dropped when HTA's filter applies).
     pub numbers: Vec<u64>,
@@ -222,7 +222,7 @@ pub struct Steps {
 }
 
 /// Throughput of one rank.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Throughput {
     /// Steps per second (1 / mean step time).
     pub steps_per_s: f64,
@@ -231,7 +231,7 @@ pub struct Throughput {
 }
 
 /// Communication of one rank.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Communication {
     /// Per collective type, only types seen.
     pub collectives: Vec<CollectiveStats>,
@@ -250,7 +250,7 @@ pub struct Communication {
 }
 
 /// Everything about one rank.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RankReport {
     /// Rank (`distributedInfo.rank`, else from the file name, else the input order).
     pub rank: i64,

@@ -58,6 +58,13 @@ impl Groups {
         }
     }
 
+    /// New bounds (a reload may change them); the oldest groups go first when over.
+    pub fn reconfigure(&mut self, max_ranks: usize, timeout: Duration) {
+        self.max_ranks = max_ranks.max(1);
+        self.timeout = timeout;
+        self.evict("");
+    }
+
     /// Adds one rank's analysis to `job`'s group (replacing an earlier one of the same rank).
     pub fn add(
         &mut self,
@@ -125,8 +132,11 @@ impl Groups {
                 }
                 None => {
                     // One group alone over the bound: drop its lowest ranks.
-                    if let Some(g) = self.groups.get_mut(current) {
-                        g.ranks.pop_first();
+                    match self.groups.get_mut(current) {
+                        Some(g) if !g.ranks.is_empty() => {
+                            g.ranks.pop_first();
+                        }
+                        _ => return,
                     }
                 }
             }

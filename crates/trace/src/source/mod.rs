@@ -12,8 +12,13 @@
 //! - `series`: the counters per job and rank that the analysed reports add to, bounded.
 //! - `group`: the ranks of one job, analysed together (stragglers, variation across ranks)
 //!   once all have arrived or after a timeout.
-//! - `worker`: the one background thread (low priority) that lists, analyses one file at a
-//!   time and publishes the finished series.
+//! - `worker`: the one background thread (low priority) that lists, hands one file at a
+//!   time to the [`Analyzer`] and publishes the finished series.
+//! - [`analyzer`]: who analyses a file: in the daemon, a child process per file (the
+//!   exporter's `trace-worker`), so a hostile file costs the child, not the daemon;
+//!   [`InProcess`] for tests.
+//! - [`Handoff`]: what a source leaves the one that replaces it on a reload (files waiting and
+//!   in analysis, files finished, counters).
 //! - [`SimulatedTraces`]: a simulated job dropping traces for the watcher (`--simulate`).
 //! - [`TraceSource`]: the [`Source`] the runner polls; a poll only copies what the worker has
 //!   published, so it never waits on a listing or an analysis.
@@ -32,6 +37,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod analyzer;
 mod group;
 mod series;
 mod simulated;
@@ -40,13 +46,16 @@ mod worker;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dgx_pixels_metrics::{PollError, PollErrorKind, PollOutput, Sample, Source};
 use serde::{Deserialize, Deserializer};
 
+pub use analyzer::{
+    Analysed, AnalysisFailure, AnalysisReply, AnalysisRequest, Analyzer, InProcess,
+};
 pub use series::{job_label, Outcome, MAX_JOB_BYTES};
 pub use simulated::{SimulatedJob, SimulatedTraces, DEFAULT_KEEP, DEFAULT_PERIOD};
 pub use watch::{glob_match, is_snapshot_name, is_trace_name};
@@ -78,6 +87,13 @@ pub const DEFAULT_MAX_ROWS: u64 = 500_000;
 pub const MAX_DURATION_SETTING: Duration = Duration::from_secs(86_400);
 /// Default bound on the time one file's parse may take.
 pub const DEFAULT_MAX_ANALYSIS_TIME: Duration = Duration::from_secs(600);
+/// Default address-space limit of the process that analyses one file (`RLIMIT_AS`): 1 GiB.
+/// A trace at the default `max_rows` peaks at about 80 MiB resident; the rest is room for
+/// the allocator's and the binary's mappings (address space, not memory in use).
+pub const DEFAULT_MAX_WORKER_MEMORY: u64 = 1 << 30;
+/// Smallest `max_worker_memory` accepted: the exporter binary maps about 20 MiB before it
+/// reads anything.
+pub const MIN_WORKER_MEMORY: u64 = 64 << 20;
 
 /// Settings of the trace source. The daemon's `[trace]` config table deserializes into it
 /// (unknown keys are errors; durations are humantime strings such as `"10m"`).
@@ -117,6 +133,9 @@ pub struct TraceOptions {
     /// `max_rows`: most rows (GPU rows, kernel launches, annotations) kept from one trace;
     /// past it the file is counted as `over_limit`.
     pub max_rows: u64,
+    /// `max_worker_memory`: address-space limit (`RLIMIT_AS`, bytes) of the child process
+    /// that analyses each file in the daemon; past it the file is counted as `out_of_memory`.
+    pub max_worker_memory: u64,
     /// `analyze_existing`: also analyse the files already there, last modified more than 2 s
     /// before the source started (off: after a restart they would be counted a second time).
     pub analyze_existing: bool,
@@ -137,6 +156,7 @@ impl Default for TraceOptions {
             max_event_bytes: crate::DEFAULT_MAX_VALUE_BYTES,
             max_decompressed_bytes: DEFAULT_MAX_DECOMPRESSED_BYTES,
             max_rows: DEFAULT_MAX_ROWS,
+            max_worker_memory: DEFAULT_MAX_WORKER_MEMORY,
             analyze_existing: false,
         }
     }
@@ -170,6 +190,12 @@ impl TraceOptions {
                     humantime::format_duration(MAX_DURATION_SETTING)
                 ));
             }
+        }
+        if self.max_worker_memory < MIN_WORKER_MEMORY {
+            return Err(format!(
+                "trace.max_worker_memory: {} is under {MIN_WORKER_MEMORY} (the worker process could not start)",
+                self.max_worker_memory
+            ));
         }
         if self.max_snapshot_bytes > crate::memory::MAX_SNAPSHOT_BYTES {
             return Err(format!(
@@ -252,16 +278,105 @@ pub struct TraceSource {
 
 impl TraceSource {
     /// Checks `options` and starts the worker thread, which lists the directories every
-    /// `interval`.
+    /// `interval` and analyses in process (tests; the daemon uses [`TraceSource::start_with`]).
     pub fn start(options: TraceOptions, interval: Duration) -> Result<TraceSource, String> {
+        TraceSource::start_with(options, interval, Arc::new(InProcess), None)
+    }
+
+    /// Like [`TraceSource::start`], with the analyzer that analyses each file and, across
+    /// reloads, the [`Handoff`] through which this source takes over the state of the one it
+    /// replaces (and leaves its own when it stops).
+    pub fn start_with(
+        options: TraceOptions,
+        interval: Duration,
+        analyzer: Arc<dyn Analyzer>,
+        handoff: Option<Arc<Handoff>>,
+    ) -> Result<TraceSource, String> {
         options.validate()?;
         if options.directory.is_empty() {
             return Err("trace.directory: no directory to watch".into());
         }
         let shared = Arc::new(Shared::default());
-        let worker = worker::spawn(options, interval, Arc::clone(&shared))
+        let worker = worker::spawn(options, interval, Arc::clone(&shared), analyzer, handoff)
             .map_err(|e| format!("cannot start the trace worker thread: {e}"))?;
         Ok(TraceSource { shared, worker })
+    }
+}
+
+/// How long a new source waits for the one it replaces to stop and leave its state before it
+/// starts listing on its own (the old one's state is then taken at a later listing).
+pub const HANDOFF_WAIT: Duration = Duration::from_secs(10);
+
+/// What a stopped source leaves the next across a reload: the files waiting (the one in
+/// analysis included: a stop cancels its analysis and it stays waiting), the files finished,
+/// the counters and the jobs' ranks. A reload builds the new source before it stops the old
+/// one: the new worker waits (at most [`HANDOFF_WAIT`]) until every older source has stopped
+/// and left its state, then takes it over. Held by the exporter for the life of the process.
+#[derive(Debug, Default)]
+pub struct Handoff {
+    inner: Mutex<HandoffInner>,
+    changed: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct HandoffInner {
+    /// Sources started and not yet stopped.
+    live: usize,
+    kept: Option<worker::Kept>,
+}
+
+impl Handoff {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HandoffInner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A source starts: whether others are still running (to wait for).
+    fn register(&self) -> bool {
+        let mut g = self.lock();
+        g.live += 1;
+        g.live > 1
+    }
+
+    /// A source stopped, leaving `kept` (merged over anything older left there).
+    fn deregister(&self, kept: Option<worker::Kept>) {
+        let mut g = self.lock();
+        g.live = g.live.saturating_sub(1);
+        if let Some(mut kept) = kept {
+            if let Some(older) = g.kept.take() {
+                kept.merge_older(older);
+            }
+            g.kept = Some(kept);
+        }
+        drop(g);
+        self.changed.notify_all();
+    }
+
+    /// Waits until the older sources have stopped (when `wait`), at most [`HANDOFF_WAIT`] or
+    /// until `stop`, and takes what they left.
+    fn wait_take(&self, wait: bool, stop: &AtomicBool) -> Option<worker::Kept> {
+        let until = Instant::now() + HANDOFF_WAIT;
+        let mut g = self.lock();
+        while wait && g.live > 1 && !stop.load(Ordering::Relaxed) {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                tracing::warn!(
+                    "the trace source it replaces has not stopped after {HANDOFF_WAIT:?}; its files are taken over when it does"
+                );
+                break;
+            }
+            // Short waits: the stop flag is not signalled through the condvar.
+            let (next, _) = self
+                .changed
+                .wait_timeout(g, left.min(Duration::from_millis(100)))
+                .unwrap_or_else(PoisonError::into_inner);
+            g = next;
+        }
+        g.kept.take()
+    }
+
+    /// What an older source left after this one stopped waiting for it.
+    fn take_late(&self) -> Option<worker::Kept> {
+        self.lock().kept.take()
     }
 }
 

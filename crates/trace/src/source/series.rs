@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use dgx_pixels_metrics::{Metric, Sample};
+use serde::{Deserialize, Serialize};
 
 use crate::analysis::RankReport;
 use crate::memory::SnapshotReport;
@@ -15,8 +16,10 @@ use crate::memory::SnapshotReport;
 /// specific part) after a hash of the whole path.
 pub const MAX_JOB_BYTES: usize = 128;
 
-/// How the analysis of one file ended: the `outcome` label of `dgx_pixels_trace_files_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// How the analysis of one file ended, or why a file name found was left alone: the `outcome`
+/// label of `dgx_pixels_trace_files_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Outcome {
     /// Parsed and analysed; its numbers are in the series.
     Analysed,
@@ -41,11 +44,30 @@ pub enum Outcome {
     /// When opened, not the regular file listed (a symlink, a FIFO or another file was put in
     /// its place).
     Replaced,
+    /// The analysis worker process went over its address-space limit
+    /// (`[trace] max_worker_memory`).
+    OutOfMemory,
+    /// The analysis worker process died (a signal other than its limits) or exited with an
+    /// error instead of a reply.
+    Crashed,
+    /// The analysis worker process printed more than the reply bound, or a reply that does not
+    /// parse.
+    BadOutput,
+    /// A trace-named entry that is a symlink: never followed (counted once per name).
+    Symlink,
+    /// A trace-named entry that is not a regular file (a FIFO, socket or device; once per
+    /// name).
+    NotRegular,
+    /// A trace-named entry whose name is not UTF-8 (once per name).
+    InvalidName,
+    /// A file found but forgotten before it was analysed: the files waiting outgrew twice
+    /// `max_entries`.
+    Dropped,
 }
 
 impl Outcome {
     /// Every outcome, in exposition order.
-    pub const ALL: [Outcome; 10] = [
+    pub const ALL: [Outcome; 17] = [
         Outcome::Analysed,
         Outcome::TooLarge,
         Outcome::Truncated,
@@ -56,6 +78,13 @@ impl Outcome {
         Outcome::InternalError,
         Outcome::OverLimit,
         Outcome::Replaced,
+        Outcome::OutOfMemory,
+        Outcome::Crashed,
+        Outcome::BadOutput,
+        Outcome::Symlink,
+        Outcome::NotRegular,
+        Outcome::InvalidName,
+        Outcome::Dropped,
     ];
 
     /// The label value.
@@ -71,6 +100,13 @@ impl Outcome {
             Outcome::InternalError => "internal_error",
             Outcome::OverLimit => "over_limit",
             Outcome::Replaced => "replaced",
+            Outcome::OutOfMemory => "out_of_memory",
+            Outcome::Crashed => "crashed",
+            Outcome::BadOutput => "bad_output",
+            Outcome::Symlink => "symlink",
+            Outcome::NotRegular => "not_regular",
+            Outcome::InvalidName => "invalid_name",
+            Outcome::Dropped => "dropped",
         }
     }
 }
@@ -191,6 +227,10 @@ impl Series {
                 (self.seq, values),
             );
         }
+        self.evict_memory();
+    }
+
+    fn evict_memory(&mut self) {
         while self.memory.len() > self.max_ranks {
             let oldest = self
                 .memory
@@ -201,6 +241,34 @@ impl Series {
                 self.memory.remove(&k);
             }
         }
+    }
+
+    /// Keeps at most `max_ranks` (job, rank) pairs from now on (a reload may change it).
+    pub fn set_max_ranks(&mut self, max_ranks: usize) {
+        self.max_ranks = max_ranks.max(1);
+        self.evict("");
+        self.evict_memory();
+    }
+
+    /// Adds what `newer` counted (a source that started before this state was handed to it):
+    /// its counts add, its ranks and snapshots replace those of the same keys.
+    pub fn absorb(&mut self, newer: Series) {
+        for (o, n) in newer.files {
+            *self.files.entry(o).or_default() += n;
+        }
+        inc(&mut self.analysis_seconds, newer.analysis_seconds);
+        inc(&mut self.read_bytes, newer.read_bytes);
+        for (k, mut g) in newer.groups {
+            self.seq += 1;
+            g.touched = self.seq;
+            self.groups.insert(k, g);
+        }
+        for (k, (_, v)) in newer.memory {
+            self.seq += 1;
+            self.memory.insert(k, (self.seq, v));
+        }
+        self.evict("");
+        self.evict_memory();
     }
 
     /// Counts one file's outcome.
@@ -281,8 +349,9 @@ impl Series {
         }
     }
 
-    /// The samples to serve, with `pending` files waiting.
-    pub fn samples(&self, pending: usize) -> Vec<Sample> {
+    /// The samples to serve, with `pending` files waiting and `unlisted` trace-named files the
+    /// last listing did not look at.
+    pub fn samples(&self, pending: usize, unlisted: usize) -> Vec<Sample> {
         let mut out = Vec::with_capacity(12 + self.groups.len() * 24);
         for (o, n) in &self.files {
             out.push(Sample::new(Metric::TraceFiles, [o.as_str()], *n as f64));
@@ -291,6 +360,11 @@ impl Series {
             Metric::TracePendingFiles,
             [""; 0],
             pending as f64,
+        ));
+        out.push(Sample::new(
+            Metric::TraceUnlistedFiles,
+            [""; 0],
+            unlisted as f64,
         ));
         out.push(Sample::new(
             Metric::TraceAnalysisSeconds,

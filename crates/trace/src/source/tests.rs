@@ -7,9 +7,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 use dgx_pixels_metrics::{Metric, Sample, Source};
 
-use super::watch::Watcher;
+use super::watch::{self, Watcher};
 use super::*;
 use crate::synth::{write_rank, SynthConfig};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 fn options(dir: &Path) -> TraceOptions {
     TraceOptions {
@@ -624,7 +626,7 @@ fn trace_counters_never_go_down_or_negative() {
     for (i, rows) in cases.iter().enumerate() {
         let a = hostile_times(rows);
         series.add("j", &a.report, i as f64);
-        let samples = series.samples(0);
+        let samples = series.samples(0, 0);
         for s in &samples {
             assert!(s.value.is_finite() && s.value >= 0.0, "case {i}: {s:?}");
             if let Some((_, _, before)) = last
@@ -691,5 +693,273 @@ fn communication_start_times_are_bounded_over_all_ranks() {
             );
         }
         assert!(groups.comm_starts_held() >= group::MAX_COMM_STARTS_TOTAL - per_rank);
+    }
+}
+
+fn names(ready: &[watch::Ready]) -> Vec<String> {
+    let mut v: Vec<String> = ready
+        .iter()
+        .map(|r| r.path.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn past_max_entries_each_listing_resumes_where_the_last_stopped() {
+    // Issue 28, item 7: with more trace files than max_entries, the old listing looked at the
+    // same first entries every time and never at the rest.
+    for (files, max) in [(10usize, 5usize), (25, 13), (7, 6), (40, 20)] {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..files {
+            fs::write(dir.path().join(format!("rank{i}_trace.json")), b"{}").unwrap();
+        }
+        let mut w = watcher(TraceOptions {
+            max_entries: max,
+            ..options(dir.path())
+        });
+        let mut seen = std::collections::BTreeSet::new();
+        let mut unlisted = Vec::new();
+        // Each window is listed twice (a file is stable after two looks), then the next.
+        let rounds = 2 * files.div_ceil(max) + 1;
+        for _ in 0..rounds {
+            let scan = w.scan();
+            unlisted.push(scan.unlisted);
+            seen.extend(names(&scan.ready));
+            for r in &scan.ready {
+                w.finished(r, true);
+            }
+        }
+        assert_eq!(
+            seen.len(),
+            files,
+            "{files} files, max_entries {max}: {seen:?}"
+        );
+        // What a listing did not look at is counted.
+        assert_eq!(unlisted[0], files - max, "{files} files, max_entries {max}");
+    }
+}
+
+#[test]
+fn special_and_badly_named_entries_are_counted_once_by_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("real.txt");
+    fs::write(&target, b"{}").unwrap();
+    std::os::unix::fs::symlink(&target, dir.path().join("link_trace.json")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", dir.path().join("zero.pickle")).unwrap();
+    let fifo = dir.path().join("fifo.pt.trace.json");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    fs::create_dir(dir.path().join("dir.json")).unwrap();
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let raw = std::ffi::OsStr::from_bytes(b"bad\xff_trace.json");
+        fs::write(dir.path().join(raw), b"{}").unwrap();
+    }
+    let mut w = watcher(options(dir.path()));
+    let mut scan = w.scan();
+    scan.skipped.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut got: Vec<(String, &str)> = scan
+        .skipped
+        .iter()
+        .map(|(p, o)| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                o.as_str(),
+            )
+        })
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("bad\u{fffd}_trace.json".to_string(), "invalid_name"),
+            ("fifo.pt.trace.json".to_string(), "not_regular"),
+            ("link_trace.json".to_string(), "symlink"),
+            ("zero.pickle".to_string(), "symlink"),
+        ]
+    );
+    assert!(w.scan().skipped.is_empty(), "each name counted once");
+    fs::remove_file(dir.path().join("link_trace.json")).unwrap();
+    std::os::unix::fs::symlink(&target, dir.path().join("link_trace.json")).unwrap();
+    assert!(
+        w.scan().skipped.is_empty(),
+        "the same name again is not new"
+    );
+}
+
+/// Analyses after a gate opens (or the stop), counting its calls: a file "in analysis".
+#[derive(Debug, Default)]
+struct Gated {
+    open: std::sync::atomic::AtomicBool,
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+impl Analyzer for Gated {
+    fn analyse(
+        &self,
+        request: &AnalysisRequest,
+        cancel: &Arc<AtomicBool>,
+    ) -> Result<Analysed, AnalysisFailure> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        while !self.open.load(Ordering::SeqCst) {
+            if cancel.load(Ordering::SeqCst) {
+                return Err(AnalysisFailure::cancelled());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        InProcess.analyse(request, cancel)
+    }
+}
+
+#[test]
+fn a_reload_keeps_the_file_in_analysis_and_the_pending_ones() {
+    // Issue 28, item 7: the source a reload starts took none of the old one's files: those
+    // waiting and the one in analysis were older than its start, so left alone for ever.
+    let dir = tempfile::tempdir().unwrap();
+    let interval = Duration::from_millis(30);
+    let handoff = Arc::new(Handoff::default());
+    let gated = Arc::new(Gated::default());
+    let mut old = TraceSource::start_with(
+        options(dir.path()),
+        interval,
+        Arc::clone(&gated) as Arc<dyn Analyzer>,
+        Some(Arc::clone(&handoff)),
+    )
+    .unwrap();
+    fs::write(dir.path().join("rank0_trace.json"), rank_json(0)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while gated.calls.load(Ordering::SeqCst) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the first file never reached analysis"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Rank 0 is in analysis; rank 1 arrives and waits behind it. Both are older than the
+    // new source's start (its margin is 2 s).
+    fs::write(dir.path().join("rank1_trace.json"), rank_json(1)).unwrap();
+    std::thread::sleep(interval * 4);
+    let pending = old.poll().unwrap().samples;
+    assert_eq!(value(&pending, Metric::TracePendingFiles, &[]), Some(1.0));
+    std::thread::sleep(super::worker::EXISTING_MARGIN + Duration::from_millis(100));
+    // As a reload does: the new source first, then the old one stopped.
+    let mut new = TraceSource::start_with(
+        options(dir.path()),
+        interval,
+        Arc::new(InProcess),
+        Some(Arc::clone(&handoff)),
+    )
+    .unwrap();
+    drop(old);
+    let files = |s: &[Sample], o: &str| value(s, Metric::TraceFiles, &[o]).unwrap_or(0.0);
+    let samples = wait_for(&mut new, |s| files(s, "analysed") == 2.0);
+    assert_eq!(value(&samples, Metric::TracePendingFiles, &[]), Some(0.0));
+    // And a third source, after a second reload, does not analyse them again.
+    let mut third = TraceSource::start_with(
+        options(dir.path()),
+        interval,
+        Arc::new(InProcess),
+        Some(handoff),
+    )
+    .unwrap();
+    drop(new);
+    std::thread::sleep(interval * 10);
+    let samples = third.poll().unwrap().samples;
+    assert_eq!(
+        files(&samples, "analysed"),
+        2.0,
+        "counters kept, nothing twice"
+    );
+}
+
+/// Fails every analysis with one outcome, as the worker-process analyzer does when its child
+/// dies.
+#[derive(Debug)]
+struct Failing(Outcome);
+
+impl Analyzer for Failing {
+    fn analyse(
+        &self,
+        _: &AnalysisRequest,
+        _: &Arc<AtomicBool>,
+    ) -> Result<Analysed, AnalysisFailure> {
+        Err(AnalysisFailure::new(self.0, "the worker died"))
+    }
+}
+
+#[test]
+fn a_failed_worker_is_an_outcome_and_the_source_goes_on() {
+    for o in [
+        Outcome::OutOfMemory,
+        Outcome::Crashed,
+        Outcome::BadOutput,
+        Outcome::Timeout,
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut source = TraceSource::start_with(
+            options(dir.path()),
+            Duration::from_millis(20),
+            Arc::new(Failing(o)),
+            None,
+        )
+        .unwrap();
+        fs::write(dir.path().join("rank0_trace.json"), rank_json(0)).unwrap();
+        fs::write(dir.path().join("rank1_trace.json"), rank_json(1)).unwrap();
+        let samples = wait_for(&mut source, |s| {
+            value(s, Metric::TraceFiles, &[o.as_str()]) == Some(2.0)
+        });
+        assert_eq!(value(&samples, Metric::TracePendingFiles, &[]), Some(0.0));
+    }
+}
+
+#[test]
+fn replies_cross_the_pipe_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rank3_trace.json");
+    let cfg = SynthConfig {
+        ranks: 4,
+        ..SynthConfig::default()
+    };
+    let mut out = Vec::new();
+    write_rank(&cfg, 3, &mut out).unwrap();
+    fs::write(&path, out).unwrap();
+    let meta = fs::metadata(&path).unwrap();
+    let key = crate::open::FileKey::of(&meta);
+    let request = AnalysisRequest {
+        path: path.clone(),
+        snapshot: false,
+        dev: key.dev,
+        ino: key.ino,
+        max_event_bytes: crate::DEFAULT_MAX_VALUE_BYTES,
+        max_decompressed_bytes: DEFAULT_MAX_DECOMPRESSED_BYTES,
+        max_rows: DEFAULT_MAX_ROWS,
+        max_snapshot_bytes: DEFAULT_MAX_SNAPSHOT_BYTES,
+        max_analysis_ms: 60_000,
+    };
+    let reply = analyzer::serve(&request);
+    let text = serde_json::to_vec(&reply).unwrap();
+    let back: AnalysisReply = serde_json::from_slice(&text).unwrap();
+    let (Ok(Analysed::Trace(w1, a)), Ok(Analysed::Trace(w2, b))) =
+        (reply.into_result(), back.into_result())
+    else {
+        panic!("not a trace");
+    };
+    assert_eq!(w1, w2);
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0].comm_starts, b[0].comm_starts);
+    assert_eq!(
+        serde_json::to_value(&a[0].report).unwrap(),
+        serde_json::to_value(&b[0].report).unwrap()
+    );
+    // The listed inode is checked in the child too.
+    let moved = AnalysisRequest {
+        ino: key.ino + 1,
+        ..request
+    };
+    match analyzer::serve(&moved) {
+        AnalysisReply::Failed(f) => assert_eq!(f.outcome, Outcome::Replaced),
+        other => panic!("{other:?}"),
     }
 }

@@ -1,12 +1,18 @@
 //! Finding trace files and deciding when each is complete.
 //!
 //! A listing expands each configured directory (a component may be a glob) and walks it to
-//! `max_depth`, looking at `max_entries` directory entries at most over all directories, so
-//! a huge directory full of other files costs a bounded amount per listing. Only regular
-//! files named like traces are kept (`*.json`, `*.json.gz`: the profiler's
-//! `{host}_{pid}.{time_ns}.pt.trace.json[.gz]`, `rank*_trace.json`, ...) or like memory
-//! snapshots (`*.pickle`, `*.pkl`, `*.pk`); hidden files (the
-//! temporary files writers rename into place), symlinks and other files are skipped.
+//! `max_depth`. Only regular files named like traces are kept (`*.json`, `*.json.gz`: the
+//! profiler's `{host}_{pid}.{time_ns}.pt.trace.json[.gz]`, `rank*_trace.json`, ...) or like
+//! memory snapshots (`*.pickle`, `*.pkl`, `*.pk`); hidden files (the temporary files writers
+//! rename into place) and other names are left alone; a trace-named symlink, FIFO or other
+//! special file, or a trace-like name that is not UTF-8, is counted once by reason.
+//!
+//! Bounded: a listing reads at most [`READ_FACTOR`] × `max_entries` directory entries (names
+//! only: a huge directory full of other files costs a bounded amount), and looks at (stats,
+//! remembers) at most `max_entries` trace-named files. Past that, the files are passed over
+//! and counted ([`Scan::unlisted`]); every second listing moves the window of files looked at
+//! on past the last one (two listings in a row see a window, so its complete files are ready),
+//! and after the last file it starts over, so every file is looked at within a few listings.
 //!
 //! Completeness: a file is ready when its size and modification time are the same in two
 //! consecutive listings (and it is not empty). A plain `.json` is normally renamed into place
@@ -23,6 +29,7 @@ use std::fs;
 use std::path::{Component, Path, PathBuf};
 use std::time::SystemTime;
 
+use super::series::Outcome;
 use super::TraceOptions;
 
 /// Whether a file name looks like a Kineto trace the watcher picks up.
@@ -75,6 +82,12 @@ fn is_glob(s: &str) -> bool {
     s.contains(['*', '?'])
 }
 
+/// Directory entries read per listing, as a multiple of `max_entries`: names are only read
+/// (no stat, nothing kept) unless they fall in the window of files looked at.
+/// Two: what a listing can read, the watcher can remember (finished files, at most twice
+/// `max_entries`, as before the window).
+pub const READ_FACTOR: usize = 2;
+
 /// What identifies one version of a file: a changed size or modification time is a new file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileId {
@@ -105,12 +118,18 @@ pub struct Scan {
     /// Files found stable but over `max_file_bytes` (`max_snapshot_bytes` for a snapshot;
     /// final; counted as `too_large`).
     pub too_large: Vec<PathBuf>,
+    /// Names left alone for the first time, with why (symlink, not_regular, invalid_name), and
+    /// files forgotten before they were analysed (dropped).
+    pub skipped: Vec<(PathBuf, Outcome)>,
     /// Configured directories that could not be read, with why.
     pub unreadable: Vec<String>,
     /// Whether every configured directory failed (nothing could be listed).
     pub all_unreadable: bool,
-    /// Whether the listing stopped at `max_entries`.
+    /// Whether the listing stopped at [`READ_FACTOR`] × `max_entries` entries read: what
+    /// follows was not read at all.
     pub truncated: bool,
+    /// Trace-named files read but not looked at (past `max_entries` in this listing).
+    pub unlisted: usize,
 }
 
 #[derive(Debug)]
@@ -123,7 +142,8 @@ struct Candidate {
     attempts: u32,
 }
 
-/// The listing state across scans.
+/// The listing state across scans; a reload of the source hands it to the next one
+/// ([`Watcher::adopt`]).
 #[derive(Debug)]
 pub struct Watcher {
     options: TraceOptions,
@@ -131,12 +151,36 @@ pub struct Watcher {
     first: bool,
     candidates: HashMap<PathBuf, Candidate>,
     done: HashMap<PathBuf, FileId>,
+    /// Names counted as skipped (each once while it stays).
+    skipped: HashMap<PathBuf, Outcome>,
+    /// Position (among the trace-named files, in walk order) of the first file the next
+    /// listing looks at.
+    cursor: usize,
+    /// Listings that looked at the window from `cursor`: it moves on after two, so each file
+    /// is seen in two listings in a row (stable) before the next window.
+    looks: u32,
 }
 
 struct Found {
     path: PathBuf,
     id: FileId,
     job: String,
+}
+
+/// One listing's walk: what it read and looked at.
+struct Walk {
+    /// Entries that may still be read.
+    read_left: usize,
+    /// Trace-named files seen so far (looked at or not): the position of the next one.
+    position: usize,
+    /// The window of positions looked at.
+    from: usize,
+    to: usize,
+    found: Vec<Found>,
+    /// Known paths passed over (still there, not looked at).
+    passed: HashSet<PathBuf>,
+    unlisted: usize,
+    special: Vec<(PathBuf, Outcome)>,
 }
 
 impl Watcher {
@@ -149,6 +193,9 @@ impl Watcher {
             first: true,
             candidates: HashMap::new(),
             done: HashMap::new(),
+            skipped: HashMap::new(),
+            cursor: 0,
+            looks: 0,
         }
     }
 
@@ -157,23 +204,69 @@ impl Watcher {
         self.candidates.len()
     }
 
+    /// Takes over what `old` (the watcher of the source this one replaces on a reload) knew:
+    /// its waiting files stay waiting (with their stable listings and attempts, so the file
+    /// the old source was analysing is due at the next listing), what it finished stays
+    /// finished, and the files that were there when the daemon started stay left alone.
+    pub fn adopt(&mut self, old: Watcher) {
+        for (path, c) in old.candidates {
+            self.done.remove(&path);
+            self.candidates.entry(path).or_insert(c);
+        }
+        for (path, id) in old.done {
+            if !self.candidates.contains_key(&path) {
+                self.done.entry(path).or_insert(id);
+            }
+        }
+        for (path, why) in old.skipped {
+            self.skipped.entry(path).or_insert(why);
+        }
+        self.started = self.started.min(old.started);
+        self.first = false;
+    }
+
     /// Lists the directories and returns what is ready.
     pub fn scan(&mut self) -> Scan {
         let mut scan = Scan::default();
-        let mut budget = self.options.max_entries;
-        let mut found: Vec<Found> = Vec::new();
+        let max = self.options.max_entries;
+        let mut walk = Walk {
+            read_left: max.saturating_mul(READ_FACTOR),
+            position: 0,
+            from: self.cursor,
+            to: self.cursor.saturating_add(max),
+            found: Vec::new(),
+            passed: HashSet::new(),
+            unlisted: 0,
+            special: Vec::new(),
+        };
         let mut readable = 0;
         for pattern in &self.options.directory.clone() {
-            match self.list(pattern, &mut budget, &mut found) {
+            match self.list(pattern, &mut walk) {
                 Ok(()) => readable += 1,
                 Err(e) => scan.unreadable.push(e),
             }
         }
-        scan.truncated = budget == 0;
+        scan.truncated = walk.read_left == 0;
+        scan.unlisted = walk.unlisted;
+        // After two looks at a window, resume after its last file; once the window reaches
+        // the end, start over.
+        self.looks += 1;
+        if self.looks >= 2 {
+            self.looks = 0;
+            self.cursor = if walk.position > walk.to { walk.to } else { 0 };
+        }
         scan.all_unreadable = readable == 0 && !self.options.directory.is_empty();
         let first = std::mem::replace(&mut self.first, false);
-        let mut live: HashSet<PathBuf> = HashSet::with_capacity(found.len());
-        for f in found {
+        let mut live: HashSet<PathBuf> = walk.passed;
+        let mut seen_special: HashSet<PathBuf> = HashSet::new();
+        for (path, why) in walk.special {
+            seen_special.insert(path.clone());
+            if self.skipped.get(&path) != Some(&why) {
+                self.skipped.insert(path.clone(), why);
+                scan.skipped.push((path, why));
+            }
+        }
+        for f in walk.found {
             if !live.insert(f.path.clone()) || self.done.get(&f.path) == Some(&f.id) {
                 continue;
             }
@@ -228,15 +321,47 @@ impl Watcher {
                 job: c.job.clone(),
             });
         }
-        // Forget what is gone; after a cut-short listing only when the memory grows past
-        // twice the bound (files then not listed may be analysed again if they come back).
-        if !scan.truncated || self.done.len() > 2 * self.options.max_entries {
+        // Forget what is gone; after a cut-short listing (which did not read everything) only
+        // when the memory grows past twice the bound (files then not read may be analysed
+        // again if they come back).
+        let cap = self.options.max_entries.saturating_mul(2);
+        if !scan.truncated || self.done.len() > cap {
             self.done.retain(|p, _| live.contains(p));
         }
-        if !scan.truncated || self.candidates.len() > 2 * self.options.max_entries {
+        if !scan.truncated {
             self.candidates.retain(|p, _| live.contains(p));
+            self.skipped.retain(|p, _| seen_special.contains(p));
         }
+        self.bound(&mut scan);
         scan
+    }
+
+    /// Keeps the files waiting and the names skipped within twice `max_entries` each; a
+    /// waiting file dropped is counted.
+    fn bound(&mut self, scan: &mut Scan) {
+        let cap = self.options.max_entries.saturating_mul(2).max(1);
+        if self.candidates.len() > cap {
+            let over = self.candidates.len() - cap;
+            let ready: HashSet<&PathBuf> = scan.ready.iter().map(|r| &r.path).collect();
+            let victims: Vec<PathBuf> = self
+                .candidates
+                .keys()
+                .filter(|p| !ready.contains(p))
+                .take(over)
+                .cloned()
+                .collect();
+            for p in victims {
+                self.candidates.remove(&p);
+                scan.skipped.push((p, Outcome::Dropped));
+            }
+        }
+        if self.skipped.len() > cap {
+            let over = self.skipped.len() - cap;
+            let victims: Vec<PathBuf> = self.skipped.keys().take(over).cloned().collect();
+            for p in victims {
+                self.skipped.remove(&p);
+            }
+        }
     }
 
     /// Records the result of analysing `ready`: `final_` when there is nothing more to try
@@ -258,12 +383,7 @@ impl Watcher {
     }
 
     /// Lists one configured directory (or glob); `Err` when it cannot be read.
-    fn list(
-        &self,
-        pattern: &Path,
-        budget: &mut usize,
-        found: &mut Vec<Found>,
-    ) -> Result<(), String> {
+    fn list(&self, pattern: &Path, walk: &mut Walk) -> Result<(), String> {
         let mut root = PathBuf::new();
         let mut rest: Vec<String> = Vec::new();
         for c in pattern.components() {
@@ -285,9 +405,11 @@ impl Watcher {
             let mut next = Vec::new();
             for d in &dirs {
                 if is_glob(part) {
-                    for (name, path, is_dir) in entries(d, budget) {
-                        if is_dir && !name.starts_with('.') && glob_match(part, &name) {
-                            next.push(path);
+                    for e in entries(d, &mut walk.read_left) {
+                        if let Entry::Dir(name, path) = e {
+                            if !name.starts_with('.') && glob_match(part, &name) {
+                                next.push(path);
+                            }
                         }
                     }
                 } else {
@@ -312,39 +434,75 @@ impl Watcher {
         };
         let mut stack: Vec<(PathBuf, usize)> = dirs.into_iter().map(|d| (d, 0)).collect();
         while let Some((dir, depth)) = stack.pop() {
-            for (name, path, is_dir) in entries(&dir, budget) {
-                if is_dir {
-                    if depth < self.options.max_depth && !name.starts_with('.') {
-                        stack.push((path, depth + 1));
-                    }
-                } else if is_candidate(&name) {
-                    // A regular file (not a symlink), its size and modification time.
-                    let Ok(m) = fs::symlink_metadata(&path) else {
+            for e in entries(&dir, &mut walk.read_left) {
+                let (path, utf8) = match e {
+                    Entry::Dir(name, path) => {
+                        if depth < self.options.max_depth && !name.starts_with('.') {
+                            stack.push((path, depth + 1));
+                        }
                         continue;
-                    };
-                    let Ok(mtime) = m.modified() else { continue };
-                    if m.is_file() {
-                        found.push(Found {
-                            path,
-                            id: FileId {
-                                size: m.len(),
-                                mtime,
-                                key: crate::open::FileKey::of(&m),
-                            },
-                            job: job_of(&dir),
-                        });
                     }
+                    Entry::File(path) => (path, true),
+                    Entry::NotUtf8(path) => (path, false),
+                };
+                let position = walk.position;
+                walk.position += 1;
+                if position < walk.from || position >= walk.to {
+                    walk.unlisted += 1;
+                    if self.candidates.contains_key(&path)
+                        || self.done.contains_key(&path)
+                        || self.skipped.contains_key(&path)
+                    {
+                        walk.passed.insert(path);
+                    }
+                    continue;
                 }
+                if !utf8 {
+                    walk.special.push((path, Outcome::InvalidName));
+                    continue;
+                }
+                // A regular file (not a symlink), its size and modification time.
+                let Ok(m) = fs::symlink_metadata(&path) else {
+                    continue;
+                };
+                if m.file_type().is_symlink() {
+                    walk.special.push((path, Outcome::Symlink));
+                    continue;
+                }
+                if !m.is_file() {
+                    walk.special.push((path, Outcome::NotRegular));
+                    continue;
+                }
+                let Ok(mtime) = m.modified() else { continue };
+                walk.found.push(Found {
+                    path,
+                    id: FileId {
+                        size: m.len(),
+                        mtime,
+                        key: crate::open::FileKey::of(&m),
+                    },
+                    job: job_of(&dir),
+                });
             }
         }
         Ok(())
     }
 }
 
-/// The entries of `dir` as (UTF-8 name, path, is a real directory), taking one unit of
-/// `budget` per entry read and stopping when it runs out. Unreadable directories and entries
-/// with names that are not UTF-8 yield nothing.
-fn entries(dir: &Path, budget: &mut usize) -> Vec<(String, PathBuf, bool)> {
+/// One directory entry worth a look.
+enum Entry {
+    /// A real directory (UTF-8 name).
+    Dir(String, PathBuf),
+    /// Named like a trace or snapshot.
+    File(PathBuf),
+    /// Named like a trace or snapshot once decoded lossily, but not UTF-8.
+    NotUtf8(PathBuf),
+}
+
+/// The entries of `dir` worth a look, taking one unit of `budget` per entry read and stopping
+/// when it runs out. An unreadable directory yields nothing; other names are dropped at once,
+/// so the list stays small.
+fn entries(dir: &Path, budget: &mut usize) -> Vec<Entry> {
     let Ok(rd) = fs::read_dir(dir) else {
         return Vec::new();
     };
@@ -355,13 +513,16 @@ fn entries(dir: &Path, budget: &mut usize) -> Vec<(String, PathBuf, bool)> {
         }
         *budget -= 1;
         let Ok(e) = e else { continue };
-        let Ok(name) = e.file_name().into_string() else {
-            continue;
-        };
         let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
-        // Only directories and names that may be traces are kept, so the list stays small.
-        if is_dir || is_candidate(&name) {
-            out.push((name, e.path(), is_dir));
+        match e.file_name().into_string() {
+            Ok(name) if is_dir => out.push(Entry::Dir(name, e.path())),
+            Ok(name) if is_candidate(&name) => out.push(Entry::File(e.path())),
+            Ok(_) => {}
+            Err(raw) => {
+                if !is_dir && is_candidate(&raw.to_string_lossy()) {
+                    out.push(Entry::NotUtf8(e.path()));
+                }
+            }
         }
     }
     out

@@ -1,7 +1,6 @@
 //! The one background thread: lists the directories every interval, analyses the ready files
 //! one at a time at the lowest CPU priority, and publishes the series after each file.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -9,34 +8,93 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dgx_pixels_metrics::{PollError, PollErrorKind};
 
+use super::analyzer::{Analysed, AnalysisFailure, AnalysisRequest, Analyzer};
 use super::group::Groups;
 use super::series::{job_label, Outcome, Series};
 use super::watch::{is_snapshot_name, Ready, Watcher};
-use super::{Shared, TraceOptions};
-use crate::analysis::{analyze_ranks, rank_from_name, AnalyzeOptions, RankAnalysis};
-use crate::memory::{read_snapshot_with, SnapshotOptions, SnapshotReport};
-use crate::parse::{parse_file, ParseOptions, CANCELLED};
-use crate::pickle::Limits;
-use crate::TraceError;
+use super::{Handoff, Shared, TraceOptions};
+use crate::analysis::rank_from_name;
 
-/// Starts the worker.
 /// Starts the worker. Files last modified more than [`EXISTING_MARGIN`] before now that its
 /// first listing finds were there before the source: left alone unless `analyze_existing`.
+/// With `handoff`, the state of the source this one replaces is taken over when that one
+/// stops (see [`Handoff`]), and this one's state is left there when it stops.
 pub(super) fn spawn(
     options: TraceOptions,
     interval: Duration,
     shared: Arc<Shared>,
+    analyzer: Arc<dyn Analyzer>,
+    handoff: Option<Arc<Handoff>>,
 ) -> std::io::Result<JoinHandle<()>> {
     // Taken here, not on the thread: a file written just after `start` returns is new.
     let started = SystemTime::now()
         .checked_sub(EXISTING_MARGIN)
         .unwrap_or(UNIX_EPOCH);
-    std::thread::Builder::new()
+    let ticket = handoff.map(|h| {
+        let waits_for = h.register();
+        (h, waits_for)
+    });
+    let spawned = std::thread::Builder::new()
         .name("trace-analysis".into())
-        .spawn(move || {
-            lower_priority();
-            Worker::new(options, interval, shared, started).run();
-        })
+        .spawn({
+            let ticket = ticket.clone();
+            move || {
+                lower_priority();
+                let mut worker = Worker::new(options, interval, shared, started, analyzer);
+                let Some((handoff, waits_for)) = ticket else {
+                    worker.run();
+                    return;
+                };
+                // Leaves the state for the next source even if the worker panics.
+                let mut guard = Deposit {
+                    handoff,
+                    worker: None,
+                };
+                if let Some(kept) = guard.handoff.wait_take(waits_for, &worker.shared.stop) {
+                    worker.adopt(kept);
+                }
+                worker.handoff = Some(Arc::clone(&guard.handoff));
+                worker.run();
+                guard.worker = Some(worker);
+            }
+        });
+    if spawned.is_err() {
+        if let Some((h, _)) = &ticket {
+            h.deregister(None);
+        }
+    }
+    spawned
+}
+
+/// Hands the stopped worker's state over (or just says it stopped) when dropped.
+struct Deposit {
+    handoff: Arc<Handoff>,
+    worker: Option<Worker>,
+}
+
+impl Drop for Deposit {
+    fn drop(&mut self) {
+        let kept = self.worker.take().map(Worker::into_kept);
+        self.handoff.deregister(kept);
+    }
+}
+
+/// What one source leaves the next across a reload.
+#[derive(Debug)]
+pub(super) struct Kept {
+    watcher: Watcher,
+    series: Series,
+    groups: Groups,
+}
+
+impl Kept {
+    /// Takes in what a source older than this one left (it stopped only after this one's
+    /// source had given up waiting for it): the newer files state stands, the counts add.
+    pub(super) fn merge_older(&mut self, older: Kept) {
+        let mut series = older.series;
+        std::mem::swap(&mut series, &mut self.series);
+        self.series.absorb(series);
+    }
 }
 
 /// How far before the start a file must have been modified to count as already there: file
@@ -69,9 +127,14 @@ struct Worker {
     options: TraceOptions,
     interval: Duration,
     shared: Arc<Shared>,
+    analyzer: Arc<dyn Analyzer>,
+    /// Where a source stopped after this one started leaves its state (taken late).
+    handoff: Option<Arc<Handoff>>,
     watcher: Watcher,
     series: Series,
     groups: Groups,
+    /// Trace-named files the last listing did not look at.
+    unlisted: usize,
     /// The last directory errors logged (logged again only when they change).
     logged: Vec<String>,
     truncated_logged: bool,
@@ -83,6 +146,7 @@ impl Worker {
         interval: Duration,
         shared: Arc<Shared>,
         started: SystemTime,
+        analyzer: Arc<dyn Analyzer>,
     ) -> Worker {
         Worker {
             watcher: Watcher::new(options.clone(), started),
@@ -91,8 +155,36 @@ impl Worker {
             options,
             interval,
             shared,
+            analyzer,
+            handoff: None,
+            unlisted: 0,
             logged: Vec::new(),
             truncated_logged: false,
+        }
+    }
+
+    /// Takes over the state of the source this one replaces: its waiting and finished files,
+    /// its counters and its jobs' ranks (under this one's bounds).
+    fn adopt(&mut self, kept: Kept) {
+        self.watcher.adopt(kept.watcher);
+        let mut series = kept.series;
+        series.set_max_ranks(self.options.max_ranks);
+        series.absorb(std::mem::replace(&mut self.series, Series::new(1)));
+        self.series = series;
+        let mut groups = kept.groups;
+        groups.reconfigure(self.options.max_ranks, self.options.group_timeout);
+        self.groups = groups;
+        tracing::debug!(
+            pending = self.watcher.pending(),
+            "trace source took over the state of the one it replaces"
+        );
+    }
+
+    fn into_kept(self) -> Kept {
+        Kept {
+            watcher: self.watcher,
+            series: self.series,
+            groups: self.groups,
         }
     }
 
@@ -100,7 +192,7 @@ impl Worker {
         self.shared.stop.load(Ordering::Relaxed)
     }
 
-    fn run(mut self) {
+    fn run(&mut self) {
         while !self.stopped() {
             let started = Instant::now();
             self.once();
@@ -117,7 +209,16 @@ impl Worker {
 
     /// One listing and the analysis of what it found ready.
     fn once(&mut self) {
+        // A source that stopped only after this one gave up waiting for it.
+        if let Some(kept) = self.handoff.as_ref().and_then(|h| h.take_late()) {
+            self.adopt(kept);
+        }
         let scan = self.watcher.scan();
+        self.unlisted = scan.unlisted;
+        for (path, why) in &scan.skipped {
+            tracing::debug!(file = %path.display(), outcome = why.as_str(), "trace file name left alone");
+            self.series.count(*why);
+        }
         if scan.unreadable != self.logged {
             for e in &scan.unreadable {
                 tracing::warn!("trace directory {e}");
@@ -127,7 +228,8 @@ impl Worker {
         if scan.truncated && !self.truncated_logged {
             tracing::warn!(
                 max_entries = self.options.max_entries,
-                "trace directories hold more than [trace] max_entries entries; the rest is not looked at"
+                read = self.options.max_entries.saturating_mul(super::watch::READ_FACTOR),
+                "trace directories hold more entries than a listing reads (16 x [trace] max_entries); the rest is not read"
             );
         }
         self.truncated_logged = scan.truncated;
@@ -162,7 +264,7 @@ impl Worker {
     }
 
     fn publish(&self, error: Option<PollError>) {
-        let mut samples = self.series.samples(self.watcher.pending());
+        let mut samples = self.series.samples(self.watcher.pending(), self.unlisted);
         self.groups.samples(&mut samples);
         if let Ok(mut p) = self.shared.published.lock() {
             p.samples = samples;
@@ -170,52 +272,36 @@ impl Worker {
         }
     }
 
-    /// Parses and analyses one file, as `trace analyze FILE` does, and records the outcome.
+    /// Analyses one file (through the analyzer: in the daemon, a child process), as `trace
+    /// analyze FILE` does, and records the outcome.
     fn analyse(&mut self, ready: &Ready) {
         let started = Instant::now();
         let snapshot = ready
             .path
             .file_name()
             .is_some_and(|n| is_snapshot_name(&n.to_string_lossy()));
-        let deadline = started.checked_add(self.options.max_analysis_time);
-        let opts = ParseOptions {
-            max_value_bytes: self.options.max_event_bytes,
-            progress: None,
-            cancel: Some(Arc::clone(&self.shared.stop)),
-            deadline,
-            max_text_bytes: self.options.max_decompressed_bytes,
+        let request = AnalysisRequest {
+            path: ready.path.clone(),
+            snapshot,
+            dev: ready.id.key.dev,
+            ino: ready.id.key.ino,
+            max_event_bytes: self.options.max_event_bytes,
+            max_decompressed_bytes: self.options.max_decompressed_bytes,
             max_rows: self.options.max_rows,
-            listed: Some(ready.id.key),
+            max_snapshot_bytes: self.options.max_snapshot_bytes,
+            max_analysis_ms: u64::try_from(self.options.max_analysis_time.as_millis())
+                .unwrap_or(u64::MAX),
         };
-        let snapshot_opts = SnapshotOptions {
-            max_bytes: self.options.max_snapshot_bytes,
-            limits: Limits {
-                max_bytes: 0,
-                max_depth: 0,
-                deadline,
-                cancel: Some(Arc::clone(&self.shared.stop)),
-            },
-            listed: Some(ready.id.key),
-        };
-        let result = catch_unwind(AssertUnwindSafe(|| {
-            if snapshot {
-                return read_snapshot_with(&ready.path, &snapshot_opts).map(Analysed::Snapshot);
-            }
-            parse_file(&ready.path, &opts).and_then(|t| {
-                let world = t.world_size;
-                analyze_ranks(std::slice::from_ref(&t), &AnalyzeOptions::default())
-                    .map(|ranks| Analysed::Trace(world, ranks))
-            })
-        }));
+        let result = self.analyzer.analyse(&request, &self.shared.stop);
         self.series
             .cost(started.elapsed().as_secs_f64(), ready.id.size);
         let (outcome, retry, why) = match result {
-            Ok(Ok(Analysed::Snapshot(report))) => {
+            Ok(Analysed::Snapshot(report)) => {
                 let rank = rank_from_name(&ready.path).map_or(String::new(), |r| r.to_string());
                 self.series.snapshot(&job_label(&ready.job), &rank, &report);
                 (Outcome::Analysed, false, String::new())
             }
-            Ok(Ok(Analysed::Trace(world, ranks))) => {
+            Ok(Analysed::Trace(world, ranks)) => {
                 let job = job_label(&ready.job);
                 let now = SystemTime::now()
                     .duration_since(UNIX_EPOCH)
@@ -226,18 +312,16 @@ impl Worker {
                 }
                 (Outcome::Analysed, false, String::new())
             }
-            Ok(Err(e)) => {
-                if self.stopped() && is_cancelled(&e) {
-                    return; // shutting down: neither analysed nor failed
-                }
-                let (o, retry) = classify(&e);
-                (o, retry, e.to_string())
+            // Shutting down or replaced by a reload: neither analysed nor failed; the file
+            // stays waiting (for the next source).
+            Err(AnalysisFailure {
+                cancelled: true, ..
+            }) => return,
+            Err(f) if self.stopped() => {
+                tracing::debug!(file = %ready.path.display(), "trace analysis ended by the stop: {}", f.message);
+                return;
             }
-            Err(panic) => (
-                Outcome::InternalError,
-                false,
-                dgx_pixels_metrics::panic_message(panic.as_ref()).to_string(),
-            ),
+            Err(f) => (f.outcome, f.retry, f.message),
         };
         if self.watcher.finished(ready, !retry) {
             if outcome != Outcome::Analysed {
@@ -247,40 +331,5 @@ impl Worker {
         } else {
             tracing::debug!(file = %ready.path.display(), "trace file incomplete, will retry: {why}");
         }
-    }
-}
-
-/// What one file gave.
-enum Analysed {
-    /// A trace: its world size and its rank(s).
-    Trace(Option<u64>, Vec<RankAnalysis>),
-    /// A memory snapshot.
-    Snapshot(SnapshotReport),
-}
-
-fn is_cancelled(e: &TraceError) -> bool {
-    matches!(e, TraceError::Io { source, .. } if source.to_string().contains(CANCELLED))
-}
-
-/// The outcome of a failed analysis and whether trying the unchanged file again may help (a
-/// file still being written).
-pub(super) fn classify(e: &TraceError) -> (Outcome, bool) {
-    use std::io::ErrorKind;
-    match e {
-        TraceError::Truncated { .. } => (Outcome::Truncated, true),
-        TraceError::Json { .. } => (Outcome::ParseError, true),
-        TraceError::Io { source, .. } => match source.kind() {
-            ErrorKind::TimedOut => (Outcome::Timeout, false),
-            // A corrupt gzip stream (possibly one still being written).
-            ErrorKind::InvalidData | ErrorKind::InvalidInput => (Outcome::ParseError, true),
-            ErrorKind::NotFound => (Outcome::Unreadable, false),
-            _ => (Outcome::Unreadable, true),
-        },
-        TraceError::NotATrace { .. } => (Outcome::NotATrace, false),
-        // A snapshot pickled into place may be incomplete.
-        TraceError::Snapshot { .. } => (Outcome::ParseError, true),
-        TraceError::ValueTooLarge { .. } | TraceError::Input(_) => (Outcome::ParseError, false),
-        TraceError::OverLimit { .. } => (Outcome::OverLimit, false),
-        TraceError::Replaced { .. } => (Outcome::Replaced, false),
     }
 }
