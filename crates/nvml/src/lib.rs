@@ -19,7 +19,7 @@
 //!   throttle reasons, ECC totals, remapped rows, PCIe replays and link, NVLink totals (one
 //!   `nvmlDeviceGetFieldValues` call reads eleven of these), processes, MIG instance memory;
 //! - every [`NvmlOptions::slow_interval`]: PCIe throughput (the driver samples it for ~20 ms per
-//!   direction), NVLink per-link state and errors, violation times, ECC mode, retired pages and
+//!   direction; not read while GPM measures it), NVLink per-link state and errors, violation times, ECC mode, retired pages and
 //!   the MIG layout.
 //!
 //! XID errors are counted by a thread blocked on an NVML event set (see `xid.rs`). Board power
@@ -171,6 +171,10 @@ struct Worker {
     reader: Thread<ReaderWorker>,
     /// GPM, when it is read.
     gpm: Thread<GpmWorker>,
+    /// Set by the GPM thread while GPM measures PCIe throughput: the reader then skips the
+    /// driver's PCIe throughput calls, which sample for 20 ms each and whose values GPM's
+    /// replace anyway.
+    pcie_from_gpm: Arc<AtomicBool>,
 }
 
 struct Loaded {
@@ -190,12 +194,18 @@ impl Loaded {
     /// Starts the threads that waited for a stuck call of a dropped source to return.
     fn start_waiting(&mut self, ledger: &Arc<XidLedger>) {
         for w in &mut self.workers {
-            let index = w.index;
+            let (index, pcie) = (w.index, &w.pcie_from_gpm);
             w.reader.retry((Role::Reader, index), || {
-                spawn_reader(index, &self.nvml, &self.reply_tx, &self.reader_options)
+                spawn_reader(
+                    index,
+                    &self.nvml,
+                    &self.reply_tx,
+                    &self.reader_options,
+                    pcie,
+                )
             });
             w.gpm.retry((Role::Gpm, index), || {
-                spawn_gpm_worker(index, &self.nvml, &self.reply_tx)
+                spawn_gpm_worker(index, &self.nvml, &self.reply_tx, pcie)
             });
         }
         let gpus = self.workers.len() as u32;
@@ -352,18 +362,22 @@ impl NvmlSource {
             procfs: self.options.procfs.clone(),
         };
         let workers: Vec<Worker> = (0..count)
-            .map(|index| Worker {
-                index,
-                reader: Thread::start((Role::Reader, index), || {
-                    spawn_reader(index, &nvml, &reply_tx, &reader_options)
-                }),
-                gpm: if self.options.profiling {
-                    Thread::start((Role::Gpm, index), || {
-                        spawn_gpm_worker(index, &nvml, &reply_tx)
-                    })
-                } else {
-                    Thread::Off
-                },
+            .map(|index| {
+                let pcie = Arc::new(AtomicBool::new(false));
+                Worker {
+                    index,
+                    reader: Thread::start((Role::Reader, index), || {
+                        spawn_reader(index, &nvml, &reply_tx, &reader_options, &pcie)
+                    }),
+                    gpm: if self.options.profiling {
+                        Thread::start((Role::Gpm, index), || {
+                            spawn_gpm_worker(index, &nvml, &reply_tx, &pcie)
+                        })
+                    } else {
+                        Thread::Off
+                    },
+                    pcie_from_gpm: pcie,
+                }
             })
             .collect();
         let xid = Thread::start((Role::Xid, 0), || {
@@ -575,11 +589,12 @@ fn spawn_reader(
     nvml: &Arc<Nvml>,
     reply_tx: &mpsc::Sender<Reply>,
     options: &ReaderOptions,
+    pcie_from_gpm: &Arc<AtomicBool>,
 ) -> Option<ReaderWorker> {
     let (requests, rx) = mpsc::channel::<u64>();
     let busy = Arc::new(AtomicBool::new(false));
     let (nvml, reply_tx, busy2) = (nvml.clone(), reply_tx.clone(), busy.clone());
-    let mut reader = GpuReader::new(index, options.clone());
+    let mut reader = GpuReader::new(index, options.clone(), Arc::clone(pcie_from_gpm));
     let spawned = thread::Builder::new()
         .name(format!("nvml-gpu{index}"))
         .spawn(move || {
@@ -606,10 +621,12 @@ fn spawn_gpm_worker(
     index: u32,
     nvml: &Arc<Nvml>,
     reply_tx: &mpsc::Sender<Reply>,
+    pcie_from_gpm: &Arc<AtomicBool>,
 ) -> Option<GpmWorker> {
     let (requests, rx) = mpsc::channel::<(u64, bool)>();
     let busy = Arc::new(AtomicBool::new(false));
     let (nvml, reply_tx, busy2) = (nvml.clone(), reply_tx.clone(), busy.clone());
+    let pcie = Arc::clone(pcie_from_gpm);
     let mut gpm = gpm::GpmReader::new(index, true);
     let spawned = thread::Builder::new()
         .name(format!("nvml-gpm{index}"))
@@ -617,6 +634,10 @@ fn spawn_gpm_worker(
             while let Ok((poll, answered)) = rx.recv() {
                 let profile = gpm.poll(&nvml, answered);
                 busy2.store(false, Ordering::Release);
+                let measured = profile
+                    .as_ref()
+                    .is_some_and(|p| p.pcie_tx.is_some() && p.pcie_rx.is_some());
+                pcie.store(measured, Ordering::Release);
                 if reply_tx.send(Reply::Gpm(index, poll, profile)).is_err() {
                     return;
                 }
