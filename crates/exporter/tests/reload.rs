@@ -7,7 +7,7 @@ mod common;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 
@@ -276,4 +276,88 @@ fn sighup_switches_the_series_profile() {
     hup(&d);
     let (body, _) = wait_until(d.port, Duration::from_secs(10), |b| !video(b));
     assert!(!video(&body), "back to the default profile");
+}
+
+/// The daemon's threads, from /proc/PID/task.
+fn threads(d: &Daemon) -> usize {
+    std::fs::read_dir(format!("/proc/{}/task", d.child.id()))
+        .unwrap()
+        .count()
+}
+
+/// Regression (issue 28, item 18): with a GPU hung in a library call, every reload that
+/// restarted NVML left one more set of stuck threads (24 -> 45 threads after 20 reloads): the
+/// new source started a reader, a GPM thread, a power sampler and an XID thread that hung on
+/// the same GPU beside the old ones. Now a thread left in a call keeps its slot and no twin
+/// starts until it returns, so the count stays put over 20 restarts of NVML, for a GPU hung
+/// from the start and for one that hangs later.
+#[test]
+fn reloads_with_a_hung_gpu_do_not_pile_up_stuck_threads() {
+    for hang_after in ["0", "1"] {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("exporter.toml");
+        // Each reload changes `[nvml]`, so NVML is restarted.
+        let write = |slow_secs: u32| {
+            let text = format!(
+                "[nvml]\nlibrary = {:?}\nslow_interval = \"{slow_secs}s\"\n\
+                 [collector.nvml]\ninterval = \"200ms\"\ntimeout = \"500ms\"\n",
+                fake_nvml_library()
+            );
+            std::fs::write(&file, text).unwrap();
+        };
+        write(5);
+        let d = start_with_env(
+            &["--config.file", file.to_str().unwrap()],
+            &[
+                ("FAKE_NVML_SCENARIO", "dgx-h100"),
+                ("FAKE_NVML_PCIE_DELAY_MS", "0"),
+                ("FAKE_NVML_HANG_GPU", "5"),
+                ("FAKE_NVML_HANG_AFTER", hang_after),
+            ],
+        );
+        let answering = |b: &str| {
+            value(b, "dgx_pixels_gpu_up", &[("gpu", "0")]) == Some(1.0)
+                && value(b, "dgx_pixels_gpu_up", &[("gpu", "5")]) == Some(0.0)
+        };
+        let (body, _) = wait_until(d.port, Duration::from_secs(10), answering);
+        assert!(
+            answering(&body),
+            "hang after {hang_after}s: GPU 5 never down"
+        );
+        // Let the hung GPU's threads reach their calls.
+        std::thread::sleep(Duration::from_millis(500));
+        let before = threads(&d);
+        let nvml_polls = |b: &str| {
+            value(b, "dgx_pixels_source_polls_total", &[("source", "nvml")]).unwrap_or(0.0)
+        };
+        for reload in 1..=20u32 {
+            write(5 + reload);
+            hup(&d);
+            let (body, _) = wait_until(d.port, Duration::from_secs(5), |b| {
+                value(
+                    b,
+                    "dgx_pixels_exporter_config_reloads_total",
+                    &[("result", "success")],
+                ) == Some(f64::from(reload))
+            });
+            // The restarted source polls: GPU 0 read, GPU 5 down.
+            let polls = nvml_polls(&body);
+            let (body, _) = wait_until(d.port, Duration::from_secs(5), |b| {
+                nvml_polls(b) >= polls + 2.0 && answering(b)
+            });
+            assert!(answering(&body), "reload {reload}: {body}");
+        }
+        // Threads of dropped sources that were not in a call end within the XID wait (0.5 s).
+        let (mut after, deadline) = (threads(&d), Instant::now() + Duration::from_secs(3));
+        while after > before + 4 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+            after = threads(&d);
+        }
+        eprintln!("hang after {hang_after}s: {before} threads before 20 reloads, {after} after");
+        // Before the fix: four more threads per reload (80 here).
+        assert!(
+            after <= before + 4,
+            "hang after {hang_after}s: {before} threads before 20 reloads, {after} after"
+        );
+    }
 }

@@ -39,6 +39,8 @@ pub struct Config {
     /// Where the fake CUDA driver publishes live contexts (`FAKE_NVML_CUDA_STATE_DIR`): their
     /// processes are listed as compute processes of their GPUs.
     pub cuda_state_dir: Option<std::path::PathBuf>,
+    /// Per-function call latency (`FAKE_NVML_LATENCY`, see `latency.rs`).
+    pub latency: crate::latency::Latency,
 }
 
 /// What GPM-capable GPUs do (`FAKE_NVML_GPM`).
@@ -181,7 +183,13 @@ impl Config {
         let cuda_state_dir = get("FAKE_NVML_CUDA_STATE_DIR")
             .filter(|s| !s.is_empty())
             .map(std::path::PathBuf::from);
+        let latency = match get("FAKE_NVML_LATENCY") {
+            Some(v) => crate::latency::Latency::parse(&v)
+                .map_err(|problem| bad("FAKE_NVML_LATENCY", &v, problem))?,
+            None => crate::latency::Latency::none(),
+        };
         Ok(Config {
+            latency,
             cuda_state_dir,
             power_instant,
             scenario,

@@ -17,6 +17,7 @@
 //! | `FAKE_NVML_TIME` | Seconds (float): a frozen clock at that scenario time; readings never change. | unset |
 //! | `FAKE_NVML_START` | Seconds: with the running clock, scenario time = this + the age of the process (not the time since the library was loaded, which restarts when NVML is shut down and loaded again). | `0` |
 //! | `FAKE_NVML_PCIE_DELAY_MS` | How long `nvmlDeviceGetPcieThroughput` sleeps (the real call samples ~20 ms). | `20` |
+//! | `FAKE_NVML_LATENCY` | Per-call latency, a sleep before each call outside the driver lock (so calls for different GPUs overlap, as on a real driver; not counted in `fake_nvml_busy_ns`): `off`, `model` (the defaults below), or `FUNCTION=MICROSECONDS,...` with `*=MICROSECONDS` for every unlisted function and a `model` item to start from the model (`model,nvmlDeviceGetPowerUsage=500`). The model is a set of conservative guesses, not measurements (NVIDIA publishes no per-call figures; the one hardware figure, 6.5-7.9 ms per poll of one H200, is a total): 100 µs for a call into the kernel module, 250 µs `nvmlDeviceGetFieldValues`, 300 µs process lists and `nvmlGpmSampleGet`, 2-20 µs for what the library answers in user space (handle lookups, versions, `nvmlGpmMetricsGet`), 0 for the event wait (it waits anyway), 50 ms `nvmlInit`. Read at init, like the rest. | `off` |
 //! | `FAKE_NVML_HANG_GPU` | GPU index whose calls block forever (handle lookups included), to test deadlines. | unset |
 //! | `FAKE_NVML_HANG_AFTER` | Scenario seconds from which that GPU hangs. | `0` |
 //! | `FAKE_NVML_KMSG` | A file the fake driver prints each XID occurrence to, as `/dev/kmsg` records (`3,SEQ,USEC,-;NVRM: Xid (PCI:0000:2a:00): 48, pid=…`), as the real driver prints them to the kernel log: from scenario time 0 (the log holds the whole "boot"), within 100 ms of scenario time of each occurrence while the library is called (every call, the XID event wait included). For the exporter's kmsg collector. | unset |
@@ -88,6 +89,7 @@ mod events;
 mod fields;
 mod gpm;
 mod kmsg;
+mod latency;
 mod mig;
 mod processes;
 mod state;
@@ -96,6 +98,7 @@ mod system;
 mod types;
 
 pub use config::{ClockMode, Config, Gpm};
+pub use latency::Latency;
 
 /// NVML calls served since the library was loaded or the counter last reset.
 #[no_mangle]

@@ -80,6 +80,7 @@ macro_rules! nvml_fn {
         #[no_mangle]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $crate::types::NvmlReturn {
             $crate::state::count_call();
+            $crate::latency::delay(stringify!($name));
             $crate::state::guard(move || -> Result<(), $crate::types::NvmlReturn> { $body })
         }
     };
@@ -353,6 +354,7 @@ pub fn init() -> Result<(), NvmlReturn> {
         eprintln!("fake-nvml: {e}");
         ERROR_UNKNOWN
     })?;
+    crate::latency::set(config.latency.clone());
     let mut guard = lock();
     let keep = match guard.as_ref() {
         Some(d) if d.config == config => true,

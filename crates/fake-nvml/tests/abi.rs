@@ -1018,3 +1018,46 @@ fn recovered_gpu_answers_again_without_a_second_loss_event() {
         },
     );
 }
+
+// FAKE_NVML_LATENCY: a listed function takes its latency, others the `*` one, and calls for
+// two GPUs on two threads overlap (the sleep is outside the driver lock), as on a real driver.
+child_test!(
+    latency_applies_per_function_and_calls_of_two_gpus_overlap,
+    [
+        ("FAKE_NVML_SCENARIO", "dgx-h100"),
+        ("FAKE_NVML_TIME", "60"),
+        ("FAKE_NVML_LATENCY", "nvmlDeviceGetPowerUsage=40000,*=0")
+    ],
+    {
+        let nvml = open().unwrap();
+        let (d0, d1) = (
+            nvml.device_by_index(0).unwrap(),
+            nvml.device_by_index(1).unwrap(),
+        );
+        let t = Instant::now();
+        d0.temperature(TemperatureSensor::Gpu).unwrap();
+        assert!(t.elapsed() < Duration::from_millis(20), "{:?}", t.elapsed());
+        let t = Instant::now();
+        d0.power_usage().unwrap();
+        assert!(
+            t.elapsed() >= Duration::from_millis(40),
+            "{:?}",
+            t.elapsed()
+        );
+        let busy = busy_ns(&nvml);
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            s.spawn(|| d0.power_usage().unwrap());
+            s.spawn(|| d1.power_usage().unwrap());
+        });
+        let both = t.elapsed();
+        assert!(
+            both >= Duration::from_millis(40) && both < Duration::from_millis(75),
+            "two GPUs' calls took {both:?}: they did not overlap"
+        );
+        assert!(
+            busy_ns(&nvml) - busy < 20_000_000,
+            "the latency is a sleep, not busy time"
+        );
+    }
+);

@@ -2,6 +2,8 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dgx_pixels_metrics::gpu::{
@@ -135,6 +137,8 @@ pub struct GpuReader {
     /// Readings the GPU did not answer, logged once each.
     unanswered: HashSet<String>,
     containers: HashMap<u32, Option<String>>,
+    /// Whether GPM measures PCIe throughput now (its values replace the driver's).
+    pcie_from_gpm: Arc<AtomicBool>,
 }
 
 /// Collects results, noting loss and unsupported readings.
@@ -174,7 +178,7 @@ fn mhz(v: u32) -> f64 {
 
 impl GpuReader {
     /// A reader for GPU `index`.
-    pub fn new(index: u32, options: ReaderOptions) -> GpuReader {
+    pub fn new(index: u32, options: ReaderOptions, pcie_from_gpm: Arc<AtomicBool>) -> GpuReader {
         GpuReader {
             index,
             options,
@@ -182,6 +186,7 @@ impl GpuReader {
             slow: None,
             unanswered: HashSet::new(),
             containers: HashMap::new(),
+            pcie_from_gpm,
         }
     }
 
@@ -223,7 +228,8 @@ impl GpuReader {
             unanswered: &mut self.unanswered,
         };
         if due {
-            let slow = read_slow(&dev, &mut check);
+            let pcie = !self.pcie_from_gpm.load(Ordering::Acquire);
+            let slow = read_slow(&dev, &mut check, pcie);
             self.slow = Some((now, slow));
         }
         let mut readout = match (&self.statics, &self.slow) {

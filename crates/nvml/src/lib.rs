@@ -19,11 +19,13 @@
 //!   throttle reasons, ECC totals, remapped rows, PCIe replays and link, NVLink totals (one
 //!   `nvmlDeviceGetFieldValues` call reads eleven of these), processes, MIG instance memory;
 //! - every [`NvmlOptions::slow_interval`]: PCIe throughput (the driver samples it for ~20 ms per
-//!   direction), NVLink per-link state and errors, violation times, ECC mode, retired pages and
+//!   direction; not read while GPM measures it), NVLink per-link state and errors, violation times, ECC mode, retired pages and
 //!   the MIG layout.
 //!
 //! XID errors are counted by a thread blocked on an NVML event set (see `xid.rs`). Board power
 //! is sampled many times a second by a thread per GPU (see `power.rs` and docs/power.md).
+//! A thread of a dropped source (reload, driver reset) that is stuck in a library call keeps
+//! its slot: the next source starts no twin beside it until the call returns (`stuck.rs`).
 //!
 //! On Hopper and newer, the profiling families (SM activity and occupancy, pipe and DRAM
 //! activity, NVLink rates) and PCIe throughput come from GPM, over the interval between two
@@ -45,6 +47,7 @@ mod fields;
 mod gpm;
 pub mod peers;
 mod power;
+mod stuck;
 mod xid;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -66,6 +69,7 @@ pub use cgroup::container_id;
 use device::{GpuPoll, GpuReader, ReaderOptions};
 pub use gpm::GPM_FAMILIES;
 use power::PowerSampler;
+use stuck::{Role, Thread};
 use xid::XidWatcher;
 
 /// The library NVML is loaded from unless a path is configured.
@@ -146,12 +150,14 @@ impl Default for NvmlOptions {
     }
 }
 
-/// A reply from a GPU worker: GPU index, poll number, result, GPM's metrics since the last poll.
 /// What a worker thread sends back: a GPU's basic reading, or its GPM reading, for a poll.
 enum Reply {
     Basic(u32, u64, GpuPoll),
     Gpm(u32, u64, Option<gpm::GpmReading>),
 }
+
+/// A GPU's basic reading thread: its requests (the poll number) and whether it is in a call.
+type ReaderWorker = (mpsc::Sender<u64>, Arc<AtomicBool>);
 
 /// A GPU's GPM thread: its requests (the poll number and whether the GPU answered its last
 /// basic reading) and whether it is in a call.
@@ -160,22 +166,74 @@ type GpmWorker = (mpsc::Sender<(u64, bool)>, Arc<AtomicBool>);
 /// One GPU's worker threads: the basic reading, and GPM on a thread of its own, so a GPU whose
 /// GPM calls hang loses its profiling families only, never its other readings.
 struct Worker {
-    /// The GPU's NVML index (a GPU whose thread could not start has no worker).
+    /// The GPU's NVML index.
     index: u32,
-    requests: mpsc::Sender<u64>,
-    busy: Arc<AtomicBool>,
-    /// GPM, when it is read: requests carry the poll number and whether the GPU answered
-    /// its last basic reading.
-    gpm: Option<GpmWorker>,
+    reader: Thread<ReaderWorker>,
+    /// GPM, when it is read.
+    gpm: Thread<GpmWorker>,
+    /// Set by the GPM thread while GPM measures PCIe throughput: the reader then skips the
+    /// driver's PCIe throughput calls, which sample for 20 ms each and whose values GPM's
+    /// replace anyway.
+    pcie_from_gpm: Arc<AtomicBool>,
 }
 
 struct Loaded {
+    nvml: Arc<Nvml>,
     workers: Vec<Worker>,
     replies: mpsc::Receiver<Reply>,
+    /// For workers started later (their old thread was stuck in a call).
+    reply_tx: mpsc::Sender<Reply>,
+    reader_options: ReaderOptions,
     /// Stops the XID thread when dropped.
-    _xid: XidWatcher,
+    xid: Thread<XidWatcher>,
     /// Fast power sampling, when on; stops its threads when dropped.
     power: Option<PowerSampler>,
+}
+
+impl Loaded {
+    /// Starts the threads that waited for a stuck call of a dropped source to return.
+    fn start_waiting(&mut self, ledger: &Arc<XidLedger>) {
+        for w in &mut self.workers {
+            let (index, pcie) = (w.index, &w.pcie_from_gpm);
+            w.reader.retry((Role::Reader, index), || {
+                spawn_reader(
+                    index,
+                    &self.nvml,
+                    &self.reply_tx,
+                    &self.reader_options,
+                    pcie,
+                )
+            });
+            w.gpm.retry((Role::Gpm, index), || {
+                spawn_gpm_worker(index, &self.nvml, &self.reply_tx, pcie)
+            });
+        }
+        let gpus = self.workers.len() as u32;
+        self.xid.retry((Role::Xid, 0), || {
+            Some(XidWatcher::spawn(
+                self.nvml.clone(),
+                (0..gpus).collect(),
+                ledger.clone(),
+            ))
+        });
+        if let Some(p) = self.power.as_mut() {
+            p.start_waiting();
+        }
+    }
+}
+
+impl Drop for Loaded {
+    fn drop(&mut self) {
+        // Threads in a call stay there: the next source must not start their like beside them.
+        for w in &self.workers {
+            if let Some((_, busy)) = w.reader.up() {
+                stuck::leave((Role::Reader, w.index), busy);
+            }
+            if let Some((_, busy)) = w.gpm.up() {
+                stuck::leave((Role::Gpm, w.index), busy);
+            }
+        }
+    }
 }
 
 /// The NVML source. See the crate docs.
@@ -294,7 +352,8 @@ impl NvmlSource {
         }
     }
 
-    /// Starts one worker per GPU and the XID thread.
+    /// Starts one worker per GPU and the XID thread (each unless the same thread of a dropped
+    /// source is still stuck in a call, see `stuck.rs`).
     fn start(&self, nvml: Arc<Nvml>, count: u32) -> Loaded {
         let (reply_tx, replies) = mpsc::channel::<Reply>();
         let reader_options = ReaderOptions {
@@ -302,50 +361,42 @@ impl NvmlSource {
             max_processes: self.options.max_processes_per_gpu,
             procfs: self.options.procfs.clone(),
         };
-        let mut workers = Vec::with_capacity(count as usize);
-        for index in 0..count {
-            let (requests, rx) = mpsc::channel::<u64>();
-            let busy = Arc::new(AtomicBool::new(false));
-            let (nvml2, reply_tx2, busy2) = (nvml.clone(), reply_tx.clone(), busy.clone());
-            let mut reader = GpuReader::new(index, reader_options.clone());
-            let spawned = thread::Builder::new()
-                .name(format!("nvml-gpu{index}"))
-                .spawn(move || {
-                    // Ends when the source drops its sender (library reloaded or source gone).
-                    while let Ok(poll) = rx.recv() {
-                        let result = reader.poll(&nvml2);
-                        busy2.store(false, Ordering::Release);
-                        if reply_tx2.send(Reply::Basic(index, poll, result)).is_err() {
-                            return;
-                        }
-                    }
-                });
-            if let Err(e) = spawned {
-                warn!(gpu = index, error = %e, "cannot start a worker thread; GPU not read");
-                continue;
-            }
-            let gpm = self
-                .options
-                .profiling
-                .then(|| spawn_gpm_worker(index, &nvml, &reply_tx))
-                .flatten();
-            workers.push(Worker {
-                index,
-                requests,
-                busy,
-                gpm,
-            });
-        }
-        let xid = XidWatcher::spawn(nvml.clone(), (0..count).collect(), self.ledger.clone());
-        let o = &self.options;
-        let power = (!o.power_sample_interval.is_zero()).then(|| {
-            let gpus: Vec<u32> = workers.iter().map(|w| w.index).collect();
-            PowerSampler::spawn(&nvml, &gpus, o.power_sample_interval, o.power_window)
+        let workers: Vec<Worker> = (0..count)
+            .map(|index| {
+                let pcie = Arc::new(AtomicBool::new(false));
+                Worker {
+                    index,
+                    reader: Thread::start((Role::Reader, index), || {
+                        spawn_reader(index, &nvml, &reply_tx, &reader_options, &pcie)
+                    }),
+                    gpm: if self.options.profiling {
+                        Thread::start((Role::Gpm, index), || {
+                            spawn_gpm_worker(index, &nvml, &reply_tx, &pcie)
+                        })
+                    } else {
+                        Thread::Off
+                    },
+                    pcie_from_gpm: pcie,
+                }
+            })
+            .collect();
+        let xid = Thread::start((Role::Xid, 0), || {
+            Some(XidWatcher::spawn(
+                nvml.clone(),
+                (0..count).collect(),
+                self.ledger.clone(),
+            ))
         });
+        let o = &self.options;
+        let power = (!o.power_sample_interval.is_zero())
+            .then(|| PowerSampler::spawn(&nvml, count, o.power_sample_interval, o.power_window));
         Loaded {
+            nvml,
             workers,
             replies,
-            _xid: xid,
+            reply_tx,
+            reader_options,
+            xid,
             power,
         }
     }
@@ -360,29 +411,31 @@ impl Source for NvmlSource {
         if self.loaded.is_none() {
             self.load()?;
         }
-        let Some(loaded) = self.loaded.as_ref() else {
+        let Some(loaded) = self.loaded.as_mut() else {
             return Err(PollError::new(
                 PollErrorKind::LibraryUnavailable,
                 "NVML not loaded",
             ));
         };
+        loaded.start_waiting(&self.ledger);
+        let loaded = &*loaded;
         self.poll_number += 1;
         let number = self.poll_number;
         let mut asked = 0usize;
-        for w in &loaded.workers {
+        for (requests, busy) in loaded.workers.iter().filter_map(|w| w.reader.up()) {
             // A worker still busy with an earlier poll is stuck in the library: do not queue.
-            if !w.busy.swap(true, Ordering::AcqRel) {
-                if w.requests.send(number).is_ok() {
+            if !busy.swap(true, Ordering::AcqRel) {
+                if requests.send(number).is_ok() {
                     asked += 1;
                 } else {
-                    w.busy.store(false, Ordering::Release);
+                    busy.store(false, Ordering::Release);
                 }
             }
         }
         let mut gpm_asked = 0usize;
         let mut gpm_missing: HashSet<u32> = HashSet::new();
         for w in &loaded.workers {
-            let Some((requests, busy)) = &w.gpm else {
+            let Some((requests, busy)) = w.gpm.up() else {
                 continue;
             };
             // A GPM thread still busy with an earlier poll is stuck in the library: its
@@ -530,15 +583,50 @@ impl Source for NvmlSource {
     }
 }
 
+/// Starts GPU `index`'s basic reading thread; `None` (logged) when it cannot start.
+fn spawn_reader(
+    index: u32,
+    nvml: &Arc<Nvml>,
+    reply_tx: &mpsc::Sender<Reply>,
+    options: &ReaderOptions,
+    pcie_from_gpm: &Arc<AtomicBool>,
+) -> Option<ReaderWorker> {
+    let (requests, rx) = mpsc::channel::<u64>();
+    let busy = Arc::new(AtomicBool::new(false));
+    let (nvml, reply_tx, busy2) = (nvml.clone(), reply_tx.clone(), busy.clone());
+    let mut reader = GpuReader::new(index, options.clone(), Arc::clone(pcie_from_gpm));
+    let spawned = thread::Builder::new()
+        .name(format!("nvml-gpu{index}"))
+        .spawn(move || {
+            // Ends when the source drops its sender (library reloaded or source gone).
+            while let Ok(poll) = rx.recv() {
+                let result = reader.poll(&nvml);
+                busy2.store(false, Ordering::Release);
+                if reply_tx.send(Reply::Basic(index, poll, result)).is_err() {
+                    return;
+                }
+            }
+        });
+    match spawned {
+        Ok(_) => Some((requests, busy)),
+        Err(e) => {
+            warn!(gpu = index, error = %e, "cannot start a worker thread; GPU not read");
+            None
+        }
+    }
+}
+
 /// Starts GPU `index`'s GPM thread; `None` (logged) when it cannot start.
 fn spawn_gpm_worker(
     index: u32,
     nvml: &Arc<Nvml>,
     reply_tx: &mpsc::Sender<Reply>,
+    pcie_from_gpm: &Arc<AtomicBool>,
 ) -> Option<GpmWorker> {
     let (requests, rx) = mpsc::channel::<(u64, bool)>();
     let busy = Arc::new(AtomicBool::new(false));
     let (nvml, reply_tx, busy2) = (nvml.clone(), reply_tx.clone(), busy.clone());
+    let pcie = Arc::clone(pcie_from_gpm);
     let mut gpm = gpm::GpmReader::new(index, true);
     let spawned = thread::Builder::new()
         .name(format!("nvml-gpm{index}"))
@@ -546,6 +634,10 @@ fn spawn_gpm_worker(
             while let Ok((poll, answered)) = rx.recv() {
                 let profile = gpm.poll(&nvml, answered);
                 busy2.store(false, Ordering::Release);
+                let measured = profile
+                    .as_ref()
+                    .is_some_and(|p| p.pcie_tx.is_some() && p.pcie_rx.is_some());
+                pcie.store(measured, Ordering::Release);
                 if reply_tx.send(Reply::Gpm(index, poll, profile)).is_err() {
                     return;
                 }

@@ -12,8 +12,10 @@
 //!   nothing, and a failed read (a lost GPU) or a gap empties the window, so a peak or minimum
 //!   is never served from before it.
 //! - Dropping the [`PowerSampler`] wakes every thread at once and they return (one stuck in
-//!   the library returns when the call does).
+//!   the library returns when the call does; until then the next sampler starts no thread for
+//!   that GPU, see `stuck.rs`).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -24,6 +26,8 @@ use nvml_wrapper::error::{nvml_try, NvmlError};
 use nvml_wrapper::Nvml;
 use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlFieldValue_t};
 use tracing::{info, warn};
+
+use crate::stuck::{self, Role, Thread};
 
 /// `NVML_FI_DEV_POWER_INSTANT`: instantaneous board power in milliwatts.
 const NVML_FI_DEV_POWER_INSTANT: u32 = 186;
@@ -42,60 +46,95 @@ struct Shared {
     latest: Option<Instant>,
 }
 
+/// One GPU's running sampling thread, as the poll sees it.
+#[derive(Debug)]
+struct Running {
+    /// Dropped with the sampler: the thread's wait returns and it ends.
+    _stop: mpsc::Sender<()>,
+    shared: Arc<Mutex<Shared>>,
+    /// Whether the thread is in a library call (see `stuck.rs`).
+    in_call: Arc<AtomicBool>,
+}
+
 /// The running sampling threads of the GPUs of one loaded library.
 #[derive(Debug)]
 pub struct PowerSampler {
-    /// One per thread, dropped with the sampler: the thread's wait returns and it ends.
-    _stops: Vec<mpsc::Sender<()>>,
-    gpus: Vec<(u32, Arc<Mutex<Shared>>)>,
+    nvml: Arc<Nvml>,
+    gpus: Vec<(u32, Thread<Running>)>,
     interval: Duration,
+    window: Duration,
     /// Time 0 of the tallies' clock.
     origin: Instant,
 }
 
 impl PowerSampler {
-    /// Starts one sampling thread per GPU index in `gpus`, every `interval`, keeping the
-    /// peak and minimum over `window`.
-    pub fn spawn(nvml: &Arc<Nvml>, gpus: &[u32], interval: Duration, window: Duration) -> Self {
-        let origin = Instant::now();
-        let mut stops = Vec::with_capacity(gpus.len());
-        let mut started = Vec::with_capacity(gpus.len());
-        for &index in gpus {
-            let shared = Arc::new(Mutex::new(Shared::default()));
-            let (stop, stopped) = mpsc::channel::<()>();
-            let sampler = Sampler {
-                nvml: Arc::clone(nvml),
-                index,
-                shared: Arc::clone(&shared),
-                interval,
-                window,
-                origin,
-            };
-            let spawned = thread::Builder::new()
-                .name(format!("nvml-power{index}"))
-                .spawn(move || sampler.run(&stopped));
-            match spawned {
-                Ok(_) => {
-                    stops.push(stop);
-                    started.push((index, shared));
-                }
-                Err(e) => {
-                    warn!(gpu = index, error = %e, "cannot start the power sampling thread; no fast power samples for this GPU")
-                }
-            }
-        }
-        PowerSampler {
-            _stops: stops,
-            gpus: started,
+    /// Starts one sampling thread for each of GPUs `0..count`, every `interval`, keeping the
+    /// peak and minimum over `window` (a GPU whose thread of a dropped source is still stuck in
+    /// a call gets its thread later, see [`PowerSampler::start_waiting`]).
+    pub fn spawn(nvml: &Arc<Nvml>, count: u32, interval: Duration, window: Duration) -> Self {
+        let mut sampler = PowerSampler {
+            nvml: Arc::clone(nvml),
+            gpus: Vec::with_capacity(count as usize),
             interval,
-            origin,
+            window,
+            origin: Instant::now(),
+        };
+        for index in 0..count {
+            let thread = Thread::start((Role::Power, index), || sampler.spawn_one(index));
+            sampler.gpus.push((index, thread));
+        }
+        sampler
+    }
+
+    /// Starts the threads that waited for a stuck call of a dropped source to return.
+    pub fn start_waiting(&mut self) {
+        let mut gpus = std::mem::take(&mut self.gpus);
+        for (index, thread) in &mut gpus {
+            thread.retry((Role::Power, *index), || self.spawn_one(*index));
+        }
+        self.gpus = gpus;
+    }
+
+    fn spawn_one(&self, index: u32) -> Option<Running> {
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let in_call = Arc::new(AtomicBool::new(false));
+        let (stop, stopped) = mpsc::channel::<()>();
+        let sampler = Sampler {
+            nvml: Arc::clone(&self.nvml),
+            index,
+            shared: Arc::clone(&shared),
+            in_call: Arc::clone(&in_call),
+            interval: self.interval,
+            window: self.window,
+            origin: self.origin,
+        };
+        let spawned = thread::Builder::new()
+            .name(format!("nvml-power{index}"))
+            .spawn(move || sampler.run(&stopped));
+        match spawned {
+            Ok(_) => Some(Running {
+                _stop: stop,
+                shared,
+                in_call,
+            }),
+            Err(e) => {
+                warn!(gpu = index, error = %e, "cannot start the power sampling thread; no fast power samples for this GPU");
+                None
+            }
         }
     }
 
     /// What to serve now for GPU `index`: `None` when it has no current sample.
     pub fn samples(&self, index: u32) -> Option<PowerSamples> {
-        let (_, shared) = self.gpus.iter().find(|(i, _)| *i == index)?;
-        let mut s = shared.lock().unwrap_or_else(PoisonError::into_inner);
+        let running = self
+            .gpus
+            .iter()
+            .find(|(i, _)| *i == index)
+            .and_then(|(_, t)| t.up())?;
+        let mut s = running
+            .shared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if s.latest?.elapsed() > stale_after(self.interval) {
             return None;
         }
@@ -104,11 +143,23 @@ impl PowerSampler {
     }
 }
 
+impl Drop for PowerSampler {
+    fn drop(&mut self) {
+        // A thread in a call stays there: the next sampler must not start another beside it.
+        for (index, thread) in &self.gpus {
+            if let Some(r) = thread.up() {
+                stuck::leave((Role::Power, *index), &r.in_call);
+            }
+        }
+    }
+}
+
 /// One GPU's sampling thread.
 struct Sampler {
     nvml: Arc<Nvml>,
     index: u32,
     shared: Arc<Mutex<Shared>>,
+    in_call: Arc<AtomicBool>,
     interval: Duration,
     window: Duration,
     origin: Instant,
@@ -119,7 +170,10 @@ impl Sampler {
         let mut reading = PowerReading::Instant;
         let mut next = Instant::now();
         loop {
-            match self.read(&mut reading) {
+            self.in_call.store(true, Ordering::Release);
+            let read = self.read(&mut reading);
+            self.in_call.store(false, Ordering::Release);
+            match read {
                 Ok(watts) => self.record(reading, watts),
                 Err(_) => self.forget(),
             }

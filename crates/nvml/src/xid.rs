@@ -17,6 +17,8 @@ use nvml_wrapper::error::{nvml_try, NvmlError};
 use nvml_wrapper::Nvml;
 use tracing::{debug, info, warn};
 
+use crate::stuck::{self, Role};
+
 /// How long one wait blocks before the thread checks whether it should stop.
 const WAIT_MS: u32 = 500;
 /// XID code recorded when the driver reports an XID without a value.
@@ -26,25 +28,44 @@ pub const XID_UNKNOWN: u32 = 999;
 #[derive(Debug)]
 pub struct XidWatcher {
     stop: Arc<AtomicBool>,
+    /// Whether the thread may be in a library call: from its start until it returns, but for
+    /// its pauses. The event wait counts, so a new watcher starts only once the old one is gone
+    /// and no XID is counted by both (see `stuck.rs`).
+    in_call: Arc<AtomicBool>,
+}
+
+/// Clears an in-call flag when the thread ends, however it ends.
+struct Ended(Arc<AtomicBool>);
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 impl XidWatcher {
     /// Starts watching the GPUs with the given indices, recording their XIDs in `ledger`.
     pub fn spawn(nvml: Arc<Nvml>, gpus: Vec<u32>, ledger: Arc<XidLedger>) -> XidWatcher {
         let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
+        let in_call = Arc::new(AtomicBool::new(true));
+        let (s, c) = (stop.clone(), in_call.clone());
         let spawned = thread::Builder::new()
             .name("nvml-xid".into())
-            .spawn(move || watch(&nvml, &gpus, &ledger, &s));
+            .spawn(move || {
+                let _ended = Ended(c.clone());
+                watch(&nvml, &gpus, &ledger, &s, &c);
+            });
         if let Err(e) = spawned {
             warn!(error = %e, "cannot start the XID event thread; XID errors are not counted");
+            in_call.store(false, Ordering::Release);
         }
-        XidWatcher { stop }
+        XidWatcher { stop, in_call }
     }
 }
 
 impl Drop for XidWatcher {
     fn drop(&mut self) {
+        stuck::leave((Role::Xid, 0), &self.in_call);
         self.stop.store(true, Ordering::Relaxed);
     }
 }
@@ -59,7 +80,7 @@ fn watching_none(nvml: &Nvml, gpus: &[u32], ledger: &XidLedger) {
     }
 }
 
-fn watch(nvml: &Nvml, gpus: &[u32], ledger: &XidLedger, stop: &AtomicBool) {
+fn watch(nvml: &Nvml, gpus: &[u32], ledger: &XidLedger, stop: &AtomicBool, in_call: &AtomicBool) {
     let set = match nvml.create_event_set() {
         Ok(s) => s,
         Err(e) => {
@@ -127,7 +148,9 @@ fn watch(nvml: &Nvml, gpus: &[u32], ledger: &XidLedger, stop: &AtomicBool) {
             Err(e) => {
                 // GPU_IS_LOST and friends: keep waiting for the other GPUs, without spinning.
                 debug!(error = %e, "XID event wait failed");
+                in_call.store(false, Ordering::Release);
                 thread::sleep(Duration::from_millis(u64::from(WAIT_MS)));
+                in_call.store(true, Ordering::Release);
             }
         }
     }

@@ -6,20 +6,19 @@
 use super::*;
 use dgx_pixels_metrics::labels::RecoveryAction;
 
-pub(super) fn read_slow(dev: &Device<'_>, check: &mut Check<'_>) -> Slow {
+/// The slow readings; PCIe throughput only if `pcie` (GPM measures it otherwise).
+pub(super) fn read_slow(dev: &Device<'_>, check: &mut Check<'_>, pcie: bool) -> Slow {
     // PCIe throughput: the driver samples each direction for about 20 ms per call.
-    let pcie_tx = check
-        .get(
-            "pcie_throughput_tx",
-            dev.pcie_throughput(PcieUtilCounter::Send),
-        )
-        .map(|kb| f64::from(kb) * 1e3);
-    let pcie_rx = check
-        .get(
-            "pcie_throughput_rx",
-            dev.pcie_throughput(PcieUtilCounter::Receive),
-        )
-        .map(|kb| f64::from(kb) * 1e3);
+    let mut throughput = |counter: PcieUtilCounter, what: &str| {
+        if !pcie {
+            return None;
+        }
+        check
+            .get(what, dev.pcie_throughput(counter))
+            .map(|kb| f64::from(kb) * 1e3)
+    };
+    let pcie_tx = throughput(PcieUtilCounter::Send, "pcie_throughput_tx");
+    let pcie_rx = throughput(PcieUtilCounter::Receive, "pcie_throughput_rx");
     let mut nvlinks = Vec::new();
     for link in 0..MAX_NVLINKS {
         let l = dev.link_wrapper_for(link);
