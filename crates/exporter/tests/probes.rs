@@ -47,7 +47,9 @@ fn require_no_driver() {
 /// (a `probe run` of the test beside it) is using.
 fn require_gpu() -> std::sync::MutexGuard<'static, ()> {
     static GPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let guard = GPU.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let guard = GPU
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     assert!(
         dgx_pixels_probes::cuda::device_count().is_ok_and(|n| n > 0),
         "this test needs an NVIDIA driver and a GPU: scripts/test runs the no_driver_* tests \

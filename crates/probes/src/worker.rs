@@ -414,10 +414,16 @@ mod tests {
         let second = Duration::from_secs(5);
         for (script, kind) in [
             ("cat >/dev/null; echo 'not json'", "bad_reply"),
-            ("cat >/dev/null; printf '{\"reply\":\"devices\"}'", "bad_reply"),
+            (
+                "cat >/dev/null; printf '{\"reply\":\"devices\"}'",
+                "bad_reply",
+            ),
             ("cat >/dev/null; kill -SEGV $$", "crashed"),
             ("cat >/dev/null; exit 3", "failed"),
-            ("cat >/dev/null; head -c 200000 /dev/zero", "output_too_large"),
+            (
+                "cat >/dev/null; head -c 200000 /dev/zero",
+                "output_too_large",
+            ),
         ] {
             let mut b = sh(script, second);
             match b.run(&gpu(), ProbeKind::GemmBf16) {
@@ -429,7 +435,9 @@ mod tests {
         let mut b = sh("sleep 30", Duration::from_millis(200));
         let t0 = std::time::Instant::now();
         match b.discover() {
-            Err(ProbeError::Worker { kind: "timeout", .. }) => {}
+            Err(ProbeError::Worker {
+                kind: "timeout", ..
+            }) => {}
             other => panic!("{other:?}"),
         }
         assert!(t0.elapsed() < Duration::from_secs(5));
