@@ -18,6 +18,7 @@ mod server;
 mod status_page;
 mod trace_cmd;
 mod trace_worker;
+mod worker_io;
 
 #[cfg(test)]
 mod fuzz_tests;

@@ -3,7 +3,6 @@
 //! created, and ends, in a process of its own (`dgx_pixels_probes::worker`). One JSON request
 //! on stdin, one JSON reply on stdout, exit 0; anything else on stderr.
 
-use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -14,15 +13,11 @@ use dgx_pixels_probes::worker::{
 
 /// Runs one request.
 pub fn run(nvml_library: Option<&Path>) -> ExitCode {
-    let request = match dgx_pixels_worker::read_request(MAX_REQUEST_BYTES)
-        .map_err(|e| e.to_string())
-        .and_then(|b| serde_json::from_slice::<WorkerRequest>(&b).map_err(|e| e.to_string()))
+    crate::worker_io::first_to_go();
+    let request: WorkerRequest = match crate::worker_io::request("probe-worker", MAX_REQUEST_BYTES)
     {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("probe-worker: bad request: {e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     let reply = match &request {
         WorkerRequest::Discover => serve(&request, &mut NoWatch),
@@ -35,18 +30,7 @@ pub fn run(nvml_library: Option<&Path>) -> ExitCode {
             },
         },
     };
-    let text = match serde_json::to_vec(&reply) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("probe-worker: cannot encode the reply: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let mut out = std::io::stdout().lock();
-    if out.write_all(&text).and_then(|()| out.flush()).is_err() {
-        return ExitCode::FAILURE;
-    }
-    ExitCode::SUCCESS
+    crate::worker_io::reply("probe-worker", &reply)
 }
 
 /// Discovery touches no GPU: nothing to watch.

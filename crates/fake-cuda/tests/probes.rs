@@ -16,7 +16,10 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use dgx_pixels_probes::{ProbeKind, ProbeSizes, RunResults};
-use dgx_pixels_sim::{bench, Benchmark, GpuState, Node, Precision, Scenario, Transfer};
+// The benchmark a probe runs: the simulated node's own mapping, so the fake and the simulated
+// probes answer from one model.
+use dgx_pixels_sim::{bench, GpuState, Node, Scenario};
+use dgx_pixels_sim_source::probes::benchmark;
 
 /// Set in the child processes: run the test body instead of spawning.
 const CHILD: &str = "FAKE_CUDA_TEST_CHILD";
@@ -116,20 +119,6 @@ fn printed<'a>(stdout: &'a str, key: &str) -> &'a str {
             (i == 0 || l[..i].ends_with(' ')).then(|| &l[i + pat.len()..])
         })
         .unwrap_or_else(|| panic!("{key} not printed:\n{stdout}"))
-}
-
-fn benchmark(kind: ProbeKind) -> Benchmark {
-    match kind {
-        ProbeKind::GemmBf16 => Benchmark::Gemm(Precision::Bf16),
-        ProbeKind::GemmFp16 => Benchmark::Gemm(Precision::Fp16),
-        ProbeKind::GemmTf32 => Benchmark::Gemm(Precision::Tf32),
-        ProbeKind::GemmFp32 => Benchmark::Gemm(Precision::Fp32),
-        ProbeKind::GemmFp64 => Benchmark::Gemm(Precision::Fp64),
-        ProbeKind::CopyD2D => Benchmark::Copy(Transfer::DeviceToDevice),
-        ProbeKind::CopyH2D => Benchmark::Copy(Transfer::HostToDevice),
-        ProbeKind::CopyD2H => Benchmark::Copy(Transfer::DeviceToHost),
-        ProbeKind::LaunchLatency => Benchmark::LaunchLatency,
-    }
 }
 
 /// The simulator's expected value of `kind` on `gpu` at [`TIME`], and the GPU's UUID and name.

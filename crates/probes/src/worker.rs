@@ -280,6 +280,22 @@ impl WorkerBackend {
     }
 }
 
+/// The error a reply other than the expected ones stands for: the worker's CUDA failure, or a
+/// reply that does not belong to the request.
+fn unexpected(reply: WorkerReply, request: &str) -> ProbeError {
+    match reply {
+        WorkerReply::Failed {
+            unavailable: true,
+            message,
+        } => ProbeError::Unavailable(message),
+        WorkerReply::Failed { message, .. } => ProbeError::Cuda(message),
+        other => ProbeError::Worker {
+            kind: "bad_reply",
+            message: format!("unexpected reply to {request}: {other:?}"),
+        },
+    }
+}
+
 impl Backend for WorkerBackend {
     fn discover(&mut self) -> Result<Vec<GpuId>, ProbeError> {
         match self.ask(&WorkerRequest::Discover)? {
@@ -291,15 +307,7 @@ impl Backend for WorkerBackend {
                     model,
                 })
                 .collect()),
-            WorkerReply::Failed {
-                unavailable: true,
-                message,
-            } => Err(ProbeError::Unavailable(message)),
-            WorkerReply::Failed { message, .. } => Err(ProbeError::Cuda(message)),
-            other => Err(ProbeError::Worker {
-                kind: "bad_reply",
-                message: format!("unexpected reply to discovery: {other:?}"),
-            }),
+            other => Err(unexpected(other, "discovery")),
         }
     }
 
@@ -327,15 +335,7 @@ impl Backend for WorkerBackend {
                 self.held = Some(Duration::ZERO);
                 Err(ProbeError::Skipped(skip, detail))
             }
-            WorkerReply::Failed {
-                unavailable: true,
-                message,
-            } => Err(ProbeError::Unavailable(message)),
-            WorkerReply::Failed { message, .. } => Err(ProbeError::Cuda(message)),
-            other => Err(ProbeError::Worker {
-                kind: "bad_reply",
-                message: format!("unexpected reply to a run: {other:?}"),
-            }),
+            other => Err(unexpected(other, "a run")),
         }
     }
 
