@@ -963,3 +963,33 @@ fn replies_cross_the_pipe_unchanged() {
         other => panic!("{other:?}"),
     }
 }
+
+/// What the analysis of a file is checked against afterwards: a file written to, or replaced,
+/// after its listing is another version (its analysis is not counted; it is analysed again
+/// once stable).
+#[test]
+fn a_file_written_or_replaced_after_listing_is_another_version() {
+    use super::watch::FileId;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rank0.pt.trace.json");
+    std::fs::write(&path, b"{\"traceEvents\":[").unwrap();
+    let listed = FileId::now(&path).unwrap();
+    assert_eq!(FileId::now(&path), Some(listed), "unchanged");
+    // Grown by the writer.
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    std::io::Write::write_all(&mut f, b"]}").unwrap();
+    drop(f);
+    assert_ne!(FileId::now(&path), Some(listed));
+    // Replaced by another file of the same size (renamed over it).
+    let grown = FileId::now(&path).unwrap();
+    let other = dir.path().join(".other");
+    std::fs::write(&other, b"{\"traceEvents\":[]}").unwrap();
+    std::fs::rename(&other, &path).unwrap();
+    assert_ne!(FileId::now(&path).map(|i| i.key), Some(grown.key));
+    // Gone.
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(FileId::now(&path), None);
+}

@@ -99,6 +99,19 @@ pub struct FileId {
     pub key: crate::open::FileKey,
 }
 
+impl FileId {
+    /// The version of the file at `path` now (the link itself, not followed); `None` when it
+    /// cannot be read.
+    pub fn now(path: &Path) -> Option<FileId> {
+        let m = std::fs::symlink_metadata(path).ok()?;
+        Some(FileId {
+            size: m.len(),
+            mtime: m.modified().ok()?,
+            key: crate::open::FileKey::of(&m),
+        })
+    }
+}
+
 /// A file ready to analyse.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ready {

@@ -295,6 +295,13 @@ impl Worker {
         let result = self.analyzer.analyse(&request, &self.shared.stop);
         self.series
             .cost(started.elapsed().as_secs_f64(), ready.id.size);
+        // A file that changed after the listing was still being written: what the analysis
+        // read is not the version listed, and counting it would count the file again once
+        // it is stable (and add its times twice). It is analysed again when stable.
+        if result.is_ok() && super::watch::FileId::now(&ready.path) != Some(ready.id) {
+            tracing::debug!(file = %ready.path.display(), "trace file changed while it was analysed; it is analysed again once stable");
+            return;
+        }
         let (outcome, retry, why) = match result {
             Ok(Analysed::Snapshot(report)) => {
                 let rank = rank_from_name(&ready.path).map_or(String::new(), |r| r.to_string());
