@@ -7,51 +7,50 @@
 //! (`fake_nvml_busy_ns` leaves it out). `nvmlDeviceGetPcieThroughput`'s own sampling time is
 //! `FAKE_NVML_PCIE_DELAY_MS`, on top.
 //!
-//! [`MODEL`] holds the defaults. They are not measurements of a driver: NVIDIA publishes no
-//! per-call latency, and the one hardware figure so far (issue 36: 6.5 to 7.9 ms per NVML poll
-//! of one H200, driver 580.159.04) is a total. They are conservative guesses that reproduce
-//! that order of magnitude: a getter that asks the kernel module 100 µs, a handle lookup or
-//! a GPM computation (user space) a few µs, a field-values batch, a process list or a GPM
-//! sample a few hundred µs.
+//! [`MODEL`] holds the defaults, measured on one H200 (driver 580.159.04, 2026-11-26,
+//! `scripts/gpu-nvml-latency.py`, medians of 200 calls; docs/validation.md): most getters answer
+//! in 1-2 µs (the driver keeps their values), a handful ask the GPU and take 0.2-3 ms. Where a
+//! function was not measured (GPM, MIG handles, init) the figure is a guess, marked so.
 
 use std::sync::{PoisonError, RwLock};
 use std::time::Duration;
 
 /// The model's latency per function, in microseconds; [`MODEL_OTHER_US`] for the others.
 pub const MODEL: &[(&str, u64)] = &[
-    // User space: the library keeps handles and the version strings.
-    ("nvmlDeviceGetHandleByIndex_v2", 2),
-    ("nvmlDeviceGetHandleByUUID", 5),
-    ("nvmlDeviceGetMigDeviceHandleByIndex", 5),
-    ("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", 2),
-    ("nvmlDeviceIsMigDeviceHandle", 2),
-    ("nvmlDeviceGetCount_v2", 2),
-    ("nvmlSystemGetDriverVersion", 5),
-    ("nvmlSystemGetNVMLVersion", 5),
-    ("nvmlSystemGetCudaDriverVersion", 5),
-    ("nvmlSystemGetCudaDriverVersion_v2", 5),
-    ("nvmlGpmMetricsGet", 20),
-    ("nvmlGpmSampleAlloc", 5),
-    ("nvmlGpmSampleFree", 5),
-    ("nvmlErrorString", 0),
-    // The event wait blocks for its own timeout.
-    ("nvmlEventSetWait", 0),
-    ("nvmlEventSetWait_v2", 0),
-    // Several values or a list per call.
-    ("nvmlDeviceGetFieldValues", 250),
-    ("nvmlDeviceGetComputeRunningProcesses_v2", 300),
-    ("nvmlDeviceGetComputeRunningProcesses_v3", 300),
-    ("nvmlDeviceGetGraphicsRunningProcesses_v2", 300),
-    ("nvmlDeviceGetGraphicsRunningProcesses_v3", 300),
+    // Measured: the calls that ask the GPU.
+    ("nvmlDeviceGetTotalEnergyConsumption", 2_500),
+    // The source's batch includes the total energy (field 83), which costs what the getter
+    // does; a batch without it measured 1 µs.
+    ("nvmlDeviceGetFieldValues", 2_500),
+    ("nvmlDeviceGetViolationStatus", 575),
+    ("nvmlDeviceGetPcieReplayCounter", 220),
+    ("nvmlDeviceGetEccMode", 215),
+    ("nvmlDeviceGetBAR1MemoryInfo", 215),
+    ("nvmlDeviceGetMigMode", 210),
+    ("nvmlDeviceGetCurrPcieLinkWidth", 30),
+    ("nvmlDeviceGetComputeRunningProcesses_v2", 9),
+    ("nvmlDeviceGetComputeRunningProcesses_v3", 9),
+    ("nvmlDeviceGetGraphicsRunningProcesses_v2", 9),
+    ("nvmlDeviceGetGraphicsRunningProcesses_v3", 9),
+    ("nvmlDeviceGetNvLinkState", 8),
+    ("nvmlDeviceGetNvLinkErrorCounter", 9),
+    ("nvmlDeviceGetComputeMode", 5),
+    ("nvmlDeviceGetRemappedRows", 2),
+    // Guesses (not measured): GPM samples read counters from the GPU; init attaches to every
+    // GPU; the event wait blocks for its own timeout.
     ("nvmlGpmSampleGet", 300),
-    // Loading the library and attaching to every GPU.
+    ("nvmlGpmMetricsGet", 20),
     ("nvmlInit_v2", 50_000),
     ("nvmlInitWithFlags", 50_000),
+    ("nvmlEventSetWait", 0),
+    ("nvmlEventSetWait_v2", 0),
+    ("nvmlErrorString", 0),
 ];
 
-/// The model's latency of a function [`MODEL`] does not list: one ioctl into the kernel
-/// module.
-pub const MODEL_OTHER_US: u64 = 100;
+/// The model's latency of a function [`MODEL`] does not list: measured 1.0-2.1 µs for every
+/// other getter the source calls (utilization, memory, power, temperature, clocks, P-state,
+/// throttle reasons, ECC totals, encoder/decoder, PCIe generation, identity, handles).
+pub const MODEL_OTHER_US: u64 = 2;
 
 /// Latency per function.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -173,12 +172,13 @@ mod tests {
         assert_eq!(Latency::parse("").unwrap(), Latency::none());
         assert_eq!(Latency::parse("off").unwrap(), Latency::none());
         let m = Latency::parse("model").unwrap();
-        assert_eq!(m.of("nvmlDeviceGetPowerUsage"), Duration::from_micros(100));
-        assert_eq!(m.of("nvmlDeviceGetFieldValues"), Duration::from_micros(250));
+        assert_eq!(m.of("nvmlDeviceGetPowerUsage"), Duration::from_micros(2));
+        assert_eq!(m.of("nvmlDeviceGetFieldValues"), Duration::from_micros(2_500));
+        assert_eq!(m.of("nvmlDeviceGetViolationStatus"), Duration::from_micros(575));
         let o = Latency::parse("model, nvmlDeviceGetPowerUsage=7,*=3").unwrap();
         assert_eq!(o.of("nvmlDeviceGetPowerUsage"), Duration::from_micros(7));
         assert_eq!(o.of("nvmlDeviceGetTemperature"), Duration::from_micros(3));
-        assert_eq!(o.of("nvmlDeviceGetFieldValues"), Duration::from_micros(250));
+        assert_eq!(o.of("nvmlDeviceGetFieldValues"), Duration::from_micros(2_500));
         let only = Latency::parse("nvmlDeviceGetName=40").unwrap();
         assert_eq!(only.of("nvmlDeviceGetName"), Duration::from_micros(40));
         assert_eq!(only.of("nvmlDeviceGetUUID"), Duration::ZERO);
