@@ -173,12 +173,21 @@ mod tests {
         assert_eq!(Latency::parse("off").unwrap(), Latency::none());
         let m = Latency::parse("model").unwrap();
         assert_eq!(m.of("nvmlDeviceGetPowerUsage"), Duration::from_micros(2));
-        assert_eq!(m.of("nvmlDeviceGetFieldValues"), Duration::from_micros(2_500));
-        assert_eq!(m.of("nvmlDeviceGetViolationStatus"), Duration::from_micros(575));
+        assert_eq!(
+            m.of("nvmlDeviceGetFieldValues"),
+            Duration::from_micros(2_500)
+        );
+        assert_eq!(
+            m.of("nvmlDeviceGetViolationStatus"),
+            Duration::from_micros(575)
+        );
         let o = Latency::parse("model, nvmlDeviceGetPowerUsage=7,*=3").unwrap();
         assert_eq!(o.of("nvmlDeviceGetPowerUsage"), Duration::from_micros(7));
         assert_eq!(o.of("nvmlDeviceGetTemperature"), Duration::from_micros(3));
-        assert_eq!(o.of("nvmlDeviceGetFieldValues"), Duration::from_micros(2_500));
+        assert_eq!(
+            o.of("nvmlDeviceGetFieldValues"),
+            Duration::from_micros(2_500)
+        );
         let only = Latency::parse("nvmlDeviceGetName=40").unwrap();
         assert_eq!(only.of("nvmlDeviceGetName"), Duration::from_micros(40));
         assert_eq!(only.of("nvmlDeviceGetUUID"), Duration::ZERO);
