@@ -87,6 +87,28 @@ fn the_breakdowns_equal_htas_on_the_real_fsdp2_trace() {
     };
     assert_eq!(of("COMPUTATION"), Some((91_835, 96.3)));
     assert_eq!(of("MEMORY"), Some((3_480, 3.7)));
+    // HTA's top kernels: two sub-µs kernels whose rounded durations sum below zero are never
+    // grouped into "others" (HTA's `sum < 0` mask), so "others" is 19,864 µs, not 19,859.
+    let computation = &rank["kernels"]["computation"];
+    assert_eq!(computation["others_us"].as_i64(), Some(19_864));
+    let top: Vec<(&str, i64)> = computation["top"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| (k["name"].as_str().unwrap(), k["sum_us"].as_i64().unwrap()))
+        .collect();
+    assert!(
+        top.contains(&(
+            "at::cuda::philox::unpack_cudnn(at::PhiloxCudaState, long*, long*)",
+            -4
+        )),
+        "{top:?}"
+    );
+    assert_eq!(
+        top.len(),
+        12,
+        "HTA lists 10 kernels and the 2 below zero: {top:?}"
+    );
 }
 
 #[test]

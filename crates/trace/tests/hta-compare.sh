@@ -29,3 +29,14 @@ run one-step --ranks 2 --steps 1 --layers 5
 # memset or memcpy beside every row: HTA's float64 rounding, not exact decimals, must be matched.
 run ns-epoch --ranks 2 --steps 4 --layers 8 --ns-epoch --no-straggler
 run ns-epoch-gzip-straggler --ranks 3 --steps 3 --layers 12 --ns-epoch --gz
+# Real traces captured on an H200 (crates/trace/tests/fixtures/): sub-µs kernels whose rounded
+# durations sum below zero, which HTA never groups into "others".
+for f in crates/trace/tests/fixtures/h200-2026-11-26-fsdp2-shapes/fsdp2-shapes-rank0.pt.trace.json.gz \
+         crates/trace/tests/fixtures/h200-2026-11-26/*.pt.trace.json.gz; do
+  [ -e "$f" ] || continue
+  name=real-$(basename "$f" .pt.trace.json.gz)
+  mkdir -p "$tmp/$name" && cp "$f" "$tmp/$name/"
+  "$BIN" trace analyze --format json "$tmp/$name" >"$tmp/$name.report.json"
+  echo "-- $name"
+  "$PY" crates/trace/tests/hta_compare.py "$tmp/$name" "$tmp/$name.report.json"
+done

@@ -220,7 +220,10 @@ fn class_kernels(t: &RankTrace, rows: &[Row], class: KernelClass) -> ClassKernel
         let q = hta::quantile_sorted(&sorted, 0.8);
         let mut keep = Vec::new();
         for (i, s) in top.into_iter().enumerate() {
-            if cums[i] > q || i >= TOP_KERNELS {
+            // HTA never groups a kernel whose rounded durations sum below zero (sub-µs rows:
+            // ceil of the start past floor of the end) into "others": its "always false" mask
+            // `sum < 0` holds for them. Real traces have such kernels.
+            if s.sum_us >= 0 && (cums[i] > q || i >= TOP_KERNELS) {
                 others_us += s.sum_us;
             } else {
                 keep.push(s);
