@@ -28,18 +28,7 @@ fn analysed(body: &str) -> f64 {
 
 /// `trace analyze --format json FILES`: the per-rank reports, by rank.
 fn analyze(files: &[PathBuf]) -> Vec<Value> {
-    let out = Command::new(BIN)
-        .args(["trace", "analyze", "--format", "json"])
-        .args(files)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    report["ranks"].as_array().unwrap().clone()
+    trace_report(files)["ranks"].as_array().unwrap().clone()
 }
 
 #[test]

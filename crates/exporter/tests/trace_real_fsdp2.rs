@@ -9,28 +9,13 @@ mod common;
 
 use std::io::Read;
 use std::path::Path;
-use std::process::Command;
 
-use common::BIN;
+use common::trace_report;
 
 const FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../trace/tests/fixtures/h200-2026-11-26-fsdp2-shapes"
 );
-
-fn analyze(dir: &Path) -> serde_json::Value {
-    let out = Command::new(BIN)
-        .args(["trace", "analyze", "--format", "json"])
-        .arg(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
 
 /// The fixture's trace and its decompressed snapshot in a directory of their own.
 fn fixture_dir() -> tempfile::TempDir {
@@ -58,7 +43,7 @@ fn fixture_dir() -> tempfile::TempDir {
 #[test]
 fn the_breakdowns_equal_htas_on_the_real_fsdp2_trace() {
     let dir = fixture_dir();
-    let report = analyze(dir.path());
+    let report = trace_report(&[dir.path()]);
     let rank = &report["ranks"][0];
     let t = &rank["temporal_breakdown"];
     for (key, hta) in [
@@ -118,7 +103,7 @@ fn the_snapshot_peaks_equal_the_memory_stats() {
         &std::fs::read_to_string(Path::new(FIXTURE).join("facts.json")).unwrap(),
     )
     .unwrap();
-    let report = analyze(dir.path());
+    let report = trace_report(&[dir.path()]);
     let device = &report["memory_snapshots"][0]["devices"][0];
     assert_eq!(
         device["peak_reserved_bytes"].as_u64(),

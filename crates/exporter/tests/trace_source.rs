@@ -37,18 +37,7 @@ fn gzip(bytes: &[u8]) -> Vec<u8> {
 
 /// `trace analyze --format json FILE`'s one rank.
 fn analyze(file: &Path) -> Value {
-    let out = Command::new(BIN)
-        .args(["trace", "analyze", "--format", "json"])
-        .arg(file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    report["ranks"][0].clone()
+    trace_report(&[file])["ranks"][0].clone()
 }
 
 fn close(a: f64, b: f64) -> bool {

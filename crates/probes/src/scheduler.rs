@@ -286,6 +286,10 @@ struct GpuState {
     last_error: Option<String>,
     /// Since when it has read idle and free (none while it does not).
     idle_since: Option<Instant>,
+    /// This poll's view of it ([`ProbeSource::observe`]): `(exported index, utilization)` and
+    /// who else is on it, read once per poll and used by the step.
+    reading: Option<(u32, f64)>,
+    occupancy: Occupancy,
     /// What its last attempt found ([`STATES`]).
     state: &'static str,
 }
@@ -349,6 +353,8 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
                             busy: Duration::ZERO,
                             last_error: None,
                             idle_since: None,
+                            reading: None,
+                            occupancy: Occupancy::default(),
                             state: "pending",
                         })
                         .collect(),
@@ -373,11 +379,11 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
             return;
         };
         for g in gpus {
-            let free = self.utilization.occupancy(&g.id.uuid);
-            let idle = matches!(
-                self.utilization.lookup(&g.id.uuid),
-                Some((_, u)) if u <= self.settings.busy_threshold
-            ) && !free.held
+            g.reading = self.utilization.lookup(&g.id.uuid);
+            g.occupancy = self.utilization.occupancy(&g.id.uuid);
+            let free = g.occupancy;
+            let idle = matches!(g.reading, Some((_, u)) if u <= self.settings.busy_threshold)
+                && !free.held
                 && free.processes == 0
                 && !free.mig;
             if !idle {
@@ -404,8 +410,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         self.cursor = (i + 1) % n.max(1);
         let g = &mut gpus[i];
         let kind = probes[g.next_probe % probes.len()];
-        let reading = self.utilization.lookup(&g.id.uuid);
-        let occupancy = self.utilization.occupancy(&g.id.uuid);
+        let (reading, occupancy) = (g.reading, g.occupancy);
         if let Some((gpu, _)) = reading {
             if g.key.index() != gpu {
                 g.key = Arc::new(DeviceKey::gpu(gpu, g.id.uuid.as_str()));

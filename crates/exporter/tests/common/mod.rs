@@ -214,3 +214,19 @@ pub fn fake_cuda_dir() -> &'static std::path::Path {
     })
     .path()
 }
+
+/// `trace analyze --format json PATHS`: the whole report (fails on a non-zero exit, with its
+/// stderr).
+pub fn trace_report<P: AsRef<std::ffi::OsStr>>(paths: &[P]) -> serde_json::Value {
+    let out = Command::new(BIN)
+        .args(["trace", "analyze", "--format", "json"])
+        .args(paths)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
