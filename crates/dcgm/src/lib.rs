@@ -36,6 +36,8 @@
 #![deny(missing_docs)]
 
 mod connect;
+mod settings;
+pub use settings::DcgmSettings;
 pub mod fields;
 mod read;
 mod watch;

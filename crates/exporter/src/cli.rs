@@ -26,106 +26,70 @@ Without a GPU, try the simulated 8x H100 node:  dgx-pixels-exporter --simulate d
 #[command(name = "dgx-pixels-exporter", version, about = ABOUT, after_help = AFTER_HELP)]
 pub struct Cli {
     /// Address to listen on, HOST:PORT or :PORT for all interfaces.
-    #[arg(long = "web.listen-address", value_name = "ADDR", help = format!("Address to listen on, HOST:PORT or :PORT for all interfaces [default: {DEFAULT_LISTEN_ADDRESS}]"))]
+    #[arg(long = "web.listen-address", display_order = 10, value_name = "ADDR", help = format!("Address to listen on, HOST:PORT or :PORT for all interfaces [default: {DEFAULT_LISTEN_ADDRESS}]"))]
     pub listen_address: Option<String>,
 
     /// Path under which to expose metrics [default: /metrics].
-    #[arg(long = "web.telemetry-path", value_name = "PATH")]
+    #[arg(long = "web.telemetry-path", display_order = 20, value_name = "PATH")]
     pub telemetry_path: Option<String>,
 
     /// Maximum number of concurrent scrapes; more are answered 503. 0 means no limit [default: 40].
-    #[arg(long = "web.max-requests", value_name = "N")]
+    #[arg(long = "web.max-requests", display_order = 30, value_name = "N")]
     pub max_requests: Option<usize>,
 
     /// TOML configuration file.
-    #[arg(long = "config.file", value_name = "FILE")]
+    #[arg(long = "config.file", display_order = 40, value_name = "FILE")]
     pub config_file: Option<PathBuf>,
 
     /// Minimum level of log messages: error, warn, info, debug or trace [default: info].
-    #[arg(long = "log.level", value_name = "LEVEL")]
+    #[arg(long = "log.level", display_order = 50, value_name = "LEVEL")]
     pub log_level: Option<String>,
 
     /// Log line format [default: logfmt].
-    #[arg(long = "log.format", value_name = "FORMAT", value_enum)]
+    #[arg(
+        long = "log.format",
+        display_order = 60,
+        value_name = "FORMAT",
+        value_enum
+    )]
     pub log_format: Option<LogFormat>,
 
     /// Series profile: default (what an SRE needs at fleet scale: every signal the shipped rules,
     /// alerts and dashboards use, per-part detail only while it says something) or full (every
     /// series every source reads). See docs/metrics.md, "Series budget" [default: default].
-    #[arg(long = "metrics.detail", value_name = "PROFILE", value_enum)]
+    #[arg(
+        long = "metrics.detail",
+        display_order = 70,
+        value_name = "PROFILE",
+        value_enum
+    )]
     pub metrics_detail: Option<MetricsDetail>,
 
     /// Serve a simulated node instead of real GPUs: a built-in scenario (dgx-h100, dgx-a100-mig,
     /// dgx-spark, fault-gpu-lost, fault-xid-storm, fault-ecc, fault-thermal, fault-health) or a
     /// scenario TOML file. dgx_pixels_exporter_build_info then says mode="simulated" and names the scenario.
-    #[arg(long = "simulate", value_name = "SCENARIO")]
+    #[arg(long = "simulate", display_order = 80, value_name = "SCENARIO")]
     pub simulate: Option<String>,
-
-    /// Path of libnvidia-ml [default: libnvidia-ml.so.1 from the loader's search path].
-    #[arg(long = "nvml.library", value_name = "PATH")]
-    pub nvml_library: Option<PathBuf>,
-    /// How often each GPU's board power is sampled between polls, for the power histogram, peak
-    /// and minimum (docs/power.md); 0s turns fast power sampling off [default: 100ms].
-    #[arg(long = "nvml.power-sample-interval", value_name = "DURATION", value_parser = duration_arg)]
-    pub nvml_power_sample_interval: Option<Duration>,
-    /// How much recent time the power peak and minimum cover [default: 30s].
-    #[arg(long = "nvml.power-window", value_name = "DURATION", value_parser = duration_arg)]
-    pub nvml_power_window: Option<Duration>,
 
     /// Web config file in the exporter-toolkit format: TLS, client certificates, basic auth,
     /// response headers. Re-read when it changes and on SIGHUP.
-    #[arg(long = "web.config.file", value_name = "FILE")]
+    #[arg(long = "web.config.file", display_order = 100, value_name = "FILE")]
     pub web_config_file: Option<PathBuf>,
-    /// Path of libdcgm [default: libdcgm.so.4, then libdcgm.so.3, from the loader's search path].
-    #[arg(long = "dcgm.library", value_name = "PATH")]
-    pub dcgm_library: Option<PathBuf>,
-
-    /// Remote DCGM host engine (nv-hostengine), HOST:PORT or a unix socket path
-    /// [default: start an embedded host engine].
-    #[arg(long = "dcgm.hostengine", value_name = "HOST:PORT|/path/to.sock")]
-    pub dcgm_hostengine: Option<String>,
-
     /// procfs mount point, read to map GPU processes to containers [default: /proc].
-    #[arg(long = "path.procfs", value_name = "PATH")]
+    #[arg(long = "path.procfs", display_order = 120, value_name = "PATH")]
     pub path_procfs: Option<PathBuf>,
-    /// Directory of *.prom files written by workloads (node_exporter's textfile format), served
-    /// beside the GPU metrics; see docs/workloads.md.
-    #[arg(long = "textfile.directory", value_name = "DIR")]
-    pub textfile_directory: Option<PathBuf>,
-    /// Directory where jobs drop PyTorch profiler traces, analysed by the trace collector
-    /// (--collector.trace); repeatable, a component may be a glob (quote it), e.g.
-    /// '/data/profile_traces/iteration_*'. See docs/traces.md.
-    #[arg(long = "trace.directory", value_name = "DIR")]
-    pub trace_directories: Vec<PathBuf>,
     /// Where a simulated node (--simulate) drops the profiler traces of its simulated training
     /// job, watched by the trace collector [default: a private temporary directory under
     /// $TMPDIR, removed at exit].
-    #[arg(long = "simulate.trace-directory", value_name = "DIR")]
+    #[arg(
+        long = "simulate.trace-directory",
+        display_order = 150,
+        value_name = "DIR"
+    )]
     pub simulate_trace_directory: Option<PathBuf>,
 
-    /// The kubelet's pod-resources socket, read by the kubernetes collector
-    /// [default: /var/lib/kubelet/pod-resources/kubelet.sock].
-    #[arg(long = "kubernetes.pod-resources-socket", value_name = "PATH")]
-    pub kubernetes_socket: Option<PathBuf>,
-    /// Largest pod-resources List response accepted, in bytes [default: 16777216].
-    #[arg(long = "kubernetes.max-response-bytes", value_name = "BYTES")]
-    pub kubernetes_max_response_bytes: Option<u64>,
-    /// Directory of HPC job files, one per GPU (named INDEX or INDEX.GPU_INSTANCE) listing job
-    /// ids, as dcgm-exporter's --hpc-job-mapping-dir; adds hpc_job labels.
-    #[arg(long = "hpc.job-mapping-dir", value_name = "DIR")]
-    pub hpc_job_mapping_dir: Option<PathBuf>,
-
-    /// The kernel log read by the kmsg collector (--collector.kmsg): /dev/kmsg, or a file or
-    /// FIFO of lines in its format [default: /dev/kmsg].
-    #[arg(long = "kmsg.path", value_name = "PATH")]
-    pub kmsg_path: Option<PathBuf>,
-    /// Where the kmsg collector keeps its state file (the last kernel-log record counted per
-    /// boot), so a restart counts nothing twice [default: /var/lib/dgx-pixels-exporter].
-    #[arg(long = "kmsg.state-directory", value_name = "DIR")]
-    pub kmsg_state_directory: Option<PathBuf>,
-
     /// Adds a node="NAME" label to every series (e.g. from the NODE_NAME downward-API variable).
-    #[arg(long = "node.name", value_name = "NAME")]
+    #[arg(long = "node.name", display_order = 190, value_name = "NAME")]
     pub node_name: Option<String>,
 
     #[command(subcommand)]
@@ -134,6 +98,11 @@ pub struct Cli {
     /// Per-collector flags, filled from the registry (not parsed by derive).
     #[arg(skip)]
     pub collectors: Vec<CollectorFlags>,
+
+    /// The settings keys that given collector flags (`--nvml.library`, ...) override, with
+    /// their values, filled from the registry.
+    #[arg(skip)]
+    pub collector_options: Vec<(&'static str, config::Value)>,
 }
 
 /// Subcommands.
@@ -258,13 +227,17 @@ pub struct CollectorFlags {
     pub timeout: Option<Duration>,
 }
 
-fn duration_arg(s: &str) -> Result<Duration, String> {
+pub(crate) fn duration_arg(s: &str) -> Result<Duration, String> {
     parse_duration(s)
 }
 
 /// The full command, with the registry's flags added.
 pub fn command() -> Command {
     let mut cmd = <Cli as clap::CommandFactory>::command();
+    // Each collector's own flags, among the daemon's (by their display order).
+    for flag in COLLECTORS.iter().flat_map(|c| c.flags) {
+        cmd = cmd.arg(flag.arg());
+    }
     for c in COLLECTORS {
         let on = format!("collector.{}", c.name);
         let off = format!("no-collector.{}", c.name);
@@ -356,6 +329,11 @@ where
     let matches = command().try_get_matches_from(args)?;
     let mut cli = Cli::from_arg_matches(&matches)?;
     cli.collectors = collector_flags(&matches);
+    cli.collector_options = COLLECTORS
+        .iter()
+        .flat_map(|c| c.flags)
+        .filter_map(|f| Some((f.key, f.value(&matches)?)))
+        .collect();
     Ok(cli)
 }
 

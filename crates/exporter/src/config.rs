@@ -74,31 +74,19 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// Longest duration any setting accepts (each key has its own, lower bound too): 100 years,
-/// so that no instant advanced by a setting can overflow the clock.
-pub const MAX_DURATION: Duration = Duration::from_secs(100 * 31_557_600);
-
-/// Longest interval, timeout or period of a poll or a drop: a day.
-pub const MAX_PERIOD: Duration = Duration::from_secs(86_400);
-
-/// Parses "1s", "500ms", "2m" (humantime syntax), at most [`MAX_DURATION`].
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s.trim())
-        .map_err(|e| format!("invalid duration {s:?} ({e}); use e.g. 500ms, 1s, 2m"))?;
-    if d > MAX_DURATION {
-        return Err(format!(
-            "duration {s:?} is over the maximum of {}",
-            humantime::format_duration(MAX_DURATION)
-        ));
+impl From<dgx_pixels_settings::SettingError> for ConfigError {
+    fn from(e: dgx_pixels_settings::SettingError) -> ConfigError {
+        ConfigError(e.to_string())
     }
-    Ok(d)
 }
 
-fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    let s: Option<String> = Option::deserialize(d)?;
-    s.map(|s| parse_duration(&s).map_err(serde::de::Error::custom))
-        .transpose()
+impl From<dgx_pixels_probes::settings::ProbesSettingsError> for ConfigError {
+    fn from(e: dgx_pixels_probes::settings::ProbesSettingsError) -> ConfigError {
+        ConfigError(e.to_string())
+    }
 }
+
+pub use dgx_pixels_settings::{parse_duration, MAX_PERIOD};
 
 /// `[web]`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -169,10 +157,10 @@ pub struct CollectorSettings {
     /// Overrides the collector's default.
     pub enabled: Option<bool>,
     /// Poll interval.
-    #[serde(deserialize_with = "de_duration")]
+    #[serde(deserialize_with = "dgx_pixels_settings::optional_duration")]
     pub interval: Option<Duration>,
     /// Poll deadline.
-    #[serde(deserialize_with = "de_duration")]
+    #[serde(deserialize_with = "dgx_pixels_settings::optional_duration")]
     pub timeout: Option<Duration>,
 }
 
@@ -183,7 +171,7 @@ pub struct SimulationSettings {
     /// Built-in scenario name or scenario file; unset = real GPUs.
     pub scenario: Option<String>,
     /// Poll interval of the simulated node.
-    #[serde(deserialize_with = "de_duration")]
+    #[serde(deserialize_with = "dgx_pixels_settings::optional_duration")]
     pub interval: Option<Duration>,
     /// Whether the simulated node runs its training job, whose traces the trace collector
     /// analyses [default: true]; false leaves the collector to `--trace.directory` alone.
@@ -193,7 +181,7 @@ pub struct SimulationSettings {
     /// at exit.
     pub trace_directory: Option<PathBuf>,
     /// Time between two of the simulated job's trace drops [default: 30s].
-    #[serde(deserialize_with = "de_duration")]
+    #[serde(deserialize_with = "dgx_pixels_settings::optional_duration")]
     pub trace_period: Option<Duration>,
 }
 
@@ -205,60 +193,12 @@ impl SimulationSettings {
     }
 }
 
-/// `[dcgm]`.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct DcgmSettings {
-    /// Path of libdcgm.
-    pub library: Option<PathBuf>,
-    /// Remote host engine, HOST:PORT or a unix socket path; unset = embedded.
-    pub hostengine: Option<String>,
-    /// A dcgm-exporter field-list CSV (`DCGM_FI_NAME, type, help`) replacing the default fields.
-    pub field_list: Option<PathBuf>,
-    /// Whether DCGM provides the device metrics (utilization, memory, power, ...) instead of
-    /// NVML; default: only when the nvml collector is disabled. Profiling metrics always come
-    /// from DCGM.
-    pub device_metrics: Option<bool>,
-}
-
 /// `[path]`: where host filesystems are mounted (node_exporter's `--path.*`).
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct PathSettings {
     /// procfs mount point; default `/proc`.
     pub procfs: Option<PathBuf>,
-}
-
-/// `[kubernetes]`: the kubelet pod-resources source (`--collector.kubernetes`).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct KubernetesSettings {
-    /// The kubelet's pod-resources unix socket.
-    pub pod_resources_socket: PathBuf,
-    /// Largest `List` response accepted, in bytes.
-    pub max_response_bytes: u64,
-    /// Resource names whose devices are GPUs or MIG instances; a trailing `*` matches any
-    /// suffix.
-    pub resource_names: Vec<String>,
-}
-
-impl Default for KubernetesSettings {
-    fn default() -> Self {
-        let d = dgx_pixels_kubernetes::PodResourcesOptions::default();
-        KubernetesSettings {
-            pod_resources_socket: d.socket,
-            max_response_bytes: d.max_response_bytes as u64,
-            resource_names: d.resource_names,
-        }
-    }
-}
-
-/// `[hpc]`: HPC job files.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct HpcSettings {
-    /// Directory with one file per GPU listing job ids; unset = no hpc source.
-    pub job_mapping_dir: Option<PathBuf>,
 }
 
 fn default_currency() -> String {
@@ -286,7 +226,7 @@ pub struct CostSettings {
     /// Purchase price of one GPU (its share of the server), amortized over `gpu_lifetime`.
     pub gpu_purchase_price: Option<f64>,
     /// Service life over which the purchase price is amortized, e.g. "4years".
-    #[serde(default, deserialize_with = "de_duration")]
+    #[serde(default, deserialize_with = "dgx_pixels_settings::optional_duration")]
     pub gpu_lifetime: Option<Duration>,
 }
 
@@ -346,89 +286,13 @@ impl CostSettings {
     }
 }
 
-/// `[probes]`: how the daemon runs the CUDA probes (when `collector.probes` is enabled).
+/// Everything the daemon is configured with: its own tables, and each registered collector's
+/// table in [`Settings::tables`] (read by the collector's descriptor, see `collectors/`).
+///
+/// Unknown top-level keys are refused by [`Settings::from_toml`] and
+/// [`Settings::from_config`], which know the collectors' table names; serde alone does not.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct ProbesSettings {
-    /// Comma-separated probes to rotate through, or `all` [default:
-    /// gemm_bf16,copy_d2d,copy_h2d,launch_latency].
-    pub probes: Option<String>,
-    /// Maximum fraction of GPU time spent in probes [default: 0.005].
-    pub duty_cycle: Option<f64>,
-    /// GPU utilization (0-1) above which a GPU is not probed [default: 0.05].
-    pub busy_threshold: Option<f64>,
-    /// Device memory one probe may allocate [default: 1073741824].
-    pub memory_limit_bytes: Option<u64>,
-    /// How long a GPU must read idle and free before it is probed [default: 10s].
-    #[serde(deserialize_with = "de_duration")]
-    pub settle: Option<Duration>,
-    /// Deadline of one probe worker process, after which it is killed [default: 20s].
-    #[serde(deserialize_with = "de_duration")]
-    pub worker_timeout: Option<Duration>,
-}
-
-/// Default `[probes] worker_timeout`: a context, cuBLAS and four iterations take 1-3 s on a
-/// real GPU; the deadline is for a hung one.
-pub const DEFAULT_PROBE_WORKER_TIMEOUT: Duration = Duration::from_secs(20);
-/// Bounds of the probe durations: a settle window of over an hour means never, and a worker
-/// deadline must stay within the collector's poll deadline range.
-const MAX_PROBE_SETTLE: Duration = Duration::from_secs(3600);
-const PROBE_WORKER_TIMEOUT_RANGE: (Duration, Duration) =
-    (Duration::from_secs(1), Duration::from_secs(600));
-
-impl ProbesSettings {
-    /// The scheduler settings, checked.
-    pub fn schedule(&self) -> Result<dgx_pixels_probes::scheduler::ScheduleSettings, ConfigError> {
-        let mut s = dgx_pixels_probes::scheduler::ScheduleSettings::default();
-        if let Some(list) = &self.probes {
-            s.probes = dgx_pixels_probes::probe::parse_list(list)
-                .map_err(|e| ConfigError(format!("probes.probes: {e}")))?;
-        }
-        if let Some(d) = self.duty_cycle {
-            s.duty_cycle = d;
-        }
-        if let Some(b) = self.busy_threshold {
-            s.busy_threshold = b;
-        }
-        if let Some(m) = self.memory_limit_bytes {
-            s.memory_limit_bytes = m;
-        }
-        if let Some(d) = self.settle {
-            if d > MAX_PROBE_SETTLE {
-                return Err(ConfigError(format!(
-                    "probes.settle: {} is over the limit of {}",
-                    humantime::format_duration(d),
-                    humantime::format_duration(MAX_PROBE_SETTLE)
-                )));
-            }
-            s.settle = d;
-        }
-        self.worker_timeout()?;
-        s.validate().map_err(|e| ConfigError(e.to_string()))?;
-        Ok(s)
-    }
-}
-
-impl ProbesSettings {
-    /// `worker_timeout` or its default, checked.
-    pub fn worker_timeout(&self) -> Result<Duration, ConfigError> {
-        let d = self.worker_timeout.unwrap_or(DEFAULT_PROBE_WORKER_TIMEOUT);
-        let (min, max) = PROBE_WORKER_TIMEOUT_RANGE;
-        if d < min || d > max {
-            return Err(ConfigError(format!(
-                "probes.worker_timeout: {} must be between {} and {}",
-                humantime::format_duration(d),
-                humantime::format_duration(min),
-                humantime::format_duration(max)
-            )));
-        }
-        Ok(d)
-    }
-}
-
-/// Everything the daemon is configured with.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 pub struct Settings {
     /// Adds `node="..."` to every series when set.
     pub node_name: Option<String>,
@@ -440,30 +304,111 @@ pub struct Settings {
     pub log: LogSettings,
     /// Simulated node.
     pub simulation: SimulationSettings,
-    /// NVML: the nvml crate's own options (`library`, `slow_interval`, `processes_per_gpu`, `xid_quiet_period`).
-    pub nvml: dgx_pixels_nvml::NvmlOptions,
-    /// DCGM.
-    pub dcgm: DcgmSettings,
     /// Host filesystem mount points.
     pub path: PathSettings,
-    /// Per-collector settings, keyed by collector name.
+    /// Per-collector on/off and timing, keyed by collector name.
     pub collector: BTreeMap<String, CollectorSettings>,
-    /// Textfile source.
-    pub textfile: dgx_pixels_textfile::TextfileOptions,
-    /// Kubelet pod-resources source.
-    pub kubernetes: KubernetesSettings,
-    /// HPC job files.
-    pub hpc: HpcSettings,
     /// Cost model; absent = no cost gauges.
     pub cost: Option<CostSettings>,
-    /// CUDA probes.
-    pub probes: ProbesSettings,
-    /// GPU health verdict.
-    pub health: HealthSettings,
-    /// Kernel log: the kmsg crate's own options (`path`, `state_directory`, `boot_id_path`).
-    pub kmsg: dgx_pixels_kmsg::KmsgOptions,
-    /// Profiler trace source.
-    pub trace: dgx_pixels_trace::source::TraceOptions,
+    /// Each collector's own table (`[nvml]`, `[trace]`, ...), typed by its crate.
+    #[serde(skip)]
+    pub tables: collectors::Tables,
+}
+
+/// The daemon's own top-level keys, in the order of [`Settings`].
+const DAEMON_KEYS: &[&str] = &[
+    "node_name",
+    "web",
+    "metrics",
+    "log",
+    "simulation",
+    "path",
+    "collector",
+    "cost",
+];
+
+/// Every accepted top-level key: the daemon's, then each collector's table in registry order.
+fn known_keys() -> &'static [&'static str] {
+    static KNOWN: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    KNOWN.get_or_init(|| {
+        DAEMON_KEYS
+            .iter()
+            .copied()
+            .chain(
+                COLLECTORS
+                    .iter()
+                    .filter(|c| c.table.is_some())
+                    .map(|c| c.name),
+            )
+            .collect()
+    })
+}
+
+/// serde's own words for an unknown key, so every layer says it alike.
+fn unknown_key(key: &str) -> String {
+    <serde::de::value::Error as serde::de::Error>::unknown_field(key, known_keys()).to_string()
+}
+
+impl Settings {
+    /// Reads a config file's text strictly: the daemon's tables, then each collector's table
+    /// by its descriptor; errors carry the span of the offending key.
+    pub(crate) fn from_toml(text: &str) -> Result<Settings, toml::de::Error> {
+        // Top-level keys first, so an unknown one is named at its own line.
+        struct Keys;
+        impl<'de> serde::de::Visitor<'de> for Keys {
+            type Value = ();
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a TOML document")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+                while map.next_key_seed(KnownKey)?.is_some() {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+                Ok(())
+            }
+        }
+        struct KnownKey;
+        impl<'de> serde::de::DeserializeSeed<'de> for KnownKey {
+            type Value = ();
+            fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+                let key = String::deserialize(d)?;
+                if known_keys().contains(&key.as_str()) {
+                    Ok(())
+                } else {
+                    Err(serde::de::Error::unknown_field(&key, known_keys()))
+                }
+            }
+        }
+        serde::Deserializer::deserialize_map(toml::Deserializer::new(text), Keys)?;
+        let mut settings: Settings = toml::from_str(text)?;
+        for c in COLLECTORS {
+            if let Some(table) = &c.table {
+                if let Some(options) = table.read_file(text, c.name)? {
+                    settings.tables.set(c.name, options);
+                }
+            }
+        }
+        Ok(settings)
+    }
+
+    /// Reads the layered configuration (file, environment, flags).
+    pub(crate) fn from_config(config: &config::Config) -> Result<Settings, ConfigError> {
+        let err = |e: config::ConfigError| ConfigError(format!("configuration: {e}"));
+        let top: config::Map<String, config::Value> =
+            config.clone().try_deserialize().map_err(err)?;
+        if let Some(key) = top.keys().find(|k| !known_keys().contains(&k.as_str())) {
+            return Err(ConfigError(format!("configuration: {}", unknown_key(key))));
+        }
+        let mut settings: Settings = config.clone().try_deserialize().map_err(err)?;
+        for c in COLLECTORS {
+            if let Some(table) = &c.table {
+                if let Some(options) = table.read_config(config, c.name).map_err(err)? {
+                    settings.tables.set(c.name, options);
+                }
+            }
+        }
+        Ok(settings)
+    }
 }
 
 pub use collectors::{DEFAULT_INTERVAL, DEFAULT_TIMEOUT, MIN_INTERVAL, MIN_TIMEOUT};
@@ -491,6 +436,7 @@ impl Settings {
     }
 
     /// Interval and deadline of collector `name` (its registered defaults unless configured).
+    #[cfg(test)]
     pub fn collector_timing(&self, name: &str) -> (Duration, Duration) {
         collectors::find(name).map_or((DEFAULT_INTERVAL, DEFAULT_TIMEOUT), |c| {
             let t = c.timing(self);
@@ -578,54 +524,23 @@ impl Settings {
         for (key, d) in [
             ("simulation.trace_period", self.simulation.trace_period),
             ("simulation.interval", self.simulation.interval),
-            ("nvml.slow_interval", Some(self.nvml.slow_interval)),
-            ("nvml.xid_quiet_period", Some(self.nvml.xid_quiet_period)),
         ] {
             check_max(key, d, MAX_PERIOD)?;
         }
-        for (key, d) in [
-            ("health.clear_after", self.health.clear_after),
-            ("health.idle_after", self.health.idle_after),
-        ] {
-            check_max(key, d, 30 * MAX_PERIOD)?;
+        for (_, options) in self.tables.iter() {
+            options.check_options(self)?;
         }
-        self.probes.schedule()?;
-        // A worker must be killed before the poll that waits for it overruns its own deadline
-        // (the runner would serve the probes source down for a hang the worker timeout handles).
-        let probe_deadline = self.collector_timing("probes").1;
-        let worker = self.probes.worker_timeout()?;
-        if worker >= probe_deadline {
-            return Err(ConfigError(format!(
-                "probes.worker_timeout: {} must be shorter than collector.probes.timeout ({})",
-                humantime::format_duration(worker),
-                humantime::format_duration(probe_deadline)
-            )));
-        }
-        self.health.validate()?;
-        self.trace.validate().map_err(ConfigError)?;
         // A drop is 8 traces of a few hundred kB: faster than a second is no demo, only CPU.
         check_min(
             "simulation.trace_period",
             self.simulation.trace_period,
             Duration::from_secs(1),
         )?;
-        if let Some(address) = &self.dcgm.hostengine {
-            check_hostengine(address)?;
-        }
-        if let Some(path) = &self.dcgm.field_list {
-            read_field_list(path)?;
-        }
         check_min(
             "simulation.interval",
             self.simulation.interval,
             MIN_INTERVAL,
         )?;
-        check_min(
-            "nvml.slow_interval",
-            Some(self.nvml.slow_interval),
-            MIN_INTERVAL,
-        )?;
-        check_power_sampling(&self.nvml)?;
         if let Some(n) = self
             .node_name
             .as_ref()
@@ -659,39 +574,18 @@ impl Settings {
                 self.web.max_connections
             )));
         }
-        if self.textfile.max_files == 0 || self.textfile.max_file_bytes == 0 {
-            return Err(ConfigError(
-                "textfile.max_files and textfile.max_file_bytes: must be > 0".into(),
-            ));
-        }
-        if self.textfile.max_total_bytes == 0 {
-            return Err(ConfigError("textfile.max_total_bytes: must be > 0".into()));
-        }
         if let Some(cost) = &self.cost {
             cost.validate()?;
-        }
-        let k = &self.kubernetes;
-        if k.max_response_bytes == 0 || usize::try_from(k.max_response_bytes).is_err() {
-            return Err(ConfigError(
-                "kubernetes.max_response_bytes: must be > 0 and fit in memory".into(),
-            ));
-        }
-        if k.resource_names.is_empty() || k.resource_names.iter().any(|r| r.trim().is_empty()) {
-            return Err(ConfigError(
-                "kubernetes.resource_names: must list at least one non-empty resource name".into(),
-            ));
         }
         Ok(())
     }
 }
 
 mod files;
-mod health;
 mod sources;
 
 pub use files::read_field_list;
-use files::{check_hostengine, check_max, check_min, check_power_sampling};
-pub use health::HealthSettings;
+use files::{check_max, check_min};
 pub use sources::{environment, resolve};
 
 #[cfg(test)]

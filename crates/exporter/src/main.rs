@@ -279,12 +279,10 @@ fn simulated_node(
     }
     // The dcgm collector selects the simulated profiling families.
     let profiling = collectors::dcgm::COLLECTOR.enabled(settings, true);
-    let xid_quiet = settings.nvml.xid_quiet_period;
+    let nvml = collectors::nvml::options(settings);
+    let xid_quiet = nvml.xid_quiet_period;
     // The simulated node samples its model's power as the NVML source samples a GPU's.
-    let power = (
-        settings.nvml.power_sample_interval,
-        settings.nvml.power_window,
-    );
+    let power = (nvml.power_sample_interval, nvml.power_window);
     let sim = dgx_pixels_sim_source::SimSource::new(Node::new(scenario.clone()))
         .with_profiling(profiling)
         .with_xid_quiet_period(xid_quiet)
@@ -307,9 +305,18 @@ fn simulated_node(
 /// `--collector.dcgm` and `--collector.probes` select its simulated profiling and probes).
 fn simulation_ignores(settings: &Settings) -> Vec<&'static str> {
     [
-        ("--dcgm.library", settings.dcgm.library.is_some()),
-        ("--dcgm.hostengine", settings.dcgm.hostengine.is_some()),
-        ("--nvml.library", settings.nvml.library.is_some()),
+        (
+            "--dcgm.library",
+            collectors::dcgm::options(settings).library.is_some(),
+        ),
+        (
+            "--dcgm.hostengine",
+            collectors::dcgm::options(settings).hostengine.is_some(),
+        ),
+        (
+            "--nvml.library",
+            collectors::nvml::options(settings).library.is_some(),
+        ),
     ]
     .into_iter()
     .filter_map(|(flag, set)| set.then_some(flag))

@@ -19,11 +19,11 @@ use crate::config::{self, ConfigError, Settings};
 /// The DCGM fields to watch, after ownership: with `device_metrics` off, device fields with a
 /// catalog row are left to NVML (named in the returned notes, logged at start).
 pub fn dcgm_fields(settings: &Settings) -> Result<(Vec<FieldChoice>, Vec<String>), ConfigError> {
-    let device_metrics = settings
-        .dcgm
+    let dcgm = crate::collectors::dcgm::options(settings);
+    let device_metrics = dcgm
         .device_metrics
         .unwrap_or(!crate::collectors::nvml::COLLECTOR.enabled(settings, false));
-    let (mut fields, mut notes) = match &settings.dcgm.field_list {
+    let (mut fields, mut notes) = match &dcgm.field_list {
         Some(path) => {
             let list = config::read_field_list(path)?;
             (list.fields, list.skipped)

@@ -238,7 +238,13 @@ mod tests {
         assert_ne!(c("nvml").fingerprint(&old), c("nvml").fingerprint(&faster));
         assert_eq!(c("dcgm").fingerprint(&old), c("dcgm").fingerprint(&faster));
         let mut probes = old.clone();
-        probes.probes.duty_cycle = Some(0.01);
+        probes.tables.set(
+            "probes",
+            Box::new(dgx_pixels_probes::settings::ProbesSettings {
+                duty_cycle: Some(0.01),
+                ..Default::default()
+            }),
+        );
         assert_ne!(
             c("probes").fingerprint(&old),
             c("probes").fingerprint(&probes)

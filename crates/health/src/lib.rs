@@ -32,6 +32,8 @@
 #![deny(missing_docs)]
 
 mod facts;
+mod settings;
+pub use settings::HealthSettings;
 pub mod idle;
 pub mod rules;
 mod tracker;

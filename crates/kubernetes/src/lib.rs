@@ -19,6 +19,8 @@
 #![deny(missing_docs)]
 
 pub mod hpc;
+mod settings;
+pub use settings::{HpcSettings, KubernetesSettings};
 pub mod pods;
 
 #[cfg(feature = "fake")]

@@ -47,6 +47,7 @@ mod fields;
 mod gpm;
 pub mod peers;
 mod power;
+mod settings;
 mod stuck;
 mod xid;
 
@@ -91,7 +92,7 @@ pub struct NvmlOptions {
     pub gpu_deadline: Duration,
     /// `slow_interval`: how often slow readings (PCIe throughput, NVLink links, violation
     /// times, ECC mode, retired pages, MIG layout) are re-read; default 5 s.
-    #[serde(deserialize_with = "de_duration")]
+    #[serde(deserialize_with = "dgx_pixels_settings::duration")]
     pub slow_interval: Duration,
     /// `processes_per_gpu`: at most this many processes per GPU get a
     /// `process_memory_used_bytes` series (largest memory first); default 10.
@@ -99,7 +100,7 @@ pub struct NvmlOptions {
     pub max_processes_per_gpu: usize,
     /// `xid_quiet_period`: XIDs of one code on one GPU less than this apart are one incident
     /// (`dgx_pixels_gpu_xid_incidents_total`); default 3 min.
-    #[serde(deserialize_with = "de_duration")]
+    #[serde(deserialize_with = "dgx_pixels_settings::duration")]
     pub xid_quiet_period: Duration,
     /// Where procfs is mounted, to map processes to containers (not a key: the daemon's
     /// `[path] procfs`).
@@ -111,11 +112,11 @@ pub struct NvmlOptions {
     pub profiling: bool,
     /// `power_sample_interval`: how often each GPU's power is sampled between polls
     /// (docs/power.md); `0s` turns fast power sampling off; default 100 ms (10 Hz).
-    #[serde(deserialize_with = "de_duration")]
+    #[serde(deserialize_with = "dgx_pixels_settings::duration")]
     pub power_sample_interval: Duration,
     /// `power_window`: the peak and minimum of the power samples cover this much recent time;
     /// default 30 s.
-    #[serde(deserialize_with = "de_duration")]
+    #[serde(deserialize_with = "dgx_pixels_settings::duration")]
     pub power_window: Duration,
 }
 
@@ -123,16 +124,6 @@ pub struct NvmlOptions {
 pub const DEFAULT_POWER_SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
 /// Default [`NvmlOptions::power_window`].
 pub const DEFAULT_POWER_WINDOW: Duration = Duration::from_secs(30);
-
-/// A duration in humantime syntax ("500ms", "5s", "2m").
-fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    let s = <String as serde::Deserialize>::deserialize(d)?;
-    humantime::parse_duration(s.trim()).map_err(|e| {
-        serde::de::Error::custom(format!(
-            "invalid duration {s:?} ({e}); use e.g. 500ms, 1s, 2m"
-        ))
-    })
-}
 
 impl Default for NvmlOptions {
     fn default() -> NvmlOptions {

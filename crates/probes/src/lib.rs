@@ -54,6 +54,7 @@ pub mod peaks;
 pub mod probe;
 pub mod results;
 pub mod scheduler;
+pub mod settings;
 pub mod stats;
 pub mod worker;
 

@@ -115,6 +115,21 @@ impl Default for TextfileOptions {
 }
 
 impl TextfileOptions {
+    /// Refuses bounds of 0 (they would skip every file).
+    pub fn validate(&self) -> Result<(), dgx_pixels_settings::SettingError> {
+        use dgx_pixels_settings::SettingError;
+        if self.max_files == 0 || self.max_file_bytes == 0 {
+            return Err(SettingError::new(
+                "textfile.max_files and textfile.max_file_bytes",
+                "must be > 0",
+            ));
+        }
+        if self.max_total_bytes == 0 {
+            return Err(SettingError::new("textfile.max_total_bytes", "must be > 0"));
+        }
+        Ok(())
+    }
+
     /// The source over [`TextfileOptions::directory`], or `None` when it is unset, refusing
     /// the label and family names another source serves ([`Limits::reserved_labels`],
     /// [`Limits::reserved_families`]).

@@ -6,10 +6,54 @@
 //! simulated node serves them; `plan()` asks this descriptor whether it runs).
 
 use dgx_pixels_dcgm::fields::FieldChoice;
-use dgx_pixels_dcgm::{DcgmOptions, DcgmSource};
+use dgx_pixels_dcgm::{DcgmOptions, DcgmSettings, DcgmSource};
 
-use super::{BuildContext, Built, Collector, RestartKey, DEFAULT_INTERVAL, DEFAULT_TIMEOUT};
-use crate::config::Settings;
+use super::{
+    BuildContext, Built, Collector, Flag, FlagDefault, FlagKind, RestartKey, Table, TableOptions,
+    DEFAULT_INTERVAL, DEFAULT_TIMEOUT,
+};
+use crate::config::{ConfigError, Settings};
+
+/// `[dcgm]`.
+pub type Options = DcgmSettings;
+
+impl TableOptions for DcgmSettings {
+    fn check(&self, _: &Settings) -> Result<(), ConfigError> {
+        self.validate()?;
+        if let Some(path) = &self.field_list {
+            crate::config::read_field_list(path)?;
+        }
+        Ok(())
+    }
+}
+
+/// The dcgm collector's table in `settings`.
+pub fn options(settings: &Settings) -> &DcgmSettings {
+    settings.options(&COLLECTOR)
+}
+
+const FLAGS: &[Flag] = &[
+    Flag {
+        name: "dcgm.library",
+        key: "dcgm.library",
+        value_name: "PATH",
+        help: "Path of libdcgm",
+        default: FlagDefault::Says(|| {
+            "libdcgm.so.4, then libdcgm.so.3, from the loader's search path".into()
+        }),
+        kind: FlagKind::Path,
+        order: 110,
+    },
+    Flag {
+        name: "dcgm.hostengine",
+        key: "dcgm.hostengine",
+        value_name: "HOST:PORT|/path/to.sock",
+        help: "Remote DCGM host engine (nv-hostengine), HOST:PORT or a unix socket path",
+        default: FlagDefault::Says(|| "start an embedded host engine".into()),
+        kind: FlagKind::Text,
+        order: 111,
+    },
+];
 
 /// The descriptor.
 pub const COLLECTOR: Collector = Collector {
@@ -22,8 +66,10 @@ pub const COLLECTOR: Collector = Collector {
     // It is the owner: the others drop what it provides.
     yields_owned_series: false,
     derived: false,
+    table: Some(Table::of::<Options>()),
+    flags: FLAGS,
     build,
-    restart_key,
+    shared_inputs,
 };
 
 fn build(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
@@ -32,8 +78,8 @@ fn build(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
         return Ok(None);
     }
     Ok(Some(Box::new(DcgmSource::new(DcgmOptions {
-        library: ctx.settings.dcgm.library.clone(),
-        hostengine: ctx.settings.dcgm.hostengine.clone(),
+        library: options(ctx.settings).library.clone(),
+        hostengine: options(ctx.settings).hostengine.clone(),
         update_interval: ctx.timing.interval,
         fields: ctx.dcgm_fields.to_vec(),
     }))))
@@ -51,7 +97,7 @@ pub fn watched_fields(s: &Settings) -> Option<Vec<FieldChoice>> {
         .map(|(fields, _)| fields)
 }
 
-/// `[dcgm]` and the fields it watches.
-fn restart_key(s: &Settings) -> RestartKey {
-    Box::new((s.dcgm.clone(), watched_fields(s)))
+/// The fields it watches (which also depend on whether NVML runs).
+fn shared_inputs(s: &Settings) -> RestartKey {
+    Box::new(watched_fields(s))
 }

@@ -15,8 +15,22 @@ use dgx_pixels_metrics::source::{PollError, PollErrorKind};
 use dgx_pixels_metrics::{Metric, PollOutput, Sample, Source};
 
 use super::probes::StoreSlot;
-use super::{BuildContext, Built, Collector, RestartKey, DEFAULT_INTERVAL, DEFAULT_TIMEOUT};
-use crate::config::Settings;
+use super::{
+    no_shared_inputs as shared_inputs, BuildContext, Built, Collector, Flag, Table, TableOptions,
+    DEFAULT_INTERVAL, DEFAULT_TIMEOUT,
+};
+use crate::config::{ConfigError, Settings};
+
+/// `[health]`.
+pub type Options = dgx_pixels_health::HealthSettings;
+
+impl TableOptions for dgx_pixels_health::HealthSettings {
+    fn check(&self, _: &Settings) -> Result<(), ConfigError> {
+        Ok(self.validate()?)
+    }
+}
+
+const FLAGS: &[Flag] = &[];
 
 /// The descriptor.
 pub const COLLECTOR: Collector = Collector {
@@ -29,24 +43,19 @@ pub const COLLECTOR: Collector = Collector {
     yields_owned_series: false,
     // It judges what the others read: alone it has nothing to say.
     derived: true,
+    table: Some(Table::of::<Options>()),
+    flags: FLAGS,
     build,
-    restart_key,
+    shared_inputs,
 };
 
 fn build(ctx: &BuildContext<'_>) -> Result<Built> {
+    let options: &Options = ctx.settings.options(&COLLECTOR);
     Ok(Some(Box::new(HealthSource {
         store: Arc::clone(ctx.store_slot),
-        tracker: HealthTracker::new(ctx.settings.health.clear_after()),
-        idle: IdleTracker::new(
-            ctx.settings.health.idle_utilization(),
-            ctx.settings.health.idle_after(),
-        ),
+        tracker: HealthTracker::new(options.clear_after()),
+        idle: IdleTracker::new(options.idle_utilization(), options.idle_after()),
     })))
-}
-
-/// `[health]`.
-fn restart_key(s: &Settings) -> RestartKey {
-    Box::new(s.health.clone())
 }
 
 /// Reads the current generation's served samples of every other source and judges each GPU.

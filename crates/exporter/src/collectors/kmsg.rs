@@ -20,8 +20,46 @@ use dgx_pixels_kmsg::{GpuDirectory, KmsgSource, KnownGpu, Progresses};
 use dgx_pixels_metrics::Metric;
 
 use super::probes::StoreSlot;
-use super::{BuildContext, Built, Collector, RestartKey, DEFAULT_INTERVAL, DEFAULT_TIMEOUT};
-use crate::config::Settings;
+use super::{
+    no_shared_inputs as shared_inputs, BuildContext, Built, Collector, Flag, FlagDefault, FlagKind,
+    Table, TableOptions, DEFAULT_INTERVAL, DEFAULT_TIMEOUT,
+};
+use crate::config::{ConfigError, Settings};
+
+/// `[kmsg]`: the kmsg crate's own options (`path`, `state_directory`, `boot_id_path`).
+pub type Options = dgx_pixels_kmsg::KmsgOptions;
+
+impl TableOptions for dgx_pixels_kmsg::KmsgOptions {
+    fn check(&self, _: &Settings) -> Result<(), ConfigError> {
+        Ok(())
+    }
+}
+
+const FLAGS: &[Flag] = &[
+    Flag {
+        name: "kmsg.path",
+        key: "kmsg.path",
+        value_name: "PATH",
+        help: "The kernel log read by the kmsg collector (--collector.kmsg): /dev/kmsg, or a file or FIFO of lines in its format",
+        default: FlagDefault::Says(|| Options::default().path.display().to_string()),
+        kind: FlagKind::Path,
+        order: 180,
+    },
+    Flag {
+        name: "kmsg.state-directory",
+        key: "kmsg.state_directory",
+        value_name: "DIR",
+        help: "Where the kmsg collector keeps its state file (the last kernel-log record counted per boot), so a restart counts nothing twice",
+        default: FlagDefault::Says(|| {
+            Options::default()
+                .state_directory
+                .map(|d| d.display().to_string())
+                .unwrap_or_default()
+        }),
+        kind: FlagKind::Path,
+        order: 181,
+    },
+];
 
 /// The descriptor.
 pub const COLLECTOR: Collector = Collector {
@@ -33,8 +71,10 @@ pub const COLLECTOR: Collector = Collector {
     help: "GPU XIDs, NVSwitch SXids and lost GPUs from the kernel log (--kmsg.path, default /dev/kmsg; needs CAP_SYSLOG where kernel.dmesg_restrict=1, see docs/kmsg.md)",
     yields_owned_series: false,
     derived: false,
+    table: Some(Table::of::<Options>()),
+    flags: FLAGS,
     build,
-    restart_key,
+    shared_inputs,
 };
 
 fn build(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
@@ -42,16 +82,11 @@ fn build(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
     // switch the path away and back.
     let progress = ctx.kept::<Mutex<Progresses>>(COLLECTOR.name);
     Ok(Some(Box::new(KmsgSource::new(
-        ctx.settings.kmsg.clone(),
+        ctx.settings.options::<Options>(&COLLECTOR).clone(),
         Arc::clone(ctx.xid_ledger),
         Box::new(StoreGpus(Arc::clone(ctx.store_slot))),
         progress,
     ))))
-}
-
-/// `[kmsg]`.
-fn restart_key(s: &Settings) -> RestartKey {
-    Box::new(s.kmsg.clone())
 }
 
 /// GPUs by PCI address from the latest `dgx_pixels_gpu_info` of every source that is up.

@@ -7,10 +7,53 @@
 
 use std::time::Duration;
 
-use dgx_pixels_kubernetes::{PodResourcesOptions, PodResourcesSource};
+use dgx_pixels_kubernetes::{KubernetesSettings, PodResourcesOptions, PodResourcesSource};
 
-use super::{BuildContext, Built, Collector, RestartKey, DEFAULT_TIMEOUT};
-use crate::config::Settings;
+use super::{
+    no_shared_inputs as shared_inputs, BuildContext, Built, Collector, Flag, FlagDefault, FlagKind,
+    Table, TableOptions, DEFAULT_TIMEOUT,
+};
+use crate::config::{ConfigError, Settings};
+
+/// `[kubernetes]`.
+pub type Options = KubernetesSettings;
+
+impl TableOptions for KubernetesSettings {
+    fn check(&self, _: &Settings) -> Result<(), ConfigError> {
+        Ok(self.validate()?)
+    }
+}
+
+/// The kubernetes collector's table in `settings`.
+pub fn options(settings: &Settings) -> &KubernetesSettings {
+    settings.options(&COLLECTOR)
+}
+
+const FLAGS: &[Flag] = &[
+    Flag {
+        name: "kubernetes.pod-resources-socket",
+        key: "kubernetes.pod_resources_socket",
+        value_name: "PATH",
+        help: "The kubelet's pod-resources socket, read by the kubernetes collector",
+        default: FlagDefault::Says(|| {
+            KubernetesSettings::default()
+                .pod_resources_socket
+                .display()
+                .to_string()
+        }),
+        kind: FlagKind::Path,
+        order: 160,
+    },
+    Flag {
+        name: "kubernetes.max-response-bytes",
+        key: "kubernetes.max_response_bytes",
+        value_name: "BYTES",
+        help: "Largest pod-resources List response accepted, in bytes",
+        default: FlagDefault::Says(|| KubernetesSettings::default().max_response_bytes.to_string()),
+        kind: FlagKind::Count,
+        order: 161,
+    },
+];
 
 /// The descriptor.
 pub const COLLECTOR: Collector = Collector {
@@ -23,12 +66,14 @@ pub const COLLECTOR: Collector = Collector {
     help: "pod, namespace and container labels on GPU series from the kubelet pod-resources API (--kubernetes.pod-resources-socket)",
     yields_owned_series: false,
     derived: false,
+    table: Some(Table::of::<Options>()),
+    flags: FLAGS,
     build,
-    restart_key,
+    shared_inputs,
 };
 
 fn build(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
-    let k = &ctx.settings.kubernetes;
+    let k = options(ctx.settings);
     let options = PodResourcesOptions {
         socket: k.pod_resources_socket.clone(),
         // Checked by config validation to fit.
@@ -38,9 +83,4 @@ fn build(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
         call_timeout: ctx.timing.timeout.mul_f64(0.8),
     };
     Ok(Some(Box::new(PodResourcesSource::new(options))))
-}
-
-/// `[kubernetes]`.
-fn restart_key(s: &Settings) -> RestartKey {
-    Box::new(s.kubernetes.clone())
 }

@@ -2,12 +2,14 @@
 //!
 //! Each collector is one file in this folder holding one [`Collector`] descriptor: its name,
 //! whether it is on by default (on hardware and on a simulated node), its default timing, its
-//! `--help` line, how it is built from the settings, and which settings restart it on reload.
-//! [`COLLECTORS`] lists them; everything per collector is generated from that list:
-//! `--collector.NAME`, `--no-collector.NAME`, `--collector.NAME.interval` and
-//! `--collector.NAME.timeout` (with the real defaults in `--help`), the `[collector.NAME]`
-//! tables and `DGX_PIXELS_COLLECTOR__NAME__*` variables, the plan of sources, and the reload
-//! decision. Nothing outside this folder matches on a collector's name.
+//! `--help` line, its settings table (a type of its own crate) and flags, how it is built from
+//! the settings, and which of the daemon's settings it shares. [`COLLECTORS`] lists them;
+//! everything per collector is generated from that list: `--collector.NAME`,
+//! `--no-collector.NAME`, `--collector.NAME.interval` and `--collector.NAME.timeout` (with the
+//! real defaults in `--help`), its own flags, the `[NAME]` and `[collector.NAME]` tables and
+//! their `DGX_PIXELS_NAME__*` variables, the plan of sources, and the reload decision (its
+//! table, timing and shared inputs compared, see [`Collector::fingerprint`]). Nothing outside
+//! this folder matches on a collector's name or names its keys.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -21,6 +23,7 @@ use dgx_pixels_sim::Scenario;
 
 use crate::config::Settings;
 use crate::runner::Timing;
+pub use options::{Flag, FlagDefault, FlagKind, Options, Table, TableOptions, Tables};
 
 pub mod dcgm;
 pub mod health;
@@ -28,6 +31,7 @@ pub mod hpc;
 pub mod kmsg;
 pub mod kubernetes;
 pub mod nvml;
+pub mod options;
 pub mod probes;
 pub mod textfile;
 pub mod trace;
@@ -80,12 +84,21 @@ pub struct Collector {
     /// Whether it only derives series from what the other sources serve (the health verdict):
     /// with no other source it serves nothing, and does not count as one.
     pub derived: bool,
+    /// Its settings table `[NAME]`, when it has one.
+    pub table: Option<Table>,
+    /// Its own flags (besides the registry's `--collector.NAME*`).
+    pub flags: &'static [Flag],
     /// Builds its source; `None` when there is nothing to run (e.g. no directory configured,
     /// or a simulated node serves its families itself).
     pub build: fn(&BuildContext<'_>) -> Result<Built>,
-    /// The effective settings its source is built from, compared on reload: the source is
-    /// restarted when they (or its timing) change.
-    pub restart_key: fn(&Settings) -> RestartKey,
+    /// The daemon's settings (or other collectors' derived values) its source is also built
+    /// from: with its table and timing, what a reload compares to decide a restart.
+    pub shared_inputs: fn(&Settings) -> RestartKey,
+}
+
+/// [`Collector::shared_inputs`] of a collector that reads nothing but its own table.
+pub fn no_shared_inputs(_: &Settings) -> RestartKey {
+    Box::new(())
 }
 
 impl Collector {
@@ -112,9 +125,14 @@ impl Collector {
         }
     }
 
-    /// What its running source is compared by on reload.
+    /// What its running source is compared by on reload: its timing, its table and its
+    /// shared inputs.
     pub fn fingerprint(&self, settings: &Settings) -> Fingerprint {
-        Fingerprint::new(self.timing(settings), (self.restart_key)(settings))
+        let table = settings.tables.get(self.name).map(Options::clone_box);
+        Fingerprint::new(
+            self.timing(settings),
+            Box::new(OwnAndShared(table, (self.shared_inputs)(settings))),
+        )
     }
 }
 
@@ -209,6 +227,20 @@ impl<T: Any + PartialEq + Send + Sync> SettingsKey for T {
 /// A boxed [`SettingsKey`].
 pub type RestartKey = Box<dyn SettingsKey>;
 
+/// A collector's table and shared inputs, compared as one.
+struct OwnAndShared(Option<Box<dyn Options>>, RestartKey);
+
+impl PartialEq for OwnAndShared {
+    fn eq(&self, other: &OwnAndShared) -> bool {
+        let tables = match (&self.0, &other.0) {
+            (Some(a), Some(b)) => a.same_as(b.as_ref()),
+            (None, None) => true,
+            _ => false,
+        };
+        tables && self.1.same_as(other.1.as_ref())
+    }
+}
+
 /// What a running source was built from: its timing and its settings key. A reload restarts
 /// the source when the new fingerprint differs.
 pub struct Fingerprint {
@@ -250,6 +282,50 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), COLLECTORS.len());
+    }
+
+    /// Every source a catalog row names is a registered collector, or one of the two sources
+    /// built outside the registry: the simulated node and the exporter's own series.
+    #[test]
+    fn every_catalog_source_is_a_registered_collector() {
+        for def in dgx_pixels_metrics::catalog::CATALOG {
+            for source in def.sources {
+                assert!(
+                    find(source).is_some() || ["sim", "exporter"].contains(source),
+                    "{}: source {source:?} is no collector",
+                    def.name
+                );
+            }
+        }
+    }
+
+    /// Each collector flag sets a key of its own collector's table: given a value, the table
+    /// differs from its defaults, and no other collector's does.
+    #[test]
+    fn every_collector_flag_sets_its_own_table() {
+        for c in COLLECTORS {
+            for flag in c.flags {
+                let value = match flag.kind {
+                    FlagKind::Path | FlagKind::Paths => "/flag-test",
+                    FlagKind::Text => "flag-test-host:1",
+                    FlagKind::Duration => "1s",
+                    FlagKind::Count => "1024",
+                };
+                let name = format!("--{}", flag.name);
+                let cli = crate::cli::parse_from(["x", &name, value]).unwrap();
+                let set = crate::config::resolve(&cli, []).unwrap();
+                let defaults = Settings::default();
+                for (table, options) in set.tables.iter() {
+                    let default = defaults.tables.get(table).unwrap();
+                    assert_eq!(
+                        options.same_as(default),
+                        table != c.name,
+                        "{name} {value} and table [{table}]"
+                    );
+                }
+                assert!(flag.key.starts_with(&format!("{}.", c.name)), "{name}");
+            }
+        }
     }
 
     #[test]

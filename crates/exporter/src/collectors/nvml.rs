@@ -4,8 +4,62 @@ use std::collections::HashSet;
 
 use dgx_pixels_nvml::{NvmlOptions, NvmlSource, GPM_FAMILIES};
 
-use super::{BuildContext, Built, Collector, RestartKey, DEFAULT_INTERVAL, DEFAULT_TIMEOUT};
-use crate::config::Settings;
+use super::{
+    BuildContext, Built, Collector, Flag, FlagDefault, FlagKind, RestartKey, Table, TableOptions,
+    DEFAULT_INTERVAL, DEFAULT_TIMEOUT, MIN_INTERVAL,
+};
+use crate::config::{ConfigError, Settings};
+
+/// `[nvml]`: the nvml crate's own options (`library`, `slow_interval`, `processes_per_gpu`,
+/// `xid_quiet_period`, `power_sample_interval`, `power_window`).
+pub type Options = NvmlOptions;
+
+impl TableOptions for NvmlOptions {
+    fn check(&self, _: &Settings) -> Result<(), ConfigError> {
+        Ok(self.validate(MIN_INTERVAL)?)
+    }
+}
+
+/// The nvml collector's table in `settings`.
+pub fn options(settings: &Settings) -> &NvmlOptions {
+    settings.options(&COLLECTOR)
+}
+
+const FLAGS: &[Flag] = &[
+    Flag {
+        name: "nvml.library",
+        key: "nvml.library",
+        value_name: "PATH",
+        help: "Path of libnvidia-ml",
+        default: FlagDefault::Says(|| {
+            format!("{} from the loader's search path", dgx_pixels_nvml::DEFAULT_LIBRARY)
+        }),
+        kind: FlagKind::Path,
+        order: 90,
+    },
+    Flag {
+        name: "nvml.power-sample-interval",
+        key: "nvml.power_sample_interval",
+        value_name: "DURATION",
+        help: "How often each GPU's board power is sampled between polls, for the power histogram, peak and minimum (docs/power.md); 0s turns fast power sampling off",
+        default: FlagDefault::Says(|| {
+            humantime::format_duration(NvmlOptions::default().power_sample_interval).to_string()
+        }),
+        kind: FlagKind::Duration,
+        order: 91,
+    },
+    Flag {
+        name: "nvml.power-window",
+        key: "nvml.power_window",
+        value_name: "DURATION",
+        help: "How much recent time the power peak and minimum cover",
+        default: FlagDefault::Says(|| {
+            humantime::format_duration(NvmlOptions::default().power_window).to_string()
+        }),
+        kind: FlagKind::Duration,
+        order: 92,
+    },
+];
 use crate::ownership;
 
 /// The descriptor.
@@ -19,8 +73,10 @@ pub const COLLECTOR: Collector = Collector {
     help: "GPU telemetry through NVML (libnvidia-ml.so.1, loaded at run time)",
     yields_owned_series: true,
     derived: false,
+    table: Some(Table::of::<Options>()),
+    flags: FLAGS,
     build,
-    restart_key,
+    shared_inputs,
 };
 
 fn build(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
@@ -49,21 +105,15 @@ fn build(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
                 .clone()
                 .unwrap_or_else(|| NvmlOptions::default().procfs),
             profiling,
-            // `[nvml]` is the crate's own options type: library, slow_interval, processes_per_gpu,
-            // xid_quiet_period.
-            ..settings.nvml.clone()
+            ..options(settings).clone()
         })
         // XIDs from NVML and from the kernel log (kmsg collector) count once, served here.
         .with_xid_ledger(std::sync::Arc::clone(ctx.xid_ledger)),
     )))
 }
 
-/// `[nvml]`, `[path]`, and the series DCGM takes over (its samples of them are dropped, and
-/// GPM is not read when DCGM takes every profiling family).
-fn restart_key(s: &Settings) -> RestartKey {
-    Box::new((
-        s.nvml.clone(),
-        s.path.clone(),
-        super::dcgm::watched_fields(s),
-    ))
+/// `[path]`, and the series DCGM takes over (its samples of them are dropped, and GPM is not
+/// read when DCGM takes every profiling family).
+fn shared_inputs(s: &Settings) -> RestartKey {
+    Box::new((s.path.clone(), super::dcgm::watched_fields(s)))
 }

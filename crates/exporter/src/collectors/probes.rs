@@ -18,8 +18,41 @@ use dgx_pixels_probes::scheduler::{Occupancy, ProbeSource, UtilizationView};
 use dgx_pixels_probes::worker::{WorkerBackend, SUBCOMMAND as WORKER_SUBCOMMAND};
 use dgx_pixels_sim::Node;
 
-use super::{BuildContext, Built, Collector, RestartKey, DEFAULT_INTERVAL};
-use crate::config::Settings;
+use dgx_pixels_probes::settings::ProbesSettings;
+
+use super::{
+    BuildContext, Built, Collector, Flag, RestartKey, Table, TableOptions, DEFAULT_INTERVAL,
+};
+use crate::config::{ConfigError, Settings};
+
+/// `[probes]`.
+pub type Options = ProbesSettings;
+
+impl TableOptions for ProbesSettings {
+    fn check(&self, settings: &Settings) -> Result<(), ConfigError> {
+        self.schedule()?;
+        // A worker must be killed before the poll that waits for it overruns its own
+        // deadline (the runner would serve the probes source down for a hang the worker
+        // timeout handles).
+        let deadline = COLLECTOR.timing(settings).timeout;
+        let worker = self.worker_timeout()?;
+        if worker >= deadline {
+            return Err(ConfigError(format!(
+                "probes.worker_timeout: {} must be shorter than collector.probes.timeout ({})",
+                humantime::format_duration(worker),
+                humantime::format_duration(deadline)
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The probes collector's table in `settings`.
+pub fn options(settings: &Settings) -> &ProbesSettings {
+    settings.options(&COLLECTOR)
+}
+
+const FLAGS: &[Flag] = &[];
 
 /// The descriptor.
 pub const COLLECTOR: Collector = Collector {
@@ -33,14 +66,16 @@ pub const COLLECTOR: Collector = Collector {
     help: "CUDA probe workloads on idle GPUs (libcuda.so.1 and cuBLAS, loaded at run time; with --simulate, simulated and on unless turned off)",
     yields_owned_series: true,
     derived: false,
+    table: Some(Table::of::<Options>()),
+    flags: FLAGS,
     build,
-    restart_key,
+    shared_inputs,
 };
 
 fn build(ctx: &BuildContext<'_>) -> Result<Built> {
     match ctx.simulated {
         Some(sim) => Ok(Some(Box::new(dgx_pixels_sim_source::probes::source(
-            ctx.settings.probes.schedule()?,
+            options(ctx.settings).schedule()?,
             Node::new(sim.scenario.clone()),
             sim.started,
         )?))),
@@ -48,9 +83,13 @@ fn build(ctx: &BuildContext<'_>) -> Result<Built> {
     }
 }
 
-/// `[probes]`, and on a simulated node the node it probes (it restarts with it).
-fn restart_key(s: &Settings) -> RestartKey {
-    Box::new((s.probes.clone(), s.simulation.clone()))
+/// On a simulated node the node it probes (it restarts with it); on real GPUs the NVML
+/// library its workers check the GPU's other users with.
+fn shared_inputs(s: &Settings) -> RestartKey {
+    Box::new((
+        s.simulation.clone(),
+        super::nvml::options(s).library.clone(),
+    ))
 }
 
 /// The store, set once it exists (it is built after the sources are planned).
@@ -113,12 +152,12 @@ impl UtilizationView for StoreUtilization {
 /// The probes source for `settings`: each discovery and probe run is a worker process (this
 /// binary's hidden `probe-worker` subcommand), so the daemon never creates a CUDA context.
 pub fn source(settings: &Settings, store: StoreSlot) -> Result<Box<dyn Source>> {
-    let schedule = settings.probes.schedule()?;
+    let schedule = options(settings).schedule()?;
     let program = std::env::current_exe().map_err(|e| {
         anyhow::anyhow!("probes: cannot find this program to start its workers: {e}")
     })?;
     let mut args: Vec<std::ffi::OsString> = vec![WORKER_SUBCOMMAND.into()];
-    if let Some(lib) = &settings.nvml.library {
+    if let Some(lib) = &super::nvml::options(settings).library {
         args.push("--nvml-library".into());
         args.push(lib.clone().into_os_string());
     }
@@ -126,7 +165,7 @@ pub fn source(settings: &Settings, store: StoreSlot) -> Result<Box<dyn Source>> 
         program,
         args,
         schedule.sizes.clone(),
-        settings.probes.worker_timeout()?,
+        options(settings).worker_timeout()?,
     );
     let source = ProbeSource::new(backend, StoreUtilization(store), schedule)?;
     Ok(Box::new(source))

@@ -1,8 +1,32 @@
 //! The `textfile` collector: workload metrics from the `*.prom` files of a directory, on by
 //! default but running only when `--textfile.directory` is set (also with `--simulate`).
 
-use super::{BuildContext, Built, Collector, RestartKey, DEFAULT_INTERVAL, DEFAULT_TIMEOUT};
-use crate::config::Settings;
+use dgx_pixels_textfile::TextfileOptions;
+
+use super::{
+    BuildContext, Built, Collector, Flag, FlagDefault, FlagKind, RestartKey, Table, TableOptions,
+    DEFAULT_INTERVAL, DEFAULT_TIMEOUT,
+};
+use crate::config::{ConfigError, Settings};
+
+/// `[textfile]`: the textfile crate's own options.
+pub type Options = TextfileOptions;
+
+impl TableOptions for TextfileOptions {
+    fn check(&self, _: &Settings) -> Result<(), ConfigError> {
+        Ok(self.validate()?)
+    }
+}
+
+const FLAGS: &[Flag] = &[Flag {
+    name: "textfile.directory",
+    key: "textfile.directory",
+    value_name: "DIR",
+    help: "Directory of *.prom files written by workloads (node_exporter's textfile format), served beside the GPU metrics; see docs/workloads.md",
+    default: FlagDefault::None,
+    kind: FlagKind::Path,
+    order: 130,
+}];
 
 /// The descriptor.
 pub const COLLECTOR: Collector = Collector {
@@ -14,8 +38,10 @@ pub const COLLECTOR: Collector = Collector {
     help: "workload metrics from the *.prom files of --textfile.directory (runs only when it is set, also with --simulate)",
     yields_owned_series: false,
     derived: false,
+    table: Some(Table::of::<Options>()),
+    flags: FLAGS,
     build,
-    restart_key,
+    shared_inputs,
 };
 
 fn build(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
@@ -32,18 +58,14 @@ fn build(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
         .iter()
         .map(|s| s.to_string())
         .collect();
-    // `[textfile]` is the crate's own options type; no source without a directory.
+    // No source without a directory.
     Ok(settings
-        .textfile
+        .options::<TextfileOptions>(&COLLECTOR)
         .source(reserved_labels, reserved_families)
         .map(|s| Box::new(s) as Box<dyn dgx_pixels_metrics::Source>))
 }
 
-/// `[textfile]`, the node label it reserves, and the scenario whose families it may not serve.
-fn restart_key(s: &Settings) -> RestartKey {
-    Box::new((
-        s.textfile.clone(),
-        s.node_name.clone(),
-        s.simulation.scenario.clone(),
-    ))
+/// The node label it reserves, and the scenario whose families it may not serve.
+fn shared_inputs(s: &Settings) -> RestartKey {
+    Box::new((s.node_name.clone(), s.simulation.scenario.clone()))
 }

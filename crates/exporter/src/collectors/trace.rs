@@ -24,8 +24,30 @@ use dgx_pixels_trace::source::{
 };
 use dgx_pixels_worker::{Limits, Request, WorkerError};
 
-use super::{BuildContext, Built, Collector, RestartKey, DEFAULT_TIMEOUT};
-use crate::config::Settings;
+use super::{
+    BuildContext, Built, Collector, Flag, FlagDefault, FlagKind, RestartKey, Table, TableOptions,
+    DEFAULT_TIMEOUT,
+};
+use crate::config::{ConfigError, Settings};
+
+/// `[trace]`: the trace source's own options.
+pub type Options = TraceOptions;
+
+impl TableOptions for TraceOptions {
+    fn check(&self, _: &Settings) -> Result<(), ConfigError> {
+        self.validate().map_err(ConfigError)
+    }
+}
+
+const FLAGS: &[Flag] = &[Flag {
+    name: "trace.directory",
+    key: "trace.directory",
+    value_name: "DIR",
+    help: "Directory where jobs drop PyTorch profiler traces, analysed by the trace collector (--collector.trace); repeatable, a component may be a glob (quote it), e.g. '/data/profile_traces/iteration_*'. See docs/traces.md",
+    default: FlagDefault::None,
+    kind: FlagKind::Paths,
+    order: 140,
+}];
 
 /// The descriptor.
 pub const COLLECTOR: Collector = Collector {
@@ -38,12 +60,14 @@ pub const COLLECTOR: Collector = Collector {
     help: "training efficiency from the PyTorch profiler traces in --trace.directory, analysed in the background at low priority ([trace]); off unless enabled; on a simulated node, over the traces of its simulated job",
     yields_owned_series: false,
     derived: false,
+    table: Some(Table::of::<Options>()),
+    flags: FLAGS,
     build,
-    restart_key,
+    shared_inputs,
 };
 
 fn build(ctx: &BuildContext<'_>) -> Result<Built> {
-    let mut options = ctx.settings.trace.clone();
+    let mut options = ctx.settings.options::<TraceOptions>(&COLLECTOR).clone();
     let simulated = match ctx.simulated {
         Some(node) if ctx.settings.simulation.traces != Some(false) => {
             start_simulated(ctx.settings, &node.scenario)?
@@ -236,10 +260,9 @@ fn worker_failure(e: &WorkerError) -> AnalysisFailure {
     AnalysisFailure::new(outcome, format!("analysis worker: {e}"))
 }
 
-/// `[trace]`, and on a simulated node `[simulation]`'s trace keys.
-fn restart_key(s: &Settings) -> RestartKey {
+/// On a simulated node, `[simulation]`'s trace keys.
+fn shared_inputs(s: &Settings) -> RestartKey {
     Box::new((
-        s.trace.clone(),
         s.simulation.traces,
         s.simulation.trace_directory.clone(),
         s.simulation.trace_period,

@@ -8,72 +8,12 @@ use super::{ConfigError, Settings};
 
 /// Refuses a duration under `min` (e.g. an interval of 1ns, which would keep a core busy).
 pub(super) fn check_min(key: &str, d: Option<Duration>, min: Duration) -> Result<(), ConfigError> {
-    match d {
-        Some(d) if d < min => Err(ConfigError(format!(
-            "{key}: {} is below the minimum of {}",
-            humantime::format_duration(d),
-            humantime::format_duration(min)
-        ))),
-        _ => Ok(()),
-    }
+    Ok(dgx_pixels_settings::check_min(key, d, min)?)
 }
 
 /// Refuses a duration over `max` (a longer one would overflow the clock when added to it).
 pub(super) fn check_max(key: &str, d: Option<Duration>, max: Duration) -> Result<(), ConfigError> {
-    match d {
-        Some(d) if d > max => Err(ConfigError(format!(
-            "{key}: {} is over the maximum of {}",
-            humantime::format_duration(d),
-            humantime::format_duration(max)
-        ))),
-        _ => Ok(()),
-    }
-}
-
-/// Checks `nvml.power_sample_interval` (0 for off, else 10 ms to 1 s: faster costs CPU for
-/// nothing NVML refreshes, slower is what the 1 s average already gives) and
-/// `nvml.power_window` (1 s to 10 min, which bounds the samples kept per GPU).
-pub(super) fn check_power_sampling(nvml: &dgx_pixels_nvml::NvmlOptions) -> Result<(), ConfigError> {
-    let (interval, window) = (nvml.power_sample_interval, nvml.power_window);
-    let fmt = |d: Duration| humantime::format_duration(d).to_string();
-    if !interval.is_zero()
-        && !(Duration::from_millis(10)..=Duration::from_secs(1)).contains(&interval)
-    {
-        return Err(ConfigError(format!(
-            "nvml.power_sample_interval: {} is outside 10ms to 1s (0s turns fast power sampling off)",
-            fmt(interval)
-        )));
-    }
-    if !(Duration::from_secs(1)..=Duration::from_secs(600)).contains(&window) {
-        return Err(ConfigError(format!(
-            "nvml.power_window: {} is outside 1s to 10m",
-            fmt(window)
-        )));
-    }
-    Ok(())
-}
-
-/// Checks `dcgm.hostengine`: a unix socket path, or HOST[:PORT].
-pub(super) fn check_hostengine(address: &str) -> Result<(), ConfigError> {
-    let bad = |why: &str| {
-        ConfigError(format!(
-            "dcgm.hostengine: {address:?} {why}; expected HOST:PORT or a unix socket path"
-        ))
-    };
-    if address.starts_with('/') {
-        return Ok(());
-    }
-    let (host, port) = match address.rsplit_once(':') {
-        Some((h, p)) => (h, Some(p)),
-        None => (address, None),
-    };
-    if host.is_empty() || host.contains(char::is_whitespace) {
-        return Err(bad("has no host"));
-    }
-    if port.is_some_and(|p| p.parse::<u16>().map_or(true, |p| p == 0)) {
-        return Err(bad("has an invalid port"));
-    }
-    Ok(())
+    Ok(dgx_pixels_settings::check_max(key, d, max)?)
 }
 
 /// Reads and parses `dcgm.field_list`.
@@ -128,7 +68,7 @@ pub(super) fn read_text(path: &Path) -> Result<String, String> {
 pub(super) fn check_file(path: &Path) -> Result<String, ConfigError> {
     let text = read_text(path)
         .map_err(|e| ConfigError(format!("config file {}: cannot read: {e}", path.display())))?;
-    match toml::from_str::<Settings>(&text) {
+    match Settings::from_toml(&text) {
         Ok(s) => s
             .validate()
             .map(|()| text)

@@ -31,17 +31,8 @@ pub fn resolve(
             .separator("__")
             .source(Some(env)),
     );
-    let overrides: [(&str, Option<config::Value>); 23] = [
-        (
-            "dcgm.library",
-            cli.dcgm_library
-                .as_ref()
-                .map(|p| p.display().to_string().into()),
-        ),
-        (
-            "dcgm.hostengine",
-            cli.dcgm_hostengine.clone().map(Into::into),
-        ),
+    // The daemon's own flags; each collector's come from its descriptor (below).
+    let overrides: [(&str, Option<config::Value>); 11] = [
         (
             "web.listen_address",
             cli.listen_address.clone().map(Into::into),
@@ -82,22 +73,6 @@ pub fn resolve(
                 .as_ref()
                 .map(|p| p.display().to_string().into()),
         ),
-        (
-            "nvml.library",
-            cli.nvml_library
-                .as_ref()
-                .map(|p| p.display().to_string().into()),
-        ),
-        (
-            "nvml.power_sample_interval",
-            cli.nvml_power_sample_interval
-                .map(|d| humantime::format_duration(d).to_string().into()),
-        ),
-        (
-            "nvml.power_window",
-            cli.nvml_power_window
-                .map(|d| humantime::format_duration(d).to_string().into()),
-        ),
         ("node_name", cli.node_name.clone().map(Into::into)),
         (
             "web.config_file",
@@ -111,55 +86,14 @@ pub fn resolve(
                 .as_ref()
                 .map(|p| p.display().to_string().into()),
         ),
-        (
-            "textfile.directory",
-            cli.textfile_directory
-                .as_ref()
-                .map(|p| p.display().to_string().into()),
-        ),
-        (
-            "trace.directory",
-            (!cli.trace_directories.is_empty()).then(|| {
-                cli.trace_directories
-                    .iter()
-                    .map(|p| p.display().to_string())
-                    .collect::<Vec<_>>()
-                    .into()
-            }),
-        ),
-        (
-            "kubernetes.pod_resources_socket",
-            cli.kubernetes_socket
-                .as_ref()
-                .map(|p| p.display().to_string().into()),
-        ),
-        (
-            "kubernetes.max_response_bytes",
-            cli.kubernetes_max_response_bytes.map(Into::into),
-        ),
-        (
-            "kmsg.path",
-            cli.kmsg_path
-                .as_ref()
-                .map(|p| p.display().to_string().into()),
-        ),
-        (
-            "kmsg.state_directory",
-            cli.kmsg_state_directory
-                .as_ref()
-                .map(|p| p.display().to_string().into()),
-        ),
-        (
-            "hpc.job_mapping_dir",
-            cli.hpc_job_mapping_dir
-                .as_ref()
-                .map(|p| p.display().to_string().into()),
-        ),
     ];
     for (key, value) in overrides {
         if let Some(v) = value {
             b = b.set_override(key, v).map_err(err)?;
         }
+    }
+    for (key, value) in &cli.collector_options {
+        b = b.set_override(*key, value.clone()).map_err(err)?;
     }
     for c in &cli.collectors {
         let key = |k: &str| format!("collector.{}.{k}", c.name);
@@ -177,10 +111,10 @@ pub fn resolve(
                 .map_err(err)?;
         }
     }
-    let settings: Settings = b
+    let config = b
         .build()
-        .and_then(|c| c.try_deserialize())
         .map_err(|e| ConfigError(format!("configuration: {e}")))?;
+    let settings = Settings::from_config(&config)?;
     settings.validate()?;
     Ok(settings)
 }

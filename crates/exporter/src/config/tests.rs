@@ -4,6 +4,49 @@ use crate::cli::parse_from;
 use std::io::Write;
 use std::path::Path;
 
+/// Each collector's table, typed, as the descriptors read them.
+trait Tables {
+    fn probes(&self) -> &dgx_pixels_probes::settings::ProbesSettings;
+    fn kubernetes(&self) -> &dgx_pixels_kubernetes::KubernetesSettings;
+    fn hpc(&self) -> &dgx_pixels_kubernetes::HpcSettings;
+    fn textfile(&self) -> &dgx_pixels_textfile::TextfileOptions;
+    fn health(&self) -> &dgx_pixels_health::HealthSettings;
+    fn nvml(&self) -> &dgx_pixels_nvml::NvmlOptions;
+    fn dcgm(&self) -> &dgx_pixels_dcgm::DcgmSettings;
+    fn kmsg(&self) -> &dgx_pixels_kmsg::KmsgOptions;
+    fn trace(&self) -> &dgx_pixels_trace::source::TraceOptions;
+}
+
+impl Tables for Settings {
+    fn probes(&self) -> &dgx_pixels_probes::settings::ProbesSettings {
+        self.options(&crate::collectors::probes::COLLECTOR)
+    }
+    fn kubernetes(&self) -> &dgx_pixels_kubernetes::KubernetesSettings {
+        self.options(&crate::collectors::kubernetes::COLLECTOR)
+    }
+    fn hpc(&self) -> &dgx_pixels_kubernetes::HpcSettings {
+        self.options(&crate::collectors::hpc::COLLECTOR)
+    }
+    fn textfile(&self) -> &dgx_pixels_textfile::TextfileOptions {
+        self.options(&crate::collectors::textfile::COLLECTOR)
+    }
+    fn health(&self) -> &dgx_pixels_health::HealthSettings {
+        self.options(&crate::collectors::health::COLLECTOR)
+    }
+    fn nvml(&self) -> &dgx_pixels_nvml::NvmlOptions {
+        self.options(&crate::collectors::nvml::COLLECTOR)
+    }
+    fn dcgm(&self) -> &dgx_pixels_dcgm::DcgmSettings {
+        self.options(&crate::collectors::dcgm::COLLECTOR)
+    }
+    fn kmsg(&self) -> &dgx_pixels_kmsg::KmsgOptions {
+        self.options(&crate::collectors::kmsg::COLLECTOR)
+    }
+    fn trace(&self) -> &dgx_pixels_trace::source::TraceOptions {
+        self.options(&crate::collectors::trace::COLLECTOR)
+    }
+}
+
 fn file(text: &str) -> tempfile::NamedTempFile {
     let mut f = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
     f.write_all(text.as_bytes()).unwrap();
@@ -22,7 +65,7 @@ fn probe_settings_come_from_file_and_env_and_are_checked() {
     let f = file("[probes]\nprobes = \"gemm_bf16,copy_d2d\"\nduty_cycle = 0.01\n");
     let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
     let s = resolve(&cli, env(&[("DGX_PIXELS_PROBES__BUSY_THRESHOLD", "0.2")])).unwrap();
-    let sched = s.probes.schedule().unwrap();
+    let sched = s.probes().schedule().unwrap();
     assert_eq!(sched.duty_cycle, 0.01);
     assert_eq!(sched.busy_threshold, 0.2);
     assert_eq!(sched.probes.len(), 2);
@@ -48,15 +91,18 @@ fn probe_worker_and_settle_durations_are_bounded_with_the_key_named() {
     let ok = file("[probes]\nsettle = \"30s\"\nworker_timeout = \"5s\"\n");
     let cli = parse_from(["x", "--config.file", ok.path().to_str().unwrap()]).unwrap();
     let s = resolve(&cli, []).unwrap();
-    assert_eq!(s.probes.schedule().unwrap().settle, Duration::from_secs(30));
-    assert_eq!(s.probes.worker_timeout().unwrap(), Duration::from_secs(5));
+    assert_eq!(
+        s.probes().schedule().unwrap().settle,
+        Duration::from_secs(30)
+    );
+    assert_eq!(s.probes().worker_timeout().unwrap(), Duration::from_secs(5));
     let defaults = resolve(&parse_from(["x"]).unwrap(), []).unwrap();
     assert_eq!(
-        defaults.probes.worker_timeout().unwrap(),
+        defaults.probes().worker_timeout().unwrap(),
         Duration::from_secs(20)
     );
     assert_eq!(
-        defaults.probes.schedule().unwrap().settle,
+        defaults.probes().schedule().unwrap().settle,
         Duration::from_secs(10)
     );
     for (text, key, words) in [
@@ -314,11 +360,14 @@ fn kubernetes_and_hpc_tables_parse_validate_and_yield_to_flags() {
     );
     let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
     let s = resolve(&cli, []).unwrap();
-    assert_eq!(s.kubernetes.pod_resources_socket, Path::new("/run/k.sock"));
-    assert_eq!(s.kubernetes.max_response_bytes, 32 << 20);
-    assert_eq!(s.kubernetes.resource_names[1], "example.com/gpu-*");
     assert_eq!(
-        s.hpc.job_mapping_dir.as_deref(),
+        s.kubernetes().pod_resources_socket,
+        Path::new("/run/k.sock")
+    );
+    assert_eq!(s.kubernetes().max_response_bytes, 32 << 20);
+    assert_eq!(s.kubernetes().resource_names[1], "example.com/gpu-*");
+    assert_eq!(
+        s.hpc().job_mapping_dir.as_deref(),
         Some(Path::new("/run/jobs"))
     );
     assert!(s.collector_enabled("kubernetes"));
@@ -336,17 +385,17 @@ fn kubernetes_and_hpc_tables_parse_validate_and_yield_to_flags() {
     ])
     .unwrap();
     let s = resolve(&cli, []).unwrap();
-    assert_eq!(s.kubernetes.pod_resources_socket, Path::new("/flag.sock"));
-    assert_eq!(s.kubernetes.max_response_bytes, 1024);
-    assert_eq!(s.hpc.job_mapping_dir.as_deref(), Some(Path::new("/flag")));
+    assert_eq!(s.kubernetes().pod_resources_socket, Path::new("/flag.sock"));
+    assert_eq!(s.kubernetes().max_response_bytes, 1024);
+    assert_eq!(s.hpc().job_mapping_dir.as_deref(), Some(Path::new("/flag")));
     // Defaults: off, the kubelet's standard socket, 16 MiB.
     let s = resolve(&parse_from(["x"]).unwrap(), []).unwrap();
     assert!(!s.collector_enabled("kubernetes"));
     assert_eq!(
-        s.kubernetes.pod_resources_socket,
+        s.kubernetes().pod_resources_socket,
         Path::new("/var/lib/kubelet/pod-resources/kubelet.sock")
     );
-    assert_eq!(s.kubernetes.max_response_bytes, 16 << 20);
+    assert_eq!(s.kubernetes().max_response_bytes, 16 << 20);
     for (text, want) in [
         (
             "[kubernetes]\nmax_response_bytes = 0\n",
@@ -377,7 +426,10 @@ fn cost_and_textfile_tables_parse_and_validate() {
     );
     let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
     let s = resolve(&cli, []).unwrap();
-    assert_eq!(s.textfile.directory.as_deref(), Some(Path::new("/tmp/tf")));
+    assert_eq!(
+        s.textfile().directory.as_deref(),
+        Some(Path::new("/tmp/tf"))
+    );
     let cost = s.cost.unwrap();
     assert_eq!(cost.currency, "EUR");
     assert!((cost.price_per_joule() - 1.0e-7).abs() < 1e-18);
@@ -385,7 +437,7 @@ fn cost_and_textfile_tables_parse_and_validate() {
     assert!((cost.gpu_amortization_per_second() - 0.001).abs() < 1e-12);
     let cli = parse_from(["x", "--textfile.directory", "/flag"]).unwrap();
     let s = resolve(&cli, env(&[("DGX_PIXELS_TEXTFILE__DIRECTORY", "/env")])).unwrap();
-    assert_eq!(s.textfile.directory.as_deref(), Some(Path::new("/flag")));
+    assert_eq!(s.textfile().directory.as_deref(), Some(Path::new("/flag")));
     assert!(s.cost.is_none());
     let s = resolve(
         &parse_from(["x"]).unwrap(),
@@ -431,11 +483,11 @@ fn cost_and_textfile_tables_parse_and_validate() {
 #[test]
 fn the_health_table_sets_the_quiet_period() {
     let s = resolve(&parse_from(["x"]).unwrap(), []).unwrap();
-    assert_eq!(s.health.clear_after(), Duration::from_secs(300));
+    assert_eq!(s.health().clear_after(), Duration::from_secs(300));
     let f = file("[health]\nclear_after = \"90s\"\n");
     let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
     assert_eq!(
-        resolve(&cli, []).unwrap().health.clear_after(),
+        resolve(&cli, []).unwrap().health().clear_after(),
         Duration::from_secs(90)
     );
 }
@@ -446,19 +498,19 @@ fn the_nvml_table_is_the_nvml_crates_own_options() {
     let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
     let s = resolve(&cli, env(&[("DGX_PIXELS_NVML__PROCESSES_PER_GPU", "4")])).unwrap();
     assert_eq!(
-        s.nvml.library,
+        s.nvml().library,
         Some(PathBuf::from("/opt/libnvidia-ml.so.1"))
     );
-    assert_eq!(s.nvml.slow_interval, Duration::from_secs(2));
-    assert_eq!(s.nvml.xid_quiet_period, Duration::from_secs(600));
-    assert_eq!(s.nvml.max_processes_per_gpu, 4, "env beats file");
+    assert_eq!(s.nvml().slow_interval, Duration::from_secs(2));
+    assert_eq!(s.nvml().xid_quiet_period, Duration::from_secs(600));
+    assert_eq!(s.nvml().max_processes_per_gpu, 4, "env beats file");
     let d = dgx_pixels_nvml::NvmlOptions::default();
     assert_eq!(
-        (s.nvml.gpu_deadline, &s.nvml.procfs),
+        (s.nvml().gpu_deadline, &s.nvml().procfs),
         (d.gpu_deadline, &d.procfs)
     );
     let s = resolve(&parse_from(["x"]).unwrap(), []).unwrap();
-    assert_eq!(s.nvml, d, "defaults are the crate's");
+    assert_eq!(s.nvml(), &d, "defaults are the crate's");
     for (text, want) in [
         ("[nvml]\nprocfs = \"/p\"\n", "line 2 key nvml.procfs"),
         (
@@ -501,8 +553,8 @@ fn dcgm_settings_parse_strictly_and_flags_win() {
     let f = file("[dcgm]\nhostengine = \"10.0.0.1:5555\"\nlibrary = \"/opt/libdcgm.so.4\"\n");
     let path = f.path().to_str().unwrap();
     let s = resolve(&parse_from(["x", "--config.file", path]).unwrap(), []).unwrap();
-    assert_eq!(s.dcgm.hostengine.as_deref(), Some("10.0.0.1:5555"));
-    assert_eq!(s.dcgm.library, Some(PathBuf::from("/opt/libdcgm.so.4")));
+    assert_eq!(s.dcgm().hostengine.as_deref(), Some("10.0.0.1:5555"));
+    assert_eq!(s.dcgm().library, Some(PathBuf::from("/opt/libdcgm.so.4")));
     assert!(!s.collector_enabled("dcgm"), "off by default");
     let cli = parse_from([
         "x",
@@ -516,8 +568,11 @@ fn dcgm_settings_parse_strictly_and_flags_win() {
     ])
     .unwrap();
     let s = resolve(&cli, []).unwrap();
-    assert_eq!(s.dcgm.hostengine.as_deref(), Some("/run/nvidia-dcgm.sock"));
-    assert_eq!(s.dcgm.library, Some(PathBuf::from("/x/libdcgm.so.3")));
+    assert_eq!(
+        s.dcgm().hostengine.as_deref(),
+        Some("/run/nvidia-dcgm.sock")
+    );
+    assert_eq!(s.dcgm().library, Some(PathBuf::from("/x/libdcgm.so.3")));
     assert!(s.collector_enabled("dcgm"));
 
     for (text, want) in [
@@ -547,18 +602,18 @@ fn dcgm_settings_parse_strictly_and_flags_win() {
 #[test]
 fn kmsg_settings_layer_and_the_collector_is_opt_in() {
     let s = resolve(&parse_from(["x"]).unwrap(), []).unwrap();
-    assert_eq!(s.kmsg.path, Path::new("/dev/kmsg"));
+    assert_eq!(s.kmsg().path, Path::new("/dev/kmsg"));
     assert_eq!(
-        s.kmsg.state_directory.as_deref(),
+        s.kmsg().state_directory.as_deref(),
         Some(Path::new("/var/lib/dgx-pixels-exporter"))
     );
     assert!(!s.collector_enabled("kmsg") && !s.simulated_collector_enabled("kmsg"));
     let f = file("[kmsg]\npath = \"/file/kmsg\"\nstate_directory = \"/file/state\"\n[collector.kmsg]\nenabled = true\n");
     let cli = parse_from(["x", "--config.file", f.path().to_str().unwrap()]).unwrap();
     let s = resolve(&cli, env(&[("DGX_PIXELS_KMSG__PATH", "/env/kmsg")])).unwrap();
-    assert_eq!(s.kmsg.path, Path::new("/env/kmsg"));
+    assert_eq!(s.kmsg().path, Path::new("/env/kmsg"));
     assert_eq!(
-        s.kmsg.state_directory.as_deref(),
+        s.kmsg().state_directory.as_deref(),
         Some(Path::new("/file/state"))
     );
     assert!(s.collector_enabled("kmsg"));
@@ -573,9 +628,9 @@ fn kmsg_settings_layer_and_the_collector_is_opt_in() {
     ])
     .unwrap();
     let s = resolve(&cli, env(&[("DGX_PIXELS_KMSG__PATH", "/env/kmsg")])).unwrap();
-    assert_eq!(s.kmsg.path, Path::new("/flag/kmsg"));
+    assert_eq!(s.kmsg().path, Path::new("/flag/kmsg"));
     assert_eq!(
-        s.kmsg.state_directory.as_deref(),
+        s.kmsg().state_directory.as_deref(),
         Some(Path::new("/flag/state"))
     );
 }
@@ -588,19 +643,19 @@ fn the_trace_table_parses_strictly_validates_and_yields_to_flags() {
     let path = f.path().to_str().unwrap();
     let s = resolve(&parse_from(["x", "--config.file", path]).unwrap(), []).unwrap();
     assert_eq!(
-        s.trace.directory,
+        s.trace().directory,
         [PathBuf::from("/a"), PathBuf::from("/b/iteration_*")]
     );
-    assert_eq!(s.trace.max_file_bytes, 1024);
-    assert_eq!(s.trace.max_analysis_time, Duration::from_secs(120));
-    assert_eq!(s.trace.group_timeout, Duration::from_secs(30));
+    assert_eq!(s.trace().max_file_bytes, 1024);
+    assert_eq!(s.trace().max_analysis_time, Duration::from_secs(120));
+    assert_eq!(s.trace().group_timeout, Duration::from_secs(30));
     // One path is a list of one; the environment gives one path.
     let s = resolve(
         &parse_from(["x", "--config.file", path]).unwrap(),
         env(&[("DGX_PIXELS_TRACE__DIRECTORY", "/env")]),
     )
     .unwrap();
-    assert_eq!(s.trace.directory, [PathBuf::from("/env")]);
+    assert_eq!(s.trace().directory, [PathBuf::from("/env")]);
     // Repeated flags win over both.
     let cli = parse_from([
         "x",
@@ -614,10 +669,10 @@ fn the_trace_table_parses_strictly_validates_and_yields_to_flags() {
     .unwrap();
     let s = resolve(&cli, env(&[("DGX_PIXELS_TRACE__DIRECTORY", "/env")])).unwrap();
     assert_eq!(
-        s.trace.directory,
+        s.trace().directory,
         [PathBuf::from("/f1"), PathBuf::from("/f2/*")]
     );
-    assert_eq!(s.trace.max_file_bytes, 1024, "the file's other keys stay");
+    assert_eq!(s.trace().max_file_bytes, 1024, "the file's other keys stay");
 
     for (text, place, what) in [
         (

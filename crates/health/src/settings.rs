@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
+use dgx_pixels_settings::{check_max, check_min, SettingError, MAX_PERIOD};
 use serde::Deserialize;
 
-use super::{check_min, de_duration, ConfigError};
+use crate::{HealthTracker, IdleTracker};
 
 /// `[health]`: the GPU health verdict (docs/health.md).
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
@@ -12,12 +13,12 @@ use super::{check_min, de_duration, ConfigError};
 pub struct HealthSettings {
     /// A transient condition (a slowdown, an application fault) clears after this long
     /// without recurring [default: 5m].
-    #[serde(deserialize_with = "de_duration")]
+    #[serde(deserialize_with = "dgx_pixels_settings::optional_duration")]
     pub clear_after: Option<Duration>,
     /// Utilization (0-1) under which a GPU held by a pod or job counts as idle [default: 0.05].
     pub idle_utilization: Option<f64>,
     /// How long a held GPU must stay idle before its idle time counts [default: 10m].
-    #[serde(deserialize_with = "de_duration")]
+    #[serde(deserialize_with = "dgx_pixels_settings::optional_duration")]
     pub idle_after: Option<Duration>,
 }
 
@@ -28,31 +29,39 @@ impl HealthSettings {
     /// The quiet period in force.
     pub fn clear_after(&self) -> Duration {
         self.clear_after
-            .unwrap_or(dgx_pixels_health::HealthTracker::DEFAULT_CLEAR_AFTER)
+            .unwrap_or(HealthTracker::DEFAULT_CLEAR_AFTER)
     }
 
     /// The idle threshold in force.
     pub fn idle_utilization(&self) -> f64 {
         self.idle_utilization
-            .unwrap_or(dgx_pixels_health::IdleTracker::DEFAULT_THRESHOLD)
+            .unwrap_or(IdleTracker::DEFAULT_THRESHOLD)
     }
 
     /// The idle grace period in force.
     pub fn idle_after(&self) -> Duration {
-        self.idle_after
-            .unwrap_or(dgx_pixels_health::IdleTracker::DEFAULT_AFTER)
+        self.idle_after.unwrap_or(IdleTracker::DEFAULT_AFTER)
     }
 
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+    /// Bounds: a quiet period under 10 s or over 30 days, an idle grace over 30 days, an idle
+    /// threshold outside (0, 1].
+    pub fn validate(&self) -> Result<(), SettingError> {
+        for (key, d) in [
+            ("health.clear_after", self.clear_after),
+            ("health.idle_after", self.idle_after),
+        ] {
+            check_max(key, d, 30 * MAX_PERIOD)?;
+        }
         check_min(
             "health.clear_after",
             self.clear_after,
             HealthSettings::MIN_CLEAR_AFTER,
         )?;
         match self.idle_utilization {
-            Some(u) if !(u > 0.0 && u <= 1.0) => Err(ConfigError(format!(
-                "health.idle_utilization: {u} is outside (0, 1]"
-            ))),
+            Some(u) if !(u > 0.0 && u <= 1.0) => Err(SettingError::new(
+                "health.idle_utilization",
+                format!("{u} is outside (0, 1]"),
+            )),
             _ => Ok(()),
         }
     }
