@@ -2,8 +2,8 @@
 # The probe worker on a GPU host (issues 29 and 34), then the validation scripts and an FSDP2
 # trace: idle power, SM clock, memory and compute processes from nvidia-smi (24 samples before,
 # every ~0.7 s while the daemon probes for 110 s, 24 after it exits), the daemon's RSS, its
-# probe series, a worker alone / with a PyTorch job starting mid-run / after, NVML per-call
-# latency, scripts/gpu-validate-nvml.py (full detail), scripts/gpu-validate-probes.sh and
+# probe series and per-NVML-function call time (nvml_calls.txt), a worker alone / with a
+# PyTorch job starting mid-run / after, NVML per-call latency, scripts/gpu-validate-nvml.py (full detail), scripts/gpu-validate-probes.sh and
 # scripts/gpu-capture-fsdp2.py. Needs the driver, nvidia-smi and a CUDA build of PyTorch; no
 # Rust (build the binary elsewhere).
 #
@@ -58,6 +58,8 @@ while [ $(( $(date +%s) - T0 )) -lt 110 ]; do
   grep -E '^dgx_pixels_(probe_(runs_total|gpus|worker|gemm|bandwidth|launch)|gpu_processes|process_memory)' "$R/metrics.last" | sed "s/^/$(date +%s) /" >>"$R/probe_metrics.txt"
 done
 fetch >"$R/metrics.full"
+# What each NVML function cost the source over the run (issue 36; docs/performance.md).
+grep -E '^dgx_pixels_(nvml_call|source_poll_duration)' "$R/metrics.full" >"$R/nvml_calls.txt"
 kill -TERM $DPID; wait $DPID
 log "after exit"; samples 24 after
 

@@ -474,7 +474,12 @@ fn every_xid_occurrence_is_counted() {
 fn a_hung_gpu_is_reported_down_and_never_blocks_the_others() {
     let d = start_fake(
         "dgx-h100",
-        &[("FAKE_NVML_HANG_GPU", "5"), ("FAKE_NVML_HANG_AFTER", "2")],
+        &[
+            ("FAKE_NVML_HANG_GPU", "5"),
+            ("FAKE_NVML_HANG_AFTER", "2"),
+            // The energy counter, which shows GPU 0 still read, is a slow reading.
+            ("DGX_PIXELS_NVML__SLOW_INTERVAL", "200ms"),
+        ],
         &[
             "--collector.nvml.interval",
             "200ms",

@@ -147,6 +147,8 @@ nvml_fn! {
         }
         // SAFETY: NVML contract: `values` holds `values_count` entries.
         let values = unsafe { std::slice::from_raw_parts_mut(values, n) };
+        // What the asked fields cost the GPU, outside the driver lock like every call's latency.
+        crate::latency::delay_fields(values.iter().map(|v| v.field_id));
         let timestamp = i64::try_from(state::unix_micros()).unwrap_or(i64::MAX);
         device_call(device, Access::Reading, |dev| {
             let r = dev.r()?;

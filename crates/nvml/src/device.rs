@@ -22,6 +22,7 @@ use nvml_wrapper::error::{nvml_try, NvmlError};
 use nvml_wrapper::{Device, Nvml};
 use tracing::debug;
 
+use crate::calls::{timed, Function as F};
 use crate::{cgroup, fields};
 
 mod readings;
@@ -93,18 +94,23 @@ pub enum GpuPoll {
 /// Settings of a GPU reader.
 #[derive(Debug, Clone)]
 pub struct ReaderOptions {
-    /// How often slow readings (PCIe throughput, NVLink links, violation times, page
-    /// retirement, ECC mode, MIG layout) are re-read.
+    /// How often slow readings (energy and PCIe replay counters, PCIe throughput, NVLink
+    /// links, violation times, page retirement, ECC mode, MIG layout) are re-read.
     pub slow_interval: Duration,
     /// At most this many processes per GPU get their own series.
     pub max_processes: usize,
     /// Where procfs is mounted, to map processes to containers.
     pub procfs: PathBuf,
+    /// Read the energy and PCIe replay counters every poll, as before issue 36 (the latency
+    /// bench's "before"); otherwise they are slow readings.
+    pub counters_every_poll: bool,
 }
 
 /// Readings that are re-read on the slow cadence.
 #[derive(Debug, Default)]
 struct Slow {
+    /// The counters of [`fields::Batch::Slow`] (energy, PCIe replays).
+    counters: fields::Fields,
     pcie_tx: Option<f64>,
     pcie_rx: Option<f64>,
     nvlinks: Vec<NvlinkReadout>,
@@ -150,6 +156,16 @@ struct Check<'a> {
 }
 
 impl Check<'_> {
+    /// Calls NVML function `f` (timed, see `calls.rs`) and collects its result as [`Check::get`].
+    fn call<T>(
+        &mut self,
+        f: F,
+        what: &str,
+        call: impl FnOnce() -> Result<T, NvmlError>,
+    ) -> Option<T> {
+        self.get(what, timed(f, call))
+    }
+
     fn get<T>(&mut self, what: &str, r: Result<T, NvmlError>) -> Option<T> {
         match r {
             Ok(v) => Some(v),
@@ -192,7 +208,7 @@ impl GpuReader {
 
     /// Polls the GPU once.
     pub fn poll(&mut self, nvml: &Nvml) -> GpuPoll {
-        let dev = match nvml.device_by_index(self.index) {
+        let dev = match timed(F::HandleByIndex, || nvml.device_by_index(self.index)) {
             Ok(d) => d,
             Err(NvmlError::GpuLost) => return GpuPoll::Lost { identity: None },
             Err(NvmlError::Uninitialized) => return GpuPoll::Uninitialized,
@@ -229,11 +245,19 @@ impl GpuReader {
         };
         if due {
             let pcie = !self.pcie_from_gpm.load(Ordering::Acquire);
-            let slow = read_slow(&dev, &mut check, pcie);
+            let counters = !self.options.counters_every_poll;
+            let slow = read_slow(nvml, &dev, &mut check, pcie, counters);
             self.slow = Some((now, slow));
         }
         let mut readout = match (&self.statics, &self.slow) {
-            (Some(st), Some((_, slow))) => read_fast(nvml, &dev, st, slow, &mut check),
+            (Some(st), Some((_, slow))) => {
+                let batch = if self.options.counters_every_poll {
+                    fields::Batch::All
+                } else {
+                    fields::Batch::Poll
+                };
+                read_fast(nvml, &dev, st, slow, batch, &mut check)
+            }
             _ => GpuReadout::default(),
         };
         let (lost, uninitialized) = (check.lost, check.uninitialized);
@@ -263,44 +287,62 @@ impl GpuReader {
             uninitialized: false,
             unanswered: &mut self.unanswered,
         };
-        let uuid = dev.uuid()?;
+        let uuid = timed(F::Uuid, || dev.uuid())?;
         let identity = GpuIdentity {
             index: self.index,
             uuid,
-            model: check.get("name", dev.name()).unwrap_or_default(),
-            serial: check.get("serial", dev.serial()).unwrap_or_default(),
+            model: check
+                .call(F::Name, "name", || dev.name())
+                .unwrap_or_default(),
+            serial: check
+                .call(F::Serial, "serial", || dev.serial())
+                .unwrap_or_default(),
             pci_bus_id: check
-                .get("pci_info", dev.pci_info())
+                .call(F::PciInfo, "pci_info", || dev.pci_info())
                 .map(|p| p.bus_id)
                 .unwrap_or_default(),
             vbios_version: check
-                .get("vbios_version", dev.vbios_version())
+                .call(F::VbiosVersion, "vbios_version", || dev.vbios_version())
                 .unwrap_or_default(),
             driver_version: check
-                .get("driver_version", nvml.sys_driver_version())
+                .call(F::DriverVersion, "driver_version", || {
+                    nvml.sys_driver_version()
+                })
                 .unwrap_or_default(),
             cuda_driver_version: check
-                .get("cuda_driver_version", nvml.sys_cuda_driver_version())
+                .call(F::CudaDriverVersion, "cuda_driver_version", || {
+                    nvml.sys_cuda_driver_version()
+                })
                 .and_then(|v| u32::try_from(v).ok())
                 .map(cuda_version_string)
                 .unwrap_or_default(),
             minor_number: check
-                .get("minor_number", dev.minor_number())
+                .call(F::MinorNumber, "minor_number", || dev.minor_number())
                 .unwrap_or(self.index),
         };
-        let mut max = |c: Clock, what: &str| check.get(what, dev.max_clock_info(c)).map(mhz);
+        let mut max = |c: Clock, what: &str| {
+            check
+                .call(F::MaxClockInfo, what, || dev.max_clock_info(c))
+                .map(mhz)
+        };
         let max_clocks = ClockReadout {
             graphics: max(Clock::Graphics, "max_clock_graphics"),
             sm: max(Clock::SM, "max_clock_sm"),
             memory: max(Clock::Memory, "max_clock_memory"),
             video: max(Clock::Video, "max_clock_video"),
         };
-        let fans = check.get("num_fans", dev.num_fans()).unwrap_or(0);
+        let fans = check
+            .call(F::NumFans, "num_fans", || dev.num_fans())
+            .unwrap_or(0);
         let pcie_max_generation = check
-            .get("pcie_link_max_generation", dev.max_pcie_link_gen())
+            .call(F::MaxPcieLinkGeneration, "pcie_link_max_generation", || {
+                dev.max_pcie_link_gen()
+            })
             .map(f64::from);
         let pcie_max_width = check
-            .get("pcie_link_max_width", dev.max_pcie_link_width())
+            .call(F::MaxPcieLinkWidth, "pcie_link_max_width", || {
+                dev.max_pcie_link_width()
+            })
             .map(f64::from);
         if check.uninitialized {
             return Err(NvmlError::Uninitialized);
@@ -326,7 +368,9 @@ impl GpuReader {
             uninitialized: false,
             unanswered: &mut self.unanswered,
         };
-        let Some(mut procs) = check.get("processes", dev.running_compute_processes()) else {
+        let Some(mut procs) = check.call(F::ComputeRunningProcesses, "processes", || {
+            dev.running_compute_processes()
+        }) else {
             return;
         };
         // The exporter's own probe workers are not users of the GPU (in the same PID

@@ -1,7 +1,8 @@
-//! One `nvmlDeviceGetFieldValues` call per GPU and poll for the readings NVML offers as fields:
-//! fewer library calls than one getter each, and the only way to read NVLink totals over all
-//! links (`scopeId = UINT_MAX`; nvml-wrapper's `field_values_for` leaves the scope at 0, which
-//! reads link 0 only).
+//! `nvmlDeviceGetFieldValues` batches for the readings NVML offers as fields: fewer library
+//! calls than one getter each, and the only way to read NVLink totals over all links
+//! (`scopeId = UINT_MAX`; nvml-wrapper's `field_values_for` leaves the scope at 0, which reads
+//! link 0 only). One batch per GPU and poll, and one per slow reading for the counters that ask
+//! the GPU (the total energy costs 2.5 ms per read on an H200): see [`Batch`].
 
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::sys_exports::field_id::*;
@@ -15,6 +16,8 @@ use nvml_wrapper_sys::bindings::{
     nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG_LONG as ULONGLONG,
     nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_SHORT as USHORT,
 };
+
+use crate::calls::{timed, Function};
 
 /// Scope meaning "all links" for the NVLink fields.
 const ALL_LINKS: u32 = u32::MAX;
@@ -37,6 +40,40 @@ const REQUEST: [(u32, u32); 14] = [
     (NVML_FI_DEV_REMAPPED_FAILURE, 0),
     (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, 0),
 ];
+
+/// Indices into [`REQUEST`] of the counters read on the slow cadence: the total energy and the
+/// PCIe replays (on an H200 their getters take 2.5 ms and 220 µs, where the other fields' take
+/// 1-2 µs).
+const SLOW_FIELDS: [usize; 2] = [5, 6];
+
+/// Which of [`REQUEST`]'s fields one call asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Batch {
+    /// Every poll: all but [`SLOW_FIELDS`].
+    Poll,
+    /// Every slow reading: [`SLOW_FIELDS`].
+    Slow,
+    /// Every field in one call, as every poll read them before issue 36 (for the latency
+    /// bench's before and after).
+    All,
+}
+
+impl Batch {
+    fn wants(self, i: usize) -> bool {
+        match self {
+            Batch::Poll => !SLOW_FIELDS.contains(&i),
+            Batch::Slow => SLOW_FIELDS.contains(&i),
+            Batch::All => true,
+        }
+    }
+
+    fn function(self) -> Function {
+        match self {
+            Batch::Poll | Batch::All => Function::FieldValuesPoll,
+            Batch::Slow => Function::FieldValuesSlow,
+        }
+    }
+}
 
 /// `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION` (drivers 550 and later; older ones answer "not
 /// supported" for it alone, which leaves the reading out).
@@ -82,16 +119,22 @@ pub(crate) fn value(v: &nvmlFieldValue_t) -> Option<f64> {
     .filter(|x| x.is_finite())
 }
 
-/// Reads every field of [`REQUEST`] from `device` in one call.
-pub fn read(nvml: &Nvml, device: nvmlDevice_t) -> Result<(Fields, Unanswered), NvmlError> {
+/// Reads `batch`'s fields of [`REQUEST`] from `device` in one call; the others stay `None`.
+pub fn read(
+    nvml: &Nvml,
+    device: nvmlDevice_t,
+    batch: Batch,
+) -> Result<(Fields, Unanswered), NvmlError> {
     let sym = nvml
         .lib()
         .nvmlDeviceGetFieldValues
         .as_ref()
         .map_err(|e| NvmlError::FailedToLoadSymbol(e.to_string()))?;
-    let mut values: Vec<nvmlFieldValue_t> = REQUEST
+    let wanted: Vec<usize> = (0..REQUEST.len()).filter(|i| batch.wants(*i)).collect();
+    let mut values: Vec<nvmlFieldValue_t> = wanted
         .iter()
-        .map(|(id, scope)| {
+        .map(|i| {
+            let (id, scope) = &REQUEST[*i];
             // SAFETY: nvmlFieldValue_t is plain old data; all-zero is a valid value.
             let mut v: nvmlFieldValue_t = unsafe { std::mem::zeroed() };
             v.fieldId = *id;
@@ -99,14 +142,17 @@ pub fn read(nvml: &Nvml, device: nvmlDevice_t) -> Result<(Fields, Unanswered), N
             v
         })
         .collect();
-    // SAFETY: `values` holds REQUEST.len() initialised entries that NVML fills in place.
-    let ret = unsafe { sym(device, REQUEST.len() as i32, values.as_mut_ptr()) };
+    // SAFETY: `values` holds `values.len()` (at most 14) initialised entries that NVML fills
+    // in place.
+    let ret = timed(batch.function(), || unsafe {
+        sym(device, values.len() as i32, values.as_mut_ptr())
+    });
     nvml_wrapper::error::nvml_try(ret)?;
     let mut unanswered = Vec::new();
     let mut got = [None; REQUEST.len()];
-    for (slot, v) in got.iter_mut().zip(&values) {
+    for (i, v) in wanted.iter().zip(&values) {
         if v.nvmlReturn == 0 {
-            *slot = value(v);
+            got[*i] = value(v);
         } else {
             unanswered.push(v.fieldId);
         }
@@ -132,4 +178,34 @@ pub fn read(nvml: &Nvml, device: nvmlDevice_t) -> Result<(Fields, Unanswered), N
         },
         unanswered,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_slow_batch_holds_the_energy_and_replays_and_the_batches_split_the_request() {
+        let ids = |b: Batch| -> Vec<u32> {
+            (0..REQUEST.len())
+                .filter(|i| b.wants(*i))
+                .map(|i| REQUEST[i].0)
+                .collect()
+        };
+        assert_eq!(
+            ids(Batch::Slow),
+            [
+                NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
+                NVML_FI_DEV_PCIE_REPLAY_COUNTER
+            ]
+        );
+        let mut both = ids(Batch::Poll);
+        assert_eq!(both.len(), REQUEST.len() - 2);
+        both.extend(ids(Batch::Slow));
+        both.sort_unstable();
+        let mut all = ids(Batch::All);
+        all.sort_unstable();
+        assert_eq!(both, all);
+        assert_eq!(all.len(), REQUEST.len());
+    }
 }

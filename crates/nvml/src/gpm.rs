@@ -23,6 +23,8 @@ use nvml_wrapper::Nvml;
 use nvml_wrapper_sys::bindings::nvmlGpmSample_t;
 use tracing::{debug, info, warn};
 
+use crate::calls::{timed, Function};
+
 const MIB: f64 = 1024.0 * 1024.0;
 
 /// Where a GPM metric goes.
@@ -170,7 +172,8 @@ impl Drop for Held {
     fn drop(&mut self) {
         // SAFETY: we own the handle; this frees it once (`nvmlGpmSampleFree`, present: checked
         // before any sample is kept).
-        drop(unsafe { GpmSample::from_handle(&self.nvml, self.sample) });
+        let sample = unsafe { GpmSample::from_handle(&self.nvml, self.sample) };
+        timed(Function::GpmSampleFree, || drop(sample));
     }
 }
 
@@ -213,12 +216,12 @@ impl GpmReader {
             self.prev = None;
             return None;
         }
-        let dev = match nvml.device_by_index(self.index) {
+        let dev = match timed(Function::HandleByIndex, || nvml.device_by_index(self.index)) {
             Ok(d) => d,
             Err(e) => return self.failed("device handle", e),
         };
         if self.support == Support::Unknown {
-            self.support = match dev.gpm_support() {
+            self.support = match timed(Function::GpmQueryDeviceSupport, || dev.gpm_support()) {
                 Ok(true) if symbols_present(nvml) => Support::Supported,
                 Ok(_) => self.refuse(&NvmlError::NotSupported),
                 Err(e) if permanent(&e) => self.refuse(&e),
@@ -228,7 +231,8 @@ impl GpmReader {
                 return None;
             }
         }
-        let sample = match dev.gpm_sample() {
+        // nvml-wrapper allocates the buffer (nvmlGpmSampleAlloc) and takes the sample.
+        let sample = match timed(Function::GpmSampleGet, || dev.gpm_sample()) {
             Ok(s) => s,
             Err(e) if permanent(&e) => {
                 self.prev = None;
@@ -240,7 +244,9 @@ impl GpmReader {
         let reading = match &self.prev {
             Some(prev) => {
                 let ids = METRICS.map(|(id, _)| id);
-                match gpm_metrics_get(nvml, &prev.view(), &sample, &ids) {
+                match timed(Function::GpmMetricsGet, || {
+                    gpm_metrics_get(nvml, &prev.view(), &sample, &ids)
+                }) {
                     Ok(results) => {
                         let answers: Vec<Result<f64, NvmlError>> =
                             results.into_iter().map(|r| r.map(|m| m.value)).collect();

@@ -27,6 +27,7 @@ use nvml_wrapper::Nvml;
 use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlFieldValue_t};
 use tracing::{info, warn};
 
+use crate::calls::{timed, Function};
 use crate::stuck::{self, Role, Thread};
 
 /// `NVML_FI_DEV_POWER_INSTANT`: instantaneous board power in milliwatts.
@@ -193,7 +194,9 @@ impl Sampler {
     /// One reading in watts, falling back to the averaged reading for good when the GPU does
     /// not support the instantaneous one.
     fn read(&self, reading: &mut PowerReading) -> Result<f64, NvmlError> {
-        let dev = self.nvml.device_by_index(self.index)?;
+        let dev = timed(Function::HandleByIndex, || {
+            self.nvml.device_by_index(self.index)
+        })?;
         if *reading == PowerReading::Instant {
             // SAFETY: a live handle of this library, used only for the call below.
             let handle = unsafe { dev.handle() };
@@ -208,7 +211,7 @@ impl Sampler {
                 }
             }
         }
-        dev.power_usage().map(|mw| f64::from(mw) / 1e3)
+        timed(Function::PowerUsage, || dev.power_usage()).map(|mw| f64::from(mw) / 1e3)
     }
 
     fn record(&self, reading: PowerReading, watts: f64) {
@@ -251,7 +254,9 @@ fn read_instant(nvml: &Nvml, device: nvmlDevice_t) -> Result<Option<f64>, NvmlEr
     let mut v: nvmlFieldValue_t = unsafe { std::mem::zeroed() };
     v.fieldId = NVML_FI_DEV_POWER_INSTANT;
     // SAFETY: one initialised entry that NVML fills in place.
-    match nvml_try(unsafe { sym(device, 1, &mut v) }) {
+    match nvml_try(timed(Function::FieldValuesPower, || unsafe {
+        sym(device, 1, &mut v)
+    })) {
         // A driver without field values, or one refusing them for this GPU.
         Err(NvmlError::NotSupported | NvmlError::FunctionNotFound) => return Ok(None),
         other => other?,

@@ -94,6 +94,16 @@ pub static POLICIES: &[Entry] = &[
         why: "only while a source left stale readings out",
     },
     Entry {
+        metric: Metric::NvmlCalls,
+        policy: Policy::FullOnly,
+        why: "self-diagnosis of what NVML costs the exporter (one series per NVML function called, at most 48 per node), for a drill-down",
+    },
+    Entry {
+        metric: Metric::NvmlCallSeconds,
+        policy: Policy::FullOnly,
+        why: "self-diagnosis of what NVML costs the exporter (one series per NVML function called, at most 48 per node), for a drill-down",
+    },
+    Entry {
         metric: Metric::GpuMemoryFree,
         policy: Policy::FullOnly,
         why: "total minus used minus reserved",

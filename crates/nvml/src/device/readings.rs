@@ -1,20 +1,32 @@
-//! The readings themselves: the slow ones (PCIe throughput, NVLink state and errors, retired
-//! pages and remapped rows, the MIG layout) on their own cadence, and the fast ones every poll
-//! through one field-values call. Apart from `device.rs`, which holds the per-GPU reader's
+//! The readings themselves: the slow ones (the energy and PCIe replay counters, PCIe
+//! throughput, NVLink state and errors, violation times, ECC mode, retired pages, the MIG layout)
+//! on their own cadence, and the fast ones every poll, with one field-values call each. Apart from `device.rs`, which holds the per-GPU reader's
 //! state and schedule.
 
 use super::*;
 use dgx_pixels_metrics::labels::RecoveryAction;
 
-/// The slow readings; PCIe throughput only if `pcie` (GPM measures it otherwise).
-pub(super) fn read_slow(dev: &Device<'_>, check: &mut Check<'_>, pcie: bool) -> Slow {
+/// The slow readings; PCIe throughput only if `pcie` (GPM measures it otherwise), the
+/// counters of [`fields::Batch::Slow`] only if `counters` (else every poll reads them).
+pub(super) fn read_slow(
+    nvml: &Nvml,
+    dev: &Device<'_>,
+    check: &mut Check<'_>,
+    pcie: bool,
+    counters: bool,
+) -> Slow {
+    let counters = if counters {
+        read_fields(nvml, dev, fields::Batch::Slow, check)
+    } else {
+        fields::Fields::default()
+    };
     // PCIe throughput: the driver samples each direction for about 20 ms per call.
     let mut throughput = |counter: PcieUtilCounter, what: &str| {
         if !pcie {
             return None;
         }
         check
-            .get(what, dev.pcie_throughput(counter))
+            .call(F::PcieThroughput, what, || dev.pcie_throughput(counter))
             .map(|kb| f64::from(kb) * 1e3)
     };
     let pcie_tx = throughput(PcieUtilCounter::Send, "pcie_throughput_tx");
@@ -23,7 +35,7 @@ pub(super) fn read_slow(dev: &Device<'_>, check: &mut Check<'_>, pcie: bool) -> 
     for link in 0..MAX_NVLINKS {
         let l = dev.link_wrapper_for(link);
         // A link the GPU does not have answers INVALID_ARGUMENT or NOT_SUPPORTED: stop there.
-        let up = match l.is_active() {
+        let up = match timed(F::NvLinkState, || l.is_active()) {
             Ok(up) => up,
             Err(NvmlError::GpuLost) => {
                 check.lost = true;
@@ -35,7 +47,11 @@ pub(super) fn read_slow(dev: &Device<'_>, check: &mut Check<'_>, pcie: bool) -> 
             .iter()
             .filter_map(|(counter, name)| {
                 check
-                    .get(&format!("nvlink_{name}_errors"), l.error_counter(*counter))
+                    .call(
+                        F::NvLinkErrorCounter,
+                        &format!("nvlink_{name}_errors"),
+                        || l.error_counter(*counter),
+                    )
                     .map(|v| (*name, v as f64))
             })
             .collect();
@@ -45,30 +61,35 @@ pub(super) fn read_slow(dev: &Device<'_>, check: &mut Check<'_>, pcie: bool) -> 
         .iter()
         .filter_map(|(policy, name)| {
             check
-                .get(&format!("violation_{name}"), dev.violation_status(*policy))
+                .call(F::ViolationStatus, &format!("violation_{name}"), || {
+                    dev.violation_status(*policy)
+                })
                 .map(|v| (*name, v.violation_time as f64 / 1e9))
         })
         .collect();
     let ecc_enabled = check
-        .get("ecc_mode", dev.is_ecc_enabled())
+        .call(F::EccMode, "ecc_mode", || dev.is_ecc_enabled())
         .map(|m| m.currently_enabled);
     let retired_pages = {
         let sbe = check
-            .get(
-                "retired_pages",
-                dev.retired_pages(RetirementCause::MultipleSingleBitEccErrors),
-            )
+            .call(F::RetiredPages, "retired_pages", || {
+                dev.retired_pages(RetirementCause::MultipleSingleBitEccErrors)
+            })
             .map(|v| v.len() as f64);
         let dbe = sbe.and_then(|_| {
             check
-                .get(
-                    "retired_pages",
-                    dev.retired_pages(RetirementCause::DoubleBitEccError),
-                )
+                .call(F::RetiredPages, "retired_pages", || {
+                    dev.retired_pages(RetirementCause::DoubleBitEccError)
+                })
                 .map(|v| v.len() as f64)
         });
-        let pending =
-            dbe.and_then(|_| check.get("retired_pages_pending", dev.are_pages_pending_retired()));
+        let pending = dbe.and_then(|_| {
+            check.call(
+                F::RetiredPagesPendingStatus,
+                "retired_pages_pending",
+                || dev.are_pages_pending_retired(),
+            )
+        });
         match (sbe, dbe, pending) {
             (Some(single_bit_ecc), Some(double_bit_ecc), Some(pending)) => Some(RetiredPages {
                 single_bit_ecc,
@@ -80,6 +101,7 @@ pub(super) fn read_slow(dev: &Device<'_>, check: &mut Check<'_>, pcie: bool) -> 
     };
     let mig = read_mig_layout(dev, check);
     Slow {
+        counters,
         pcie_tx,
         pcie_rx,
         nvlinks,
@@ -95,30 +117,32 @@ fn read_mig_layout(
     check: &mut Check<'_>,
 ) -> Vec<(u32, u32, String, String, u32)> {
     let enabled = check
-        .get("mig_mode", dev.mig_mode())
+        .call(F::MigMode, "mig_mode", || dev.mig_mode())
         .is_some_and(|m| m.current == 1);
     if !enabled {
         return Vec::new();
     }
     let max = check
-        .get("mig_device_count", dev.mig_device_count())
+        .call(F::MaxMigDeviceCount, "mig_device_count", || {
+            dev.mig_device_count()
+        })
         .unwrap_or(0);
     let mut out = Vec::new();
     for i in 0..max {
-        let Ok(mig) = dev.mig_device_by_index(i) else {
+        let Ok(mig) = timed(F::MigDeviceHandleByIndex, || dev.mig_device_by_index(i)) else {
             continue; // NOT_FOUND: no instance in this slot.
         };
         let (gi, ci) = mig_ids(&mig);
         let (Some(gi), Some(ci)) = (gi, ci) else {
             continue;
         };
-        let name = mig.name().unwrap_or_default();
+        let name = timed(F::Name, || mig.name()).unwrap_or_default();
         // MIG device names end in "MIG <profile>", e.g. "NVIDIA A100-SXM4-80GB MIG 1g.10gb".
         let profile = name
             .rsplit_once("MIG ")
             .map(|(_, p)| p.trim().to_string())
             .unwrap_or_default();
-        let uuid = mig.uuid().unwrap_or_default();
+        let uuid = timed(F::Uuid, || mig.uuid()).unwrap_or_default();
         out.push((gi, ci, profile, uuid, i));
     }
     out
@@ -129,31 +153,36 @@ fn mig_ids(mig: &Device<'_>) -> (Option<u32>, Option<u32>) {
     let nvml = mig.nvml();
     // SAFETY: plain getters writing one unsigned int, with a live MIG device handle.
     let handle = unsafe { mig.handle() };
-    let read = |sym: Result<&unsafe extern "C" fn(_, *mut u32) -> u32, _>| -> Option<u32> {
-        let f = sym.ok()?;
-        let mut v = 0u32;
-        nvml_try(unsafe { f(handle, &mut v) }).ok().map(|()| v)
-    };
+    let read =
+        |sym: Result<&unsafe extern "C" fn(_, *mut u32) -> u32, _>, function: F| -> Option<u32> {
+            let f = sym.ok()?;
+            let mut v = 0u32;
+            nvml_try(timed(function, || unsafe { f(handle, &mut v) }))
+                .ok()
+                .map(|()| v)
+        };
     (
-        read(nvml.lib().nvmlDeviceGetGpuInstanceId.as_ref()),
-        read(nvml.lib().nvmlDeviceGetComputeInstanceId.as_ref()),
+        read(
+            nvml.lib().nvmlDeviceGetGpuInstanceId.as_ref(),
+            F::GpuInstanceId,
+        ),
+        read(
+            nvml.lib().nvmlDeviceGetComputeInstanceId.as_ref(),
+            F::ComputeInstanceId,
+        ),
     )
 }
 
-pub(super) fn read_fast(
+/// One field-values batch; a field NVML does not answer is logged once and left out.
+fn read_fields(
     nvml: &Nvml,
     dev: &Device<'_>,
-    st: &Static,
-    slow: &Slow,
+    batch: fields::Batch,
     check: &mut Check<'_>,
-) -> GpuReadout {
-    let util = check.get("utilization", dev.utilization_rates());
-    let mem = check.get("memory_info", dev.memory_info());
-    let bar1 = check.get("bar1_memory_info", dev.bar1_memory_info());
-    let reasons = check.get("throttle_reasons", dev.current_throttle_reasons());
+) -> fields::Fields {
     // SAFETY: the handle is only passed back to NVML while `dev` is alive.
     let handle = unsafe { dev.handle() };
-    let f = match fields::read(nvml, handle) {
+    match fields::read(nvml, handle, batch) {
         Ok((f, unanswered)) => {
             for id in unanswered {
                 check.get::<()>(&format!("field_{id}"), Err(NvmlError::NotSupported));
@@ -164,8 +193,39 @@ pub(super) fn read_fast(
             check.get::<()>("field_values", Err(e));
             fields::Fields::default()
         }
+    }
+}
+
+pub(super) fn read_fast(
+    nvml: &Nvml,
+    dev: &Device<'_>,
+    st: &Static,
+    slow: &Slow,
+    batch: fields::Batch,
+    check: &mut Check<'_>,
+) -> GpuReadout {
+    let util = check.call(F::UtilizationRates, "utilization", || {
+        dev.utilization_rates()
+    });
+    let mem = check.call(F::MemoryInfo, "memory_info", || dev.memory_info());
+    let bar1 = check.call(F::Bar1MemoryInfo, "bar1_memory_info", || {
+        dev.bar1_memory_info()
+    });
+    let reasons = check.call(F::ThrottleReasons, "throttle_reasons", || {
+        dev.current_throttle_reasons()
+    });
+    let f = read_fields(nvml, dev, batch, check);
+    // The counters come from this poll's batch when it holds them, else from the slow reading.
+    let counters = if batch == fields::Batch::All {
+        &f
+    } else {
+        &slow.counters
     };
-    let mut clock = |c: Clock, what: &str| check.get(what, dev.clock_info(c)).map(mhz);
+    let mut clock = |c: Clock, what: &str| {
+        check
+            .call(F::ClockInfo, what, || dev.clock_info(c))
+            .map(mhz)
+    };
     let clocks = ClockReadout {
         graphics: clock(Clock::Graphics, "clock_graphics"),
         sm: clock(Clock::SM, "clock_sm"),
@@ -173,7 +233,7 @@ pub(super) fn read_fast(
         video: clock(Clock::Video, "clock_video"),
     };
     let fan_speed_ratios = (0..st.fans)
-        .filter_map(|i| check.get("fan_speed", dev.fan_speed(i)))
+        .filter_map(|i| check.call(F::FanSpeed, "fan_speed", || dev.fan_speed(i)))
         .map(|p| f64::from(p) / 100.0)
         .collect();
     let ecc = if slow.ecc_enabled == Some(true) {
@@ -193,7 +253,7 @@ pub(super) fn read_fast(
             _ => {
                 let mut total = |e: MemoryError, c: EccCounter, what: &str| {
                     check
-                        .get(what, dev.total_ecc_errors(e, c))
+                        .call(F::TotalEccErrors, what, || dev.total_ecc_errors(e, c))
                         .map(|v| v as f64)
                 };
                 match (
@@ -233,9 +293,8 @@ pub(super) fn read_fast(
         .mig
         .iter()
         .map(|(gi, ci, profile, uuid, slot)| {
-            let memory = dev
-                .mig_device_by_index(*slot)
-                .and_then(|m| m.memory_info())
+            let memory = timed(F::MigDeviceHandleByIndex, || dev.mig_device_by_index(*slot))
+                .and_then(|m| timed(F::MemoryInfo, || m.memory_info()))
                 .ok();
             MigReadout {
                 gpu_instance: *gi,
@@ -254,10 +313,14 @@ pub(super) fn read_fast(
         utilization_ratio: util.as_ref().map(|u| f64::from(u.gpu) / 100.0),
         memory_utilization_ratio: util.as_ref().map(|u| f64::from(u.memory) / 100.0),
         encoder_utilization_ratio: check
-            .get("encoder_utilization", dev.encoder_utilization())
+            .call(F::EncoderUtilization, "encoder_utilization", || {
+                dev.encoder_utilization()
+            })
             .map(|u| f64::from(u.utilization) / 100.0),
         decoder_utilization_ratio: check
-            .get("decoder_utilization", dev.decoder_utilization())
+            .call(F::DecoderUtilization, "decoder_utilization", || {
+                dev.decoder_utilization()
+            })
             .map(|u| f64::from(u.utilization) / 100.0),
         memory_used_bytes: mem.as_ref().map(|m| m.used as f64),
         memory_free_bytes: mem.as_ref().map(|m| m.free as f64),
@@ -266,22 +329,28 @@ pub(super) fn read_fast(
         bar1_used_bytes: bar1.as_ref().map(|b| b.used as f64),
         bar1_total_bytes: bar1.as_ref().map(|b| b.total as f64),
         power_watts: check
-            .get("power_usage", dev.power_usage())
+            .call(F::PowerUsage, "power_usage", || dev.power_usage())
             .map(|mw| f64::from(mw) / 1e3),
         power_limit_watts: check
-            .get("enforced_power_limit", dev.enforced_power_limit())
+            .call(F::EnforcedPowerLimit, "enforced_power_limit", || {
+                dev.enforced_power_limit()
+            })
             .map(|mw| f64::from(mw) / 1e3),
         // Filled by the source from the power sampling threads.
         power_samples: None,
-        energy_joules: f.energy_millijoules.map(|mj| mj / 1e3),
+        energy_joules: counters.energy_millijoules.map(|mj| mj / 1e3),
         temperature_gpu_celsius: check
-            .get("temperature", dev.temperature(TemperatureSensor::Gpu))
+            .call(F::Temperature, "temperature", || {
+                dev.temperature(TemperatureSensor::Gpu)
+            })
             .map(f64::from),
         temperature_memory_celsius: f.memory_temperature_celsius,
         clocks,
         max_clocks: st.max_clocks,
         performance_state: check
-            .get("performance_state", dev.performance_state())
+            .call(F::PerformanceState, "performance_state", || {
+                dev.performance_state()
+            })
             .map(|p| p.as_c())
             .filter(|p| *p <= 15),
         fan_speed_ratios,
@@ -302,12 +371,16 @@ pub(super) fn read_fast(
         throttle_violations: slow.violations.clone(),
         pcie_transmit_bytes_per_second: slow.pcie_tx,
         pcie_receive_bytes_per_second: slow.pcie_rx,
-        pcie_replays: f.pcie_replays,
+        pcie_replays: counters.pcie_replays,
         pcie_link_generation: check
-            .get("pcie_link_generation", dev.current_pcie_link_gen())
+            .call(F::CurrPcieLinkGeneration, "pcie_link_generation", || {
+                dev.current_pcie_link_gen()
+            })
             .map(f64::from),
         pcie_link_width: check
-            .get("pcie_link_width", dev.current_pcie_link_width())
+            .call(F::CurrPcieLinkWidth, "pcie_link_width", || {
+                dev.current_pcie_link_width()
+            })
             .map(f64::from),
         pcie_link_max_generation: st.pcie_max_generation,
         pcie_link_max_width: st.pcie_max_width,
