@@ -6,7 +6,7 @@
 use std::io::{BufWriter, Write};
 use std::time::Duration;
 
-use dgx_pixels_trace::synth::{write_rank, SynthConfig};
+use dgx_pixels_trace_synth::{write_rank, SynthConfig};
 
 const BIN: &str = env!("CARGO_BIN_EXE_dgx-pixels-exporter");
 

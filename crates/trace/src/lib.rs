@@ -22,8 +22,6 @@
 //! - [`cmd`]: the `trace` subcommand (flags and run), which the exporter binary mounts.
 //! - [`source`]: the exporter's `trace` source: watches directories, analyses new traces in
 //!   the background and serves the results as counters of the `trace` subsystem.
-//! - [`synth`]: a generator of realistic multi-rank traces with a known ground truth, for
-//!   tests and benchmarks.
 //!
 //! ```
 //! use dgx_pixels_trace::{analyze, parse_bytes, AnalyzeOptions, ParseOptions};
@@ -61,7 +59,6 @@ pub mod parse;
 pub mod pickle;
 pub mod render;
 pub mod source;
-pub mod synth;
 
 pub use analysis::{analyze, AnalyzeOptions, RankReport, Report};
 pub use error::TraceError;

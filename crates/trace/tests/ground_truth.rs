@@ -6,8 +6,8 @@
 use std::path::PathBuf;
 
 use dgx_pixels_trace::cmd::{load_and_analyze, InputArgs};
-use dgx_pixels_trace::synth::{write_job, SynthConfig, Truth};
 use dgx_pixels_trace::{Report, DEFAULT_MAX_VALUE_BYTES};
+use dgx_pixels_trace_synth::{write_job, SynthConfig, Truth};
 
 fn input(items: Option<f64>) -> InputArgs {
     InputArgs {

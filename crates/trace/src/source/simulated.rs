@@ -2,7 +2,7 @@
 //! (`--simulate`) shows the `trace` metrics with no GPU and exercises the real watcher.
 //!
 //! A background thread writes, every `period`, one profiler trace per rank of one job (the
-//! [`crate::synth`] generator: FSDP-style steps, NCCL collectives with sizes, one straggler
+//! [`dgx_pixels_trace_synth`] generator: FSDP-style steps, NCCL collectives with sizes, one straggler
 //! rank) and a CUDA memory snapshot per rank, into `DIR/simulated-JOB/`. Each file is written
 //! under a hidden name and renamed into place, as real writers do; the oldest drops are deleted
 //! so at most `keep` drops (a few MB) are on disk. Everything generated says so: the job
@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::synth::{write_rank, SynthConfig};
+use dgx_pixels_trace_synth::{write_rank, SynthConfig};
 
 /// A CUDA memory snapshot as `torch.cuda.memory._dump_snapshot` writes it (the test fixture:
 /// two segments, history on), copied for every rank.

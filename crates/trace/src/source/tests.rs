@@ -9,7 +9,7 @@ use dgx_pixels_metrics::{Metric, Sample, Source};
 
 use super::watch::{self, Watcher};
 use super::*;
-use crate::synth::{write_rank, SynthConfig};
+use dgx_pixels_trace_synth::{write_rank, SynthConfig};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 

@@ -19,6 +19,8 @@
 //! records shared by the others; `schedule` designs a rank's timeline, `json` writes it as a
 //! Kineto trace and `truth` computes the ground truth from the design.
 
+#![deny(missing_docs)]
+
 mod json;
 mod schedule;
 mod truth;

@@ -2,7 +2,7 @@
 //! [--cpu-events-per-kernel N] [--no-straggler] [--ns-epoch] [--gz] [--truth]` (`--truth` prints
 //! the ground truth as Debug; `--ns-epoch` writes epoch-based ns times, see `SynthConfig`).
 
-use dgx_pixels_trace::synth::{write_job, SynthConfig};
+use dgx_pixels_trace_synth::{write_job, SynthConfig};
 
 fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
