@@ -201,7 +201,7 @@ impl SimulationSettings {
     /// `trace_period` or its default.
     pub fn trace_period(&self) -> Duration {
         self.trace_period
-            .unwrap_or(dgx_pixels_trace::source::DEFAULT_PERIOD)
+            .unwrap_or(dgx_pixels_trace_source::DEFAULT_PERIOD)
     }
 }
 
@@ -463,7 +463,7 @@ pub struct Settings {
     /// Kernel log: the kmsg crate's own options (`path`, `state_directory`, `boot_id_path`).
     pub kmsg: dgx_pixels_kmsg::KmsgOptions,
     /// Profiler trace source.
-    pub trace: dgx_pixels_trace::source::TraceOptions,
+    pub trace: dgx_pixels_trace_source::TraceOptions,
 }
 
 pub use collectors::{DEFAULT_INTERVAL, DEFAULT_TIMEOUT, MIN_INTERVAL, MIN_TIMEOUT};
@@ -602,7 +602,9 @@ impl Settings {
             )));
         }
         self.health.validate()?;
-        self.trace.validate().map_err(ConfigError)?;
+        self.trace
+            .validate()
+            .map_err(|e| ConfigError(e.to_string()))?;
         // A drop is 8 traces of a few hundred kB: faster than a second is no demo, only CPU.
         check_min(
             "simulation.trace_period",

@@ -20,8 +20,6 @@
 //! - [`memory`]: memory snapshots (pickles, read by [`pickle`]) into [`memory::SnapshotReport`].
 //! - [`render`], [`chart`], [`compare`]: human, Markdown and PNG output, and two runs side by side.
 //! - [`cmd`]: the `trace` subcommand (flags and run), which the exporter binary mounts.
-//! - [`source`]: the exporter's `trace` source: watches directories, analyses new traces in
-//!   the background and serves the results as counters of the `trace` subsystem.
 //!
 //! ```
 //! use dgx_pixels_trace::{analyze, parse_bytes, AnalyzeOptions, ParseOptions};
@@ -58,7 +56,6 @@ pub mod open;
 pub mod parse;
 pub mod pickle;
 pub mod render;
-pub mod source;
 
 pub use analysis::{analyze, AnalyzeOptions, RankReport, Report};
 pub use error::TraceError;

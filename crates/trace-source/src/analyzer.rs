@@ -18,12 +18,12 @@ use serde::{Deserialize, Serialize};
 
 use super::group::MAX_COMM_STARTS;
 use super::series::Outcome;
-use crate::analysis::{analyze_ranks, AnalyzeOptions, RankAnalysis, RankReport};
-use crate::memory::{read_snapshot_with, SnapshotOptions, SnapshotReport};
-use crate::open::FileKey;
-use crate::parse::{parse_file, ParseOptions, CANCELLED};
-use crate::pickle::Limits;
-use crate::TraceError;
+use dgx_pixels_trace::analysis::{analyze_ranks, AnalyzeOptions, RankAnalysis, RankReport};
+use dgx_pixels_trace::memory::{read_snapshot_with, SnapshotOptions, SnapshotReport};
+use dgx_pixels_trace::open::FileKey;
+use dgx_pixels_trace::parse::{parse_file, ParseOptions, CANCELLED};
+use dgx_pixels_trace::pickle::Limits;
+use dgx_pixels_trace::TraceError;
 
 /// Largest request a `trace-worker` reads (a path and a few numbers).
 pub const MAX_REQUEST_BYTES: usize = 64 << 10;
@@ -174,7 +174,7 @@ impl Analyzer for InProcess {
 }
 
 /// The child side: analyses the file `request` names (opened with the checks of
-/// [`crate::open::open_input`] against the listed device and inode) and returns the reply to
+/// [`dgx_pixels_trace::open::open_input`] against the listed device and inode) and returns the reply to
 /// print.
 pub fn serve(request: &AnalysisRequest) -> AnalysisReply {
     analyse_file(request, None)

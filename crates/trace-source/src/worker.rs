@@ -13,7 +13,7 @@ use super::group::Groups;
 use super::series::{job_label, Outcome, Series};
 use super::watch::{is_snapshot_name, Ready, Watcher};
 use super::{Handoff, Shared, TraceOptions};
-use crate::analysis::rank_from_name;
+use dgx_pixels_trace::analysis::rank_from_name;
 
 /// Starts the worker. Files last modified more than [`EXISTING_MARGIN`] before now that its
 /// first listing finds were there before the source: left alone unless `analyze_existing`.

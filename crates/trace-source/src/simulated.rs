@@ -25,7 +25,7 @@ use dgx_pixels_trace_synth::{write_rank, SynthConfig};
 
 /// A CUDA memory snapshot as `torch.cuda.memory._dump_snapshot` writes it (the test fixture:
 /// two segments, history on), copied for every rank.
-const SNAPSHOT: &[u8] = include_bytes!("../../tests/fixtures/snapshot_p4.pickle");
+const SNAPSHOT: &[u8] = include_bytes!("../../trace/tests/fixtures/snapshot_p4.pickle");
 
 /// Name prefix of the private directories, followed by the owner's process id.
 const PREFIX: &str = "dgx-pixels-simulated-traces-";
@@ -251,7 +251,7 @@ fn drop_config(ranks: usize, step: u64, host_pids: &[u32]) -> SynthConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::parse::{parse_file, ParseOptions};
+    use dgx_pixels_trace::parse::{parse_file, ParseOptions};
 
     fn files(dir: &Path) -> Vec<String> {
         let mut v: Vec<String> = fs::read_dir(dir)

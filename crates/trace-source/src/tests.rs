@@ -269,7 +269,7 @@ fn options_are_checked() {
         ..TraceOptions::default()
     };
     assert_eq!(
-        bad.validate().unwrap_err(),
+        bad.validate().unwrap_err().to_string(),
         "trace.max_file_bytes: must be > 0"
     );
     let one: TraceOptions = toml_like(r#"{"directory": "/a"}"#);
@@ -336,8 +336,14 @@ fn the_source_serves_what_the_analysis_reports_and_counts_each_error() {
     });
     assert_eq!(value(&samples, Metric::TracePendingFiles, &[]), Some(0.0));
     for (rank, file) in [(0, "rank0.pt.trace.json"), (1, "rank1.pt.trace.json.gz")] {
-        let trace = crate::parse_file(&job.join(file), &crate::ParseOptions::default()).unwrap();
-        let report = crate::analyze(&[trace], &crate::AnalyzeOptions::default()).unwrap();
+        let trace = dgx_pixels_trace::parse_file(
+            &job.join(file),
+            &dgx_pixels_trace::ParseOptions::default(),
+        )
+        .unwrap();
+        let report =
+            dgx_pixels_trace::analyze(&[trace], &dgx_pixels_trace::AnalyzeOptions::default())
+                .unwrap();
         let r = &report.ranks[0];
         assert_eq!(r.rank, rank);
         let l = ["job-a", if rank == 0 { "0" } else { "1" }];
@@ -407,28 +413,37 @@ fn dropping_the_source_stops_its_worker() {
     }
 }
 
-fn rank_analysis(cfg: &SynthConfig, rank: usize) -> (Option<u64>, crate::analysis::RankAnalysis) {
+fn rank_analysis(
+    cfg: &SynthConfig,
+    rank: usize,
+) -> (Option<u64>, dgx_pixels_trace::analysis::RankAnalysis) {
     let mut out = Vec::new();
     write_rank(cfg, rank, &mut out).unwrap();
     let path = PathBuf::from(format!("rank{rank}.json"));
-    let t = crate::parse_bytes(&out, &path, &crate::ParseOptions::default()).unwrap();
+    let t = dgx_pixels_trace::parse_bytes(&out, &path, &dgx_pixels_trace::ParseOptions::default())
+        .unwrap();
     let world = t.world_size;
-    let mut v = crate::analysis::analyze_ranks(&[t], &crate::AnalyzeOptions::default()).unwrap();
+    let mut v = dgx_pixels_trace::analysis::analyze_ranks(
+        &[t],
+        &dgx_pixels_trace::AnalyzeOptions::default(),
+    )
+    .unwrap();
     (world, v.remove(0))
 }
 
 #[test]
 fn a_job_is_analysed_once_every_rank_arrived_as_trace_analyze_does() {
     let cfg = SynthConfig::default();
-    let traces: Vec<crate::RankTrace> = (0..cfg.ranks)
+    let traces: Vec<dgx_pixels_trace::RankTrace> = (0..cfg.ranks)
         .map(|r| {
             let mut out = Vec::new();
             write_rank(&cfg, r, &mut out).unwrap();
             let path = PathBuf::from(format!("rank{r}.json"));
-            crate::parse_bytes(&out, &path, &crate::ParseOptions::default()).unwrap()
+            dgx_pixels_trace::parse_bytes(&out, &path, &dgx_pixels_trace::ParseOptions::default())
+                .unwrap()
         })
         .collect();
-    let want = crate::analyze(&traces, &crate::AnalyzeOptions::default())
+    let want = dgx_pixels_trace::analyze(&traces, &dgx_pixels_trace::AnalyzeOptions::default())
         .unwrap()
         .job;
     assert_eq!(want.stragglers, [2], "the generator's straggler");
@@ -510,7 +525,8 @@ fn a_job_missing_ranks_is_analysed_after_the_timeout_and_groups_are_bounded() {
 
 #[test]
 fn memory_snapshots_set_gauges_and_bad_ones_are_counted() {
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/snapshot_p4.pickle");
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../trace/tests/fixtures/snapshot_p4.pickle");
     assert!(is_snapshot_name("rank3_memory.pickle") && !is_snapshot_name(".x.pickle"));
     let dir = tempfile::tempdir().unwrap();
     let job = dir.path().join("job-m");
@@ -533,7 +549,9 @@ fn memory_snapshots_set_gauges_and_bad_ones_are_counted() {
             && files(s, "parse_error") == 1.0
             && files(s, "too_large") == 1.0
     });
-    let want = &crate::memory::read_snapshot(&fixture).unwrap().devices[0];
+    let want = &dgx_pixels_trace::memory::read_snapshot(&fixture)
+        .unwrap()
+        .devices[0];
     let device = want.device.to_string();
     let l = ["job-m", "3", device.as_str()];
     assert_eq!(
@@ -561,7 +579,7 @@ fn memory_snapshots_set_gauges_and_bad_ones_are_counted() {
 fn a_real_memory_snapshot_alone_is_served() {
     use std::io::Read;
     let gz = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/h200-2026-11-26/rank0_memory_snapshot.pickle.gz");
+        .join("../trace/tests/fixtures/h200-2026-11-26/rank0_memory_snapshot.pickle.gz");
     let mut bytes = Vec::new();
     flate2::read::GzDecoder::new(fs::File::open(gz).unwrap())
         .read_to_end(&mut bytes)
@@ -587,7 +605,7 @@ fn a_real_memory_snapshot_alone_is_served() {
 
 /// A trace of sub-µs kernels (HTA's rounding makes their durations negative) and rows at
 /// timestamps near +-9e18 µs (which wrapped i64 arithmetic).
-fn hostile_times(ts: &[(&str, &str)]) -> crate::analysis::RankAnalysis {
+fn hostile_times(ts: &[(&str, &str)]) -> dgx_pixels_trace::analysis::RankAnalysis {
     let rows: Vec<String> = ts
         .iter()
         .enumerate()
@@ -598,13 +616,13 @@ fn hostile_times(ts: &[(&str, &str)]) -> crate::analysis::RankAnalysis {
         })
         .collect();
     let json = format!(r#"{{"traceEvents":[{}]}}"#, rows.join(","));
-    let t = crate::parse_bytes(
+    let t = dgx_pixels_trace::parse_bytes(
         json.as_bytes(),
         Path::new("t.json"),
-        &crate::ParseOptions::default(),
+        &dgx_pixels_trace::ParseOptions::default(),
     )
     .unwrap();
-    crate::analysis::analyze_ranks(&[t], &crate::AnalyzeOptions::default())
+    dgx_pixels_trace::analysis::analyze_ranks(&[t], &dgx_pixels_trace::AnalyzeOptions::default())
         .unwrap()
         .remove(0)
 }
@@ -648,6 +666,63 @@ fn trace_counters_never_go_down_or_negative() {
     }
 }
 
+/// The texts users see as config errors, written down as they were when the errors were
+/// `String`s: the typed error must not change a byte.
+#[test]
+fn option_errors_keep_their_texts() {
+    let with = |f: fn(&mut TraceOptions)| {
+        let mut o = TraceOptions {
+            directory: vec!["/a".into()],
+            ..TraceOptions::default()
+        };
+        f(&mut o);
+        o.validate().unwrap_err().to_string()
+    };
+    type Case = (fn(&mut TraceOptions), &'static str);
+    let cases: [Case; 8] = [
+        (|o| o.max_rows = 0, "trace.max_rows: must be > 0"),
+        (
+            |o| o.group_timeout = Duration::from_secs(2 * 86400),
+            "trace.group_timeout: 2days is over the maximum of 1day",
+        ),
+        (
+            |o| o.max_worker_memory = 1,
+            "trace.max_worker_memory: 1 is under 67108864 (the worker process could not start)",
+        ),
+        (
+            |o| o.max_snapshot_bytes = u64::MAX,
+            "trace.max_snapshot_bytes: over 1073741824 (the snapshot reader's own limit)",
+        ),
+        (
+            |o| o.max_attempts = 17,
+            "trace.max_attempts: 17 is over 16 (each try waits twice as long as the last)",
+        ),
+        (
+            |o| o.max_depth = 9,
+            "trace.max_depth: 9 is over 8 (each level multiplies the listing)",
+        ),
+        (
+            |o| o.directory = vec![PathBuf::new()],
+            "trace.directory: an empty path",
+        ),
+        (
+            |o| {
+                use std::os::unix::ffi::OsStrExt;
+                o.directory = vec![PathBuf::from(std::ffi::OsStr::from_bytes(b"/a\xff"))];
+            },
+            "trace.directory: /a\u{FFFD} is not valid UTF-8",
+        ),
+    ];
+    for (f, want) in cases {
+        assert_eq!(with(f), want);
+    }
+    let none = TraceSource::start(TraceOptions::default(), Duration::from_secs(1));
+    assert_eq!(
+        none.err().map(|e| e.to_string()).as_deref(),
+        Some("trace.directory: no directory to watch")
+    );
+}
+
 #[test]
 fn duration_settings_have_an_upper_bound() {
     for (key, d) in [
@@ -657,7 +732,7 @@ fn duration_settings_have_an_upper_bound() {
         ("group_timeout", "25h"),
     ] {
         let o: TraceOptions = toml_like(&format!(r#"{{"directory": "/a", "{key}": "{d}"}}"#));
-        let e = o.validate().unwrap_err();
+        let e = o.validate().unwrap_err().to_string();
         assert!(
             e.starts_with(&format!("trace.{key}: ")) && e.contains("maximum"),
             "{e}"
@@ -926,13 +1001,13 @@ fn replies_cross_the_pipe_unchanged() {
     write_rank(&cfg, 3, &mut out).unwrap();
     fs::write(&path, out).unwrap();
     let meta = fs::metadata(&path).unwrap();
-    let key = crate::open::FileKey::of(&meta);
+    let key = dgx_pixels_trace::open::FileKey::of(&meta);
     let request = AnalysisRequest {
         path: path.clone(),
         snapshot: false,
         dev: key.dev,
         ino: key.ino,
-        max_event_bytes: crate::DEFAULT_MAX_VALUE_BYTES,
+        max_event_bytes: dgx_pixels_trace::DEFAULT_MAX_VALUE_BYTES,
         max_decompressed_bytes: DEFAULT_MAX_DECOMPRESSED_BYTES,
         max_rows: DEFAULT_MAX_ROWS,
         max_snapshot_bytes: DEFAULT_MAX_SNAPSHOT_BYTES,

@@ -2,8 +2,10 @@
 //! CUDA memory snapshots, analyses each new file in the background, and serves what the
 //! analysis found as series of the `trace` subsystem (docs/traces.md, "The trace collector").
 //!
-//! Why here and not in the exporter: the source is the analysis engine run on a schedule; it
-//! needs this crate's parser and analyses and the metrics catalog, nothing of the daemon.
+//! Why a crate of its own, and not in the exporter or the engine: the source is the analysis
+//! engine (`dgx-pixels-trace`) run on a schedule; it needs the engine's parser and analyses and
+//! the metrics catalog, nothing of the daemon, and the engine needs none of the source's
+//! dependencies (metrics, the simulated writer's temporary directories).
 //!
 //! How the parts connect:
 //! - [`TraceOptions`]: the `[trace]` config table (strict, documented defaults).
@@ -25,7 +27,7 @@
 //!
 //! ```no_run
 //! use dgx_pixels_metrics::Source;
-//! use dgx_pixels_trace::source::{TraceOptions, TraceSource};
+//! use dgx_pixels_trace_source::{TraceOptions, TraceSource};
 //! use std::time::Duration;
 //!
 //! let options = TraceOptions {
@@ -38,6 +40,7 @@
 //! ```
 
 pub mod analyzer;
+mod error;
 mod group;
 mod series;
 mod simulated;
@@ -56,6 +59,7 @@ use serde::{Deserialize, Deserializer};
 pub use analyzer::{
     Analysed, AnalysisFailure, AnalysisReply, AnalysisRequest, Analyzer, InProcess,
 };
+pub use error::TraceSourceError;
 pub use series::{job_label, Outcome, MAX_JOB_BYTES};
 pub use simulated::{SimulatedJob, SimulatedTraces, DEFAULT_KEEP, DEFAULT_PERIOD};
 pub use watch::{glob_match, is_snapshot_name, is_trace_name};
@@ -153,7 +157,7 @@ impl Default for TraceOptions {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             max_analysis_time: DEFAULT_MAX_ANALYSIS_TIME,
             group_timeout: DEFAULT_GROUP_TIMEOUT,
-            max_event_bytes: crate::DEFAULT_MAX_VALUE_BYTES,
+            max_event_bytes: dgx_pixels_trace::DEFAULT_MAX_VALUE_BYTES,
             max_decompressed_bytes: DEFAULT_MAX_DECOMPRESSED_BYTES,
             max_rows: DEFAULT_MAX_ROWS,
             max_worker_memory: DEFAULT_MAX_WORKER_MEMORY,
@@ -164,7 +168,7 @@ impl Default for TraceOptions {
 
 impl TraceOptions {
     /// Checks the values; the error names the key (`trace.KEY: why`).
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), TraceSourceError> {
         let positive = [
             ("max_file_bytes", self.max_file_bytes == 0),
             ("max_snapshot_bytes", self.max_snapshot_bytes == 0),
@@ -177,52 +181,67 @@ impl TraceOptions {
             ("max_rows", self.max_rows == 0),
         ];
         if let Some((key, _)) = positive.iter().find(|(_, zero)| *zero) {
-            return Err(format!("trace.{key}: must be > 0"));
+            return Err(TraceSourceError::setting(key, "must be > 0"));
         }
         for (key, d) in [
             ("max_analysis_time", self.max_analysis_time),
             ("group_timeout", self.group_timeout),
         ] {
             if d > MAX_DURATION_SETTING {
-                return Err(format!(
-                    "trace.{key}: {} is over the maximum of {}",
-                    humantime::format_duration(d),
-                    humantime::format_duration(MAX_DURATION_SETTING)
+                return Err(TraceSourceError::setting(
+                    key,
+                    format!(
+                        "{} is over the maximum of {}",
+                        humantime::format_duration(d),
+                        humantime::format_duration(MAX_DURATION_SETTING)
+                    ),
                 ));
             }
         }
         if self.max_worker_memory < MIN_WORKER_MEMORY {
-            return Err(format!(
-                "trace.max_worker_memory: {} is under {MIN_WORKER_MEMORY} (the worker process could not start)",
-                self.max_worker_memory
+            return Err(TraceSourceError::setting(
+                "max_worker_memory",
+                format!(
+                    "{} is under {MIN_WORKER_MEMORY} (the worker process could not start)",
+                    self.max_worker_memory
+                ),
             ));
         }
-        if self.max_snapshot_bytes > crate::memory::MAX_SNAPSHOT_BYTES {
-            return Err(format!(
-                "trace.max_snapshot_bytes: over {} (the snapshot reader's own limit)",
-                crate::memory::MAX_SNAPSHOT_BYTES
+        if self.max_snapshot_bytes > dgx_pixels_trace::memory::MAX_SNAPSHOT_BYTES {
+            return Err(TraceSourceError::setting(
+                "max_snapshot_bytes",
+                format!(
+                    "over {} (the snapshot reader's own limit)",
+                    dgx_pixels_trace::memory::MAX_SNAPSHOT_BYTES
+                ),
             ));
         }
         if self.max_attempts > 16 {
-            return Err(format!(
-                "trace.max_attempts: {} is over 16 (each try waits twice as long as the last)",
-                self.max_attempts
+            return Err(TraceSourceError::setting(
+                "max_attempts",
+                format!(
+                    "{} is over 16 (each try waits twice as long as the last)",
+                    self.max_attempts
+                ),
             ));
         }
         if self.max_depth > 8 {
-            return Err(format!(
-                "trace.max_depth: {} is over 8 (each level multiplies the listing)",
-                self.max_depth
+            return Err(TraceSourceError::setting(
+                "max_depth",
+                format!(
+                    "{} is over 8 (each level multiplies the listing)",
+                    self.max_depth
+                ),
             ));
         }
         for d in &self.directory {
             if d.as_os_str().is_empty() {
-                return Err("trace.directory: an empty path".into());
+                return Err(TraceSourceError::setting("directory", "an empty path"));
             }
             if d.to_str().is_none() {
-                return Err(format!(
-                    "trace.directory: {} is not valid UTF-8",
-                    d.display()
+                return Err(TraceSourceError::setting(
+                    "directory",
+                    format!("{} is not valid UTF-8", d.display()),
                 ));
             }
         }
@@ -279,7 +298,10 @@ pub struct TraceSource {
 impl TraceSource {
     /// Checks `options` and starts the worker thread, which lists the directories every
     /// `interval` and analyses in process (tests; the daemon uses [`TraceSource::start_with`]).
-    pub fn start(options: TraceOptions, interval: Duration) -> Result<TraceSource, String> {
+    pub fn start(
+        options: TraceOptions,
+        interval: Duration,
+    ) -> Result<TraceSource, TraceSourceError> {
         TraceSource::start_with(options, interval, Arc::new(InProcess), None)
     }
 
@@ -291,14 +313,17 @@ impl TraceSource {
         interval: Duration,
         analyzer: Arc<dyn Analyzer>,
         handoff: Option<Arc<Handoff>>,
-    ) -> Result<TraceSource, String> {
+    ) -> Result<TraceSource, TraceSourceError> {
         options.validate()?;
         if options.directory.is_empty() {
-            return Err("trace.directory: no directory to watch".into());
+            return Err(TraceSourceError::setting(
+                "directory",
+                "no directory to watch",
+            ));
         }
         let shared = Arc::new(Shared::default());
         let worker = worker::spawn(options, interval, Arc::clone(&shared), analyzer, handoff)
-            .map_err(|e| format!("cannot start the trace worker thread: {e}"))?;
+            .map_err(TraceSourceError::Thread)?;
         Ok(TraceSource { shared, worker })
     }
 }

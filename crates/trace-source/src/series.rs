@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, HashMap};
 use dgx_pixels_metrics::{Metric, Sample};
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::RankReport;
-use crate::memory::SnapshotReport;
+use dgx_pixels_trace::analysis::RankReport;
+use dgx_pixels_trace::memory::SnapshotReport;
 
 /// Longest `trace_job` label value, in bytes; longer directory paths keep their end (the most
 /// specific part) after a hash of the whole path.

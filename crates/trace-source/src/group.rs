@@ -3,7 +3,7 @@
 //! files arrive one by one. A group is a `trace_job` (the files' directory); it is analysed when
 //! it holds as many ranks as the traces' `distributedInfo.world_size`, or, with at least two
 //! ranks, when `group_timeout` has passed since its last file arrived. A rank arriving later
-//! (or again) analyses the group again. The numbers are [`crate::analysis::job_report`]'s,
+//! (or again) analyses the group again. The numbers are [`dgx_pixels_trace::analysis::job_report`]'s,
 //! as `trace analyze DIR` reports them; they are gauges of the latest job analysis.
 //!
 //! Bounded: at most `max_ranks` rank analyses are held over all groups (the group with the
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use dgx_pixels_metrics::{Metric, Sample};
 
-use crate::analysis::{job_report, AnalyzeOptions, JobReport, RankAnalysis};
+use dgx_pixels_trace::analysis::{job_report, AnalyzeOptions, JobReport, RankAnalysis};
 
 /// Communication kernels per rank kept for matching collectives across ranks; a rank with
 /// more keeps none, and the job's collectives are then not matched (the straggler score from

@@ -40,7 +40,7 @@ pub fn is_trace_name(name: &str) -> bool {
 /// Whether a file name looks like a CUDA memory snapshot (`torch.cuda.memory._dump_snapshot`'s
 /// pickle) the watcher picks up.
 pub fn is_snapshot_name(name: &str) -> bool {
-    !name.starts_with('.') && crate::memory::is_pickle(Path::new(name))
+    !name.starts_with('.') && dgx_pixels_trace::memory::is_pickle(Path::new(name))
 }
 
 fn is_candidate(name: &str) -> bool {
@@ -96,7 +96,7 @@ pub struct FileId {
     /// Last modification.
     pub mtime: SystemTime,
     /// Device and inode: the file opened for analysis must be this one.
-    pub key: crate::open::FileKey,
+    pub key: dgx_pixels_trace::open::FileKey,
 }
 
 impl FileId {
@@ -107,7 +107,7 @@ impl FileId {
         Some(FileId {
             size: m.len(),
             mtime: m.modified().ok()?,
-            key: crate::open::FileKey::of(&m),
+            key: dgx_pixels_trace::open::FileKey::of(&m),
         })
     }
 }
@@ -492,7 +492,7 @@ impl Watcher {
                     id: FileId {
                         size: m.len(),
                         mtime,
-                        key: crate::open::FileKey::of(&m),
+                        key: dgx_pixels_trace::open::FileKey::of(&m),
                     },
                     job: job_of(&dir),
                 });
