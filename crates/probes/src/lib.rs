@@ -10,8 +10,8 @@
 //! - [`cuda`]: runs them on a GPU; guards every call (see "Missing libraries" below).
 //! - [`stats`]: mean, median, percentiles, CV, Student-t confidence intervals, Welch's test.
 //! - [`results`]: result files (JSON/CSV) with the environment they were measured in.
-//! - [`compare`]: overhead, significance and verdict between two result files, as Markdown
-//!   and a PNG chart.
+//! - [`compare`]: overhead, significance and verdict between two result files, as data (the
+//!   Markdown report and PNG chart of `probe compare` are dgx-pixels-tools').
 //! - [`peaks`]: published peak rates per GPU model.
 //! - [`scheduler`]: the daemon's `probes` [`dgx_pixels_metrics::Source`].
 //! - [`worker`]: each probe run in a short-lived worker process, so the daemon never holds a

@@ -6,8 +6,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use crate::analysis::Report;
-use crate::TraceError;
+use dgx_pixels_trace::{Report, TraceError};
 
 const COMPUTE: RGBColor = RGBColor(44, 160, 44);
 const NON_COMPUTE: RGBColor = RGBColor(255, 127, 14);

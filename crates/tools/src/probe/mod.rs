@@ -1,17 +1,100 @@
-//! `probe run` and `probe compare`: one-shot benchmarks with the CUDA probes.
+//! `probe run` and `probe compare`: one-shot benchmarks with the CUDA probes. The exporter
+//! binary mounts [`ProbeCommand`] and calls [`run`]; the measurements are the probes crate's,
+//! the flags, reports, chart and progress bar are here.
 
-use std::path::Path;
+pub mod comparison;
+
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::SystemTime;
 
-use dgx_pixels_probes::compare::{chart, compare, markdown};
+use clap::Subcommand;
+use dgx_pixels_probes::compare::compare;
 use dgx_pixels_probes::results::{detect_container, hostname, human, nvidia_driver_version};
 use dgx_pixels_probes::{
     probe, run_once, Environment, ProbeSizes, Progress, RunOptions, RunResults,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::cli::{ProbeCommand, ProbeCompareArgs, ProbeRunArgs};
+use self::comparison::{chart, markdown};
+
+/// `probe` subcommands: one-shot benchmarks with the CUDA probes.
+#[derive(Debug, Subcommand)]
+pub enum ProbeCommand {
+    /// Run probes once on this machine's GPUs and print statistics per probe.
+    #[command(after_help = PROBE_RUN_AFTER_HELP)]
+    Run(ProbeRunArgs),
+    /// Compare two result files (e.g. container vs native): overhead, Welch's t-test, verdict;
+    /// writes a Markdown report and a PNG chart.
+    Compare(ProbeCompareArgs),
+}
+
+const PROBE_RUN_AFTER_HELP: &str = "\
+Probes: gemm_bf16, gemm_fp16, gemm_tf32, gemm_fp32, gemm_fp64 (cuBLAS, FLOP/s), copy_d2d, \
+copy_h2d, copy_d2h (bytes/s; d2d counts bytes read plus written), launch_latency (seconds). \
+Needs libcuda.so.1 and, for GEMMs, cuBLAS (libcublas.so.13 or .12) on the loader's path.";
+
+/// Flags of `probe run`.
+#[derive(Debug, clap::Args)]
+pub struct ProbeRunArgs {
+    /// Comma-separated probes to run, or "all".
+    #[arg(long = "probe", value_name = "LIST", default_value = "all")]
+    pub probe: String,
+    /// Comma-separated CUDA device ordinals [default: every visible GPU].
+    #[arg(long = "gpus", value_name = "LIST")]
+    pub gpus: Option<String>,
+    /// Unrecorded warm-up iterations per probe.
+    #[arg(long = "warmup", value_name = "N", default_value_t = 10)]
+    pub warmup: usize,
+    /// Recorded iterations per probe.
+    #[arg(long = "iterations", value_name = "N", default_value_t = 100)]
+    pub iterations: usize,
+    /// Seed of the GEMM input data.
+    #[arg(long = "seed", value_name = "N", default_value_t = 42)]
+    pub seed: u64,
+    /// Write the results to FILE (.csv for CSV, otherwise JSON).
+    #[arg(long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Matrix side of the bf16/fp16/tf32/fp32 GEMMs [default: 8192].
+    #[arg(long = "gemm-size", value_name = "N")]
+    pub gemm_size: Option<usize>,
+    /// Matrix side of the fp64 GEMM [default: 4096].
+    #[arg(long = "gemm-fp64-size", value_name = "N")]
+    pub gemm_fp64_size: Option<usize>,
+    /// Bytes per device-to-device copy [default: 268435456].
+    #[arg(long = "copy-bytes", value_name = "BYTES")]
+    pub copy_bytes: Option<usize>,
+    /// Bytes per host-to-device / device-to-host copy [default: 67108864].
+    #[arg(long = "host-copy-bytes", value_name = "BYTES")]
+    pub host_copy_bytes: Option<usize>,
+}
+
+/// Flags of `probe compare`.
+#[derive(Debug, clap::Args)]
+pub struct ProbeCompareArgs {
+    /// The baseline result file (e.g. native).
+    #[arg(value_name = "A")]
+    pub a: PathBuf,
+    /// The result file compared with it (e.g. in a container).
+    #[arg(value_name = "B")]
+    pub b: PathBuf,
+    /// Directory for report.md and chart.png (created if missing).
+    #[arg(
+        long = "output-dir",
+        value_name = "DIR",
+        default_value = "probe-compare"
+    )]
+    pub output_dir: PathBuf,
+}
+
+/// The build of the binary that runs the probes, recorded in every result file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Build<'a> {
+    /// The exporter's version.
+    pub version: &'a str,
+    /// Its git revision.
+    pub revision: &'a str,
+}
 
 /// Most iterations (or warm-up iterations) per probe: every value is kept for the statistics.
 const MAX_ITERATIONS: usize = 1_000_000;
@@ -24,9 +107,9 @@ fn usage(msg: impl std::fmt::Display) -> ExitCode {
 }
 
 /// Runs a `probe` subcommand; the exit code says how it went (2: bad arguments or input).
-pub fn run(cmd: &ProbeCommand) -> ExitCode {
+pub fn run(cmd: &ProbeCommand, build: Build<'_>) -> ExitCode {
     match cmd {
-        ProbeCommand::Run(args) => run_probes(args),
+        ProbeCommand::Run(args) => run_probes(args, build),
         ProbeCommand::Compare(args) => compare_files(args),
     }
 }
@@ -78,19 +161,19 @@ fn options(args: &ProbeRunArgs) -> Result<RunOptions, String> {
 }
 
 /// What the run happened on, apart from what CUDA reports.
-fn environment() -> Environment {
+fn environment(build: Build<'_>) -> Environment {
     Environment {
         hostname: hostname(),
         container: detect_container(),
         driver_version: nvidia_driver_version(),
         cuda_version: String::new(),
-        exporter_version: env!("CARGO_PKG_VERSION").to_string(),
-        git_revision: env!("EXPORTER_BUILD_REVISION").to_string(),
+        exporter_version: build.version.to_string(),
+        git_revision: build.revision.to_string(),
         started_at: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
     }
 }
 
-fn run_probes(args: &ProbeRunArgs) -> ExitCode {
+fn run_probes(args: &ProbeRunArgs, build: Build<'_>) -> ExitCode {
     let opts = match options(args) {
         Ok(o) => o,
         Err(e) => return usage(e),
@@ -110,7 +193,7 @@ fn run_probes(args: &ProbeRunArgs) -> ExitCode {
     if let Ok(style) = ProgressStyle::with_template("{msg:32} [{bar:40}] {pos}/{len} {elapsed}") {
         bar.set_style(style.progress_chars("=> "));
     }
-    let outcome = run_once(&opts, environment(), &mut |p| match p {
+    let outcome = run_once(&opts, environment(build), &mut |p| match p {
         Progress::Planned(n) => bar.set_length(n),
         Progress::Started(kind, gpu) => bar.set_message(format!("{kind} on GPU {gpu}")),
         Progress::Step => bar.inc(1),

@@ -1,8 +1,10 @@
-//! Human-readable and Markdown renderings of a [`Report`].
+//! Human-readable and Markdown renderings of a [`Report`], and the text table of a
+//! [`Comparison`] (`trace compare`).
 
 use std::fmt::Write as _;
 
-use crate::analysis::{RankReport, Report};
+use dgx_pixels_trace::compare::Comparison;
+use dgx_pixels_trace::{RankReport, Report};
 
 fn ms(us: f64) -> String {
     format!("{:.3} ms", us / 1e3)
@@ -306,6 +308,37 @@ pub fn markdown(rep: &Report) -> String {
                 );
             }
         }
+    }
+    out
+}
+
+/// A text table of the comparison.
+pub fn comparison(c: &Comparison) -> String {
+    let mut out = format!(
+        "{:<34} {:>14} {:>14} {:>14} {:>9}\n",
+        "metric (mean over ranks)", "A", "B", "B − A", "change"
+    );
+    let pct = |p: Option<f64>| p.map(|p| format!("{p:+.1}%")).unwrap_or_else(|| "-".into());
+    for d in &c.metrics {
+        let _ = writeln!(
+            out,
+            "{:<34} {:>14.2} {:>14.2} {:>+14.2} {:>9}",
+            d.metric,
+            d.a,
+            d.b,
+            d.diff,
+            pct(d.change_pct)
+        );
+    }
+    out.push_str("\nkernels with the largest change (Σ µs per rank):\n");
+    for d in &c.kernels {
+        let name: String = d.metric.chars().take(60).collect();
+        let _ = writeln!(
+            out,
+            "  {:>+12.1} µs {:>9}  {name}",
+            d.diff,
+            pct(d.change_pct)
+        );
     }
     out
 }
