@@ -22,6 +22,7 @@ check() {
 }
 
 check dgx-pixels-trace dgx-pixels-metrics clap plotters dgx-pixels-charts indicatif tempfile
+check dgx-pixels-probes dgx-pixels-metrics plotters dgx-pixels-charts clap indicatif
 
 if [ "$status" -eq 0 ]; then
   echo "check-crate-deps: the engines have none of their forbidden dependencies"

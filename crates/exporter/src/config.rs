@@ -378,8 +378,8 @@ const PROBE_WORKER_TIMEOUT_RANGE: (Duration, Duration) =
 
 impl ProbesSettings {
     /// The scheduler settings, checked.
-    pub fn schedule(&self) -> Result<dgx_pixels_probes::scheduler::ScheduleSettings, ConfigError> {
-        let mut s = dgx_pixels_probes::scheduler::ScheduleSettings::default();
+    pub fn schedule(&self) -> Result<dgx_pixels_probe_source::ScheduleSettings, ConfigError> {
+        let mut s = dgx_pixels_probe_source::ScheduleSettings::default();
         if let Some(list) = &self.probes {
             s.probes = dgx_pixels_probes::probe::parse_list(list)
                 .map_err(|e| ConfigError(format!("probes.probes: {e}")))?;

@@ -6,9 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dgx_pixels_metrics::{Metric, Sample, Source};
-use dgx_pixels_probes::scheduler::{
-    Backend, GpuId, ProbeSource, ScheduleSettings, UtilizationView,
-};
+use dgx_pixels_probe_source::{Backend, GpuId, ProbeSource, ScheduleSettings, UtilizationView};
 use dgx_pixels_probes::{ProbeError, ProbeKind, ProbeSizes};
 
 #[derive(Clone, Default)]
@@ -310,14 +308,14 @@ impl Backend for Scripted {
 #[derive(Clone, Default)]
 struct Occupied {
     util: Util,
-    occupancy: Arc<Mutex<dgx_pixels_probes::scheduler::Occupancy>>,
+    occupancy: Arc<Mutex<dgx_pixels_probe_source::Occupancy>>,
 }
 
 impl UtilizationView for Occupied {
     fn lookup(&self, uuid: &str) -> Option<(u32, f64)> {
         self.util.lookup(uuid)
     }
-    fn occupancy(&self, _: &str) -> dgx_pixels_probes::scheduler::Occupancy {
+    fn occupancy(&self, _: &str) -> dgx_pixels_probe_source::Occupancy {
         *self.occupancy.lock().unwrap()
     }
 }
@@ -400,7 +398,7 @@ fn a_busy_reading_restarts_the_settle_window() {
 
 #[test]
 fn held_in_use_and_mig_gpus_are_never_probed() {
-    use dgx_pixels_probes::scheduler::Occupancy;
+    use dgx_pixels_probe_source::Occupancy;
     for (occupancy, outcome, st) in [
         (
             Occupancy {
@@ -543,9 +541,31 @@ fn every_state_is_served_and_they_add_up_to_the_gpus() {
         .iter()
         .filter(|x| x.metric == Metric::ProbeGpus)
         .collect();
-    assert_eq!(states.len(), dgx_pixels_probes::scheduler::STATES.len());
+    assert_eq!(states.len(), dgx_pixels_probe_source::STATES.len());
     assert_eq!(states.iter().map(|x| x.value).sum::<f64>(), 2.0);
     // Neither GPU has a reading: no proof they are idle.
     assert_eq!(state(&out, "no_utilization"), 1.0, "{states:?}");
     assert_eq!(state(&out, "pending"), 1.0, "the second GPU waits its turn");
+}
+
+/// A GEMM so large its buffer size saturates (dgx-pixels-probes' `device_bytes`) is over the
+/// memory cap, not wrapped under it; a duty cycle under the minimum names its key.
+#[test]
+fn a_huge_gemm_is_refused_and_a_tiny_duty_cycle_names_its_key() {
+    let sizes = ProbeSizes {
+        gemm_n_64bit: i32::MAX as usize,
+        ..ProbeSizes::default()
+    };
+    let settings = ScheduleSettings {
+        probes: vec![ProbeKind::GemmFp64],
+        sizes,
+        ..Default::default()
+    };
+    assert!(settings.validate().is_err());
+    let tiny = ScheduleSettings {
+        duty_cycle: 1e-20,
+        ..Default::default()
+    };
+    let e = tiny.validate().unwrap_err().to_string();
+    assert!(e.contains("probes.duty_cycle"), "{e}");
 }

@@ -1,4 +1,6 @@
-//! The daemon side: a [`Source`] that runs probes politely and exports their last results.
+//! The daemon's `probes` source: a [`Source`] that runs probes politely and exports their last
+//! results. The measurements themselves are dgx-pixels-probes'; this crate schedules them,
+//! runs them in worker processes ([`worker::WorkerBackend`]) and turns them into series.
 //!
 //! Politeness rules, checked before every run (each skip is its own `outcome`):
 //! - one probe at a time on the node (probes run one after another on the source's thread);
@@ -10,15 +12,19 @@
 //!   (`skipped_settling`) are left alone;
 //! - the worker checks compute mode, MIG and other processes again itself before it creates a
 //!   context (`skipped_compute_mode`, ...) and while it runs: another process seen on the GPU
-//!   makes the run `contended`, and its numbers are discarded (see [`crate::worker`]);
+//!   makes the run `contended`, and its numbers are discarded (see [`dgx_pixels_probes::worker`]);
 //! - after a run of duration d, that GPU is not probed again for d / duty_cycle, so probes
 //!   hold each GPU at most `duty_cycle` of the time (0.5% by default);
 //! - probes whose buffers exceed the memory cap are not scheduled at all.
 //!
-//! With the [`crate::worker::WorkerBackend`] (the daemon's), each run is a worker process whose
+//! With the [`worker::WorkerBackend`] (the daemon's), each run is a worker process whose
 //! CUDA context ends with it: the daemon itself never creates one.
 //!
 //! At most one probe runs per poll, which keeps a poll short against the runner's deadline.
+
+#![deny(missing_docs)]
+
+pub mod worker;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,9 +33,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use dgx_pixels_metrics::histogram::Histogram;
 use dgx_pixels_metrics::{DeviceKey, Metric, PollError, PollErrorKind, PollOutput, Sample, Source};
 
-use crate::probe::{ProbeKind, ProbeSizes, ProbeUnit};
-use crate::stats::summarize;
-use crate::ProbeError;
+use dgx_pixels_probes::probe::{ProbeKind, ProbeSizes, ProbeUnit};
+use dgx_pixels_probes::stats::summarize;
+use dgx_pixels_probes::ProbeError;
 
 /// Default maximum fraction of GPU time spent in probes.
 pub const DEFAULT_DUTY_CYCLE: f64 = 0.005;
@@ -222,7 +228,7 @@ pub struct CudaBackend {
 
 impl Backend for CudaBackend {
     fn discover(&mut self) -> Result<Vec<GpuId>, ProbeError> {
-        Ok(crate::cuda::list_devices()?
+        Ok(dgx_pixels_probes::cuda::list_devices()?
             .into_iter()
             .map(|(ordinal, uuid, model)| GpuId {
                 ordinal,
@@ -233,7 +239,7 @@ impl Backend for CudaBackend {
     }
 
     fn run(&mut self, gpu: &GpuId, kind: ProbeKind) -> Result<Vec<f64>, ProbeError> {
-        let mut g = crate::cuda::Gpu::open(gpu.ordinal)?;
+        let mut g = dgx_pixels_probes::cuda::Gpu::open(gpu.ordinal)?;
         let values = g.run(kind, &self.sizes, 42, 1, 3, &mut || {});
         g.release()?;
         values
@@ -538,7 +544,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
                         r.value,
                     )),
                 }
-                if let Some(f) = crate::peaks::fraction(&g.id.model, *kind, r.value) {
+                if let Some(f) = dgx_pixels_probes::peaks::fraction(&g.id.model, *kind, r.value) {
                     out.push(Sample::of(key, Metric::ProbePeakFraction, [name], f));
                 }
                 let ts =

@@ -8,8 +8,8 @@
 #![allow(clippy::unwrap_used)]
 
 use dgx_pixels_metrics::{Metric, Source};
+use dgx_pixels_probe_source::{CudaBackend, ProbeSource, ScheduleSettings, UtilizationView};
 use dgx_pixels_probes::cuda::{availability, device_count, list_devices};
-use dgx_pixels_probes::scheduler::{CudaBackend, ProbeSource, ScheduleSettings, UtilizationView};
 use dgx_pixels_probes::{run_once, Environment, ProbeKind, ProbeSizes, ProbeUnit, RunOptions};
 
 /// Fails (never passes quietly) when run where no GPU can be used.

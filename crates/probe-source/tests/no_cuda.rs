@@ -8,8 +8,8 @@
 #![allow(clippy::unwrap_used)]
 
 use dgx_pixels_metrics::Source;
+use dgx_pixels_probe_source::{CudaBackend, ProbeSource, ScheduleSettings, UtilizationView};
 use dgx_pixels_probes::cuda::{availability, device_count, Gpu};
-use dgx_pixels_probes::scheduler::{CudaBackend, ProbeSource, ScheduleSettings, UtilizationView};
 use dgx_pixels_probes::{run_once, Environment, ProbeError, ProbeKind, ProbeSizes, RunOptions};
 
 struct Idle;

@@ -10,9 +10,7 @@ use dgx_pixels_exposition::{EncodeOptions, Format, SnapshotStore};
 
 use dgx_pixels_metrics::catalog::Detail;
 use dgx_pixels_metrics::{Snapshot, Source, SourceHealth};
-use dgx_pixels_probes::scheduler::{
-    Backend, GpuId, ProbeSource, ScheduleSettings, UtilizationView,
-};
+use dgx_pixels_probe_source::{Backend, GpuId, ProbeSource, ScheduleSettings, UtilizationView};
 use dgx_pixels_probes::{ProbeError, ProbeKind, ProbeUnit};
 
 struct Fake;
