@@ -3,7 +3,7 @@
 generated single-rank traces, measured in the same run.
 
 For each size (default 10 MB, 100 MB, 1 GB of uncompressed JSON) it generates a trace with
-crates/trace's generator, then measures wall time and peak RSS (wait4's ru_maxrss of the child)
+crates/trace-synth's generator, then measures wall time and peak RSS (wait4's ru_maxrss of the child)
 of
   - HTA: TraceAnalysis(trace_dir) + get_temporal_breakdown + get_gpu_kernel_breakdown +
     get_comm_comp_overlap (visualize off), one run (HTA is slow);
@@ -84,6 +84,7 @@ def main():
     a = ap.parse_args()
     subprocess.run(
         ["cargo", "build", "-q", "--release", "--locked", "-p", "dgx-pixels-trace",
+         "-p", "dgx-pixels-trace-synth",
          "--example", "gen_trace", "--example", "analyze"],
         cwd=ROOT, check=True)
     work = a.keep or tempfile.mkdtemp(prefix="trace-bench-")

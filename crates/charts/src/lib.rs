@@ -1,5 +1,5 @@
-//! What the PNG charts of `probe compare` (crates/probes) and `trace analyze --chart`
-//! (crates/trace) share. plotters draws text only with a registered font and ships none, so the
+//! What the PNG charts of `probe compare` and `trace analyze --chart` (both in crates/tools)
+//! share. plotters draws text only with a registered font and ships none, so the
 //! labels use a system sans-serif font when one is installed; without one the charts are drawn
 //! without text and the reports beside them carry the labels.
 //!

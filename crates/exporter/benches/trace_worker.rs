@@ -6,7 +6,7 @@
 use std::io::{BufWriter, Write};
 use std::time::Duration;
 
-use dgx_pixels_trace::synth::{write_rank, SynthConfig};
+use dgx_pixels_trace_synth::{write_rank, SynthConfig};
 
 const BIN: &str = env!("CARGO_BIN_EXE_dgx-pixels-exporter");
 
@@ -14,7 +14,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_dgx-pixels-exporter");
 /// process (as before) and in the worker process, interleaved on one generated trace. Run with
 /// `cargo bench -p dgx-pixels-exporter --bench trace_worker`.
 fn main() {
-    use dgx_pixels_trace::source::{AnalysisReply, AnalysisRequest, Analyzer, InProcess};
+    use dgx_pixels_trace_source::{AnalysisReply, AnalysisRequest, Analyzer, InProcess};
     use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
     use std::time::Instant;
@@ -32,7 +32,7 @@ fn main() {
     drop(f);
     let meta = std::fs::metadata(&path).unwrap();
     let key = dgx_pixels_trace::open::FileKey::of(&meta);
-    let options = dgx_pixels_trace::source::TraceOptions::default();
+    let options = dgx_pixels_trace_source::TraceOptions::default();
     let request = AnalysisRequest {
         path: path.clone(),
         snapshot: false,
@@ -53,7 +53,7 @@ fn main() {
             input: serde_json::to_vec(request).unwrap(),
             limits: dgx_pixels_worker::Limits {
                 timeout: Duration::from_secs(600),
-                max_output_bytes: dgx_pixels_trace::source::analyzer::MAX_REPLY_BYTES,
+                max_output_bytes: dgx_pixels_trace_source::analyzer::MAX_REPLY_BYTES,
                 max_address_space_bytes: Some(options.max_worker_memory),
                 max_cpu_seconds: Some(601),
                 lowest_priority: true,

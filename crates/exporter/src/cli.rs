@@ -116,12 +116,12 @@ pub enum Commands {
     /// One-shot GPU benchmarks with the CUDA probes (run, compare).
     Probe {
         #[command(subcommand)]
-        what: ProbeCommand,
+        what: dgx_pixels_tools::probe::ProbeCommand,
     },
     /// Analyse PyTorch profiler traces and memory snapshots (analyze, compare).
     Trace {
         #[command(subcommand)]
-        what: dgx_pixels_trace::cmd::TraceCommand,
+        what: dgx_pixels_tools::trace::TraceCommand,
     },
     /// Internal: one probe run (or GPU discovery) in a short-lived worker process, started by
     /// the daemon's probes collector; reads a JSON request on stdin, answers on stdout.
@@ -136,75 +136,6 @@ pub enum Commands {
     /// stdout.
     #[command(name = "trace-worker", hide = true)]
     TraceWorker,
-}
-
-/// `probe` subcommands: one-shot benchmarks with the CUDA probes.
-#[derive(Debug, Subcommand)]
-pub enum ProbeCommand {
-    /// Run probes once on this machine's GPUs and print statistics per probe.
-    #[command(after_help = PROBE_RUN_AFTER_HELP)]
-    Run(ProbeRunArgs),
-    /// Compare two result files (e.g. container vs native): overhead, Welch's t-test, verdict;
-    /// writes a Markdown report and a PNG chart.
-    Compare(ProbeCompareArgs),
-}
-
-const PROBE_RUN_AFTER_HELP: &str = "\
-Probes: gemm_bf16, gemm_fp16, gemm_tf32, gemm_fp32, gemm_fp64 (cuBLAS, FLOP/s), copy_d2d, \
-copy_h2d, copy_d2h (bytes/s; d2d counts bytes read plus written), launch_latency (seconds). \
-Needs libcuda.so.1 and, for GEMMs, cuBLAS (libcublas.so.13 or .12) on the loader's path.";
-
-/// Flags of `probe run`.
-#[derive(Debug, clap::Args)]
-pub struct ProbeRunArgs {
-    /// Comma-separated probes to run, or "all".
-    #[arg(long = "probe", value_name = "LIST", default_value = "all")]
-    pub probe: String,
-    /// Comma-separated CUDA device ordinals [default: every visible GPU].
-    #[arg(long = "gpus", value_name = "LIST")]
-    pub gpus: Option<String>,
-    /// Unrecorded warm-up iterations per probe.
-    #[arg(long = "warmup", value_name = "N", default_value_t = 10)]
-    pub warmup: usize,
-    /// Recorded iterations per probe.
-    #[arg(long = "iterations", value_name = "N", default_value_t = 100)]
-    pub iterations: usize,
-    /// Seed of the GEMM input data.
-    #[arg(long = "seed", value_name = "N", default_value_t = 42)]
-    pub seed: u64,
-    /// Write the results to FILE (.csv for CSV, otherwise JSON).
-    #[arg(long = "output", value_name = "FILE")]
-    pub output: Option<PathBuf>,
-    /// Matrix side of the bf16/fp16/tf32/fp32 GEMMs [default: 8192].
-    #[arg(long = "gemm-size", value_name = "N")]
-    pub gemm_size: Option<usize>,
-    /// Matrix side of the fp64 GEMM [default: 4096].
-    #[arg(long = "gemm-fp64-size", value_name = "N")]
-    pub gemm_fp64_size: Option<usize>,
-    /// Bytes per device-to-device copy [default: 268435456].
-    #[arg(long = "copy-bytes", value_name = "BYTES")]
-    pub copy_bytes: Option<usize>,
-    /// Bytes per host-to-device / device-to-host copy [default: 67108864].
-    #[arg(long = "host-copy-bytes", value_name = "BYTES")]
-    pub host_copy_bytes: Option<usize>,
-}
-
-/// Flags of `probe compare`.
-#[derive(Debug, clap::Args)]
-pub struct ProbeCompareArgs {
-    /// The baseline result file (e.g. native).
-    #[arg(value_name = "A")]
-    pub a: PathBuf,
-    /// The result file compared with it (e.g. in a container).
-    #[arg(value_name = "B")]
-    pub b: PathBuf,
-    /// Directory for report.md and chart.png (created if missing).
-    #[arg(
-        long = "output-dir",
-        value_name = "DIR",
-        default_value = "probe-compare"
-    )]
-    pub output_dir: PathBuf,
 }
 
 /// What `docs` prints.

@@ -80,8 +80,8 @@ impl From<dgx_pixels_settings::SettingError> for ConfigError {
     }
 }
 
-impl From<dgx_pixels_probes::settings::ProbesSettingsError> for ConfigError {
-    fn from(e: dgx_pixels_probes::settings::ProbesSettingsError) -> ConfigError {
+impl From<dgx_pixels_probe_source::settings::ProbesSettingsError> for ConfigError {
+    fn from(e: dgx_pixels_probe_source::settings::ProbesSettingsError) -> ConfigError {
         ConfigError(e.to_string())
     }
 }
@@ -189,7 +189,7 @@ impl SimulationSettings {
     /// `trace_period` or its default.
     pub fn trace_period(&self) -> Duration {
         self.trace_period
-            .unwrap_or(dgx_pixels_trace::source::DEFAULT_PERIOD)
+            .unwrap_or(dgx_pixels_trace_source::DEFAULT_PERIOD)
     }
 }
 

@@ -10,13 +10,11 @@ mod config;
 mod http_source;
 mod logging;
 mod ownership;
-mod probe_cmd;
 mod probe_worker;
 mod reload;
 mod runner;
 mod server;
 mod status_page;
-mod trace_cmd;
 mod trace_worker;
 mod worker_io;
 
@@ -53,10 +51,14 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     if let Some(Commands::Probe { what }) = &cli.command {
-        return probe_cmd::run(what);
+        let build = dgx_pixels_tools::probe::Build {
+            version: env!("CARGO_PKG_VERSION"),
+            revision: env!("EXPORTER_BUILD_REVISION"),
+        };
+        return dgx_pixels_tools::probe::run(what, build);
     }
     if let Some(Commands::Trace { what }) = &cli.command {
-        return trace_cmd::run(what);
+        return dgx_pixels_tools::trace::run(what);
     }
     if let Some(Commands::ProbeWorker { nvml_library }) = &cli.command {
         return probe_worker::run(nvml_library.as_deref());

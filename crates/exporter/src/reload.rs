@@ -240,7 +240,7 @@ mod tests {
         let mut probes = old.clone();
         probes.tables.set(
             "probes",
-            Box::new(dgx_pixels_probes::settings::ProbesSettings {
+            Box::new(dgx_pixels_probe_source::settings::ProbesSettings {
                 duty_cycle: Some(0.01),
                 ..Default::default()
             }),

@@ -6,7 +6,7 @@
 
 use std::process::ExitCode;
 
-use dgx_pixels_trace::source::analyzer::{serve, AnalysisRequest, MAX_REQUEST_BYTES};
+use dgx_pixels_trace_source::analyzer::{serve, AnalysisRequest, MAX_REQUEST_BYTES};
 
 /// Runs one request.
 pub fn run() -> ExitCode {

@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use dgx_pixels_trace::synth::{write_job, SynthConfig};
+use dgx_pixels_trace_synth::{write_job, SynthConfig};
 
 const BIN: &str = env!("CARGO_BIN_EXE_dgx-pixels-exporter");
 

@@ -13,7 +13,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::*;
-use dgx_pixels_trace::synth::{write_rank, SynthConfig};
+use dgx_pixels_trace_synth::{write_rank, SynthConfig};
 use serde_json::Value;
 
 const CONFIG: &str = r#"

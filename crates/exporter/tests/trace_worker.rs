@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::*;
-use dgx_pixels_trace::synth::{write_rank, SynthConfig};
+use dgx_pixels_trace_synth::{write_rank, SynthConfig};
 
 /// A trace of `rows` tiny GPU rows (within `max_rows` as the test sets it): its analysis needs
 /// far more memory than the file's size.

@@ -58,13 +58,22 @@ pub fn availability() -> Availability {
     Availability { driver, cublas }
 }
 
+/// The text of a caught panic's payload (cudarc panics with a `String` or a `&str`).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
+
 /// Runs `f`, turning a cudarc panic (missing symbol in an old library) into an error.
 fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T, ProbeError>) -> Result<T, ProbeError> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(panic) => Err(ProbeError::Cuda(format!(
             "{what}: CUDA library call failed: {}",
-            dgx_pixels_metrics::panic_message(&*panic)
+            panic_message(&*panic)
         ))),
     }
 }

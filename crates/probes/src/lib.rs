@@ -1,5 +1,5 @@
 //! In-process CUDA probe workloads: what they measure, how to run them once as a benchmark, how
-//! to compare two runs, and how the daemon runs them politely as metrics.
+//! to compare two runs; the daemon runs them politely as metrics through dgx-pixels-probe-source.
 //!
 //! Why a crate of its own: it is the only part of the exporter that puts work on the GPU, and
 //! the only one that talks to CUDA (through [`cudarc`], which opens `libcuda` and cuBLAS at
@@ -10,12 +10,16 @@
 //! - [`cuda`]: runs them on a GPU; guards every call (see "Missing libraries" below).
 //! - [`stats`]: mean, median, percentiles, CV, Student-t confidence intervals, Welch's test.
 //! - [`results`]: result files (JSON/CSV) with the environment they were measured in.
-//! - [`compare`]: overhead, significance and verdict between two result files, as Markdown
-//!   and a PNG chart.
+//! - [`compare`]: overhead, significance and verdict between two result files, as data (the
+//!   Markdown report and PNG chart of `probe compare` are dgx-pixels-tools').
 //! - [`peaks`]: published peak rates per GPU model.
-//! - [`scheduler`]: the daemon's `probes` [`dgx_pixels_metrics::Source`].
-//! - [`worker`]: each probe run in a short-lived worker process, so the daemon never holds a
-//!   GPU.
+//! - [`worker`]: the protocol of the short-lived worker process each probe runs in (so the
+//!   daemon never holds a GPU), and [`worker::serve`], what the `probe-worker` child runs.
+//!
+//! The daemon's `probes` source (the polite scheduler, the worker processes' daemon side, the
+//! series) is dgx-pixels-probe-source; the `probe` subcommand's flags, reports and chart are
+//! dgx-pixels-tools. This crate depends on neither the metrics crate nor plotters
+//! (`scripts/check-crate-deps.sh`).
 //!
 //! # Which CUDA
 //!
@@ -53,8 +57,6 @@ pub mod cuda;
 pub mod peaks;
 pub mod probe;
 pub mod results;
-pub mod scheduler;
-pub mod settings;
 pub mod stats;
 pub mod worker;
 

@@ -276,17 +276,5 @@ mod tests {
             ..ProbeSizes::default()
         };
         assert_eq!(s.device_bytes(ProbeKind::GemmFp64), u64::MAX);
-        let settings = crate::scheduler::ScheduleSettings {
-            probes: vec![ProbeKind::GemmFp64],
-            sizes: s,
-            ..Default::default()
-        };
-        assert!(settings.validate().is_err());
-        let tiny = crate::scheduler::ScheduleSettings {
-            duty_cycle: 1e-20,
-            ..Default::default()
-        };
-        let e = tiny.validate().unwrap_err().to_string();
-        assert!(e.contains("probes.duty_cycle"), "{e}");
     }
 }

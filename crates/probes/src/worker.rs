@@ -2,10 +2,11 @@
 //!
 //! On real drivers a CUDA context, once created, stays with its process: the first hardware
 //! run saw the daemon keep 520 MiB, a process entry and a 42 W higher idle power after its
-//! first probe. So the daemon side ([`WorkerBackend`]) never loads CUDA: each discovery and
+//! first probe. So the daemon side (`WorkerBackend`, in dgx-pixels-probe-source) never loads
+//! CUDA: each discovery and
 //! each probe run is one worker (the exporter's own binary, hidden subcommand `probe-worker`)
 //! that gets a [`WorkerRequest`] on stdin, answers one [`WorkerReply`] on stdout and exits,
-//! taking its context with it. The worker facility ([`dgx_pixels_worker`]) kills it at its
+//! taking its context with it. The worker facility (dgx-pixels-worker) kills it at its
 //! deadline, bounds what it prints and reaps it.
 //!
 //! The worker side ([`serve`]) is polite by construction: before it creates a context it asks
@@ -13,14 +14,11 @@
 //! other processes), and while and after it runs it asks again: any other process seen on the
 //! GPU makes the run `contended`, and its numbers are discarded, not served.
 
-use std::ffi::OsString;
-use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
 use crate::probe::{ProbeKind, ProbeSizes};
-use crate::scheduler::{Backend, GpuId};
 use crate::ProbeError;
 
 /// Most bytes a request may have.
@@ -200,154 +198,6 @@ fn serve_run(req: &RunRequest, watch: &mut dyn Watch) -> WorkerReply {
     WorkerReply::Measured { values, held_ns }
 }
 
-/// The daemon side: a [`Backend`] that runs every discovery and probe in a worker.
-#[derive(Debug, Clone)]
-pub struct WorkerBackend {
-    /// The exporter binary.
-    pub program: PathBuf,
-    /// Arguments before the request (the hidden subcommand and its flags).
-    pub args: Vec<OsString>,
-    /// Workload sizes.
-    pub sizes: ProbeSizes,
-    /// Deadline of one worker, context creation and library loading included.
-    pub timeout: Duration,
-    held: Option<Duration>,
-    last: Option<WorkerCost>,
-}
-
-/// What the last worker cost.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct WorkerCost {
-    /// Wall time from spawn to exit.
-    pub wall: Duration,
-    /// Its peak resident set, bytes.
-    pub peak_rss_bytes: u64,
-}
-
-impl WorkerBackend {
-    /// Workers of `program args... ` with `sizes`, each killed after `timeout`.
-    pub fn new(
-        program: PathBuf,
-        args: Vec<OsString>,
-        sizes: ProbeSizes,
-        timeout: Duration,
-    ) -> WorkerBackend {
-        WorkerBackend {
-            program,
-            args,
-            sizes,
-            timeout,
-            held: None,
-            last: None,
-        }
-    }
-
-    /// What the last worker cost, if it exited on its own.
-    pub fn last_cost(&self) -> Option<WorkerCost> {
-        self.last
-    }
-
-    fn ask(&mut self, request: &WorkerRequest) -> Result<WorkerReply, ProbeError> {
-        let input = serde_json::to_vec(request)
-            .map_err(|e| ProbeError::Config(format!("probe worker request: {e}")))?;
-        let req = dgx_pixels_worker::Request {
-            program: self.program.clone(),
-            args: self.args.clone(),
-            env: Vec::new(),
-            input,
-            limits: dgx_pixels_worker::Limits {
-                timeout: self.timeout,
-                max_output_bytes: MAX_REPLY_BYTES,
-                // No address-space limit: the CUDA driver reserves far more than it uses.
-                max_address_space_bytes: None,
-                max_cpu_seconds: Some(self.timeout.as_secs().saturating_add(1)),
-                lowest_priority: false,
-            },
-        };
-        self.last = None;
-        let done = dgx_pixels_worker::run(&req).map_err(|e| ProbeError::Worker {
-            kind: e.kind(),
-            message: e.to_string(),
-        })?;
-        self.last = Some(WorkerCost {
-            wall: done.wall,
-            peak_rss_bytes: done.peak_rss_bytes,
-        });
-        serde_json::from_slice(&done.output).map_err(|e| ProbeError::Worker {
-            kind: "bad_reply",
-            message: format!("the probe worker's reply is not understood: {e}"),
-        })
-    }
-}
-
-/// The error a reply other than the expected ones stands for: the worker's CUDA failure, or a
-/// reply that does not belong to the request.
-fn unexpected(reply: WorkerReply, request: &str) -> ProbeError {
-    match reply {
-        WorkerReply::Failed {
-            unavailable: true,
-            message,
-        } => ProbeError::Unavailable(message),
-        WorkerReply::Failed { message, .. } => ProbeError::Cuda(message),
-        other => ProbeError::Worker {
-            kind: "bad_reply",
-            message: format!("unexpected reply to {request}: {other:?}"),
-        },
-    }
-}
-
-impl Backend for WorkerBackend {
-    fn discover(&mut self) -> Result<Vec<GpuId>, ProbeError> {
-        match self.ask(&WorkerRequest::Discover)? {
-            WorkerReply::Devices { gpus } => Ok(gpus
-                .into_iter()
-                .map(|(ordinal, uuid, model)| GpuId {
-                    ordinal,
-                    uuid,
-                    model,
-                })
-                .collect()),
-            other => Err(unexpected(other, "discovery")),
-        }
-    }
-
-    fn run(&mut self, gpu: &GpuId, kind: ProbeKind) -> Result<Vec<f64>, ProbeError> {
-        self.held = None;
-        let request = WorkerRequest::Run(RunRequest {
-            ordinal: gpu.ordinal,
-            uuid: gpu.uuid.clone(),
-            probe: kind.name().to_string(),
-            sizes: self.sizes.clone(),
-            warmup: 1,
-            iterations: 3,
-            seed: 42,
-        });
-        match self.ask(&request)? {
-            WorkerReply::Measured { values, held_ns } => {
-                self.held = Some(Duration::from_nanos(held_ns));
-                Ok(values)
-            }
-            WorkerReply::Contended { others, held_ns } => {
-                self.held = Some(Duration::from_nanos(held_ns));
-                Err(ProbeError::Contended(others))
-            }
-            WorkerReply::Skipped { skip, detail } => {
-                self.held = Some(Duration::ZERO);
-                Err(ProbeError::Skipped(skip, detail))
-            }
-            other => Err(unexpected(other, "a run")),
-        }
-    }
-
-    fn held_for(&self) -> Option<Duration> {
-        self.held
-    }
-
-    fn worker_peak_rss_bytes(&self) -> Option<u64> {
-        self.last.map(|c| c.peak_rss_bytes)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -390,108 +240,5 @@ mod tests {
             let text = serde_json::to_string(&reply).unwrap();
             assert_eq!(serde_json::from_str::<WorkerReply>(&text).unwrap(), reply);
         }
-    }
-
-    fn sh(script: &str, timeout: Duration) -> WorkerBackend {
-        WorkerBackend::new(
-            "/bin/sh".into(),
-            vec!["-c".into(), script.into()],
-            ProbeSizes::default(),
-            timeout,
-        )
-    }
-
-    fn gpu() -> GpuId {
-        GpuId {
-            ordinal: 0,
-            uuid: "GPU-a".into(),
-            model: "NVIDIA H100 80GB HBM3".into(),
-        }
-    }
-
-    #[test]
-    fn a_worker_that_prints_garbage_hangs_or_crashes_is_an_error_of_its_kind() {
-        let second = Duration::from_secs(5);
-        for (script, kind) in [
-            ("cat >/dev/null; echo 'not json'", "bad_reply"),
-            (
-                "cat >/dev/null; printf '{\"reply\":\"devices\"}'",
-                "bad_reply",
-            ),
-            ("cat >/dev/null; kill -SEGV $$", "crashed"),
-            ("cat >/dev/null; exit 3", "failed"),
-            (
-                "cat >/dev/null; head -c 200000 /dev/zero",
-                "output_too_large",
-            ),
-        ] {
-            let mut b = sh(script, second);
-            match b.run(&gpu(), ProbeKind::GemmBf16) {
-                Err(ProbeError::Worker { kind: k, .. }) => assert_eq!(k, kind, "{script}"),
-                other => panic!("{script}: {other:?}"),
-            }
-            assert!(b.held_for().is_none(), "{script}: no GPU time claimed");
-        }
-        let mut b = sh("sleep 30", Duration::from_millis(200));
-        let t0 = std::time::Instant::now();
-        match b.discover() {
-            Err(ProbeError::Worker {
-                kind: "timeout", ..
-            }) => {}
-            other => panic!("{other:?}"),
-        }
-        assert!(t0.elapsed() < Duration::from_secs(5));
-    }
-
-    #[test]
-    fn replies_map_to_results_and_outcomes() {
-        let reply = |r: &WorkerReply| {
-            format!(
-                "cat >/dev/null; printf '%s' '{}'",
-                serde_json::to_string(r).unwrap()
-            )
-        };
-        let second = Duration::from_secs(5);
-        let mut b = sh(
-            &reply(&WorkerReply::Measured {
-                values: vec![1.0, 2.0],
-                held_ns: 7_000,
-            }),
-            second,
-        );
-        assert_eq!(b.run(&gpu(), ProbeKind::CopyD2D).unwrap(), vec![1.0, 2.0]);
-        assert_eq!(b.held_for(), Some(Duration::from_micros(7)));
-        assert!(b.worker_peak_rss_bytes().is_some_and(|r| r > 0));
-        let mut b = sh(
-            &reply(&WorkerReply::Contended {
-                others: 2,
-                held_ns: 5,
-            }),
-            second,
-        );
-        assert_eq!(
-            b.run(&gpu(), ProbeKind::CopyD2D),
-            Err(ProbeError::Contended(2))
-        );
-        let mut b = sh(
-            &reply(&WorkerReply::Failed {
-                unavailable: true,
-                message: "no libcuda".into(),
-            }),
-            second,
-        );
-        assert!(matches!(b.discover(), Err(ProbeError::Unavailable(m)) if m == "no libcuda"));
-    }
-
-    #[test]
-    fn skip_outcomes_are_distinct_labels() {
-        let all = [Skip::InUse, Skip::ComputeMode, Skip::Mig].map(Skip::outcome);
-        for o in all {
-            assert!(crate::scheduler::OUTCOMES.contains(&o), "{o}");
-        }
-        assert_eq!(
-            all.iter().collect::<std::collections::BTreeSet<_>>().len(),
-            3
-        );
     }
 }

@@ -12,9 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use dgx_pixels_probes::scheduler::{
-    Backend, GpuId, ProbeSource, ScheduleSettings, UtilizationView,
-};
+use dgx_pixels_probe_source::{Backend, GpuId, ProbeSource, ScheduleSettings, UtilizationView};
 use dgx_pixels_probes::{ProbeError, ProbeKind};
 use dgx_pixels_sim::{Benchmark, BenchmarkError, GpuState, Node, Precision, Transfer};
 

@@ -1,9 +1,9 @@
-//! `trace compare A B`: two runs side by side (e.g. native vs container): where did the time
-//! go? Differences in the breakdown, the top kernels, launch overhead, idle time and
-//! communication, averaged over ranks.
+//! `trace compare A B` as data: two runs side by side (e.g. native vs container): where did the
+//! time go? Differences in the breakdown, the top kernels, launch overhead, idle time and
+//! communication, averaged over ranks. The text table is the `trace` subcommand's
+//! (dgx-pixels-tools).
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 use serde::Serialize;
 
@@ -133,35 +133,4 @@ pub fn compare(a: &Report, b: &Report) -> Comparison {
     kernels.sort_by(|x, y| y.diff.abs().total_cmp(&x.diff.abs()));
     kernels.truncate(10);
     Comparison { metrics, kernels }
-}
-
-/// A text table of the comparison.
-pub fn text(c: &Comparison) -> String {
-    let mut out = format!(
-        "{:<34} {:>14} {:>14} {:>14} {:>9}\n",
-        "metric (mean over ranks)", "A", "B", "B − A", "change"
-    );
-    let pct = |p: Option<f64>| p.map(|p| format!("{p:+.1}%")).unwrap_or_else(|| "-".into());
-    for d in &c.metrics {
-        let _ = writeln!(
-            out,
-            "{:<34} {:>14.2} {:>14.2} {:>+14.2} {:>9}",
-            d.metric,
-            d.a,
-            d.b,
-            d.diff,
-            pct(d.change_pct)
-        );
-    }
-    out.push_str("\nkernels with the largest change (Σ µs per rank):\n");
-    for d in &c.kernels {
-        let name: String = d.metric.chars().take(60).collect();
-        let _ = writeln!(
-            out,
-            "  {:>+12.1} µs {:>9}  {name}",
-            d.diff,
-            pct(d.change_pct)
-        );
-    }
-    out
 }

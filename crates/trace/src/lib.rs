@@ -18,12 +18,14 @@
 //! - [`analysis`]: per-rank and per-job analyses into a [`Report`] (serde-serializable: the
 //!   JSON report of `trace analyze`).
 //! - [`memory`]: memory snapshots (pickles, read by [`pickle`]) into [`memory::SnapshotReport`].
-//! - [`render`], [`chart`], [`compare`]: human, Markdown and PNG output, and two runs side by side.
-//! - [`cmd`]: the `trace` subcommand (flags and run), which the exporter binary mounts.
-//! - [`source`]: the exporter's `trace` source: watches directories, analyses new traces in
-//!   the background and serves the results as counters of the `trace` subsystem.
-//! - [`synth`]: a generator of realistic multi-rank traces with a known ground truth, for
-//!   tests and benchmarks.
+//! - [`load`]: the traces and snapshots under some paths, parsed in parallel and analysed
+//!   as one job (what `trace analyze` reads).
+//! - [`compare`]: two runs side by side, as data.
+//!
+//! What is not here, so that the engine carries no dependency it does not need (checked by
+//! `scripts/check-crate-deps.sh`): the `trace` subcommand with its reports, chart and progress
+//! bar (`dgx-pixels-tools`), the daemon's `trace` source (`dgx-pixels-trace-source`) and the
+//! ground-truth trace generator (`dgx-pixels-trace-synth`).
 //!
 //! ```
 //! use dgx_pixels_trace::{analyze, parse_bytes, AnalyzeOptions, ParseOptions};
@@ -48,20 +50,16 @@
 #![deny(missing_docs)]
 
 pub mod analysis;
-pub mod chart;
 pub mod classify;
-pub mod cmd;
 pub mod compare;
 mod error;
 pub mod hta;
+pub mod load;
 pub mod memory;
 pub mod model;
 pub mod open;
 pub mod parse;
 pub mod pickle;
-pub mod render;
-pub mod source;
-pub mod synth;
 
 pub use analysis::{analyze, AnalyzeOptions, RankReport, Report};
 pub use error::TraceError;

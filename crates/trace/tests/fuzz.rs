@@ -124,7 +124,7 @@ fn check_snapshot(bytes: &[u8]) {
 fn seed() -> &'static str {
     static SEED: OnceLock<&'static str> = OnceLock::new();
     SEED.get_or_init(|| {
-        let cfg = dgx_pixels_trace::synth::SynthConfig {
+        let cfg = dgx_pixels_trace_synth::SynthConfig {
             ranks: 2,
             steps: 2,
             layers: 2,
@@ -132,7 +132,7 @@ fn seed() -> &'static str {
             ..Default::default()
         };
         let mut v = Vec::new();
-        dgx_pixels_trace::synth::write_rank(&cfg, 1, &mut v).unwrap_or_default();
+        dgx_pixels_trace_synth::write_rank(&cfg, 1, &mut v).unwrap_or_default();
         let s = String::from_utf8(v).unwrap_or_default();
         // A small slice of the events keeps each case fast; the tail closes the document.
         let head: String = s.lines().take(40).collect::<Vec<_>>().join("\n");

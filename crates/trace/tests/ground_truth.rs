@@ -5,12 +5,12 @@
 
 use std::path::PathBuf;
 
-use dgx_pixels_trace::cmd::{load_and_analyze, InputArgs};
-use dgx_pixels_trace::synth::{write_job, SynthConfig, Truth};
+use dgx_pixels_trace::load::{load_and_analyze, LoadOptions};
 use dgx_pixels_trace::{Report, DEFAULT_MAX_VALUE_BYTES};
+use dgx_pixels_trace_synth::{write_job, SynthConfig, Truth};
 
-fn input(items: Option<f64>) -> InputArgs {
-    InputArgs {
+fn input(items: Option<f64>) -> LoadOptions {
+    LoadOptions {
         items_per_step: items,
         items_name: "tokens".into(),
         max_event_bytes: DEFAULT_MAX_VALUE_BYTES,
@@ -22,7 +22,7 @@ fn input(items: Option<f64>) -> InputArgs {
 fn job(cfg: &SynthConfig, gz: bool, items: Option<f64>) -> (tempfile::TempDir, Truth, Report) {
     let dir = tempfile::tempdir().unwrap();
     let truth = write_job(cfg, dir.path(), gz).unwrap();
-    let rep = load_and_analyze(&[PathBuf::from(dir.path())], &input(items), false).unwrap();
+    let rep = load_and_analyze(&[PathBuf::from(dir.path())], &input(items), None).unwrap();
     (dir, truth, rep)
 }
 

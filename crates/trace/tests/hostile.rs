@@ -33,9 +33,9 @@ fn not_json() {
 
 #[test]
 fn truncated_gzip_names_the_file() {
-    let cfg = dgx_pixels_trace::synth::SynthConfig::default();
+    let cfg = dgx_pixels_trace_synth::SynthConfig::default();
     let mut plain = Vec::new();
-    dgx_pixels_trace::synth::write_rank(&cfg, 0, &mut plain).unwrap();
+    dgx_pixels_trace_synth::write_rank(&cfg, 0, &mut plain).unwrap();
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     gz.write_all(&plain).unwrap();
     let gz = gz.finish().unwrap();

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../../.."
 BIN="${1:-target/debug/dgx-pixels-exporter}"
 PY=.venv-tools/bin/python
 "$PY" -c 'import hta' 2>/dev/null || { echo "hta-compare: traceinsight is not installed in .venv-tools (scripts/install-test-tools.sh)"; exit 1; }
-cargo build -q --locked -p dgx-pixels-trace --example gen_trace
+cargo build -q --locked -p dgx-pixels-trace-synth --example gen_trace
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 run() {

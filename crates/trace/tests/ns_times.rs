@@ -8,8 +8,8 @@
 
 use std::path::Path;
 
-use dgx_pixels_trace::synth::{write_rank, SynthConfig};
 use dgx_pixels_trace::{parse_bytes, ParseOptions};
+use dgx_pixels_trace_synth::{write_rank, SynthConfig};
 
 /// The text of `"key": VALUE` in one event line.
 fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {

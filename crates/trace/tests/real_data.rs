@@ -8,7 +8,7 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use dgx_pixels_trace::cmd::{load_and_analyze, InputArgs};
+use dgx_pixels_trace::load::{load_and_analyze, LoadOptions};
 use dgx_pixels_trace::memory::snapshot_from_bytes;
 use dgx_pixels_trace::{Report, DEFAULT_MAX_VALUE_BYTES};
 
@@ -18,8 +18,8 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn input() -> InputArgs {
-    InputArgs {
+fn input() -> LoadOptions {
+    LoadOptions {
         items_per_step: None,
         items_name: "items".into(),
         max_event_bytes: DEFAULT_MAX_VALUE_BYTES,
@@ -29,7 +29,7 @@ fn input() -> InputArgs {
 }
 
 fn report(trace: &str) -> Report {
-    load_and_analyze(&[fixture(trace)], &input(), false).unwrap()
+    load_and_analyze(&[fixture(trace)], &input(), None).unwrap()
 }
 
 /// A stored snapshot, decompressed (the fixtures keep pickles gzipped).

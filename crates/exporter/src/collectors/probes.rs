@@ -14,11 +14,12 @@ use anyhow::Result;
 use dgx_pixels_exposition::SnapshotStore;
 use dgx_pixels_metrics::Sample;
 use dgx_pixels_metrics::{Metric, Source};
-use dgx_pixels_probes::scheduler::{Occupancy, ProbeSource, UtilizationView};
-use dgx_pixels_probes::worker::{WorkerBackend, SUBCOMMAND as WORKER_SUBCOMMAND};
+use dgx_pixels_probe_source::worker::WorkerBackend;
+use dgx_pixels_probe_source::{Occupancy, ProbeSource, UtilizationView};
+use dgx_pixels_probes::worker::SUBCOMMAND as WORKER_SUBCOMMAND;
 use dgx_pixels_sim::Node;
 
-use dgx_pixels_probes::settings::ProbesSettings;
+use dgx_pixels_probe_source::settings::ProbesSettings;
 
 use super::{
     BuildContext, Built, Collector, Flag, RestartKey, Table, TableOptions, DEFAULT_INTERVAL,

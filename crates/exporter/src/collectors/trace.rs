@@ -17,8 +17,8 @@ use std::time::Duration;
 use anyhow::{anyhow, Result};
 use dgx_pixels_metrics::{PollError, PollOutput, Source};
 use dgx_pixels_sim::Scenario;
-use dgx_pixels_trace::source::analyzer::MAX_REPLY_BYTES;
-use dgx_pixels_trace::source::{
+use dgx_pixels_trace_source::analyzer::MAX_REPLY_BYTES;
+use dgx_pixels_trace_source::{
     Analysed, AnalysisFailure, AnalysisReply, AnalysisRequest, Analyzer, Handoff, Outcome,
     SimulatedJob, SimulatedTraces, TraceOptions, TraceSource, DEFAULT_KEEP,
 };
@@ -35,7 +35,7 @@ pub type Options = TraceOptions;
 
 impl TableOptions for TraceOptions {
     fn check(&self, _: &Settings) -> Result<(), ConfigError> {
-        self.validate().map_err(ConfigError)
+        self.validate().map_err(|e| ConfigError(e.to_string()))
     }
 }
 

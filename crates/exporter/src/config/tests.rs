@@ -6,7 +6,7 @@ use std::path::Path;
 
 /// Each collector's table, typed, as the descriptors read them.
 trait Tables {
-    fn probes(&self) -> &dgx_pixels_probes::settings::ProbesSettings;
+    fn probes(&self) -> &dgx_pixels_probe_source::settings::ProbesSettings;
     fn kubernetes(&self) -> &dgx_pixels_kubernetes::KubernetesSettings;
     fn hpc(&self) -> &dgx_pixels_kubernetes::HpcSettings;
     fn textfile(&self) -> &dgx_pixels_textfile::TextfileOptions;
@@ -14,11 +14,11 @@ trait Tables {
     fn nvml(&self) -> &dgx_pixels_nvml::NvmlOptions;
     fn dcgm(&self) -> &dgx_pixels_dcgm::DcgmSettings;
     fn kmsg(&self) -> &dgx_pixels_kmsg::KmsgOptions;
-    fn trace(&self) -> &dgx_pixels_trace::source::TraceOptions;
+    fn trace(&self) -> &dgx_pixels_trace_source::TraceOptions;
 }
 
 impl Tables for Settings {
-    fn probes(&self) -> &dgx_pixels_probes::settings::ProbesSettings {
+    fn probes(&self) -> &dgx_pixels_probe_source::settings::ProbesSettings {
         self.options(&crate::collectors::probes::COLLECTOR)
     }
     fn kubernetes(&self) -> &dgx_pixels_kubernetes::KubernetesSettings {
@@ -42,7 +42,7 @@ impl Tables for Settings {
     fn kmsg(&self) -> &dgx_pixels_kmsg::KmsgOptions {
         self.options(&crate::collectors::kmsg::COLLECTOR)
     }
-    fn trace(&self) -> &dgx_pixels_trace::source::TraceOptions {
+    fn trace(&self) -> &dgx_pixels_trace_source::TraceOptions {
         self.options(&crate::collectors::trace::COLLECTOR)
     }
 }

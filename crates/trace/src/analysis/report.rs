@@ -2,7 +2,8 @@
 //! `trace analyze` and read by the renderers.
 //!
 //! Separate from the code that fills them: they are the crate's output format, read by
-//! [`crate::render`], [`crate::chart`] and [`crate::compare`] as much as written here.
+//! [`crate::compare`] and the `trace` subcommand's reports (dgx-pixels-tools) as much as
+//! written here.
 
 use std::collections::BTreeMap;
 

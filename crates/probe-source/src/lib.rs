@@ -1,0 +1,607 @@
+//! The daemon's `probes` source: a [`Source`] that runs probes politely and exports their last
+//! results. The measurements themselves are dgx-pixels-probes'; this crate schedules them,
+//! runs them in worker processes ([`worker::WorkerBackend`]) and turns them into series.
+//!
+//! Politeness rules, checked before every run (each skip is its own `outcome`):
+//! - one probe at a time on the node (probes run one after another on the source's thread);
+//! - without a current utilization reading (from the NVML/DCGM snapshot) a GPU is left alone
+//!   (`skipped_no_utilization`): without proof that it is idle, it is not touched;
+//! - a GPU a pod or HPC job holds (`skipped_held`), one with another process on it
+//!   (`skipped_in_use`), one in MIG mode (`skipped_mig`), one above the busy threshold
+//!   (`skipped_busy`) and one that has not read idle for the whole settle window
+//!   (`skipped_settling`) are left alone;
+//! - the worker checks compute mode, MIG and other processes again itself before it creates a
+//!   context (`skipped_compute_mode`, ...) and while it runs: another process seen on the GPU
+//!   makes the run `contended`, and its numbers are discarded (see [`dgx_pixels_probes::worker`]);
+//! - after a run of duration d, that GPU is not probed again for d / duty_cycle, so probes
+//!   hold each GPU at most `duty_cycle` of the time (0.5% by default);
+//! - probes whose buffers exceed the memory cap are not scheduled at all.
+//!
+//! With the [`worker::WorkerBackend`] (the daemon's), each run is a worker process whose
+//! CUDA context ends with it: the daemon itself never creates one.
+//!
+//! At most one probe runs per poll, which keeps a poll short against the runner's deadline.
+
+#![deny(missing_docs)]
+
+pub mod settings;
+pub mod worker;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use dgx_pixels_metrics::histogram::Histogram;
+use dgx_pixels_metrics::{DeviceKey, Metric, PollError, PollErrorKind, PollOutput, Sample, Source};
+
+use dgx_pixels_probes::probe::{ProbeKind, ProbeSizes, ProbeUnit};
+use dgx_pixels_probes::stats::summarize;
+use dgx_pixels_probes::ProbeError;
+
+/// Default maximum fraction of GPU time spent in probes.
+pub const DEFAULT_DUTY_CYCLE: f64 = 0.005;
+/// Default utilization above which a GPU counts as busy.
+pub const DEFAULT_BUSY_THRESHOLD: f64 = 0.05;
+/// Default cap on the device memory one probe may allocate.
+pub const DEFAULT_MEMORY_LIMIT_BYTES: u64 = 1 << 30;
+/// How long to wait before trying a skipped GPU again.
+pub const SKIP_RETRY: Duration = Duration::from_secs(30);
+/// How long to wait before looking for CUDA again after it was unavailable.
+pub const UNAVAILABLE_RETRY: Duration = Duration::from_secs(60);
+/// Buckets of the probe duration histogram, seconds.
+pub const DURATION_BUCKETS: &[f64] = &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
+/// Results older than this many (per-GPU) probe rounds are dropped rather than served as if
+/// they described the GPU now.
+const MAX_AGE_ROUNDS: u32 = 3;
+
+/// Default time a GPU must read idle before it is probed.
+pub const DEFAULT_SETTLE: Duration = Duration::from_secs(10);
+
+/// Run outcomes, the `outcome` label values.
+pub const OUTCOMES: &[&str] = &[
+    "ok",
+    "error",
+    "timeout",
+    "crashed",
+    "contended",
+    "skipped_busy",
+    "skipped_no_utilization",
+    "skipped_settling",
+    "skipped_held",
+    "skipped_in_use",
+    "skipped_mig",
+    "skipped_compute_mode",
+];
+
+/// States of a GPU for the probes, the `state` label of `dgx_pixels_probe_gpus`: what its last
+/// attempt found.
+pub const STATES: &[&str] = &[
+    "measured",
+    "pending",
+    "busy",
+    "settling",
+    "held",
+    "in_use",
+    "mig",
+    "compute_mode",
+    "no_utilization",
+    "contended",
+    "failed",
+];
+
+/// The state an outcome leaves a GPU in.
+fn state_of(outcome: &str) -> &'static str {
+    match outcome {
+        "ok" => "measured",
+        "skipped_busy" => "busy",
+        "skipped_settling" => "settling",
+        "skipped_held" => "held",
+        "skipped_in_use" => "in_use",
+        "skipped_mig" => "mig",
+        "skipped_compute_mode" => "compute_mode",
+        "skipped_no_utilization" => "no_utilization",
+        "contended" => "contended",
+        _ => "failed",
+    }
+}
+
+/// The outcome label of a failed run.
+fn outcome_of(e: &ProbeError) -> &'static str {
+    match e {
+        ProbeError::Contended(_) => "contended",
+        ProbeError::Skipped(skip, _) => skip.outcome(),
+        ProbeError::Worker {
+            kind: "timeout", ..
+        } => "timeout",
+        ProbeError::Worker {
+            kind: "crashed", ..
+        } => "crashed",
+        _ => "error",
+    }
+}
+
+/// Settings of the scheduler.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScheduleSettings {
+    /// Probes to rotate through ([`ProbeKind::DAEMON_DEFAULT`] unless configured).
+    pub probes: Vec<ProbeKind>,
+    /// Maximum fraction of GPU time spent in probes (0 < d ≤ 1).
+    pub duty_cycle: f64,
+    /// Utilization (0–1) above which a GPU is left alone.
+    pub busy_threshold: f64,
+    /// Device memory one probe may allocate, bytes.
+    pub memory_limit_bytes: u64,
+    /// Workload sizes.
+    pub sizes: ProbeSizes,
+    /// How long a GPU must read idle (and free) before it is probed.
+    pub settle: Duration,
+}
+
+impl Default for ScheduleSettings {
+    fn default() -> Self {
+        ScheduleSettings {
+            probes: ProbeKind::DAEMON_DEFAULT.to_vec(),
+            duty_cycle: DEFAULT_DUTY_CYCLE,
+            busy_threshold: DEFAULT_BUSY_THRESHOLD,
+            memory_limit_bytes: DEFAULT_MEMORY_LIMIT_BYTES,
+            sizes: ProbeSizes::default(),
+            settle: DEFAULT_SETTLE,
+        }
+    }
+}
+
+/// Smallest accepted `duty_cycle`.
+pub const MIN_DUTY_CYCLE: f64 = 1e-6;
+
+impl ScheduleSettings {
+    /// Checks ranges; returns the probes that fit the memory cap (an error when none does).
+    pub fn validate(&self) -> Result<Vec<ProbeKind>, ProbeError> {
+        // The lower bound keeps the pause after a probe (its duration / duty cycle) a
+        // representable duration: 1e-6 already means one 20 ms probe every 5.5 hours.
+        if !(self.duty_cycle >= MIN_DUTY_CYCLE && self.duty_cycle <= 1.0) {
+            return Err(ProbeError::Config(format!(
+                "probes.duty_cycle: {} must be in [0.000001, 1]",
+                self.duty_cycle
+            )));
+        }
+        if !(0.0..=1.0).contains(&self.busy_threshold) {
+            return Err(ProbeError::Config(format!(
+                "probes.busy_threshold: {} must be in [0, 1]",
+                self.busy_threshold
+            )));
+        }
+        self.sizes.validate()?;
+        let fit: Vec<ProbeKind> = self
+            .probes
+            .iter()
+            .copied()
+            .filter(|k| self.sizes.device_bytes(*k) <= self.memory_limit_bytes)
+            .collect();
+        if fit.is_empty() {
+            return Err(ProbeError::Config(format!(
+                "probes.memory_limit_bytes: {} is too small for every selected probe",
+                self.memory_limit_bytes
+            )));
+        }
+        Ok(fit)
+    }
+}
+
+/// A GPU as the backend sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuId {
+    /// CUDA ordinal.
+    pub ordinal: usize,
+    /// UUID in NVML notation (joins with NVML series).
+    pub uuid: String,
+    /// Model name.
+    pub model: String,
+}
+
+/// What actually runs probes: CUDA in the daemon, a scripted fake in tests.
+pub trait Backend: Send {
+    /// The GPUs to probe; an error when CUDA is unavailable.
+    fn discover(&mut self) -> Result<Vec<GpuId>, ProbeError>;
+    /// Runs one probe on one GPU and returns its measured values.
+    fn run(&mut self, gpu: &GpuId, kind: ProbeKind) -> Result<Vec<f64>, ProbeError>;
+
+    /// How long the last [`Backend::run`] held the GPU, where the backend knows it better than
+    /// the wall clock around the call: a simulated GPU answers at once but models the time a
+    /// real run takes, which sets the pause before the next probe (the duty cycle) and the
+    /// duration histogram. `None` (the default): the wall time of the call.
+    fn held_for(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Peak resident memory of the process that did the last call, where it was another
+    /// process (a worker); `None` (the default) for in-process backends.
+    fn worker_peak_rss_bytes(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// The CUDA backend: opens the GPU, runs 1 warm-up and 3 measured iterations, releases it.
+#[derive(Debug, Clone)]
+pub struct CudaBackend {
+    /// Workload sizes.
+    pub sizes: ProbeSizes,
+}
+
+impl Backend for CudaBackend {
+    fn discover(&mut self) -> Result<Vec<GpuId>, ProbeError> {
+        Ok(dgx_pixels_probes::cuda::list_devices()?
+            .into_iter()
+            .map(|(ordinal, uuid, model)| GpuId {
+                ordinal,
+                uuid,
+                model,
+            })
+            .collect())
+    }
+
+    fn run(&mut self, gpu: &GpuId, kind: ProbeKind) -> Result<Vec<f64>, ProbeError> {
+        let mut g = dgx_pixels_probes::cuda::Gpu::open(gpu.ordinal)?;
+        let values = g.run(kind, &self.sizes, 42, 1, 3, &mut || {});
+        g.release()?;
+        values
+    }
+}
+
+/// Utilization and exported GPU index of a GPU, by UUID, from the latest telemetry snapshot.
+pub trait UtilizationView: Send {
+    /// `(exported GPU index, utilization 0–1)` when a current reading exists.
+    fn lookup(&self, uuid: &str) -> Option<(u32, f64)>;
+
+    /// Who else is on the GPU, from the same snapshot. The default (a view that knows only
+    /// utilization) says nobody: the worker checks processes again itself.
+    fn occupancy(&self, uuid: &str) -> Occupancy {
+        let _ = uuid;
+        Occupancy::default()
+    }
+}
+
+/// Who else is on a GPU.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Occupancy {
+    /// A pod or HPC job holds it (attribution).
+    pub held: bool,
+    /// Processes other than the exporter's own workers with a context on it.
+    pub processes: usize,
+    /// It is in MIG mode.
+    pub mig: bool,
+}
+
+#[derive(Debug)]
+struct LastResult {
+    value: f64,
+    at: SystemTime,
+    measured: Instant,
+}
+
+#[derive(Debug)]
+struct GpuState {
+    id: GpuId,
+    /// The key of the GPU's series: the index the telemetry exports (the CUDA ordinal until a
+    /// reading says otherwise) and the uuid.
+    key: Arc<DeviceKey>,
+    next_due: Instant,
+    next_probe: usize,
+    results: BTreeMap<ProbeKind, LastResult>,
+    runs: BTreeMap<(ProbeKind, &'static str), u64>,
+    durations: BTreeMap<ProbeKind, Histogram>,
+    busy: Duration,
+    last_error: Option<String>,
+    /// Since when it has read idle and free (none while it does not).
+    idle_since: Option<Instant>,
+    /// This poll's view of it ([`ProbeSource::observe`]): `(exported index, utilization)` and
+    /// who else is on it, read once per poll and used by the step.
+    reading: Option<(u32, f64)>,
+    occupancy: Occupancy,
+    /// What its last attempt found ([`STATES`]).
+    state: &'static str,
+}
+
+/// The `probes` source.
+pub struct ProbeSource<B: Backend, U: UtilizationView> {
+    backend: B,
+    utilization: U,
+    settings: ScheduleSettings,
+    probes: Vec<ProbeKind>,
+    started: Instant,
+    gpus: Option<Vec<GpuState>>,
+    unavailable: Option<(Instant, PollError)>,
+    cursor: usize,
+    /// The highest peak RSS of any worker so far.
+    worker_peak_rss: Option<u64>,
+}
+
+impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
+    /// A source over `backend`, reading utilization from `utilization`.
+    pub fn new(backend: B, utilization: U, settings: ScheduleSettings) -> Result<Self, ProbeError> {
+        let probes = settings.validate()?;
+        Ok(ProbeSource {
+            backend,
+            utilization,
+            settings,
+            probes,
+            started: Instant::now(),
+            gpus: None,
+            unavailable: None,
+            cursor: 0,
+            worker_peak_rss: None,
+        })
+    }
+
+    fn discover(&mut self, now: Instant) -> Result<(), PollError> {
+        if self.gpus.is_some() {
+            return Ok(());
+        }
+        if let Some((at, e)) = &self.unavailable {
+            if now.duration_since(*at) < UNAVAILABLE_RETRY {
+                return Err(e.clone());
+            }
+        }
+        match self.backend.discover() {
+            Ok(ids) => {
+                self.unavailable = None;
+                self.gpus = Some(
+                    ids.into_iter()
+                        .map(|id| GpuState {
+                            key: Arc::new(DeviceKey::gpu(
+                                u32::try_from(id.ordinal).unwrap_or(u32::MAX),
+                                id.uuid.as_str(),
+                            )),
+                            id,
+                            next_due: now,
+                            next_probe: 0,
+                            results: BTreeMap::new(),
+                            runs: BTreeMap::new(),
+                            durations: BTreeMap::new(),
+                            busy: Duration::ZERO,
+                            last_error: None,
+                            idle_since: None,
+                            reading: None,
+                            occupancy: Occupancy::default(),
+                            state: "pending",
+                        })
+                        .collect(),
+                );
+                Ok(())
+            }
+            Err(e) => {
+                let kind = match e {
+                    ProbeError::Unavailable(_) => PollErrorKind::CudaUnavailable,
+                    _ => PollErrorKind::CudaError,
+                };
+                let err = PollError::new(kind, format!("probes: {e}"));
+                self.unavailable = Some((now, err.clone()));
+                Err(err)
+            }
+        }
+    }
+
+    /// Follows how long each GPU has read idle and free, for the settle window.
+    fn observe(&mut self, now: Instant) {
+        let Some(gpus) = self.gpus.as_mut() else {
+            return;
+        };
+        for g in gpus {
+            g.reading = self.utilization.lookup(&g.id.uuid);
+            g.occupancy = self.utilization.occupancy(&g.id.uuid);
+            let free = g.occupancy;
+            let idle = matches!(g.reading, Some((_, u)) if u <= self.settings.busy_threshold)
+                && !free.held
+                && free.processes == 0
+                && !free.mig;
+            if !idle {
+                g.idle_since = None;
+            } else if g.idle_since.is_none() {
+                g.idle_since = Some(now);
+            }
+        }
+    }
+
+    /// Runs at most one due probe (or records one skip).
+    fn step(&mut self, now: Instant) {
+        let probes = self.probes.clone();
+        let Some(gpus) = self.gpus.as_mut() else {
+            return;
+        };
+        let n = gpus.len();
+        let Some(i) = (0..n)
+            .map(|k| (self.cursor + k) % n)
+            .find(|&i| gpus[i].next_due <= now)
+        else {
+            return;
+        };
+        self.cursor = (i + 1) % n.max(1);
+        let g = &mut gpus[i];
+        let kind = probes[g.next_probe % probes.len()];
+        let (reading, occupancy) = (g.reading, g.occupancy);
+        if let Some((gpu, _)) = reading {
+            if g.key.index() != gpu {
+                g.key = Arc::new(DeviceKey::gpu(gpu, g.id.uuid.as_str()));
+            }
+        }
+        let idle_for = g
+            .idle_since
+            .map(|t| now.saturating_duration_since(t))
+            .unwrap_or_default();
+        let skip = match reading {
+            None => Some(("skipped_no_utilization", SKIP_RETRY)),
+            Some(_) if occupancy.held => Some(("skipped_held", SKIP_RETRY)),
+            Some(_) if occupancy.processes > 0 => Some(("skipped_in_use", SKIP_RETRY)),
+            Some(_) if occupancy.mig => Some(("skipped_mig", SKIP_RETRY)),
+            Some((_, u)) if u > self.settings.busy_threshold => Some(("skipped_busy", SKIP_RETRY)),
+            // Not idle for long enough yet: look again when it would be.
+            Some(_) if idle_for < self.settings.settle => Some((
+                "skipped_settling",
+                (self.settings.settle - idle_for).max(Duration::from_millis(100)),
+            )),
+            Some(_) => None,
+        };
+        if let Some((outcome, retry)) = skip {
+            *g.runs.entry((kind, outcome)).or_default() += 1;
+            g.state = state_of(outcome);
+            g.next_due = now + retry;
+            return;
+        }
+        let t0 = Instant::now();
+        let result = self.backend.run(&g.id, kind);
+        if let Some(rss) = self.backend.worker_peak_rss_bytes() {
+            self.worker_peak_rss = Some(self.worker_peak_rss.unwrap_or(0).max(rss));
+        }
+        let took = self.backend.held_for().unwrap_or_else(|| t0.elapsed());
+        g.busy += took;
+        g.durations
+            .entry(kind)
+            .or_insert_with(|| Histogram::new(DURATION_BUCKETS))
+            .observe(took.as_secs_f64());
+        let value = result.and_then(|v| {
+            summarize(&v)
+                .map(|s| s.median)
+                .ok_or_else(|| ProbeError::Cuda("the probe returned no finite value".into()))
+        });
+        match value {
+            Ok(v) => {
+                *g.runs.entry((kind, "ok")).or_default() += 1;
+                g.state = state_of("ok");
+                g.results.insert(
+                    kind,
+                    LastResult {
+                        value: v,
+                        at: SystemTime::now(),
+                        measured: Instant::now(),
+                    },
+                );
+                g.last_error = None;
+            }
+            Err(e) => {
+                let outcome = outcome_of(&e);
+                *g.runs.entry((kind, outcome)).or_default() += 1;
+                g.state = state_of(outcome);
+                if outcome.starts_with("skipped_") || outcome == "contended" {
+                    // Polite, not broken: the previous result still describes the GPU until
+                    // it ages out. A skip held the GPU for no time; look again later.
+                    tracing::debug!(gpu = g.key.index(), uuid = %g.id.uuid, probe = %kind, outcome, "probe not run: {e}");
+                    g.idle_since = None;
+                    if outcome.starts_with("skipped_") {
+                        g.next_due = now + SKIP_RETRY;
+                        return;
+                    }
+                } else {
+                    // A failed probe leaves no result: the previous one no longer describes
+                    // the GPU.
+                    g.results.remove(&kind);
+                    let msg = e.to_string();
+                    if g.last_error.as_deref() != Some(&msg) {
+                        tracing::warn!(gpu = g.key.index(), uuid = %g.id.uuid, probe = %kind, outcome, "probe failed: {msg}");
+                    }
+                    g.last_error = Some(msg);
+                }
+            }
+        }
+        g.next_probe = (g.next_probe + 1) % probes.len();
+        let pause = took.div_f64(self.settings.duty_cycle);
+        g.next_due = t0 + took.max(t0.elapsed()) + pause;
+    }
+
+    fn samples(&self, now: Instant) -> Vec<Sample> {
+        let mut out = Vec::new();
+        let Some(gpus) = &self.gpus else {
+            return out;
+        };
+        if let Some(rss) = self.worker_peak_rss {
+            out.push(Sample::new(
+                Metric::ProbeWorkerPeakRss,
+                [] as [&str; 0],
+                rss as f64,
+            ));
+        }
+        for state in STATES {
+            let n = gpus.iter().filter(|g| g.state == *state).count();
+            out.push(Sample::new(Metric::ProbeGpus, [*state], n as f64));
+        }
+        let elapsed = now.duration_since(self.started).as_secs_f64();
+        for g in gpus {
+            let key = &g.key;
+            let max_age = self.round_estimate(g) * MAX_AGE_ROUNDS;
+            for (kind, r) in &g.results {
+                if now.duration_since(r.measured) > max_age {
+                    continue;
+                }
+                let name = kind.name();
+                match kind.unit() {
+                    ProbeUnit::Flops => {
+                        out.push(Sample::of(key, Metric::ProbeGemm, [name], r.value))
+                    }
+                    ProbeUnit::BytesPerSecond => {
+                        out.push(Sample::of(key, Metric::ProbeBandwidth, [name], r.value))
+                    }
+                    ProbeUnit::Seconds => out.push(Sample::of(
+                        key,
+                        Metric::ProbeLaunchLatency,
+                        [] as [&str; 0],
+                        r.value,
+                    )),
+                }
+                if let Some(f) = dgx_pixels_probes::peaks::fraction(&g.id.model, *kind, r.value) {
+                    out.push(Sample::of(key, Metric::ProbePeakFraction, [name], f));
+                }
+                let ts =
+                    r.at.duration_since(UNIX_EPOCH)
+                        .map(|d| d.as_secs_f64())
+                        .unwrap_or(0.0);
+                out.push(Sample::of(key, Metric::ProbeLastRun, [name], ts));
+            }
+            for kind in &self.probes {
+                for outcome in OUTCOMES {
+                    let n = g.runs.get(&(*kind, *outcome)).copied().unwrap_or(0);
+                    out.push(Sample::of(
+                        key,
+                        Metric::ProbeRuns,
+                        [kind.name(), outcome],
+                        n as f64,
+                    ));
+                }
+                if let Some(h) = g.durations.get(kind) {
+                    out.extend(h.samples(Some(key), Metric::ProbeDuration, [kind.name()]));
+                }
+            }
+            if elapsed > 0.0 {
+                out.push(Sample::of(
+                    key,
+                    Metric::ProbeDutyCycle,
+                    [] as [&str; 0],
+                    g.busy.as_secs_f64() / elapsed,
+                ));
+            }
+        }
+        out
+    }
+
+    /// Time for one rotation through every probe on `g`, from its recorded durations.
+    fn round_estimate(&self, g: &GpuState) -> Duration {
+        let per_run: f64 = g
+            .durations
+            .values()
+            .map(|h| h.mean().unwrap_or(0.0))
+            .fold(0.0, f64::max);
+        let pace = Duration::from_secs_f64(per_run / self.settings.duty_cycle).max(SKIP_RETRY);
+        pace * self.probes.len() as u32
+    }
+}
+
+impl<B: Backend, U: UtilizationView> Source for ProbeSource<B, U> {
+    fn name(&self) -> &'static str {
+        "probes"
+    }
+
+    fn poll(&mut self) -> Result<PollOutput, PollError> {
+        let now = Instant::now();
+        self.discover(now)?;
+        self.observe(now);
+        self.step(now);
+        Ok(PollOutput::samples(self.samples(Instant::now())))
+    }
+}

@@ -1,0 +1,106 @@
+//! `[probes]`: how the daemon runs the CUDA probes (when `collector.probes` is enabled).
+
+use std::time::Duration;
+
+use dgx_pixels_settings::SettingError;
+use serde::Deserialize;
+
+use dgx_pixels_probes::ProbeError;
+
+use crate::ScheduleSettings;
+
+/// `[probes]`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProbesSettings {
+    /// Comma-separated probes to rotate through, or `all` [default:
+    /// gemm_bf16,copy_d2d,copy_h2d,launch_latency].
+    pub probes: Option<String>,
+    /// Maximum fraction of GPU time spent in probes [default: 0.005].
+    pub duty_cycle: Option<f64>,
+    /// GPU utilization (0-1) above which a GPU is not probed [default: 0.05].
+    pub busy_threshold: Option<f64>,
+    /// Device memory one probe may allocate [default: 1073741824].
+    pub memory_limit_bytes: Option<u64>,
+    /// How long a GPU must read idle and free before it is probed [default: 10s].
+    #[serde(deserialize_with = "dgx_pixels_settings::optional_duration")]
+    pub settle: Option<Duration>,
+    /// Deadline of one probe worker process, after which it is killed [default: 20s].
+    #[serde(deserialize_with = "dgx_pixels_settings::optional_duration")]
+    pub worker_timeout: Option<Duration>,
+}
+
+/// Default `[probes] worker_timeout`: a context, cuBLAS and four iterations take 1-3 s on a
+/// real GPU; the deadline is for a hung one.
+pub const DEFAULT_WORKER_TIMEOUT: Duration = Duration::from_secs(20);
+/// Bounds of the probe durations: a settle window of over an hour means never, and a worker
+/// deadline must stay within the collector's poll deadline range.
+const MAX_SETTLE: Duration = Duration::from_secs(3600);
+const WORKER_TIMEOUT_RANGE: (Duration, Duration) =
+    (Duration::from_secs(1), Duration::from_secs(600));
+
+/// Why `[probes]` is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbesSettingsError {
+    /// A key's value is out of its range.
+    #[error(transparent)]
+    Setting(#[from] SettingError),
+    /// The schedule the keys make is not one the scheduler runs (the message names the key).
+    #[error(transparent)]
+    Schedule(#[from] ProbeError),
+}
+
+impl ProbesSettings {
+    /// The scheduler settings, checked.
+    pub fn schedule(&self) -> Result<ScheduleSettings, ProbesSettingsError> {
+        let mut s = ScheduleSettings::default();
+        if let Some(list) = &self.probes {
+            s.probes = dgx_pixels_probes::probe::parse_list(list)
+                .map_err(|e| SettingError::new("probes.probes", e.to_string()))?;
+        }
+        if let Some(d) = self.duty_cycle {
+            s.duty_cycle = d;
+        }
+        if let Some(b) = self.busy_threshold {
+            s.busy_threshold = b;
+        }
+        if let Some(m) = self.memory_limit_bytes {
+            s.memory_limit_bytes = m;
+        }
+        if let Some(d) = self.settle {
+            if d > MAX_SETTLE {
+                return Err(SettingError::new(
+                    "probes.settle",
+                    format!(
+                        "{} is over the limit of {}",
+                        humantime::format_duration(d),
+                        humantime::format_duration(MAX_SETTLE)
+                    ),
+                )
+                .into());
+            }
+            s.settle = d;
+        }
+        self.worker_timeout()?;
+        s.validate()?;
+        Ok(s)
+    }
+
+    /// `worker_timeout` or its default, checked.
+    pub fn worker_timeout(&self) -> Result<Duration, SettingError> {
+        let d = self.worker_timeout.unwrap_or(DEFAULT_WORKER_TIMEOUT);
+        let (min, max) = WORKER_TIMEOUT_RANGE;
+        if d < min || d > max {
+            return Err(SettingError::new(
+                "probes.worker_timeout",
+                format!(
+                    "{} must be between {} and {}",
+                    humantime::format_duration(d),
+                    humantime::format_duration(min),
+                    humantime::format_duration(max)
+                ),
+            ));
+        }
+        Ok(d)
+    }
+}

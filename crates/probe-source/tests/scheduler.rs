@@ -1,0 +1,571 @@
+//! The daemon's probe scheduler against a scripted backend: politeness rules and metrics.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dgx_pixels_metrics::{Metric, Sample, Source};
+use dgx_pixels_probe_source::{Backend, GpuId, ProbeSource, ScheduleSettings, UtilizationView};
+use dgx_pixels_probes::{ProbeError, ProbeKind, ProbeSizes};
+
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<(usize, ProbeKind)>>>);
+
+struct Fake {
+    log: Log,
+    run_time: Duration,
+    fail: Option<ProbeKind>,
+}
+
+impl Backend for Fake {
+    fn discover(&mut self) -> Result<Vec<GpuId>, ProbeError> {
+        Ok(vec![
+            GpuId {
+                ordinal: 0,
+                uuid: "GPU-a".into(),
+                model: "NVIDIA H100 80GB HBM3".into(),
+            },
+            GpuId {
+                ordinal: 1,
+                uuid: "GPU-b".into(),
+                model: "NVIDIA GB10".into(),
+            },
+        ])
+    }
+    fn run(&mut self, gpu: &GpuId, kind: ProbeKind) -> Result<Vec<f64>, ProbeError> {
+        self.log.0.lock().unwrap().push((gpu.ordinal, kind));
+        std::thread::sleep(self.run_time);
+        if self.fail == Some(kind) {
+            return Err(ProbeError::Cuda(
+                "cublasGemmEx: CUBLAS_STATUS_EXECUTION_FAILED".into(),
+            ));
+        }
+        Ok(match kind.unit() {
+            dgx_pixels_probes::ProbeUnit::Flops => vec![690e12, 700e12, 710e12],
+            dgx_pixels_probes::ProbeUnit::BytesPerSecond => vec![3.0e12, 2.9e12, 3.1e12],
+            dgx_pixels_probes::ProbeUnit::Seconds => vec![5e-6, 4e-6, 6e-6],
+        })
+    }
+}
+
+#[derive(Clone, Default)]
+struct Util(Arc<Mutex<HashMap<String, (u32, f64)>>>);
+impl UtilizationView for Util {
+    fn lookup(&self, uuid: &str) -> Option<(u32, f64)> {
+        self.0.lock().unwrap().get(uuid).cloned()
+    }
+}
+
+fn value(samples: &[Sample], metric: Metric, labels: &[&str]) -> Option<f64> {
+    samples
+        .iter()
+        .find(|s| {
+            // The device key's labels, then the sample's own.
+            let device = s
+                .device
+                .iter()
+                .flat_map(|d| [d.index().to_string(), d.uuid().to_string()]);
+            s.metric == metric
+                && device
+                    .chain(s.labels.iter().cloned())
+                    .eq(labels.iter().copied())
+        })
+        .map(|s| s.value)
+}
+
+fn source(
+    run_time: Duration,
+    fail: Option<ProbeKind>,
+    duty: f64,
+) -> (ProbeSource<Fake, Util>, Log, Util) {
+    let log = Log::default();
+    let util = Util::default();
+    let s = ProbeSource::new(
+        Fake {
+            log: log.clone(),
+            run_time,
+            fail,
+        },
+        util.clone(),
+        ScheduleSettings {
+            probes: vec![
+                ProbeKind::GemmBf16,
+                ProbeKind::CopyD2D,
+                ProbeKind::LaunchLatency,
+            ],
+            duty_cycle: duty,
+            settle: Duration::ZERO,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    (s, log, util)
+}
+
+#[test]
+fn busy_and_unknown_gpus_are_skipped_idle_ones_probed() {
+    let (mut s, log, util) = source(Duration::from_millis(1), None, 0.005);
+    // NVML calls GPU-a index 3 (CUDA ordinal 0): the exported gpu label follows NVML.
+    util.0.lock().unwrap().insert("GPU-a".into(), (3, 0.0));
+    // GPU-b has no reading yet.
+    let samples = s.poll().unwrap().samples;
+    let samples2 = s.poll().unwrap().samples;
+    assert_eq!(
+        *log.0.lock().unwrap(),
+        [(0, ProbeKind::GemmBf16)],
+        "only the idle GPU ran"
+    );
+    assert_eq!(
+        value(
+            &samples,
+            Metric::ProbeRuns,
+            &["3", "GPU-a", "gemm_bf16", "ok"]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&samples, Metric::ProbeGemm, &["3", "GPU-a", "gemm_bf16"]),
+        Some(700e12),
+        "median"
+    );
+    let frac = value(
+        &samples,
+        Metric::ProbePeakFraction,
+        &["3", "GPU-a", "gemm_bf16"],
+    )
+    .unwrap();
+    assert!((frac - 700.0 / 989.4).abs() < 1e-9);
+    assert_eq!(
+        value(
+            &samples2,
+            Metric::ProbeRuns,
+            &["1", "GPU-b", "gemm_bf16", "skipped_no_utilization"]
+        ),
+        Some(1.0)
+    );
+    // Unknown model: no fraction, but the result itself is exported.
+    util.0.lock().unwrap().insert("GPU-b".into(), (1, 0.9));
+    assert_eq!(
+        value(
+            &samples2,
+            Metric::ProbePeakFraction,
+            &["1", "GPU-b", "gemm_bf16"]
+        ),
+        None
+    );
+    // Every outcome series exists from the start (so rate() works), zero where nothing happened.
+    assert_eq!(
+        value(
+            &samples,
+            Metric::ProbeRuns,
+            &["3", "GPU-a", "copy_d2d", "error"]
+        ),
+        Some(0.0)
+    );
+    // The duration histogram has the run.
+    let count = samples
+        .iter()
+        .find(|x| {
+            x.metric == Metric::ProbeDuration && x.labels[0] == "gemm_bf16" && x.labels[1] == "+Inf"
+        })
+        .map(|x| x.value);
+    assert_eq!(count, Some(1.0));
+    assert!(samples.iter().all(Sample::is_well_formed));
+}
+
+#[test]
+fn the_duty_cycle_spaces_runs_and_busy_gpus_wait() {
+    // 20 ms runs at a 10% duty cycle: the next run on a GPU waits at least 200 ms.
+    let (mut s, log, util) = source(Duration::from_millis(20), None, 0.1);
+    util.0.lock().unwrap().insert("GPU-a".into(), (0, 0.0));
+    util.0.lock().unwrap().insert("GPU-b".into(), (1, 0.5));
+    let t = std::time::Instant::now();
+    while t.elapsed() < Duration::from_millis(150) {
+        s.poll().unwrap();
+    }
+    assert_eq!(
+        log.0.lock().unwrap().len(),
+        1,
+        "a second run came before d / duty_cycle"
+    );
+    let samples = s.poll().unwrap().samples;
+    // GPU-b was busy (0.5 > 0.05): skipped once, then left alone for the retry period.
+    assert_eq!(
+        value(
+            &samples,
+            Metric::ProbeRuns,
+            &["1", "GPU-b", "gemm_bf16", "skipped_busy"]
+        ),
+        Some(1.0)
+    );
+    assert!(log.0.lock().unwrap().iter().all(|(g, _)| *g == 0));
+    // The next run is due d / duty_cycle after the first (>= 200 ms, longer when the machine is
+    // loaded and the 20 ms run took longer): wait for it rather than guessing when.
+    let t = std::time::Instant::now();
+    while log.0.lock().unwrap().len() < 2 && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+        s.poll().unwrap();
+    }
+    let runs = log.0.lock().unwrap().clone();
+    assert_eq!(
+        runs,
+        [(0, ProbeKind::GemmBf16), (0, ProbeKind::CopyD2D)],
+        "probes rotate"
+    );
+    let samples = s.poll().unwrap().samples;
+    let duty = value(&samples, Metric::ProbeDutyCycle, &["0", "GPU-a"]).unwrap();
+    assert!(duty > 0.0 && duty <= 0.2, "{duty}");
+}
+
+#[test]
+fn a_failing_probe_counts_an_error_and_exports_no_result() {
+    let (mut s, _log, util) = source(Duration::ZERO, Some(ProbeKind::GemmBf16), 1.0);
+    util.0.lock().unwrap().insert("GPU-a".into(), (0, 0.0));
+    util.0.lock().unwrap().insert("GPU-b".into(), (1, 0.0));
+    let mut samples = Vec::new();
+    for _ in 0..4 {
+        samples = s.poll().unwrap().samples;
+    }
+    assert_eq!(
+        value(
+            &samples,
+            Metric::ProbeRuns,
+            &["0", "GPU-a", "gemm_bf16", "error"]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&samples, Metric::ProbeGemm, &["0", "GPU-a", "gemm_bf16"]),
+        None
+    );
+    // Other probes on the same GPU still work.
+    assert_eq!(
+        value(
+            &samples,
+            Metric::ProbeBandwidth,
+            &["0", "GPU-a", "copy_d2d"]
+        ),
+        Some(3.0e12)
+    );
+}
+
+#[test]
+fn probes_over_the_memory_cap_are_not_scheduled() {
+    let settings = ScheduleSettings {
+        probes: vec![ProbeKind::GemmFp32, ProbeKind::LaunchLatency],
+        memory_limit_bytes: 512 << 20,
+        sizes: ProbeSizes::default(),
+        ..Default::default()
+    };
+    // 3 × 8192² × 4 bytes = 768 MiB > 512 MiB: only launch latency fits.
+    assert_eq!(settings.validate().unwrap(), [ProbeKind::LaunchLatency]);
+    let none = ScheduleSettings {
+        probes: vec![ProbeKind::GemmFp32],
+        memory_limit_bytes: 1,
+        ..Default::default()
+    };
+    assert!(none
+        .validate()
+        .unwrap_err()
+        .to_string()
+        .contains("memory_limit_bytes"));
+    let bad = ScheduleSettings {
+        duty_cycle: 0.0,
+        ..Default::default()
+    };
+    assert!(bad.validate().is_err());
+}
+
+type Answers = Vec<Result<Vec<f64>, ProbeError>>;
+
+/// A backend whose next answers are scripted (errors the worker reports).
+struct Scripted {
+    log: Log,
+    answers: Arc<Mutex<Answers>>,
+}
+
+impl Backend for Scripted {
+    fn discover(&mut self) -> Result<Vec<GpuId>, ProbeError> {
+        Ok(vec![GpuId {
+            ordinal: 0,
+            uuid: "GPU-a".into(),
+            model: "NVIDIA H100 80GB HBM3".into(),
+        }])
+    }
+    fn run(&mut self, gpu: &GpuId, kind: ProbeKind) -> Result<Vec<f64>, ProbeError> {
+        self.log.0.lock().unwrap().push((gpu.ordinal, kind));
+        let mut a = self.answers.lock().unwrap();
+        if a.is_empty() {
+            Ok(vec![700e12; 3])
+        } else {
+            a.remove(0)
+        }
+    }
+}
+
+/// Utilization plus who else is on the GPU.
+#[derive(Clone, Default)]
+struct Occupied {
+    util: Util,
+    occupancy: Arc<Mutex<dgx_pixels_probe_source::Occupancy>>,
+}
+
+impl UtilizationView for Occupied {
+    fn lookup(&self, uuid: &str) -> Option<(u32, f64)> {
+        self.util.lookup(uuid)
+    }
+    fn occupancy(&self, _: &str) -> dgx_pixels_probe_source::Occupancy {
+        *self.occupancy.lock().unwrap()
+    }
+}
+
+fn scripted(
+    settle: Duration,
+    answers: Answers,
+) -> (ProbeSource<Scripted, Occupied>, Log, Occupied) {
+    let log = Log::default();
+    let view = Occupied::default();
+    view.util.0.lock().unwrap().insert("GPU-a".into(), (0, 0.0));
+    let s = ProbeSource::new(
+        Scripted {
+            log: log.clone(),
+            answers: Arc::new(Mutex::new(answers)),
+        },
+        view.clone(),
+        ScheduleSettings {
+            probes: vec![ProbeKind::GemmBf16],
+            duty_cycle: 1.0,
+            settle,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    (s, log, view)
+}
+
+fn state(samples: &[Sample], state: &str) -> f64 {
+    samples
+        .iter()
+        .find(|s| s.metric == Metric::ProbeGpus && s.labels == [state])
+        .map(|s| s.value)
+        .unwrap_or_else(|| panic!("no dgx_pixels_probe_gpus{{state={state:?}}}"))
+}
+
+#[test]
+fn a_gpu_is_probed_only_after_reading_idle_for_the_settle_window() {
+    for settle_ms in [150u64, 400] {
+        let (mut s, log, _) = scripted(Duration::from_millis(settle_ms), vec![]);
+        let out = s.poll().unwrap().samples;
+        assert!(log.0.lock().unwrap().is_empty(), "not settled yet");
+        assert_eq!(
+            value(
+                &out,
+                Metric::ProbeRuns,
+                &["0", "GPU-a", "gemm_bf16", "skipped_settling"]
+            ),
+            Some(1.0)
+        );
+        assert_eq!(state(&out, "settling"), 1.0);
+        assert_eq!(state(&out, "measured"), 0.0);
+        // Polls before the window ends do not run it either (the retry waits for the window).
+        std::thread::sleep(Duration::from_millis(settle_ms / 3));
+        s.poll().unwrap();
+        assert!(log.0.lock().unwrap().is_empty());
+        std::thread::sleep(Duration::from_millis(settle_ms));
+        let out = s.poll().unwrap().samples;
+        assert_eq!(log.0.lock().unwrap().len(), 1, "ran once settled");
+        assert_eq!(state(&out, "measured"), 1.0);
+        assert_eq!(state(&out, "settling"), 0.0);
+    }
+}
+
+#[test]
+fn a_busy_reading_restarts_the_settle_window() {
+    let (mut s, log, view) = scripted(Duration::from_millis(300), vec![]);
+    s.poll().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    view.util.0.lock().unwrap().insert("GPU-a".into(), (0, 0.9));
+    s.poll().unwrap();
+    view.util.0.lock().unwrap().insert("GPU-a".into(), (0, 0.0));
+    std::thread::sleep(Duration::from_millis(150));
+    s.poll().unwrap();
+    assert!(
+        log.0.lock().unwrap().is_empty(),
+        "350 ms since the first idle reading, but only 150 since the last busy one"
+    );
+}
+
+#[test]
+fn held_in_use_and_mig_gpus_are_never_probed() {
+    use dgx_pixels_probe_source::Occupancy;
+    for (occupancy, outcome, st) in [
+        (
+            Occupancy {
+                held: true,
+                ..Default::default()
+            },
+            "skipped_held",
+            "held",
+        ),
+        (
+            Occupancy {
+                processes: 2,
+                ..Default::default()
+            },
+            "skipped_in_use",
+            "in_use",
+        ),
+        (
+            Occupancy {
+                mig: true,
+                ..Default::default()
+            },
+            "skipped_mig",
+            "mig",
+        ),
+    ] {
+        let (mut s, log, view) = scripted(Duration::ZERO, vec![]);
+        *view.occupancy.lock().unwrap() = occupancy;
+        let out = s.poll().unwrap().samples;
+        assert!(log.0.lock().unwrap().is_empty(), "{outcome}");
+        assert_eq!(
+            value(
+                &out,
+                Metric::ProbeRuns,
+                &["0", "GPU-a", "gemm_bf16", outcome]
+            ),
+            Some(1.0),
+            "{outcome}"
+        );
+        assert_eq!(state(&out, st), 1.0);
+    }
+}
+
+#[test]
+fn a_contended_run_is_counted_and_not_served() {
+    let (mut s, log, _) = scripted(Duration::ZERO, vec![Err(ProbeError::Contended(1))]);
+    let out = s.poll().unwrap().samples;
+    assert_eq!(log.0.lock().unwrap().len(), 1);
+    assert_eq!(
+        value(
+            &out,
+            Metric::ProbeRuns,
+            &["0", "GPU-a", "gemm_bf16", "contended"]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&out, Metric::ProbeRuns, &["0", "GPU-a", "gemm_bf16", "ok"]),
+        Some(0.0)
+    );
+    assert!(
+        out.iter().all(|x| x.metric != Metric::ProbeGemm),
+        "a collision is not the GPU's capability"
+    );
+    assert_eq!(state(&out, "contended"), 1.0);
+}
+
+#[test]
+fn worker_failures_are_their_own_outcomes_and_drop_the_result() {
+    for (kind, outcome) in [
+        ("timeout", "timeout"),
+        ("crashed", "crashed"),
+        ("bad_reply", "error"),
+        ("output_too_large", "error"),
+    ] {
+        let (mut s, _, _) = scripted(
+            Duration::ZERO,
+            vec![
+                Ok(vec![700e12; 3]),
+                Err(ProbeError::Worker {
+                    kind,
+                    message: "x".into(),
+                }),
+            ],
+        );
+        let out = s.poll().unwrap().samples;
+        assert!(out.iter().any(|x| x.metric == Metric::ProbeGemm));
+        // Duty cycle 1: the next run is due at once.
+        std::thread::sleep(Duration::from_millis(5));
+        let out = s.poll().unwrap().samples;
+        assert_eq!(
+            value(
+                &out,
+                Metric::ProbeRuns,
+                &["0", "GPU-a", "gemm_bf16", outcome]
+            ),
+            Some(1.0),
+            "{kind}"
+        );
+        assert!(
+            out.iter().all(|x| x.metric != Metric::ProbeGemm),
+            "{kind}: the old result no longer describes the GPU"
+        );
+        assert_eq!(state(&out, "failed"), 1.0);
+    }
+}
+
+#[test]
+fn worker_skips_are_outcomes_and_wait_before_retrying() {
+    use dgx_pixels_probes::worker::Skip;
+    for (skip, outcome, st) in [
+        (Skip::ComputeMode, "skipped_compute_mode", "compute_mode"),
+        (Skip::InUse, "skipped_in_use", "in_use"),
+        (Skip::Mig, "skipped_mig", "mig"),
+    ] {
+        let (mut s, log, _) = scripted(
+            Duration::ZERO,
+            vec![Err(ProbeError::Skipped(skip, "x".into()))],
+        );
+        let out = s.poll().unwrap().samples;
+        assert_eq!(
+            value(
+                &out,
+                Metric::ProbeRuns,
+                &["0", "GPU-a", "gemm_bf16", outcome]
+            ),
+            Some(1.0)
+        );
+        assert_eq!(state(&out, st), 1.0);
+        s.poll().unwrap();
+        assert_eq!(log.0.lock().unwrap().len(), 1, "not asked again at once");
+    }
+}
+
+#[test]
+fn every_state_is_served_and_they_add_up_to_the_gpus() {
+    let (mut s, _, _) = source(Duration::from_millis(1), None, 0.005);
+    let out = s.poll().unwrap().samples;
+    let states: Vec<_> = out
+        .iter()
+        .filter(|x| x.metric == Metric::ProbeGpus)
+        .collect();
+    assert_eq!(states.len(), dgx_pixels_probe_source::STATES.len());
+    assert_eq!(states.iter().map(|x| x.value).sum::<f64>(), 2.0);
+    // Neither GPU has a reading: no proof they are idle.
+    assert_eq!(state(&out, "no_utilization"), 1.0, "{states:?}");
+    assert_eq!(state(&out, "pending"), 1.0, "the second GPU waits its turn");
+}
+
+/// A GEMM so large its buffer size saturates (dgx-pixels-probes' `device_bytes`) is over the
+/// memory cap, not wrapped under it; a duty cycle under the minimum names its key.
+#[test]
+fn a_huge_gemm_is_refused_and_a_tiny_duty_cycle_names_its_key() {
+    let sizes = ProbeSizes {
+        gemm_n_64bit: i32::MAX as usize,
+        ..ProbeSizes::default()
+    };
+    let settings = ScheduleSettings {
+        probes: vec![ProbeKind::GemmFp64],
+        sizes,
+        ..Default::default()
+    };
+    assert!(settings.validate().is_err());
+    let tiny = ScheduleSettings {
+        duty_cycle: 1e-20,
+        ..Default::default()
+    };
+    let e = tiny.validate().unwrap_err().to_string();
+    assert!(e.contains("probes.duty_cycle"), "{e}");
+}

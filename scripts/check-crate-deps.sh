@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# One job per crate: the engines (trace analysis, CUDA probes) stay free of what only the daemon's
+# sources or the one-shot subcommands need. Fails when a forbidden crate comes back into an
+# engine's normal (non-dev) dependency tree, directly or through another crate.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+status=0
+# check PACKAGE FORBIDDEN...
+check() {
+  local pkg=$1
+  shift
+  local tree
+  tree=$(cargo tree --locked -p "$pkg" -e normal --prefix none --format '{p}' | awk '{print $1}' | sort -u)
+  for bad in "$@"; do
+    if grep -qx -- "$bad" <<<"$tree"; then
+      echo "check-crate-deps: $pkg depends on $bad:" >&2
+      cargo tree --locked -p "$pkg" -e normal -i "$bad" >&2 || true
+      status=1
+    fi
+  done
+}
+
+check dgx-pixels-trace dgx-pixels-metrics clap plotters dgx-pixels-charts indicatif tempfile
+check dgx-pixels-probes dgx-pixels-metrics plotters dgx-pixels-charts clap indicatif
+
+if [ "$status" -eq 0 ]; then
+  echo "check-crate-deps: the engines have none of their forbidden dependencies"
+fi
+exit "$status"
