@@ -15,7 +15,7 @@ policy of the analysis thread (5 = SCHED_IDLE) and the exporter's peak RSS.
 
 Usage: bench/trace_scrape.py [IDLE_SECONDS] [FILES]
 Build first: cargo build --release -p dgx-pixels-exporter && cargo build --release -p
-dgx-pixels-trace --example gen_trace
+dgx-pixels-trace-synth --example gen_trace
 """
 import http.client, os, re, shutil, socket, subprocess, sys, tempfile, time
 

@@ -14,7 +14,7 @@ BIN=${1:?usage: $0 EXPORTER_BINARY}
 . "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 
-cargo build -q --locked -p dgx-pixels-trace --example gen_trace
+cargo build -q --locked -p dgx-pixels-trace-synth --example gen_trace
 target/debug/examples/gen_trace "$work/gen" --ranks 4 --steps 4 --layers 6
 target/debug/examples/gen_trace "$work/gen-gz" --ranks 4 --steps 4 --layers 6 --gz
 
