@@ -411,7 +411,7 @@ impl Settings {
     }
 }
 
-pub use collectors::{DEFAULT_INTERVAL, DEFAULT_TIMEOUT, MIN_INTERVAL, MIN_TIMEOUT};
+pub use collectors::{MIN_INTERVAL, MIN_TIMEOUT};
 
 /// Longest label value taken from configuration (`node_name`, a scenario's name): each is
 /// repeated on many series, so a huge one would multiply into every scrape.
@@ -438,10 +438,13 @@ impl Settings {
     /// Interval and deadline of collector `name` (its registered defaults unless configured).
     #[cfg(test)]
     pub fn collector_timing(&self, name: &str) -> (Duration, Duration) {
-        collectors::find(name).map_or((DEFAULT_INTERVAL, DEFAULT_TIMEOUT), |c| {
-            let t = c.timing(self);
-            (t.interval, t.timeout)
-        })
+        collectors::find(name).map_or(
+            (collectors::DEFAULT_INTERVAL, collectors::DEFAULT_TIMEOUT),
+            |c| {
+                let t = c.timing(self);
+                (t.interval, t.timeout)
+            },
+        )
     }
 
     /// The socket address to bind.

@@ -29,7 +29,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use dgx_pixels_exposition::{EncodeOptions, SnapshotStore};
 use dgx_pixels_metrics::{Metric, Sample, Source};
-use dgx_pixels_sim::{Node, Scenario};
+use dgx_pixels_sim::Scenario;
 use dgx_pixels_web::WebState;
 use tokio::sync::Semaphore;
 
@@ -112,19 +112,30 @@ fn main() -> ExitCode {
     };
     let started = runtime.block_on(async {
         let store_slot = collectors::probes::StoreSlot::default();
-        let lasting = Arc::new(collectors::Lasting::default());
-        let plan = plan(&settings, &store_slot, &lasting)
-            .map_err(|e| StartError::Config(format!("{e:#}")))?;
+        let lasting = Arc::new(collectors::Lasting::with_web(Arc::clone(&web)));
+        let config_error = |e: anyhow::Error| StartError::Config(format!("{e:#}"));
+        let plan = plan(&settings).map_err(config_error)?;
+        let built = plan
+            .build(&settings, &store_slot, &lasting, |_| true)
+            .map_err(config_error)?;
         let listener = dgx_pixels_web::listen(&settings.web.listen_address)
             .await
             .map_err(|e| StartError::Other(format!("{e:#}")))?;
-        Ok::<_, StartError>((plan, (store_slot, lasting), listener))
+        Ok::<_, StartError>((plan, built, (store_slot, lasting), listener))
     });
-    let (plan, store_slot, listener) = match started {
+    let (plan, built, kept, listener) = match started {
         Ok(s) => s,
         Err(e) => return startup_error(e),
     };
-    let result = runtime.block_on(run(cli, settings, web, level, plan, store_slot, listener));
+    let result = runtime.block_on(run(
+        cli,
+        settings,
+        web,
+        level,
+        (plan, built),
+        kept,
+        listener,
+    ));
     // Blocking work still running (a reload stuck on a file, a library call) must not keep
     // the process alive after a signal: give it a moment, then exit regardless.
     runtime.shutdown_timeout(SHUTDOWN_GRACE);
@@ -156,56 +167,60 @@ fn startup_error(e: StartError) -> ExitCode {
     ExitCode::from(code)
 }
 
-/// The sources to run, with their timing, and the mode and scenario for build info.
+/// What the settings ask for, decided from the settings alone: every planned source with its
+/// timing and fingerprint, the mode and scenario for build info, the cost model, and what the
+/// builds share (the loaded scenario, the DCGM fields). Planning reads the scenario and the
+/// DCGM field list but builds no source: a reload compares fingerprints and builds only what
+/// changed ([`Plan::build`]).
 struct Plan {
-    sources: Vec<(Box<dyn Source>, Timing)>,
-    /// What each planned source is built from, by source name (compared on reload).
-    fingerprints: HashMap<&'static str, Fingerprint>,
+    planned: Vec<Planned>,
     mode: &'static str,
     scenario: String,
     /// The cost model in force: the config file's, else a simulated scenario's.
     cost: Option<config::CostSettings>,
-    /// Sources that read something themselves (not only what other sources serve).
-    readers: usize,
+    /// The scenario of `--simulate`, and the families its workload serves (textfiles may not).
+    simulation: Option<(Scenario, &'static [&'static str])>,
+    /// The DCGM fields to watch, after ownership.
+    dcgm_fields: Vec<dgx_pixels_dcgm::fields::FieldChoice>,
+    /// Series DCGM provides, dropped from collectors that yield owned series.
+    owned: HashSet<ownership::Owned>,
 }
 
-impl Plan {
-    fn push(
-        &mut self,
-        source: Box<dyn Source>,
-        fingerprint: Fingerprint,
-        timing: Timing,
-        derived: bool,
-    ) {
-        self.readers += usize::from(!derived);
-        self.fingerprints.insert(source.name(), fingerprint);
-        self.sources.push((source, timing));
-    }
+/// One source the settings ask for.
+struct Planned {
+    collector: &'static collectors::Collector,
+    timing: Timing,
+    fingerprint: Fingerprint,
 }
 
-/// The sources `settings` ask for: the simulated node (under `--simulate`), then every enabled
-/// collector of the registry, built by its descriptor.
-fn plan(
-    settings: &Settings,
-    store_slot: &collectors::probes::StoreSlot,
-    lasting: &collectors::Lasting,
-) -> Result<Plan> {
-    let mut plan = Plan {
-        sources: Vec::new(),
-        fingerprints: HashMap::new(),
-        mode: "hardware",
-        scenario: String::new(),
-        cost: settings.cost.clone(),
-        readers: 0,
-    };
-    let simulated = match &settings.simulation.scenario {
-        Some(name) => Some(simulated_node(settings, name, lasting, &mut plan)?),
+/// A built source, named by its descriptor.
+struct BuiltSource {
+    source: Box<dyn Source>,
+    timing: Timing,
+    /// Whether it only derives from the others (health) or reads nothing (exporter).
+    derived: bool,
+}
+
+/// Plans the sources `settings` ask for: the simulated node (under `--simulate`), every
+/// enabled collector of the registry, and the exporter's own source.
+fn plan(settings: &Settings) -> Result<Plan> {
+    let simulation = match &settings.simulation.scenario {
+        Some(name) => Some(load_scenario(name)?),
         None => None,
     };
+    let simulated = simulation.is_some();
+    let mut cost = settings.cost.clone();
+    let mut scenario_name = String::new();
+    if let Some((scenario, _)) = &simulation {
+        scenario_name = scenario.name().to_string();
+        // The config file's [cost] wins over the scenario's.
+        if let (None, Some(table)) = (&cost, scenario.cost()) {
+            cost = Some(config::CostSettings::from_scenario(&scenario_name, table)?);
+        }
+    }
     // Series DCGM provides on real GPUs; the samples of them from collectors that yield owned
     // series (NVML, probes) are dropped (see ownership.rs).
-    let dcgm_fields = if simulated.is_none() && collectors::dcgm::COLLECTOR.enabled(settings, false)
-    {
+    let dcgm_fields = if !simulated && collectors::dcgm::COLLECTOR.enabled(settings, false) {
         let (fields, notes) = ownership::dcgm_fields(settings)?;
         for note in notes {
             tracing::info!("dcgm field list: {note}");
@@ -214,93 +229,119 @@ fn plan(
     } else {
         Vec::new()
     };
-    let owned: HashSet<ownership::Owned> = dcgm_fields
+    let owned = dcgm_fields
         .iter()
         .filter_map(ownership::series_of)
         .collect();
-    for c in collectors::COLLECTORS {
-        if !c.enabled(settings, simulated.is_some()) {
-            continue;
-        }
-        let timing = c.timing(settings);
-        let ctx = collectors::BuildContext {
-            settings,
-            timing,
-            store_slot,
-            simulated: simulated.as_ref(),
-            dcgm_fields: &dcgm_fields,
-            xid_ledger: &lasting.xid_ledger,
-            lasting,
-        };
-        let Some(source) = (c.build)(&ctx)? else {
-            continue;
-        };
-        let source: Box<dyn Source> = if c.yields_owned_series && !owned.is_empty() {
-            Box::new(ownership::Without::new(source, owned.clone()))
-        } else {
-            source
-        };
-        plan.push(source, c.fingerprint(settings), timing, c.derived);
-    }
-    Ok(plan)
+    let planned = collectors::all()
+        .filter(|c| c.enabled(settings, simulated))
+        .map(|c| Planned {
+            collector: c,
+            timing: c.timing(settings),
+            fingerprint: c.fingerprint(settings),
+        })
+        .collect();
+    Ok(Plan {
+        planned,
+        mode: if simulated { "simulated" } else { "hardware" },
+        scenario: scenario_name,
+        cost,
+        simulation,
+        dcgm_fields,
+        owned,
+    })
 }
 
-/// Loads the scenario of `--simulate`, plans the simulated node's own source into `plan` and
-/// returns the node the collectors build on.
-fn simulated_node(
-    settings: &Settings,
-    name: &str,
-    lasting: &collectors::Lasting,
-    plan: &mut Plan,
-) -> Result<collectors::Simulated> {
+impl Plan {
+    /// Each planned source's fingerprint, by name.
+    fn fingerprints(&self) -> HashMap<&'static str, &Fingerprint> {
+        self.planned
+            .iter()
+            .map(|p| (p.collector.name, &p.fingerprint))
+            .collect()
+    }
+
+    /// Builds the planned sources `wanted` accepts, in plan order; a descriptor that has
+    /// nothing to run builds nothing.
+    fn build(
+        &self,
+        settings: &Settings,
+        store_slot: &collectors::probes::StoreSlot,
+        lasting: &collectors::Lasting,
+        wanted: impl Fn(&str) -> bool,
+    ) -> Result<Vec<BuiltSource>> {
+        // A new simulated node starts its scenario now; a source rebuilt alone keeps the
+        // running node's clock.
+        let running_clock = *lasting
+            .simulation_started
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let new_node = wanted(collectors::sim::COLLECTOR.name) || running_clock.is_none();
+        let started = match running_clock {
+            Some(t) if !new_node => t,
+            _ => std::time::Instant::now(),
+        };
+        let simulated =
+            self.simulation
+                .as_ref()
+                .map(|(scenario, reserved)| collectors::Simulated {
+                    scenario: scenario.clone(),
+                    started,
+                    reserved_families: reserved,
+                });
+        let mut built = Vec::new();
+        for p in self.planned.iter().filter(|p| wanted(p.collector.name)) {
+            let c = p.collector;
+            let ctx = collectors::BuildContext {
+                settings,
+                timing: p.timing,
+                store_slot,
+                simulated: simulated.as_ref(),
+                dcgm_fields: &self.dcgm_fields,
+                xid_ledger: &lasting.xid_ledger,
+                lasting,
+            };
+            let Some(source) = (c.build)(&ctx)? else {
+                continue;
+            };
+            let source: Box<dyn Source> = if c.yields_owned_series && !self.owned.is_empty() {
+                Box::new(ownership::Without::new(source, self.owned.clone()))
+            } else {
+                source
+            };
+            built.push(BuiltSource {
+                source: Box::new(collectors::Named::new(c.name, source)),
+                timing: p.timing,
+                derived: c.derived,
+            });
+        }
+        // Kept only once every build succeeded: a failed reload leaves the running node's.
+        if simulated.is_some() && new_node {
+            *lasting
+                .simulation_started
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(started);
+        }
+        Ok(built)
+    }
+}
+
+/// Loads the scenario of `--simulate`, with the families its workload serves.
+fn load_scenario(name: &str) -> Result<(Scenario, &'static [&'static str])> {
     let scenario = Scenario::load(name).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let scenario_name = scenario.name().to_string();
-    // It is a label value of build info: bounded like every label from configuration.
-    if scenario_name.len() > config::MAX_LABEL_VALUE_BYTES {
+    // Its name is a label value of build info: bounded like every label from configuration.
+    if scenario.name().len() > config::MAX_LABEL_VALUE_BYTES {
         anyhow::bail!(
             "scenario {name}: its name is {} bytes, over the {} byte limit of a label value",
-            scenario_name.len(),
+            scenario.name().len(),
             config::MAX_LABEL_VALUE_BYTES
         );
     }
-    let timing = Timing {
-        interval: settings
-            .simulation
-            .interval
-            .unwrap_or(config::DEFAULT_INTERVAL),
-        timeout: config::DEFAULT_TIMEOUT,
-    };
-    // Textfiles may not serve what the simulated workload serves, if the scenario has one.
-    let reserved_families = match dgx_pixels_sim::ImageGeneration::for_scenario(&scenario_name) {
+    let reserved_families = match dgx_pixels_sim::ImageGeneration::for_scenario(scenario.name()) {
         Some(_) => dgx_pixels_sim_source::SIMULATED_FAMILIES,
         None => &[],
     };
-    // The config file's [cost] wins over the scenario's.
-    if let (None, Some(table)) = (&settings.cost, scenario.cost()) {
-        plan.cost = Some(config::CostSettings::from_scenario(&scenario_name, table)?);
-    }
-    // The dcgm collector selects the simulated profiling families.
-    let profiling = collectors::dcgm::COLLECTOR.enabled(settings, true);
-    let nvml = collectors::nvml::options(settings);
-    let xid_quiet = nvml.xid_quiet_period;
-    // The simulated node samples its model's power as the NVML source samples a GPU's.
-    let power = (nvml.power_sample_interval, nvml.power_window);
-    let sim = dgx_pixels_sim_source::SimSource::new(Node::new(scenario.clone()))
-        .with_profiling(profiling)
-        .with_xid_quiet_period(xid_quiet)
-        .with_power_sampling(power.0, power.1)
-        .with_xid_ledger(Arc::clone(&lasting.xid_ledger));
-    let started = sim.started();
-    let key: collectors::RestartKey =
-        Box::new((settings.simulation.clone(), profiling, xid_quiet, power));
-    plan.push(Box::new(sim), Fingerprint::new(timing, key), timing, false);
-    plan.mode = "simulated";
-    plan.scenario = scenario_name;
-    Ok(collectors::Simulated {
-        scenario,
-        started,
-        reserved_families,
-    })
+    Ok((scenario, reserved_families))
 }
 
 /// Settings a simulated node does not use (it has no NVML, DCGM or CUDA library to load;
@@ -378,11 +419,11 @@ async fn run(
     settings: Settings,
     web: Arc<WebState>,
     level: logging::LevelHandle,
-    mut plan: Plan,
+    (plan, built): (Plan, Vec<BuiltSource>),
     (store_slot, lasting): (collectors::probes::StoreSlot, Arc<collectors::Lasting>),
     listener: tokio::net::TcpListener,
 ) -> Result<()> {
-    if plan.readers == 0 {
+    if built.iter().all(|b| b.derived) {
         tracing::warn!("no source enabled: only the exporter's own metrics will be served");
     }
     if plan.mode == "simulated" {
@@ -394,31 +435,25 @@ async fn run(
             );
         }
     }
-    let fingerprints = std::mem::take(&mut plan.fingerprints);
-    let rejected_scrapes = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let config_reloads = Arc::new(reload::ReloadCounters::default());
-    plan.sources.push((
-        Box::new(http_source::HttpSource {
-            web: Arc::clone(&web),
-            rejected_scrapes: Arc::clone(&rejected_scrapes),
-            config_reloads: Arc::clone(&config_reloads),
-        }),
-        Timing {
-            interval: Duration::from_secs(1),
-            timeout: Duration::from_secs(1),
-        },
-    ));
+    let (mode, scenario, cost) = (plan.mode, plan.scenario.clone(), plan.cost.clone());
+    let fingerprints = plan
+        .planned
+        .into_iter()
+        .map(|p| (p.collector.name, p.fingerprint))
+        .collect();
+    let sources: Vec<(Box<dyn Source>, Timing)> =
+        built.into_iter().map(|b| (b.source, b.timing)).collect();
     let addr = listener
         .local_addr()
         .context("the listening socket has no address")?;
 
-    let names: Vec<&str> = plan.sources.iter().map(|(s, _)| s.name()).collect();
+    let names: Vec<&str> = sources.iter().map(|(s, _)| s.name()).collect();
     let options = EncodeOptions {
         const_labels: node_label(&settings),
         detail: settings.metrics.detail.profile(),
     };
-    let mut statics = vec![build_info(plan.mode, &plan.scenario)];
-    statics.extend(cost_samples(plan.cost.as_ref()));
+    let mut statics = vec![build_info(mode, &scenario)];
+    statics.extend(cost_samples(cost.as_ref()));
     let store = Arc::new(SnapshotStore::new(&names, statics, options));
     // The probe scheduler reads GPU utilization from the store it publishes into.
     let _ = store_slot.set(Arc::clone(&store));
@@ -431,11 +466,11 @@ async fn run(
         ),
         started: std::time::Instant::now(),
         page: Default::default(),
-        rejected_scrapes,
+        rejected_scrapes: Arc::clone(&lasting.rejected_scrapes),
         encoding: Default::default(),
     });
     let runners =
-        Runners::start(plan.sources, Arc::clone(&store)).context("cannot start source threads")?;
+        Runners::start(sources, Arc::clone(&store)).context("cannot start source threads")?;
 
     // Handlers are installed before the server answers /-/ready, so a signal sent right after
     // readiness is never delivered to the default (terminating) action.
@@ -446,13 +481,12 @@ async fn run(
         settings: settings.clone(),
         runners: Some(runners),
         fingerprints,
-        fixed: vec!["exporter"],
         store: Arc::clone(&store),
         store_slot,
+        counters: Arc::clone(&lasting.config_reloads),
         lasting,
         app: Arc::clone(&state),
         level: Some(level),
-        counters: config_reloads,
     }));
     let reloads = reload_on_sighup(Arc::clone(&web), Arc::clone(&live));
     // Logged once the signal handlers are in place: a SIGHUP sent on seeing this line reloads
@@ -460,8 +494,8 @@ async fn run(
     tracing::info!(
         address = %addr,
         telemetry_path = %settings.web.telemetry_path,
-        mode = plan.mode,
-        scenario = %plan.scenario,
+        mode,
+        scenario = %scenario,
         sources = %names.join(","),
         version = env!("CARGO_PKG_VERSION"),
         tls = web.config().tls.is_some(),

@@ -1,8 +1,9 @@
 //! Reload of the config file and field lists on SIGHUP.
 //!
-//! The new settings are resolved (flags, environment, file) and every source is built before
-//! anything changes, so a bad file, field list or scenario changes nothing: it is logged and
-//! counted, and the previous config stays in force. A good one applies live: log level, node
+//! The new settings are resolved (flags, environment, file) and planned; the plan's
+//! fingerprints decide, from the settings alone, which sources restart, and only those are
+//! built, before anything changes, so a bad file, field list or scenario changes nothing: it is
+//! logged and counted, and the previous config stays in force. A good one applies live: log level, node
 //! label, cost gauges, `web.max_requests`, and each source whose own settings changed is
 //! restarted alone. The store keeps a restarted source's last snapshot until the new one's
 //! first poll, so no series disappears and no scrape fails. Settings bound at startup (listen
@@ -76,10 +77,8 @@ pub struct Live {
     pub settings: Settings,
     /// Running sources (taken at shutdown).
     pub runners: Option<Runners>,
-    /// What each running planned source was built from (its timing and settings).
+    /// What each planned source was built from (its timing and settings).
     pub fingerprints: HashMap<&'static str, Fingerprint>,
-    /// Sources that are not planned from the settings and always run (the `exporter` source).
-    pub fixed: Vec<&'static str>,
     pub store: Arc<SnapshotStore>,
     pub store_slot: crate::collectors::probes::StoreSlot,
     /// What lives across reloads (the XID ledger, what collectors keep).
@@ -115,11 +114,16 @@ impl Live {
         let new = config::resolve(&self.cli, env).map_err(|e| anyhow!("{e}"))?;
         crate::logging::parse(&new.log.level).map_err(|e| anyhow!(e))?;
         new.listen_addr().map_err(|e| anyhow!("{e}"))?;
-        let plan = crate::plan(&new, &self.store_slot, &self.lasting)?;
+        let plan = crate::plan(&new)?;
         let runners = self
             .runners
             .as_mut()
             .ok_or_else(|| anyhow!("the exporter is shutting down"))?;
+        let running = runners.names();
+        let (stop, start) = decide(&running, &self.fingerprints, &plan.fingerprints());
+        let built = plan.build(&new, &self.store_slot, &self.lasting, |n| {
+            start.contains(&n)
+        })?;
 
         for what in needs_restart(&self.settings, &new) {
             tracing::warn!("{what} changed: it takes effect at the next restart; the rest of the config is applied now");
@@ -135,18 +139,11 @@ impl Live {
             );
         }
 
-        let wanted = plan.fingerprints;
-        let mut restarted = Vec::new();
-        for name in runners.names() {
-            if self.fixed.contains(&name) {
-                continue;
-            }
-            if wanted.get(name) != self.fingerprints.get(name) {
-                runners.remove(name, STOP_GRACE);
-            }
+        for name in &stop {
+            runners.remove(name, STOP_GRACE);
         }
-        let mut names: Vec<&str> = plan.sources.iter().map(|(s, _)| s.name()).collect();
-        names.extend(self.fixed.iter().copied());
+        let mut names: Vec<&str> = running.into_iter().filter(|n| !stop.contains(n)).collect();
+        names.extend(built.iter().map(|b| b.source.name()));
         let mut statics = vec![crate::build_info(plan.mode, &plan.scenario)];
         statics.extend(crate::cost_samples(plan.cost.as_ref()));
         self.store.reconfigure(
@@ -157,19 +154,41 @@ impl Live {
                 detail: new.metrics.detail.profile(),
             },
         );
-        let running = runners.names();
-        for (source, timing) in plan.sources {
-            let name = source.name();
-            if running.contains(&name) {
-                continue; // unchanged: the new instance is dropped unused
-            }
-            runners.add(source, timing)?;
-            restarted.push(name);
+        let mut restarted = Vec::new();
+        for b in built {
+            restarted.push(b.source.name());
+            runners.add(b.source, b.timing)?;
         }
+        let wanted = plan
+            .planned
+            .into_iter()
+            .map(|p| (p.collector.name, p.fingerprint))
+            .collect();
         self.fingerprints = wanted;
         self.settings = new;
         Ok(restarted)
     }
+}
+
+/// Which running sources a reload stops (no longer planned, or planned from other settings),
+/// and which planned ones it starts (those stopped and planned again, and the new ones).
+fn decide(
+    running: &[&'static str],
+    old: &HashMap<&'static str, Fingerprint>,
+    new: &HashMap<&'static str, &Fingerprint>,
+) -> (Vec<&'static str>, Vec<&'static str>) {
+    let changed = |name: &str| match (old.get(name), new.get(name)) {
+        (Some(a), Some(b)) => a != *b,
+        _ => true,
+    };
+    let stop: Vec<&'static str> = running.iter().copied().filter(|n| changed(n)).collect();
+    let mut start: Vec<&'static str> = new
+        .keys()
+        .copied()
+        .filter(|n| !running.contains(n) || stop.contains(n))
+        .collect();
+    start.sort_unstable();
+    (stop, start)
 }
 
 /// Settings in force until a restart that differ between `old` and `new`.
@@ -212,6 +231,49 @@ mod tests {
         new.web.listen_address = ":9999".into();
         new.web.max_requests = 3;
         assert_eq!(needs_restart(&old, &new), ["web.listen_address"]);
+    }
+
+    /// A reload decides from fingerprints alone: it stops what is no longer planned or planned
+    /// differently, starts that and what is new, and builds nothing else.
+    #[test]
+    fn a_reload_builds_only_what_changed() {
+        let c = |name| crate::collectors::all().find(|c| c.name == name).unwrap();
+        let old = Settings::default();
+        let mut new = old.clone();
+        new.collector.insert(
+            "nvml".into(),
+            config::CollectorSettings {
+                interval: Some(Duration::from_millis(500)),
+                ..Default::default()
+            },
+        );
+        new.collector.insert(
+            "kubernetes".into(),
+            config::CollectorSettings {
+                enabled: Some(true),
+                ..Default::default()
+            },
+        );
+        let before: HashMap<&'static str, Fingerprint> = ["nvml", "health", "textfile", "exporter"]
+            .into_iter()
+            .map(|n| (n, c(n).fingerprint(&old)))
+            .collect();
+        let after_fp: Vec<(&'static str, Fingerprint)> =
+            ["nvml", "health", "kubernetes", "exporter"]
+                .into_iter()
+                .map(|n| (n, c(n).fingerprint(&new)))
+                .collect();
+        let after: HashMap<&'static str, &Fingerprint> =
+            after_fp.iter().map(|(n, f)| (*n, f)).collect();
+        // textfile planned before (as if its directory was set) and running; gone now.
+        let running = ["nvml", "health", "textfile", "exporter"];
+        let (stop, start) = decide(&running, &before, &after);
+        assert_eq!(stop, ["nvml", "textfile"]);
+        assert_eq!(start, ["kubernetes", "nvml"]);
+        // The same settings again: nothing stops, nothing is built.
+        let same: HashMap<&'static str, &Fingerprint> =
+            before.iter().map(|(n, f)| (*n, f)).collect();
+        assert_eq!(decide(&running, &before, &same), (vec![], vec![]));
     }
 
     #[test]

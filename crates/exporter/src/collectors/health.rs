@@ -39,6 +39,7 @@ pub const COLLECTOR: Collector = Collector {
     enabled_in_simulation: true,
     default_interval: DEFAULT_INTERVAL,
     default_timeout: DEFAULT_TIMEOUT,
+    interval_setting: None,
     help: "a health verdict and recommended action per GPU from the rules of docs/health.md over the other sources' readings, and the idle time of GPUs held by pods or jobs ([health])",
     yields_owned_series: false,
     // It judges what the others read: alone it has nothing to say.

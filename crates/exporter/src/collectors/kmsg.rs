@@ -68,6 +68,7 @@ pub const COLLECTOR: Collector = Collector {
     enabled_in_simulation: false,
     default_interval: DEFAULT_INTERVAL,
     default_timeout: DEFAULT_TIMEOUT,
+    interval_setting: None,
     help: "GPU XIDs, NVSwitch SXids and lost GPUs from the kernel log (--kmsg.path, default /dev/kmsg; needs CAP_SYSLOG where kernel.dmesg_restrict=1, see docs/kmsg.md)",
     yields_owned_series: false,
     derived: false,

@@ -63,6 +63,7 @@ pub const COLLECTOR: Collector = Collector {
     // Pods change in seconds; a List every second would only load the kubelet.
     default_interval: Duration::from_secs(5),
     default_timeout: DEFAULT_TIMEOUT,
+    interval_setting: None,
     help: "pod, namespace and container labels on GPU series from the kubelet pod-resources API (--kubernetes.pod-resources-socket)",
     yields_owned_series: false,
     derived: false,

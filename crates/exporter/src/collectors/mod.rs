@@ -26,6 +26,7 @@ use crate::runner::Timing;
 pub use options::{Flag, FlagDefault, FlagKind, Options, Table, TableOptions, Tables};
 
 pub mod dcgm;
+pub mod exporter;
 pub mod health;
 pub mod hpc;
 pub mod kmsg;
@@ -33,6 +34,7 @@ pub mod kubernetes;
 pub mod nvml;
 pub mod options;
 pub mod probes;
+pub mod sim;
 pub mod textfile;
 pub mod trace;
 
@@ -59,6 +61,39 @@ pub const COLLECTORS: &[Collector] = &[
     trace::COLLECTOR,
 ];
 
+/// Every source the daemon can plan, in the order their snapshots are listed: the simulated
+/// node first (the collectors build on it), the registry's collectors, the exporter's own.
+/// `sim` and `exporter` have descriptors like the collectors, without flags or tables.
+pub fn all() -> impl Iterator<Item = &'static Collector> {
+    std::iter::once(&sim::COLLECTOR)
+        .chain(COLLECTORS)
+        .chain(std::iter::once(&exporter::COLLECTOR))
+}
+
+/// A built source under its descriptor's name: the `source` label, the runner's thread and
+/// the reload's bookkeeping all use the descriptor's name, whatever the source calls itself.
+pub struct Named {
+    name: &'static str,
+    inner: Box<dyn Source>,
+}
+
+impl Named {
+    /// `inner` under `name`.
+    pub fn new(name: &'static str, inner: Box<dyn Source>) -> Named {
+        Named { name, inner }
+    }
+}
+
+impl Source for Named {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn poll(&mut self) -> Result<dgx_pixels_metrics::PollOutput, dgx_pixels_metrics::PollError> {
+        self.inner.poll()
+    }
+}
+
 /// What a collector's `build` returns: its source, or `None` when there is nothing to run.
 pub type Built = Option<Box<dyn Source>>;
 
@@ -76,6 +111,9 @@ pub struct Collector {
     pub default_interval: Duration,
     /// Poll deadline unless configured; `--help` prints it from here.
     pub default_timeout: Duration,
+    /// A daemon setting that gives its interval instead of `[collector.NAME] interval`
+    /// (`[simulation] interval` for the simulated node).
+    pub interval_setting: Option<fn(&Settings) -> Option<Duration>>,
     /// One-line description for `--help`.
     pub help: &'static str,
     /// Whether its catalog samples of series another source owns are dropped (NVML's and the
@@ -119,8 +157,11 @@ impl Collector {
     /// Its interval and deadline: configured, else its defaults.
     pub fn timing(&self, settings: &Settings) -> Timing {
         let c = settings.collector.get(self.name);
+        let own = self.interval_setting.and_then(|f| f(settings));
         Timing {
-            interval: c.and_then(|c| c.interval).unwrap_or(self.default_interval),
+            interval: own
+                .or(c.and_then(|c| c.interval))
+                .unwrap_or(self.default_interval),
             timeout: c.and_then(|c| c.timeout).unwrap_or(self.default_timeout),
         }
     }
@@ -191,8 +232,28 @@ impl BuildContext<'_> {
 pub struct Lasting {
     /// The one XID ledger.
     pub xid_ledger: Arc<XidLedger>,
+    /// The web config state, whose counters the `exporter` source serves (none in tests that
+    /// plan without a server).
+    pub web: Option<Arc<dgx_pixels_web::WebState>>,
+    /// Scrapes refused by `--web.max-requests`, counted by the server.
+    pub rejected_scrapes: Arc<std::sync::atomic::AtomicU64>,
+    /// Outcomes of config reloads (SIGHUP).
+    pub config_reloads: Arc<crate::reload::ReloadCounters>,
+    /// When the simulated node's scenario time started: set when its source is built, read
+    /// by every source built on the node, so one restarted alone keeps the node's clock.
+    pub(crate) simulation_started: Mutex<Option<Instant>>,
     /// Per collector name, a value of the collector's choosing (see [`BuildContext::kept`]).
     kept: Mutex<HashMap<&'static str, Arc<dyn Any + Send + Sync>>>,
+}
+
+impl Lasting {
+    /// What lives for a daemon serving `web`'s counters.
+    pub fn with_web(web: Arc<dgx_pixels_web::WebState>) -> Lasting {
+        Lasting {
+            web: Some(web),
+            ..Lasting::default()
+        }
+    }
 }
 
 /// The simulated node collectors build on under `--simulate`.
@@ -275,23 +336,23 @@ mod tests {
 
     #[test]
     fn names_are_unique_and_flag_safe() {
-        let mut names: Vec<&str> = COLLECTORS.iter().map(|c| c.name).collect();
+        let mut names: Vec<&str> = all().map(|c| c.name).collect();
         assert!(names
             .iter()
             .all(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_lowercase())));
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), COLLECTORS.len());
+        assert_eq!(names.len(), COLLECTORS.len() + 2);
     }
 
-    /// Every source a catalog row names is a registered collector, or one of the two sources
-    /// built outside the registry: the simulated node and the exporter's own series.
+    /// Every source a catalog row names has a descriptor: a registered collector, the
+    /// simulated node or the exporter's own.
     #[test]
     fn every_catalog_source_is_a_registered_collector() {
         for def in dgx_pixels_metrics::catalog::CATALOG {
             for source in def.sources {
                 assert!(
-                    find(source).is_some() || ["sim", "exporter"].contains(source),
+                    all().any(|c| c.name == *source),
                     "{}: source {source:?} is no collector",
                     def.name
                 );

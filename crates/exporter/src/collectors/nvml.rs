@@ -70,6 +70,7 @@ pub const COLLECTOR: Collector = Collector {
     enabled_in_simulation: true,
     default_interval: DEFAULT_INTERVAL,
     default_timeout: DEFAULT_TIMEOUT,
+    interval_setting: None,
     help: "GPU telemetry through NVML (libnvidia-ml.so.1, loaded at run time)",
     yields_owned_series: true,
     derived: false,

@@ -64,6 +64,7 @@ pub const COLLECTOR: Collector = Collector {
     // A probe run is a worker process that opens a CUDA context and cuBLAS first: seconds,
     // not milliseconds; `[probes] worker_timeout` (20 s) kills a hung one before this.
     default_timeout: Duration::from_secs(30),
+    interval_setting: None,
     help: "CUDA probe workloads on idle GPUs (libcuda.so.1 and cuBLAS, loaded at run time; with --simulate, simulated and on unless turned off)",
     yields_owned_series: true,
     derived: false,

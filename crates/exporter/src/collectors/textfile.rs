@@ -35,6 +35,7 @@ pub const COLLECTOR: Collector = Collector {
     enabled_in_simulation: true,
     default_interval: DEFAULT_INTERVAL,
     default_timeout: DEFAULT_TIMEOUT,
+    interval_setting: None,
     help: "workload metrics from the *.prom files of --textfile.directory (runs only when it is set, also with --simulate)",
     yields_owned_series: false,
     derived: false,

@@ -57,6 +57,7 @@ pub const COLLECTOR: Collector = Collector {
     // Also the period of the directory listing: a file is analysed once stable across two.
     default_interval: Duration::from_secs(5),
     default_timeout: DEFAULT_TIMEOUT,
+    interval_setting: None,
     help: "training efficiency from the PyTorch profiler traces in --trace.directory, analysed in the background at low priority ([trace]); off unless enabled; on a simulated node, over the traces of its simulated job",
     yields_owned_series: false,
     derived: false,
@@ -260,9 +261,11 @@ fn worker_failure(e: &WorkerError) -> AnalysisFailure {
     AnalysisFailure::new(outcome, format!("analysis worker: {e}"))
 }
 
-/// On a simulated node, `[simulation]`'s trace keys.
+/// On a simulated node, its scenario (the job's ranks and name) and `[simulation]`'s trace
+/// keys.
 fn shared_inputs(s: &Settings) -> RestartKey {
     Box::new((
+        s.simulation.scenario.clone(),
         s.simulation.traces,
         s.simulation.trace_directory.clone(),
         s.simulation.trace_period,

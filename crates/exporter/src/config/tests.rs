@@ -197,7 +197,10 @@ fn defaults_apply_without_any_input() {
     assert!(s.collector_enabled("nvml"));
     assert_eq!(
         s.collector_timing("nvml"),
-        (DEFAULT_INTERVAL, DEFAULT_TIMEOUT)
+        (
+            crate::collectors::DEFAULT_INTERVAL,
+            crate::collectors::DEFAULT_TIMEOUT
+        )
     );
 }
 
