@@ -9,10 +9,10 @@ use clap::{Arg, ArgAction, ArgMatches, Command, FromArgMatches, Parser, Subcomma
 use crate::collectors::COLLECTORS;
 use crate::config::{parse_duration, LogFormat, MetricsDetail, DEFAULT_LISTEN_ADDRESS};
 
-const ABOUT: &str =
-    "GPU telemetry exporter for Prometheus: NVML readings of every GPU of the node \
-(or of a simulated node) and the workload metrics jobs write as textfiles, served under the \
-dgx_pixels_* namespace.";
+const ABOUT: &str = "GPU telemetry exporter for Prometheus: every GPU of the node (or of a \
+simulated node) through NVML and DCGM, its health verdict and kernel-log XIDs, CUDA probes on \
+idle GPUs, the pods and jobs that hold it, and the workload metrics and profiler traces jobs \
+write, served under the dgx_pixels_* namespace.";
 
 const AFTER_HELP: &str = "\
 Settings come from, highest precedence first: flags, DGX_PIXELS_* environment variables \
