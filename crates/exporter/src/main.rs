@@ -180,8 +180,8 @@ struct Plan {
     cost: Option<config::CostSettings>,
     /// The scenario of `--simulate`, and the families its workload serves (textfiles may not).
     simulation: Option<(Scenario, &'static [&'static str])>,
-    /// The DCGM fields to watch, after ownership.
-    dcgm_fields: Vec<dgx_pixels_dcgm::fields::FieldChoice>,
+    /// What planning read from the files the settings name (the DCGM fields to watch).
+    planning: collectors::Planning,
     /// Series DCGM provides, dropped from collectors that yield owned series.
     owned: HashSet<ownership::Owned>,
 }
@@ -225,20 +225,22 @@ fn plan(settings: &Settings) -> Result<Plan> {
         for note in notes {
             tracing::info!("dcgm field list: {note}");
         }
-        fields
+        Some(fields)
     } else {
-        Vec::new()
+        None
     };
     let owned = dcgm_fields
         .iter()
+        .flatten()
         .filter_map(ownership::series_of)
         .collect();
+    let planning = collectors::Planning { dcgm_fields };
     let planned = collectors::all()
         .filter(|c| c.enabled(settings, simulated))
         .map(|c| Planned {
             collector: c,
             timing: c.timing(settings),
-            fingerprint: c.fingerprint(settings),
+            fingerprint: c.fingerprint(settings, &planning),
         })
         .collect();
     Ok(Plan {
@@ -247,7 +249,7 @@ fn plan(settings: &Settings) -> Result<Plan> {
         scenario: scenario_name,
         cost,
         simulation,
-        dcgm_fields,
+        planning,
         owned,
     })
 }
@@ -297,7 +299,7 @@ impl Plan {
                 timing: p.timing,
                 store_slot,
                 simulated: simulated.as_ref(),
-                dcgm_fields: &self.dcgm_fields,
+                dcgm_fields: self.planning.dcgm_fields.as_deref().unwrap_or_default(),
                 xid_ledger: &lasting.xid_ledger,
                 lasting,
             };

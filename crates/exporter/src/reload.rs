@@ -256,12 +256,22 @@ mod tests {
         );
         let before: HashMap<&'static str, Fingerprint> = ["nvml", "health", "textfile", "exporter"]
             .into_iter()
-            .map(|n| (n, c(n).fingerprint(&old)))
+            .map(|n| {
+                (
+                    n,
+                    c(n).fingerprint(&old, &crate::collectors::Planning::default()),
+                )
+            })
             .collect();
         let after_fp: Vec<(&'static str, Fingerprint)> =
             ["nvml", "health", "kubernetes", "exporter"]
                 .into_iter()
-                .map(|n| (n, c(n).fingerprint(&new)))
+                .map(|n| {
+                    (
+                        n,
+                        c(n).fingerprint(&new, &crate::collectors::Planning::default()),
+                    )
+                })
                 .collect();
         let after: HashMap<&'static str, &Fingerprint> =
             after_fp.iter().map(|(n, f)| (*n, f)).collect();
@@ -283,10 +293,13 @@ mod tests {
         let mut new = old.clone();
         new.node_name = Some("n1".into());
         new.log.level = "debug".into();
-        assert_eq!(c("nvml").fingerprint(&old), c("nvml").fingerprint(&new));
+        assert_eq!(
+            c("nvml").fingerprint(&old, &crate::collectors::Planning::default()),
+            c("nvml").fingerprint(&new, &crate::collectors::Planning::default())
+        );
         assert_ne!(
-            c("textfile").fingerprint(&old),
-            c("textfile").fingerprint(&new),
+            c("textfile").fingerprint(&old, &crate::collectors::Planning::default()),
+            c("textfile").fingerprint(&new, &crate::collectors::Planning::default()),
             "textfile reserves the node label"
         );
         let mut faster = old.clone();
@@ -297,8 +310,14 @@ mod tests {
                 ..Default::default()
             },
         );
-        assert_ne!(c("nvml").fingerprint(&old), c("nvml").fingerprint(&faster));
-        assert_eq!(c("dcgm").fingerprint(&old), c("dcgm").fingerprint(&faster));
+        assert_ne!(
+            c("nvml").fingerprint(&old, &crate::collectors::Planning::default()),
+            c("nvml").fingerprint(&faster, &crate::collectors::Planning::default())
+        );
+        assert_eq!(
+            c("dcgm").fingerprint(&old, &crate::collectors::Planning::default()),
+            c("dcgm").fingerprint(&faster, &crate::collectors::Planning::default())
+        );
         let mut probes = old.clone();
         probes.tables.set(
             "probes",
@@ -308,9 +327,12 @@ mod tests {
             }),
         );
         assert_ne!(
-            c("probes").fingerprint(&old),
-            c("probes").fingerprint(&probes)
+            c("probes").fingerprint(&old, &crate::collectors::Planning::default()),
+            c("probes").fingerprint(&probes, &crate::collectors::Planning::default())
         );
-        assert_eq!(c("nvml").fingerprint(&old), c("nvml").fingerprint(&probes));
+        assert_eq!(
+            c("nvml").fingerprint(&old, &crate::collectors::Planning::default()),
+            c("nvml").fingerprint(&probes, &crate::collectors::Planning::default())
+        );
     }
 }

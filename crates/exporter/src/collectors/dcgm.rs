@@ -5,12 +5,11 @@
 //! simulated node it selects the simulated profiling families and is on unless turned off (the
 //! simulated node serves them; `plan()` asks this descriptor whether it runs).
 
-use dgx_pixels_dcgm::fields::FieldChoice;
 use dgx_pixels_dcgm::{DcgmOptions, DcgmSettings, DcgmSource};
 
 use super::{
-    BuildContext, Built, Collector, Flag, FlagDefault, FlagKind, RestartKey, Table, TableOptions,
-    DEFAULT_INTERVAL, DEFAULT_TIMEOUT,
+    BuildContext, Built, Collector, Flag, FlagDefault, FlagKind, Planning, RestartKey, Table,
+    TableOptions, DEFAULT_INTERVAL, DEFAULT_TIMEOUT,
 };
 use crate::config::{ConfigError, Settings};
 
@@ -86,19 +85,8 @@ fn build(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
     }))))
 }
 
-/// The fields DCGM watches on real GPUs, after ownership (read again from the field list, so a
-/// reload that changes the file restarts the sources it affects); `None` when it does not run
-/// (or the list cannot be read, which fails the plan before any comparison).
-pub fn watched_fields(s: &Settings) -> Option<Vec<FieldChoice>> {
-    if !COLLECTOR.enabled(s, false) {
-        return None;
-    }
-    crate::ownership::dcgm_fields(s)
-        .ok()
-        .map(|(fields, _)| fields)
-}
-
-/// The fields it watches (which also depend on whether NVML runs).
-fn shared_inputs(s: &Settings) -> RestartKey {
-    Box::new(watched_fields(s))
+/// The fields it watches, after ownership (read once per plan from the field list, so a
+/// reload that changes the file restarts the sources it affects).
+fn shared_inputs(_: &Settings, planning: &Planning) -> RestartKey {
+    Box::new(planning.dcgm_fields.clone())
 }

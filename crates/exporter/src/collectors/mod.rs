@@ -129,14 +129,23 @@ pub struct Collector {
     /// Builds its source; `None` when there is nothing to run (e.g. no directory configured,
     /// or a simulated node serves its families itself).
     pub build: fn(&BuildContext<'_>) -> Result<Built>,
-    /// The daemon's settings (or other collectors' derived values) its source is also built
-    /// from: with its table and timing, what a reload compares to decide a restart.
-    pub shared_inputs: fn(&Settings) -> RestartKey,
+    /// The daemon's settings (or what the plan derived from other collectors' settings) its
+    /// source is also built from: with its table and timing, what a reload compares to decide
+    /// a restart. No file is read here: what comes from files is in [`Planning`].
+    pub shared_inputs: fn(&Settings, &Planning) -> RestartKey,
 }
 
 /// [`Collector::shared_inputs`] of a collector that reads nothing but its own table.
-pub fn no_shared_inputs(_: &Settings) -> RestartKey {
+pub fn no_shared_inputs(_: &Settings, _: &Planning) -> RestartKey {
     Box::new(())
+}
+
+/// What planning derives once from files the settings name, for every fingerprint and build.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Planning {
+    /// The DCGM fields to watch after ownership, when DCGM runs on real GPUs (the field list
+    /// read once per plan).
+    pub dcgm_fields: Option<Vec<FieldChoice>>,
 }
 
 impl Collector {
@@ -168,11 +177,14 @@ impl Collector {
 
     /// What its running source is compared by on reload: its timing, its table and its
     /// shared inputs.
-    pub fn fingerprint(&self, settings: &Settings) -> Fingerprint {
+    pub fn fingerprint(&self, settings: &Settings, planning: &Planning) -> Fingerprint {
         let table = settings.tables.get(self.name).map(Options::clone_box);
         Fingerprint::new(
             self.timing(settings),
-            Box::new(OwnAndShared(table, (self.shared_inputs)(settings))),
+            Box::new(OwnAndShared(
+                table,
+                (self.shared_inputs)(settings, planning),
+            )),
         )
     }
 }

@@ -5,8 +5,8 @@ use std::collections::HashSet;
 use dgx_pixels_nvml::{NvmlOptions, NvmlSource, GPM_FAMILIES};
 
 use super::{
-    BuildContext, Built, Collector, Flag, FlagDefault, FlagKind, RestartKey, Table, TableOptions,
-    DEFAULT_INTERVAL, DEFAULT_TIMEOUT, MIN_INTERVAL,
+    BuildContext, Built, Collector, Flag, FlagDefault, FlagKind, Planning, RestartKey, Table,
+    TableOptions, DEFAULT_INTERVAL, DEFAULT_TIMEOUT, MIN_INTERVAL,
 };
 use crate::config::{ConfigError, Settings};
 
@@ -115,6 +115,6 @@ fn build(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
 
 /// `[path]`, and the series DCGM takes over (its samples of them are dropped, and GPM is not
 /// read when DCGM takes every profiling family).
-fn shared_inputs(s: &Settings) -> RestartKey {
-    Box::new((s.path.clone(), super::dcgm::watched_fields(s)))
+fn shared_inputs(s: &Settings, planning: &Planning) -> RestartKey {
+    Box::new((s.path.clone(), planning.dcgm_fields.clone()))
 }

@@ -22,7 +22,8 @@ use dgx_pixels_sim::Node;
 use dgx_pixels_probe_source::settings::ProbesSettings;
 
 use super::{
-    BuildContext, Built, Collector, Flag, RestartKey, Table, TableOptions, DEFAULT_INTERVAL,
+    BuildContext, Built, Collector, Flag, Planning, RestartKey, Table, TableOptions,
+    DEFAULT_INTERVAL,
 };
 use crate::config::{ConfigError, Settings};
 
@@ -87,7 +88,7 @@ fn build(ctx: &BuildContext<'_>) -> Result<Built> {
 
 /// On a simulated node the node it probes (it restarts with it); on real GPUs the NVML
 /// library its workers check the GPU's other users with.
-fn shared_inputs(s: &Settings) -> RestartKey {
+fn shared_inputs(s: &Settings, _: &Planning) -> RestartKey {
     Box::new((
         s.simulation.clone(),
         super::nvml::options(s).library.clone(),

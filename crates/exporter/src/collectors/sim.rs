@@ -8,7 +8,9 @@ use std::sync::Arc;
 use dgx_pixels_sim::Node;
 use dgx_pixels_sim_source::SimSource;
 
-use super::{BuildContext, Built, Collector, RestartKey, DEFAULT_INTERVAL, DEFAULT_TIMEOUT};
+use super::{
+    BuildContext, Built, Collector, Planning, RestartKey, DEFAULT_INTERVAL, DEFAULT_TIMEOUT,
+};
 use crate::config::Settings;
 
 /// The descriptor.
@@ -49,7 +51,7 @@ fn profiling(s: &Settings) -> bool {
 
 /// `[simulation]`, whether the dcgm collector selects the profiling families, and the NVML
 /// settings it simulates (the XID quiet period, fast power sampling).
-fn shared_inputs(s: &Settings) -> RestartKey {
+fn shared_inputs(s: &Settings, _: &Planning) -> RestartKey {
     let nvml = super::nvml::options(s);
     Box::new((
         s.simulation.clone(),

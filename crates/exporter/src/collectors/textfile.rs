@@ -4,8 +4,8 @@
 use dgx_pixels_textfile::TextfileOptions;
 
 use super::{
-    BuildContext, Built, Collector, Flag, FlagDefault, FlagKind, RestartKey, Table, TableOptions,
-    DEFAULT_INTERVAL, DEFAULT_TIMEOUT,
+    BuildContext, Built, Collector, Flag, FlagDefault, FlagKind, Planning, RestartKey, Table,
+    TableOptions, DEFAULT_INTERVAL, DEFAULT_TIMEOUT,
 };
 use crate::config::{ConfigError, Settings};
 
@@ -67,6 +67,6 @@ fn build(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
 }
 
 /// The node label it reserves, and the scenario whose families it may not serve.
-fn shared_inputs(s: &Settings) -> RestartKey {
+fn shared_inputs(s: &Settings, _: &Planning) -> RestartKey {
     Box::new((s.node_name.clone(), s.simulation.scenario.clone()))
 }

@@ -25,8 +25,8 @@ use dgx_pixels_trace_source::{
 use dgx_pixels_worker::{Limits, Request, WorkerError};
 
 use super::{
-    BuildContext, Built, Collector, Flag, FlagDefault, FlagKind, RestartKey, Table, TableOptions,
-    DEFAULT_TIMEOUT,
+    BuildContext, Built, Collector, Flag, FlagDefault, FlagKind, Planning, RestartKey, Table,
+    TableOptions, DEFAULT_TIMEOUT,
 };
 use crate::config::{ConfigError, Settings};
 
@@ -263,7 +263,7 @@ fn worker_failure(e: &WorkerError) -> AnalysisFailure {
 
 /// On a simulated node, its scenario (the job's ranks and name) and `[simulation]`'s trace
 /// keys.
-fn shared_inputs(s: &Settings) -> RestartKey {
+fn shared_inputs(s: &Settings, _: &Planning) -> RestartKey {
     Box::new((
         s.simulation.scenario.clone(),
         s.simulation.traces,
