@@ -111,20 +111,18 @@ fn main() -> ExitCode {
         }
     };
     let started = runtime.block_on(async {
-        let store_slot = collectors::probes::StoreSlot::default();
         let lasting = Arc::new(collectors::Lasting::default());
-        let plan = plan(&settings, &store_slot, &lasting)
-            .map_err(|e| StartError::Config(format!("{e:#}")))?;
+        let plan = plan(&settings, &lasting).map_err(|e| StartError::Config(format!("{e:#}")))?;
         let listener = dgx_pixels_web::listen(&settings.web.listen_address)
             .await
             .map_err(|e| StartError::Other(format!("{e:#}")))?;
-        Ok::<_, StartError>((plan, (store_slot, lasting), listener))
+        Ok::<_, StartError>((plan, lasting, listener))
     });
-    let (plan, store_slot, listener) = match started {
+    let (plan, lasting, listener) = match started {
         Ok(s) => s,
         Err(e) => return startup_error(e),
     };
-    let result = runtime.block_on(run(cli, settings, web, level, plan, store_slot, listener));
+    let result = runtime.block_on(run(cli, settings, web, level, plan, lasting, listener));
     // Blocking work still running (a reload stuck on a file, a library call) must not keep
     // the process alive after a signal: give it a moment, then exit regardless.
     runtime.shutdown_timeout(SHUTDOWN_GRACE);
@@ -185,11 +183,7 @@ impl Plan {
 
 /// The sources `settings` ask for: the simulated node (under `--simulate`), then every enabled
 /// collector of the registry, built by its descriptor.
-fn plan(
-    settings: &Settings,
-    store_slot: &collectors::probes::StoreSlot,
-    lasting: &collectors::Lasting,
-) -> Result<Plan> {
+fn plan(settings: &Settings, lasting: &collectors::Lasting) -> Result<Plan> {
     let mut plan = Plan {
         sources: Vec::new(),
         fingerprints: HashMap::new(),
@@ -226,7 +220,6 @@ fn plan(
         let ctx = collectors::BuildContext {
             settings,
             timing,
-            store_slot,
             simulated: simulated.as_ref(),
             dcgm_fields: &dcgm_fields,
             xid_ledger: &lasting.xid_ledger,
@@ -379,7 +372,7 @@ async fn run(
     web: Arc<WebState>,
     level: logging::LevelHandle,
     mut plan: Plan,
-    (store_slot, lasting): (collectors::probes::StoreSlot, Arc<collectors::Lasting>),
+    lasting: Arc<collectors::Lasting>,
     listener: tokio::net::TcpListener,
 ) -> Result<()> {
     if plan.readers == 0 {
@@ -420,8 +413,9 @@ async fn run(
     let mut statics = vec![build_info(plan.mode, &plan.scenario)];
     statics.extend(cost_samples(plan.cost.as_ref()));
     let store = Arc::new(SnapshotStore::new(&names, statics, options));
-    // The probe scheduler reads GPU utilization from the store it publishes into.
-    let _ = store_slot.set(Arc::clone(&store));
+    // The derived collectors (health, kmsg's GPU directory, the probe scheduler) read the
+    // device views of the store they publish into.
+    lasting.views.attach(Arc::clone(&store));
     let state = Arc::new(server::AppState {
         store: Arc::clone(&store),
         telemetry_path: settings.web.telemetry_path.clone(),
@@ -448,7 +442,6 @@ async fn run(
         fingerprints,
         fixed: vec!["exporter"],
         store: Arc::clone(&store),
-        store_slot,
         lasting,
         app: Arc::clone(&state),
         level: Some(level),

@@ -81,7 +81,6 @@ pub struct Live {
     /// Sources that are not planned from the settings and always run (the `exporter` source).
     pub fixed: Vec<&'static str>,
     pub store: Arc<SnapshotStore>,
-    pub store_slot: crate::collectors::probes::StoreSlot,
     /// What lives across reloads (the XID ledger, what collectors keep).
     pub lasting: Arc<crate::collectors::Lasting>,
     pub app: Arc<AppState>,
@@ -115,7 +114,7 @@ impl Live {
         let new = config::resolve(&self.cli, env).map_err(|e| anyhow!("{e}"))?;
         crate::logging::parse(&new.log.level).map_err(|e| anyhow!(e))?;
         new.listen_addr().map_err(|e| anyhow!("{e}"))?;
-        let plan = crate::plan(&new, &self.store_slot, &self.lasting)?;
+        let plan = crate::plan(&new, &self.lasting)?;
         let runners = self
             .runners
             .as_mut()

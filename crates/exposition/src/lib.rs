@@ -37,10 +37,6 @@
 
 pub mod encode;
 mod family;
-/// The attribution join, now part of the generation's device view.
-pub mod join {
-    pub use dgx_pixels_metrics::view::join::*;
-}
 mod openmetrics;
 pub mod status;
 pub mod store;
