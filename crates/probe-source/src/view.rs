@@ -21,7 +21,8 @@ impl UtilizationView for ViewUtilization {
         found
     }
 
-    /// Processes from NVML (the source leaves the exporter's own workers out), MIG from the
+    /// Holders from the attribution sources (pods, HPC jobs, on the GPU or an instance of it),
+    /// processes from NVML (the source leaves the exporter's own workers out), MIG from the
     /// MIG layout.
     fn occupancy(&self, uuid: &str) -> Occupancy {
         let Some(view) = self.0.current() else {
@@ -29,6 +30,9 @@ impl UtilizationView for ViewUtilization {
         };
         let mut o = Occupancy::default();
         for g in view.gpus().filter(|g| g.uuid() == uuid) {
+            // Before the device view this looked for pod/job info series among the served
+            // samples, where the encoder's join makes them and no source does: never held.
+            o.held |= g.held();
             for s in g.all_samples() {
                 match s.metric {
                     Metric::GpuProcesses => o.processes = o.processes.max(s.value as usize),
@@ -46,7 +50,9 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use dgx_pixels_exposition::{EncodeOptions, SnapshotStore, StoreViews};
-    use dgx_pixels_metrics::{MigInstance, Sample, Snapshot, SourceHealth};
+    use dgx_pixels_metrics::{
+        DeviceRef, Holder, MigInstance, PollOutput, Sample, Snapshot, SourceHealth,
+    };
 
     fn nvml(up: bool) -> Snapshot {
         let mig = MigInstance {
@@ -64,6 +70,13 @@ mod tests {
                 Sample::for_gpu(2, "GPU-a", Metric::GpuUtilization, &[], 0.25),
                 Sample::for_gpu(3, "GPU-b", Metric::GpuUtilization, &[], 0.0),
                 Sample::for_gpu(2, "GPU-a", Metric::GpuProcesses, &[], 3.0),
+                Sample::for_gpu(
+                    2,
+                    "GPU-a",
+                    Metric::GpuInfo,
+                    &["m", "s", "b", "v", "d", "c", "0", "nvidia2"],
+                    1.0,
+                ),
                 Sample::for_mig(
                     3,
                     "GPU-b",
@@ -84,7 +97,7 @@ mod tests {
         assert_eq!(view.lookup("GPU-a"), None, "no store yet");
         assert_eq!(view.occupancy("GPU-a"), Occupancy::default());
         let store = Arc::new(SnapshotStore::new(
-            &["nvml"],
+            &["nvml", "hpc"],
             vec![],
             EncodeOptions::default(),
         ));
@@ -97,6 +110,29 @@ mod tests {
         assert_eq!((a.processes, a.mig), (3, false));
         let b = view.occupancy("GPU-b");
         assert_eq!((b.processes, b.mig), (0, true));
+        assert!(!a.held && !b.held);
+        // An HPC job on GPU 2 (named by index): held, as the encoder's join labels it.
+        let set = vec![(
+            DeviceRef::Index {
+                gpu: 2,
+                gpu_instance: None,
+            },
+            Holder::Job("42".into()),
+        )];
+        store.publish(Snapshot {
+            source: "hpc".into(),
+            health: SourceHealth {
+                up: true,
+                polls: 1,
+                ..Default::default()
+            },
+            output: PollOutput {
+                attribution: Some(Arc::new(set)),
+                ..PollOutput::default()
+            },
+        });
+        assert!(view.occupancy("GPU-a").held);
+        assert!(!view.occupancy("GPU-b").held);
         // A down source's readings are not current: no reading, so the GPU is not probed.
         store.publish(nvml(false));
         assert_eq!(view.lookup("GPU-a"), None);
