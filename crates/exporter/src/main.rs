@@ -111,17 +111,16 @@ fn main() -> ExitCode {
         }
     };
     let started = runtime.block_on(async {
-        let store_slot = collectors::probes::StoreSlot::default();
         let lasting = Arc::new(collectors::Lasting::with_web(Arc::clone(&web)));
         let config_error = |e: anyhow::Error| StartError::Config(format!("{e:#}"));
         let plan = plan(&settings).map_err(config_error)?;
         let built = plan
-            .build(&settings, &store_slot, &lasting, |_| true)
+            .build(&settings, &lasting, |_| true)
             .map_err(config_error)?;
         let listener = dgx_pixels_web::listen(&settings.web.listen_address)
             .await
             .map_err(|e| StartError::Other(format!("{e:#}")))?;
-        Ok::<_, StartError>((plan, built, (store_slot, lasting), listener))
+        Ok::<_, StartError>((plan, built, lasting, listener))
     });
     let (plan, built, kept, listener) = match started {
         Ok(s) => s,
@@ -268,7 +267,6 @@ impl Plan {
     fn build(
         &self,
         settings: &Settings,
-        store_slot: &collectors::probes::StoreSlot,
         lasting: &collectors::Lasting,
         wanted: impl Fn(&str) -> bool,
     ) -> Result<Vec<BuiltSource>> {
@@ -297,7 +295,6 @@ impl Plan {
             let ctx = collectors::BuildContext {
                 settings,
                 timing: p.timing,
-                store_slot,
                 simulated: simulated.as_ref(),
                 dcgm_fields: self.planning.dcgm_fields.as_deref().unwrap_or_default(),
                 xid_ledger: &lasting.xid_ledger,
@@ -422,7 +419,7 @@ async fn run(
     web: Arc<WebState>,
     level: logging::LevelHandle,
     (plan, built): (Plan, Vec<BuiltSource>),
-    (store_slot, lasting): (collectors::probes::StoreSlot, Arc<collectors::Lasting>),
+    lasting: Arc<collectors::Lasting>,
     listener: tokio::net::TcpListener,
 ) -> Result<()> {
     if built.iter().all(|b| b.derived) {
@@ -457,8 +454,9 @@ async fn run(
     let mut statics = vec![build_info(mode, &scenario)];
     statics.extend(cost_samples(cost.as_ref()));
     let store = Arc::new(SnapshotStore::new(&names, statics, options));
-    // The probe scheduler reads GPU utilization from the store it publishes into.
-    let _ = store_slot.set(Arc::clone(&store));
+    // The derived collectors (health, kmsg's GPU directory, the probe scheduler) read the
+    // device views of the store they publish into.
+    lasting.views.attach(Arc::clone(&store));
     let state = Arc::new(server::AppState {
         store: Arc::clone(&store),
         telemetry_path: settings.web.telemetry_path.clone(),
@@ -484,7 +482,6 @@ async fn run(
         runners: Some(runners),
         fingerprints,
         store: Arc::clone(&store),
-        store_slot,
         counters: Arc::clone(&lasting.config_reloads),
         lasting,
         app: Arc::clone(&state),

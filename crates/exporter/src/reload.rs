@@ -80,7 +80,6 @@ pub struct Live {
     /// What each planned source was built from (its timing and settings).
     pub fingerprints: HashMap<&'static str, Fingerprint>,
     pub store: Arc<SnapshotStore>,
-    pub store_slot: crate::collectors::probes::StoreSlot,
     /// What lives across reloads (the XID ledger, what collectors keep).
     pub lasting: Arc<crate::collectors::Lasting>,
     pub app: Arc<AppState>,
@@ -121,9 +120,7 @@ impl Live {
             .ok_or_else(|| anyhow!("the exporter is shutting down"))?;
         let running = runners.names();
         let (stop, start) = decide(&running, &self.fingerprints, &plan.fingerprints());
-        let built = plan.build(&new, &self.store_slot, &self.lasting, |n| {
-            start.contains(&n)
-        })?;
+        let built = plan.build(&new, &self.lasting, |n| start.contains(&n))?;
 
         for what in needs_restart(&self.settings, &new) {
             tracing::warn!("{what} changed: it takes effect at the next restart; the rest of the config is applied now");

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
 use crate::family::{self, Exposition};
-use crate::join::Join;
 use crate::openmetrics;
 use crate::text::{write_family, Syntax};
 use dgx_pixels_metrics::catalog::{serves, Detail, Metric};
 use dgx_pixels_metrics::snapshot::{Sample, Snapshot};
+use dgx_pixels_metrics::view::DeviceView;
 
 /// Content type of the OpenMetrics exposition.
 pub const OPENMETRICS_CONTENT_TYPE: &str =
@@ -94,13 +94,15 @@ fn health_samples(snapshots: &[Arc<Snapshot>]) -> Vec<Sample> {
 }
 
 /// Builds the families of `input` (catalog ones in catalog order, then the external ones by
-/// source) and hands them to `write`. Only served snapshots count (see [`Snapshot::served`]).
+/// source), joined with the holders of `view` (the device view of the same snapshots), and
+/// hands them to `write`. Only served snapshots count (see [`Snapshot::served`]).
 pub(crate) fn with_exposition<T>(
     input: &ExpositionInput,
+    view: &DeviceView,
     write: impl FnOnce(&Exposition<'_>) -> T,
 ) -> T {
     let health = health_samples(&input.snapshots);
-    let join = Join::build(&input.snapshots);
+    let join = view.join();
     let served: Vec<_> = input.snapshots.iter().filter_map(|s| s.served()).collect();
     let count = served.iter().map(|o| o.samples.len()).sum::<usize>();
     let mut samples: Vec<&Sample> =
@@ -113,7 +115,7 @@ pub(crate) fn with_exposition<T>(
     samples.retain(|s| serves(detail, s.metric, |name| s.label(name), s.value));
     let consts = &input.options.const_labels;
     let mut families = Vec::new();
-    family::catalog(samples, &join, &mut families);
+    family::catalog(samples, join, &mut families);
     let catalog_end = families.len();
     family::external(
         served.iter().map(|o| &o.external[..]),
@@ -123,7 +125,7 @@ pub(crate) fn with_exposition<T>(
     let series_counts = family::series_counts(&families);
     // After the other catalog families, before the external ones.
     let mut counts = Vec::with_capacity(1);
-    family::catalog(series_counts.iter().collect(), &join, &mut counts);
+    family::catalog(series_counts.iter().collect(), join, &mut counts);
     families.splice(catalog_end..catalog_end, counts);
     write(&Exposition { consts, families })
 }
@@ -143,17 +145,28 @@ fn capacity(input: &ExpositionInput) -> usize {
     series * 160 + 64 * 256
 }
 
-/// Encodes the input in the given format.
+/// Encodes the input in the given format (building the device view of its snapshots; a
+/// generation encodes with the one it keeps, see [`encode_with`]).
 pub fn encode(input: &ExpositionInput, format: Format) -> String {
+    encode_with(
+        input,
+        &Arc::new(DeviceView::build(&input.snapshots)),
+        format,
+    )
+}
+
+/// Encodes the input in the given format, with `view`: the device view of `input.snapshots`,
+/// whose attribution join labels the device series.
+pub fn encode_with(input: &ExpositionInput, view: &Arc<DeviceView>, format: Format) -> String {
     match format {
-        Format::Text => with_exposition(input, |exposition| {
+        Format::Text => with_exposition(input, view, |exposition| {
             let mut out = String::with_capacity(capacity(input));
             for f in &exposition.families {
                 write_family(&mut out, f, exposition.consts, Syntax::Text);
             }
             out
         }),
-        Format::OpenMetrics => openmetrics::encode(input, capacity(input)),
+        Format::OpenMetrics => openmetrics::encode(input, view, capacity(input)),
     }
 }
 

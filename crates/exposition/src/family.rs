@@ -14,13 +14,13 @@
 
 use std::sync::Arc;
 
-use crate::join::Join;
 use dgx_pixels_metrics::attribution;
 use dgx_pixels_metrics::catalog::{Kind, Metric, MetricDef};
 use dgx_pixels_metrics::device::{DeviceKey, DeviceLabels, Scope};
 use dgx_pixels_metrics::external::ExternalKind;
 use dgx_pixels_metrics::histogram::{INF, SUM};
 use dgx_pixels_metrics::snapshot::Sample;
+use dgx_pixels_metrics::view::Join;
 
 mod external;
 pub(crate) use external::external;

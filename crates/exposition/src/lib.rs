@@ -7,8 +7,12 @@
 //!
 //! - [`SnapshotStore`] holds the latest [`Snapshot`](dgx_pixels_metrics::Snapshot) of each
 //!   source; each publish swaps in a new immutable [`Generation`] (lock-free reads).
+//! - A generation builds its device view ([`DeviceView`](dgx_pixels_metrics::view::DeviceView):
+//!   the served samples per GPU, with identity and holders) at most once, on first demand, for
+//!   every reader: the encoder's attribution join, the status page, and the collectors that
+//!   derive from what the others serve (through [`StoreViews`], never the store itself).
 //! - A generation encodes each format at most once, optionally gzipped, and serves the cached
-//!   bytes to every scraper. An encoding joins attribution ([`join`]) and converts the catalog
+//!   bytes to every scraper. An encoding joins attribution (the view's) and converts the catalog
 //!   samples and external families into one family model (`family`), which
 //!   [`Format::OpenMetrics`] (prometheus-client, and the small writer for the families it cannot
 //!   express) and the classic [`Format::Text`] (the small writer, `text`) both write.
@@ -33,7 +37,6 @@
 
 pub mod encode;
 mod family;
-pub mod join;
 mod openmetrics;
 pub mod status;
 pub mod store;
@@ -41,4 +44,4 @@ mod syntax;
 mod text;
 
 pub use encode::{EncodeOptions, Format};
-pub use store::{Generation, SnapshotStore};
+pub use store::{Generation, SnapshotStore, StoreViews};

@@ -25,13 +25,16 @@ use crate::encode::{with_exposition, ExpositionInput};
 use crate::family::{Family, HistogramPoint, Labels, Point, Type};
 use crate::syntax::{escaped, whole};
 use crate::text::{write_family, Syntax};
+use dgx_pixels_metrics::view::DeviceView;
 
-/// The OpenMetrics exposition of `input`, with `capacity` bytes reserved.
-pub(crate) fn encode(input: &ExpositionInput, capacity: usize) -> String {
+/// The OpenMetrics exposition of `input` (with `view`, its device view), with `capacity`
+/// bytes reserved.
+pub(crate) fn encode(input: &ExpositionInput, view: &Arc<DeviceView>, capacity: usize) -> String {
     let rest = Arc::new(OnceLock::new());
     let mut registry = Registry::default();
     registry.register_collector(Box::new(FamiliesCollector {
         input: input.clone(),
+        view: Arc::clone(view),
         rest: Arc::clone(&rest),
     }));
     let mut out = String::with_capacity(capacity);
@@ -56,12 +59,13 @@ pub(crate) fn encode(input: &ExpositionInput, capacity: usize) -> String {
 #[derive(Debug)]
 struct FamiliesCollector {
     input: ExpositionInput,
+    view: Arc<DeviceView>,
     rest: Arc<OnceLock<String>>,
 }
 
 impl Collector for FamiliesCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        with_exposition(&self.input, |exposition| {
+        with_exposition(&self.input, &self.view, |exposition| {
             let mut rest = String::new();
             let mut buckets = Vec::new();
             for f in &exposition.families {

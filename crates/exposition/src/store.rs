@@ -4,6 +4,7 @@
 //! A generation encodes each exposition variant at most once, on first demand, and keeps the
 //! bytes; every scrape of the same generation is served from them, so the cost of a scrape does
 //! not grow with the number of concurrent scrapers, and no scrape ever waits on a poller.
+//! Likewise it builds its [`DeviceView`] at most once, for the encoder and every other reader.
 
 use std::io::Write as _;
 use std::sync::{Arc, OnceLock};
@@ -13,14 +14,17 @@ use bytes::Bytes;
 use flate2::write::GzEncoder;
 use flate2::Compression;
 
-use crate::encode::{encode, EncodeOptions, ExpositionInput, Format};
+use crate::encode::{encode_with, EncodeOptions, ExpositionInput, Format};
 use dgx_pixels_metrics::snapshot::{Sample, Snapshot};
+use dgx_pixels_metrics::view::{DeviceView, DeviceViews};
 
-/// One immutable state of all sources, with its lazily encoded expositions.
+/// One immutable state of all sources, with its lazily built device view and encoded
+/// expositions.
 #[derive(Debug)]
 pub struct Generation {
     number: u64,
     input: ExpositionInput,
+    view: OnceLock<Arc<DeviceView>>,
     // OpenMetrics, text, OpenMetrics gzip, text gzip.
     cache: [OnceLock<Bytes>; 4],
 }
@@ -46,6 +50,18 @@ impl Generation {
         &self.input.options.const_labels
     }
 
+    /// The device view of this generation's served snapshots: built on first demand, then the
+    /// same one for every reader (the encoders, the status page, the derived collectors).
+    pub fn device_view(&self) -> &Arc<DeviceView> {
+        self.view
+            .get_or_init(|| Arc::new(DeviceView::build(&self.input.snapshots)))
+    }
+
+    /// The device view if it was already built: never builds.
+    pub fn cached_device_view(&self) -> Option<&Arc<DeviceView>> {
+        self.view.get()
+    }
+
     fn slot(format: Format, gzip: bool) -> usize {
         match (format, gzip) {
             (Format::OpenMetrics, false) => 0,
@@ -68,7 +84,7 @@ impl Generation {
                 if gzip {
                     compress(&self.exposition(format, false))
                 } else {
-                    Bytes::from(encode(&self.input, format))
+                    Bytes::from(encode_with(&self.input, self.device_view(), format))
                 }
             })
             .clone()
@@ -82,6 +98,33 @@ fn compress(plain: &[u8]) -> Bytes {
         Ok(v) => Bytes::from(v),
         // Writing into a Vec cannot fail; an empty gzip body would still be valid HTTP.
         Err(_) => Bytes::new(),
+    }
+}
+
+/// The device views of a store built after the sources that read them: the wiring hands the
+/// sources this, then [`attach`](StoreViews::attach)es the store. Until then there is no view.
+#[derive(Debug, Default)]
+pub struct StoreViews {
+    store: OnceLock<Arc<SnapshotStore>>,
+}
+
+impl StoreViews {
+    /// Makes `store`'s generations the views; the first store attached stays.
+    pub fn attach(&self, store: Arc<SnapshotStore>) {
+        let _ = self.store.set(store);
+    }
+}
+
+impl DeviceViews for StoreViews {
+    fn current(&self) -> Option<Arc<DeviceView>> {
+        let store = self.store.get()?;
+        Some(Arc::clone(store.current().device_view()))
+    }
+}
+
+impl DeviceViews for SnapshotStore {
+    fn current(&self) -> Option<Arc<DeviceView>> {
+        Some(Arc::clone(SnapshotStore::current(self).device_view()))
     }
 }
 
@@ -109,6 +152,7 @@ impl SnapshotStore {
             current: ArcSwap::from_pointee(Generation {
                 number: 0,
                 input,
+                view: OnceLock::new(),
                 cache: Default::default(),
             }),
         }
@@ -130,6 +174,7 @@ impl SnapshotStore {
                     snapshots,
                     options: Arc::clone(&cur.input.options),
                 },
+                view: OnceLock::new(),
                 cache: Default::default(),
             }
         });
@@ -162,6 +207,7 @@ impl SnapshotStore {
                     snapshots,
                     options: Arc::clone(&options),
                 },
+                view: OnceLock::new(),
                 cache: Default::default(),
             }
         });
@@ -242,6 +288,59 @@ mod tests {
         assert!(
             g.cached_exposition(Format::OpenMetrics, true).is_none(),
             "per variant"
+        );
+    }
+
+    #[test]
+    fn the_device_view_is_built_once_per_generation_and_the_encoder_uses_it() {
+        let store = SnapshotStore::new(&["sim"], vec![], EncodeOptions::default());
+        store.publish(up("sim", 5.0));
+        let g = store.current();
+        assert!(
+            g.cached_device_view().is_none(),
+            "built on first demand only"
+        );
+        g.exposition(Format::Text, false);
+        // The encoding built the generation's view and kept it: every later reader gets it.
+        let encoded = Arc::clone(g.cached_device_view().expect("the encoder's view is kept"));
+        g.exposition(Format::OpenMetrics, false);
+        assert!(Arc::ptr_eq(&encoded, g.device_view()));
+        let direct: &dyn DeviceViews = &store;
+        assert!(Arc::ptr_eq(&encoded, &direct.current().unwrap()));
+        assert!(Arc::ptr_eq(
+            &direct.current().unwrap(),
+            &direct.current().unwrap()
+        ));
+        // A new generation has a view of its own.
+        store.publish(up("sim", 6.0));
+        let next = direct.current().unwrap();
+        assert!(!Arc::ptr_eq(&encoded, &next));
+        let power = next.gpu("GPU-a").and_then(|d| d.reading(Metric::GpuPower));
+        assert_eq!(power.map(|s| s.value), Some(6.0));
+    }
+
+    #[test]
+    fn store_views_answer_from_the_store_attached_first() {
+        let store = Arc::new(SnapshotStore::new(
+            &["sim"],
+            vec![],
+            EncodeOptions::default(),
+        ));
+        let views = StoreViews::default();
+        assert!(views.current().is_none());
+        views.attach(Arc::clone(&store));
+        views.attach(Arc::new(SnapshotStore::new(
+            &[],
+            vec![],
+            EncodeOptions::default(),
+        )));
+        assert_eq!(views.current().unwrap().gpus().count(), 0);
+        store.publish(up("sim", 5.0));
+        let a = views.current().unwrap();
+        assert!(Arc::ptr_eq(&a, store.current().device_view()));
+        assert!(
+            Arc::ptr_eq(&a, &views.current().unwrap()),
+            "one view per generation"
         );
     }
 

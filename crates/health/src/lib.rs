@@ -3,13 +3,16 @@
 //!
 //! Why over served samples rather than inside the NVML source: the verdict must use every way
 //! a fault reaches us (NVML, DCGM, the kernel log, the simulated node) through one set of rules,
-//! and a rule must not care which source owns a series. The `health` collector reads the
-//! current snapshot generation (the same served samples `/metrics` encodes), hands them to a
+//! and a rule must not care which source owns a series. The `health` collector's
+//! [`HealthSource`] reads the current generation's device view (`dgx_pixels_metrics::view`: the
+//! same served samples `/metrics` encodes, per GPU, with their holders), hands them to a
 //! [`HealthTracker`], and publishes what it returns:
 //!
 //! - `dgx_pixels_gpu_health_state{state}`: one 0/1 series per [`Verdict`];
 //! - `dgx_pixels_gpu_health_action_info{action,reason}`: the most severe action pending and the
-//!   rule behind it.
+//!   rule behind it;
+//! - for each GPU a pod or job holds ([`held_gpus`]), the time it stays idle and the energy it
+//!   draws meanwhile ([`IdleTracker`]).
 //!
 //! [`rules::RULES`] is the table of rules (condition, verdict, action, how it clears, where the
 //! reading comes from); `docs/health.md` is rendered from it by [`rules::markdown`].
@@ -34,6 +37,8 @@
 mod facts;
 mod settings;
 pub use settings::HealthSettings;
+mod source;
+pub use source::{held_gpus, HealthSource};
 pub mod idle;
 pub mod rules;
 mod tracker;

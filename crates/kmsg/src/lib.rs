@@ -15,7 +15,7 @@
 //! - [`state`]: the state file (boot id, last sequence number, what was counted), written
 //!   atomically, so a restart neither replays nor forgets.
 //! - [`KmsgSource`]: the `Source` tying them together; [`GpuDirectory`] is how it learns which
-//!   GPU has which PCI address (the exporter answers from `dgx_pixels_gpu_info`).
+//!   GPU has which PCI address ([`ViewDirectory`]: the device view's, from `dgx_pixels_gpu_info`).
 //!
 //! ```
 //! use dgx_pixels_kmsg::parse::{classify, parse_record, Event, PciAddress};
@@ -36,8 +36,8 @@ mod source;
 pub mod state;
 
 pub use source::{
-    GpuDirectory, KmsgSource, KnownGpu, Progresses, SharedProgress, Tracked, MAX_PATHS,
-    MAX_PENDING_EVENTS, MAX_SEQ, MAX_SEQ_JUMP, READ_BUDGET, REASONS, STATE_INTERVAL,
+    GpuDirectory, KmsgSource, KnownGpu, Progresses, SharedProgress, Tracked, ViewDirectory,
+    MAX_PATHS, MAX_PENDING_EVENTS, MAX_SEQ, MAX_SEQ_JUMP, READ_BUDGET, REASONS, STATE_INTERVAL,
 };
 
 /// The kernel log read by default.

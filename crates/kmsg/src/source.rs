@@ -12,6 +12,8 @@ use dgx_pixels_metrics::{
 };
 use tracing::{info, warn};
 
+use dgx_pixels_metrics::view::DeviceViews;
+
 use crate::parse::{classify, parse_record, Event, Malformed, PciAddress};
 use crate::reader::{Kind, Line, Reader};
 use crate::state::{self, Progress, MAX_SERIES};
@@ -49,11 +51,31 @@ pub struct KnownGpu {
     pub uuid: String,
 }
 
-/// Which GPU has which PCI address: the exporter answers from the latest `dgx_pixels_gpu_info`
-/// of the GPU sources.
+/// Which GPU has which PCI address: the exporter answers with a [`ViewDirectory`].
 pub trait GpuDirectory: Send {
     /// The GPUs known now; `None` while no GPU source has been read (events wait until then).
     fn gpus(&self) -> Option<Vec<KnownGpu>>;
+}
+
+/// The GPUs of the current generation's device view that have a PCI address (from the
+/// `dgx_pixels_gpu_info` of every source that is up).
+pub struct ViewDirectory(pub Arc<dyn DeviceViews>);
+
+impl GpuDirectory for ViewDirectory {
+    fn gpus(&self) -> Option<Vec<KnownGpu>> {
+        let view = self.0.current()?;
+        let gpus: Vec<KnownGpu> = view
+            .gpus()
+            .filter_map(|g| {
+                Some(KnownGpu {
+                    pci: g.pci()?,
+                    index: g.index(),
+                    uuid: g.uuid().to_string(),
+                })
+            })
+            .collect();
+        (!gpus.is_empty()).then_some(gpus)
+    }
 }
 
 /// What the readers of each kernel-log path have processed, shared by a source and its

@@ -451,3 +451,56 @@ fn a_link_planted_in_the_state_directory_is_not_followed() {
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
     assert_eq!(f.state().seq, Some(1));
 }
+
+/// The current generation's view, swapped by the test.
+struct Views(std::sync::Mutex<Option<Arc<dgx_pixels_metrics::view::DeviceView>>>);
+
+impl dgx_pixels_metrics::view::DeviceViews for Views {
+    fn current(&self) -> Option<Arc<dgx_pixels_metrics::view::DeviceView>> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+#[test]
+fn the_view_directory_finds_gpus_by_pci_address_in_gpu_info() {
+    use dgx_pixels_kmsg::ViewDirectory;
+    use dgx_pixels_metrics::view::DeviceView;
+    use dgx_pixels_metrics::{Sample, Snapshot, SourceHealth};
+    let views = Arc::new(Views(std::sync::Mutex::new(None)));
+    let gpus = ViewDirectory(views.clone());
+    assert_eq!(gpus.gpus(), None, "no store yet");
+    *views.0.lock().unwrap() = Some(Arc::new(DeviceView::default()));
+    assert_eq!(gpus.gpus(), None, "nothing read yet");
+    let info = |gpu: u32, uuid: &str, pci: &str| {
+        let labels = ["m", "s", pci, "v", "d", "12040", "0", "/dev/nvidia0"];
+        Sample::for_gpu(gpu, uuid, Metric::GpuInfo, &labels, 1.0)
+    };
+    let nvml = |up| Snapshot {
+        source: "nvml".into(),
+        health: SourceHealth {
+            up,
+            polls: 1,
+            ..Default::default()
+        },
+        output: vec![
+            info(0, "GPU-a", "00000000:1B:00.0"),
+            info(1, "GPU-b", "not an address"),
+            Sample::for_gpu(2, "GPU-c", Metric::GpuPower, &[], 1.0),
+        ]
+        .into(),
+    };
+    let view = DeviceView::build(&[Arc::new(nvml(true))]);
+    *views.0.lock().unwrap() = Some(Arc::new(view));
+    assert_eq!(
+        gpus.gpus(),
+        Some(vec![KnownGpu {
+            pci: PciAddress::parse("0000:1b:00").unwrap(),
+            index: 0,
+            uuid: "GPU-a".into(),
+        }])
+    );
+    // A down source's GPUs are not known.
+    let view = DeviceView::build(&[Arc::new(nvml(false))]);
+    *views.0.lock().unwrap() = Some(Arc::new(view));
+    assert_eq!(gpus.gpus(), None);
+}

@@ -94,6 +94,81 @@ impl DeviceKey {
 /// needs no boxing.
 pub type DeviceLabels<'a> = std::iter::Take<std::array::IntoIter<(&'a str, &'a str), 4>>;
 
+/// A PCI address as the kernel log and NVML name it, reduced to what names a GPU: domain, bus
+/// and device (the function is always 0 for a GPU, and the kernel log often leaves it out).
+/// Part of a GPU's identity in the device view, parsed once per generation from
+/// `dgx_pixels_gpu_info`'s `pci_bus_id`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PciAddress {
+    /// PCI domain (segment).
+    pub domain: u32,
+    /// Bus.
+    pub bus: u8,
+    /// Device.
+    pub device: u8,
+}
+
+impl PciAddress {
+    /// Parses `0000:1b:00`, `0000:1b:00.0` (kernel log) or `00000000:1B:00.0` (NVML): hex,
+    /// any case, a domain of 4 to 8 digits, the function ignored.
+    pub fn parse(s: &str) -> Option<PciAddress> {
+        PciAddress::parse_prefix(s.as_bytes()).map(|(a, _)| a)
+    }
+
+    /// Parses a PCI address at the start of `s`: DOMAIN(4-8 hex):BUS(2):DEVICE(2)[.FUNCTION],
+    /// any case. Returns it and the bytes used (what a kernel-log line goes on from).
+    pub fn parse_prefix(s: &[u8]) -> Option<(PciAddress, usize)> {
+        fn hex(b: u8) -> Option<u32> {
+            (b as char).to_digit(16)
+        }
+        let domain_len = s.iter().take(9).take_while(|&&b| hex(b).is_some()).count();
+        if !(4..=8).contains(&domain_len) || s.get(domain_len) != Some(&b':') {
+            return None;
+        }
+        let domain = s[..domain_len]
+            .iter()
+            .try_fold(0u32, |n, &b| Some(n * 16 + hex(b)?))?;
+        let two = |i: usize| -> Option<u8> {
+            let hi = hex(*s.get(i)?)?;
+            let lo = hex(*s.get(i + 1)?)?;
+            u8::try_from(hi * 16 + lo).ok()
+        };
+        let bus = two(domain_len + 1)?;
+        if s.get(domain_len + 3) != Some(&b':') {
+            return None;
+        }
+        let device = two(domain_len + 4)?;
+        let mut used = domain_len + 6;
+        if s.get(used) == Some(&b'.') && s.get(used + 1).is_some_and(|b| (b'0'..=b'7').contains(b))
+        {
+            used += 2;
+        }
+        // An address ends here: a seventh hex digit would make it something else.
+        if s.get(used).is_some_and(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        Some((
+            PciAddress {
+                domain,
+                bus,
+                device,
+            },
+            used,
+        ))
+    }
+}
+
+impl std::fmt::Display for PciAddress {
+    /// The kernel log's spelling: `0000:1b:00`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:04x}:{:02x}:{:02x}",
+            self.domain, self.bus, self.device
+        )
+    }
+}
+
 /// What a catalog row's series are about, from its leading label names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {

@@ -34,6 +34,7 @@ pub mod histogram;
 pub mod incidents;
 pub mod snapshot;
 pub mod source;
+pub mod view;
 pub mod xid_ledger;
 
 pub use attribution::{AttributionSet, DeviceRef, Holder};

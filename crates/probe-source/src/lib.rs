@@ -25,7 +25,10 @@
 #![deny(missing_docs)]
 
 pub mod settings;
+mod view;
 pub mod worker;
+
+pub use view::ViewUtilization;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -10,16 +10,13 @@
 //!
 //! Its XIDs go to the exporter's one XID ledger, which the GPU source (NVML, or the simulated
 //! node) serves: `dgx_pixels_gpu_xid_errors_total` keeps one source per series, and an event
-//! seen by both counts once. GPUs are found by PCI address in the latest
-//! `dgx_pixels_gpu_info` of the store, as the probes find utilization there.
+//! seen by both counts once. GPUs are found by PCI address in the current generation's device
+//! view (from `dgx_pixels_gpu_info`), as the probes find utilization there.
 
 use std::sync::{Arc, Mutex};
 
-use dgx_pixels_kmsg::parse::PciAddress;
-use dgx_pixels_kmsg::{GpuDirectory, KmsgSource, KnownGpu, Progresses};
-use dgx_pixels_metrics::Metric;
+use dgx_pixels_kmsg::{KmsgSource, Progresses, ViewDirectory};
 
-use super::probes::StoreSlot;
 use super::{
     no_shared_inputs as shared_inputs, BuildContext, Built, Collector, Flag, FlagDefault, FlagKind,
     Table, TableOptions, DEFAULT_INTERVAL, DEFAULT_TIMEOUT,
@@ -85,80 +82,7 @@ fn build(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
     Ok(Some(Box::new(KmsgSource::new(
         ctx.settings.options::<Options>(&COLLECTOR).clone(),
         Arc::clone(ctx.xid_ledger),
-        Box::new(StoreGpus(Arc::clone(ctx.store_slot))),
+        Box::new(ViewDirectory(ctx.views())),
         progress,
     ))))
-}
-
-/// GPUs by PCI address from the latest `dgx_pixels_gpu_info` of every source that is up.
-pub struct StoreGpus(pub StoreSlot);
-
-impl GpuDirectory for StoreGpus {
-    fn gpus(&self) -> Option<Vec<KnownGpu>> {
-        let store = self.0.get()?;
-        let generation = store.current();
-        let gpus: Vec<KnownGpu> = generation
-            .snapshots()
-            .iter()
-            .filter_map(|s| s.served())
-            .flat_map(|o| o.samples.iter())
-            .filter(|s| s.metric == Metric::GpuInfo)
-            .filter_map(|s| {
-                let d = s.device.as_ref()?;
-                let pci = PciAddress::parse(s.label("pci_bus_id")?)?;
-                Some(KnownGpu {
-                    pci,
-                    index: d.index(),
-                    uuid: d.uuid().to_string(),
-                })
-            })
-            .collect();
-        (!gpus.is_empty()).then_some(gpus)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use dgx_pixels_exposition::{EncodeOptions, SnapshotStore};
-    use dgx_pixels_metrics::{Sample, Snapshot, SourceHealth};
-
-    #[test]
-    fn gpus_are_found_by_pci_address_in_gpu_info() {
-        let slot = StoreSlot::default();
-        let gpus = StoreGpus(Arc::clone(&slot));
-        assert_eq!(gpus.gpus(), None, "no store yet");
-        let store = Arc::new(SnapshotStore::new(
-            &["nvml"],
-            vec![],
-            EncodeOptions::default(),
-        ));
-        let _ = slot.set(Arc::clone(&store));
-        assert_eq!(gpus.gpus(), None, "nothing read yet");
-        let info = |gpu: u32, uuid: &str, pci: &str| {
-            let labels = ["m", "s", pci, "v", "d", "12040", "0", "/dev/nvidia0"];
-            Sample::for_gpu(gpu, uuid, Metric::GpuInfo, &labels, 1.0)
-        };
-        store.publish(Snapshot {
-            source: "nvml".into(),
-            health: SourceHealth {
-                up: true,
-                polls: 1,
-                ..Default::default()
-            },
-            output: vec![
-                info(0, "GPU-a", "00000000:1B:00.0"),
-                info(1, "GPU-b", "not an address"),
-            ]
-            .into(),
-        });
-        assert_eq!(
-            gpus.gpus(),
-            Some(vec![KnownGpu {
-                pci: PciAddress::parse("0000:1b:00").unwrap(),
-                index: 0,
-                uuid: "GPU-a".into(),
-            }])
-        );
-    }
 }

@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use dgx_pixels_dcgm::fields::FieldChoice;
+use dgx_pixels_exposition::StoreViews;
+use dgx_pixels_metrics::view::DeviceViews;
 use dgx_pixels_metrics::{Source, XidLedger};
 use dgx_pixels_sim::Scenario;
 
@@ -200,8 +202,6 @@ pub struct BuildContext<'a> {
     pub settings: &'a Settings,
     /// Its interval and deadline.
     pub timing: Timing,
-    /// The snapshot store, once it exists (the probe scheduler reads utilization from it).
-    pub store_slot: &'a probes::StoreSlot,
     /// The simulated node, when `--simulate` replaces the GPU libraries.
     pub simulated: Option<&'a Simulated>,
     /// The DCGM fields to watch, after ownership (empty unless the dcgm collector runs on real
@@ -215,6 +215,12 @@ pub struct BuildContext<'a> {
 }
 
 impl BuildContext<'_> {
+    /// The current generation's device view, for a collector that derives from what the others
+    /// serve (health, the kernel log's GPU directory, the probe scheduler): never the store.
+    pub fn views(&self) -> Arc<dyn DeviceViews> {
+        Arc::clone(&self.lasting.views) as Arc<dyn DeviceViews>
+    }
+
     /// The value collector `name` keeps across restarts of its source, created empty the first
     /// time: a reload builds the new source before it stops the old one, and both see it.
     pub fn kept<T: Default + Send + Sync + 'static>(&self, name: &'static str) -> Arc<T> {
@@ -254,6 +260,9 @@ pub struct Lasting {
     /// When the simulated node's scenario time started: set when its source is built, read
     /// by every source built on the node, so one restarted alone keeps the node's clock.
     pub(crate) simulation_started: Mutex<Option<Instant>>,
+    /// The device views of the store, attached by the wiring once the store exists (it is
+    /// built after the sources are planned).
+    pub views: Arc<StoreViews>,
     /// Per collector name, a value of the collector's choosing (see [`BuildContext::kept`]).
     kept: Mutex<HashMap<&'static str, Arc<dyn Any + Send + Sync>>>,
 }

@@ -1,5 +1,5 @@
-//! The `probes` collector: the CUDA probe scheduler, reading GPU utilization from the
-//! snapshot store (the latest NVML/DCGM readings) to leave busy GPUs alone.
+//! The `probes` collector: the CUDA probe scheduler, reading GPU utilization from the current
+//! generation's device view (the latest NVML/DCGM readings) to leave busy GPUs alone.
 //!
 //! Off by default on real GPUs: it puts work on the GPUs (politely, see `[probes]` in the
 //! config file). In `--simulate` mode the same scheduler runs over the simulator instead
@@ -7,15 +7,14 @@
 //! simulator's benchmark model says a probe would measure (see docs/architecture.md, "The
 //! simulated node").
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
-use dgx_pixels_exposition::SnapshotStore;
-use dgx_pixels_metrics::Sample;
-use dgx_pixels_metrics::{Metric, Source};
+use dgx_pixels_metrics::view::DeviceViews;
+use dgx_pixels_metrics::Source;
 use dgx_pixels_probe_source::worker::WorkerBackend;
-use dgx_pixels_probe_source::{Occupancy, ProbeSource, UtilizationView};
+use dgx_pixels_probe_source::{ProbeSource, ViewUtilization};
 use dgx_pixels_probes::worker::SUBCOMMAND as WORKER_SUBCOMMAND;
 use dgx_pixels_sim::Node;
 
@@ -82,7 +81,7 @@ fn build(ctx: &BuildContext<'_>) -> Result<Built> {
             Node::new(sim.scenario.clone()),
             sim.started,
         )?))),
-        None => source(ctx.settings, Arc::clone(ctx.store_slot)).map(Some),
+        None => source(ctx.settings, ctx.views()).map(Some),
     }
 }
 
@@ -95,66 +94,9 @@ fn shared_inputs(s: &Settings, _: &Planning) -> RestartKey {
     ))
 }
 
-/// The store, set once it exists (it is built after the sources are planned).
-pub type StoreSlot = Arc<OnceLock<Arc<SnapshotStore>>>;
-
-/// Utilization and occupancy by UUID from the latest snapshot of every source that is up.
-pub struct StoreUtilization(pub StoreSlot);
-
-impl StoreUtilization {
-    fn served_samples<R>(
-        &self,
-        f: impl FnOnce(&mut dyn Iterator<Item = &Sample>) -> R,
-    ) -> Option<R> {
-        let store = self.0.get()?;
-        let generation = store.current();
-        let mut it = generation
-            .snapshots()
-            .iter()
-            .filter_map(|s| s.served())
-            .flat_map(|o| o.samples.iter());
-        Some(f(&mut it))
-    }
-}
-
-impl UtilizationView for StoreUtilization {
-    fn lookup(&self, uuid: &str) -> Option<(u32, f64)> {
-        self.served_samples(|samples| {
-            samples
-                .filter(|s| s.metric == Metric::GpuUtilization)
-                .find_map(|s| {
-                    let d = s.device.as_ref().filter(|d| d.uuid() == uuid)?;
-                    Some((d.index(), s.value))
-                })
-        })
-        .flatten()
-    }
-
-    /// Holders from the attribution sources (pods, HPC jobs), processes from NVML (the
-    /// source leaves the exporter's own workers out), MIG from the MIG layout.
-    fn occupancy(&self, uuid: &str) -> Occupancy {
-        self.served_samples(|samples| {
-            let mut o = Occupancy::default();
-            for s in samples {
-                if s.device.as_ref().is_none_or(|d| d.uuid() != uuid) {
-                    continue;
-                }
-                match s.metric {
-                    Metric::GpuPodInfo | Metric::GpuHpcJobInfo => o.held = true,
-                    Metric::GpuProcesses => o.processes = o.processes.max(s.value as usize),
-                    Metric::MigInfo => o.mig = true,
-                    _ => {}
-                }
-            }
-            o
-        })
-        .unwrap_or_default()
-    }
-}
-
 /// The probes source for `settings`: each discovery and probe run is a worker process (this
 /// binary's hidden `probe-worker` subcommand), so the daemon never creates a CUDA context.
-pub fn source(settings: &Settings, store: StoreSlot) -> Result<Box<dyn Source>> {
+pub fn source(settings: &Settings, views: Arc<dyn DeviceViews>) -> Result<Box<dyn Source>> {
     let schedule = options(settings).schedule()?;
     let program = std::env::current_exe().map_err(|e| {
         anyhow::anyhow!("probes: cannot find this program to start its workers: {e}")
@@ -170,46 +112,6 @@ pub fn source(settings: &Settings, store: StoreSlot) -> Result<Box<dyn Source>> 
         schedule.sizes.clone(),
         options(settings).worker_timeout()?,
     );
-    let source = ProbeSource::new(backend, StoreUtilization(store), schedule)?;
+    let source = ProbeSource::new(backend, ViewUtilization(views), schedule)?;
     Ok(Box::new(source))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use dgx_pixels_exposition::EncodeOptions;
-    use dgx_pixels_metrics::{Sample, Snapshot, SourceHealth};
-
-    #[test]
-    fn utilization_is_read_from_up_sources_by_uuid() {
-        let slot = StoreSlot::default();
-        let view = StoreUtilization(Arc::clone(&slot));
-        assert_eq!(view.lookup("GPU-a"), None, "no store yet");
-        let store = Arc::new(SnapshotStore::new(
-            &["nvml"],
-            vec![],
-            EncodeOptions::default(),
-        ));
-        let _ = slot.set(Arc::clone(&store));
-        let snap = |up| Snapshot {
-            source: "nvml".into(),
-            health: SourceHealth {
-                up,
-                polls: 1,
-                ..Default::default()
-            },
-            output: vec![
-                Sample::for_gpu(2, "GPU-a", Metric::GpuUtilization, &[], 0.25),
-                Sample::for_gpu(3, "GPU-b", Metric::GpuUtilization, &[], 0.0),
-            ]
-            .into(),
-        };
-        store.publish(snap(true));
-        assert_eq!(view.lookup("GPU-a"), Some((2, 0.25)));
-        assert_eq!(view.lookup("GPU-b"), Some((3, 0.0)));
-        assert_eq!(view.lookup("GPU-c"), None);
-        // A down source's readings are not current: no reading, so the GPU is not probed.
-        store.publish(snap(false));
-        assert_eq!(view.lookup("GPU-a"), None);
-    }
 }

@@ -1,12 +1,11 @@
-//! What the status page shows, read from one generation: the same served samples `/metrics`
-//! encodes (through [`Snapshot::served`]), borrowed, never copied.
+//! What the status page shows, read from one generation: its device view, the same served
+//! samples `/metrics` encodes (through [`Snapshot::served`]), borrowed, never copied.
 
 use std::time::Duration;
 
 use dgx_pixels_metrics::catalog::Metric;
 use dgx_pixels_metrics::labels::TemperatureSensor;
 use dgx_pixels_metrics::snapshot::{Sample, Snapshot, SourceError};
-use dgx_pixels_metrics::DeviceKey;
 
 use super::health_series;
 use crate::store::Generation;
@@ -158,59 +157,43 @@ const MIG_ROWS: [Metric; 3] = [
     Metric::MigMemoryTotal,
 ];
 
-/// Reads the page's view of `generation`.
+/// Reads the page's view of `generation`, from its device view.
 pub fn view(generation: &Generation) -> NodeView<'_> {
-    let mut gpus: Vec<GpuView<'_>> = Vec::new();
-    // A source shares one key over a GPU's samples, which come together: most samples find
-    // their GPU by the key's address, without comparing uuids.
-    let mut last: Option<(&DeviceKey, usize)> = None;
-    let served = generation.snapshots().iter().filter_map(|s| s.served());
-    for sample in served.flat_map(|o| o.samples.iter()) {
-        let Some(device) = sample.device.as_deref() else {
-            continue;
-        };
-        let i = match last {
-            Some((key, i)) if std::ptr::eq(key, device) => i,
-            _ => {
-                let found = gpus
-                    .iter()
-                    .position(|g| g.index == device.index() && g.uuid == device.uuid());
-                let i = found.unwrap_or_else(|| {
-                    gpus.push(GpuView {
-                        index: device.index(),
-                        uuid: device.uuid(),
-                        ..GpuView::default()
-                    });
-                    gpus.len() - 1
-                });
-                last = Some((device, i));
-                i
+    let devices = generation.device_view();
+    let mut gpus: Vec<GpuView<'_>> = devices
+        .gpus()
+        .map(|device| {
+            let mut gpu = GpuView {
+                index: device.index(),
+                uuid: device.uuid(),
+                ..GpuView::default()
+            };
+            for sample in device.samples() {
+                gpu.read(sample);
             }
-        };
-        let gpu = &mut gpus[i];
-        match device.mig() {
-            None => gpu.read(sample),
             // A process in a MIG instance names it too: only the instance's own rows make one.
-            Some(_) if !MIG_ROWS.contains(&sample.metric) => {}
-            Some(m) => {
-                let mig = match gpu.mig.iter().position(|v| {
-                    (v.gpu_instance, v.compute_instance) == (m.gpu_instance, m.compute_instance)
-                }) {
-                    Some(i) => &mut gpu.mig[i],
-                    None => {
-                        gpu.mig.push(MigView {
-                            gpu_instance: m.gpu_instance,
-                            compute_instance: m.compute_instance,
-                            ..MigView::default()
-                        });
-                        let last = gpu.mig.len() - 1;
-                        &mut gpu.mig[last]
-                    }
+            for instance in device.instances() {
+                let mut rows = MIG_ROWS
+                    .iter()
+                    .flat_map(|m| instance.readings(*m))
+                    .peekable();
+                if rows.peek().is_none() {
+                    continue;
+                }
+                let m = instance.mig();
+                let mut mig = MigView {
+                    gpu_instance: m.gpu_instance,
+                    compute_instance: m.compute_instance,
+                    ..MigView::default()
                 };
-                mig.read(sample);
+                for sample in rows {
+                    mig.read(sample);
+                }
+                gpu.mig.push(mig);
             }
-        }
-    }
+            gpu
+        })
+        .collect();
     gpus.sort_by(|a, b| (a.index, a.uuid).cmp(&(b.index, b.uuid)));
     for gpu in &mut gpus {
         gpu.mig

@@ -1,17 +1,18 @@
 //! The attribution join: the attribution sets of the served snapshots resolved against the
-//! devices they describe, once per generation, into extra labels per device and the info
-//! series naming every holder (the rules: `dgx_pixels_metrics::attribution`).
+//! devices they describe, once per generation (in the generation's [`DeviceView`]), into the
+//! typed holders of each device, extra labels per device and the info series naming every
+//! holder (the rules: [`crate::attribution`]).
+//!
+//! [`DeviceView`]: super::DeviceView
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use dgx_pixels_metrics::attribution::{
-    AttributionSet, DeviceRef, Extra, Holder, ATTRIBUTION_LABELS,
-};
-use dgx_pixels_metrics::{DeviceKey, Metric, Sample, Snapshot};
+use crate::attribution::{AttributionSet, DeviceRef, Extra, Holder, ATTRIBUTION_LABELS};
+use crate::{DeviceKey, Metric, Sample, Snapshot};
 
-/// The resolved join for one generation: extra labels per `(uuid, gpu_instance)` and the info
-/// samples naming every holder.
+/// The resolved join for one generation: the holders of each device, extra labels per
+/// `(uuid, gpu_instance)` and the info samples naming every holder.
 #[derive(Debug, Default)]
 pub struct Join {
     /// By uuid, then by `gpu_instance` (`None` for the whole GPU): looked up by `&str`, so the
@@ -19,6 +20,19 @@ pub struct Join {
     extra: HashMap<String, Vec<(Option<u32>, Extra)>>,
     /// `dgx_pixels_gpu_pod_info` and `dgx_pixels_gpu_hpc_job_info` samples.
     pub info: Vec<Sample>,
+    /// Every held device, by uuid then `gpu_instance`.
+    holdings: Vec<Holding>,
+}
+
+/// Who holds one GPU or one MIG instance of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Holding {
+    /// The GPU, as its `dgx_pixels_gpu_info` series names it.
+    pub gpu: Arc<DeviceKey>,
+    /// The MIG GPU instance; `None` for the whole GPU.
+    pub gpu_instance: Option<u32>,
+    /// Its holders, sorted, each once.
+    pub holders: Vec<Holder>,
 }
 
 impl Join {
@@ -91,6 +105,11 @@ impl Join {
             let Some(gpu) = key_of.get(key.0.as_str()).copied() else {
                 continue;
             };
+            join.holdings.push(Holding {
+                gpu: Arc::clone(gpu),
+                gpu_instance: key.1,
+                holders: list.iter().map(|h| (*h).clone()).collect(),
+            });
             let instance = key.1.map(|gi| gi.to_string()).unwrap_or_default();
             let pods: Vec<_> = list
                 .iter()
@@ -141,6 +160,12 @@ impl Join {
         join
     }
 
+    /// Every held device (only those some served `dgx_pixels_gpu_info` describes), by uuid then
+    /// `gpu_instance`.
+    pub fn holdings(&self) -> &[Holding] {
+        &self.holdings
+    }
+
     /// The extra labels of `sample`, or none. Samples that are not about a device, or that
     /// already carry an attribution label (the info series), get none. A sample's key names
     /// its GPU and, for a MIG instance or a process in one, the instance.
@@ -167,8 +192,8 @@ impl Join {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dgx_pixels_metrics::snapshot::{PollOutput, SourceHealth};
-    use dgx_pixels_metrics::MigInstance;
+    use crate::snapshot::{PollOutput, SourceHealth};
+    use crate::MigInstance;
 
     fn holders(source: &str, set: AttributionSet) -> Arc<Snapshot> {
         Arc::new(Snapshot {

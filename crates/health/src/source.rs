@@ -1,0 +1,133 @@
+//! The `health` collector's source: each poll reads the current generation's device view (what
+//! every source serves, per GPU, with its holders), judges each GPU with a [`HealthTracker`]
+//! and counts the idle time of held GPUs with an [`IdleTracker`].
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use dgx_pixels_metrics::attribution::Holder;
+use dgx_pixels_metrics::source::{PollError, PollErrorKind};
+use dgx_pixels_metrics::view::{DeviceView, DeviceViews, Gpu};
+use dgx_pixels_metrics::{Metric, PollOutput, Source};
+
+use crate::{HealthSettings, HealthTracker, HeldGpu, IdleTracker};
+
+/// Judges each GPU of the current device view, once per poll.
+pub struct HealthSource {
+    name: &'static str,
+    views: Arc<dyn DeviceViews>,
+    tracker: HealthTracker,
+    idle: IdleTracker,
+}
+
+impl HealthSource {
+    /// A source named `name` (its collector's) over `views`, with the `[health]` settings.
+    pub fn new(
+        name: &'static str,
+        views: Arc<dyn DeviceViews>,
+        settings: &HealthSettings,
+    ) -> HealthSource {
+        HealthSource {
+            name,
+            views,
+            tracker: HealthTracker::new(settings.clear_after()),
+            idle: IdleTracker::new(settings.idle_utilization(), settings.idle_after()),
+        }
+    }
+}
+
+impl Source for HealthSource {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn poll(&mut self) -> Result<PollOutput, PollError> {
+        let view = self.views.current().ok_or_else(|| {
+            PollError::new(
+                PollErrorKind::Uninitialized,
+                "the snapshot store is not ready",
+            )
+        })?;
+        let now = Instant::now();
+        // Its own series are in the view too; the rules read none of them.
+        let mut out = self
+            .tracker
+            .evaluate(view.gpus().flat_map(|g| g.samples()), now);
+        out.extend(self.idle.observe(&held_gpus(&view), now));
+        Ok(PollOutput::samples(out))
+    }
+}
+
+/// The whole GPUs a pod or job holds, with their readings, one per utilization reading.
+pub fn held_gpus(view: &DeviceView) -> Vec<HeldGpu> {
+    let mut held = Vec::new();
+    for gpu in view.gpus() {
+        let holders = gpu.holders(None);
+        if holders.is_empty() {
+            continue;
+        }
+        let (holder, names) = holder_labels(&gpu, holders);
+        let reading = |metric| gpu.reading(metric).map(|s| s.value);
+        for u in gpu.readings(Metric::GpuUtilization) {
+            held.push(HeldGpu {
+                key: Arc::clone(u.device.as_ref().unwrap_or(gpu.key())),
+                holder: holder.clone(),
+                holders: names.clone(),
+                utilization: Some(u.value),
+                sm_active: reading(Metric::GpuSmActive),
+                energy: reading(Metric::GpuEnergy),
+            });
+        }
+    }
+    held
+}
+
+/// The counters' holder labels (`namespace`, `pod`, `container`, `hpc_job`) and the text that
+/// changes with the holders. One pod or one job labels the counters as the encoder's join
+/// labels the GPU's series; several of a kind are named only in the text (as the info series
+/// name them: `gpu/uuid/gpu_instance/...`), since no one of them owns the count.
+fn holder_labels(gpu: &Gpu<'_>, holders: &[Holder]) -> ([String; 4], String) {
+    let pods: Vec<_> = holders
+        .iter()
+        .filter(|h| matches!(h, Holder::Pod { .. }))
+        .collect();
+    let jobs: Vec<_> = holders
+        .iter()
+        .filter(|h| matches!(h, Holder::Job(_)))
+        .collect();
+    if pods.len() == 1 || jobs.len() == 1 {
+        let mut labels: [String; 4] = Default::default();
+        if let [Holder::Pod {
+            namespace,
+            pod,
+            container,
+        }] = pods[..]
+        {
+            labels[0].clone_from(namespace);
+            labels[1].clone_from(pod);
+            labels[2].clone_from(container);
+        }
+        if let [Holder::Job(job)] = jobs[..] {
+            labels[3].clone_from(job);
+        }
+        let text = labels.join("/");
+        return (labels, text);
+    }
+    let (index, uuid) = (gpu.index(), gpu.uuid());
+    let mut names: Vec<String> = holders
+        .iter()
+        .map(|h| match h {
+            Holder::Pod {
+                namespace,
+                pod,
+                container,
+            } => format!("{index}/{uuid}//{namespace}/{pod}/{container}"),
+            Holder::Job(job) => format!("{index}/{uuid}//{job}"),
+        })
+        .collect();
+    names.sort_unstable();
+    (Default::default(), names.join(","))
+}
+
+#[cfg(test)]
+mod tests;
