@@ -12,7 +12,7 @@
 //! here (the web config holds only hashes).
 
 use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -48,8 +48,9 @@ pub struct NpdCheckArgs {
     /// Which verdict makes a problem (exit 1): unhealthy, or degraded and worse.
     #[arg(long, value_enum, default_value = "unhealthy")]
     pub problem_at: ProblemAt,
-    /// Address of the exporter, HOST:PORT [default: the daemon's web.listen_address, on the
-    /// loopback address when it listens on all addresses].
+    /// Address of the exporter, HOST:PORT (a name too, such as the chart's node-local Service)
+    /// [default: the daemon's web.listen_address, on the loopback address when it listens on
+    /// all addresses].
     #[arg(long, value_name = "HOST:PORT")]
     pub address: Option<String>,
     /// User for basic auth, when the web config file asks for it.
@@ -108,9 +109,11 @@ fn check(cli: &Cli, args: &NpdCheckArgs) -> Answer {
             Err(e) => return Answer::unknown(format!("config: {e}")),
         };
     let addr = match args.address.as_deref() {
-        Some(a) => match a.parse::<SocketAddr>() {
-            Ok(a) => a,
-            Err(_) => return Answer::unknown(format!("--address {a}: not HOST:PORT")),
+        // A name too (the chart's node-local Service): NPD's plugin timeout bounds the lookup.
+        Some(a) => match a.to_socket_addrs().map(|mut all| all.next()) {
+            Ok(Some(a)) => a,
+            Ok(None) => return Answer::unknown(format!("--address {a}: no address")),
+            Err(e) => return Answer::unknown(format!("--address {a}: {e}")),
         },
         None => match settings.listen_addr() {
             Ok(a) => loopback_for(a),

@@ -63,6 +63,11 @@ fn verdicts_become_exit_statuses_and_one_short_line() {
     let at = ["--web.listen-address", listen.as_str()];
     let answer = npd_until(&at, &[], |a| a.0 == 0);
     assert_eq!(answer, (0, "8 GPUs healthy".to_string()));
+    // --address, by name, wins over the daemon's listen address.
+    let named = format!("localhost:{}", d.port);
+    let unused = format!("127.0.0.1:{}", free_port());
+    let answer = npd(&["--web.listen-address", &unused], &["--address", &named]);
+    assert_eq!(answer, (0, "8 GPUs healthy".to_string()));
     drop(d);
 
     // fault-xid-storm from 9 s: GPU 2's XID 13 storm starts 1 s in (restart_app: degraded).
