@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dgx_pixels_metrics::gpu::{
-    cuda_version_string, ClockReadout, EccTotals, GpuIdentity, GpuReadout, MigReadout,
-    NvlinkReadout, ProcessReadout, RemappedRowsReadout, RetiredPages,
+    cuda_version_string, ClockReadout, EccTotals, FabricReadout, GpuIdentity, GpuReadout,
+    MigReadout, NvlinkReadout, ProcessReadout, RemappedRowsReadout, RetiredPages,
 };
 use dgx_pixels_metrics::labels::{NvlinkErrorType, ThrottleReason, ViolationPolicy};
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
@@ -119,6 +119,7 @@ struct Slow {
     retired_pages: Option<RetiredPages>,
     /// `(gpu instance, compute instance, profile, MIG uuid, MIG index)`.
     mig: Vec<(u32, u32, String, String, u32)>,
+    fabric: Option<FabricReadout>,
 }
 
 /// Identity, maximum clocks and the maximum PCIe link: read once.

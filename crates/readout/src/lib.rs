@@ -205,6 +205,22 @@ pub struct NvlinkReadout {
     pub errors: NvlinkErrors,
 }
 
+/// The GPU's place in an NVLink fabric (`nvmlDeviceGetGpuFabricInfoV`), where the driver
+/// supports it (multi-node NVLink: GB200 NVL72 and its kind).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FabricReadout {
+    /// How far registration with the fabric has come.
+    pub state: Option<labels::FabricState>,
+    /// NVML's return code of the registration once completed (`0`: success).
+    pub status: u32,
+    /// The fabric's cluster UUID, `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+    pub cluster_uuid: String,
+    /// The NVLink domain (clique) within the cluster.
+    pub clique_id: u32,
+    /// The health flags the driver reports, with whether each holds.
+    pub health: Vec<(labels::FabricHealthFlag, bool)>,
+}
+
 /// A compute process using device memory.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ProcessReadout {
@@ -323,6 +339,8 @@ pub struct GpuReadout {
     pub pcie_link_max_width: Option<f64>,
     /// What the driver says the GPU needs to recover, where the driver reports it.
     pub recovery_action: Option<labels::RecoveryAction>,
+    /// The NVLink fabric, where the GPU is part of one.
+    pub fabric: Option<FabricReadout>,
     /// NVLink links the GPU has.
     pub nvlinks: Vec<NvlinkReadout>,
     /// Number of compute processes, where the GPU reports them.
