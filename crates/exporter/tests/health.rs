@@ -6,7 +6,8 @@
 //! simulated source. Each GPU of the scenario carries one fault (see the table at the top of
 //! `crates/sim/scenarios/fault-health.toml`); the test watches every GPU's verdict until each
 //! has gone through its expected sequence, then checks the sequence, when it cleared, and that
-//! together the GPUs covered every rule of the table.
+//! together the GPUs covered every rule of the table. The NVLink fabric rules (issue 32) are
+//! covered the same way on `fault-fabric`, one GB200 NVL72 tray.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 mod common;
@@ -299,22 +300,119 @@ fn config_file() -> tempfile::NamedTempFile {
     f
 }
 
+/// The rules `fault-fabric` covers (on a GB200 NVL72 tray); `fault-health` covers the others.
+const FABRIC_RULES: &[&str] = &[
+    "fabric_not_ready",
+    "fabric_unhealthy",
+    "fabric_degraded_bandwidth",
+];
+
+/// What each GPU of fault-fabric must show (the table at the top of
+/// `crates/sim/scenarios/fault-fabric.toml`).
+const EXPECT_FABRIC: &[Expect] = &[
+    Expect {
+        gpu: 0,
+        sequence: &[HEALTHY],
+        transient: &[],
+        ends_at: 0.0,
+        clears: Clears::Never,
+    },
+    Expect {
+        gpu: 1,
+        sequence: &[
+            HEALTHY,
+            ("unhealthy", "drain_p2p", "fabric_not_ready"),
+            HEALTHY,
+        ],
+        transient: &[],
+        ends_at: 12.0,
+        clears: Clears::Promptly,
+    },
+    Expect {
+        gpu: 2,
+        sequence: &[
+            HEALTHY,
+            ("unhealthy", "drain_p2p", "fabric_unhealthy"),
+            HEALTHY,
+        ],
+        transient: &[],
+        ends_at: 12.0,
+        clears: Clears::Promptly,
+    },
+    Expect {
+        gpu: 3,
+        sequence: &[
+            HEALTHY,
+            ("degraded", "check_hardware", "fabric_degraded_bandwidth"),
+            HEALTHY,
+        ],
+        transient: &[],
+        ends_at: 12.0,
+        clears: Clears::Promptly,
+    },
+];
+
 /// Watches a daemon serving fault-health (started at `spawned`) until every GPU went through
 /// its sequence, then checks sequences, clearing times and rule coverage. `ready` is how long
 /// the daemon took to be ready: the scenario's clock started before that.
 fn watch_and_check(d: &Daemon, spawned: Instant, ready: f64, source: &str) {
+    let (seen, last_body) = watch(d, spawned, ready, source, EXPECT);
+    check_fault_health(&last_body, source);
+    // Every rule of the table but the fabric ones was the reason of some GPU's verdict.
+    check_coverage(&seen, source, |r| !FABRIC_RULES.contains(&r));
+}
+
+/// Watches a daemon serving fault-fabric: each fabric rule holds and clears with its fault.
+fn watch_and_check_fabric(d: &Daemon, spawned: Instant, ready: f64, source: &str) {
+    let (seen, body) = watch(d, spawned, ready, source, EXPECT_FABRIC);
+    check_coverage(&seen, source, |r| FABRIC_RULES.contains(&r));
+    // The tray's four GPUs are in one clique; the fabric state is served by default detail
+    // too, here at full detail with every health flag.
+    assert_eq!(
+        series(&body, "dgx_pixels_gpu_fabric_info").len(),
+        4,
+        "{source}"
+    );
+    assert!(series(&body, "dgx_pixels_gpu_fabric_info")
+        .iter()
+        .all(|l| l.contains("clique_id=\"32766\"")));
+    assert_eq!(
+        value(
+            &body,
+            "dgx_pixels_gpu_fabric_state_info",
+            &[("gpu", "1"), ("state", "completed"), ("status", "success")]
+        ),
+        Some(1.0),
+        "{source}"
+    );
+    assert_eq!(
+        series(&body, "dgx_pixels_gpu_fabric_health").len(),
+        4 * 5,
+        "{source}"
+    );
+}
+
+/// Watches until every GPU of `expect` went through its sequence and checks the sequences and
+/// clearing times; returns what each GPU showed and the last body served.
+fn watch(
+    d: &Daemon,
+    spawned: Instant,
+    ready: f64,
+    source: &str,
+    expect: &[Expect],
+) -> (Vec<Seen>, String) {
     let deadline = Duration::from_secs(60);
-    let mut seen: Vec<Seen> = (0..EXPECT.len()).map(|_| Seen::default()).collect();
+    let mut seen: Vec<Seen> = (0..expect.len()).map(|_| Seen::default()).collect();
     let mut last_body;
     loop {
         last_body = text(d.port);
         let at = spawned.elapsed().as_secs_f64();
-        for e in EXPECT {
+        for e in expect {
             if let Some(v) = verdict(&last_body, e.gpu) {
                 seen[e.gpu].record(v, at);
             }
         }
-        let complete = EXPECT
+        let complete = expect
             .iter()
             .all(|e| seen[e.gpu].filtered(e).len() >= e.sequence.len());
         // Past the last fault's end too, so a verdict that should hold can be seen to hold.
@@ -325,7 +423,7 @@ fn watch_and_check(d: &Daemon, spawned: Instant, ready: f64, source: &str) {
     }
     let report = |e: &Expect| format!("{source} GPU {}: saw {:?}", e.gpu, seen[e.gpu].changes);
 
-    for e in EXPECT {
+    for e in expect {
         let got = seen[e.gpu].filtered(e);
         let verdicts: Vec<&Owned> = got.iter().map(|(v, _)| v).collect();
         let want: Vec<Owned> = e.sequence.iter().copied().map(owned).collect();
@@ -367,6 +465,12 @@ fn watch_and_check(d: &Daemon, spawned: Instant, ready: f64, source: &str) {
         }
     }
 
+    (seen, last_body)
+}
+
+/// What fault-health leaves after its resets and link faults.
+fn check_fault_health(last_body: &str, source: &str) {
+    let last_body = last_body.to_string();
     // After the resets at 12 s: GPU 10's remap failure outlasted the reset that set its ECC
     // counter back; GPU 13's page stays retired, no longer pending.
     let uncorrected_volatile = |gpu: &str| {
@@ -424,9 +528,11 @@ fn watch_and_check(d: &Daemon, spawned: Instant, ready: f64, source: &str) {
         Some(16.0),
         "{source}"
     );
+}
 
-    // Every rule of the table was the reason of some GPU's verdict (the XID rule as
-    // `xid_<code>`), and no reason was seen that is not a rule.
+/// Every rule of the table that `covered` selects was the reason of some GPU's verdict (the
+/// XID rule as `xid_<code>`), and no reason was seen that is not such a rule.
+fn check_coverage(seen: &[Seen], source: &str, covered: impl Fn(&str) -> bool) {
     let reasons: BTreeSet<String> = seen
         .iter()
         .flat_map(|s| s.changes.iter().map(|((_, _, r), _)| r.clone()))
@@ -438,12 +544,13 @@ fn watch_and_check(d: &Daemon, spawned: Instant, ready: f64, source: &str) {
         .collect();
     let rules: BTreeSet<String> = dgx_pixels_health::RULES
         .iter()
+        .filter(|r| covered(r.reason))
         .map(|r| r.reason.to_string())
         .collect();
     let uncovered: Vec<&String> = rules.difference(&reasons).collect();
     assert!(
         uncovered.is_empty(),
-        "{source}: rules no GPU of fault-health showed: {uncovered:?}"
+        "{source}: rules no GPU of the scenario showed: {uncovered:?}"
     );
     let unknown: Vec<&String> = reasons.difference(&rules).collect();
     assert!(
@@ -493,6 +600,50 @@ fn every_health_rule_holds_and_clears_through_the_simulated_source() {
     ]);
     let ready = spawned.elapsed().as_secs_f64();
     watch_and_check(&d, spawned, ready, "sim");
+}
+
+/// Issue 32: the NVLink fabric rules through the fake NVML's `nvmlDeviceGetGpuFabricInfoV`
+/// and the NVML source's slow readings.
+#[test]
+fn every_fabric_rule_holds_and_clears_through_the_nvml_source() {
+    let config = config_file();
+    let library = fake_nvml_library();
+    let spawned = Instant::now();
+    let d = start_with_env(
+        &[
+            "--nvml.library",
+            library,
+            "--config.file",
+            config.path().to_str().unwrap(),
+            "--metrics.detail",
+            "full",
+        ],
+        &[
+            ("FAKE_NVML_SCENARIO", "fault-fabric"),
+            ("FAKE_NVML_PCIE_DELAY_MS", "0"),
+        ],
+    );
+    let ready = spawned.elapsed().as_secs_f64();
+    watch_and_check_fabric(&d, spawned, ready, "nvml");
+}
+
+/// Issue 32: the fabric rules through the simulated node.
+#[test]
+fn every_fabric_rule_holds_and_clears_through_the_simulated_source() {
+    let config = config_file();
+    let spawned = Instant::now();
+    let d = start(&[
+        "--simulate",
+        "fault-fabric",
+        "--config.file",
+        config.path().to_str().unwrap(),
+        "--no-collector.probes",
+        "--no-collector.dcgm",
+        "--metrics.detail",
+        "full",
+    ]);
+    let ready = spawned.elapsed().as_secs_f64();
+    watch_and_check_fabric(&d, spawned, ready, "sim");
 }
 
 /// Issue 28, item 17: with NVML's XID events refused (`FAKE_NVML_XID_EVENTS=0`) and the kmsg

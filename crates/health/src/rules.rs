@@ -156,6 +156,27 @@ pub const RULES: &[Rule] = &[
         source: "`dgx_pixels_gpu_retired_pages_pending` = 1",
     },
     Rule {
+        reason: "fabric_not_ready",
+        condition: "the GPU's registration with its NVLink fabric (an NVL72 rack's NVLink domain) has not completed, or completed with an error: jobs spanning the domain cannot use the GPU",
+        outcome: Outcome::Fixed(Verdict::Unhealthy, Action::DrainP2p),
+        clears: Clears::WhenReadingClears,
+        source: "`dgx_pixels_gpu_fabric_state_info{state!=\"completed\"}` or `{status!=\"success\"}`",
+    },
+    Rule {
+        reason: "fabric_unhealthy",
+        condition: "the NVLink fabric reports the GPU's route unhealthy, an access timeout being recovered, or a wrong configuration",
+        outcome: Outcome::Fixed(Verdict::Unhealthy, Action::DrainP2p),
+        clears: Clears::WhenReadingClears,
+        source: "`dgx_pixels_gpu_fabric_health{flag=~\"route_unhealthy|access_timeout_recovery|incorrect_configuration\"}` = 1",
+    },
+    Rule {
+        reason: "fabric_degraded_bandwidth",
+        condition: "the NVLink fabric reports the GPU's bandwidth degraded (links or switch ports lost)",
+        outcome: Outcome::Fixed(Verdict::Degraded, Action::CheckHardware),
+        clears: Clears::WhenReadingClears,
+        source: "`dgx_pixels_gpu_fabric_health{flag=\"degraded_bandwidth\"}` = 1",
+    },
+    Rule {
         reason: "nvlink_down",
         condition: "an NVLink link of the GPU is down",
         outcome: Outcome::Fixed(Verdict::Degraded, Action::DrainP2p),
