@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End to end, the alerting path: the real exporter on a simulated node with two faulty GPUs
-# (tests/e2e/health-scenario.toml; a third GPU's NVLink fabric route unhealthy), a real Prometheus evaluating the shipped alerting rules, a
+# (tests/e2e/health-scenario.toml; a third GPU's NVLink fabric route unhealthy; four GPUs
+# expected), a real Prometheus evaluating the shipped alerting rules, a
 # real Alertmanager (Debian's prometheus-alertmanager) and a webhook receiver. Asserts that the
 # health alerts arrive with the recommended action, the rule behind it and, for an XID, the XID
 # catalog's text; and that Alertmanager can route on `action`.
@@ -59,7 +60,10 @@ prometheus-alertmanager --config.file="$work/alertmanager.yml" --storage.path="$
 pids+=($!)
 wait_for "http://127.0.0.1:$AM_PORT/-/ready" 30 || fail "alertmanager not ready"
 
-start_exporter --simulate "$(dirname "$0")/health-scenario.toml" --collector.health.interval 250ms
+# The node should have four GPUs: the scenario's three make the node verdict unhealthy.
+printf '[health]\nexpected_gpus = 4\n' >"$work/exporter.toml"
+start_exporter --simulate "$(dirname "$0")/health-scenario.toml" --collector.health.interval 250ms \
+  --config.file "$work/exporter.toml"
 
 start_prometheus "rule_files: [\"$RULES\"]
 alerting:
@@ -105,6 +109,9 @@ if [ "$(fabric)" = "2 route_unhealthy 32766" ]; then
 else
   echo "not ok: DgxPixelsNvlinkFabricUnhealthy: got '$(fabric)'" >&2; failed=$((failed + 1))
 fi
+# A node with fewer GPUs than expected pages the node owners with reboot.
+expect "a missing GPU pages the node with reboot" DgxPixelsNodeUnhealthy gpu_count_below_expected \
+  reboot "3 GPUs visible of 4 expected" node-owners
 # The incident alert carries the catalog's mnemonic and action as labels.
 incident() {
   jq -r '.alerts[] | select(.labels.alertname == "DgxPixelsXidIncident" and .labels.xid == "48")

@@ -359,7 +359,10 @@ fn watch_and_check(d: &Daemon, spawned: Instant, ready: f64, source: &str) {
     let (seen, last_body) = watch(d, spawned, ready, source, EXPECT);
     check_fault_health(&last_body, source);
     // Every rule of the table but the fabric ones was the reason of some GPU's verdict.
-    check_coverage(&seen, source, |r| !FABRIC_RULES.contains(&r));
+    // (The node rule is covered by fewer_gpus_than_expected_is_an_unhealthy_node.)
+    check_coverage(&seen, source, |r| {
+        !FABRIC_RULES.contains(&r) && r != "gpu_count_below_expected"
+    });
 }
 
 /// Watches a daemon serving fault-fabric: each fabric rule holds and clears with its fault.
@@ -707,4 +710,50 @@ fn a_gpu_whose_xids_nobody_observes_is_never_healthy() {
             "{scenario}: no GPU is healthy while its XIDs are unseen"
         );
     }
+}
+
+/// Issue 32, item 2: with `[health] expected_gpus` set, a node that shows fewer GPUs is
+/// unhealthy at node level (`gpu_count_below_expected`, action reboot), through the config
+/// file, the health collector and the default profile; with as many it is healthy. Without the
+/// setting no node series is served.
+#[test]
+fn fewer_gpus_than_expected_is_an_unhealthy_node() {
+    let node = |b: &str, state: &str, action: &str, reason: &str| {
+        value(
+            b,
+            "dgx_pixels_node_health_action_info",
+            &[("state", state), ("action", action), ("reason", reason)],
+        ) == Some(1.0)
+    };
+    for (expected, unhealthy) in [(9, true), (8, false)] {
+        let mut config = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+        write!(config, "[health]\nexpected_gpus = {expected}\n").unwrap();
+        let d = start(&[
+            "--simulate",
+            "dgx-h100",
+            "--config.file",
+            config.path().to_str().unwrap(),
+            "--no-collector.probes",
+        ]);
+        let check = |b: &str| {
+            value(b, "dgx_pixels_node_gpus_visible", &[]) == Some(8.0)
+                && if unhealthy {
+                    node(b, "unhealthy", "reboot", "gpu_count_below_expected")
+                } else {
+                    node(b, "healthy", "none", "none")
+                }
+        };
+        let (body, _) = wait_until(d.port, Duration::from_secs(15), check);
+        assert!(check(&body), "expected_gpus = {expected}: {body}");
+        assert_eq!(
+            value(&body, "dgx_pixels_node_gpus_expected", &[]),
+            Some(f64::from(expected))
+        );
+        assert_eq!(series(&body, "dgx_pixels_node_health_action_info").len(), 1);
+    }
+    let d = start(&["--simulate", "dgx-h100", "--no-collector.probes"]);
+    let (body, _) = wait_until(d.port, Duration::from_secs(15), |b| {
+        !series(b, "dgx_pixels_gpu_health_state").is_empty()
+    });
+    assert!(series(&body, "dgx_pixels_node_health_action_info").is_empty());
 }

@@ -18,6 +18,7 @@ pub struct HealthSource {
     views: Arc<dyn DeviceViews>,
     tracker: HealthTracker,
     idle: IdleTracker,
+    expected_gpus: Option<u32>,
 }
 
 impl HealthSource {
@@ -32,6 +33,7 @@ impl HealthSource {
             views,
             tracker: HealthTracker::new(settings.clear_after()),
             idle: IdleTracker::new(settings.idle_utilization(), settings.idle_after()),
+            expected_gpus: settings.expected_gpus,
         }
     }
 }
@@ -54,6 +56,12 @@ impl Source for HealthSource {
             .tracker
             .evaluate(view.gpus().flat_map(|g| g.samples()), now);
         out.extend(self.idle.observe(&held_gpus(&view), now));
+        // Visible: GPUs a source reports now, lost ones too (they have a verdict of their own).
+        let visible = view
+            .gpus()
+            .filter(|g| g.reading(Metric::GpuUp).is_some())
+            .count();
+        out.extend(crate::rules::node_samples(self.expected_gpus, visible));
         Ok(PollOutput::samples(out))
     }
 }

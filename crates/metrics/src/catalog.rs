@@ -248,6 +248,12 @@ define_catalog! {
         "Health verdict of the GPU from the rules of docs/health.md: 1 for the current state (healthy, degraded, unhealthy, unknown when the GPU cannot be read), 0 for the others.";
     GpuHealthAction => Gauge None "dgx_pixels_gpu_health_action_info" ["gpu", "uuid", "action", "reason"] ["health"]
         "The most severe recommended action pending for the GPU (none, restart_app, reset_gpu, reboot, drain_p2p, contact_support, ...) and the rule behind it (e.g. xid_79, ecc_double_bit, nvlink_down; none when healthy), value 1; docs/health.md lists the rules and how each clears.";
+    NodeGpusExpected => Gauge None "dgx_pixels_node_gpus_expected" [] ["health"]
+        "GPUs the node should have ([health] expected_gpus); served only where it is set. The node rule gpu_count_below_expected compares it with dgx_pixels_node_gpus_visible.";
+    NodeGpusVisible => Gauge None "dgx_pixels_node_gpus_visible" [] ["health"]
+        "GPUs some source reports now (dgx_pixels_gpu_up served for them, lost ones included); served only where [health] expected_gpus is set.";
+    NodeHealthAction => Gauge None "dgx_pixels_node_health_action_info" ["state", "action", "reason"] ["health"]
+        "The node-level health verdict (state healthy or unhealthy), its recommended action and the rule behind it (gpu_count_below_expected: fewer GPUs visible than [health] expected_gpus, action reboot; none/none when healthy), value 1; served only where [health] expected_gpus is set. docs/health.md lists the rule.";
     GpuAllocatedIdle => Counter Seconds "dgx_pixels_gpu_allocated_idle_seconds_total" ["gpu", "uuid", "namespace", "pod", "container", "hpc_job"] ["health"]
         "Time a GPU held by a pod or HPC job stayed under [health] idle_utilization (and SM activity under it where read) after [health] idle_after of it (the grace period counts once exceeded); served only for held GPUs, starting from 0 for each new holder, labelled with the holder (empty when several share the GPU) as it was when the time was counted.";
     GpuAllocatedIdleEnergy => Counter Joules "dgx_pixels_gpu_allocated_idle_energy_joules_total" ["gpu", "uuid", "namespace", "pod", "container", "hpc_job"] ["health"]
