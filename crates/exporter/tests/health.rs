@@ -359,9 +359,10 @@ fn watch_and_check(d: &Daemon, spawned: Instant, ready: f64, source: &str) {
     let (seen, last_body) = watch(d, spawned, ready, source, EXPECT);
     check_fault_health(&last_body, source);
     // Every rule of the table but the fabric ones was the reason of some GPU's verdict.
-    // (The node rule is covered by fewer_gpus_than_expected_is_an_unhealthy_node.)
+    // (The node rule is covered by fewer_gpus_than_expected_is_an_unhealthy_node, the rail rule
+    // by a_gpu_whose_rail_port_is_down_is_degraded_until_it_is_up.)
     check_coverage(&seen, source, |r| {
-        !FABRIC_RULES.contains(&r) && r != "gpu_count_below_expected"
+        !FABRIC_RULES.contains(&r) && !["gpu_count_below_expected", "rail_port_down"].contains(&r)
     });
 }
 
@@ -756,4 +757,87 @@ fn fewer_gpus_than_expected_is_an_unhealthy_node() {
         !series(b, "dgx_pixels_gpu_health_state").is_empty()
     });
     assert!(series(&body, "dgx_pixels_node_health_action_info").is_empty());
+}
+
+/// Issue 32, item 3: a GPU whose rail NIC port is down is degraded (`rail_port_down`) while
+/// it is down, through the real binary: the fake NVML's dgx-h100 GPUs and a fake sysfs tree
+/// (`[nvml] sysfs`) that puts mlx5_0 beside GPU 0 and mlx5_1 beside GPU 1 (GPUs 2-7 have no
+/// NIC under their root complex: no rail, healthy).
+#[test]
+fn a_gpu_whose_rail_port_is_down_is_degraded_until_it_is_up() {
+    use dgx_pixels_nvml::rail::fake;
+    let sysfs = tempfile::tempdir().unwrap();
+    let root = sysfs.path();
+    fake::gpu(root, "17", "01", "0000:18:00.0");
+    fake::nic(
+        root,
+        "mlx5_0",
+        "17",
+        "01",
+        "0000:19:00.0",
+        "1: DOWN",
+        "3: Disabled",
+    );
+    fake::gpu(root, "29", "01", "0000:2a:00.0");
+    fake::nic(
+        root,
+        "mlx5_1",
+        "29",
+        "01",
+        "0000:2b:00.0",
+        "4: ACTIVE",
+        "5: LinkUp",
+    );
+    let mut config = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+    let text = CONFIG.replace(
+        "[nvml]\n",
+        &format!("[nvml]\nsysfs = {:?}\n", root.to_str().unwrap()),
+    );
+    config.write_all(text.as_bytes()).unwrap();
+    let d = start_with_env(
+        &[
+            "--nvml.library",
+            fake_nvml_library(),
+            "--config.file",
+            config.path().to_str().unwrap(),
+            "--metrics.detail",
+            "full",
+        ],
+        &[
+            ("FAKE_NVML_SCENARIO", "dgx-h100"),
+            ("FAKE_NVML_TIME", "100"),
+            ("FAKE_NVML_PCIE_DELAY_MS", "0"),
+        ],
+    );
+    let gpu_is = |b: &str, gpu: usize, want: Verdict| verdict(b, gpu) == Some(owned(want));
+    let degraded = ("degraded", "check_hardware", "rail_port_down");
+    let (body, _) = wait_until(d.port, Duration::from_secs(15), |b| {
+        gpu_is(b, 0, degraded) && gpu_is(b, 1, HEALTHY)
+    });
+    assert!(gpu_is(&body, 0, degraded), "{body}");
+    assert!(gpu_is(&body, 1, HEALTHY), "{body}");
+    let up = |gpu: &str, device: &str| {
+        value(
+            &body,
+            "dgx_pixels_gpu_rail_port_up",
+            &[("gpu", gpu), ("device", device), ("port", "1")],
+        )
+    };
+    assert_eq!(up("0", "mlx5_0"), Some(0.0));
+    assert_eq!(up("1", "mlx5_1"), Some(1.0));
+    assert_eq!(
+        value(
+            &body,
+            "dgx_pixels_gpu_rail_port_rate_bytes_per_second",
+            &[("gpu", "1")]
+        ),
+        Some(50e9)
+    );
+    assert!(series(&body, "dgx_pixels_gpu_rail_port_up")
+        .iter()
+        .all(|l| l.contains("gpu=\"0\"") || l.contains("gpu=\"1\"")));
+    // The port comes back: the verdict clears at the next slow reading.
+    fake::set_port(root, "mlx5_0", "4: ACTIVE", "5: LinkUp");
+    let (body, _) = wait_until(d.port, Duration::from_secs(15), |b| gpu_is(b, 0, HEALTHY));
+    assert!(gpu_is(&body, 0, HEALTHY), "{body}");
 }

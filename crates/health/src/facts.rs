@@ -39,6 +39,8 @@ pub(crate) struct GpuFacts {
     pub fabric_ready: Option<bool>,
     /// Fabric health flags that hold now.
     pub fabric_flags: Vec<String>,
+    /// A port of the GPU's rail NIC is down.
+    pub rail_port_down: bool,
     /// The driver's recovery action (`none` when it needs nothing).
     pub recovery_action: Option<String>,
     /// Throttle reasons active now.
@@ -101,6 +103,7 @@ pub(crate) fn gather<'a>(
                     s.label("state") == Some("completed") && s.label("status") == Some("success"),
                 );
             }
+            Metric::GpuRailPortUp if !on => f.rail_port_down = true,
             Metric::GpuFabricHealth if on => {
                 if let Some(flag) = s.label("flag") {
                     f.fabric_flags.push(flag.to_string());
@@ -146,5 +149,6 @@ fn is_read(metric: Metric) -> bool {
             | Metric::GpuRecoveryAction
             | Metric::GpuFabricState
             | Metric::GpuFabricHealth
+            | Metric::GpuRailPortUp
     )
 }

@@ -177,6 +177,13 @@ pub const RULES: &[Rule] = &[
         source: "`dgx_pixels_gpu_fabric_health{flag=\"degraded_bandwidth\"}` = 1",
     },
     Rule {
+        reason: "rail_port_down",
+        condition: "a port of the GPU's rail NIC (the InfiniBand / RoCE NIC nearest to it by PCIe topology) is down: multi-node jobs on the GPU stall",
+        outcome: Outcome::Fixed(Verdict::Degraded, Action::CheckHardware),
+        clears: Clears::WhenReadingClears,
+        source: "`dgx_pixels_gpu_rail_port_up` = 0",
+    },
+    Rule {
         reason: "nvlink_down",
         condition: "an NVLink link of the GPU is down",
         outcome: Outcome::Fixed(Verdict::Degraded, Action::DrainP2p),

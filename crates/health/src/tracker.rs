@@ -325,6 +325,7 @@ fn levels(f: &GpuFacts) -> Vec<Condition> {
                 .iter()
                 .any(|flag| flag == "degraded_bandwidth"),
         ),
+        ("rail_port_down", f.rail_port_down),
         (
             "nvlink_down",
             matches!((f.nvlinks_up, f.nvlinks), (Some(up), Some(all)) if up < all),

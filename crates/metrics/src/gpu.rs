@@ -11,7 +11,7 @@ pub use crate::incidents::XidIncidents;
 pub use dgx_pixels_readout::{
     cuda_version_string, ClockReadout, EccTotals, FabricReadout, GpuIdentity, GpuReadout,
     MigReadout, NvlinkErrors, NvlinkReadout, PowerSamples, PowerTally, ProcessReadout,
-    RemappedRowsReadout, RetiredPages, POWER_BUCKETS_WATTS,
+    RailPortReadout, RemappedRowsReadout, RetiredPages, POWER_BUCKETS_WATTS,
 };
 
 mod power;
@@ -145,6 +145,17 @@ pub fn push_gpu_samples(id: &GpuIdentity, r: &GpuReadout, out: &mut Vec<Sample>)
     }
     if let Some(fabric) = &r.fabric {
         push_fabric(fabric, &mut labelled);
+    }
+    for p in &r.rail_ports {
+        let port = p.port.to_string();
+        let labels = [p.device.as_str(), port.as_str()];
+        labelled(Metric::GpuRailPortUp, &labels, if p.up { 1.0 } else { 0.0 });
+        if let Some(rate) = p.rate_bytes_per_second {
+            labelled(Metric::GpuRailPortRate, &labels, rate);
+        }
+        if let Some(n) = p.link_downed {
+            labelled(Metric::GpuRailLinkDowned, &labels, n);
+        }
     }
     for sensor in TemperatureSensor::ALL {
         if let Some(v) = r.temperature(sensor) {

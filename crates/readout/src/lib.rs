@@ -221,6 +221,21 @@ pub struct FabricReadout {
     pub health: Vec<(labels::FabricHealthFlag, bool)>,
 }
 
+/// An InfiniBand / RoCE port of the NIC nearest to the GPU by PCIe topology (its rail).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RailPortReadout {
+    /// The NIC's name in sysfs, `mlx5_0`.
+    pub device: String,
+    /// Port number.
+    pub port: u32,
+    /// Whether the port is active with its physical link up.
+    pub up: bool,
+    /// The port's rate.
+    pub rate_bytes_per_second: Option<f64>,
+    /// Times the link went down (`counters/link_downed`).
+    pub link_downed: Option<f64>,
+}
+
 /// A compute process using device memory.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ProcessReadout {
@@ -341,6 +356,8 @@ pub struct GpuReadout {
     pub recovery_action: Option<labels::RecoveryAction>,
     /// The NVLink fabric, where the GPU is part of one.
     pub fabric: Option<FabricReadout>,
+    /// The ports of the GPU's rail NIC, where it has one.
+    pub rail_ports: Vec<RailPortReadout>,
     /// NVLink links the GPU has.
     pub nvlinks: Vec<NvlinkReadout>,
     /// Number of compute processes, where the GPU reports them.

@@ -537,3 +537,22 @@ fn fabric_rules_hold_while_the_fabric_reports_them() {
     );
     assert_eq!(judge(&mut t, &[]), v("healthy", "none", "none"));
 }
+
+#[test]
+fn a_rail_port_down_degrades_the_gpu_while_it_is_down() {
+    let mut t = HealthTracker::new(T);
+    let now = Instant::now();
+    let port = |up: f64| gpu0(&[(Metric::GpuRailPortUp, &["mlx5_0", "1"], up)]);
+    assert_eq!(
+        verdict(&t.evaluate(port(1.0).iter(), now), "GPU-0"),
+        v("healthy", "none", "none")
+    );
+    assert_eq!(
+        verdict(&t.evaluate(port(0.0).iter(), now), "GPU-0"),
+        v("degraded", "check_hardware", "rail_port_down")
+    );
+    assert_eq!(
+        verdict(&t.evaluate(port(1.0).iter(), now), "GPU-0"),
+        v("healthy", "none", "none")
+    );
+}

@@ -89,6 +89,11 @@ pub static POLICIES: &[Entry] = &[
         why: "only the fabric conditions that hold (value 1): five flags per GPU are almost always 0; the health verdict reads them either way",
     },
     Entry {
+        metric: Metric::GpuRailLinkDowned,
+        policy: Policy::FullOnly,
+        why: "a drill-down beside the port state, which the verdict reads; node_exporter serves the NIC's own counters",
+    },
+    Entry {
         metric: Metric::GpuXidObserved,
         policy: Policy::NotValue(1.0),
         why: "only a GPU whose XIDs nobody observes (value 0); the health verdict reads it either way",

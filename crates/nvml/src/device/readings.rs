@@ -103,6 +103,7 @@ pub(super) fn read_slow(
     let fabric = read_fabric(dev, check);
     Slow {
         fabric,
+        rail: Vec::new(),
         counters,
         pcie_tx,
         pcie_rx,
@@ -448,6 +449,7 @@ pub(super) fn read_fast(
         nvlink_receive_bytes: f.nvlink_rx_kib.map(|k| k * 1024.0),
         nvlinks: slow.nvlinks.clone(),
         fabric: slow.fabric.clone(),
+        rail_ports: slow.rail.clone(),
         process_count: None,
         processes: Vec::new(),
         mig,

@@ -176,6 +176,8 @@ impl GpuSim {
         let readout = GpuReadout {
             recovery_action,
             fabric,
+            // Rail NICs come from sysfs, not from the GPU: the simulator has none.
+            rail_ports: Vec::new(),
             up: true,
             utilization_ratio: Some(e.utilization),
             memory_utilization_ratio: Some(e.memory_utilization),
