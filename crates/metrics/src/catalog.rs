@@ -239,7 +239,7 @@ define_catalog! {
     GpuRecoveryAction => Gauge None "dgx_pixels_gpu_recovery_action_info" ["gpu", "uuid", "action"] ["nvml", "sim"]
         "What the driver says the GPU needs to recover (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: none, reset_gpu, reboot, drain_p2p, drain_and_reset), value 1; absent where the driver does not report it. The health rule driver_recovery_action reads it.";
     GpuFabricInfo => Gauge None "dgx_pixels_gpu_fabric_info" ["gpu", "uuid", "cluster_uuid", "clique_id"] ["nvml", "sim"]
-        "The NVLink fabric the GPU belongs to (nvmlDeviceGetGpuFabricInfoV): its cluster UUID and its NVLink domain (clique) in that cluster, value 1; absent where the GPU is in no multi-node NVLink fabric (NVML says not supported: single GPUs, HGX boards, older parts). GPUs of one clique share an NVLink domain.";
+        "The NVLink fabric the GPU belongs to (nvmlDeviceGetGpuFabricInfoV): its cluster UUID and its NVLink domain (clique) in that cluster, value 1; absent where NVML says the GPU is in no NVLink fabric (not supported: older parts, GPUs without NVLink switches). GPUs of one clique share an NVLink domain.";
     GpuFabricState => Gauge None "dgx_pixels_gpu_fabric_state_info" ["gpu", "uuid", "state", "status"] ["nvml", "sim"]
         "How far the GPU's registration with the NVLink fabric has come, its state (not_started, in_progress, completed), and once completed its outcome, its status (success, or nvml_<code> with NVML's return code), value 1; absent where NVML says not supported. The health rule fabric_not_ready reads it.";
     GpuFabricHealth => Gauge None "dgx_pixels_gpu_fabric_health" ["gpu", "uuid", "flag"] ["nvml", "sim"]
