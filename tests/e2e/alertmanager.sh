@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End to end, the alerting path: the real exporter on a simulated node with two faulty GPUs
-# (tests/e2e/health-scenario.toml), a real Prometheus evaluating the shipped alerting rules, a
+# (tests/e2e/health-scenario.toml; a third GPU's NVLink fabric route unhealthy; four GPUs
+# expected), a real Prometheus evaluating the shipped alerting rules, a
 # real Alertmanager (Debian's prometheus-alertmanager) and a webhook receiver. Asserts that the
 # health alerts arrive with the recommended action, the rule behind it and, for an XID, the XID
 # catalog's text; and that Alertmanager can route on `action`.
@@ -59,7 +60,10 @@ prometheus-alertmanager --config.file="$work/alertmanager.yml" --storage.path="$
 pids+=($!)
 wait_for "http://127.0.0.1:$AM_PORT/-/ready" 30 || fail "alertmanager not ready"
 
-start_exporter --simulate "$(dirname "$0")/health-scenario.toml" --collector.health.interval 250ms
+# The node should have four GPUs: the scenario's three make the node verdict unhealthy.
+printf '[health]\nexpected_gpus = 4\n' >"$work/exporter.toml"
+start_exporter --simulate "$(dirname "$0")/health-scenario.toml" --collector.health.interval 250ms \
+  --config.file "$work/exporter.toml"
 
 start_prometheus "rule_files: [\"$RULES\"]
 alerting:
@@ -90,6 +94,24 @@ expect "a lost GPU pages with reboot" DgxPixelsGpuUnhealthy gpu_lost reboot \
   "The health rule gpu_lost holds for GPU 0" node-owners
 expect "an XID pages with the catalog's action and text" DgxPixelsGpuUnhealthy xid_48 reset_gpu \
   "NVIDIA XID catalog: ROBUST_CHANNEL_GPU_ECC_DBE." node-owners
+# A GPU whose NVLink fabric route is unhealthy pages with drain_p2p (not the node owners'), and
+# the fabric alert names its NVLink domain.
+expect "an unhealthy fabric route pages with drain_p2p" DgxPixelsGpuUnhealthy fabric_unhealthy \
+  drain_p2p "The health rule fabric_unhealthy holds for GPU 2" others
+fabric() {
+  jq -r '.alerts[] | select(.labels.alertname == "DgxPixelsNvlinkFabricUnhealthy")
+    | "\(.labels.gpu) \(.labels.flag) \(.labels.clique_id)"' "$work/notifications.jsonl" 2>/dev/null | head -1
+}
+deadline=$((SECONDS + 30))
+until [ "$(fabric)" = "2 route_unhealthy 32766" ] || [ $SECONDS -ge $deadline ]; do sleep 0.5; done
+if [ "$(fabric)" = "2 route_unhealthy 32766" ]; then
+  echo "ok: the fabric alert arrives with the flag and the NVLink domain"; passed=$((passed + 1))
+else
+  echo "not ok: DgxPixelsNvlinkFabricUnhealthy: got '$(fabric)'" >&2; failed=$((failed + 1))
+fi
+# A node with fewer GPUs than expected pages the node owners with reboot.
+expect "a missing GPU pages the node with reboot" DgxPixelsNodeUnhealthy gpu_count_below_expected \
+  reboot "3 GPUs visible of 4 expected" node-owners
 # The incident alert carries the catalog's mnemonic and action as labels.
 incident() {
   jq -r '.alerts[] | select(.labels.alertname == "DgxPixelsXidIncident" and .labels.xid == "48")
@@ -102,13 +124,13 @@ if [ "$(incident)" = "reset_gpu ROBUST_CHANNEL_GPU_ECC_DBE" ]; then
 else
   echo "not ok: DgxPixelsXidIncident for XID 48: got '$(incident)'" >&2; failed=$((failed + 1))
 fi
-# Only the two faulty GPUs page.
+# Only the three faulty GPUs page.
 paged=$(jq -r '.alerts[] | select(.labels.alertname == "DgxPixelsGpuUnhealthy") | .labels.gpu' \
   "$work/notifications.jsonl" | sort -u | tr '\n' ' ')
-if [ "$paged" = "0 1 " ]; then
-  echo "ok: only GPUs 0 and 1 page"; passed=$((passed + 1))
+if [ "$paged" = "0 1 2 " ]; then
+  echo "ok: only GPUs 0, 1 and 2 page"; passed=$((passed + 1))
 else
-  echo "not ok: GPUs paged: '$paged', want '0 1 '" >&2; failed=$((failed + 1))
+  echo "not ok: GPUs paged: '$paged', want '0 1 2 '" >&2; failed=$((failed + 1))
 fi
 
 echo "alertmanager e2e: $passed passed, $failed failed"

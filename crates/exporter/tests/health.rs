@@ -6,7 +6,8 @@
 //! simulated source. Each GPU of the scenario carries one fault (see the table at the top of
 //! `crates/sim/scenarios/fault-health.toml`); the test watches every GPU's verdict until each
 //! has gone through its expected sequence, then checks the sequence, when it cleared, and that
-//! together the GPUs covered every rule of the table.
+//! together the GPUs covered every rule of the table. The NVLink fabric rules (issue 32) are
+//! covered the same way on `fault-fabric`, one GB200 NVL72 tray.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 mod common;
@@ -299,22 +300,123 @@ fn config_file() -> tempfile::NamedTempFile {
     f
 }
 
+/// The rules `fault-fabric` covers (on a GB200 NVL72 tray); `fault-health` covers the others.
+const FABRIC_RULES: &[&str] = &[
+    "fabric_not_ready",
+    "fabric_unhealthy",
+    "fabric_degraded_bandwidth",
+];
+
+/// What each GPU of fault-fabric must show (the table at the top of
+/// `crates/sim/scenarios/fault-fabric.toml`).
+const EXPECT_FABRIC: &[Expect] = &[
+    Expect {
+        gpu: 0,
+        sequence: &[HEALTHY],
+        transient: &[],
+        ends_at: 0.0,
+        clears: Clears::Never,
+    },
+    Expect {
+        gpu: 1,
+        sequence: &[
+            HEALTHY,
+            ("unhealthy", "drain_p2p", "fabric_not_ready"),
+            HEALTHY,
+        ],
+        transient: &[],
+        ends_at: 12.0,
+        clears: Clears::Promptly,
+    },
+    Expect {
+        gpu: 2,
+        sequence: &[
+            HEALTHY,
+            ("unhealthy", "drain_p2p", "fabric_unhealthy"),
+            HEALTHY,
+        ],
+        transient: &[],
+        ends_at: 12.0,
+        clears: Clears::Promptly,
+    },
+    Expect {
+        gpu: 3,
+        sequence: &[
+            HEALTHY,
+            ("degraded", "check_hardware", "fabric_degraded_bandwidth"),
+            HEALTHY,
+        ],
+        transient: &[],
+        ends_at: 12.0,
+        clears: Clears::Promptly,
+    },
+];
+
 /// Watches a daemon serving fault-health (started at `spawned`) until every GPU went through
 /// its sequence, then checks sequences, clearing times and rule coverage. `ready` is how long
 /// the daemon took to be ready: the scenario's clock started before that.
 fn watch_and_check(d: &Daemon, spawned: Instant, ready: f64, source: &str) {
+    let (seen, last_body) = watch(d, spawned, ready, source, EXPECT);
+    check_fault_health(&last_body, source);
+    // Every rule of the table but the fabric ones was the reason of some GPU's verdict.
+    // (The node rule is covered by fewer_gpus_than_expected_is_an_unhealthy_node, the rail rule
+    // by a_gpu_whose_rail_port_is_down_is_degraded_until_it_is_up.)
+    check_coverage(&seen, source, |r| {
+        !FABRIC_RULES.contains(&r) && !["gpu_count_below_expected", "rail_port_down"].contains(&r)
+    });
+}
+
+/// Watches a daemon serving fault-fabric: each fabric rule holds and clears with its fault.
+fn watch_and_check_fabric(d: &Daemon, spawned: Instant, ready: f64, source: &str) {
+    let (seen, body) = watch(d, spawned, ready, source, EXPECT_FABRIC);
+    check_coverage(&seen, source, |r| FABRIC_RULES.contains(&r));
+    // The tray's four GPUs are in one clique; the fabric state is served by default detail
+    // too, here at full detail with every health flag.
+    assert_eq!(
+        series(&body, "dgx_pixels_gpu_fabric_info").len(),
+        4,
+        "{source}"
+    );
+    assert!(series(&body, "dgx_pixels_gpu_fabric_info")
+        .iter()
+        .all(|l| l.contains("clique_id=\"32766\"")));
+    assert_eq!(
+        value(
+            &body,
+            "dgx_pixels_gpu_fabric_state_info",
+            &[("gpu", "1"), ("state", "completed"), ("status", "success")]
+        ),
+        Some(1.0),
+        "{source}"
+    );
+    assert_eq!(
+        series(&body, "dgx_pixels_gpu_fabric_health").len(),
+        4 * 5,
+        "{source}"
+    );
+}
+
+/// Watches until every GPU of `expect` went through its sequence and checks the sequences and
+/// clearing times; returns what each GPU showed and the last body served.
+fn watch(
+    d: &Daemon,
+    spawned: Instant,
+    ready: f64,
+    source: &str,
+    expect: &[Expect],
+) -> (Vec<Seen>, String) {
     let deadline = Duration::from_secs(60);
-    let mut seen: Vec<Seen> = (0..EXPECT.len()).map(|_| Seen::default()).collect();
+    let mut seen: Vec<Seen> = (0..expect.len()).map(|_| Seen::default()).collect();
     let mut last_body;
     loop {
         last_body = text(d.port);
         let at = spawned.elapsed().as_secs_f64();
-        for e in EXPECT {
+        for e in expect {
             if let Some(v) = verdict(&last_body, e.gpu) {
                 seen[e.gpu].record(v, at);
             }
         }
-        let complete = EXPECT
+        let complete = expect
             .iter()
             .all(|e| seen[e.gpu].filtered(e).len() >= e.sequence.len());
         // Past the last fault's end too, so a verdict that should hold can be seen to hold.
@@ -325,7 +427,7 @@ fn watch_and_check(d: &Daemon, spawned: Instant, ready: f64, source: &str) {
     }
     let report = |e: &Expect| format!("{source} GPU {}: saw {:?}", e.gpu, seen[e.gpu].changes);
 
-    for e in EXPECT {
+    for e in expect {
         let got = seen[e.gpu].filtered(e);
         let verdicts: Vec<&Owned> = got.iter().map(|(v, _)| v).collect();
         let want: Vec<Owned> = e.sequence.iter().copied().map(owned).collect();
@@ -367,6 +469,12 @@ fn watch_and_check(d: &Daemon, spawned: Instant, ready: f64, source: &str) {
         }
     }
 
+    (seen, last_body)
+}
+
+/// What fault-health leaves after its resets and link faults.
+fn check_fault_health(last_body: &str, source: &str) {
+    let last_body = last_body.to_string();
     // After the resets at 12 s: GPU 10's remap failure outlasted the reset that set its ECC
     // counter back; GPU 13's page stays retired, no longer pending.
     let uncorrected_volatile = |gpu: &str| {
@@ -424,9 +532,11 @@ fn watch_and_check(d: &Daemon, spawned: Instant, ready: f64, source: &str) {
         Some(16.0),
         "{source}"
     );
+}
 
-    // Every rule of the table was the reason of some GPU's verdict (the XID rule as
-    // `xid_<code>`), and no reason was seen that is not a rule.
+/// Every rule of the table that `covered` selects was the reason of some GPU's verdict (the
+/// XID rule as `xid_<code>`), and no reason was seen that is not such a rule.
+fn check_coverage(seen: &[Seen], source: &str, covered: impl Fn(&str) -> bool) {
     let reasons: BTreeSet<String> = seen
         .iter()
         .flat_map(|s| s.changes.iter().map(|((_, _, r), _)| r.clone()))
@@ -438,12 +548,13 @@ fn watch_and_check(d: &Daemon, spawned: Instant, ready: f64, source: &str) {
         .collect();
     let rules: BTreeSet<String> = dgx_pixels_health::RULES
         .iter()
+        .filter(|r| covered(r.reason))
         .map(|r| r.reason.to_string())
         .collect();
     let uncovered: Vec<&String> = rules.difference(&reasons).collect();
     assert!(
         uncovered.is_empty(),
-        "{source}: rules no GPU of fault-health showed: {uncovered:?}"
+        "{source}: rules no GPU of the scenario showed: {uncovered:?}"
     );
     let unknown: Vec<&String> = reasons.difference(&rules).collect();
     assert!(
@@ -493,6 +604,50 @@ fn every_health_rule_holds_and_clears_through_the_simulated_source() {
     ]);
     let ready = spawned.elapsed().as_secs_f64();
     watch_and_check(&d, spawned, ready, "sim");
+}
+
+/// Issue 32: the NVLink fabric rules through the fake NVML's `nvmlDeviceGetGpuFabricInfoV`
+/// and the NVML source's slow readings.
+#[test]
+fn every_fabric_rule_holds_and_clears_through_the_nvml_source() {
+    let config = config_file();
+    let library = fake_nvml_library();
+    let spawned = Instant::now();
+    let d = start_with_env(
+        &[
+            "--nvml.library",
+            library,
+            "--config.file",
+            config.path().to_str().unwrap(),
+            "--metrics.detail",
+            "full",
+        ],
+        &[
+            ("FAKE_NVML_SCENARIO", "fault-fabric"),
+            ("FAKE_NVML_PCIE_DELAY_MS", "0"),
+        ],
+    );
+    let ready = spawned.elapsed().as_secs_f64();
+    watch_and_check_fabric(&d, spawned, ready, "nvml");
+}
+
+/// Issue 32: the fabric rules through the simulated node.
+#[test]
+fn every_fabric_rule_holds_and_clears_through_the_simulated_source() {
+    let config = config_file();
+    let spawned = Instant::now();
+    let d = start(&[
+        "--simulate",
+        "fault-fabric",
+        "--config.file",
+        config.path().to_str().unwrap(),
+        "--no-collector.probes",
+        "--no-collector.dcgm",
+        "--metrics.detail",
+        "full",
+    ]);
+    let ready = spawned.elapsed().as_secs_f64();
+    watch_and_check_fabric(&d, spawned, ready, "sim");
 }
 
 /// Issue 28, item 17: with NVML's XID events refused (`FAKE_NVML_XID_EVENTS=0`) and the kmsg
@@ -556,4 +711,133 @@ fn a_gpu_whose_xids_nobody_observes_is_never_healthy() {
             "{scenario}: no GPU is healthy while its XIDs are unseen"
         );
     }
+}
+
+/// Issue 32, item 2: with `[health] expected_gpus` set, a node that shows fewer GPUs is
+/// unhealthy at node level (`gpu_count_below_expected`, action reboot), through the config
+/// file, the health collector and the default profile; with as many it is healthy. Without the
+/// setting no node series is served.
+#[test]
+fn fewer_gpus_than_expected_is_an_unhealthy_node() {
+    let node = |b: &str, state: &str, action: &str, reason: &str| {
+        value(
+            b,
+            "dgx_pixels_node_health_action_info",
+            &[("state", state), ("action", action), ("reason", reason)],
+        ) == Some(1.0)
+    };
+    for (expected, unhealthy) in [(9, true), (8, false)] {
+        let mut config = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+        write!(config, "[health]\nexpected_gpus = {expected}\n").unwrap();
+        let d = start(&[
+            "--simulate",
+            "dgx-h100",
+            "--config.file",
+            config.path().to_str().unwrap(),
+            "--no-collector.probes",
+        ]);
+        let check = |b: &str| {
+            value(b, "dgx_pixels_node_gpus_visible", &[]) == Some(8.0)
+                && if unhealthy {
+                    node(b, "unhealthy", "reboot", "gpu_count_below_expected")
+                } else {
+                    node(b, "healthy", "none", "none")
+                }
+        };
+        let (body, _) = wait_until(d.port, Duration::from_secs(15), check);
+        assert!(check(&body), "expected_gpus = {expected}: {body}");
+        assert_eq!(
+            value(&body, "dgx_pixels_node_gpus_expected", &[]),
+            Some(f64::from(expected))
+        );
+        assert_eq!(series(&body, "dgx_pixels_node_health_action_info").len(), 1);
+    }
+    let d = start(&["--simulate", "dgx-h100", "--no-collector.probes"]);
+    let (body, _) = wait_until(d.port, Duration::from_secs(15), |b| {
+        !series(b, "dgx_pixels_gpu_health_state").is_empty()
+    });
+    assert!(series(&body, "dgx_pixels_node_health_action_info").is_empty());
+}
+
+/// Issue 32, item 3: a GPU whose rail NIC port is down is degraded (`rail_port_down`) while
+/// it is down, through the real binary: the fake NVML's dgx-h100 GPUs and a fake sysfs tree
+/// (`[nvml] sysfs`) that puts mlx5_0 beside GPU 0 and mlx5_1 beside GPU 1 (GPUs 2-7 have no
+/// NIC under their root complex: no rail, healthy).
+#[test]
+fn a_gpu_whose_rail_port_is_down_is_degraded_until_it_is_up() {
+    use dgx_pixels_nvml::rail::fake;
+    let sysfs = tempfile::tempdir().unwrap();
+    let root = sysfs.path();
+    fake::gpu(root, "17", "01", "0000:18:00.0");
+    fake::nic(
+        root,
+        "mlx5_0",
+        "17",
+        "01",
+        "0000:19:00.0",
+        "1: DOWN",
+        "3: Disabled",
+    );
+    fake::gpu(root, "29", "01", "0000:2a:00.0");
+    fake::nic(
+        root,
+        "mlx5_1",
+        "29",
+        "01",
+        "0000:2b:00.0",
+        "4: ACTIVE",
+        "5: LinkUp",
+    );
+    let mut config = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+    let text = CONFIG.replace(
+        "[nvml]\n",
+        &format!("[nvml]\nsysfs = {:?}\n", root.to_str().unwrap()),
+    );
+    config.write_all(text.as_bytes()).unwrap();
+    let d = start_with_env(
+        &[
+            "--nvml.library",
+            fake_nvml_library(),
+            "--config.file",
+            config.path().to_str().unwrap(),
+            "--metrics.detail",
+            "full",
+        ],
+        &[
+            ("FAKE_NVML_SCENARIO", "dgx-h100"),
+            ("FAKE_NVML_TIME", "100"),
+            ("FAKE_NVML_PCIE_DELAY_MS", "0"),
+        ],
+    );
+    let gpu_is = |b: &str, gpu: usize, want: Verdict| verdict(b, gpu) == Some(owned(want));
+    let degraded = ("degraded", "check_hardware", "rail_port_down");
+    let (body, _) = wait_until(d.port, Duration::from_secs(15), |b| {
+        gpu_is(b, 0, degraded) && gpu_is(b, 1, HEALTHY)
+    });
+    assert!(gpu_is(&body, 0, degraded), "{body}");
+    assert!(gpu_is(&body, 1, HEALTHY), "{body}");
+    let up = |gpu: &str, device: &str| {
+        value(
+            &body,
+            "dgx_pixels_gpu_rail_port_up",
+            &[("gpu", gpu), ("device", device), ("port", "1")],
+        )
+    };
+    assert_eq!(up("0", "mlx5_0"), Some(0.0));
+    assert_eq!(up("1", "mlx5_1"), Some(1.0));
+    assert_eq!(
+        value(
+            &body,
+            "dgx_pixels_gpu_rail_port_rate_bytes_per_second",
+            &[("gpu", "1")]
+        ),
+        Some(50e9)
+    );
+    assert!(series(&body, "dgx_pixels_gpu_rail_port_up")
+        .iter()
+        .all(|l| l.contains("gpu=\"0\"") || l.contains("gpu=\"1\"")));
+    // The port comes back: the verdict clears at the next slow reading.
+    fake::set_port(root, "mlx5_0", "4: ACTIVE", "5: LinkUp");
+    let (body, _) = wait_until(d.port, Duration::from_secs(15), |b| gpu_is(b, 0, HEALTHY));
+    assert!(gpu_is(&body, 0, HEALTHY), "{body}");
 }

@@ -179,6 +179,8 @@ fn every_builtin_scenario_serves_at_most_60_series_per_gpu_throughout() {
     }
     let gpus = |name: &str| most.iter().find(|m| m.0 == name).unwrap().1.len();
     assert_eq!(gpus("fault-health"), 15);
+    assert_eq!(gpus("dgx-b200"), 8);
+    assert_eq!(gpus("gb200-nvl72-tray"), 4);
     assert_eq!(
         gpus("dgx-a100-mig"),
         8 + 7 + 3,

@@ -106,6 +106,31 @@ pub const VALUE_TYPE_UNSIGNED_LONG_LONG: c_uint = 3;
 /// `NVML_STRUCT_VERSION(Memory, 2)`: `sizeof(nvmlMemory_v2_t) | 2 << 24`.
 pub const MEMORY_V2_VERSION: c_uint = 0x0200_0028;
 
+/// `nvmlGpuFabricInfo_v2`: `sizeof(nvmlGpuFabricInfo_v2_t) | 2 << 24` (nvidia-ml-py: 33554468).
+pub const GPU_FABRIC_INFO_V2_VERSION: c_uint = 0x0200_0024;
+/// `nvmlGpuFabricInfo_v3`: `sizeof(nvmlGpuFabricInfo_v3_t) | 3 << 24` (nvidia-ml-py: 50331688).
+pub const GPU_FABRIC_INFO_V3_VERSION: c_uint = 0x0300_0028;
+/// `NVML_GPU_FABRIC_STATE_NOT_SUPPORTED`.
+pub const GPU_FABRIC_STATE_NOT_SUPPORTED: u8 = 0;
+/// `NVML_GPU_FABRIC_HEALTH_SUMMARY_*`.
+pub const GPU_FABRIC_HEALTH_SUMMARY_HEALTHY: u8 = 1;
+pub const GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY: u8 = 2;
+pub const GPU_FABRIC_HEALTH_SUMMARY_LIMITED_CAPACITY: u8 = 3;
+
+/// `nvmlGpuFabricInfo_v3_t` (`nvmlGpuFabricInfoV_t`); a v2 caller's struct is its first 36
+/// bytes (no `health_summary`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GpuFabricInfoV3 {
+    pub version: c_uint,
+    pub cluster_uuid: [u8; 16],
+    pub status: NvmlReturn,
+    pub clique_id: c_uint,
+    pub state: u8,
+    pub health_mask: c_uint,
+    pub health_summary: u8,
+}
+
 /// `gpuInstanceId` / `computeInstanceId` when not applicable.
 pub const NO_INSTANCE: c_uint = 0xFFFF_FFFF;
 
@@ -254,4 +279,11 @@ const _: () = {
     assert!(size_of::<ProcessUtilizationSample>() == 32);
     assert!(size_of::<ViolationTime>() == 16);
     assert!(size_of::<AccountingStats>() == 56);
+    assert!(size_of::<GpuFabricInfoV3>() == 40);
+    assert!(size_of::<GpuFabricInfoV3>() as c_uint | (3 << 24) == GPU_FABRIC_INFO_V3_VERSION);
+    assert!(std::mem::offset_of!(GpuFabricInfoV3, health_mask) == 32);
+    assert!(
+        (std::mem::offset_of!(GpuFabricInfoV3, health_mask) + 4) as c_uint | (2 << 24)
+            == GPU_FABRIC_INFO_V2_VERSION
+    );
 };

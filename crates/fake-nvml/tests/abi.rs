@@ -1061,3 +1061,99 @@ child_test!(
         );
     }
 );
+
+/// `nvmlDeviceGetGpuFabricInfoV` with the struct versions of NVIDIA's header. The layout the
+/// fake writes and nvml-wrapper-sys reads is pinned to what nvidia-ml-py 13.615.71 (NVIDIA's
+/// own Python binding, `c_nvmlGpuFabricInfo_v2_t`/`_v3_t` and `nvmlGpuFabricInfo_v2`/`_v3`)
+/// says: v2 36 bytes, v3 40, healthMask at 32, healthSummary at 36, versions 0x02000024 and
+/// 0x03000028 (`tests/pynvml_structs.py` prints them).
+#[test]
+fn fabric_structs_are_nvidia_ml_py_layouts() {
+    use nvml_wrapper_sys::bindings::{nvmlGpuFabricInfo_v2_t, nvmlGpuFabricInfo_v3_t};
+    assert_eq!(std::mem::size_of::<nvmlGpuFabricInfo_v2_t>(), 36);
+    assert_eq!(std::mem::size_of::<nvmlGpuFabricInfo_v3_t>(), 40);
+    assert_eq!(std::mem::offset_of!(nvmlGpuFabricInfo_v3_t, healthMask), 32);
+    assert_eq!(
+        std::mem::offset_of!(nvmlGpuFabricInfo_v3_t, healthSummary),
+        36
+    );
+    assert_eq!(36 | (2 << 24), 0x0200_0024);
+    assert_eq!(40 | (3 << 24), 0x0300_0028);
+}
+
+child_test!(
+    fabric_info_answers_in_the_header_struct_versions,
+    [
+        ("FAKE_NVML_SCENARIO", "fault-fabric"),
+        ("FAKE_NVML_TIME", "5")
+    ],
+    {
+        use dgx_pixels_sim::labels::{FabricHealthFlag, FabricState};
+        use nvml_wrapper_sys::bindings::{nvmlGpuFabricInfo_v2_t, nvmlGpuFabricInfo_v3_t};
+        let nvml = open().unwrap();
+        let mut node = sim("fault-fabric");
+        let lib = nvml.lib();
+        let get = lib.nvmlDeviceGetGpuFabricInfoV.as_ref().unwrap();
+        for gpu in 0..4u32 {
+            let r = ok_reading(&mut node, gpu as usize, Duration::from_secs(5));
+            let f = r.fabric.unwrap();
+            let dev = nvml.device_by_index(gpu).unwrap();
+            // SAFETY: a live handle and structs of the size their version says.
+            unsafe {
+                let h = dev.handle();
+                let mut v3: nvmlGpuFabricInfo_v3_t = std::mem::zeroed();
+                v3.version = 0x0400_0030; // a version this driver does not know
+                assert_eq!(get(h, &mut v3), 25);
+                v3.version = 0x0300_0028;
+                assert_eq!(get(h, &mut v3), 0);
+                assert_eq!(FabricState::from_nvml(v3.state), f.state);
+                assert_eq!(v3.status, 0);
+                assert_eq!(v3.cliqueId, 32766);
+                assert_eq!(FabricHealthFlag::decode(v3.healthMask), f.health);
+                let hex: String = v3.clusterUuid.iter().map(|b| format!("{b:02x}")).collect();
+                assert_eq!(hex, f.cluster_uuid.replace('-', ""));
+                // GPU 2's unhealthy route: summary unhealthy; GPU 3's bandwidth: limited.
+                let summary = [1, 1, 2, 3][gpu as usize];
+                assert_eq!(v3.healthSummary, summary, "GPU {gpu}");
+                // A v2 caller gets the same, and nothing past its 36 bytes.
+                let mut buf = [0xAAu8; 40];
+                buf[..4].copy_from_slice(&0x0200_0024u32.to_ne_bytes());
+                let p = buf.as_mut_ptr().cast::<nvmlGpuFabricInfo_v2_t>();
+                assert_eq!(get(h, p.cast()), 0);
+                let v2 = p.read_unaligned();
+                assert_eq!(v2.healthMask, v3.healthMask);
+                assert_eq!(v2.state, v3.state);
+                assert_eq!(buf[36..], [0xAA; 4]);
+            }
+        }
+        let f1 = ok_reading(&mut node, 1, Duration::from_secs(5))
+            .fabric
+            .unwrap();
+        assert_eq!(f1.state, Some(FabricState::InProgress));
+    }
+);
+
+// No fabric on the part: Hopper answers success with state NOT_SUPPORTED (0), Volta the error
+// NOT_SUPPORTED (3).
+child_test!(
+    fabric_info_without_a_fabric_is_not_supported,
+    [
+        ("FAKE_NVML_SCENARIO", "fault-health"),
+        ("FAKE_NVML_TIME", "1")
+    ],
+    {
+        use nvml_wrapper_sys::bindings::nvmlGpuFabricInfo_v3_t;
+        let nvml = open().unwrap();
+        let get = nvml.lib().nvmlDeviceGetGpuFabricInfoV.as_ref().unwrap();
+        for (gpu, code) in [(0u32, 0u32), (12, 3)] {
+            let dev = nvml.device_by_index(gpu).unwrap();
+            // SAFETY: a live handle and a v3 struct.
+            unsafe {
+                let mut v3: nvmlGpuFabricInfo_v3_t = std::mem::zeroed();
+                v3.version = 0x0300_0028;
+                assert_eq!(get(dev.handle(), &mut v3), code, "GPU {gpu}");
+                assert_eq!(v3.state, 0);
+            }
+        }
+    }
+);

@@ -35,6 +35,12 @@ pub(crate) struct GpuFacts {
     pub pcie_width: Option<f64>,
     pub pcie_max_width: Option<f64>,
     pub utilization: Option<f64>,
+    /// Whether the GPU's NVLink fabric registration completed successfully (`None`: no fabric).
+    pub fabric_ready: Option<bool>,
+    /// Fabric health flags that hold now.
+    pub fabric_flags: Vec<String>,
+    /// A port of the GPU's rail NIC is down.
+    pub rail_port_down: bool,
     /// The driver's recovery action (`none` when it needs nothing).
     pub recovery_action: Option<String>,
     /// Throttle reasons active now.
@@ -92,6 +98,17 @@ pub(crate) fn gather<'a>(
             Metric::PcieLinkWidth => f.pcie_width = Some(s.value),
             Metric::PcieLinkMaxWidth => f.pcie_max_width = Some(s.value),
             Metric::GpuUtilization => f.utilization = Some(s.value),
+            Metric::GpuFabricState => {
+                f.fabric_ready = Some(
+                    s.label("state") == Some("completed") && s.label("status") == Some("success"),
+                );
+            }
+            Metric::GpuRailPortUp if !on => f.rail_port_down = true,
+            Metric::GpuFabricHealth if on => {
+                if let Some(flag) = s.label("flag") {
+                    f.fabric_flags.push(flag.to_string());
+                }
+            }
             Metric::GpuRecoveryAction => {
                 f.recovery_action = s.label("action").map(str::to_string);
             }
@@ -130,5 +147,8 @@ fn is_read(metric: Metric) -> bool {
             | Metric::GpuUtilization
             | Metric::GpuThrottleReason
             | Metric::GpuRecoveryAction
+            | Metric::GpuFabricState
+            | Metric::GpuFabricHealth
+            | Metric::GpuRailPortUp
     )
 }

@@ -156,11 +156,46 @@ pub const RULES: &[Rule] = &[
         source: "`dgx_pixels_gpu_retired_pages_pending` = 1",
     },
     Rule {
+        reason: "fabric_not_ready",
+        condition: "the GPU's registration with its NVLink fabric (an NVL72 rack's NVLink domain) has not completed, or completed with an error: jobs spanning the domain cannot use the GPU",
+        outcome: Outcome::Fixed(Verdict::Unhealthy, Action::DrainP2p),
+        clears: Clears::WhenReadingClears,
+        source: "`dgx_pixels_gpu_fabric_state_info{state!=\"completed\"}` or `{status!=\"success\"}`",
+    },
+    Rule {
+        reason: "fabric_unhealthy",
+        condition: "the NVLink fabric reports the GPU's route unhealthy, an access timeout being recovered, or a wrong configuration",
+        outcome: Outcome::Fixed(Verdict::Unhealthy, Action::DrainP2p),
+        clears: Clears::WhenReadingClears,
+        source: "`dgx_pixels_gpu_fabric_health{flag=~\"route_unhealthy|access_timeout_recovery|incorrect_configuration\"}` = 1",
+    },
+    Rule {
+        reason: "fabric_degraded_bandwidth",
+        condition: "the NVLink fabric reports the GPU's bandwidth degraded (links or switch ports lost)",
+        outcome: Outcome::Fixed(Verdict::Degraded, Action::CheckHardware),
+        clears: Clears::WhenReadingClears,
+        source: "`dgx_pixels_gpu_fabric_health{flag=\"degraded_bandwidth\"}` = 1",
+    },
+    Rule {
+        reason: "rail_port_down",
+        condition: "a port of the GPU's rail NIC (the InfiniBand / RoCE NIC nearest to it by PCIe topology) is down: multi-node jobs on the GPU stall",
+        outcome: Outcome::Fixed(Verdict::Degraded, Action::CheckHardware),
+        clears: Clears::WhenReadingClears,
+        source: "`dgx_pixels_gpu_rail_port_up` = 0",
+    },
+    Rule {
         reason: "nvlink_down",
         condition: "an NVLink link of the GPU is down",
         outcome: Outcome::Fixed(Verdict::Degraded, Action::DrainP2p),
         clears: Clears::WhenReadingClears,
         source: "`dgx_pixels_nvlink_links_up` < `dgx_pixels_nvlink_links` (`dgx_pixels_nvlink_link_down` names the link)",
+    },
+    Rule {
+        reason: "gpu_count_below_expected",
+        condition: "node level: fewer GPUs are visible than `[health] expected_gpus` (a GPU that fell off the bus before the exporter started, or that the driver no longer enumerates, has no verdict of its own); served as `dgx_pixels_node_health_action_info`, only where `expected_gpus` is set. If a reboot does not bring the GPU back, check the hardware",
+        outcome: Outcome::Fixed(Verdict::Unhealthy, Action::Reboot),
+        clears: Clears::WhenReadingClears,
+        source: "`dgx_pixels_node_gpus_visible` < `dgx_pixels_node_gpus_expected`",
     },
     Rule {
         reason: "nvlink_errors",
@@ -198,6 +233,32 @@ pub const RULES: &[Rule] = &[
         source: "`dgx_pixels_gpu_throttle_reason{reason=~\"hw_thermal_slowdown|sw_thermal_slowdown\"}` = 1",
     },
 ];
+
+/// The node-level verdict for `visible` GPUs when `expected` are configured: the expected and
+/// visible counts and the verdict series (`state`, `action`, `reason`); nothing when no count
+/// is configured.
+pub fn node_samples(expected: Option<u32>, visible: usize) -> Vec<dgx_pixels_metrics::Sample> {
+    use dgx_pixels_metrics::{Metric, Sample};
+    let Some(expected) = expected else {
+        return Vec::new();
+    };
+    const REASON: &str = "gpu_count_below_expected";
+    let labels: [&str; 3] = match rule(REASON).map(|r| r.outcome) {
+        Some(Outcome::Fixed(v, a)) if visible < expected as usize => {
+            [v.as_str(), a.as_str(), REASON]
+        }
+        _ => [Verdict::Healthy.as_str(), Action::None.as_str(), NONE],
+    };
+    vec![
+        Sample::new(
+            Metric::NodeGpusExpected,
+            [] as [&str; 0],
+            f64::from(expected),
+        ),
+        Sample::new(Metric::NodeGpusVisible, [] as [&str; 0], visible as f64),
+        Sample::new(Metric::NodeHealthAction, labels, 1.0),
+    ]
+}
 
 /// The rule with `reason` (the XID rule under `xid_<code>`).
 pub fn rule(reason: &str) -> Option<&'static Rule> {
@@ -406,6 +467,36 @@ mod tests {
             // Every action is decided: none is the only one without a verdict.
             assert_eq!(xid_outcome(a).is_none(), a == Action::None);
         }
+    }
+
+    #[test]
+    fn fewer_gpus_than_expected_is_an_unhealthy_node() {
+        use dgx_pixels_metrics::Metric;
+        assert!(node_samples(None, 3).is_empty());
+        let verdict = |expected, visible| {
+            let out = node_samples(Some(expected), visible);
+            let v = out
+                .iter()
+                .find(|s| s.metric == Metric::NodeHealthAction)
+                .unwrap();
+            assert_eq!(out.len(), 3);
+            (
+                v.label("state").unwrap().to_string(),
+                v.label("action").unwrap().to_string(),
+                v.label("reason").unwrap().to_string(),
+            )
+        };
+        let s = |a: &str, b: &str, c: &str| (a.to_string(), b.to_string(), c.to_string());
+        assert_eq!(verdict(8, 8), s("healthy", "none", "none"));
+        assert_eq!(verdict(8, 9), s("healthy", "none", "none"));
+        assert_eq!(
+            verdict(8, 7),
+            s("unhealthy", "reboot", "gpu_count_below_expected")
+        );
+        assert_eq!(
+            verdict(4, 0),
+            s("unhealthy", "reboot", "gpu_count_below_expected")
+        );
     }
 
     #[test]

@@ -23,9 +23,15 @@ pub struct HealthSettings {
     /// `[health.xid_policy]`: per XID code or range, ignore it or wait for a count within a
     /// window before the catalog's verdict applies [default: none, every code counts at once].
     pub xid_policy: XidPolicy,
+    /// GPUs the node should have: fewer visible is the node rule `gpu_count_below_expected`
+    /// [default: unset, no node verdict].
+    pub expected_gpus: Option<u32>,
 }
 
 impl HealthSettings {
+    /// Most GPUs `expected_gpus` accepts (a node with more is not a node).
+    pub const MAX_EXPECTED_GPUS: u32 = 1024;
+
     /// Shortest `clear_after` accepted: shorter would clear a condition between two polls.
     pub const MIN_CLEAR_AFTER: Duration = Duration::from_secs(10);
 
@@ -60,6 +66,14 @@ impl HealthSettings {
             self.clear_after,
             HealthSettings::MIN_CLEAR_AFTER,
         )?;
+        if let Some(n) = self.expected_gpus {
+            if !(1..=HealthSettings::MAX_EXPECTED_GPUS).contains(&n) {
+                return Err(SettingError::new(
+                    "health.expected_gpus",
+                    format!("{n} is outside 1..={}", HealthSettings::MAX_EXPECTED_GPUS),
+                ));
+            }
+        }
         match self.idle_utilization {
             Some(u) if !(u > 0.0 && u <= 1.0) => Err(SettingError::new(
                 "health.idle_utilization",
@@ -67,5 +81,25 @@ impl HealthSettings {
             )),
             _ => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expected_gpus_is_a_count_of_a_node() {
+        let with = |n| HealthSettings {
+            expected_gpus: Some(n),
+            ..HealthSettings::default()
+        };
+        assert!(with(1).validate().is_ok());
+        assert!(with(HealthSettings::MAX_EXPECTED_GPUS).validate().is_ok());
+        for bad in [0, HealthSettings::MAX_EXPECTED_GPUS + 1] {
+            let e = with(bad).validate().unwrap_err().to_string();
+            assert!(e.contains("health.expected_gpus"), "{e}");
+        }
+        assert!(HealthSettings::default().validate().is_ok());
     }
 }

@@ -18,6 +18,7 @@ pub struct HealthSource {
     views: Arc<dyn DeviceViews>,
     memory: Arc<HealthMemory>,
     idle: IdleTracker,
+    expected_gpus: Option<u32>,
 }
 
 /// The verdicts' state, kept across the restarts of the health source: a reload of `[health]`
@@ -52,6 +53,7 @@ impl HealthSource {
             views,
             memory,
             idle: IdleTracker::new(settings.idle_utilization(), settings.idle_after()),
+            expected_gpus: settings.expected_gpus,
         }
     }
 }
@@ -79,6 +81,12 @@ impl Source for HealthSource {
             out
         };
         out.extend(self.idle.observe(&held_gpus(&view), now));
+        // Visible: GPUs a source reports now, lost ones too (they have a verdict of their own).
+        let visible = view
+            .gpus()
+            .filter(|g| g.reading(Metric::GpuUp).is_some())
+            .count();
+        out.extend(crate::rules::node_samples(self.expected_gpus, visible));
         Ok(PollOutput::samples(out))
     }
 }

@@ -388,6 +388,23 @@ fn levels(f: &GpuFacts) -> Vec<Condition> {
             "retired_pages_pending",
             f.retired_pages_pending == Some(true),
         ),
+        ("fabric_not_ready", f.fabric_ready == Some(false)),
+        (
+            "fabric_unhealthy",
+            f.fabric_flags.iter().any(|flag| {
+                matches!(
+                    flag.as_str(),
+                    "route_unhealthy" | "access_timeout_recovery" | "incorrect_configuration"
+                )
+            }),
+        ),
+        (
+            "fabric_degraded_bandwidth",
+            f.fabric_flags
+                .iter()
+                .any(|flag| flag == "degraded_bandwidth"),
+        ),
+        ("rail_port_down", f.rail_port_down),
         (
             "nvlink_down",
             matches!((f.nvlinks_up, f.nvlinks), (Some(up), Some(all)) if up < all),

@@ -238,10 +238,28 @@ define_catalog! {
         "1 when the GPU's XID errors are observed (NVML's event set accepted the GPU, or the kmsg collector reads the kernel log), 0 when neither does: its XIDs cannot be counted, and the health verdict says unknown (reason xid_unobserved) rather than healthy.";
     GpuRecoveryAction => Gauge None "dgx_pixels_gpu_recovery_action_info" ["gpu", "uuid", "action"] ["nvml", "sim"]
         "What the driver says the GPU needs to recover (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: none, reset_gpu, reboot, drain_p2p, drain_and_reset), value 1; absent where the driver does not report it. The health rule driver_recovery_action reads it.";
+    GpuFabricInfo => Gauge None "dgx_pixels_gpu_fabric_info" ["gpu", "uuid", "cluster_uuid", "clique_id"] ["nvml", "sim"]
+        "The NVLink fabric the GPU belongs to (nvmlDeviceGetGpuFabricInfoV): its cluster UUID and its NVLink domain (clique) in that cluster, value 1; absent where NVML says the GPU is in no NVLink fabric (not supported: older parts, GPUs without NVLink switches). GPUs of one clique share an NVLink domain.";
+    GpuFabricState => Gauge None "dgx_pixels_gpu_fabric_state_info" ["gpu", "uuid", "state", "status"] ["nvml", "sim"]
+        "How far the GPU's registration with the NVLink fabric has come, its state (not_started, in_progress, completed), and once completed its outcome, its status (success, or nvml_<code> with NVML's return code), value 1; absent where NVML says not supported. The health rule fabric_not_ready reads it.";
+    GpuFabricHealth => Gauge None "dgx_pixels_gpu_fabric_health" ["gpu", "uuid", "flag"] ["nvml", "sim"]
+        "1 while the NVLink fabric reports the condition for the GPU, else 0; one series per flag the driver reports (degraded_bandwidth, route_recovery, route_unhealthy, access_timeout_recovery, incorrect_configuration). The health rules fabric_unhealthy and fabric_degraded_bandwidth read it.";
+    GpuRailPortUp => Gauge None "dgx_pixels_gpu_rail_port_up" ["gpu", "uuid", "device", "port"] ["nvml"]
+        "1 while the port of the GPU's rail NIC (the InfiniBand / RoCE NIC nearest to it by PCIe topology, from sysfs class/infiniband) is active with its physical link up, else 0; absent where the GPU has no NIC under its PCIe root complex. The health rule rail_port_down reads it.";
+    GpuRailPortRate => Gauge BytesPerSecond "dgx_pixels_gpu_rail_port_rate_bytes_per_second" ["gpu", "uuid", "device", "port"] ["nvml"]
+        "Rate the GPU's rail NIC port trained to (sysfs ports/N/rate; 400 Gb/s is 50e9).";
+    GpuRailLinkDowned => Counter None "dgx_pixels_gpu_rail_link_downed_total" ["gpu", "uuid", "device", "port"] ["nvml"]
+        "Times the GPU's rail NIC port went down since the driver loaded (sysfs counters/link_downed). Full detail only.";
     GpuHealthState => Gauge None "dgx_pixels_gpu_health_state" ["gpu", "uuid", "state"] ["health"]
         "Health verdict of the GPU from the rules of docs/health.md: 1 for the current state (healthy, degraded, unhealthy, unknown when the GPU cannot be read), 0 for the others.";
     GpuHealthAction => Gauge None "dgx_pixels_gpu_health_action_info" ["gpu", "uuid", "action", "reason"] ["health"]
         "The most severe recommended action pending for the GPU (none, restart_app, reset_gpu, reboot, drain_p2p, contact_support, ...) and the rule behind it (e.g. xid_79, ecc_double_bit, nvlink_down; none when healthy), value 1; docs/health.md lists the rules and how each clears.";
+    NodeGpusExpected => Gauge None "dgx_pixels_node_gpus_expected" [] ["health"]
+        "GPUs the node should have ([health] expected_gpus); served only where it is set. The node rule gpu_count_below_expected compares it with dgx_pixels_node_gpus_visible.";
+    NodeGpusVisible => Gauge None "dgx_pixels_node_gpus_visible" [] ["health"]
+        "GPUs some source reports now (dgx_pixels_gpu_up served for them, lost ones included); served only where [health] expected_gpus is set.";
+    NodeHealthAction => Gauge None "dgx_pixels_node_health_action_info" ["state", "action", "reason"] ["health"]
+        "The node-level health verdict (state healthy or unhealthy), its recommended action and the rule behind it (gpu_count_below_expected: fewer GPUs visible than [health] expected_gpus, action reboot; none/none when healthy), value 1; served only where [health] expected_gpus is set. docs/health.md lists the rule.";
     GpuAllocatedIdle => Counter Seconds "dgx_pixels_gpu_allocated_idle_seconds_total" ["gpu", "uuid", "namespace", "pod", "container", "hpc_job"] ["health"]
         "Time a GPU held by a pod or HPC job stayed under [health] idle_utilization (and SM activity under it where read) after [health] idle_after of it (the grace period counts once exceeded); served only for held GPUs, starting from 0 for each new holder, labelled with the holder (empty when several share the GPU) as it was when the time was counted.";
     GpuAllocatedIdleEnergy => Counter Joules "dgx_pixels_gpu_allocated_idle_energy_joules_total" ["gpu", "uuid", "namespace", "pod", "container", "hpc_job"] ["health"]

@@ -9,9 +9,9 @@
 
 pub use crate::incidents::XidIncidents;
 pub use dgx_pixels_readout::{
-    cuda_version_string, ClockReadout, EccTotals, GpuIdentity, GpuReadout, MigReadout,
-    NvlinkErrors, NvlinkReadout, PowerSamples, PowerTally, ProcessReadout, RemappedRowsReadout,
-    RetiredPages, POWER_BUCKETS_WATTS,
+    cuda_version_string, ClockReadout, EccTotals, FabricReadout, GpuIdentity, GpuReadout,
+    MigReadout, NvlinkErrors, NvlinkReadout, PowerSamples, PowerTally, ProcessReadout,
+    RailPortReadout, RemappedRowsReadout, RetiredPages, POWER_BUCKETS_WATTS,
 };
 
 mod power;
@@ -143,6 +143,20 @@ pub fn push_gpu_samples(id: &GpuIdentity, r: &GpuReadout, out: &mut Vec<Sample>)
     if let Some(action) = r.recovery_action {
         labelled(Metric::GpuRecoveryAction, &[action.as_str()], 1.0);
     }
+    if let Some(fabric) = &r.fabric {
+        push_fabric(fabric, &mut labelled);
+    }
+    for p in &r.rail_ports {
+        let port = p.port.to_string();
+        let labels = [p.device.as_str(), port.as_str()];
+        labelled(Metric::GpuRailPortUp, &labels, if p.up { 1.0 } else { 0.0 });
+        if let Some(rate) = p.rate_bytes_per_second {
+            labelled(Metric::GpuRailPortRate, &labels, rate);
+        }
+        if let Some(n) = p.link_downed {
+            labelled(Metric::GpuRailLinkDowned, &labels, n);
+        }
+    }
     for sensor in TemperatureSensor::ALL {
         if let Some(v) = r.temperature(sensor) {
             labelled(Metric::GpuTemperature, &[sensor.as_str()], v);
@@ -252,6 +266,34 @@ pub fn push_gpu_samples(id: &GpuIdentity, r: &GpuReadout, out: &mut Vec<Sample>)
                 out.push(Sample::of(&instance, metric, [&m.profile], v));
             }
         }
+    }
+}
+
+/// The fabric's three families: info, state (with the registration's outcome) and the health
+/// flags the driver reports.
+fn push_fabric(f: &FabricReadout, labelled: &mut impl FnMut(Metric, &[&str], f64)) {
+    let clique = f.clique_id.to_string();
+    labelled(Metric::GpuFabricInfo, &[&f.cluster_uuid, &clique], 1.0);
+    if let Some(state) = f.state {
+        let status = fabric_status(f.status);
+        labelled(Metric::GpuFabricState, &[state.as_str(), &status], 1.0);
+    }
+    for (flag, holds) in &f.health {
+        labelled(
+            Metric::GpuFabricHealth,
+            &[flag.as_str()],
+            if *holds { 1.0 } else { 0.0 },
+        );
+    }
+}
+
+/// The `status` label: `success`, or NVML's return code (a small number; anything past 999 is
+/// `nvml_other`, so a garbage value cannot add label values without bound).
+pub fn fabric_status(code: u32) -> String {
+    match code {
+        0 => "success".to_string(),
+        1..=999 => format!("nvml_{code}"),
+        _ => "nvml_other".to_string(),
     }
 }
 
@@ -558,6 +600,14 @@ mod tests {
         assert_eq!(
             listed(Metric::GpuThrottleViolation, "policy"),
             ViolationPolicy::ALL.map(ViolationPolicy::as_str)
+        );
+        assert_eq!(
+            listed(Metric::GpuFabricState, "state"),
+            FabricState::ALL.map(FabricState::as_str)
+        );
+        assert_eq!(
+            listed(Metric::GpuFabricHealth, "reports"),
+            FabricHealthFlag::ALL.map(FabricHealthFlag::as_str)
         );
         assert_eq!(
             listed(Metric::GpuRetiredPages, "cause"),

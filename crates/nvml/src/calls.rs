@@ -81,6 +81,7 @@ functions! {
     MigMode => "nvmlDeviceGetMigMode",
     MaxMigDeviceCount => "nvmlDeviceGetMaxMigDeviceCount",
     GpuInstanceId => "nvmlDeviceGetGpuInstanceId",
+    GpuFabricInfo => "nvmlDeviceGetGpuFabricInfoV",
     ComputeInstanceId => "nvmlDeviceGetComputeInstanceId",
     // GPM, on its own thread every poll.
     GpmQueryDeviceSupport => "nvmlGpmQueryDeviceSupport",

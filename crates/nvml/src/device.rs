@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dgx_pixels_metrics::gpu::{
-    cuda_version_string, ClockReadout, EccTotals, GpuIdentity, GpuReadout, MigReadout,
-    NvlinkReadout, ProcessReadout, RemappedRowsReadout, RetiredPages,
+    cuda_version_string, ClockReadout, EccTotals, FabricReadout, GpuIdentity, GpuReadout,
+    MigReadout, NvlinkReadout, ProcessReadout, RailPortReadout, RemappedRowsReadout, RetiredPages,
 };
 use dgx_pixels_metrics::labels::{NvlinkErrorType, ThrottleReason, ViolationPolicy};
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
@@ -101,6 +101,8 @@ pub struct ReaderOptions {
     pub max_processes: usize,
     /// Where procfs is mounted, to map processes to containers.
     pub procfs: PathBuf,
+    /// Where sysfs is mounted, for the rail NICs.
+    pub sysfs: PathBuf,
     /// Read the energy and PCIe replay counters every poll, as before issue 36 (the latency
     /// bench's "before"); otherwise they are slow readings.
     pub counters_every_poll: bool,
@@ -119,6 +121,9 @@ struct Slow {
     retired_pages: Option<RetiredPages>,
     /// `(gpu instance, compute instance, profile, MIG uuid, MIG index)`.
     mig: Vec<(u32, u32, String, String, u32)>,
+    fabric: Option<FabricReadout>,
+    /// The ports of the GPU's rail NIC (sysfs, not NVML).
+    rail: Vec<RailPortReadout>,
 }
 
 /// Identity, maximum clocks and the maximum PCIe link: read once.
@@ -246,7 +251,10 @@ impl GpuReader {
         if due {
             let pcie = !self.pcie_from_gpm.load(Ordering::Acquire);
             let counters = !self.options.counters_every_poll;
-            let slow = read_slow(nvml, &dev, &mut check, pcie, counters);
+            let mut slow = read_slow(nvml, &dev, &mut check, pcie, counters);
+            if let Some(st) = &self.statics {
+                slow.rail = crate::rail::ports_for(&self.options.sysfs, &st.identity.pci_bus_id);
+            }
             self.slow = Some((now, slow));
         }
         let mut readout = match (&self.statics, &self.slow) {

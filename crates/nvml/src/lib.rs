@@ -52,6 +52,7 @@ mod fields;
 mod gpm;
 pub mod peers;
 mod power;
+pub mod rail;
 mod settings;
 mod stuck;
 mod xid;
@@ -113,6 +114,9 @@ pub struct NvmlOptions {
     /// `[path] procfs`).
     #[serde(skip)]
     pub procfs: PathBuf,
+    /// `sysfs`: where sysfs is mounted, read for the rail NICs (`class/infiniband`) and the
+    /// PCIe topology that maps each to its nearest GPU (`bus/pci/devices`); default `/sys`.
+    pub sysfs: PathBuf,
     /// Read the profiling families through GPM where the GPU has it (not a key: the daemon
     /// turns it off when DCGM provides every one of [`GPM_FAMILIES`]); default true.
     #[serde(skip)]
@@ -146,6 +150,7 @@ impl Default for NvmlOptions {
             max_processes_per_gpu: 10,
             xid_quiet_period: XidIncidents::DEFAULT_QUIET,
             procfs: PathBuf::from("/proc"),
+            sysfs: PathBuf::from("/sys"),
             profiling: true,
             power_sample_interval: DEFAULT_POWER_SAMPLE_INTERVAL,
             power_window: DEFAULT_POWER_WINDOW,
@@ -364,6 +369,7 @@ impl NvmlSource {
             slow_interval: self.options.slow_interval,
             max_processes: self.options.max_processes_per_gpu,
             procfs: self.options.procfs.clone(),
+            sysfs: self.options.sysfs.clone(),
             counters_every_poll: self.options.counters_every_poll,
         };
         let workers: Vec<Worker> = (0..count)

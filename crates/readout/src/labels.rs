@@ -160,6 +160,34 @@ label_values! {
         DrainAndReset => "drain_and_reset",
     }
 
+    /// `state` of `dgx_pixels_gpu_fabric_state_info`: how far the GPU's registration with the
+    /// NVLink fabric (the NVLink switches of an NVL72 rack) has come
+    /// (`nvmlGpuFabricInfoV_t.state`; NVML's `NOT_SUPPORTED` is no series at all).
+    FabricState {
+        /// `NVML_GPU_FABRIC_STATE_NOT_STARTED`.
+        NotStarted => "not_started",
+        /// `NVML_GPU_FABRIC_STATE_IN_PROGRESS`.
+        InProgress => "in_progress",
+        /// `NVML_GPU_FABRIC_STATE_COMPLETED`.
+        Completed => "completed",
+    }
+
+    /// `flag` of `dgx_pixels_gpu_fabric_health`: the conditions NVML's fabric health mask
+    /// reports (`nvmlGpuFabricInfoV_t.healthMask`, one field per flag).
+    FabricHealthFlag {
+        /// The GPU's NVLink bandwidth is degraded (`..._DEGRADED_BW_TRUE`).
+        DegradedBandwidth => "degraded_bandwidth",
+        /// The fabric is recovering a route (`..._ROUTE_RECOVERY_TRUE`).
+        RouteRecovery => "route_recovery",
+        /// A route is unhealthy (`..._ROUTE_UNHEALTHY_TRUE`).
+        RouteUnhealthy => "route_unhealthy",
+        /// Recovering from an access timeout (`..._ACCESS_TIMEOUT_RECOVERY_TRUE`).
+        AccessTimeoutRecovery => "access_timeout_recovery",
+        /// The fabric is configured wrongly for this GPU (`..._INCORRECT_CONFIGURATION_*`
+        /// other than `NONE`: system GUID, chassis serial, no partition, too few NVLinks).
+        IncorrectConfiguration => "incorrect_configuration",
+    }
+
     /// `reading` of `dgx_pixels_gpu_power_sample_info`: which NVML reading the fast power
     /// samples are.
     PowerReading {
@@ -186,9 +214,105 @@ impl RecoveryAction {
     }
 }
 
+impl FabricState {
+    /// The state for NVML's value (1 not started, 2 in progress, 3 completed); `None` for
+    /// `NOT_SUPPORTED` (0) or a value this build does not know.
+    pub fn from_nvml(value: u8) -> Option<FabricState> {
+        FabricState::ALL
+            .get(usize::from(value).checked_sub(1)?)
+            .copied()
+    }
+
+    /// NVML's value of the state.
+    pub fn to_nvml(self) -> u8 {
+        self as u8 + 1
+    }
+}
+
+impl FabricHealthFlag {
+    /// `(shift, mask)` of the flag's field in NVML's health mask (`NVML_GPU_FABRIC_HEALTH_MASK_
+    /// SHIFT_*` and `..._WIDTH_*`, which the header names a width but which is the mask).
+    pub fn nvml_field(self) -> (u32, u32) {
+        match self {
+            FabricHealthFlag::DegradedBandwidth => (0, 0x3),
+            FabricHealthFlag::RouteRecovery => (2, 0x3),
+            FabricHealthFlag::RouteUnhealthy => (4, 0x3),
+            FabricHealthFlag::AccessTimeoutRecovery => (6, 0x3),
+            FabricHealthFlag::IncorrectConfiguration => (8, 0xf),
+        }
+    }
+
+    /// The flags a health mask reports, with whether each holds; a flag whose field says
+    /// `NOT_SUPPORTED` (0) is left out. The true/false fields are 1 = true, 2 = false; the
+    /// configuration field is 1 = none, 2..=5 a wrong configuration.
+    pub fn decode(mask: u32) -> Vec<(FabricHealthFlag, bool)> {
+        FabricHealthFlag::ALL
+            .iter()
+            .filter_map(|&flag| {
+                let (shift, m) = flag.nvml_field();
+                let v = (mask >> shift) & m;
+                let holds = match (flag, v) {
+                    (_, 0) => return None,
+                    (FabricHealthFlag::IncorrectConfiguration, v) => v != 1,
+                    (_, 1) => true,
+                    (_, 2) => false,
+                    _ => return None,
+                };
+                Some((flag, holds))
+            })
+            .collect()
+    }
+
+    /// The health mask that reports `flags` (flags not listed: `NOT_SUPPORTED`); a wrong
+    /// configuration is encoded as too few NVLinks (5).
+    pub fn encode(flags: &[(FabricHealthFlag, bool)]) -> u32 {
+        flags.iter().fold(0, |mask, &(flag, holds)| {
+            let (shift, _) = flag.nvml_field();
+            let v = match (flag, holds) {
+                (FabricHealthFlag::IncorrectConfiguration, true) => 5,
+                (FabricHealthFlag::IncorrectConfiguration, false) => 1,
+                (_, true) => 1,
+                (_, false) => 2,
+            };
+            mask | (v << shift)
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fabric_values_round_trip_through_nvml_encodings() {
+        assert_eq!(FabricState::from_nvml(0), None);
+        assert_eq!(FabricState::from_nvml(3), Some(FabricState::Completed));
+        assert_eq!(FabricState::from_nvml(4), None);
+        for s in FabricState::ALL {
+            assert_eq!(FabricState::from_nvml(s.to_nvml()), Some(s));
+        }
+        // The header's values: degraded bandwidth true (1 << 0), route unhealthy false
+        // (2 << 4), configuration "insufficient NVLinks" (5 << 8), the others not supported.
+        let mask = 1 | (2 << 4) | (5 << 8);
+        assert_eq!(
+            FabricHealthFlag::decode(mask),
+            vec![
+                (FabricHealthFlag::DegradedBandwidth, true),
+                (FabricHealthFlag::RouteUnhealthy, false),
+                (FabricHealthFlag::IncorrectConfiguration, true),
+            ]
+        );
+        assert_eq!(
+            FabricHealthFlag::encode(&FabricHealthFlag::decode(mask)),
+            mask
+        );
+        assert_eq!(FabricHealthFlag::decode(0), vec![]);
+        // Configuration "none" is healthy.
+        assert_eq!(
+            FabricHealthFlag::decode(1 << 8),
+            vec![(FabricHealthFlag::IncorrectConfiguration, false)]
+        );
+    }
 
     #[test]
     fn all_lists_every_value_once_in_declaration_order() {

@@ -205,6 +205,37 @@ pub struct NvlinkReadout {
     pub errors: NvlinkErrors,
 }
 
+/// The GPU's place in an NVLink fabric (`nvmlDeviceGetGpuFabricInfoV`), where the driver
+/// supports it (multi-node NVLink: GB200 NVL72 and its kind).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FabricReadout {
+    /// How far registration with the fabric has come.
+    pub state: Option<labels::FabricState>,
+    /// NVML's return code of the registration once completed (`0`: success).
+    pub status: u32,
+    /// The fabric's cluster UUID, `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+    pub cluster_uuid: String,
+    /// The NVLink domain (clique) within the cluster.
+    pub clique_id: u32,
+    /// The health flags the driver reports, with whether each holds.
+    pub health: Vec<(labels::FabricHealthFlag, bool)>,
+}
+
+/// An InfiniBand / RoCE port of the NIC nearest to the GPU by PCIe topology (its rail).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RailPortReadout {
+    /// The NIC's name in sysfs, `mlx5_0`.
+    pub device: String,
+    /// Port number.
+    pub port: u32,
+    /// Whether the port is active with its physical link up.
+    pub up: bool,
+    /// The port's rate.
+    pub rate_bytes_per_second: Option<f64>,
+    /// Times the link went down (`counters/link_downed`).
+    pub link_downed: Option<f64>,
+}
+
 /// A compute process using device memory.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ProcessReadout {
@@ -323,6 +354,10 @@ pub struct GpuReadout {
     pub pcie_link_max_width: Option<f64>,
     /// What the driver says the GPU needs to recover, where the driver reports it.
     pub recovery_action: Option<labels::RecoveryAction>,
+    /// The NVLink fabric, where the GPU is part of one.
+    pub fabric: Option<FabricReadout>,
+    /// The ports of the GPU's rail NIC, where it has one.
+    pub rail_ports: Vec<RailPortReadout>,
     /// NVLink links the GPU has.
     pub nvlinks: Vec<NvlinkReadout>,
     /// Number of compute processes, where the GPU reports them.

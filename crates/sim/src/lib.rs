@@ -83,13 +83,13 @@ pub mod scenario;
 mod types;
 
 pub use bench::{Benchmark, BenchmarkError, BenchmarkRun, Precision, Transfer};
-pub use dgx_pixels_readout::{labels, ClockReadout, GpuIdentity, GpuReadout};
+pub use dgx_pixels_readout::{labels, ClockReadout, FabricReadout, GpuIdentity, GpuReadout};
 pub use error::ScenarioError;
 pub use imagegen::ImageGeneration;
 pub use node::{Node, STEP};
 pub use profile::{profile, Profile};
 pub use scenario::{Scenario, BUILTIN_SCENARIOS, MAX_GPUS, XID_GPU_LOST};
-pub use types::{Clocks, GpuReading, GpuState, GpuStatic, MigInstance, PcieLink};
+pub use types::{Clocks, FabricStatic, GpuReading, GpuState, GpuStatic, MigInstance, PcieLink};
 
 /// The pid of the simulated process on a busy, non-MIG GPU `index` (the processes of its MIG
 /// instances follow it): what the simulated training job's traces name as their host process,

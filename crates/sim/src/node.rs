@@ -179,6 +179,12 @@ struct GpuSim {
     resets: Vec<Duration>,
     /// Recovery actions the driver reports, and when.
     recovery: Vec<(dgx_pixels_readout::labels::RecoveryAction, Window)>,
+    /// Fabric faults: `(state instead of completed, flag that holds, when)`.
+    fabric: Vec<(
+        Option<dgx_pixels_readout::labels::FabricState>,
+        Option<dgx_pixels_readout::labels::FabricHealthFlag>,
+        Window,
+    )>,
     mig: Vec<MigParams>,
     bar1_total: Option<u64>,
     /// `exp(-STEP / tau)`.

@@ -20,6 +20,9 @@ pub const BUILTIN_SCENARIOS: &[&str] = &[
     "fault-ecc",
     "fault-thermal",
     "fault-health",
+    "dgx-b200",
+    "gb200-nvl72-tray",
+    "fault-fabric",
 ];
 
 const BUILTIN_TEXT: &[(&str, &str)] = &[
@@ -45,6 +48,15 @@ const BUILTIN_TEXT: &[(&str, &str)] = &[
     (
         "fault-health",
         include_str!("../scenarios/fault-health.toml"),
+    ),
+    ("dgx-b200", include_str!("../scenarios/dgx-b200.toml")),
+    (
+        "gb200-nvl72-tray",
+        include_str!("../scenarios/gb200-nvl72-tray.toml"),
+    ),
+    (
+        "fault-fabric",
+        include_str!("../scenarios/fault-fabric.toml"),
     ),
 ];
 
@@ -127,6 +139,7 @@ struct RawGpu {
     #[serde(default)]
     fan: bool,
     pci_bus_ids: Option<Vec<String>>,
+    fabric_clique_id: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -176,6 +189,7 @@ enum RawFaultKind {
     PowerBrake,
     Reset,
     RecoveryAction,
+    Fabric,
 }
 
 impl RawFaultKind {
@@ -191,6 +205,7 @@ impl RawFaultKind {
             RawFaultKind::PowerBrake => "power_brake",
             RawFaultKind::Reset => "reset",
             RawFaultKind::RecoveryAction => "recovery_action",
+            RawFaultKind::Fabric => "fabric",
         }
     }
 
@@ -205,9 +220,10 @@ impl RawFaultKind {
             "corrected" | "uncorrected" | "rows_retired" => self == Ecc,
             "until_s" => matches!(
                 self,
-                Thermal | NvlinkDown | PcieDegraded | PowerBrake | RecoveryAction
+                Thermal | NvlinkDown | PcieDegraded | PowerBrake | RecoveryAction | Fabric
             ),
             "action" => self == RecoveryAction,
+            "state" | "flag" => self == Fabric,
             "ambient_rise_celsius" | "thermal_resistance_factor" => self == Thermal,
             "link" => matches!(self, NvlinkDown | NvlinkErrors),
             "error_type" | "errors" => self == NvlinkErrors,
@@ -239,11 +255,13 @@ struct RawFault {
     width: Option<u32>,
     generation: Option<u32>,
     action: Option<String>,
+    state: Option<String>,
+    flag: Option<String>,
 }
 
 impl RawFault {
     /// The optional keys, in the order their misuse is reported, with whether each is set.
-    fn optional_keys(&self) -> [(&'static str, bool); 16] {
+    fn optional_keys(&self) -> [(&'static str, bool); 18] {
         [
             ("until_s", self.until_s.is_some()),
             ("ambient_rise_celsius", self.ambient_rise_celsius.is_some()),
@@ -264,6 +282,8 @@ impl RawFault {
             ("width", self.width.is_some()),
             ("generation", self.generation.is_some()),
             ("action", self.action.is_some()),
+            ("state", self.state.is_some()),
+            ("flag", self.flag.is_some()),
         ]
     }
 }
@@ -429,6 +449,15 @@ pub(crate) enum Fault {
         at: Duration,
         until: Option<Duration>,
     },
+    /// The NVLink fabric reports `state` (instead of completed) and/or `flag` for the GPU in
+    /// `[at, until)`.
+    Fabric {
+        gpu: usize,
+        state: Option<dgx_pixels_readout::labels::FabricState>,
+        flag: Option<dgx_pixels_readout::labels::FabricHealthFlag>,
+        at: Duration,
+        until: Option<Duration>,
+    },
 }
 
 impl Fault {
@@ -443,7 +472,8 @@ impl Fault {
             | Fault::PcieDegraded { gpu, .. }
             | Fault::PowerBrake { gpu, .. }
             | Fault::Reset { gpu, .. }
-            | Fault::RecoveryAction { gpu, .. } => *gpu,
+            | Fault::RecoveryAction { gpu, .. }
+            | Fault::Fabric { gpu, .. } => *gpu,
         }
     }
 }

@@ -85,6 +85,18 @@ pub struct GpuStatic {
     /// unless a `pcie_degraded` fault holds it lower (the reading's current link); `None` for
     /// parts not attached by PCIe.
     pub pcie_link: Option<PcieLink>,
+    /// The NVLink fabric the GPU registers with (multi-node NVLink, e.g. a GB200 NVL72 tray);
+    /// `None` where NVML answers `NOT_SUPPORTED`.
+    pub fabric: Option<FabricStatic>,
+}
+
+/// A GPU's place in an NVLink fabric.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FabricStatic {
+    /// The cluster's UUID (one per scenario node: a tray sits in one cluster).
+    pub cluster_uuid: String,
+    /// The NVLink domain (clique) within the cluster.
+    pub clique_id: u32,
 }
 
 impl GpuStatic {

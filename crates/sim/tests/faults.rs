@@ -514,3 +514,77 @@ fn fault_health_shows_each_gpus_rule_inside_its_window_only() {
         (0.0, 1.0)
     );
 }
+
+// The NVLink fabric: `fault-fabric`'s timeline, which the exporter's health tests rely on, and
+// the fault's validation.
+#[test]
+fn fault_fabric_shows_each_gpu_its_condition_between_3_and_12_s() {
+    use dgx_pixels_sim::labels::{FabricHealthFlag, FabricState};
+    let mut n = Node::new(Scenario::builtin("fault-fabric").unwrap());
+    let holds = |r: &GpuReadout, flag: FabricHealthFlag| {
+        let f = r.fabric.as_ref().unwrap();
+        f.health.iter().find(|(g, _)| *g == flag).unwrap().1
+    };
+    for t in [1.0, 8.0, 13.0] {
+        let inside = t == 8.0;
+        let r: Vec<GpuReadout> = (0..4).map(|g| ok(&mut n, g, t)).collect();
+        let f0 = r[0].fabric.as_ref().unwrap();
+        assert_eq!(f0.state, Some(FabricState::Completed));
+        assert_eq!(f0.clique_id, 32766);
+        assert_eq!(f0.health.len(), FabricHealthFlag::ALL.len());
+        assert!(f0.health.iter().all(|(_, h)| !h), "{t}: {f0:?}");
+        // One cluster for the whole tray.
+        assert!(r
+            .iter()
+            .all(|g| g.fabric.as_ref().unwrap().cluster_uuid == f0.cluster_uuid));
+        let expected = if inside {
+            FabricState::InProgress
+        } else {
+            FabricState::Completed
+        };
+        assert_eq!(r[1].fabric.as_ref().unwrap().state, Some(expected), "{t}");
+        assert_eq!(
+            holds(&r[2], FabricHealthFlag::RouteUnhealthy),
+            inside,
+            "{t}"
+        );
+        assert_eq!(
+            holds(&r[3], FabricHealthFlag::DegradedBandwidth),
+            inside,
+            "{t}"
+        );
+        assert!(!holds(&r[3], FabricHealthFlag::RouteUnhealthy));
+    }
+    // A part without fabric_clique_id reports none (NVML: not supported).
+    assert_eq!(
+        hopper("")
+            .reading(0, secs(1.0))
+            .unwrap()
+            .ok()
+            .unwrap()
+            .readout
+            .fabric,
+        None
+    );
+}
+
+#[test]
+fn fabric_faults_need_a_fabric_and_a_known_state_or_flag() {
+    let e = error("[[faults]]\nkind = \"fabric\"\ngpu = 0\nat_s = 1\nstate = \"in_progress\"\n");
+    assert!(e.contains("no NVLink fabric"), "{e}");
+    let base = include_str!("../scenarios/fault-fabric.toml");
+    for (extra, expect) in [
+        (
+            "state = \"broken\"",
+            "expected one of not_started, in_progress, completed",
+        ),
+        ("flag = \"slow\"", "expected one of degraded_bandwidth"),
+        ("until_s = 5", "need a state, a flag or both"),
+    ] {
+        let text = format!("{base}\n[[faults]]\nkind = \"fabric\"\ngpu = 0\nat_s = 1\n{extra}\n");
+        let e = Scenario::from_toml_str(&text, "f.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(expect), "{extra}: {e}");
+    }
+}

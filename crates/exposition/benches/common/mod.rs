@@ -84,6 +84,8 @@ pub fn snapshot(gpus: u32) -> Snapshot {
             pcie_link_max_generation: Some(5.0),
             pcie_link_max_width: Some(16.0),
             recovery_action: Some(RecoveryAction::None),
+            fabric: None,
+            rail_ports: Vec::new(),
             // An H100 SXM has 18 NVLinks, each with 4 error counters.
             nvlinks: (0..18)
                 .map(|link| NvlinkReadout {

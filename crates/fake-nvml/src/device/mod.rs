@@ -12,6 +12,7 @@ use dgx_pixels_sim::{GpuReadout, GpuStatic};
 use crate::state::{device_call, out, Access, Dev};
 use crate::types::*;
 
+mod fabric;
 mod health;
 mod identity;
 mod links;

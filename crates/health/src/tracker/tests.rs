@@ -594,3 +594,68 @@ fn a_new_policy_keeps_what_was_seen_and_drops_what_it_now_ignores() {
     assert_eq!(verdict(&out, "GPU-0").2, "xid_31");
     assert_eq!(t.policy().rules().len(), 2);
 }
+
+#[test]
+fn fabric_rules_hold_while_the_fabric_reports_them() {
+    let mut t = HealthTracker::new(T);
+    let now = Instant::now();
+    let info: (Metric, &[&str], f64) = (Metric::GpuFabricInfo, &["c-1", "7"], 1.0);
+    let state = |s: &'static [&'static str]| (Metric::GpuFabricState, s, 1.0);
+    let flag = |f: &'static [&'static str], v: f64| (Metric::GpuFabricHealth, f, v);
+    let judge = |t: &mut HealthTracker, extra: &[(Metric, &[&str], f64)]| {
+        verdict(&t.evaluate(gpu0(extra).iter(), now), "GPU-0")
+    };
+    let completed = state(&["completed", "success"]);
+    let clean = [
+        info,
+        completed,
+        flag(&["degraded_bandwidth"], 0.0),
+        flag(&["route_unhealthy"], 0.0),
+    ];
+    assert_eq!(judge(&mut t, &clean), v("healthy", "none", "none"));
+    assert_eq!(
+        judge(&mut t, &[info, state(&["in_progress", "success"])]),
+        v("unhealthy", "drain_p2p", "fabric_not_ready")
+    );
+    // Completed, but with an error: not ready either.
+    assert_eq!(
+        judge(&mut t, &[info, state(&["completed", "nvml_999"])]),
+        v("unhealthy", "drain_p2p", "fabric_not_ready")
+    );
+    assert_eq!(
+        judge(&mut t, &[info, completed, flag(&["route_unhealthy"], 1.0)]),
+        v("unhealthy", "drain_p2p", "fabric_unhealthy")
+    );
+    assert_eq!(
+        judge(
+            &mut t,
+            &[info, completed, flag(&["degraded_bandwidth"], 1.0)]
+        ),
+        v("degraded", "check_hardware", "fabric_degraded_bandwidth")
+    );
+    // A route being recovered has no rule of its own; a GPU without a fabric has none.
+    assert_eq!(
+        judge(&mut t, &[info, completed, flag(&["route_recovery"], 1.0)]),
+        v("healthy", "none", "none")
+    );
+    assert_eq!(judge(&mut t, &[]), v("healthy", "none", "none"));
+}
+
+#[test]
+fn a_rail_port_down_degrades_the_gpu_while_it_is_down() {
+    let mut t = HealthTracker::new(T);
+    let now = Instant::now();
+    let port = |up: f64| gpu0(&[(Metric::GpuRailPortUp, &["mlx5_0", "1"], up)]);
+    assert_eq!(
+        verdict(&t.evaluate(port(1.0).iter(), now), "GPU-0"),
+        v("healthy", "none", "none")
+    );
+    assert_eq!(
+        verdict(&t.evaluate(port(0.0).iter(), now), "GPU-0"),
+        v("degraded", "check_hardware", "rail_port_down")
+    );
+    assert_eq!(
+        verdict(&t.evaluate(port(1.0).iter(), now), "GPU-0"),
+        v("healthy", "none", "none")
+    );
+}

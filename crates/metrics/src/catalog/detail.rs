@@ -84,6 +84,16 @@ pub static POLICIES: &[Entry] = &[
         why: "only while the driver asks for a recovery action (the health verdict reads it either way)",
     },
     Entry {
+        metric: Metric::GpuFabricHealth,
+        policy: Policy::NonZero,
+        why: "only the fabric conditions that hold (value 1): five flags per GPU are almost always 0; the health verdict reads them either way",
+    },
+    Entry {
+        metric: Metric::GpuRailLinkDowned,
+        policy: Policy::FullOnly,
+        why: "a drill-down beside the port state, which the verdict reads; node_exporter serves the NIC's own counters",
+    },
+    Entry {
         metric: Metric::GpuXidObserved,
         policy: Policy::NotValue(1.0),
         why: "only a GPU whose XIDs nobody observes (value 0); the health verdict reads it either way",
@@ -96,12 +106,12 @@ pub static POLICIES: &[Entry] = &[
     Entry {
         metric: Metric::NvmlCalls,
         policy: Policy::FullOnly,
-        why: "self-diagnosis of what NVML costs the exporter (one series per NVML function called, at most 48 per node), for a drill-down",
+        why: "self-diagnosis of what NVML costs the exporter (one series per NVML function called, at most 49 per node), for a drill-down",
     },
     Entry {
         metric: Metric::NvmlCallSeconds,
         policy: Policy::FullOnly,
-        why: "self-diagnosis of what NVML costs the exporter (one series per NVML function called, at most 48 per node), for a drill-down",
+        why: "self-diagnosis of what NVML costs the exporter (one series per NVML function called, at most 49 per node), for a drill-down",
     },
     Entry {
         metric: Metric::GpuMemoryFree,

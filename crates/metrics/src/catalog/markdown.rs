@@ -222,7 +222,7 @@ with `dgx_pixels_gpu_up 0` while the others are served. Readings come in these c
 |---|---|
 | once per GPU | `gpu_info` labels, `gpu_clock_max_hertz`, the number of fans |
 | every poll | utilization (GPU, memory, encoder, decoder), memory, BAR1, power and limit, temperatures, clocks, P-state, fan speeds, throttle reasons, ECC totals, remapped rows, link generation and width, NVLink byte totals, processes, MIG instance memory |
-| every `[nvml] slow_interval` (default 5 s) | the energy counter and PCIe replays (counters: `rate()` and `increase()` over a range of minutes see the same values; the total energy costs 2.5 ms per read on an H200, three quarters of a poll), PCIe throughput (the driver samples each direction for about 20 ms, so reading it every poll would cost 40 ms per GPU), NVLink per-link state and errors, throttle violation times, ECC mode, retired pages, the MIG layout |
+| every `[nvml] slow_interval` (default 5 s) | the energy counter and PCIe replays (counters: `rate()` and `increase()` over a range of minutes see the same values; the total energy costs 2.5 ms per read on an H200, three quarters of a poll), PCIe throughput (the driver samples each direction for about 20 ms, so reading it every poll would cost 40 ms per GPU), NVLink per-link state and errors, throttle violation times, ECC mode, retired pages, the MIG layout, the NVLink fabric (state, clique, health), the rail NIC ports (sysfs) |
 | every `[nvml] power_sample_interval` (default 100 ms) | board power (`NVML_FI_DEV_POWER_INSTANT`), by a thread per GPU, into `gpu_power_sample_watts` and its peak and minimum ([docs/power.md](power.md)) |
 | as they happen | XID errors: a thread waits on an NVML event set and counts each one |
 

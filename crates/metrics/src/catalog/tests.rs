@@ -20,7 +20,7 @@ fn ids_index_their_own_rows() {
 fn names_follow_the_naming_rules() {
     let subsystems = [
         "gpu", "mig", "nvlink", "pcie", "process", "probe", "workload", "quality", "cost",
-        "source", "exporter", "textfile", "kmsg", "nvswitch", "trace", "nvml",
+        "source", "exporter", "textfile", "kmsg", "nvswitch", "trace", "nvml", "node",
     ];
     let mut seen = HashSet::new();
     for def in CATALOG {

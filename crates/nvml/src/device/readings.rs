@@ -1,10 +1,10 @@
 //! The readings themselves: the slow ones (the energy and PCIe replay counters, PCIe
-//! throughput, NVLink state and errors, violation times, ECC mode, retired pages, the MIG layout)
+//! throughput, NVLink state and errors, violation times, ECC mode, retired pages, the MIG layout, the NVLink fabric)
 //! on their own cadence, and the fast ones every poll, with one field-values call each. Apart from `device.rs`, which holds the per-GPU reader's
 //! state and schedule.
 
 use super::*;
-use dgx_pixels_metrics::labels::RecoveryAction;
+use dgx_pixels_metrics::labels::{FabricHealthFlag, FabricState, RecoveryAction};
 
 /// The slow readings; PCIe throughput only if `pcie` (GPM measures it otherwise), the
 /// counters of [`fields::Batch::Slow`] only if `counters` (else every poll reads them).
@@ -100,7 +100,10 @@ pub(super) fn read_slow(
         }
     };
     let mig = read_mig_layout(dev, check);
+    let fabric = read_fabric(dev, check);
     Slow {
+        fabric,
+        rail: Vec::new(),
         counters,
         pcie_tx,
         pcie_rx,
@@ -171,6 +174,58 @@ fn mig_ids(mig: &Device<'_>) -> (Option<u32>, Option<u32>) {
             F::ComputeInstanceId,
         ),
     )
+}
+
+/// `nvmlGpuFabricInfo_v3` and `_v2` (`sizeof | version << 24`, as nvidia-ml-py has them).
+const FABRIC_INFO_V3: u32 = 0x0300_0028;
+const FABRIC_INFO_V2: u32 = 0x0200_0024;
+
+/// The GPU's NVLink fabric (raw call: nvml-wrapper does not wrap it). Asks for struct v3 and
+/// falls back to v2 on a driver that does not know v3 (the fields read are in both); `None`
+/// where NVML says not supported, by error or by state.
+fn read_fabric(dev: &Device<'_>, check: &mut Check<'_>) -> Option<FabricReadout> {
+    use nvml_wrapper_sys::bindings::nvmlGpuFabricInfoV_t;
+    let f = dev.nvml().lib().nvmlDeviceGetGpuFabricInfoV.as_ref().ok()?;
+    // SAFETY: the handle is only passed back to NVML while `dev` is alive.
+    let handle = unsafe { dev.handle() };
+    let mut info: nvmlGpuFabricInfoV_t;
+    let mut result = Err(NvmlError::NotSupported);
+    for version in [FABRIC_INFO_V3, FABRIC_INFO_V2] {
+        // SAFETY: a zeroed plain C struct is a valid value.
+        info = unsafe { std::mem::zeroed() };
+        info.version = version;
+        // SAFETY: `info` is a v3 struct, at least as large as the version it names.
+        result =
+            nvml_try(timed(F::GpuFabricInfo, || unsafe { f(handle, &mut info) })).map(|()| info);
+        // NVML_ERROR_ARGUMENT_VERSION_MISMATCH (25), which nvml-wrapper does not name.
+        if !matches!(result, Err(NvmlError::UnexpectedVariant(25))) {
+            break;
+        }
+    }
+    let info = check.get("fabric_info", result)?;
+    let state = FabricState::from_nvml(info.state)?;
+    let cluster_uuid = {
+        let hex: String = info
+            .clusterUuid
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!(
+            "{}-{}-{}-{}-{}",
+            &hex[..8],
+            &hex[8..12],
+            &hex[12..16],
+            &hex[16..20],
+            &hex[20..]
+        )
+    };
+    Some(FabricReadout {
+        state: Some(state),
+        status: info.status,
+        cluster_uuid,
+        clique_id: info.cliqueId,
+        health: FabricHealthFlag::decode(info.healthMask),
+    })
 }
 
 /// One field-values batch; a field NVML does not answer is logged once and left out.
@@ -393,6 +448,8 @@ pub(super) fn read_fast(
         nvlink_transmit_bytes: f.nvlink_tx_kib.map(|k| k * 1024.0),
         nvlink_receive_bytes: f.nvlink_rx_kib.map(|k| k * 1024.0),
         nvlinks: slow.nvlinks.clone(),
+        fabric: slow.fabric.clone(),
+        rail_ports: slow.rail.clone(),
         process_count: None,
         processes: Vec::new(),
         mig,

@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use dgx_pixels_readout::labels::{
-    NvlinkErrorType, RecoveryAction, ThrottleReason, ViolationPolicy,
+    FabricHealthFlag, FabricState, NvlinkErrorType, RecoveryAction, ThrottleReason, ViolationPolicy,
 };
 use dgx_pixels_readout::{
-    EccTotals, GpuReadout, MigReadout, NvlinkReadout, ProcessReadout, RemappedRowsReadout,
-    RetiredPages,
+    EccTotals, FabricReadout, GpuReadout, MigReadout, NvlinkReadout, ProcessReadout,
+    RemappedRowsReadout, RetiredPages,
 };
 
 use super::{
@@ -172,8 +172,12 @@ impl GpuSim {
                 .find(|(_, w)| w.holds(t))
                 .map_or(RecoveryAction::None, |(a, _)| *a),
         );
+        let fabric = g.fabric.as_ref().map(|f| self.fabric_at(f, t));
         let readout = GpuReadout {
             recovery_action,
+            fabric,
+            // Rail NICs come from sysfs, not from the GPU: the simulator has none.
+            rail_ports: Vec::new(),
             up: true,
             utilization_ratio: Some(e.utilization),
             memory_utilization_ratio: Some(e.memory_utilization),
@@ -334,5 +338,28 @@ impl GpuSim {
             }
         }
         Some(link)
+    }
+}
+
+impl GpuSim {
+    /// The fabric as the driver reports it at `t`: registration completed and every flag
+    /// false, unless a fabric fault holds (the first one listed wins the state).
+    fn fabric_at(&self, f: &crate::types::FabricStatic, t: Duration) -> FabricReadout {
+        let holding: Vec<_> = self.fabric.iter().filter(|(_, _, w)| w.holds(t)).collect();
+        let state = holding
+            .iter()
+            .find_map(|(s, _, _)| *s)
+            .unwrap_or(FabricState::Completed);
+        let health = FabricHealthFlag::ALL
+            .iter()
+            .map(|&flag| (flag, holding.iter().any(|(_, h, _)| *h == Some(flag))))
+            .collect();
+        FabricReadout {
+            state: Some(state),
+            status: 0,
+            cluster_uuid: f.cluster_uuid.clone(),
+            clique_id: f.clique_id,
+            health,
+        }
     }
 }

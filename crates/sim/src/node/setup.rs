@@ -68,6 +68,7 @@ impl GpuSim {
         let mut pcie_degraded = Vec::new();
         let mut power_brake = Vec::new();
         let mut recovery = Vec::new();
+        let mut fabric = Vec::new();
         let mut resets = Vec::new();
         for f in scenario.faults.iter().filter(|f| f.gpu() == index) {
             match f {
@@ -140,6 +141,20 @@ impl GpuSim {
                         until: *until,
                     },
                 )),
+                Fault::Fabric {
+                    state,
+                    flag,
+                    at,
+                    until,
+                    ..
+                } => fabric.push((
+                    *state,
+                    *flag,
+                    Window {
+                        from: *at,
+                        until: *until,
+                    },
+                )),
             }
         }
         lost.sort_by_key(|l| l.0);
@@ -177,6 +192,7 @@ impl GpuSim {
             power_brake,
             resets,
             recovery,
+            fabric,
             mig,
             bar1_total: stat.bar1_total_bytes,
             alpha,

@@ -282,6 +282,54 @@ impl Fields<'_> {
                     until: self.until()?,
                 }
             }
+            RawFaultKind::Fabric => {
+                use dgx_pixels_readout::labels::{FabricHealthFlag, FabricState};
+                if g.fabric.is_none() {
+                    return Err(self.err(
+                        "gpu",
+                        format!("GPU {gpu} is in no NVLink fabric (its [[gpus]] table has no fabric_clique_id)"),
+                    ));
+                }
+                let state = match f.state.as_deref() {
+                    None => None,
+                    Some(name) => Some(
+                        FabricState::ALL
+                            .into_iter()
+                            .find(|s| s.as_str() == name)
+                            .ok_or_else(|| {
+                                let names: Vec<&str> =
+                                    FabricState::ALL.iter().map(|s| s.as_str()).collect();
+                                self.err("state", format!("expected one of {}", names.join(", ")))
+                            })?,
+                    ),
+                };
+                let flag = match f.flag.as_deref() {
+                    None => None,
+                    Some(name) => Some(
+                        FabricHealthFlag::ALL
+                            .into_iter()
+                            .find(|s| s.as_str() == name)
+                            .ok_or_else(|| {
+                                let names: Vec<&str> =
+                                    FabricHealthFlag::ALL.iter().map(|s| s.as_str()).collect();
+                                self.err("flag", format!("expected one of {}", names.join(", ")))
+                            })?,
+                    ),
+                };
+                if state.is_none() && flag.is_none() {
+                    return Err(self.err(
+                        "state",
+                        "faults of kind \"fabric\" need a state, a flag or both",
+                    ));
+                }
+                Fault::Fabric {
+                    gpu,
+                    state,
+                    flag,
+                    at,
+                    until: self.until()?,
+                }
+            }
         })
     }
 

@@ -308,6 +308,18 @@ pub(super) fn gpus(
                 mig: None,
                 bar1_total_bytes: bar1_total,
                 pcie_link,
+                fabric: g
+                    .fabric_clique_id
+                    .map(|clique_id| crate::types::FabricStatic {
+                        cluster_uuid: uuid_from(
+                            "",
+                            noise::hash(seed, 0xfab, 0, 1),
+                            noise::hash(seed, 0xfab, 0, 2),
+                        )
+                        .trim_start_matches('-')
+                        .to_string(),
+                        clique_id,
+                    }),
             });
             models.push(GpuModel {
                 idle_power: idle,
