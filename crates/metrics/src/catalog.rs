@@ -344,6 +344,10 @@ define_catalog! {
         "Readings of this GPU the source left out of its last poll because they were stale or late: for DCGM, samples older than 3 update intervals (at least 2 s), after which the source re-creates its watches; for NVML, the GPM profiling families (10) while the GPU's GPM calls do not answer within the deadline (its other readings are served).";
     ProbeBandwidth => Gauge BytesPerSecond "dgx_pixels_probe_bandwidth_bytes_per_second" ["gpu", "uuid", "probe"] ["probes"]
         "Last copy bandwidth measured by a probe: copy_d2d counts bytes read plus written, copy_h2d and copy_d2h bytes moved over the host link from pinned memory.";
+    ProbeP2pWorstBandwidth => Gauge BytesPerSecond "dgx_pixels_probe_p2p_worst_bandwidth_bytes_per_second" ["gpu", "uuid", "peer_gpu"] ["probes"]
+        "Lowest GPU-to-GPU copy bandwidth from this GPU among its measured peers (the p2p_copy probe: peer access enabled, one direction, each peer in turn), and which peer that is (peer_gpu, the peer's gpu label): a degraded NVLink shows as the GPU that is the others' worst peer. One series per GPU.";
+    ProbeP2pBandwidth => Gauge BytesPerSecond "dgx_pixels_probe_p2p_bandwidth_bytes_per_second" ["gpu", "uuid", "peer_gpu"] ["probes"]
+        "Last GPU-to-GPU copy bandwidth from this GPU to peer_gpu (the p2p_copy probe), per pair. Full detail only.";
     ProbeLaunchLatency => Gauge Seconds "dgx_pixels_probe_launch_latency_seconds" ["gpu", "uuid"] ["probes"]
         "Last measured round trip of an empty kernel (launch and wait), per launch.";
     ProbePeakFraction => Gauge Ratio "dgx_pixels_probe_peak_fraction_ratio" ["gpu", "uuid", "probe"] ["probes"]

@@ -108,6 +108,33 @@ fn state_of(outcome: &str) -> &'static str {
     }
 }
 
+/// Why `g` must be left alone now and when to look at it again; `None` when it may be
+/// probed. Read from this poll's view of it ([`ProbeSource::observe`]).
+fn skip_of(
+    settings: &ScheduleSettings,
+    g: &GpuState,
+    now: Instant,
+) -> Option<(&'static str, Duration)> {
+    let idle_for = g
+        .idle_since
+        .map(|t| now.saturating_duration_since(t))
+        .unwrap_or_default();
+    let occupancy = g.occupancy;
+    match g.reading {
+        None => Some(("skipped_no_utilization", SKIP_RETRY)),
+        Some(_) if occupancy.held => Some(("skipped_held", SKIP_RETRY)),
+        Some(_) if occupancy.processes > 0 => Some(("skipped_in_use", SKIP_RETRY)),
+        Some(_) if occupancy.mig => Some(("skipped_mig", SKIP_RETRY)),
+        Some((_, u)) if u > settings.busy_threshold => Some(("skipped_busy", SKIP_RETRY)),
+        // Not idle for long enough yet: look again when it would be.
+        Some(_) if idle_for < settings.settle => Some((
+            "skipped_settling",
+            (settings.settle - idle_for).max(Duration::from_millis(100)),
+        )),
+        Some(_) => None,
+    }
+}
+
 /// The outcome label of a failed run.
 fn outcome_of(e: &ProbeError) -> &'static str {
     match e {
@@ -208,6 +235,20 @@ pub trait Backend: Send {
     /// Runs one probe on one GPU and returns its measured values.
     fn run(&mut self, gpu: &GpuId, kind: ProbeKind) -> Result<Vec<f64>, ProbeError>;
 
+    /// Runs a pair probe ([`ProbeKind::needs_peer`]) from `gpu` to `peer`. The default: the
+    /// backend runs none (an error, so the scheduler serves nothing for it).
+    fn run_pair(
+        &mut self,
+        gpu: &GpuId,
+        peer: &GpuId,
+        kind: ProbeKind,
+    ) -> Result<Vec<f64>, ProbeError> {
+        let _ = (gpu, peer);
+        Err(ProbeError::Config(format!(
+            "{kind}: this backend runs no pair probes"
+        )))
+    }
+
     /// How long the last [`Backend::run`] held the GPU, where the backend knows it better than
     /// the wall clock around the call: a simulated GPU answers at once but models the time a
     /// real run takes, which sets the pause before the next probe (the duty cycle) and the
@@ -247,6 +288,26 @@ impl Backend for CudaBackend {
         let values = g.run(kind, &self.sizes, 42, 1, 3, &mut || {});
         g.release()?;
         values
+    }
+
+    fn run_pair(
+        &mut self,
+        gpu: &GpuId,
+        peer: &GpuId,
+        _: ProbeKind,
+    ) -> Result<Vec<f64>, ProbeError> {
+        let mut g = dgx_pixels_probes::cuda::Gpu::open(gpu.ordinal)?;
+        let p = match dgx_pixels_probes::cuda::Gpu::open(peer.ordinal) {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = g.release();
+                return Err(e);
+            }
+        };
+        let values = g.run_peer(&p, &self.sizes, 1, 3, &mut || {});
+        let released = g.release().and(p.release());
+        let values = values?;
+        released.map(|()| values)
     }
 }
 
@@ -290,6 +351,10 @@ struct GpuState {
     next_due: Instant,
     next_probe: usize,
     results: BTreeMap<ProbeKind, LastResult>,
+    /// The pair probe's last result from this GPU to each peer, by the peer's position.
+    pairs: BTreeMap<usize, LastResult>,
+    /// Which peer the next pair probe starts looking at (an offset among the others).
+    next_peer: usize,
     runs: BTreeMap<(ProbeKind, &'static str), u64>,
     durations: BTreeMap<ProbeKind, Histogram>,
     busy: Duration,
@@ -358,6 +423,8 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
                             next_due: now,
                             next_probe: 0,
                             results: BTreeMap::new(),
+                            pairs: BTreeMap::new(),
+                            next_peer: 0,
                             runs: BTreeMap::new(),
                             durations: BTreeMap::new(),
                             busy: Duration::ZERO,
@@ -418,43 +485,60 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
             return;
         };
         self.cursor = (i + 1) % n.max(1);
-        let g = &mut gpus[i];
-        let kind = probes[g.next_probe % probes.len()];
-        let (reading, occupancy) = (g.reading, g.occupancy);
-        if let Some((gpu, _)) = reading {
-            if g.key.index() != gpu {
-                g.key = Arc::new(DeviceKey::gpu(gpu, g.id.uuid.as_str()));
+        let kind = probes[gpus[i].next_probe % probes.len()];
+        {
+            let g = &mut gpus[i];
+            if let Some((gpu, _)) = g.reading {
+                if g.key.index() != gpu {
+                    g.key = Arc::new(DeviceKey::gpu(gpu, g.id.uuid.as_str()));
+                }
             }
         }
-        let idle_for = g
-            .idle_since
-            .map(|t| now.saturating_duration_since(t))
-            .unwrap_or_default();
-        let skip = match reading {
-            None => Some(("skipped_no_utilization", SKIP_RETRY)),
-            Some(_) if occupancy.held => Some(("skipped_held", SKIP_RETRY)),
-            Some(_) if occupancy.processes > 0 => Some(("skipped_in_use", SKIP_RETRY)),
-            Some(_) if occupancy.mig => Some(("skipped_mig", SKIP_RETRY)),
-            Some((_, u)) if u > self.settings.busy_threshold => Some(("skipped_busy", SKIP_RETRY)),
-            // Not idle for long enough yet: look again when it would be.
-            Some(_) if idle_for < self.settings.settle => Some((
-                "skipped_settling",
-                (self.settings.settle - idle_for).max(Duration::from_millis(100)),
-            )),
-            Some(_) => None,
-        };
+        let mut skip = skip_of(&self.settings, &gpus[i], now);
+        let mut peer = None;
+        if skip.is_none() && kind.needs_peer() {
+            if n < 2 {
+                // Nothing to pair with: the probe does not apply to this node.
+                gpus[i].next_probe = (gpus[i].next_probe + 1) % probes.len();
+                return;
+            }
+            // Each GPU against each peer in turn; a peer that must be left alone is passed
+            // over for the next free one, and with none free the GPU waits as the first one
+            // in turn says.
+            let start = gpus[i].next_peer;
+            let candidate = |m: usize| (i + 1 + (start + m) % (n - 1)) % n;
+            match (0..n - 1).find(|&m| skip_of(&self.settings, &gpus[candidate(m)], now).is_none())
+            {
+                Some(m) => {
+                    peer = Some(candidate(m));
+                    gpus[i].next_peer = (start + m + 1) % (n - 1);
+                }
+                None => {
+                    skip = skip_of(&self.settings, &gpus[candidate(0)], now)
+                        .map(|(outcome, _)| (outcome, SKIP_RETRY));
+                }
+            }
+        }
         if let Some((outcome, retry)) = skip {
+            let g = &mut gpus[i];
             *g.runs.entry((kind, outcome)).or_default() += 1;
             g.state = state_of(outcome);
             g.next_due = now + retry;
             return;
         }
         let t0 = Instant::now();
-        let result = self.backend.run(&g.id, kind);
+        let result = match peer {
+            Some(j) => {
+                let peer_id = gpus[j].id.clone();
+                self.backend.run_pair(&gpus[i].id, &peer_id, kind)
+            }
+            None => self.backend.run(&gpus[i].id, kind),
+        };
         if let Some(rss) = self.backend.worker_peak_rss_bytes() {
             self.worker_peak_rss = Some(self.worker_peak_rss.unwrap_or(0).max(rss));
         }
         let took = self.backend.held_for().unwrap_or_else(|| t0.elapsed());
+        let g = &mut gpus[i];
         g.busy += took;
         g.durations
             .entry(kind)
@@ -465,18 +549,20 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
                 .map(|s| s.median)
                 .ok_or_else(|| ProbeError::Cuda("the probe returned no finite value".into()))
         });
+        let mut polite = false;
         match value {
             Ok(v) => {
                 *g.runs.entry((kind, "ok")).or_default() += 1;
                 g.state = state_of("ok");
-                g.results.insert(
-                    kind,
-                    LastResult {
-                        value: v,
-                        at: SystemTime::now(),
-                        measured: Instant::now(),
-                    },
-                );
+                let r = LastResult {
+                    value: v,
+                    at: SystemTime::now(),
+                    measured: Instant::now(),
+                };
+                match peer {
+                    Some(j) => g.pairs.insert(j, r),
+                    None => g.results.insert(kind, r),
+                };
                 g.last_error = None;
             }
             Err(e) => {
@@ -488,6 +574,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
                     // it ages out. A skip held the GPU for no time; look again later.
                     tracing::debug!(gpu = g.key.index(), uuid = %g.id.uuid, probe = %kind, outcome, "probe not run: {e}");
                     g.idle_since = None;
+                    polite = true;
                     if outcome.starts_with("skipped_") {
                         g.next_due = now + SKIP_RETRY;
                         return;
@@ -495,7 +582,10 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
                 } else {
                     // A failed probe leaves no result: the previous one no longer describes
                     // the GPU.
-                    g.results.remove(&kind);
+                    match peer {
+                        Some(j) => g.pairs.remove(&j),
+                        None => g.results.remove(&kind),
+                    };
                     let msg = e.to_string();
                     if g.last_error.as_deref() != Some(&msg) {
                         tracing::warn!(gpu = g.key.index(), uuid = %g.id.uuid, probe = %kind, outcome, "probe failed: {msg}");
@@ -506,7 +596,16 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         }
         g.next_probe = (g.next_probe + 1) % probes.len();
         let pause = took.div_f64(self.settings.duty_cycle);
-        g.next_due = t0 + took.max(t0.elapsed()) + pause;
+        let rest = t0 + took.max(t0.elapsed()) + pause;
+        g.next_due = rest;
+        // The peer was held as long: it rests as long, within the same duty cycle.
+        if let Some(p) = peer.and_then(|j| gpus.get_mut(j)) {
+            p.busy += took;
+            p.next_due = p.next_due.max(rest);
+            if polite {
+                p.idle_since = None;
+            }
+        }
     }
 
     fn samples(&self, now: Instant) -> Vec<Sample> {
@@ -557,6 +656,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
                         .unwrap_or(0.0);
                 out.push(Sample::of(key, Metric::ProbeLastRun, [name], ts));
             }
+            self.pair_samples(gpus, g, now, &mut out);
             for kind in &self.probes {
                 for outcome in OUTCOMES {
                     let n = g.runs.get(&(*kind, *outcome)).copied().unwrap_or(0);
@@ -581,6 +681,55 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
             }
         }
         out
+    }
+
+    /// The pair probe's series of `g`: each fresh pair at full detail, the worst peer always.
+    /// A GPU meets each peer once per n - 1 of its rounds, so a pair ages out after that many
+    /// times the single probes' limit.
+    fn pair_samples(&self, gpus: &[GpuState], g: &GpuState, now: Instant, out: &mut Vec<Sample>) {
+        let peers = u32::try_from(gpus.len().saturating_sub(1))
+            .unwrap_or(u32::MAX)
+            .max(1);
+        let max_age = self.round_estimate(g) * MAX_AGE_ROUNDS * peers;
+        let mut worst: Option<(f64, String)> = None;
+        let mut last: Option<SystemTime> = None;
+        for (j, r) in &g.pairs {
+            let Some(peer) = gpus.get(*j) else { continue };
+            if now.duration_since(r.measured) > max_age {
+                continue;
+            }
+            let label = peer.key.index().to_string();
+            out.push(Sample::of(
+                &g.key,
+                Metric::ProbeP2pBandwidth,
+                [label.as_str()],
+                r.value,
+            ));
+            if worst.as_ref().is_none_or(|(v, _)| r.value < *v) {
+                worst = Some((r.value, label));
+            }
+            last = last.max(Some(r.at));
+        }
+        if let Some((v, label)) = worst {
+            out.push(Sample::of(
+                &g.key,
+                Metric::ProbeP2pWorstBandwidth,
+                [label.as_str()],
+                v,
+            ));
+        }
+        if let Some(at) = last {
+            let ts = at
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or(0.0);
+            out.push(Sample::of(
+                &g.key,
+                Metric::ProbeLastRun,
+                [ProbeKind::P2pCopy.name()],
+                ts,
+            ));
+        }
     }
 
     /// Time for one rotation through every probe on `g`, from its recorded durations.

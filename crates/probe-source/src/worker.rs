@@ -6,7 +6,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use dgx_pixels_probes::worker::{RunRequest, WorkerReply, WorkerRequest, MAX_REPLY_BYTES};
+use dgx_pixels_probes::worker::{Peer, RunRequest, WorkerReply, WorkerRequest, MAX_REPLY_BYTES};
 use dgx_pixels_probes::{ProbeError, ProbeKind, ProbeSizes};
 
 use crate::{Backend, GpuId};
@@ -123,6 +123,35 @@ impl Backend for WorkerBackend {
     }
 
     fn run(&mut self, gpu: &GpuId, kind: ProbeKind) -> Result<Vec<f64>, ProbeError> {
+        self.run_on(gpu, None, kind)
+    }
+
+    fn run_pair(
+        &mut self,
+        gpu: &GpuId,
+        peer: &GpuId,
+        kind: ProbeKind,
+    ) -> Result<Vec<f64>, ProbeError> {
+        self.run_on(gpu, Some(peer), kind)
+    }
+
+    fn held_for(&self) -> Option<Duration> {
+        self.held
+    }
+
+    fn worker_peak_rss_bytes(&self) -> Option<u64> {
+        self.last.map(|c| c.peak_rss_bytes)
+    }
+}
+
+impl WorkerBackend {
+    /// One worker run of `kind` on `gpu` (and `peer`, for a pair probe).
+    fn run_on(
+        &mut self,
+        gpu: &GpuId,
+        peer: Option<&GpuId>,
+        kind: ProbeKind,
+    ) -> Result<Vec<f64>, ProbeError> {
         self.held = None;
         let request = WorkerRequest::Run(RunRequest {
             ordinal: gpu.ordinal,
@@ -132,6 +161,10 @@ impl Backend for WorkerBackend {
             warmup: 1,
             iterations: 3,
             seed: 42,
+            peer: peer.map(|p| Peer {
+                ordinal: p.ordinal,
+                uuid: p.uuid.clone(),
+            }),
         });
         match self.ask(&request)? {
             WorkerReply::Measured { values, held_ns } => {
@@ -148,14 +181,6 @@ impl Backend for WorkerBackend {
             }
             other => Err(unexpected(other, "a run")),
         }
-    }
-
-    fn held_for(&self) -> Option<Duration> {
-        self.held
-    }
-
-    fn worker_peak_rss_bytes(&self) -> Option<u64> {
-        self.last.map(|c| c.peak_rss_bytes)
     }
 }
 

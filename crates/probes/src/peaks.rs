@@ -97,7 +97,9 @@ pub fn peak(model: &str, kind: ProbeKind) -> Option<f64> {
         ProbeKind::GemmFp32 => Some(p.fp32),
         ProbeKind::GemmFp64 => Some(p.fp64),
         ProbeKind::CopyD2D => Some(p.memory_bandwidth),
-        ProbeKind::CopyH2D | ProbeKind::CopyD2H | ProbeKind::LaunchLatency => None,
+        ProbeKind::CopyH2D | ProbeKind::CopyD2H | ProbeKind::LaunchLatency | ProbeKind::P2pCopy => {
+            None
+        }
     }
 }
 

@@ -10,7 +10,8 @@
 
 use std::time::Duration;
 
-use crate::bench::BenchmarkError;
+use crate::bench::{BenchmarkError, BenchmarkRun};
+use crate::noise;
 use crate::types::{GpuReading, GpuStatic};
 use crate::{GpuState, Node};
 
@@ -19,6 +20,12 @@ use crate::{GpuState, Node};
 pub const P2P_EFFICIENCY: f64 = 0.85;
 /// Share of the PCIe line rate a peer copy over PCIe reaches.
 const PCIE_P2P_EFFICIENCY: f64 = 0.80;
+/// Noise stream of peer copy values (the benchmarks' streams are 0x200 and up).
+const S_PEER: u64 = 0x300;
+/// Values a run measures, and the time it holds both GPUs: two contexts, one iteration of
+/// about 20 ms each after one warm-up (the probes' sizing).
+const ITERATIONS: u64 = 3;
+const HELD: Duration = Duration::from_millis(2 * 150 + 20 * (ITERATIONS + 1));
 /// The share of the links a probe keeps however busy they are.
 const MIN_LINK_SHARE: f64 = 0.05;
 
@@ -104,6 +111,27 @@ impl Node {
         let (gd, rd) = side(dst)?;
         peer_expected((&gs, &rs), (&gd, &rd))
     }
+
+    /// Runs the peer copy from `src` to `dst` at time `t`: three values around
+    /// [`Node::peer_expected`] with about 1% deterministic noise, and how long the run held
+    /// the two GPUs.
+    pub fn peer_benchmark(
+        &mut self,
+        src: usize,
+        dst: usize,
+        t: Duration,
+    ) -> Result<BenchmarkRun, BenchmarkError> {
+        let mean = self.peer_expected(src, dst, t)?;
+        let seed = self.scenario().seed();
+        let step = u64::try_from(t.as_millis() / 100).unwrap_or(u64::MAX);
+        let values = (0..ITERATIONS)
+            .map(|i| {
+                let n = noise::unit(seed, src as u64, S_PEER + dst as u64, step * 8 + i);
+                mean * (1.0 + 0.01 * n)
+            })
+            .collect();
+        Ok(BenchmarkRun { values, held: HELD })
+    }
 }
 
 #[cfg(test)]
@@ -153,6 +181,17 @@ mod tests {
             n.peer_expected(0, 0, t),
             Err(BenchmarkError::NoSuchGpu(0))
         ));
+        let run = n.peer_benchmark(0, 7, t).unwrap();
+        let mean = n.peer_expected(0, 7, t).unwrap();
+        assert_eq!(run.values.len(), 3);
+        assert!(run.values.iter().all(|v| (v / mean - 1.0).abs() <= 0.01));
+        assert!(run.values.windows(2).any(|w| w[0] != w[1]));
+        assert_eq!(run, n.peer_benchmark(0, 7, t).unwrap());
+        let mut lost = Node::new(Scenario::builtin("fault-gpu-lost").unwrap());
+        assert_eq!(
+            lost.peer_benchmark(0, 3, Duration::from_secs(31)),
+            Err(BenchmarkError::Lost(3))
+        );
     }
 
     #[test]
