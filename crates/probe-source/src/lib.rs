@@ -15,7 +15,11 @@
 //!   makes the run `contended`, and its numbers are discarded (see [`dgx_pixels_probes::worker`]);
 //! - after a run of duration d, that GPU is not probed again for d / duty_cycle, so probes
 //!   hold each GPU at most `duty_cycle` of the time (0.5% by default);
-//! - probes whose buffers exceed the memory cap are not scheduled at all.
+//! - probes whose buffers exceed the memory cap are not scheduled at all;
+//! - a pair probe (`p2p_copy`) holds two GPUs: the peer passes the same checks, and both rest
+//!   after the run;
+//! - `storage_read` (a node probe of `[probes] storage_paths`) runs only while every GPU
+//!   passes the checks.
 //!
 //! With the [`worker::WorkerBackend`] (the daemon's), each run is a worker process whose
 //! CUDA context ends with it: the daemon itself never creates one.
@@ -31,6 +35,7 @@ pub mod worker;
 pub use view::ViewUtilization;
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -39,6 +44,7 @@ use dgx_pixels_metrics::{DeviceKey, Metric, PollError, PollErrorKind, PollOutput
 
 use dgx_pixels_probes::probe::{ProbeKind, ProbeSizes, ProbeUnit};
 use dgx_pixels_probes::stats::summarize;
+use dgx_pixels_probes::storage::{self, StorageRead};
 use dgx_pixels_probes::ProbeError;
 
 /// Default maximum fraction of GPU time spent in probes.
@@ -108,6 +114,20 @@ fn state_of(outcome: &str) -> &'static str {
     }
 }
 
+fn settings_storage(paths: &[PathBuf]) -> Vec<StorageState> {
+    let now = Instant::now();
+    paths
+        .iter()
+        .map(|p| StorageState {
+            path: p.clone(),
+            label: p.display().to_string(),
+            next_due: now,
+            last: None,
+            runs: BTreeMap::new(),
+        })
+        .collect()
+}
+
 /// Why `g` must be left alone now and when to look at it again; `None` when it may be
 /// probed. Read from this poll's view of it ([`ProbeSource::observe`]).
 fn skip_of(
@@ -165,6 +185,10 @@ pub struct ScheduleSettings {
     pub sizes: ProbeSizes,
     /// How long a GPU must read idle (and free) before it is probed.
     pub settle: Duration,
+    /// `storage_read` paths (`[probes] storage_paths`): read only while every GPU is idle.
+    pub storage_paths: Vec<PathBuf>,
+    /// Bytes one `storage_read` run reads at most.
+    pub storage_read_bytes: u64,
 }
 
 impl Default for ScheduleSettings {
@@ -176,6 +200,8 @@ impl Default for ScheduleSettings {
             memory_limit_bytes: DEFAULT_MEMORY_LIMIT_BYTES,
             sizes: ProbeSizes::default(),
             settle: DEFAULT_SETTLE,
+            storage_paths: Vec::new(),
+            storage_read_bytes: storage::DEFAULT_READ_BYTES,
         }
     }
 }
@@ -201,6 +227,27 @@ impl ScheduleSettings {
             )));
         }
         self.sizes.validate()?;
+        if !(storage::MIN_READ_BYTES..=storage::MAX_READ_BYTES).contains(&self.storage_read_bytes) {
+            return Err(ProbeError::Config(format!(
+                "probes.storage_read_bytes: {} must be between {} and {}",
+                self.storage_read_bytes,
+                storage::MIN_READ_BYTES,
+                storage::MAX_READ_BYTES
+            )));
+        }
+        if self.storage_paths.len() > storage::MAX_PATHS {
+            return Err(ProbeError::Config(format!(
+                "probes.storage_paths: {} paths, at most {} are read",
+                self.storage_paths.len(),
+                storage::MAX_PATHS
+            )));
+        }
+        if let Some(p) = self.storage_paths.iter().find(|p| !p.is_absolute()) {
+            return Err(ProbeError::Config(format!(
+                "probes.storage_paths: {} is not an absolute path",
+                p.display()
+            )));
+        }
         let fit: Vec<ProbeKind> = self
             .probes
             .iter()
@@ -246,6 +293,21 @@ pub trait Backend: Send {
         let _ = (gpu, peer);
         Err(ProbeError::Config(format!(
             "{kind}: this backend runs no pair probes"
+        )))
+    }
+
+    /// Runs `storage_read` on `path`, one of `allowed`, reading at most `bytes`. The default:
+    /// the backend reads no storage.
+    fn read_storage(
+        &mut self,
+        path: &Path,
+        allowed: &[PathBuf],
+        bytes: u64,
+    ) -> Result<StorageRead, ProbeError> {
+        let _ = (allowed, bytes);
+        Err(ProbeError::Config(format!(
+            "storage_read of {}: this backend reads no storage",
+            path.display()
         )))
     }
 
@@ -309,6 +371,15 @@ impl Backend for CudaBackend {
         let values = values?;
         released.map(|()| values)
     }
+
+    fn read_storage(
+        &mut self,
+        path: &Path,
+        allowed: &[PathBuf],
+        bytes: u64,
+    ) -> Result<StorageRead, ProbeError> {
+        storage::read_throughput(path, allowed, bytes)
+    }
 }
 
 /// Utilization and exported GPU index of a GPU, by UUID, from the latest telemetry snapshot.
@@ -369,6 +440,21 @@ struct GpuState {
     state: &'static str,
 }
 
+/// One `storage_read` path's schedule and last result.
+#[derive(Debug)]
+struct StorageState {
+    path: PathBuf,
+    /// The `path` label: the configured path as written.
+    label: String,
+    next_due: Instant,
+    /// `(bytes per second, direct, when measured)`.
+    last: Option<(f64, bool, Instant)>,
+    runs: BTreeMap<&'static str, u64>,
+}
+
+/// Outcomes of `storage_read`, the `outcome` label of `dgx_pixels_probe_storage_runs_total`.
+pub const STORAGE_OUTCOMES: &[&str] = &["ok", "error", "timeout", "crashed", "skipped_busy"];
+
 /// The `probes` source.
 pub struct ProbeSource<B: Backend, U: UtilizationView> {
     backend: B,
@@ -381,12 +467,14 @@ pub struct ProbeSource<B: Backend, U: UtilizationView> {
     cursor: usize,
     /// The highest peak RSS of any worker so far.
     worker_peak_rss: Option<u64>,
+    storage: Vec<StorageState>,
 }
 
 impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
     /// A source over `backend`, reading utilization from `utilization`.
     pub fn new(backend: B, utilization: U, settings: ScheduleSettings) -> Result<Self, ProbeError> {
         let probes = settings.validate()?;
+        let settings_paths = settings.storage_paths.clone();
         Ok(ProbeSource {
             backend,
             utilization,
@@ -397,6 +485,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
             unavailable: None,
             cursor: 0,
             worker_peak_rss: None,
+            storage: settings_storage(&settings_paths),
         })
     }
 
@@ -471,8 +560,12 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         }
     }
 
-    /// Runs at most one due probe (or records one skip).
+    /// Runs at most one due probe (or records one skip): a due storage path first, then a
+    /// GPU probe.
     fn step(&mut self, now: Instant) {
+        if self.step_storage(now) {
+            return;
+        }
         let probes = self.probes.clone();
         let Some(gpus) = self.gpus.as_mut() else {
             return;
@@ -608,8 +701,72 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         }
     }
 
+    /// Runs `storage_read` on the first due path when every GPU may be probed (idle, free,
+    /// settled: the node's jobs are not reading their data); true when it ran or was skipped.
+    fn step_storage(&mut self, now: Instant) -> bool {
+        let Some(k) = self.storage.iter().position(|s| s.next_due <= now) else {
+            return false;
+        };
+        let gpus = self.gpus.as_deref().unwrap_or_default();
+        let busy = gpus
+            .iter()
+            .any(|g| skip_of(&self.settings, g, now).is_some());
+        let allowed = self.settings.storage_paths.clone();
+        let bytes = self.settings.storage_read_bytes;
+        let s = &mut self.storage[k];
+        if busy {
+            *s.runs.entry("skipped_busy").or_default() += 1;
+            s.next_due = now + SKIP_RETRY;
+            return true;
+        }
+        let t0 = Instant::now();
+        let result = self.backend.read_storage(&s.path, &allowed, bytes);
+        let took = self.backend.held_for().unwrap_or_else(|| t0.elapsed());
+        match result {
+            Ok(r) => {
+                *s.runs.entry("ok").or_default() += 1;
+                s.last = Some((r.bytes_per_second, r.direct, Instant::now()));
+            }
+            Err(e) => {
+                let outcome = outcome_of(&e);
+                let outcome = if STORAGE_OUTCOMES.contains(&outcome) {
+                    outcome
+                } else {
+                    "error"
+                };
+                *s.runs.entry(outcome).or_default() += 1;
+                s.last = None;
+                tracing::warn!(path = %s.label, outcome, "storage_read failed: {e}");
+            }
+        }
+        s.next_due = t0 + took.max(t0.elapsed()) + took.div_f64(self.settings.duty_cycle);
+        true
+    }
+
+    fn storage_samples(&self, out: &mut Vec<Sample>) {
+        for s in &self.storage {
+            if let Some((bps, direct, _)) = s.last {
+                let direct = if direct { "true" } else { "false" };
+                out.push(Sample::new(
+                    Metric::ProbeStorageRead,
+                    [s.label.as_str(), direct],
+                    bps,
+                ));
+            }
+            for outcome in STORAGE_OUTCOMES {
+                let n = s.runs.get(outcome).copied().unwrap_or(0);
+                out.push(Sample::new(
+                    Metric::ProbeStorageRuns,
+                    [s.label.as_str(), outcome],
+                    n as f64,
+                ));
+            }
+        }
+    }
+
     fn samples(&self, now: Instant) -> Vec<Sample> {
         let mut out = Vec::new();
+        self.storage_samples(&mut out);
         let Some(gpus) = &self.gpus else {
             return out;
         };

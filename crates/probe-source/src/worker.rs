@@ -6,7 +6,10 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use dgx_pixels_probes::worker::{Peer, RunRequest, WorkerReply, WorkerRequest, MAX_REPLY_BYTES};
+use dgx_pixels_probes::storage::StorageRead;
+use dgx_pixels_probes::worker::{
+    Peer, RunRequest, StorageRequest, WorkerReply, WorkerRequest, MAX_REPLY_BYTES,
+};
 use dgx_pixels_probes::{ProbeError, ProbeKind, ProbeSizes};
 
 use crate::{Backend, GpuId};
@@ -133,6 +136,37 @@ impl Backend for WorkerBackend {
         kind: ProbeKind,
     ) -> Result<Vec<f64>, ProbeError> {
         self.run_on(gpu, Some(peer), kind)
+    }
+
+    fn read_storage(
+        &mut self,
+        path: &std::path::Path,
+        allowed: &[std::path::PathBuf],
+        bytes: u64,
+    ) -> Result<StorageRead, ProbeError> {
+        self.held = None;
+        let request = WorkerRequest::StorageRead(StorageRequest {
+            path: path.to_path_buf(),
+            allowed: allowed.to_vec(),
+            bytes,
+        });
+        match self.ask(&request)? {
+            WorkerReply::Read {
+                bytes,
+                bytes_per_second,
+                direct,
+                held_ns,
+            } => {
+                self.held = Some(Duration::from_nanos(held_ns));
+                Ok(StorageRead {
+                    file: path.to_path_buf(),
+                    bytes,
+                    bytes_per_second,
+                    direct,
+                })
+            }
+            other => Err(unexpected(other, "a storage read")),
+        }
     }
 
     fn held_for(&self) -> Option<Duration> {

@@ -13,6 +13,7 @@
 //! - [`compare`]: overhead, significance and verdict between two result files, as data (the
 //!   Markdown report and PNG chart of `probe compare` are dgx-pixels-tools').
 //! - [`peaks`]: published peak rates per GPU model.
+//! - [`storage`]: `storage_read`, the node probe of configured paths' read throughput.
 //! - [`worker`]: the protocol of the short-lived worker process each probe runs in (so the
 //!   daemon never holds a GPU), and [`worker::serve`], what the `probe-worker` child runs.
 //!
@@ -58,6 +59,7 @@ pub mod peaks;
 pub mod probe;
 pub mod results;
 pub mod stats;
+pub mod storage;
 pub mod worker;
 
 pub use probe::{ProbeKind, ProbeSizes, ProbeUnit};

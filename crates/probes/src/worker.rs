@@ -36,6 +36,19 @@ pub enum WorkerRequest {
     Discover,
     /// Run one probe on one GPU.
     Run(RunRequest),
+    /// Run `storage_read` on one configured path (a node probe: no GPU is touched).
+    StorageRead(StorageRequest),
+}
+
+/// One `storage_read` run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StorageRequest {
+    /// The path to read (a file, or a directory for the scratch file).
+    pub path: std::path::PathBuf,
+    /// `[probes] storage_paths`: the worker refuses any other path.
+    pub allowed: Vec<std::path::PathBuf>,
+    /// Bytes to read at most.
+    pub bytes: u64,
 }
 
 /// One probe run.
@@ -116,6 +129,17 @@ pub enum WorkerReply {
         /// Time the GPU was held, nanoseconds.
         held_ns: u64,
     },
+    /// What a `storage_read` run measured.
+    Read {
+        /// Bytes read.
+        bytes: u64,
+        /// Read throughput, bytes per second.
+        bytes_per_second: f64,
+        /// Whether the page cache was bypassed (`O_DIRECT`).
+        direct: bool,
+        /// Time the run took, nanoseconds.
+        held_ns: u64,
+    },
     /// The GPU was not touched.
     Skipped {
         /// Why.
@@ -149,6 +173,18 @@ pub fn serve(request: &WorkerRequest, watch: &mut dyn Watch) -> WorkerReply {
             Err(e) => failed(e),
         },
         WorkerRequest::Run(run) => serve_run(run, watch),
+        WorkerRequest::StorageRead(req) => {
+            let t0 = Instant::now();
+            match crate::storage::read_throughput(&req.path, &req.allowed, req.bytes) {
+                Ok(r) => WorkerReply::Read {
+                    bytes: r.bytes,
+                    bytes_per_second: r.bytes_per_second,
+                    direct: r.direct,
+                    held_ns: u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX),
+                },
+                Err(e) => failed(e),
+            }
+        }
     }
 }
 
@@ -341,6 +377,41 @@ mod tests {
                 uuid: u.into(),
             }),
         })
+    }
+
+    #[test]
+    fn a_storage_read_outside_its_list_is_refused_and_one_inside_measured() {
+        let dir = tempfile::tempdir().unwrap();
+        let other = tempfile::tempdir().unwrap();
+        let req = |path: &std::path::Path| {
+            WorkerRequest::StorageRead(StorageRequest {
+                path: path.to_path_buf(),
+                allowed: vec![dir.path().to_path_buf()],
+                bytes: crate::storage::MIN_READ_BYTES,
+            })
+        };
+        let text = serde_json::to_string(&req(dir.path())).unwrap();
+        assert!(text.starts_with(r#"{"op":"storage_read""#), "{text}");
+        let mut w = Asked::default();
+        match serve(&req(other.path()), &mut w) {
+            WorkerReply::Failed {
+                unavailable: false,
+                message,
+            } => assert!(
+                message.contains("not one of the configured storage paths"),
+                "{message}"
+            ),
+            r => panic!("{r:?}"),
+        }
+        match serve(&req(dir.path()), &mut w) {
+            WorkerReply::Read {
+                bytes,
+                bytes_per_second,
+                ..
+            } => assert!(bytes == crate::storage::MIN_READ_BYTES && bytes_per_second > 0.0),
+            r => panic!("{r:?}"),
+        }
+        assert!(w.0.is_empty(), "no GPU is asked about");
     }
 
     #[test]
