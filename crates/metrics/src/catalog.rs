@@ -355,7 +355,7 @@ define_catalog! {
     ProbeLaunchLatency => Gauge Seconds "dgx_pixels_probe_launch_latency_seconds" ["gpu", "uuid"] ["probes"]
         "Last measured round trip of an empty kernel (launch and wait), per launch.";
     ProbePeakFraction => Gauge Ratio "dgx_pixels_probe_peak_fraction_ratio" ["gpu", "uuid", "probe"] ["probes"]
-        "Last probe result as a fraction of the GPU model's published peak; absent for models without a published peak.";
+        "Last probe result as a fraction of the GPU model's published peak; for p2p_copy, the worst peer's bandwidth over the part's NVLink bandwidth in one direction (half the data sheet's figure); absent for models without a published peak.";
     ProbeLastRun => Gauge Seconds "dgx_pixels_probe_last_run_timestamp_seconds" ["gpu", "uuid", "probe"] ["probes"]
         "Unix time at which the probe's exported result was measured.";
     ProbeRuns => Counter None "dgx_pixels_probe_runs_total" ["gpu", "uuid", "probe", "outcome"] ["probes"]

@@ -874,6 +874,16 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
                 [label.as_str()],
                 v,
             ));
+            // The worst peer against the part's per-direction NVLink bandwidth.
+            if let Some(f) = dgx_pixels_probes::peaks::fraction(&g.id.model, ProbeKind::P2pCopy, v)
+            {
+                out.push(Sample::of(
+                    &g.key,
+                    Metric::ProbePeakFraction,
+                    [ProbeKind::P2pCopy.name()],
+                    f,
+                ));
+            }
         }
         if let Some(at) = last {
             let ts = at

@@ -130,6 +130,14 @@ fn each_gpu_meets_each_peer_in_turn_and_the_degraded_one_is_everyones_worst_peer
             assert_eq!(labels, &["2"], "GPU {gpu}'s worst peer is the degraded GPU");
         }
         assert!(of(&samples, Metric::ProbeBandwidth, gpu).is_empty());
+        // Against the H100's 450 GB/s per direction of NVLink.
+        let fraction = of(&samples, Metric::ProbePeakFraction, gpu);
+        assert_eq!(fraction.len(), 1);
+        assert_eq!(fraction[0].0, ["p2p_copy"]);
+        assert!(
+            (fraction[0].1 - 300.0 / 450.0).abs() < 1e-12,
+            "{fraction:?}"
+        );
     }
     assert!(samples.iter().all(Sample::is_well_formed));
 }
