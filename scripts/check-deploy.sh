@@ -35,6 +35,8 @@ render_plain() {  # DIR
   "$HELM" "${args[@]}" >"$1/dgx-pixels-exporter.yaml"
   "$HELM" "${args[@]}" --set serviceMonitor.enabled=true \
     --show-only templates/servicemonitor.yaml >"$1/servicemonitor.yaml"
+  "$HELM" "${args[@]}" --set nodeProblemDetector.enabled=true \
+    --show-only templates/npd.yaml >"$1/node-problem-detector.yaml"
 }
 
 if [ "${1:-}" = "--update" ]; then

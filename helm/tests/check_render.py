@@ -194,7 +194,29 @@ def main():
     check("--node.name=$(NODE_NAME)" in c.get("args", []), "--node.name=$(NODE_NAME)")
     port_names = {pt["name"]: pt["containerPort"] for pt in c["ports"]}
 
-    svc = one(docs, "Service")
+    # The exporter's Service; nodeProblemDetector adds a node-local one the scrapes must not see.
+    npd_svcs = [d for d in docs if d.get("kind") == "Service"
+                and d["metadata"]["labels"].get("app.kubernetes.io/component") == "npd-check"]
+    svc = one([d for d in docs if d not in npd_svcs], "Service")
+    for local in npd_svcs:
+        check(local["spec"].get("internalTrafficPolicy") == "Local",
+              "the npd-check Service keeps traffic on the node")
+        check(subset(local["spec"]["selector"], pod["metadata"]["labels"]),
+              "the npd-check Service selects the DaemonSet's pods")
+        check(all(pt["name"] != "metrics" for pt in local["spec"]["ports"]),
+              "the npd-check Service has no port named metrics (no second scrape)")
+    npd_maps = [d for d in docs if d.get("kind") == "ConfigMap"
+                and "dgx-pixels-gpu-monitor.json" in d.get("data", {})]
+    check(len(npd_maps) == len(npd_svcs), "the NPD monitor comes with its node-local Service")
+    for m in npd_maps:
+        monitor = json.loads(m["data"]["dgx-pixels-gpu-monitor.json"])
+        check(monitor["plugin"] == "custom", "an NPD custom-plugin monitor")
+        for rule in monitor["rules"]:
+            args = rule["args"]
+            check("npd-check" in args, "each rule runs npd-check")
+            address = args[args.index("--address") + 1]
+            check(any(address.startswith(f"{n['metadata']['name']}.") for n in npd_svcs),
+                  "the check asks through the node-local Service")
     if svc is not None:
         check(subset(svc["spec"]["selector"], pod["metadata"]["labels"]),
               "Service selects the DaemonSet's pods")
@@ -214,6 +236,9 @@ def main():
                       f"ServiceMonitor endpoint port {ep.get('port')!r} is a Service port name")
             sel = sm["spec"]["selector"]["matchLabels"]
             check(sel and subset(sel, svc["metadata"]["labels"]), "non-empty selector")
+            for local in npd_svcs:
+                check(not subset(sel, local["metadata"]["labels"]),
+                      "the ServiceMonitor does not select the npd-check Service")
     rule = one(docs, "PrometheusRule")
     if opts.rules_fixture:
         check(rule is not None, "a PrometheusRule is rendered")
@@ -226,9 +251,11 @@ def main():
     elif rule is not None:
         failures.append("unexpected PrometheusRule")
 
-    # Dashboard ConfigMaps carry *.json keys; the exporter's config ConfigMap does not.
+    # Dashboard ConfigMaps carry *.json keys; the exporter's config ConfigMap does not, and the
+    # NPD monitor's is checked above.
     def is_dashboard(d):
-        return d.get("kind") == "ConfigMap" and any(k.endswith(".json") for k in d.get("data", {}))
+        return (d.get("kind") == "ConfigMap" and d not in npd_maps
+                and any(k.endswith(".json") for k in d.get("data", {})))
     boards = [d for d in docs if is_dashboard(d)]
     if opts.dashboards:
         label, value = opts.dashboard_label.split("=", 1)
@@ -252,7 +279,7 @@ def main():
         failures.append("unexpected dashboard ConfigMaps")
 
     if opts.binary:
-        cm = one([d for d in docs if not is_dashboard(d)], "ConfigMap")
+        cm = one([d for d in docs if not is_dashboard(d) and d not in npd_maps], "ConfigMap")
         err = run_binary(opts.binary, c, cm, opts.extra_arg)
         check(err is None, f"the rendered container starts: {err}")
 

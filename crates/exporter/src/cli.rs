@@ -123,6 +123,14 @@ pub enum Commands {
         #[command(subcommand)]
         what: dgx_pixels_tools::trace::TraceCommand,
     },
+    /// The local exporter's GPU verdicts as a node-problem-detector plugin (exit 0, 1, 2)
+    ///
+    /// Asks the exporter running on this node over its own listener and answers in NPD's
+    /// custom-plugin protocol: exit 0 OK, 1 problem, 2 unknown, one line of at most 80 bytes
+    /// (docs/deploy.md). Give it the daemon's flags (--config.file, --web.config.file, ...)
+    /// before the subcommand, so that it finds the listener, TLS and the metrics path.
+    #[command(name = "npd-check")]
+    NpdCheck(crate::npd_check::NpdCheckArgs),
     /// Internal: one probe run (or GPU discovery) in a short-lived worker process, started by
     /// the daemon's probes collector; reads a JSON request on stdin, answers on stdout.
     #[command(name = "probe-worker", hide = true)]

@@ -9,6 +9,7 @@ mod collectors;
 mod config;
 mod http_source;
 mod logging;
+mod npd_check;
 mod ownership;
 mod probe_worker;
 mod reload;
@@ -59,6 +60,9 @@ fn main() -> ExitCode {
     }
     if let Some(Commands::Trace { what }) = &cli.command {
         return dgx_pixels_tools::trace::run(what);
+    }
+    if let Some(Commands::NpdCheck(args)) = &cli.command {
+        return npd_check::run(&cli, args);
     }
     if let Some(Commands::ProbeWorker { nvml_library }) = &cli.command {
         return probe_worker::run(nvml_library.as_deref());

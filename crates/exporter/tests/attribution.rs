@@ -205,3 +205,69 @@ fn a_missing_kubelet_socket_leaves_series_unattributed() {
     let logs = stop_and_logs(d);
     assert!(logs.contains("does not exist"), "{logs}");
 }
+
+/// Issue 33: a pod that got its GPUs through Dynamic Resource Allocation (NVIDIA's DRA driver,
+/// device names gpu-N) is labelled as a device-plugin pod is; a claim of another driver names
+/// no GPU.
+#[test]
+fn pods_holding_gpus_through_dra_claims_label_them_like_device_plugin_pods() {
+    use dgx_pixels_kubernetes::fake::dra_pod;
+    let node = Node::new(Scenario::builtin("dgx-h100").unwrap());
+    let uuid = |i: usize| node.gpu(i).unwrap().uuid.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kubelet.sock");
+    let kubelet = FakeKubelet::start(&socket).unwrap();
+    kubelet.set_pods(vec![
+        dra_pod(
+            "ml",
+            "dra-train",
+            "trainer",
+            "gpus",
+            "gpu.nvidia.com",
+            &["gpu-5", "gpu-6"],
+        ),
+        dra_pod("net", "nic", "app", "nic", "example.com/nic", &["gpu-7"]),
+        pod("ml", "classic", "main", GPU, &[&uuid(1)]),
+    ]);
+    let d = start_with_env(
+        &[
+            "--nvml.library",
+            fake_nvml_library(),
+            "--collector.kubernetes",
+            "--kubernetes.pod-resources-socket",
+            socket.to_str().unwrap(),
+            "--collector.kubernetes.interval",
+            "200ms",
+        ],
+        &[
+            ("FAKE_NVML_SCENARIO", "dgx-h100"),
+            ("FAKE_NVML_PCIE_DELAY_MS", "0"),
+        ],
+    );
+    let dra = pod_labels("ml", "dra-train", "trainer");
+    let (body, _) = wait_until(d.port, WAIT, |b| b.contains(&dra));
+    let power_of = |gpu: usize| {
+        series(&body, "dgx_pixels_gpu_power_watts")
+            .into_iter()
+            .find(|l| l.contains(&format!("uuid=\"{}\"", uuid(gpu))))
+            .unwrap()
+            .to_string()
+    };
+    for gpu in [5, 6] {
+        assert!(power_of(gpu).contains(&dra), "GPU {gpu}: {}", power_of(gpu));
+        assert_eq!(
+            value(
+                &body,
+                "dgx_pixels_gpu_pod_info",
+                &[("uuid", &uuid(gpu)), ("pod", "dra-train")]
+            ),
+            Some(1.0)
+        );
+    }
+    assert!(power_of(1).contains(&pod_labels("ml", "classic", "main")));
+    assert!(
+        !power_of(7).contains("pod=\"nic\""),
+        "another driver's claim"
+    );
+    assert!(!body.contains("pod=\"nic\""));
+}

@@ -197,6 +197,8 @@ const BAD: &[Input] = &[
     Input::File("[collector.nvml]\ntimeout = \"3days\"\n"),
     Input::File("[nvml]\nxid_quiet_period = \"2days\"\n"),
     Input::File("[health]\nidle_after = \"1year\"\n"),
+    Input::File("[health.xid_policy]\n\"13\" = \"ignore\"\n\"999\" = \"ignore\"\n"),
+    Input::File("[health]\nxid_policy = { \"31-32\" = { count = 0, window = \"10m\" } }\n"),
     Input::File("[cost]\nelectricity_price_per_kwh = 0.1\ngpu_purchase_price = 1\ngpu_lifetime = \"200years\"\n"),
     Input::Args(&["--collector.nvml.interval", "1ms"]),
     Input::Args(&["--collector.trace.timeout", "soon"]),

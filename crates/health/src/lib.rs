@@ -38,11 +38,13 @@ mod facts;
 mod settings;
 pub use settings::HealthSettings;
 mod source;
-pub use source::{held_gpus, HealthSource};
+pub use source::{held_gpus, HealthMemory, HealthSource};
 pub mod idle;
 pub mod rules;
 mod tracker;
+pub mod xid_policy;
 
 pub use idle::{HeldGpu, IdleTracker};
 pub use rules::{action_rank, Clears, Rule, Verdict, RULES};
 pub use tracker::HealthTracker;
+pub use xid_policy::{Treatment, XidPolicy, XidRule};

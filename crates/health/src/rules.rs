@@ -283,7 +283,8 @@ pub fn markdown() -> String {
          drain_and_reset > reset_gpu > drain_p2p > check_hardware > restart_app > \
          update_software > evaluate > unknown > none. Ties go to the rule listed first.\n\n\
          The state lives in the exporter: a restart forgets conditions that clear on reset or \
-         after a quiet period (a reboot clears them anyway; XID counters also start over).\n\n\
+         after a quiet period (a reboot clears them anyway; XID counters also start over); a \
+         reload of the config (SIGHUP) keeps them.\n\n\
          ## Rules\n\n\
          | Reason | Condition | Verdict | Action | Clears | Reads |\n\
          |---|---|---|---|---|---|\n",
@@ -313,6 +314,33 @@ pub fn markdown() -> String {
          action is `none` (for example 63, a row remapping recorded) do not change the verdict; \
          their consequences have rules of their own (`row_remap_pending`).\n"
     ));
+    out.push_str(
+        "\n## XID policy\n\n\
+         By default every XID code takes its catalog verdict on its first occurrence. \
+         `[health.xid_policy]` changes that per code or code range, for the codes an operator \
+         knows to be noise on their fleet or wants seen several times before acting on:\n\n\
+         ```toml\n\
+         [health.xid_policy]\n\
+         \"13\" = \"ignore\"                              # never changes the verdict\n\
+         \"31-32\" = { count = 3, window = \"10m\" }    # 3 occurrences within 10 min first\n\
+         ```\n\n\
+         - `\"ignore\"`: the code never changes the verdict. It is still counted and served \
+         (`dgx_pixels_gpu_xid_errors_total`, `dgx_pixels_gpu_xid_info`), and the rules that \
+         read other series still hold: ignoring XID 79 does not hide `gpu_lost`.\n\
+         - `{ count = N, window = \"D\" }`: the catalog's verdict and action (reason \
+         `xid_<code>`) apply once N occurrences of the entry's codes, together for a range, \
+         fall within D on one GPU; from then on the condition clears on the catalog's terms \
+         (above). A GPU seen reset starts its counts over. N is 1 to 1000, D 1 s to 30 days; \
+         a storm of occurrences within one poll counts them all.\n\n\
+         A code the XID catalog (docs/xid.md) lacks, a range running backwards, a code given \
+         twice (a range overlapping another entry) or a treatment out of bounds is refused \
+         with the file, the line and the key. The policy is reloadable (SIGHUP): the verdicts \
+         and the counts towards a threshold live on across the reload (unlike a restart), a \
+         code now ignored loses its condition at once, and a code newly under a threshold \
+         keeps a condition already latched until it clears. The policy in force is served as \
+         `dgx_pixels_exporter_xid_policy_info{codes,policy}` (one series per entry, none \
+         without a policy) and shown on the status page.\n",
+    );
     out.push_str(
         "\n## Allocated but idle\n\n\
          With pod or job attribution on (`--collector.kubernetes`, `--hpc.job-mapping-dir`), \

@@ -5,7 +5,7 @@ use std::time::Duration;
 use dgx_pixels_settings::{check_max, check_min, SettingError, MAX_PERIOD};
 use serde::Deserialize;
 
-use crate::{HealthTracker, IdleTracker};
+use crate::{HealthTracker, IdleTracker, XidPolicy};
 
 /// `[health]`: the GPU health verdict (docs/health.md).
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
@@ -20,6 +20,9 @@ pub struct HealthSettings {
     /// How long a held GPU must stay idle before its idle time counts [default: 10m].
     #[serde(deserialize_with = "dgx_pixels_settings::optional_duration")]
     pub idle_after: Option<Duration>,
+    /// `[health.xid_policy]`: per XID code or range, ignore it or wait for a count within a
+    /// window before the catalog's verdict applies [default: none, every code counts at once].
+    pub xid_policy: XidPolicy,
 }
 
 impl HealthSettings {

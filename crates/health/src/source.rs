@@ -2,7 +2,7 @@
 //! every source serves, per GPU, with its holders), judges each GPU with a [`HealthTracker`]
 //! and counts the idle time of held GPUs with an [`IdleTracker`].
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use dgx_pixels_metrics::attribution::Holder;
@@ -16,21 +16,41 @@ use crate::{HealthSettings, HealthTracker, HeldGpu, IdleTracker};
 pub struct HealthSource {
     name: &'static str,
     views: Arc<dyn DeviceViews>,
-    tracker: HealthTracker,
+    memory: Arc<HealthMemory>,
     idle: IdleTracker,
 }
 
+/// The verdicts' state, kept across the restarts of the health source: a reload of `[health]`
+/// (a new XID policy) must neither forget a GPU that waits for its reset nor the occurrences
+/// counted towards a threshold, nor judge again, as new, every XID counted since start.
+#[derive(Debug, Default)]
+pub struct HealthMemory(Mutex<Option<HealthTracker>>);
+
 impl HealthSource {
-    /// A source named `name` (its collector's) over `views`, with the `[health]` settings.
+    /// A source named `name` (its collector's) over `views`, with the `[health]` settings and
+    /// the tracker kept in `memory` (created there the first time, reconfigured after).
     pub fn new(
         name: &'static str,
         views: Arc<dyn DeviceViews>,
         settings: &HealthSettings,
+        memory: Arc<HealthMemory>,
     ) -> HealthSource {
+        {
+            let mut tracker = memory.0.lock().unwrap_or_else(PoisonError::into_inner);
+            match tracker.as_mut() {
+                Some(t) => t.configure(settings.clear_after(), settings.xid_policy.clone()),
+                None => {
+                    *tracker = Some(
+                        HealthTracker::new(settings.clear_after())
+                            .with_policy(settings.xid_policy.clone()),
+                    );
+                }
+            }
+        }
         HealthSource {
             name,
             views,
-            tracker: HealthTracker::new(settings.clear_after()),
+            memory,
             idle: IdleTracker::new(settings.idle_utilization(), settings.idle_after()),
         }
     }
@@ -49,13 +69,31 @@ impl Source for HealthSource {
             )
         })?;
         let now = Instant::now();
-        // Its own series are in the view too; the rules read none of them.
-        let mut out = self
-            .tracker
-            .evaluate(view.gpus().flat_map(|g| g.samples()), now);
+        let mut out = {
+            let mut memory = self.memory.0.lock().unwrap_or_else(PoisonError::into_inner);
+            let tracker = memory
+                .get_or_insert_with(|| HealthTracker::new(HealthTracker::DEFAULT_CLEAR_AFTER));
+            // Its own series are in the view too; the rules read none of them.
+            let mut out = tracker.evaluate(view.gpus().flat_map(|g| g.samples()), now);
+            out.extend(policy_samples(tracker.policy()));
+            out
+        };
         out.extend(self.idle.observe(&held_gpus(&view), now));
         Ok(PollOutput::samples(out))
     }
+}
+
+/// The XID policy in force, one info series per entry, so the status page and a query show it.
+fn policy_samples(
+    policy: &crate::XidPolicy,
+) -> impl Iterator<Item = dgx_pixels_metrics::Sample> + '_ {
+    policy.rules().iter().map(|r| {
+        dgx_pixels_metrics::Sample::new(
+            Metric::ExporterXidPolicy,
+            [r.codes(), r.treatment.to_string()],
+            1.0,
+        )
+    })
 }
 
 /// The whole GPUs a pod or job holds, with their readings, one per utilization reading.

@@ -1,7 +1,7 @@
 //! The verdict of each GPU over time: the rules' levels, the events they latch, and how those
 //! clear.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,6 +13,7 @@ use crate::rules::{
     action_rank, driver_outcome, rule, xid_outcome, Clears, Outcome, Verdict, NONE, NO_READINGS,
     PCIE_BUSY_UTILIZATION, XID_UNCATALOGUED, XID_UNOBSERVED,
 };
+use crate::xid_policy::{Treatment, XidPolicy};
 
 /// A condition that holds: the rule's reason, verdict and action.
 #[derive(Debug, Clone, PartialEq)]
@@ -56,6 +57,9 @@ struct GpuState {
     baseline: Baseline,
     /// By reason; a BTreeMap so ties break the same way every time.
     latched: BTreeMap<String, Latched>,
+    /// Per XID code under a threshold of the XID policy, when its last occurrences happened
+    /// (at most the threshold's count of them, none older than its window).
+    recent: BTreeMap<u32, VecDeque<Instant>>,
 }
 
 /// Keeps each GPU's verdict across polls. Feed it the served samples of every other source
@@ -63,6 +67,7 @@ struct GpuState {
 #[derive(Debug)]
 pub struct HealthTracker {
     clear_after: Duration,
+    policy: XidPolicy,
     gpus: HashMap<Arc<str>, GpuState>,
 }
 
@@ -74,8 +79,45 @@ impl HealthTracker {
     pub fn new(clear_after: Duration) -> HealthTracker {
         HealthTracker {
             clear_after,
+            policy: XidPolicy::default(),
             gpus: HashMap::new(),
         }
+    }
+
+    /// The same tracker with the XID policy `policy`.
+    pub fn with_policy(mut self, policy: XidPolicy) -> HealthTracker {
+        self.configure(self.clear_after, policy);
+        self
+    }
+
+    /// Applies new settings (a reload) and keeps what was seen: a condition latched before
+    /// stays until it clears on its terms, except that of a code the policy now ignores, which
+    /// goes at once; occurrences counted towards a threshold keep counting, and those of codes
+    /// no longer under one are forgotten.
+    pub fn configure(&mut self, clear_after: Duration, policy: XidPolicy) {
+        for state in self.gpus.values_mut() {
+            state.latched.retain(|reason, _| {
+                let code = reason
+                    .strip_prefix("xid_")
+                    .and_then(|c| c.parse::<u32>().ok());
+                !code.is_some_and(
+                    |c| matches!(policy.rule_for(c), Some(r) if r.treatment == Treatment::Ignore),
+                )
+            });
+            state.recent.retain(|&code, _| {
+                matches!(
+                    policy.rule_for(code),
+                    Some(r) if matches!(r.treatment, Treatment::Threshold { .. })
+                )
+            });
+        }
+        self.clear_after = clear_after;
+        self.policy = policy;
+    }
+
+    /// The XID policy in force.
+    pub fn policy(&self) -> &XidPolicy {
+        &self.policy
     }
 
     /// Applies the rules to `samples` (what the other sources serve now) at `now` and returns
@@ -93,9 +135,10 @@ impl HealthTracker {
                 key: Arc::clone(&key),
                 baseline: Baseline::default(),
                 latched: BTreeMap::new(),
+                recent: BTreeMap::new(),
             });
             state.key = key;
-            let (verdict, worst) = state.apply(&f, now, self.clear_after);
+            let (verdict, worst) = state.apply(&f, now, self.clear_after, &self.policy);
             verdicts.push((Arc::clone(&state.key), verdict, worst));
         }
         for state in self.gpus.values() {
@@ -134,15 +177,23 @@ impl HealthTracker {
 impl GpuState {
     /// Updates the latched events from `f` and returns the verdict with the condition that
     /// decides the action.
-    fn apply(&mut self, f: &GpuFacts, now: Instant, clear_after: Duration) -> (Verdict, Condition) {
+    fn apply(
+        &mut self,
+        f: &GpuFacts,
+        now: Instant,
+        clear_after: Duration,
+        policy: &XidPolicy,
+    ) -> (Verdict, Condition) {
         if self.lost_reported(f) {
             self.baseline.lost = true;
         }
         if self.reset_seen(f) {
             self.latched.retain(|_, l| l.clears != Clears::OnReset);
             self.baseline.lost = false;
+            // What a reset settled does not count towards a threshold after it.
+            self.recent.clear();
         }
-        self.latch_events(f, now);
+        self.latch_events(f, now, policy);
         self.update_baseline(f);
         self.latched.retain(|_, l| {
             l.clears != Clears::AfterQuietPeriod
@@ -219,18 +270,46 @@ impl GpuState {
             || went_down(b.ecc_corrected, f.ecc_corrected_volatile)
     }
 
-    fn latch_events(&mut self, f: &GpuFacts, now: Instant) {
+    fn latch_events(&mut self, f: &GpuFacts, now: Instant, policy: &XidPolicy) {
         for (&code, &count) in &f.xids {
             let before = self.baseline.xids.get(&code).copied().unwrap_or(0.0);
             // A count below the last one: the counting source started over; what it has now
             // is new.
-            let grew = if count < before {
-                count > 0.0
+            let new = if count < before {
+                count
             } else {
-                count > before
+                count - before
             };
-            if !grew {
+            if new <= 0.0 {
                 continue;
+            }
+            match policy.rule_for(code).map(|r| (r, r.treatment)) {
+                Some((_, Treatment::Ignore)) => continue,
+                Some((rule, Treatment::Threshold { count: n, window })) => {
+                    let seen = self.recent.entry(code).or_default();
+                    // More than `n` at once count as `n`: the threshold is met either way, and
+                    // the memory stays bounded.
+                    let times = (new.ceil() as u64).min(u64::from(n));
+                    for _ in 0..times {
+                        seen.push_back(now);
+                    }
+                    while seen.len() > n as usize {
+                        seen.pop_front();
+                    }
+                    let within = |t: &Instant| now.saturating_duration_since(*t) < window;
+                    for (_, seen) in self.recent.range_mut(rule.first..=rule.last) {
+                        seen.retain(within);
+                    }
+                    let total: usize = self
+                        .recent
+                        .range(rule.first..=rule.last)
+                        .map(|(_, s)| s.len())
+                        .sum();
+                    if total < n as usize {
+                        continue;
+                    }
+                }
+                None => {}
             }
             let (reason, action) = match dgx_pixels_xid::lookup(code) {
                 Some(entry) => (format!("xid_{code}"), entry.action),

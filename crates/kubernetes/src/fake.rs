@@ -10,8 +10,9 @@ use tonic::{Request, Response, Status};
 
 use crate::proto::pod_resources_lister_server::{PodResourcesLister, PodResourcesListerServer};
 use crate::proto::{
-    AllocatableResourcesRequest, AllocatableResourcesResponse, ContainerDevices,
-    ContainerResources, ListPodResourcesRequest, ListPodResourcesResponse, PodResources,
+    AllocatableResourcesRequest, AllocatableResourcesResponse, CdiDevice, ClaimResource,
+    ContainerDevices, ContainerResources, DynamicResource, ListPodResourcesRequest,
+    ListPodResourcesResponse, PodResources,
 };
 
 /// What the fake answers; shared with the test.
@@ -119,6 +120,43 @@ pub fn pod(
                 resource_name: resource.into(),
                 device_ids: device_ids.iter().map(|s| s.to_string()).collect(),
                 topology: None,
+            }],
+            dynamic_resources: Vec::new(),
+        }],
+    }
+}
+
+/// A pod with one container holding, through the resource claim `claim`, the devices that
+/// `driver` named `device_names` (each with the CDI device `nvidia.com/gpu=NAME`): as the
+/// kubelet reports Dynamic Resource Allocation.
+pub fn dra_pod(
+    namespace: &str,
+    name: &str,
+    container: &str,
+    claim: &str,
+    driver: &str,
+    device_names: &[&str],
+) -> PodResources {
+    PodResources {
+        name: name.into(),
+        namespace: namespace.into(),
+        containers: vec![ContainerResources {
+            name: container.into(),
+            devices: Vec::new(),
+            dynamic_resources: vec![DynamicResource {
+                claim_name: claim.into(),
+                claim_namespace: namespace.into(),
+                claim_resources: device_names
+                    .iter()
+                    .map(|d| ClaimResource {
+                        cdi_devices: vec![CdiDevice {
+                            name: format!("k8s.{driver}/claim={claim}-{d}"),
+                        }],
+                        driver_name: driver.into(),
+                        pool_name: "node".into(),
+                        device_name: d.to_string(),
+                    })
+                    .collect(),
             }],
         }],
     }

@@ -9,7 +9,7 @@ use hyper_util::rt::TokioIo;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::proto::pod_resources_lister_client::PodResourcesListerClient;
-use crate::proto::{ListPodResourcesRequest, ListPodResourcesResponse};
+use crate::proto::{ClaimResource, ListPodResourcesRequest, ListPodResourcesResponse};
 
 /// The kubelet's socket on a standard node.
 pub const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
@@ -211,7 +211,41 @@ pub fn device_ref(id: &str) -> Option<DeviceRef> {
     })
 }
 
-/// Every (device, container) pair of a `List` response for the GPU resources in `patterns`.
+/// The DRA drivers whose claimed devices are GPUs: NVIDIA's DRA driver for GPUs.
+pub const DRA_DRIVERS: &[&str] = &["gpu.nvidia.com"];
+
+/// The device a DRA claim resource names: the driver's device name `gpu-N` (GPU index N), a
+/// GPU or MIG UUID as the device name, or else a CDI device name whose device part the device
+/// plugin's forms name (`nvidia.com/gpu=GPU-UUID`, `=0`) or `N:M` (MIG instance M of GPU N).
+/// A device named any other way (the driver's MIG device names) is not a GPU we can name.
+pub fn claim_device_ref(claimed: &ClaimResource) -> Option<DeviceRef> {
+    let name = claimed.device_name.trim();
+    if let Some(index) = name.strip_prefix("gpu-") {
+        if let Ok(gpu) = index.parse() {
+            return Some(DeviceRef::Index {
+                gpu,
+                gpu_instance: None,
+            });
+        }
+    }
+    if name.starts_with("GPU-") || name.starts_with("MIG-") {
+        return device_ref(name);
+    }
+    claimed.cdi_devices.iter().find_map(|cdi| {
+        let (_, device) = cdi.name.split_once('=')?;
+        if let Some((gpu, instance)) = device.split_once(':') {
+            return Some(DeviceRef::Index {
+                gpu: gpu.parse().ok()?,
+                gpu_instance: Some(instance.parse().ok()?),
+            });
+        }
+        device_ref(device)
+    })
+}
+
+/// Every (device, container) pair of a `List` response for the GPU resources in `patterns`,
+/// and for the GPUs NVIDIA's DRA driver allocated through resource claims, with the same
+/// holder labels.
 pub fn attribution(
     response: &ListPodResourcesResponse,
     patterns: &[String],
@@ -235,6 +269,21 @@ pub fn attribution(
                         ));
                     }
                 }
+            }
+            let claimed = container
+                .dynamic_resources
+                .iter()
+                .flat_map(|claim| &claim.claim_resources)
+                .filter(|c| DRA_DRIVERS.contains(&c.driver_name.as_str()));
+            for device in claimed.filter_map(claim_device_ref) {
+                out.push((
+                    device,
+                    Holder::Pod {
+                        namespace: pod.namespace.clone(),
+                        pod: pod.name.clone(),
+                        container: container.name.clone(),
+                    },
+                ));
             }
         }
     }
@@ -292,6 +341,7 @@ mod tests {
                 name: "p".into(),
                 namespace: "ns".into(),
                 containers: vec![ContainerResources {
+                    dynamic_resources: Vec::new(),
                     name: "c".into(),
                     devices: vec![
                         ContainerDevices {
@@ -317,5 +367,65 @@ mod tests {
                 DeviceRef::Uuid("GPU-b".into())
             ]
         );
+    }
+
+    #[test]
+    fn devices_claimed_through_dra_are_attributed_like_device_plugin_ones() {
+        use crate::proto::{CdiDevice, DynamicResource};
+        let claimed = |driver: &str, device: &str, cdi: &[&str]| ClaimResource {
+            cdi_devices: cdi
+                .iter()
+                .map(|n| CdiDevice {
+                    name: n.to_string(),
+                })
+                .collect(),
+            driver_name: driver.into(),
+            pool_name: "node-1".into(),
+            device_name: device.into(),
+        };
+        let response = ListPodResourcesResponse {
+            pod_resources: vec![PodResources {
+                name: "train".into(),
+                namespace: "ml".into(),
+                containers: vec![ContainerResources {
+                    name: "main".into(),
+                    devices: Vec::new(),
+                    dynamic_resources: vec![DynamicResource {
+                        claim_name: "gpus".into(),
+                        claim_namespace: "ml".into(),
+                        claim_resources: vec![
+                            claimed("gpu.nvidia.com", "gpu-3", &[]),
+                            claimed("gpu.nvidia.com", "GPU-9f", &[]),
+                            claimed("gpu.nvidia.com", "mystery", &["nvidia.com/gpu=0:2"]),
+                            claimed("gpu.nvidia.com", "mystery", &["k8s.gpu.nvidia.com/claim=x"]),
+                            claimed("example.com/nic", "gpu-5", &["nvidia.com/gpu=5"]),
+                        ],
+                    }],
+                }],
+            }],
+        };
+        let pairs = attribution(&response, &[]);
+        let devices: Vec<_> = pairs.iter().map(|(d, _)| d.clone()).collect();
+        assert_eq!(
+            devices,
+            [
+                DeviceRef::Index {
+                    gpu: 3,
+                    gpu_instance: None
+                },
+                DeviceRef::Uuid("GPU-9f".into()),
+                DeviceRef::Index {
+                    gpu: 0,
+                    gpu_instance: Some(2)
+                },
+            ],
+            "another driver's devices and unnamed ones are not GPUs"
+        );
+        assert!(pairs.iter().all(|(_, h)| *h
+            == Holder::Pod {
+                namespace: "ml".into(),
+                pod: "train".into(),
+                container: "main".into()
+            }));
     }
 }

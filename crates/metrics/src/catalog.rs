@@ -370,6 +370,8 @@ define_catalog! {
         "Fraction of wall time since the exporter started that probes held the GPU.";
     ExporterBuildInfo => Gauge None "dgx_pixels_exporter_build_info" ["version", "revision", "rustc_version", "mode", "scenario"] ["exporter"]
         "Build facts of the exporter (value 1); mode is \"simulated\" when the GPUs are simulated, with the scenario's name.";
+    ExporterXidPolicy => Gauge None "dgx_pixels_exporter_xid_policy_info" ["codes", "policy"] ["health"]
+        "One series (value 1) per entry of the XID policy in force ([health.xid_policy]): the XID code or range and what it does to the verdict (ignore, or N in WINDOW: the catalog's verdict applies once N occurrences fall within the window); none without a policy.";
     ExporterSeries => Gauge None "dgx_pixels_exporter_series" ["family"] ["exporter"]
         "Series this exposition serves per family, as Prometheus stores them (each histogram bucket, _sum and _count counts; this family included); see docs/metrics.md, Series budget.";
     ExporterHttpRejected => Counter None "dgx_pixels_exporter_http_rejected_total" ["reason"] ["exporter"]

@@ -5,7 +5,7 @@
 //! needs no privilege.
 
 use anyhow::Result;
-use dgx_pixels_health::HealthSource;
+use dgx_pixels_health::{HealthMemory, HealthSource};
 
 use super::{
     no_shared_inputs as shared_inputs, BuildContext, Built, Collector, Flag, Table, TableOptions,
@@ -48,5 +48,7 @@ fn build(ctx: &BuildContext<'_>) -> Result<Built> {
         COLLECTOR.name,
         ctx.views(),
         options,
+        // The verdicts outlive a reload of [health] (a new XID policy).
+        ctx.kept::<HealthMemory>(COLLECTOR.name),
     ))))
 }

@@ -82,6 +82,7 @@ pub fn document(view: &NodeView<'_>, generation: u64, ctx: &PageContext<'_>) -> 
     out.push_str("<main>");
     header(&mut out, view, ctx);
     gpus(&mut out, view);
+    xid_policy(&mut out, &view.xid_policy);
     sources(&mut out, &view.sources, ctx.now);
     put!(
         out,
@@ -140,6 +141,19 @@ fn gpus(out: &mut String, view: &NodeView<'_>) {
         gpu_row(out, gpu);
     }
     out.push_str("</tbody></table>");
+}
+
+/// The XID policy the verdicts apply, when one is configured: why an XID may not show.
+fn xid_policy(out: &mut String, policy: &[(&str, &str)]) {
+    if policy.is_empty() {
+        return;
+    }
+    out.push_str("<p id=\"xid-policy\">XID policy ([health.xid_policy]): ");
+    for (i, (codes, what)) in policy.iter().enumerate() {
+        let sep = if i == 0 { "" } else { "; " };
+        put!(out, "{sep}XID {} <b>{}</b>", Esc(codes), Esc(what));
+    }
+    out.push_str("</p>");
 }
 
 fn gpu_row(out: &mut String, gpu: &GpuView<'_>) {

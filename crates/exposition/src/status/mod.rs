@@ -66,6 +66,8 @@ pub mod health_series {
     pub const ACTION_LABEL: &str = "action";
     /// The label of [`ACTION`] naming the rule behind it.
     pub const REASON_LABEL: &str = "reason";
+    /// `dgx_pixels_exporter_xid_policy_info{codes,policy}`: the XID policy in force.
+    pub const XID_POLICY: Metric = Metric::ExporterXidPolicy;
 }
 
 /// What the page needs beyond the generation.

@@ -334,3 +334,30 @@ fn spans_and_durations_read_like_a_person_writes_them() {
     assert_eq!(Esc("a<b>&'\"").to_string(), "a&lt;b&gt;&amp;&#39;&quot;");
     assert_eq!(Esc("plain é").to_string(), "plain é");
 }
+
+#[test]
+fn the_xid_policy_in_force_is_shown_by_code_and_only_when_configured() {
+    let s = store(vec![build_info("simulated", "dgx-h100")], None);
+    s.publish(up("nvml", gpu(0, None)));
+    let page = render(&s.current(), &ctx());
+    assert!(!page.contains("id=\"xid-policy\""), "no policy, no line");
+    let entry =
+        |codes: &str, policy: &str| Sample::new(health_series::XID_POLICY, [codes, policy], 1.0);
+    s.publish(up(
+        "health",
+        vec![entry("31-32", "3 in 10m"), entry("13", "ignore<")],
+    ));
+    let g = s.current();
+    assert_eq!(
+        view(&g).xid_policy,
+        [("13", "ignore<"), ("31-32", "3 in 10m")]
+    );
+    let page = render(&g, &ctx());
+    assert!(
+        page.contains(
+            "<p id=\"xid-policy\">XID policy ([health.xid_policy]): XID 13 <b>ignore&lt;</b>; \
+             XID 31-32 <b>3 in 10m</b></p>"
+        ),
+        "{page}"
+    );
+}

@@ -21,6 +21,9 @@ pub struct NodeView<'g> {
     pub gpus: Vec<GpuView<'g>>,
     /// Every source of the generation, by name.
     pub sources: Vec<SourceView<'g>>,
+    /// The health collector's XID policy in force (`codes`, `policy`), by code; empty without
+    /// one.
+    pub xid_policy: Vec<(&'g str, &'g str)>,
 }
 
 /// The labels of `dgx_pixels_exporter_build_info`.
@@ -227,11 +230,28 @@ pub fn view(generation: &Generation) -> NodeView<'_> {
             last_error: s.health.last_error.as_ref(),
         })
         .collect();
+    let mut xid_policy: Vec<(&str, &str)> = generation
+        .snapshots()
+        .iter()
+        .filter_map(|s| s.served())
+        .flat_map(|o| &o.samples)
+        .filter(|s| s.metric == health_series::XID_POLICY)
+        .map(|s| {
+            (
+                s.label("codes").unwrap_or_default(),
+                s.label("policy").unwrap_or_default(),
+            )
+        })
+        .collect();
+    // By first code: "9" before "13-20".
+    xid_policy
+        .sort_by_key(|(codes, _)| codes.split('-').next().and_then(|c| c.parse::<u32>().ok()));
     NodeView {
         build,
         node,
         gpus,
         sources,
+        xid_policy,
     }
 }
 

@@ -135,11 +135,15 @@ fn two_pods_and_one_job_label_the_job_only() {
 #[test]
 fn a_poll_judges_every_gpu_and_counts_held_ones() {
     let settings = HealthSettings::default();
-    let mut none = HealthSource::new("health", Arc::new(Fixed(None)), &settings);
+    let mut none = HealthSource::new("health", Arc::new(Fixed(None)), &settings, Arc::default());
     let err = none.poll().unwrap_err();
     assert_eq!(err.kind, PollErrorKind::Uninitialized);
-    let mut source =
-        HealthSource::new("health", Arc::new(Fixed(Some(Arc::new(view())))), &settings);
+    let mut source = HealthSource::new(
+        "health",
+        Arc::new(Fixed(Some(Arc::new(view())))),
+        &settings,
+        Arc::default(),
+    );
     assert_eq!(source.name(), "health");
     let out = source.poll().unwrap();
     let healthy: Vec<_> = out
@@ -164,4 +168,77 @@ fn a_poll_judges_every_gpu_and_counts_held_ones() {
         .map(|s| s.device.as_ref().unwrap().uuid())
         .collect();
     assert_eq!(idle, ["GPU-a", "GPU-b"]);
+}
+
+/// A reload rebuilds the source over the same memory: a GPU waiting for its reset stays
+/// unhealthy (a new tracker would also judge every XID counted since start as new), and the
+/// policy in force is served, one series per entry.
+#[test]
+fn a_rebuilt_source_keeps_the_verdicts_and_serves_its_policy() {
+    let with_xid = |n: f64| {
+        let mut samples = gpu(0, "GPU-a", 0.5, true);
+        samples.push(Sample::for_gpu(
+            0,
+            "GPU-a",
+            Metric::GpuXidErrors,
+            &["95"],
+            n,
+        ));
+        samples.push(Sample::for_gpu(
+            0,
+            "GPU-a",
+            Metric::GpuXidErrors,
+            &["13"],
+            n,
+        ));
+        let view = DeviceView::build(&[up("nvml", PollOutput::samples(samples))]);
+        Arc::new(Fixed(Some(Arc::new(view)))) as Arc<dyn DeviceViews>
+    };
+    let state = |out: &PollOutput| {
+        let s = out
+            .samples
+            .iter()
+            .find(|s| s.metric == Metric::GpuHealthAction);
+        s.map(|s| {
+            (
+                s.label("action").unwrap().to_string(),
+                s.label("reason").unwrap().to_string(),
+            )
+        })
+    };
+    let memory: Arc<HealthMemory> = Arc::default();
+    let settings = HealthSettings::default();
+    let mut first = HealthSource::new("health", with_xid(0.0), &settings, Arc::clone(&memory));
+    first.poll().unwrap();
+    let mut first = HealthSource::new("health", with_xid(1.0), &settings, Arc::clone(&memory));
+    let out = first.poll().unwrap();
+    assert_eq!(state(&out), Some(("reset_gpu".into(), "xid_95".into())));
+    assert!(!out
+        .samples
+        .iter()
+        .any(|s| s.metric == Metric::ExporterXidPolicy));
+
+    let settings: HealthSettings = toml::from_str(
+        "[xid_policy]\n\"13\" = \"ignore\"\n\"95\" = { count = 5, window = \"1h\" }\n",
+    )
+    .unwrap();
+    let mut second = HealthSource::new("health", with_xid(1.0), &settings, Arc::clone(&memory));
+    let out = second.poll().unwrap();
+    assert_eq!(
+        state(&out),
+        Some(("reset_gpu".into(), "xid_95".into())),
+        "latched before the reload: it waits for its reset still"
+    );
+    let mut policy: Vec<_> = out
+        .samples
+        .iter()
+        .filter(|s| s.metric == Metric::ExporterXidPolicy)
+        .map(|s| s.labels.clone())
+        .collect();
+    policy.sort();
+    assert_eq!(policy, [["13", "ignore"], ["95", "5 in 1h"]]);
+    // A fresh memory (a restart) would judge the counted XID again, under the new policy.
+    let mut fresh = HealthSource::new("health", with_xid(1.0), &settings, Arc::default());
+    let out = fresh.poll().unwrap();
+    assert_eq!(state(&out), Some(("none".into(), "none".into())));
 }

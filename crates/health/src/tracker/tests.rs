@@ -1,4 +1,5 @@
 use super::*;
+use crate::XidPolicy;
 
 const T: Duration = Duration::from_secs(300);
 
@@ -490,4 +491,106 @@ fn the_drivers_recovery_action_holds_while_the_driver_reports_it() {
         verdict(&t.evaluate(driver("melt").iter(), now), "GPU-0").0,
         "healthy"
     );
+}
+
+fn policy(text: &str) -> XidPolicy {
+    #[derive(serde::Deserialize)]
+    struct H {
+        xid_policy: XidPolicy,
+    }
+    toml::from_str::<H>(&format!("[xid_policy]\n{text}"))
+        .expect("a valid policy")
+        .xid_policy
+}
+
+fn xid(code: &'static str, n: f64) -> (Metric, &'static [&'static str], f64) {
+    let labels: &'static [&'static str] = match code {
+        "13" => &["13"],
+        "31" => &["31"],
+        "32" => &["32"],
+        "95" => &["95"],
+        _ => unreachable!("a code of these tests"),
+    };
+    (Metric::GpuXidErrors, labels, n)
+}
+
+#[test]
+fn an_ignored_xid_never_changes_the_verdict_and_others_still_do() {
+    let mut t = HealthTracker::new(T).with_policy(policy("\"13\" = \"ignore\""));
+    let now = Instant::now();
+    t.evaluate(gpu0(&[]).iter(), now);
+    let out = t.evaluate(gpu0(&[xid("13", 50.0)]).iter(), now);
+    assert_eq!(verdict(&out, "GPU-0"), v("healthy", "none", "none"));
+    let out = t.evaluate(gpu0(&[xid("13", 60.0), xid("31", 1.0)]).iter(), now);
+    assert_eq!(
+        verdict(&out, "GPU-0"),
+        v("degraded", "restart_app", "xid_31")
+    );
+}
+
+#[test]
+fn a_threshold_waits_for_its_count_within_the_window_across_its_range() {
+    let mut t =
+        HealthTracker::new(T).with_policy(policy("\"31-32\" = { count = 3, window = \"10m\" }"));
+    let now = Instant::now();
+    let at = |s: u64| now + Duration::from_secs(s);
+    t.evaluate(gpu0(&[]).iter(), now);
+    // Two, then a third after the window: never three within 10 min.
+    let out = t.evaluate(gpu0(&[xid("31", 2.0)]).iter(), at(10));
+    assert_eq!(verdict(&out, "GPU-0"), v("healthy", "none", "none"));
+    let out = t.evaluate(gpu0(&[xid("31", 3.0)]).iter(), at(610));
+    assert_eq!(verdict(&out, "GPU-0"), v("healthy", "none", "none"));
+    // Two more within the window, one of them another code of the range: three.
+    let out = t.evaluate(gpu0(&[xid("31", 3.0), xid("32", 1.0)]).iter(), at(620));
+    assert_eq!(verdict(&out, "GPU-0"), v("healthy", "none", "none"));
+    let out = t.evaluate(gpu0(&[xid("31", 4.0), xid("32", 1.0)]).iter(), at(630));
+    assert_eq!(
+        verdict(&out, "GPU-0"),
+        v("degraded", "restart_app", "xid_31")
+    );
+    // Once met, it clears on the catalog's terms (the quiet period).
+    let out = t.evaluate(gpu0(&[xid("31", 4.0), xid("32", 1.0)]).iter(), at(930));
+    assert_eq!(verdict(&out, "GPU-0"), v("healthy", "none", "none"));
+}
+
+#[test]
+fn a_storm_meets_a_threshold_in_one_poll_and_a_reset_starts_the_count_over() {
+    let mut t =
+        HealthTracker::new(T).with_policy(policy("\"95\" = { count = 3, window = \"1h\" }"));
+    let now = Instant::now();
+    let at = |s: u64| now + Duration::from_secs(s);
+    let ecc = |n: f64| (Metric::GpuEccErrors, &["corrected", "volatile"][..], n);
+    t.evaluate(gpu0(&[ecc(5.0)]).iter(), now);
+    let out = t.evaluate(gpu0(&[ecc(5.0), xid("95", 40.0)]).iter(), at(1));
+    assert_eq!(
+        verdict(&out, "GPU-0"),
+        v("unhealthy", "reset_gpu", "xid_95")
+    );
+    // Reset: the condition clears and the count starts over, so two more do not meet it.
+    let out = t.evaluate(gpu0(&[ecc(0.0), xid("95", 40.0)]).iter(), at(2));
+    assert_eq!(verdict(&out, "GPU-0"), v("healthy", "none", "none"));
+    let out = t.evaluate(gpu0(&[ecc(0.0), xid("95", 42.0)]).iter(), at(3));
+    assert_eq!(verdict(&out, "GPU-0"), v("healthy", "none", "none"));
+    let out = t.evaluate(gpu0(&[ecc(0.0), xid("95", 43.0)]).iter(), at(4));
+    assert_eq!(verdict(&out, "GPU-0").2, "xid_95");
+}
+
+#[test]
+fn a_new_policy_keeps_what_was_seen_and_drops_what_it_now_ignores() {
+    let mut t =
+        HealthTracker::new(T).with_policy(policy("\"31\" = { count = 3, window = \"10m\" }"));
+    let now = Instant::now();
+    let at = |s: u64| now + Duration::from_secs(s);
+    t.evaluate(gpu0(&[]).iter(), now);
+    t.evaluate(gpu0(&[xid("13", 1.0), xid("31", 2.0)]).iter(), at(1));
+    // A reload: 13 is now ignored (its condition goes at once), 31's two still count.
+    t.configure(
+        T,
+        policy("\"13\" = \"ignore\"\n\"31\" = { count = 3, window = \"10m\" }"),
+    );
+    let out = t.evaluate(gpu0(&[xid("13", 1.0), xid("31", 2.0)]).iter(), at(2));
+    assert_eq!(verdict(&out, "GPU-0"), v("healthy", "none", "none"));
+    let out = t.evaluate(gpu0(&[xid("13", 1.0), xid("31", 3.0)]).iter(), at(3));
+    assert_eq!(verdict(&out, "GPU-0").2, "xid_31");
+    assert_eq!(t.policy().rules().len(), 2);
 }

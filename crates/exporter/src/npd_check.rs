@@ -1,0 +1,609 @@
+//! `dgx-pixels-exporter npd-check`: the health verdicts of the exporter running on this node,
+//! answered in node-problem-detector's custom-plugin protocol (exit 0 OK, 1 problem, 2
+//! unknown; one short line on stdout), so that NPD turns them into a node condition that
+//! remediation controllers act on (docs/deploy.md, "node-problem-detector").
+//!
+//! It asks the daemon over its own listener rather than reading the GPUs itself: the verdicts
+//! need the state the daemon keeps (latched XIDs, quiet periods), and a second reader of the
+//! GPUs would cost what the daemon already paid. It reads the daemon's settings the way the
+//! daemon does (config file, environment, flags) for the address, the metrics path and the web
+//! config file; with TLS it trusts exactly the certificate the web config serves (pinned, so
+//! no host name has to match 127.0.0.1), with basic auth it sends the user and password given
+//! here (the web config holds only hashes).
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+
+use crate::cli::Cli;
+use crate::config;
+
+/// Longest message: NPD's default `max_output_length` (it cuts longer ones itself).
+pub const MAX_MESSAGE: usize = 80;
+/// Largest exposition read: far above 64 GPUs in the full profile.
+const MAX_RESPONSE_BYTES: u64 = 32 << 20;
+/// Longest password file read.
+const MAX_PASSWORD_BYTES: u64 = 4096;
+
+/// From which verdict on a GPU is a problem (exit 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProblemAt {
+    /// Only an unhealthy GPU (the `GpuUnhealthy` condition).
+    Unhealthy,
+    /// A degraded GPU too (a `GpuDegraded` condition).
+    Degraded,
+}
+
+/// The subcommand's own flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct NpdCheckArgs {
+    /// Which verdict makes a problem (exit 1): unhealthy, or degraded and worse.
+    #[arg(long, value_enum, default_value = "unhealthy")]
+    pub problem_at: ProblemAt,
+    /// Address of the exporter, HOST:PORT (a name too, such as the chart's node-local Service)
+    /// [default: the daemon's web.listen_address, on the loopback address when it listens on
+    /// all addresses].
+    #[arg(long, value_name = "HOST:PORT")]
+    pub address: Option<String>,
+    /// User for basic auth, when the web config file asks for it.
+    #[arg(long, value_name = "USER")]
+    pub username: Option<String>,
+    /// File holding that user's password (one line; a trailing newline is ignored).
+    #[arg(long, value_name = "PATH", requires = "username")]
+    pub password_file: Option<PathBuf>,
+    /// Time allowed for the whole check, within NPD's own plugin timeout.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_timeout)]
+    pub timeout: Duration,
+}
+
+fn parse_timeout(s: &str) -> Result<Duration, String> {
+    let d = config::parse_duration(s)?;
+    if d < Duration::from_millis(100) || d > Duration::from_secs(300) {
+        return Err(format!("{s:?} is outside 100ms to 5m"));
+    }
+    Ok(d)
+}
+
+/// The answer: exit status and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// 0 OK, 1 problem, 2 unknown.
+    pub status: u8,
+    /// One line, at most [`MAX_MESSAGE`] bytes.
+    pub message: String,
+}
+
+impl Answer {
+    fn new(status: u8, message: impl Into<String>) -> Answer {
+        Answer {
+            status,
+            message: one_line(&message.into()),
+        }
+    }
+
+    fn unknown(message: impl Into<String>) -> Answer {
+        Answer::new(2, message)
+    }
+}
+
+/// Runs the check and prints its answer.
+pub fn run(cli: &Cli, args: &NpdCheckArgs) -> ExitCode {
+    let answer = check(cli, args);
+    println!("{}", answer.message);
+    ExitCode::from(answer.status)
+}
+
+fn check(cli: &Cli, args: &NpdCheckArgs) -> Answer {
+    let deadline = Instant::now() + args.timeout;
+    let settings =
+        match config::environment(std::env::vars_os()).and_then(|env| config::resolve(cli, env)) {
+            Ok(s) => s,
+            Err(e) => return Answer::unknown(format!("config: {e}")),
+        };
+    let addr = match args.address.as_deref() {
+        // A name too (the chart's node-local Service): NPD's plugin timeout bounds the lookup.
+        Some(a) => match a.to_socket_addrs().map(|mut all| all.next()) {
+            Ok(Some(a)) => a,
+            Ok(None) => return Answer::unknown(format!("--address {a}: no address")),
+            Err(e) => return Answer::unknown(format!("--address {a}: {e}")),
+        },
+        None => match settings.listen_addr() {
+            Ok(a) => loopback_for(a),
+            Err(e) => return Answer::unknown(format!("config: {e}")),
+        },
+    };
+    let pinned = match settings.web.config_file.as_deref().map(served_certificate) {
+        Some(Ok(cert)) => cert,
+        Some(Err(e)) => return Answer::unknown(e),
+        None => None,
+    };
+    let auth = match (&args.username, &args.password_file) {
+        (Some(user), Some(file)) => match read_password(file) {
+            Ok(p) => Some(basic_auth(user, &p)),
+            Err(e) => return Answer::unknown(e),
+        },
+        (Some(user), None) => Some(basic_auth(user, "")),
+        _ => None,
+    };
+    let request = Request {
+        addr,
+        path: &settings.web.telemetry_path,
+        auth: auth.as_deref(),
+        pinned,
+        deadline,
+    };
+    match request.get() {
+        Ok(body) => judge(&body, args.problem_at),
+        Err(e) => Answer::unknown(e),
+    }
+}
+
+/// The daemon listening on every address answers on the loopback one of its family.
+fn loopback_for(a: SocketAddr) -> SocketAddr {
+    match a.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => (Ipv4Addr::LOCALHOST, a.port()).into(),
+        IpAddr::V6(ip) if ip.is_unspecified() => (Ipv6Addr::LOCALHOST, a.port()).into(),
+        _ => a,
+    }
+}
+
+/// The certificate the daemon serves, from its web config file; `None` without TLS.
+fn served_certificate(path: &Path) -> Result<Option<CertificateDer<'static>>, String> {
+    let read = |p: &Path| {
+        dgx_pixels_web::read_regular(p, dgx_pixels_web::MAX_CONFIG_FILE_BYTES)
+            .map_err(|e| format!("web config {}: {e}", p.display()))
+    };
+    let text = String::from_utf8(read(path)?)
+        .map_err(|_| format!("web config {}: not UTF-8", path.display()))?;
+    // Certificate first, then key and CA: only the certificate is read (the key stays the
+    // daemon's secret).
+    let Some(cert_file) = dgx_pixels_web::WebConfig::named_files(&text, path)
+        .into_iter()
+        .next()
+    else {
+        return Ok(None);
+    };
+    let pem = read(&cert_file)?;
+    match CertificateDer::pem_slice_iter(&pem).next() {
+        Some(Ok(cert)) => Ok(Some(cert)),
+        _ => Err(format!("no certificate in {}", cert_file.display())),
+    }
+}
+
+fn read_password(path: &Path) -> Result<String, String> {
+    let bytes = dgx_pixels_web::read_regular(path, MAX_PASSWORD_BYTES)
+        .map_err(|e| format!("password file {}: {e}", path.display()))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| format!("password file {}: not UTF-8", path.display()))?;
+    Ok(text.trim_end_matches(['\r', '\n']).to_string())
+}
+
+/// `Basic base64(user:password)`.
+fn basic_auth(user: &str, password: &str) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let input = format!("{user}:{password}");
+    let mut out = String::from("Basic ");
+    for chunk in input.as_bytes().chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+struct Request<'a> {
+    addr: SocketAddr,
+    path: &'a str,
+    auth: Option<&'a str>,
+    pinned: Option<CertificateDer<'static>>,
+    deadline: Instant,
+}
+
+impl Request<'_> {
+    /// The body of a 200 answer; anything else is the reason for an unknown verdict.
+    fn get(&self) -> Result<String, String> {
+        let left = || self.deadline.saturating_duration_since(Instant::now());
+        let tcp = TcpStream::connect_timeout(&self.addr, left())
+            .map_err(|e| format!("exporter unreachable at {}: {e}", self.addr))?;
+        // HTTP/1.0: the server closes after the body, so no chunked encoding to undo.
+        let mut head = format!(
+            "GET {} HTTP/1.0\r\nHost: localhost\r\nAccept: text/plain\r\nAccept-Encoding: identity\r\n",
+            self.path
+        );
+        if let Some(auth) = self.auth {
+            head.push_str(&format!("Authorization: {auth}\r\n"));
+        }
+        head.push_str("\r\n");
+        let raw = match &self.pinned {
+            None => exchange(tcp, head.as_bytes(), self.deadline),
+            Some(cert) => {
+                let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+                    rustls::crypto::ring::default_provider(),
+                ))
+                .with_safe_default_protocol_versions()
+                .map_err(|e| format!("TLS: {e}"))?
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(Pinned::new(cert.clone())))
+                .with_no_client_auth();
+                let name = ServerName::try_from("localhost").map_err(|e| format!("TLS: {e}"))?;
+                let conn = rustls::ClientConnection::new(Arc::new(config), name)
+                    .map_err(|e| format!("TLS: {e}"))?;
+                let tls = rustls::StreamOwned::new(conn, tcp);
+                exchange(tls, head.as_bytes(), self.deadline)
+            }
+        }?;
+        parse_response(&raw)
+    }
+}
+
+/// Sends `request` and reads the whole answer, within the deadline and the size bound.
+fn exchange<S: Read + Write + AsTcp>(
+    mut s: S,
+    request: &[u8],
+    deadline: Instant,
+) -> Result<Vec<u8>, String> {
+    let left = || {
+        let d = deadline.saturating_duration_since(Instant::now());
+        (!d.is_zero())
+            .then_some(d)
+            .ok_or_else(|| "the exporter did not answer in time".to_string())
+    };
+    s.tcp().set_write_timeout(Some(left()?)).ok();
+    s.write_all(request)
+        .and_then(|()| s.flush())
+        .map_err(|e| format!("exporter: {e}"))?;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        s.tcp().set_read_timeout(Some(left()?)).ok();
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                out.extend_from_slice(&buf[..n]);
+                if out.len() as u64 > MAX_RESPONSE_BYTES {
+                    return Err(format!(
+                        "the exporter's answer is over {} MiB",
+                        MAX_RESPONSE_BYTES >> 20
+                    ));
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err("the exporter did not answer in time".into())
+            }
+            // A peer that closes without TLS close_notify has still sent the whole body:
+            // HTTP/1.0 ends at the close.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !out.is_empty() => break,
+            Err(e) => return Err(format!("exporter: {e}")),
+        }
+    }
+    Ok(out)
+}
+
+/// The TCP stream under a plain or TLS stream, for its timeouts.
+trait AsTcp {
+    fn tcp(&self) -> &TcpStream;
+}
+
+impl AsTcp for TcpStream {
+    fn tcp(&self) -> &TcpStream {
+        self
+    }
+}
+
+impl AsTcp for rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
+    fn tcp(&self) -> &TcpStream {
+        self.get_ref()
+    }
+}
+
+fn parse_response(raw: &[u8]) -> Result<String, String> {
+    let end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or("the exporter's answer is not HTTP")?;
+    let head = String::from_utf8_lossy(&raw[..end]);
+    let status = head
+        .lines()
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse::<u16>().ok())
+        .ok_or("the exporter's answer is not HTTP")?;
+    match status {
+        200 => {}
+        401 => return Err("the exporter refused the check: HTTP 401 (basic auth)".into()),
+        s => return Err(format!("the exporter answered HTTP {s}")),
+    }
+    let chunked = head.lines().any(|l| {
+        let l = l.to_ascii_lowercase();
+        l.starts_with("transfer-encoding:") && l.contains("chunked")
+    });
+    if chunked {
+        return Err("the exporter's answer is chunked, which an HTTP/1.0 request rules out".into());
+    }
+    String::from_utf8(raw[end + 4..].to_vec())
+        .map_err(|_| "the exporter's answer is not UTF-8".into())
+}
+
+/// Trusts exactly one certificate: the one the daemon's web config serves.
+#[derive(Debug)]
+struct Pinned {
+    cert: CertificateDer<'static>,
+    algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
+}
+
+impl Pinned {
+    fn new(cert: CertificateDer<'static>) -> Pinned {
+        Pinned {
+            cert,
+            algorithms: rustls::crypto::ring::default_provider().signature_verification_algorithms,
+        }
+    }
+}
+
+impl ServerCertVerifier for Pinned {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        if end_entity.as_ref() == self.cert.as_ref() {
+            Ok(ServerCertVerified::assertion())
+        } else {
+            Err(rustls::Error::General(
+                "not the certificate of the web config file".into(),
+            ))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
+
+/// One GPU's verdict as served.
+#[derive(Debug, Default, Clone)]
+struct Gpu {
+    index: String,
+    state: Option<String>,
+    action: Option<String>,
+    reason: Option<String>,
+}
+
+/// The answer for an exposition: a problem when a GPU is at `at` or worse, unknown when a GPU
+/// has no verdict (and none is a problem), else OK.
+pub fn judge(exposition: &str, at: ProblemAt) -> Answer {
+    // By index label: a map, so a huge exposition costs a hash per line, not a scan.
+    let mut by_index: std::collections::HashMap<&str, Gpu> = std::collections::HashMap::new();
+    for line in exposition.lines() {
+        if let Some(rest) = line.strip_prefix("dgx_pixels_gpu_health_state{") {
+            if !rest.ends_with(" 1") {
+                continue;
+            }
+            if let (Some(gpu), Some(state)) = (label(rest, "gpu"), label(rest, "state")) {
+                by_index.entry(gpu).or_default().state = Some(state.to_string());
+            }
+        } else if let Some(rest) = line.strip_prefix("dgx_pixels_gpu_health_action_info{") {
+            if let Some(gpu) = label(rest, "gpu") {
+                let g = by_index.entry(gpu).or_default();
+                g.action = label(rest, "action").map(str::to_string);
+                g.reason = label(rest, "reason").map(str::to_string);
+            }
+        }
+    }
+    let mut gpus: Vec<Gpu> = by_index
+        .into_iter()
+        .filter(|(_, g)| g.state.is_some())
+        .map(|(index, g)| Gpu {
+            index: index.to_string(),
+            ..g
+        })
+        .collect();
+    if gpus.is_empty() {
+        return Answer::unknown("no GPU verdict served (is the health collector on?)");
+    }
+    gpus.sort_by_key(|g| (g.index.parse::<u32>().unwrap_or(u32::MAX), g.index.clone()));
+    let with = |states: &[&str]| -> Vec<&Gpu> {
+        gpus.iter()
+            .filter(|g| g.state.as_deref().is_some_and(|s| states.contains(&s)))
+            .collect()
+    };
+    // The worst first, so the message names it.
+    let mut problems = with(&["unhealthy"]);
+    if at == ProblemAt::Degraded {
+        problems.extend(with(&["degraded"]));
+    }
+    if !problems.is_empty() {
+        return Answer::new(1, describe(&problems, gpus.len()));
+    }
+    let unknown = with(&["unknown"]);
+    if !unknown.is_empty() {
+        return Answer::unknown(describe(&unknown, gpus.len()));
+    }
+    let degraded = with(&["degraded"]);
+    if !degraded.is_empty() {
+        return Answer::new(0, describe(&degraded, gpus.len()));
+    }
+    match gpus.len() {
+        1 => Answer::new(0, "1 GPU healthy"),
+        n => Answer::new(0, format!("{n} GPUs healthy")),
+    }
+}
+
+/// `GPU 1 unhealthy: reset_gpu (xid_48); 2 more of 8`.
+fn describe(of: &[&Gpu], total: usize) -> String {
+    let first = of[0];
+    let mut s = format!(
+        "GPU {} {}: {} ({})",
+        first.index,
+        first.state.as_deref().unwrap_or("?"),
+        first.action.as_deref().unwrap_or("?"),
+        first.reason.as_deref().unwrap_or("?"),
+    );
+    if of.len() > 1 {
+        s.push_str(&format!("; {} more of {total}", of.len() - 1));
+    }
+    s
+}
+
+/// The value of `key` in the label set `rest` (after the `{`); our label values have no
+/// escaped quotes where it is used.
+fn label<'a>(rest: &'a str, key: &str) -> Option<&'a str> {
+    let set = &rest[..rest.rfind('}')?];
+    set.split(',').find_map(|pair| {
+        let (k, v) = pair.split_once('=')?;
+        (k == key).then(|| v.trim_matches('"'))
+    })
+}
+
+/// One line of at most [`MAX_MESSAGE`] bytes, cut at a character boundary.
+fn one_line(s: &str) -> String {
+    let mut line: String = s
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if line.len() > MAX_MESSAGE {
+        let mut end = MAX_MESSAGE - 3;
+        while !line.is_char_boundary(end) {
+            end -= 1;
+        }
+        line.truncate(end);
+        line.push_str("...");
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn series(gpu: u32, state: &str, action: &str, reason: &str) -> String {
+        format!(
+            "dgx_pixels_gpu_health_state{{gpu=\"{gpu}\",uuid=\"GPU-{gpu}\",state=\"{state}\"}} 1\n\
+             dgx_pixels_gpu_health_action_info{{gpu=\"{gpu}\",uuid=\"GPU-{gpu}\",action=\"{action}\",reason=\"{reason}\"}} 1\n"
+        )
+    }
+
+    #[test]
+    fn verdicts_map_to_the_plugin_protocol() {
+        let healthy = series(0, "healthy", "none", "none") + &series(1, "healthy", "none", "none");
+        assert_eq!(
+            judge(&healthy, ProblemAt::Unhealthy),
+            Answer::new(0, "2 GPUs healthy")
+        );
+        let degraded =
+            series(0, "healthy", "none", "none") + &series(10, "degraded", "restart_app", "xid_13");
+        assert_eq!(
+            judge(&degraded, ProblemAt::Unhealthy),
+            Answer::new(0, "GPU 10 degraded: restart_app (xid_13)")
+        );
+        assert_eq!(judge(&degraded, ProblemAt::Degraded).status, 1);
+        let bad = degraded.clone()
+            + &series(2, "unknown", "unknown", "no_readings")
+            + &series(3, "unhealthy", "reset_gpu", "xid_48")
+            + &series(4, "unhealthy", "reboot", "gpu_lost");
+        assert_eq!(
+            judge(&bad, ProblemAt::Unhealthy),
+            Answer::new(1, "GPU 3 unhealthy: reset_gpu (xid_48); 1 more of 5")
+        );
+        assert_eq!(
+            judge(&bad, ProblemAt::Degraded).message,
+            "GPU 3 unhealthy: reset_gpu (xid_48); 2 more of 5"
+        );
+        let unknown = degraded + &series(2, "unknown", "unknown", "xid_unobserved");
+        assert_eq!(
+            judge(&unknown, ProblemAt::Unhealthy),
+            Answer::new(2, "GPU 2 unknown: unknown (xid_unobserved)")
+        );
+        assert_eq!(
+            judge("dgx_pixels_gpu_up{gpu=\"0\"} 1\n", ProblemAt::Unhealthy).status,
+            2
+        );
+    }
+
+    #[test]
+    fn a_state_series_at_0_is_not_the_verdict_and_labels_match_whole_names() {
+        let text = "dgx_pixels_gpu_health_state{gpu=\"0\",state=\"unhealthy\"} 0\n\
+                    dgx_pixels_gpu_health_state{xgpu=\"9\",gpu=\"0\",state=\"healthy\"} 1\n";
+        assert_eq!(
+            judge(text, ProblemAt::Unhealthy),
+            Answer::new(0, "1 GPU healthy")
+        );
+    }
+
+    #[test]
+    fn messages_are_one_bounded_line() {
+        let long = "é".repeat(100) + "\nsecond";
+        let line = one_line(&long);
+        assert!(line.len() <= MAX_MESSAGE && !line.contains('\n'), "{line}");
+        assert!(line.ends_with("..."));
+    }
+
+    #[test]
+    fn basic_auth_encodes_as_the_rfc_says() {
+        // RFC 7617's example.
+        assert_eq!(
+            basic_auth("Aladdin", "open sesame"),
+            "Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ=="
+        );
+        assert_eq!(basic_auth("a", "b"), "Basic YTpi");
+        assert_eq!(basic_auth("ab", "c"), "Basic YWI6Yw==");
+    }
+
+    #[test]
+    fn answers_other_than_200_say_why() {
+        assert_eq!(
+            parse_response(b"HTTP/1.1 401 Unauthorized\r\n\r\n").unwrap_err(),
+            "the exporter refused the check: HTTP 401 (basic auth)"
+        );
+        assert_eq!(
+            parse_response(b"HTTP/1.1 200 OK\r\n\r\nbody").unwrap(),
+            "body"
+        );
+        assert!(parse_response(b"garbage").is_err());
+    }
+}
