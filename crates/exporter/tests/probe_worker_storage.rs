@@ -53,7 +53,9 @@ fn the_daemon_reads_a_configured_path_through_a_worker_on_an_idle_node() {
             &[("path", &path)],
         )
     };
-    let (body, took) = wait_until(daemon.port, Duration::from_secs(30), |b| read(b).is_some());
+    // The first poll comes before NVML's first reading: the node cannot be shown idle, so the
+    // read is skipped and tried again 30 s later, as the GPU probes are.
+    let (body, took) = wait_until(daemon.port, Duration::from_secs(75), |b| read(b).is_some());
     let bps = read(&body).unwrap_or_else(|| panic!("no read in {took:?}:\n{body}"));
     assert!(bps > 0.0);
     // The scratch file was written in the configured directory, once, at the run's size.
