@@ -20,7 +20,8 @@ pub fn run(nvml_library: Option<&Path>) -> ExitCode {
         Err(code) => return code,
     };
     let reply = match &request {
-        WorkerRequest::Discover => serve(&request, &mut NoWatch),
+        // Discovery and the storage probe touch no GPU: nothing to watch.
+        WorkerRequest::Discover | WorkerRequest::StorageRead(_) => serve(&request, &mut NoWatch),
         WorkerRequest::Run(_) => match Peers::open(nvml_library) {
             Ok(peers) => serve(&request, &mut NvmlWatch { peers }),
             // Without NVML the worker cannot show the GPU is free: it does not touch it.
@@ -33,7 +34,7 @@ pub fn run(nvml_library: Option<&Path>) -> ExitCode {
     crate::worker_io::reply("probe-worker", &reply)
 }
 
-/// Discovery touches no GPU: nothing to watch.
+/// Discovery and `storage_read` touch no GPU: nothing to watch.
 struct NoWatch;
 
 impl Watch for NoWatch {

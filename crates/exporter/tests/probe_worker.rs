@@ -11,7 +11,7 @@ use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
 use common::{fake_nvml_library, BIN};
-use dgx_pixels_probes::worker::{RunRequest, Skip, WorkerReply, WorkerRequest};
+use dgx_pixels_probes::worker::{Peer, RunRequest, Skip, WorkerReply, WorkerRequest};
 use dgx_pixels_probes::ProbeSizes;
 use dgx_pixels_sim::{Node, Scenario};
 
@@ -49,6 +49,7 @@ fn run(scenario: &str, gpu: usize, env: &[(&str, &str)]) -> WorkerReply {
         warmup: 1,
         iterations: 3,
         seed: 42,
+        peer: None,
     });
     let mut all = vec![("FAKE_NVML_SCENARIO", scenario), ("FAKE_NVML_TIME", "30")];
     all.extend_from_slice(env);
@@ -144,6 +145,31 @@ fn an_idle_free_gpu_is_admitted_and_reaches_cuda() {
 }
 
 #[test]
+fn a_pair_probe_whose_peer_is_busy_touches_neither_gpu() {
+    // GPU 1 runs a job with a process of its own: as p2p_copy's peer it refuses the pair,
+    // before a context on GPU 2 (no CUDA here: a context would fail as unavailable).
+    let req = WorkerRequest::Run(RunRequest {
+        ordinal: 2,
+        uuid: uuid(SCENARIO, 2),
+        probe: "p2p_copy".into(),
+        sizes: ProbeSizes::default(),
+        warmup: 1,
+        iterations: 3,
+        seed: 42,
+        peer: Some(Peer {
+            ordinal: 1,
+            uuid: uuid(SCENARIO, 1),
+        }),
+    });
+    let out = worker(
+        &serde_json::to_vec(&req).unwrap(),
+        &[("FAKE_NVML_SCENARIO", SCENARIO), ("FAKE_NVML_TIME", "30")],
+    );
+    let reply: WorkerReply = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(skip_of(&reply), Some(Skip::InUse), "{reply:?}");
+}
+
+#[test]
 fn an_unknown_gpu_is_not_touched() {
     let req = WorkerRequest::Run(RunRequest {
         ordinal: 0,
@@ -153,6 +179,7 @@ fn an_unknown_gpu_is_not_touched() {
         warmup: 1,
         iterations: 3,
         seed: 42,
+        peer: None,
     });
     let out = worker(
         &serde_json::to_vec(&req).unwrap(),
@@ -172,6 +199,7 @@ fn without_nvml_the_worker_refuses_to_run() {
         warmup: 1,
         iterations: 3,
         seed: 42,
+        peer: None,
     });
     let mut child = Command::new(BIN)
         .args([

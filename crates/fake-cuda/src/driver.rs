@@ -530,6 +530,101 @@ cuda_fn! {
     }
 }
 
+/// The GPU of a context handle whose context is alive.
+fn context_gpu(d: &Driver, ctx: Handle) -> Result<usize, CuResult> {
+    let id = id_of(ctx, Kind::Context).ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+    let gpu = usize::try_from(id - 1).map_err(|_| CUDA_ERROR_INVALID_CONTEXT)?;
+    d.context_state(gpu).ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+    Ok(gpu)
+}
+
+cuda_fn! {
+    /// Whether `dev` can access `peer_dev`'s memory: any two distinct GPUs of the node can
+    /// (NVLink through the NVSwitches, or PCIe), a GPU not itself.
+    fn cuDeviceCanAccessPeer(can: *mut c_int, dev: c_int, peer_dev: c_int) {
+        // SAFETY: CUDA contract for out-parameters.
+        let p = unsafe { out(can) }?;
+        let (a, b) = with(|d| Ok((d.device(dev)?, d.device(peer_dev)?)))?;
+        *p = c_int::from(a != b);
+        Ok(())
+    }
+}
+
+cuda_fn! {
+    /// Lets the current context access the memory of `peer_ctx`'s GPU directly (flags must be
+    /// 0); `CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED` the second time, as the driver.
+    fn cuCtxEnablePeerAccess(peer_ctx: Handle, flags: c_uint) {
+        if flags != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        with(|d| {
+            let gpu = d.current()?;
+            let peer = context_gpu(d, peer_ctx)?;
+            d.enable_peer(gpu, peer)
+        })
+    }
+}
+
+cuda_fn! {
+    /// Copy between the memory of two contexts, on `stream` of the current context. With
+    /// peer access enabled between them it is timed by the simulator's peer model (NVLink);
+    /// without, the driver stages it through host memory: device to host, then host to device.
+    fn cuMemcpyPeerAsync(
+        dst: CuDevicePtr,
+        dst_ctx: Handle,
+        src: CuDevicePtr,
+        src_ctx: Handle,
+        n: usize,
+        stream: Handle,
+    ) {
+        with(|d| {
+            let g = d.current()?;
+            let to = context_gpu(d, dst_ctx)?;
+            let from = context_gpu(d, src_ctx)?;
+            if !d.check_range(to, dst, n as u64) || !d.check_range(from, src, n as u64) {
+                return Err(CUDA_ERROR_INVALID_VALUE);
+            }
+            if to == from {
+                return enqueue_transfer(d, g, stream, Transfer::DeviceToDevice, n, 2.0);
+            }
+            if n == 0 {
+                return Ok(());
+            }
+            let rate = if d.peer_enabled(from, to) {
+                d.peer_rate(from, to).map_err(rate_error)?
+            } else {
+                let down = d
+                    .rate(from, Benchmark::Copy(Transfer::DeviceToHost))
+                    .map_err(rate_error)?;
+                let up = d
+                    .rate(to, Benchmark::Copy(Transfer::HostToDevice))
+                    .map_err(rate_error)?;
+                1.0 / (1.0 / down + 1.0 / up)
+            };
+            let seconds = n as f64 / rate * d.jitter(g);
+            d.enqueue(g, stream, seconds)
+        })
+    }
+}
+
+cuda_fn! {
+    /// Synchronous peer copy on the current context's default stream.
+    fn cuMemcpyPeer(
+        dst: CuDevicePtr,
+        dst_ctx: Handle,
+        src: CuDevicePtr,
+        src_ctx: Handle,
+        n: usize,
+    ) {
+        // SAFETY: no pointer is dereferenced.
+        let r = unsafe { cuMemcpyPeerAsync(dst, dst_ctx, src, src_ctx, n, std::ptr::null_mut()) };
+        if r != CUDA_SUCCESS {
+            return Err(r);
+        }
+        sync_stream(std::ptr::null_mut())
+    }
+}
+
 /// Creates a stream in the current context.
 ///
 /// # Safety

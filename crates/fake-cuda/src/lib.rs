@@ -61,7 +61,9 @@
 //!   `cuDevicePrimaryCtxGetState`, `cuCtxGetCurrent`, `cuCtxSetCurrent`, `cuCtxGetDevice`,
 //!   `cuCtxSynchronize`, `cuMemAlloc_v2`, `cuMemAllocAsync`, `cuMemFree_v2`, `cuMemFreeAsync`,
 //!   `cuMemHostAlloc`, `cuMemFreeHost`, `cuMemsetD8Async`, `cuMemsetD8_v2`,
-//!   `cuMemcpy{HtoD,DtoH,DtoD}Async_v2` and their synchronous `_v2` forms, `cuStreamCreate`,
+//!   `cuMemcpy{HtoD,DtoH,DtoD}Async_v2` and their synchronous `_v2` forms,
+//!   `cuDeviceCanAccessPeer`, `cuCtxEnablePeerAccess`, `cuMemcpyPeerAsync`, `cuMemcpyPeer`,
+//!   `cuStreamCreate`,
 //!   `cuStreamCreateWithPriority`, `cuStreamDestroy_v2`, `cuStreamSynchronize`,
 //!   `cuStreamQuery`, `cuStreamWaitEvent`, `cuEventCreate`, `cuEventRecord`,
 //!   `cuEventSynchronize`, `cuEventQuery`, `cuEventElapsedTime` (and `_v2`),
@@ -73,7 +75,10 @@
 //!   GPU's state at the current scenario time): a GEMM takes `2mnk` / the precision's rate
 //!   (fp32 GEMMs are TF32 in `CUBLAS_TF32_TENSOR_OP_MATH`), a device copy `2 × bytes` / the
 //!   device copy rate (a memset `bytes` / it), host copies `bytes` / the PCIe rate of their
-//!   direction, a kernel launch the launch latency; each operation's duration varies by up to
+//!   direction, a peer copy between two GPUs `bytes` / the simulator's peer rate
+//!   (`dgx_pixels_sim::peer`: NVLink links up on both GPUs; with peer access enabled, else
+//!   staged through the host at the two PCIe rates in turn), a kernel launch the launch
+//!   latency; each operation's duration varies by up to
 //!   1% (seeded by the scenario). Each stream has a modeled timeline: work runs back to back,
 //!   and `cuEventElapsedTime` is the modeled time between the two recorded points, so `probe
 //!   run` reports the simulator's expected values. Work also completes in wall time: a

@@ -146,6 +146,8 @@ pub struct Context {
     default: Timeline,
     /// Whether the intruder's file is published for this context.
     intruder: bool,
+    /// GPUs whose memory this context may access directly (`cuCtxEnablePeerAccess`).
+    peers: Vec<usize>,
 }
 
 #[derive(Debug)]
@@ -359,6 +361,46 @@ impl Driver {
         }
     }
 
+    /// What a copy from `src` to `dst` runs at now (the simulator's peer model).
+    pub fn peer_rate(&mut self, src: usize, dst: usize) -> Result<f64, RateError> {
+        self.state(src);
+        self.state(dst);
+        let side = |i: usize| match (self.cache.get(i), self.node.gpu(i)) {
+            (Some(Some((_, GpuState::Ok(r)))), Some(g)) if g.mig.is_none() => Ok((g, r)),
+            _ => Err(RateError::Unavailable),
+        };
+        match dgx_pixels_sim::peer::peer_expected(side(src)?, side(dst)?) {
+            Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+            Ok(_) => Err(RateError::Unavailable),
+            Err(BenchmarkError::NoRates { .. }) => Err(RateError::Unsupported),
+            Err(_) => Err(RateError::Unavailable),
+        }
+    }
+
+    /// `cuCtxEnablePeerAccess` from the context of `gpu` to that of `peer`.
+    pub fn enable_peer(&mut self, gpu: usize, peer: usize) -> Result<(), CuResult> {
+        if gpu == peer {
+            return Err(CUDA_ERROR_INVALID_DEVICE);
+        }
+        if !matches!(self.contexts.get(peer), Some(Some(_))) {
+            return Err(CUDA_ERROR_INVALID_CONTEXT);
+        }
+        let Some(Some(c)) = self.contexts.get_mut(gpu) else {
+            return Err(CUDA_ERROR_INVALID_CONTEXT);
+        };
+        if c.peers.contains(&peer) {
+            return Err(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
+        }
+        c.peers.push(peer);
+        Ok(())
+    }
+
+    /// Whether either context may access the other's memory directly.
+    pub fn peer_enabled(&self, a: usize, b: usize) -> bool {
+        let has = |x: usize, y: usize| matches!(self.contexts.get(x), Some(Some(c)) if c.peers.contains(&y));
+        has(a, b) || has(b, a)
+    }
+
     /// A factor within 1% of 1, different for each enqueued operation, as a real GPU's run
     /// to run variation (seeded by the scenario, so a run repeats exactly).
     pub fn jitter(&mut self, gpu: usize) -> f64 {
@@ -474,6 +516,7 @@ impl Driver {
             held: 0,
             default: Timeline::new(),
             intruder: false,
+            peers: Vec::new(),
         });
         c.refs = c.refs.saturating_add(1);
         if c.refs == 1 {
@@ -500,6 +543,10 @@ impl Driver {
             *slot = None;
         }
         self.allocs.retain(|_, (g, _)| *g != gpu);
+        // A destroyed context's memory is no longer a peer's to access.
+        for c in self.contexts.iter_mut().flatten() {
+            c.peers.retain(|p| *p != gpu);
+        }
         self.streams.retain(|_, (g, _)| *g != gpu);
         self.events.retain(|_, e| e.gpu != gpu);
         self.modules.retain(|_, m| m.gpu != gpu);

@@ -26,11 +26,13 @@ pub const CUDA_ERROR_INVALID_DEVICE: CuResult = 101;
 pub const CUDA_ERROR_INVALID_IMAGE: CuResult = 200;
 pub const CUDA_ERROR_INVALID_CONTEXT: CuResult = 201;
 pub const CUDA_ERROR_NO_BINARY_FOR_GPU: CuResult = 209;
+pub const CUDA_ERROR_PEER_ACCESS_UNSUPPORTED: CuResult = 217;
 pub const CUDA_ERROR_INVALID_PTX: CuResult = 218;
 pub const CUDA_ERROR_INVALID_HANDLE: CuResult = 400;
 pub const CUDA_ERROR_NOT_FOUND: CuResult = 500;
 pub const CUDA_ERROR_NOT_READY: CuResult = 600;
 pub const CUDA_ERROR_ILLEGAL_ADDRESS: CuResult = 700;
+pub const CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED: CuResult = 704;
 pub const CUDA_ERROR_NOT_SUPPORTED: CuResult = 801;
 pub const CUDA_ERROR_UNKNOWN: CuResult = 999;
 
@@ -83,6 +85,11 @@ pub const ERRORS: &[(CuResult, &str, &str)] = &[
         "no kernel image is available for execution on the device\0",
     ),
     (
+        CUDA_ERROR_PEER_ACCESS_UNSUPPORTED,
+        "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED\0",
+        "peer access is not supported between these two devices\0",
+    ),
+    (
         CUDA_ERROR_INVALID_PTX,
         "CUDA_ERROR_INVALID_PTX\0",
         "a PTX JIT compilation failed\0",
@@ -106,6 +113,11 @@ pub const ERRORS: &[(CuResult, &str, &str)] = &[
         CUDA_ERROR_ILLEGAL_ADDRESS,
         "CUDA_ERROR_ILLEGAL_ADDRESS\0",
         "an illegal memory access was encountered\0",
+    ),
+    (
+        CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED,
+        "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED\0",
+        "peer access is already enabled\0",
     ),
     (
         CUDA_ERROR_NOT_SUPPORTED,

@@ -121,7 +121,8 @@ fn printed<'a>(stdout: &'a str, key: &str) -> &'a str {
         .unwrap_or_else(|| panic!("{key} not printed:\n{stdout}"))
 }
 
-/// The simulator's expected value of `kind` on `gpu` at [`TIME`], and the GPU's UUID and name.
+/// The simulator's expected value of `kind` on `gpu` at [`TIME`] (NaN for the pair probe:
+/// [`peer_expected`]), and the GPU's UUID and name.
 fn expected(gpu: usize, kind: ProbeKind) -> (f64, String, String) {
     let mut node = Node::new(Scenario::load("dgx-h100").unwrap());
     let t = Duration::from_secs(TIME.parse().unwrap());
@@ -129,8 +130,15 @@ fn expected(gpu: usize, kind: ProbeKind) -> (f64, String, String) {
         panic!("GPU {gpu} is healthy")
     };
     let g = node.gpu(gpu).unwrap();
-    let v = bench::expected(g, &r, benchmark(kind)).unwrap();
+    let v = benchmark(kind).map_or(f64::NAN, |b| bench::expected(g, &r, b).unwrap());
     (v, g.uuid.clone(), g.name.clone())
+}
+
+/// The simulator's expected copy bandwidth from `gpu` to `peer` at [`TIME`] in `scenario`.
+fn peer_expected(scenario: &str, gpu: usize, peer: usize) -> f64 {
+    let mut node = Node::new(Scenario::load(scenario).unwrap());
+    node.peer_expected(gpu, peer, Duration::from_secs(TIME.parse().unwrap()))
+        .unwrap()
 }
 
 fn ctx_files(dir: &Path) -> Vec<String> {
@@ -186,7 +194,15 @@ fn every_probe_reports_the_simulators_expected_value_and_leaves_no_context() {
     assert_eq!(results.results.len(), 2 * ProbeKind::ALL.len());
     for r in &results.results {
         let kind: ProbeKind = r.probe.parse().unwrap();
-        let (want, uuid, name) = expected(r.gpu, kind);
+        let (mut want, uuid, name) = expected(r.gpu, kind);
+        if kind == ProbeKind::P2pCopy {
+            // Between the two selected GPUs, each way.
+            let peer = r.peer.unwrap();
+            assert_eq!((r.gpu, peer), if r.gpu == 0 { (0, 5) } else { (5, 0) });
+            want = peer_expected("dgx-h100", r.gpu, peer);
+        } else {
+            assert_eq!(r.peer, None);
+        }
         // The GPU is the simulated one NVML reports: same UUID (CUDA's bytes formatted as NVML
         // does) and name, at the same index.
         assert_eq!((&r.uuid, &r.model), (&uuid, &name), "{}", r.probe);
@@ -224,6 +240,76 @@ fn every_probe_reports_the_simulators_expected_value_and_leaves_no_context() {
     }
     assert_eq!(results.environment.cuda_version, "13.0");
     // The contexts were released before the process exited.
+    assert_eq!(ctx_files(state.path()), Vec::<String>::new());
+}
+
+/// dgx-h100 with 6 of GPU 3's 18 NVLink links down for good: a degraded link.
+fn degraded_scenario(dir: &Path) -> PathBuf {
+    let mut text = Scenario::builtin_text("dgx-h100").unwrap().to_string();
+    for link in 0..6 {
+        text.push_str(&format!(
+            "\n[[faults]]\nkind = \"nvlink_down\"\ngpu = 3\nlink = {link}\nat_s = 0\n"
+        ));
+    }
+    let path = dir.join("degraded-nvlink.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn peer_copies_follow_the_nvlink_model_and_a_degraded_link_is_the_worst_peer() {
+    let state = tempfile::tempdir().unwrap();
+    let scenario = degraded_scenario(state.path());
+    let scenario = scenario.to_str().unwrap();
+    let out = state.path().join("p2p.csv");
+    let status = probe_run(
+        &[
+            "--probe",
+            "p2p_copy",
+            "--gpus",
+            "0,3,5",
+            "--warmup",
+            "1",
+            "--iterations",
+            "3",
+            "--output",
+            out.to_str().unwrap(),
+        ],
+        &[
+            ("FAKE_CUDA_SCENARIO", scenario),
+            ("FAKE_CUDA_STATE_DIR", state.path().to_str().unwrap()),
+        ],
+    )
+    .stdout(Stdio::null())
+    .status()
+    .unwrap();
+    assert!(status.success(), "{status}");
+    let results = RunResults::read(&out).unwrap();
+    assert_eq!(results.results.len(), 6, "every ordered pair of 3 GPUs");
+    let mut worst: BTreeMap<usize, (f64, usize)> = BTreeMap::new();
+    for r in &results.results {
+        let peer = r.peer.unwrap();
+        let want = peer_expected(scenario, r.gpu, peer);
+        let mean = r.summary.as_ref().unwrap().mean;
+        assert!(
+            (mean / want - 1.0).abs() < 0.01,
+            "{} -> {peer}: {mean} vs expected {want}",
+            r.gpu
+        );
+        let w = worst.entry(r.gpu).or_insert((f64::MAX, usize::MAX));
+        if mean < w.0 {
+            *w = (mean, peer);
+        }
+    }
+    // GPUs 0 and 5 copy slowest to GPU 3, which has 12 of 18 links: two thirds of the
+    // bandwidth of their healthy pair (both at 60 s train, with the same link traffic).
+    assert_eq!(worst[&0].1, 3);
+    assert_eq!(worst[&5].1, 3);
+    let healthy = peer_expected(scenario, 0, 5);
+    let degraded = peer_expected(scenario, 0, 3);
+    assert!(degraded < 0.8 * healthy, "{degraded} vs {healthy}");
+    // Without peer access the copy is staged through the host: the probe enables it.
+    assert!(worst[&0].0 > 60e9, "{:?}", worst[&0]);
     assert_eq!(ctx_files(state.path()), Vec::<String>::new());
 }
 

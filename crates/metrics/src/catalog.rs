@@ -362,10 +362,18 @@ define_catalog! {
         "Readings of this GPU the source left out of its last poll because they were stale or late: for DCGM, samples older than 3 update intervals (at least 2 s), after which the source re-creates its watches; for NVML, the GPM profiling families (10) while the GPU's GPM calls do not answer within the deadline (its other readings are served).";
     ProbeBandwidth => Gauge BytesPerSecond "dgx_pixels_probe_bandwidth_bytes_per_second" ["gpu", "uuid", "probe"] ["probes"]
         "Last copy bandwidth measured by a probe: copy_d2d counts bytes read plus written, copy_h2d and copy_d2h bytes moved over the host link from pinned memory.";
+    ProbeP2pWorstBandwidth => Gauge BytesPerSecond "dgx_pixels_probe_p2p_worst_bandwidth_bytes_per_second" ["gpu", "uuid", "peer_gpu"] ["probes"]
+        "Lowest GPU-to-GPU copy bandwidth from this GPU among its measured peers (the p2p_copy probe: peer access enabled, one direction, each peer in turn), and which peer that is (peer_gpu, the peer's gpu label): a degraded NVLink shows as the GPU that is the others' worst peer. One series per GPU.";
+    ProbeP2pBandwidth => Gauge BytesPerSecond "dgx_pixels_probe_p2p_bandwidth_bytes_per_second" ["gpu", "uuid", "peer_gpu"] ["probes"]
+        "Last GPU-to-GPU copy bandwidth from this GPU to peer_gpu (the p2p_copy probe), per pair. Full detail only.";
+    ProbeStorageRead => Gauge BytesPerSecond "dgx_pixels_probe_storage_read_bytes_per_second" ["path", "direct"] ["probes"]
+        "Last sequential read throughput of a configured storage path (the storage_read node probe, [probes] storage_paths): a bounded read at idle I/O priority while the node's GPUs are idle; direct is true where the page cache was bypassed (O_DIRECT), false where the filesystem refused it and the read may have come from memory.";
+    ProbeStorageRuns => Counter None "dgx_pixels_probe_storage_runs_total" ["path", "outcome"] ["probes"]
+        "storage_read runs by outcome: ok, error (the message is logged), timeout, crashed, skipped_busy (a GPU of the node was not idle).";
     ProbeLaunchLatency => Gauge Seconds "dgx_pixels_probe_launch_latency_seconds" ["gpu", "uuid"] ["probes"]
         "Last measured round trip of an empty kernel (launch and wait), per launch.";
     ProbePeakFraction => Gauge Ratio "dgx_pixels_probe_peak_fraction_ratio" ["gpu", "uuid", "probe"] ["probes"]
-        "Last probe result as a fraction of the GPU model's published peak; absent for models without a published peak.";
+        "Last probe result as a fraction of the GPU model's published peak; for p2p_copy, the worst peer's bandwidth over the part's NVLink bandwidth in one direction (half the data sheet's figure); absent for models without a published peak.";
     ProbeLastRun => Gauge Seconds "dgx_pixels_probe_last_run_timestamp_seconds" ["gpu", "uuid", "probe"] ["probes"]
         "Unix time at which the probe's exported result was measured.";
     ProbeRuns => Counter None "dgx_pixels_probe_runs_total" ["gpu", "uuid", "probe", "outcome"] ["probes"]

@@ -15,7 +15,11 @@
 //!   makes the run `contended`, and its numbers are discarded (see [`dgx_pixels_probes::worker`]);
 //! - after a run of duration d, that GPU is not probed again for d / duty_cycle, so probes
 //!   hold each GPU at most `duty_cycle` of the time (0.5% by default);
-//! - probes whose buffers exceed the memory cap are not scheduled at all.
+//! - probes whose buffers exceed the memory cap are not scheduled at all;
+//! - a pair probe (`p2p_copy`) holds two GPUs: the peer passes the same checks, and both rest
+//!   after the run;
+//! - `storage_read` (a node probe of `[probes] storage_paths`) runs only while every GPU
+//!   passes the checks.
 //!
 //! With the [`worker::WorkerBackend`] (the daemon's), each run is a worker process whose
 //! CUDA context ends with it: the daemon itself never creates one.
@@ -31,6 +35,7 @@ pub mod worker;
 pub use view::ViewUtilization;
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -39,6 +44,7 @@ use dgx_pixels_metrics::{DeviceKey, Metric, PollError, PollErrorKind, PollOutput
 
 use dgx_pixels_probes::probe::{ProbeKind, ProbeSizes, ProbeUnit};
 use dgx_pixels_probes::stats::summarize;
+use dgx_pixels_probes::storage::{self, StorageRead};
 use dgx_pixels_probes::ProbeError;
 
 /// Default maximum fraction of GPU time spent in probes.
@@ -108,6 +114,47 @@ fn state_of(outcome: &str) -> &'static str {
     }
 }
 
+fn settings_storage(paths: &[PathBuf]) -> Vec<StorageState> {
+    let now = Instant::now();
+    paths
+        .iter()
+        .map(|p| StorageState {
+            path: p.clone(),
+            label: p.display().to_string(),
+            next_due: now,
+            last: None,
+            runs: BTreeMap::new(),
+        })
+        .collect()
+}
+
+/// Why `g` must be left alone now and when to look at it again; `None` when it may be
+/// probed. Read from this poll's view of it ([`ProbeSource::observe`]).
+fn skip_of(
+    settings: &ScheduleSettings,
+    g: &GpuState,
+    now: Instant,
+) -> Option<(&'static str, Duration)> {
+    let idle_for = g
+        .idle_since
+        .map(|t| now.saturating_duration_since(t))
+        .unwrap_or_default();
+    let occupancy = g.occupancy;
+    match g.reading {
+        None => Some(("skipped_no_utilization", SKIP_RETRY)),
+        Some(_) if occupancy.held => Some(("skipped_held", SKIP_RETRY)),
+        Some(_) if occupancy.processes > 0 => Some(("skipped_in_use", SKIP_RETRY)),
+        Some(_) if occupancy.mig => Some(("skipped_mig", SKIP_RETRY)),
+        Some((_, u)) if u > settings.busy_threshold => Some(("skipped_busy", SKIP_RETRY)),
+        // Not idle for long enough yet: look again when it would be.
+        Some(_) if idle_for < settings.settle => Some((
+            "skipped_settling",
+            (settings.settle - idle_for).max(Duration::from_millis(100)),
+        )),
+        Some(_) => None,
+    }
+}
+
 /// The outcome label of a failed run.
 fn outcome_of(e: &ProbeError) -> &'static str {
     match e {
@@ -138,6 +185,10 @@ pub struct ScheduleSettings {
     pub sizes: ProbeSizes,
     /// How long a GPU must read idle (and free) before it is probed.
     pub settle: Duration,
+    /// `storage_read` paths (`[probes] storage_paths`): read only while every GPU is idle.
+    pub storage_paths: Vec<PathBuf>,
+    /// Bytes one `storage_read` run reads at most.
+    pub storage_read_bytes: u64,
 }
 
 impl Default for ScheduleSettings {
@@ -149,6 +200,8 @@ impl Default for ScheduleSettings {
             memory_limit_bytes: DEFAULT_MEMORY_LIMIT_BYTES,
             sizes: ProbeSizes::default(),
             settle: DEFAULT_SETTLE,
+            storage_paths: Vec::new(),
+            storage_read_bytes: storage::DEFAULT_READ_BYTES,
         }
     }
 }
@@ -174,6 +227,27 @@ impl ScheduleSettings {
             )));
         }
         self.sizes.validate()?;
+        if !(storage::MIN_READ_BYTES..=storage::MAX_READ_BYTES).contains(&self.storage_read_bytes) {
+            return Err(ProbeError::Config(format!(
+                "probes.storage_read_bytes: {} must be between {} and {}",
+                self.storage_read_bytes,
+                storage::MIN_READ_BYTES,
+                storage::MAX_READ_BYTES
+            )));
+        }
+        if self.storage_paths.len() > storage::MAX_PATHS {
+            return Err(ProbeError::Config(format!(
+                "probes.storage_paths: {} paths, at most {} are read",
+                self.storage_paths.len(),
+                storage::MAX_PATHS
+            )));
+        }
+        if let Some(p) = self.storage_paths.iter().find(|p| !p.is_absolute()) {
+            return Err(ProbeError::Config(format!(
+                "probes.storage_paths: {} is not an absolute path",
+                p.display()
+            )));
+        }
         let fit: Vec<ProbeKind> = self
             .probes
             .iter()
@@ -207,6 +281,35 @@ pub trait Backend: Send {
     fn discover(&mut self) -> Result<Vec<GpuId>, ProbeError>;
     /// Runs one probe on one GPU and returns its measured values.
     fn run(&mut self, gpu: &GpuId, kind: ProbeKind) -> Result<Vec<f64>, ProbeError>;
+
+    /// Runs a pair probe ([`ProbeKind::needs_peer`]) from `gpu` to `peer`. The default: the
+    /// backend runs none (an error, so the scheduler serves nothing for it).
+    fn run_pair(
+        &mut self,
+        gpu: &GpuId,
+        peer: &GpuId,
+        kind: ProbeKind,
+    ) -> Result<Vec<f64>, ProbeError> {
+        let _ = (gpu, peer);
+        Err(ProbeError::Config(format!(
+            "{kind}: this backend runs no pair probes"
+        )))
+    }
+
+    /// Runs `storage_read` on `path`, one of `allowed`, reading at most `bytes`. The default:
+    /// the backend reads no storage.
+    fn read_storage(
+        &mut self,
+        path: &Path,
+        allowed: &[PathBuf],
+        bytes: u64,
+    ) -> Result<StorageRead, ProbeError> {
+        let _ = (allowed, bytes);
+        Err(ProbeError::Config(format!(
+            "storage_read of {}: this backend reads no storage",
+            path.display()
+        )))
+    }
 
     /// How long the last [`Backend::run`] held the GPU, where the backend knows it better than
     /// the wall clock around the call: a simulated GPU answers at once but models the time a
@@ -247,6 +350,35 @@ impl Backend for CudaBackend {
         let values = g.run(kind, &self.sizes, 42, 1, 3, &mut || {});
         g.release()?;
         values
+    }
+
+    fn run_pair(
+        &mut self,
+        gpu: &GpuId,
+        peer: &GpuId,
+        _: ProbeKind,
+    ) -> Result<Vec<f64>, ProbeError> {
+        let mut g = dgx_pixels_probes::cuda::Gpu::open(gpu.ordinal)?;
+        let p = match dgx_pixels_probes::cuda::Gpu::open(peer.ordinal) {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = g.release();
+                return Err(e);
+            }
+        };
+        let values = g.run_peer(&p, &self.sizes, 1, 3, &mut || {});
+        let released = g.release().and(p.release());
+        let values = values?;
+        released.map(|()| values)
+    }
+
+    fn read_storage(
+        &mut self,
+        path: &Path,
+        allowed: &[PathBuf],
+        bytes: u64,
+    ) -> Result<StorageRead, ProbeError> {
+        storage::read_throughput(path, allowed, bytes)
     }
 }
 
@@ -290,6 +422,10 @@ struct GpuState {
     next_due: Instant,
     next_probe: usize,
     results: BTreeMap<ProbeKind, LastResult>,
+    /// The pair probe's last result from this GPU to each peer, by the peer's position.
+    pairs: BTreeMap<usize, LastResult>,
+    /// Which peer the next pair probe starts looking at (an offset among the others).
+    next_peer: usize,
     runs: BTreeMap<(ProbeKind, &'static str), u64>,
     durations: BTreeMap<ProbeKind, Histogram>,
     busy: Duration,
@@ -304,6 +440,21 @@ struct GpuState {
     state: &'static str,
 }
 
+/// One `storage_read` path's schedule and last result.
+#[derive(Debug)]
+struct StorageState {
+    path: PathBuf,
+    /// The `path` label: the configured path as written.
+    label: String,
+    next_due: Instant,
+    /// `(bytes per second, direct, when measured)`.
+    last: Option<(f64, bool, Instant)>,
+    runs: BTreeMap<&'static str, u64>,
+}
+
+/// Outcomes of `storage_read`, the `outcome` label of `dgx_pixels_probe_storage_runs_total`.
+pub const STORAGE_OUTCOMES: &[&str] = &["ok", "error", "timeout", "crashed", "skipped_busy"];
+
 /// The `probes` source.
 pub struct ProbeSource<B: Backend, U: UtilizationView> {
     backend: B,
@@ -316,12 +467,14 @@ pub struct ProbeSource<B: Backend, U: UtilizationView> {
     cursor: usize,
     /// The highest peak RSS of any worker so far.
     worker_peak_rss: Option<u64>,
+    storage: Vec<StorageState>,
 }
 
 impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
     /// A source over `backend`, reading utilization from `utilization`.
     pub fn new(backend: B, utilization: U, settings: ScheduleSettings) -> Result<Self, ProbeError> {
         let probes = settings.validate()?;
+        let settings_paths = settings.storage_paths.clone();
         Ok(ProbeSource {
             backend,
             utilization,
@@ -332,6 +485,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
             unavailable: None,
             cursor: 0,
             worker_peak_rss: None,
+            storage: settings_storage(&settings_paths),
         })
     }
 
@@ -358,6 +512,8 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
                             next_due: now,
                             next_probe: 0,
                             results: BTreeMap::new(),
+                            pairs: BTreeMap::new(),
+                            next_peer: 0,
                             runs: BTreeMap::new(),
                             durations: BTreeMap::new(),
                             busy: Duration::ZERO,
@@ -404,8 +560,12 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         }
     }
 
-    /// Runs at most one due probe (or records one skip).
+    /// Runs at most one due probe (or records one skip): a due storage path first, then a
+    /// GPU probe.
     fn step(&mut self, now: Instant) {
+        if self.step_storage(now) {
+            return;
+        }
         let probes = self.probes.clone();
         let Some(gpus) = self.gpus.as_mut() else {
             return;
@@ -418,43 +578,60 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
             return;
         };
         self.cursor = (i + 1) % n.max(1);
-        let g = &mut gpus[i];
-        let kind = probes[g.next_probe % probes.len()];
-        let (reading, occupancy) = (g.reading, g.occupancy);
-        if let Some((gpu, _)) = reading {
-            if g.key.index() != gpu {
-                g.key = Arc::new(DeviceKey::gpu(gpu, g.id.uuid.as_str()));
+        let kind = probes[gpus[i].next_probe % probes.len()];
+        {
+            let g = &mut gpus[i];
+            if let Some((gpu, _)) = g.reading {
+                if g.key.index() != gpu {
+                    g.key = Arc::new(DeviceKey::gpu(gpu, g.id.uuid.as_str()));
+                }
             }
         }
-        let idle_for = g
-            .idle_since
-            .map(|t| now.saturating_duration_since(t))
-            .unwrap_or_default();
-        let skip = match reading {
-            None => Some(("skipped_no_utilization", SKIP_RETRY)),
-            Some(_) if occupancy.held => Some(("skipped_held", SKIP_RETRY)),
-            Some(_) if occupancy.processes > 0 => Some(("skipped_in_use", SKIP_RETRY)),
-            Some(_) if occupancy.mig => Some(("skipped_mig", SKIP_RETRY)),
-            Some((_, u)) if u > self.settings.busy_threshold => Some(("skipped_busy", SKIP_RETRY)),
-            // Not idle for long enough yet: look again when it would be.
-            Some(_) if idle_for < self.settings.settle => Some((
-                "skipped_settling",
-                (self.settings.settle - idle_for).max(Duration::from_millis(100)),
-            )),
-            Some(_) => None,
-        };
+        let mut skip = skip_of(&self.settings, &gpus[i], now);
+        let mut peer = None;
+        if skip.is_none() && kind.needs_peer() {
+            if n < 2 {
+                // Nothing to pair with: the probe does not apply to this node.
+                gpus[i].next_probe = (gpus[i].next_probe + 1) % probes.len();
+                return;
+            }
+            // Each GPU against each peer in turn; a peer that must be left alone is passed
+            // over for the next free one, and with none free the GPU waits as the first one
+            // in turn says.
+            let start = gpus[i].next_peer;
+            let candidate = |m: usize| (i + 1 + (start + m) % (n - 1)) % n;
+            match (0..n - 1).find(|&m| skip_of(&self.settings, &gpus[candidate(m)], now).is_none())
+            {
+                Some(m) => {
+                    peer = Some(candidate(m));
+                    gpus[i].next_peer = (start + m + 1) % (n - 1);
+                }
+                None => {
+                    skip = skip_of(&self.settings, &gpus[candidate(0)], now)
+                        .map(|(outcome, _)| (outcome, SKIP_RETRY));
+                }
+            }
+        }
         if let Some((outcome, retry)) = skip {
+            let g = &mut gpus[i];
             *g.runs.entry((kind, outcome)).or_default() += 1;
             g.state = state_of(outcome);
             g.next_due = now + retry;
             return;
         }
         let t0 = Instant::now();
-        let result = self.backend.run(&g.id, kind);
+        let result = match peer {
+            Some(j) => {
+                let peer_id = gpus[j].id.clone();
+                self.backend.run_pair(&gpus[i].id, &peer_id, kind)
+            }
+            None => self.backend.run(&gpus[i].id, kind),
+        };
         if let Some(rss) = self.backend.worker_peak_rss_bytes() {
             self.worker_peak_rss = Some(self.worker_peak_rss.unwrap_or(0).max(rss));
         }
         let took = self.backend.held_for().unwrap_or_else(|| t0.elapsed());
+        let g = &mut gpus[i];
         g.busy += took;
         g.durations
             .entry(kind)
@@ -465,18 +642,20 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
                 .map(|s| s.median)
                 .ok_or_else(|| ProbeError::Cuda("the probe returned no finite value".into()))
         });
+        let mut polite = false;
         match value {
             Ok(v) => {
                 *g.runs.entry((kind, "ok")).or_default() += 1;
                 g.state = state_of("ok");
-                g.results.insert(
-                    kind,
-                    LastResult {
-                        value: v,
-                        at: SystemTime::now(),
-                        measured: Instant::now(),
-                    },
-                );
+                let r = LastResult {
+                    value: v,
+                    at: SystemTime::now(),
+                    measured: Instant::now(),
+                };
+                match peer {
+                    Some(j) => g.pairs.insert(j, r),
+                    None => g.results.insert(kind, r),
+                };
                 g.last_error = None;
             }
             Err(e) => {
@@ -488,6 +667,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
                     // it ages out. A skip held the GPU for no time; look again later.
                     tracing::debug!(gpu = g.key.index(), uuid = %g.id.uuid, probe = %kind, outcome, "probe not run: {e}");
                     g.idle_since = None;
+                    polite = true;
                     if outcome.starts_with("skipped_") {
                         g.next_due = now + SKIP_RETRY;
                         return;
@@ -495,7 +675,10 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
                 } else {
                     // A failed probe leaves no result: the previous one no longer describes
                     // the GPU.
-                    g.results.remove(&kind);
+                    match peer {
+                        Some(j) => g.pairs.remove(&j),
+                        None => g.results.remove(&kind),
+                    };
                     let msg = e.to_string();
                     if g.last_error.as_deref() != Some(&msg) {
                         tracing::warn!(gpu = g.key.index(), uuid = %g.id.uuid, probe = %kind, outcome, "probe failed: {msg}");
@@ -506,11 +689,84 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         }
         g.next_probe = (g.next_probe + 1) % probes.len();
         let pause = took.div_f64(self.settings.duty_cycle);
-        g.next_due = t0 + took.max(t0.elapsed()) + pause;
+        let rest = t0 + took.max(t0.elapsed()) + pause;
+        g.next_due = rest;
+        // The peer was held as long: it rests as long, within the same duty cycle.
+        if let Some(p) = peer.and_then(|j| gpus.get_mut(j)) {
+            p.busy += took;
+            p.next_due = p.next_due.max(rest);
+            if polite {
+                p.idle_since = None;
+            }
+        }
+    }
+
+    /// Runs `storage_read` on the first due path when every GPU may be probed (idle, free,
+    /// settled: the node's jobs are not reading their data); true when it ran or was skipped.
+    fn step_storage(&mut self, now: Instant) -> bool {
+        let Some(k) = self.storage.iter().position(|s| s.next_due <= now) else {
+            return false;
+        };
+        let gpus = self.gpus.as_deref().unwrap_or_default();
+        let busy = gpus
+            .iter()
+            .any(|g| skip_of(&self.settings, g, now).is_some());
+        let allowed = self.settings.storage_paths.clone();
+        let bytes = self.settings.storage_read_bytes;
+        let s = &mut self.storage[k];
+        if busy {
+            *s.runs.entry("skipped_busy").or_default() += 1;
+            s.next_due = now + SKIP_RETRY;
+            return true;
+        }
+        let t0 = Instant::now();
+        let result = self.backend.read_storage(&s.path, &allowed, bytes);
+        let took = self.backend.held_for().unwrap_or_else(|| t0.elapsed());
+        match result {
+            Ok(r) => {
+                *s.runs.entry("ok").or_default() += 1;
+                s.last = Some((r.bytes_per_second, r.direct, Instant::now()));
+            }
+            Err(e) => {
+                let outcome = outcome_of(&e);
+                let outcome = if STORAGE_OUTCOMES.contains(&outcome) {
+                    outcome
+                } else {
+                    "error"
+                };
+                *s.runs.entry(outcome).or_default() += 1;
+                s.last = None;
+                tracing::warn!(path = %s.label, outcome, "storage_read failed: {e}");
+            }
+        }
+        s.next_due = t0 + took.max(t0.elapsed()) + took.div_f64(self.settings.duty_cycle);
+        true
+    }
+
+    fn storage_samples(&self, out: &mut Vec<Sample>) {
+        for s in &self.storage {
+            if let Some((bps, direct, _)) = s.last {
+                let direct = if direct { "true" } else { "false" };
+                out.push(Sample::new(
+                    Metric::ProbeStorageRead,
+                    [s.label.as_str(), direct],
+                    bps,
+                ));
+            }
+            for outcome in STORAGE_OUTCOMES {
+                let n = s.runs.get(outcome).copied().unwrap_or(0);
+                out.push(Sample::new(
+                    Metric::ProbeStorageRuns,
+                    [s.label.as_str(), outcome],
+                    n as f64,
+                ));
+            }
+        }
     }
 
     fn samples(&self, now: Instant) -> Vec<Sample> {
         let mut out = Vec::new();
+        self.storage_samples(&mut out);
         let Some(gpus) = &self.gpus else {
             return out;
         };
@@ -557,6 +813,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
                         .unwrap_or(0.0);
                 out.push(Sample::of(key, Metric::ProbeLastRun, [name], ts));
             }
+            self.pair_samples(gpus, g, now, &mut out);
             for kind in &self.probes {
                 for outcome in OUTCOMES {
                     let n = g.runs.get(&(*kind, *outcome)).copied().unwrap_or(0);
@@ -581,6 +838,65 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
             }
         }
         out
+    }
+
+    /// The pair probe's series of `g`: each fresh pair at full detail, the worst peer always.
+    /// A GPU meets each peer once per n - 1 of its rounds, so a pair ages out after that many
+    /// times the single probes' limit.
+    fn pair_samples(&self, gpus: &[GpuState], g: &GpuState, now: Instant, out: &mut Vec<Sample>) {
+        let peers = u32::try_from(gpus.len().saturating_sub(1))
+            .unwrap_or(u32::MAX)
+            .max(1);
+        let max_age = self.round_estimate(g) * MAX_AGE_ROUNDS * peers;
+        let mut worst: Option<(f64, String)> = None;
+        let mut last: Option<SystemTime> = None;
+        for (j, r) in &g.pairs {
+            let Some(peer) = gpus.get(*j) else { continue };
+            if now.duration_since(r.measured) > max_age {
+                continue;
+            }
+            let label = peer.key.index().to_string();
+            out.push(Sample::of(
+                &g.key,
+                Metric::ProbeP2pBandwidth,
+                [label.as_str()],
+                r.value,
+            ));
+            if worst.as_ref().is_none_or(|(v, _)| r.value < *v) {
+                worst = Some((r.value, label));
+            }
+            last = last.max(Some(r.at));
+        }
+        if let Some((v, label)) = worst {
+            out.push(Sample::of(
+                &g.key,
+                Metric::ProbeP2pWorstBandwidth,
+                [label.as_str()],
+                v,
+            ));
+            // The worst peer against the part's per-direction NVLink bandwidth.
+            if let Some(f) = dgx_pixels_probes::peaks::fraction(&g.id.model, ProbeKind::P2pCopy, v)
+            {
+                out.push(Sample::of(
+                    &g.key,
+                    Metric::ProbePeakFraction,
+                    [ProbeKind::P2pCopy.name()],
+                    f,
+                ));
+            }
+        }
+        if let Some(at) = last {
+            let ts = at
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or(0.0);
+            out.push(Sample::of(
+                &g.key,
+                Metric::ProbeLastRun,
+                [ProbeKind::P2pCopy.name()],
+                ts,
+            ));
+        }
     }
 
     /// Time for one rotation through every probe on `g`, from its recorded durations.

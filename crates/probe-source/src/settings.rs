@@ -28,6 +28,12 @@ pub struct ProbesSettings {
     /// Deadline of one probe worker process, after which it is killed [default: 20s].
     #[serde(deserialize_with = "dgx_pixels_settings::optional_duration")]
     pub worker_timeout: Option<Duration>,
+    /// Absolute paths whose sequential read throughput the `storage_read` node probe
+    /// measures while every GPU is idle: a file, or a directory for a scratch file written
+    /// once [default: none, the probe is off].
+    pub storage_paths: Option<Vec<String>>,
+    /// Bytes one `storage_read` run reads at most [default: 268435456].
+    pub storage_read_bytes: Option<u64>,
 }
 
 /// Default `[probes] worker_timeout`: a context, cuBLAS and four iterations take 1-3 s on a
@@ -80,6 +86,12 @@ impl ProbesSettings {
                 .into());
             }
             s.settle = d;
+        }
+        if let Some(paths) = &self.storage_paths {
+            s.storage_paths = paths.iter().map(std::path::PathBuf::from).collect();
+        }
+        if let Some(b) = self.storage_read_bytes {
+            s.storage_read_bytes = b;
         }
         self.worker_timeout()?;
         s.validate()?;

@@ -6,7 +6,10 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use dgx_pixels_probes::worker::{RunRequest, WorkerReply, WorkerRequest, MAX_REPLY_BYTES};
+use dgx_pixels_probes::storage::StorageRead;
+use dgx_pixels_probes::worker::{
+    Peer, RunRequest, StorageRequest, WorkerReply, WorkerRequest, MAX_REPLY_BYTES,
+};
 use dgx_pixels_probes::{ProbeError, ProbeKind, ProbeSizes};
 
 use crate::{Backend, GpuId};
@@ -123,6 +126,66 @@ impl Backend for WorkerBackend {
     }
 
     fn run(&mut self, gpu: &GpuId, kind: ProbeKind) -> Result<Vec<f64>, ProbeError> {
+        self.run_on(gpu, None, kind)
+    }
+
+    fn run_pair(
+        &mut self,
+        gpu: &GpuId,
+        peer: &GpuId,
+        kind: ProbeKind,
+    ) -> Result<Vec<f64>, ProbeError> {
+        self.run_on(gpu, Some(peer), kind)
+    }
+
+    fn read_storage(
+        &mut self,
+        path: &std::path::Path,
+        allowed: &[std::path::PathBuf],
+        bytes: u64,
+    ) -> Result<StorageRead, ProbeError> {
+        self.held = None;
+        let request = WorkerRequest::StorageRead(StorageRequest {
+            path: path.to_path_buf(),
+            allowed: allowed.to_vec(),
+            bytes,
+        });
+        match self.ask(&request)? {
+            WorkerReply::Read {
+                bytes,
+                bytes_per_second,
+                direct,
+                held_ns,
+            } => {
+                self.held = Some(Duration::from_nanos(held_ns));
+                Ok(StorageRead {
+                    file: path.to_path_buf(),
+                    bytes,
+                    bytes_per_second,
+                    direct,
+                })
+            }
+            other => Err(unexpected(other, "a storage read")),
+        }
+    }
+
+    fn held_for(&self) -> Option<Duration> {
+        self.held
+    }
+
+    fn worker_peak_rss_bytes(&self) -> Option<u64> {
+        self.last.map(|c| c.peak_rss_bytes)
+    }
+}
+
+impl WorkerBackend {
+    /// One worker run of `kind` on `gpu` (and `peer`, for a pair probe).
+    fn run_on(
+        &mut self,
+        gpu: &GpuId,
+        peer: Option<&GpuId>,
+        kind: ProbeKind,
+    ) -> Result<Vec<f64>, ProbeError> {
         self.held = None;
         let request = WorkerRequest::Run(RunRequest {
             ordinal: gpu.ordinal,
@@ -132,6 +195,10 @@ impl Backend for WorkerBackend {
             warmup: 1,
             iterations: 3,
             seed: 42,
+            peer: peer.map(|p| Peer {
+                ordinal: p.ordinal,
+                uuid: p.uuid.clone(),
+            }),
         });
         match self.ask(&request)? {
             WorkerReply::Measured { values, held_ns } => {
@@ -148,14 +215,6 @@ impl Backend for WorkerBackend {
             }
             other => Err(unexpected(other, "a run")),
         }
-    }
-
-    fn held_for(&self) -> Option<Duration> {
-        self.held
-    }
-
-    fn worker_peak_rss_bytes(&self) -> Option<u64> {
-        self.last.map(|c| c.peak_rss_bytes)
     }
 }
 

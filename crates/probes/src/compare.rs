@@ -76,7 +76,11 @@ fn pairs<'a>(a: &'a RunResults, b: &'a RunResults) -> Vec<(&'a ProbeResult, &'a 
         .filter_map(|ra| {
             b.results
                 .iter()
-                .find(|rb| rb.probe == ra.probe && (by_probe_only || rb.gpu == ra.gpu))
+                .find(|rb| {
+                    rb.probe == ra.probe
+                        && rb.peer == ra.peer
+                        && (by_probe_only || rb.gpu == ra.gpu)
+                })
                 .map(|rb| (ra, rb))
         })
         .collect()

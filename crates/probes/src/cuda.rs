@@ -266,6 +266,98 @@ impl Gpu {
         })
     }
 
+    /// Runs `p2p_copy` from this GPU to `peer`: enables peer access (so the copy goes over
+    /// NVLink, or PCIe peer to peer, not staged through host memory), then times
+    /// `cuMemcpyPeerAsync` of `copy_bytes` from a buffer here to one on the peer, on this GPU's
+    /// stream. Values are bytes per second in that one direction.
+    pub fn run_peer(
+        &mut self,
+        peer: &Gpu,
+        sizes: &ProbeSizes,
+        warmup: usize,
+        iterations: usize,
+        progress: &mut dyn FnMut(),
+    ) -> Result<Vec<f64>, ProbeError> {
+        availability().check(ProbeKind::P2pCopy)?;
+        if peer.ordinal == self.ordinal {
+            return Err(ProbeError::Config(format!(
+                "p2p_copy needs two GPUs; GPU {} was given as its own peer",
+                self.ordinal
+            )));
+        }
+        guarded(ProbeKind::P2pCopy.name(), || {
+            let mut can: std::ffi::c_int = 0;
+            // SAFETY: writes one int through a valid pointer.
+            let r = unsafe {
+                cudarc::driver::sys::cuDeviceCanAccessPeer(
+                    &mut can,
+                    self.ctx.cu_device(),
+                    peer.ctx.cu_device(),
+                )
+            };
+            if r != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+                return Err(ProbeError::Cuda(format!("cuDeviceCanAccessPeer: {r:?}")));
+            }
+            if can == 0 {
+                return Err(ProbeError::Cuda(format!(
+                    "GPU {} cannot access GPU {} directly (no NVLink or PCIe peer path)",
+                    self.ordinal, peer.ordinal
+                )));
+            }
+            let len = sizes.copy_bytes;
+            // Allocate the peer's buffer in its own context, then work in ours.
+            let dst = peer
+                .stream
+                .alloc_zeros::<u8>(len)
+                .map_err(cuda_err("allocating on the peer"))?;
+            self.ctx
+                .bind_to_thread()
+                .map_err(cuda_err("binding the context"))?;
+            // SAFETY: both contexts are alive for the whole call.
+            let r = unsafe { cudarc::driver::sys::cuCtxEnablePeerAccess(peer.ctx.cu_ctx(), 0) };
+            if r != cudarc::driver::sys::CUresult::CUDA_SUCCESS
+                && r != cudarc::driver::sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+            {
+                return Err(ProbeError::Cuda(format!("cuCtxEnablePeerAccess: {r:?}")));
+            }
+            let src = self
+                .stream
+                .alloc_zeros::<u8>(len)
+                .map_err(cuda_err("allocating"))?;
+            let own = self.stream.clone();
+            let (src_ptr, _src_sync) = src.device_ptr(&own);
+            let (dst_ptr, _dst_sync) = dst.device_ptr(&peer.stream);
+            let (src_ctx, dst_ctx) = (self.ctx.cu_ctx(), peer.ctx.cu_ctx());
+            let stream = self.stream.cu_stream();
+            let mut copy = |_: &mut Gpu| {
+                // SAFETY: both buffers hold `len` bytes and outlive the call; the stream and
+                // contexts are alive.
+                unsafe {
+                    cudarc::driver::result::memcpy_peer_async(
+                        dst_ctx, dst_ptr, src_ctx, src_ptr, len, stream,
+                    )
+                }
+                .map_err(cuda_err("cuMemcpyPeerAsync"))
+            };
+            // Size the batch from the faster of two single copies (the first pays setup).
+            let first = self.timed(1, &mut copy)?;
+            let t = first.min(self.timed(1, &mut copy)?);
+            let reps = ((sizes.target_seconds / t.max(1e-9)).round() as usize).clamp(1, 1000);
+            let mut out = Vec::with_capacity(iterations);
+            for i in 0..warmup + iterations {
+                let seconds = self.timed(reps, &mut copy)?;
+                if seconds <= 0.0 {
+                    return Err(ProbeError::Cuda("the GPU reported a zero duration".into()));
+                }
+                if i >= warmup {
+                    out.push(len as f64 * reps as f64 / seconds);
+                }
+                progress();
+            }
+            Ok(out)
+        })
+    }
+
     fn blas(&mut self) -> Result<&CudaBlas, ProbeError> {
         if self.blas.is_none() {
             self.blas = Some(CudaBlas::new(self.stream.clone()).map_err(blas_err("cublasCreate"))?);
@@ -383,6 +475,11 @@ impl Gpu {
                 } else {
                     Bench::D2H(host, dev)
                 }
+            }
+            ProbeKind::P2pCopy => {
+                return Err(ProbeError::Config(
+                    "p2p_copy runs on a pair of GPUs (Gpu::run_peer)".into(),
+                ))
             }
             ProbeKind::LaunchLatency => {
                 let mut loaded = Err(ProbeError::Cuda("no PTX target".into()));

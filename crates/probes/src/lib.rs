@@ -13,6 +13,7 @@
 //! - [`compare`]: overhead, significance and verdict between two result files, as data (the
 //!   Markdown report and PNG chart of `probe compare` are dgx-pixels-tools').
 //! - [`peaks`]: published peak rates per GPU model.
+//! - [`storage`]: `storage_read`, the node probe of configured paths' read throughput.
 //! - [`worker`]: the protocol of the short-lived worker process each probe runs in (so the
 //!   daemon never holds a GPU), and [`worker::serve`], what the `probe-worker` child runs.
 //!
@@ -58,6 +59,7 @@ pub mod peaks;
 pub mod probe;
 pub mod results;
 pub mod stats;
+pub mod storage;
 pub mod worker;
 
 pub use probe::{ProbeKind, ProbeSizes, ProbeUnit};
@@ -158,22 +160,29 @@ pub fn run_once(
         None => (0..count).collect(),
     };
     environment.cuda_version = cuda::driver_cuda_version().unwrap_or_default();
+    let (pair, single): (Vec<ProbeKind>, Vec<ProbeKind>) =
+        opts.probes.iter().partition(|k| k.needs_peer());
+    let ordered_pairs = gpus.len() * gpus.len().saturating_sub(1);
+    let rounds = (opts.warmup + opts.iterations) as u64;
     progress(Progress::Planned(
-        (gpus.len() * opts.probes.len() * (opts.warmup + opts.iterations)) as u64,
+        (gpus.len() * single.len()) as u64 * rounds + (ordered_pairs * pair.len()) as u64 * rounds,
     ));
     let mut results = Vec::new();
     let mut failures = Vec::new();
     for &ordinal in &gpus {
+        if single.is_empty() {
+            break;
+        }
         let mut gpu = match cuda::Gpu::open(ordinal) {
             Ok(g) => g,
             Err(e) => {
-                for k in &opts.probes {
+                for k in &single {
                     failures.push((*k, ordinal, e.clone()));
                 }
                 continue;
             }
         };
-        for &kind in &opts.probes {
+        for &kind in &single {
             progress(Progress::Started(kind, ordinal));
             match gpu.run(
                 kind,
@@ -189,6 +198,7 @@ pub fn run_once(
                     uuid: gpu.uuid.clone(),
                     model: gpu.name.clone(),
                     unit: kind.unit(),
+                    peer: None,
                     summary: stats::summarize(&values),
                     values,
                 }),
@@ -196,9 +206,12 @@ pub fn run_once(
             }
         }
         // A failed release follows a CUDA fault: report it against the GPU's last probe.
-        if let (Err(e), Some(&last)) = (gpu.release(), opts.probes.last()) {
+        if let (Err(e), Some(&last)) = (gpu.release(), single.last()) {
             failures.push((last, ordinal, e));
         }
+    }
+    if !pair.is_empty() {
+        run_pairs(opts, &gpus, &pair, &mut results, &mut failures, progress);
     }
     Ok((
         RunResults {
@@ -212,4 +225,67 @@ pub fn run_once(
         },
         failures,
     ))
+}
+
+/// Runs the pair probes from each selected GPU to each other one, with every GPU open at once
+/// (a context per GPU for the whole pass, rather than two per pair).
+fn run_pairs(
+    opts: &RunOptions,
+    gpus: &[usize],
+    pair: &[ProbeKind],
+    results: &mut Vec<ProbeResult>,
+    failures: &mut Vec<Failure>,
+    progress: &mut dyn FnMut(Progress),
+) {
+    let mut open: Vec<(usize, Result<cuda::Gpu, ProbeError>)> =
+        gpus.iter().map(|&o| (o, cuda::Gpu::open(o))).collect();
+    for a in 0..open.len() {
+        for b in 0..open.len() {
+            if a == b {
+                continue;
+            }
+            // Split borrows: the source mutably, the peer shared.
+            let (src, dst) = if a < b {
+                let (lo, hi) = open.split_at_mut(b);
+                (&mut lo[a], &hi[0])
+            } else {
+                let (lo, hi) = open.split_at_mut(a);
+                (&mut hi[0], &lo[b])
+            };
+            let ordinal = src.0;
+            for &kind in pair {
+                progress(Progress::Started(kind, ordinal));
+                let run = match (&mut src.1, &dst.1) {
+                    (Ok(g), Ok(p)) => {
+                        g.run_peer(p, &opts.sizes, opts.warmup, opts.iterations, &mut || {
+                            progress(Progress::Step)
+                        })
+                    }
+                    (Err(e), _) => Err(e.clone()),
+                    (_, Err(e)) => Err(e.clone()),
+                };
+                match (run, &src.1) {
+                    (Ok(values), Ok(g)) => results.push(ProbeResult {
+                        probe: kind.name().to_string(),
+                        gpu: ordinal,
+                        uuid: g.uuid.clone(),
+                        model: g.name.clone(),
+                        unit: kind.unit(),
+                        peer: Some(dst.0),
+                        summary: stats::summarize(&values),
+                        values,
+                    }),
+                    (Err(e), _) => failures.push((kind, ordinal, e)),
+                    (Ok(_), Err(e)) => failures.push((kind, ordinal, e.clone())),
+                }
+            }
+        }
+    }
+    for (ordinal, g) in open.drain(..) {
+        if let (Ok(g), Some(&last)) = (g, pair.last()) {
+            if let Err(e) = g.release() {
+                failures.push((last, ordinal, e));
+            }
+        }
+    }
 }

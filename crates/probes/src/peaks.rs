@@ -81,6 +81,35 @@ pub static PEAKS: &[Peaks] = &[
     },
 ];
 
+/// NVLink bandwidth of one GPU in one direction (half the data sheets' bidirectional figure),
+/// for `p2p_copy`: what one GPU can send to the others over all its links. Parts without
+/// NVLink, or with a bridge that joins only a pair (PCIe cards), have no entry. Sources, in
+/// docs/probes.md ("Expected P2P bandwidth"): the A100 data sheet (NVLink 600 GB/s, SXM4),
+/// the H100 data sheet (900 GB/s, SXM5), the H200 data sheet (900 GB/s, SXM) and the
+/// HGX/DGX B200 data sheets (fifth-generation NVLink, 1.8 TB/s per GPU).
+pub static NVLINK_PER_DIRECTION: &[(&[&str], f64)] = &[
+    (
+        &[
+            "NVIDIA H100 80GB HBM3",
+            "NVIDIA H100 SXM5 80GB",
+            "NVIDIA H100",
+            "NVIDIA H200",
+        ],
+        450e9,
+    ),
+    (&["NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-40GB"], 300e9),
+    (&["NVIDIA B200"], 900e9),
+];
+
+/// The per-direction NVLink bandwidth of `model` ([`NVLINK_PER_DIRECTION`]).
+pub fn nvlink_per_direction(model: &str) -> Option<f64> {
+    let model = model.trim();
+    NVLINK_PER_DIRECTION
+        .iter()
+        .find(|(names, _)| names.contains(&model))
+        .map(|(_, v)| *v)
+}
+
 /// The peaks of `model`, if the table knows it.
 pub fn lookup(model: &str) -> Option<&'static Peaks> {
     let model = model.trim();
@@ -88,8 +117,12 @@ pub fn lookup(model: &str) -> Option<&'static Peaks> {
 }
 
 /// The published peak of `kind` on `model`; `None` for unknown models and for probes without
-/// a published peak (host copies and launch latency depend on the host and PCIe link).
+/// a published peak (host copies and launch latency depend on the host and PCIe link); for
+/// `p2p_copy`, the per-direction NVLink bandwidth.
 pub fn peak(model: &str, kind: ProbeKind) -> Option<f64> {
+    if kind == ProbeKind::P2pCopy {
+        return nvlink_per_direction(model);
+    }
     let p = lookup(model)?;
     match kind {
         ProbeKind::GemmBf16 | ProbeKind::GemmFp16 => Some(p.bf16),
@@ -97,7 +130,9 @@ pub fn peak(model: &str, kind: ProbeKind) -> Option<f64> {
         ProbeKind::GemmFp32 => Some(p.fp32),
         ProbeKind::GemmFp64 => Some(p.fp64),
         ProbeKind::CopyD2D => Some(p.memory_bandwidth),
-        ProbeKind::CopyH2D | ProbeKind::CopyD2H | ProbeKind::LaunchLatency => None,
+        ProbeKind::CopyH2D | ProbeKind::CopyD2H | ProbeKind::LaunchLatency | ProbeKind::P2pCopy => {
+            None
+        }
     }
 }
 
@@ -135,6 +170,26 @@ mod tests {
             fraction("NVIDIA H100 80GB HBM3", ProbeKind::LaunchLatency, 1.0),
             None
         );
+    }
+
+    #[test]
+    fn p2p_peaks_are_half_the_published_nvlink_bandwidth() {
+        let p = |m| peak(m, ProbeKind::P2pCopy);
+        assert_eq!(p("NVIDIA H100 80GB HBM3"), Some(450e9));
+        assert_eq!(p("NVIDIA H200"), Some(450e9));
+        assert_eq!(p("NVIDIA A100-SXM4-80GB"), Some(300e9));
+        assert_eq!(p("NVIDIA B200"), Some(900e9));
+        // PCIe cards (a bridge joins a pair at most) and unknown parts: no fraction.
+        assert_eq!(p("NVIDIA H100 PCIe"), None);
+        assert_eq!(p("NVIDIA GB10"), None);
+        let mut all: Vec<_> = NVLINK_PER_DIRECTION
+            .iter()
+            .flat_map(|(n, _)| n.iter())
+            .collect();
+        let n = all.len();
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), n);
     }
 
     #[test]

@@ -73,6 +73,7 @@ probe_kinds! {
     CopyH2D "copy_h2d" BytesPerSecond "Host-to-device copy from pinned host memory.";
     CopyD2H "copy_d2h" BytesPerSecond "Device-to-host copy into pinned host memory.";
     LaunchLatency "launch_latency" Seconds "Round trip of an empty kernel: launch, then wait for completion.";
+    P2pCopy "p2p_copy" BytesPerSecond "Copy from the GPU to a peer GPU with peer access enabled (NVLink, or PCIe without it); bytes per second in one direction.";
 }
 
 impl ProbeKind {
@@ -87,6 +88,11 @@ impl ProbeKind {
         ProbeKind::CopyH2D,
         ProbeKind::LaunchLatency,
     ];
+
+    /// Whether the probe runs on a pair of GPUs (the GPU and a peer) rather than one.
+    pub fn needs_peer(self) -> bool {
+        self == ProbeKind::P2pCopy
+    }
 
     /// Whether the probe needs cuBLAS.
     pub fn needs_cublas(self) -> bool {
@@ -150,7 +156,8 @@ pub struct ProbeSizes {
     pub gemm_n_32bit: usize,
     /// Matrix side of the fp64 GEMM.
     pub gemm_n_64bit: usize,
-    /// Bytes copied per device-to-device copy (two buffers of this size).
+    /// Bytes copied per device-to-device copy (two buffers of this size), and per peer copy
+    /// (one buffer of this size on each GPU of the pair).
     pub copy_bytes: usize,
     /// Bytes per host/device copy (one pinned host and one device buffer).
     pub host_copy_bytes: usize,
@@ -199,6 +206,8 @@ impl ProbeSizes {
                 .saturating_mul(3 * b as u64),
             None => match kind {
                 ProbeKind::CopyD2D => 2 * self.copy_bytes as u64,
+                // One buffer on each GPU of the pair: this is each GPU's share.
+                ProbeKind::P2pCopy => self.copy_bytes as u64,
                 ProbeKind::CopyH2D | ProbeKind::CopyD2H => self.host_copy_bytes as u64,
                 _ => 0,
             },
@@ -266,6 +275,8 @@ mod tests {
         assert_eq!(s.device_bytes(ProbeKind::GemmBf16), 3 * 8192 * 8192 * 2);
         assert_eq!(s.device_bytes(ProbeKind::GemmFp64), 3 * 4096 * 4096 * 8);
         assert!(ProbeKind::GemmTf32.needs_cublas() && !ProbeKind::CopyD2D.needs_cublas());
+        assert!(ProbeKind::P2pCopy.needs_peer() && !ProbeKind::CopyD2D.needs_peer());
+        assert_eq!(s.device_bytes(ProbeKind::P2pCopy), 256 << 20);
         assert!(!ProbeKind::LaunchLatency.unit().higher_is_better());
     }
 

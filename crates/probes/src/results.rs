@@ -13,6 +13,10 @@ use crate::ProbeError;
 
 /// Identifies the JSON result format.
 pub const FORMAT: &str = "dgx-pixels-probe-results/1";
+/// The header of a CSV result file; `peer` is empty for single-GPU probes.
+pub const CSV_HEADER: &str = "probe,gpu,uuid,model,unit,iteration,value,peer";
+/// The header of CSV files written before pair probes, still read.
+const CSV_HEADER_V1: &str = "probe,gpu,uuid,model,unit,iteration,value";
 
 /// Where a run happened. Every field is what was observed; unknown ones are empty.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -95,6 +99,10 @@ pub struct ProbeResult {
     pub model: String,
     /// Unit of `values`.
     pub unit: ProbeUnit,
+    /// CUDA ordinal of the peer GPU, for a probe that runs on a pair (`p2p_copy`: the copy
+    /// goes from `gpu` to `peer`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<usize>,
     /// One value per measured iteration, in order.
     pub values: Vec<f64>,
     /// Summary of `values` (recomputed on load; stored for readers of the file).
@@ -146,7 +154,7 @@ impl RunResults {
         std::fs::write(path, text).map_err(|e| ProbeError::Io(format!("{}: {e}", path.display())))
     }
 
-    /// CSV: `# key: value` metadata lines, then one row per measurement.
+    /// CSV: `# key: value` metadata lines, then one row per measurement ([`CSV_HEADER`]).
     pub fn to_csv(&self) -> String {
         let e = &self.environment;
         let mut out = String::new();
@@ -166,17 +174,19 @@ impl RunResults {
         for (k, v) in meta {
             let _ = writeln!(out, "# {k}: {}", v.replace('\n', " "));
         }
-        out.push_str("probe,gpu,uuid,model,unit,iteration,value\n");
+        out.push_str(CSV_HEADER);
+        out.push('\n');
         for r in &self.results {
             for (i, v) in r.values.iter().enumerate() {
                 let _ = writeln!(
                     out,
-                    "{},{},{},{},{},{i},{v:e}",
+                    "{},{},{},{},{},{i},{v:e},{}",
                     r.probe,
                     r.gpu,
                     r.uuid,
                     r.model.replace(',', " "),
-                    unit_key(r.unit)
+                    unit_key(r.unit),
+                    r.peer.map(|p| p.to_string()).unwrap_or_default()
                 );
             }
         }
@@ -224,7 +234,8 @@ impl RunResults {
     fn from_csv(text: &str) -> Result<RunResults, String> {
         let mut meta = BTreeMap::new();
         let mut groups: Vec<ProbeResult> = Vec::new();
-        let mut header_seen = false;
+        // Columns of the header seen (0: none yet); files without the peer column have 7.
+        let mut columns = 0usize;
         for (i, line) in text.lines().enumerate() {
             let n = i + 1;
             if let Some(m) = line.strip_prefix("# ") {
@@ -236,19 +247,30 @@ impl RunResults {
             if line.trim().is_empty() {
                 continue;
             }
-            if !header_seen {
-                if line != "probe,gpu,uuid,model,unit,iteration,value" {
-                    return Err(format!(
-                        "line {n}: expected the header probe,gpu,uuid,model,unit,iteration,value"
-                    ));
-                }
-                header_seen = true;
+            if columns == 0 {
+                columns = if line == CSV_HEADER {
+                    8
+                } else if line == CSV_HEADER_V1 {
+                    7
+                } else {
+                    return Err(format!("line {n}: expected the header {CSV_HEADER}"));
+                };
                 continue;
             }
             let f: Vec<&str> = line.split(',').collect();
-            if f.len() != 7 {
-                return Err(format!("line {n}: expected 7 fields, found {}", f.len()));
+            if f.len() != columns {
+                return Err(format!(
+                    "line {n}: expected {columns} fields, found {}",
+                    f.len()
+                ));
             }
+            let peer: Option<usize> = match f.get(7) {
+                None | Some(&"") => None,
+                Some(p) => Some(
+                    p.parse()
+                        .map_err(|_| format!("line {n}: peer {p:?} is not a number"))?,
+                ),
+            };
             let gpu: usize = f[1]
                 .parse()
                 .map_err(|_| format!("line {n}: gpu {:?} is not a number", f[1]))?;
@@ -257,7 +279,10 @@ impl RunResults {
             let value: f64 = f[6]
                 .parse()
                 .map_err(|_| format!("line {n}: value {:?} is not a number", f[6]))?;
-            match groups.iter_mut().find(|g| g.probe == f[0] && g.gpu == gpu) {
+            match groups
+                .iter_mut()
+                .find(|g| g.probe == f[0] && g.gpu == gpu && g.peer == peer)
+            {
                 Some(g) => g.values.push(value),
                 None => groups.push(ProbeResult {
                     probe: f[0].to_string(),
@@ -265,6 +290,7 @@ impl RunResults {
                     uuid: f[2].to_string(),
                     model: f[3].to_string(),
                     unit,
+                    peer,
                     values: vec![value],
                     summary: None,
                 }),
@@ -362,6 +388,61 @@ mod tests {
         let text = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul 27 06:54:38 UTC 2025\nGCC version:  gcc version 12.2.0\n";
         assert_eq!(parse_driver_version(text), "580.65.06");
         assert_eq!(parse_driver_version(""), "");
+    }
+
+    fn results(peer: Option<usize>) -> RunResults {
+        RunResults {
+            format: FORMAT.into(),
+            environment: Environment::default(),
+            warmup: 1,
+            iterations: 2,
+            seed: 42,
+            sizes: ProbeSizes::default(),
+            results: [None, peer]
+                .into_iter()
+                .map(|peer| ProbeResult {
+                    probe: "p2p_copy".into(),
+                    gpu: 0,
+                    uuid: "GPU-0".into(),
+                    model: "NVIDIA H100 80GB HBM3".into(),
+                    unit: ProbeUnit::BytesPerSecond,
+                    peer,
+                    values: vec![3.8e11, 3.9e11],
+                    summary: None,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_pair_result_keeps_its_peer_through_csv_and_json() {
+        let r = results(Some(5));
+        let csv = r.to_csv();
+        assert!(
+            csv.contains("\np2p_copy,0,GPU-0,NVIDIA H100 80GB HBM3,bytes_per_second,1,3.9e11,5\n"),
+            "{csv}"
+        );
+        let back = RunResults::from_csv(&csv).unwrap();
+        let peers: Vec<_> = back.results.iter().map(|x| x.peer).collect();
+        assert_eq!(peers, vec![None, Some(5)]);
+        let json = serde_json::to_string(&r).unwrap();
+        assert_eq!(json.matches("\"peer\":5").count(), 1, "{json}");
+        let back: RunResults = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.results[1].peer, Some(5));
+        // Files written before the peer column are still read.
+        let v1 = csv
+            .replace(CSV_HEADER, CSV_HEADER_V1)
+            .lines()
+            .filter(|l| !l.ends_with(",5"))
+            .map(|l| l.strip_suffix(',').unwrap_or(l).to_string() + "\n")
+            .collect::<String>();
+        let old = RunResults::from_csv(&v1).unwrap();
+        assert_eq!(old.results.len(), 1);
+        assert_eq!(old.results[0].values, vec![3.8e11, 3.9e11]);
+        let bad = csv.replace(",5\n", ",five\n");
+        assert!(RunResults::from_csv(&bad)
+            .unwrap_err()
+            .contains("peer \"five\""));
     }
 
     #[test]

@@ -36,6 +36,19 @@ pub enum WorkerRequest {
     Discover,
     /// Run one probe on one GPU.
     Run(RunRequest),
+    /// Run `storage_read` on one configured path (a node probe: no GPU is touched).
+    StorageRead(StorageRequest),
+}
+
+/// One `storage_read` run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StorageRequest {
+    /// The path to read (a file, or a directory for the scratch file).
+    pub path: std::path::PathBuf,
+    /// `[probes] storage_paths`: the worker refuses any other path.
+    pub allowed: Vec<std::path::PathBuf>,
+    /// Bytes to read at most.
+    pub bytes: u64,
 }
 
 /// One probe run.
@@ -55,6 +68,19 @@ pub struct RunRequest {
     pub iterations: usize,
     /// Input seed.
     pub seed: u64,
+    /// The peer of a pair probe (`p2p_copy`), checked and held like the GPU itself; `None`
+    /// for single-GPU probes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<Peer>,
+}
+
+/// The second GPU of a pair probe.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Peer {
+    /// CUDA ordinal.
+    pub ordinal: usize,
+    /// UUID, checked as the GPU's.
+    pub uuid: String,
 }
 
 /// Why a GPU was left alone.
@@ -103,6 +129,17 @@ pub enum WorkerReply {
         /// Time the GPU was held, nanoseconds.
         held_ns: u64,
     },
+    /// What a `storage_read` run measured.
+    Read {
+        /// Bytes read.
+        bytes: u64,
+        /// Read throughput, bytes per second.
+        bytes_per_second: f64,
+        /// Whether the page cache was bypassed (`O_DIRECT`).
+        direct: bool,
+        /// Time the run took, nanoseconds.
+        held_ns: u64,
+    },
     /// The GPU was not touched.
     Skipped {
         /// Why.
@@ -136,6 +173,18 @@ pub fn serve(request: &WorkerRequest, watch: &mut dyn Watch) -> WorkerReply {
             Err(e) => failed(e),
         },
         WorkerRequest::Run(run) => serve_run(run, watch),
+        WorkerRequest::StorageRead(req) => {
+            let t0 = Instant::now();
+            match crate::storage::read_throughput(&req.path, &req.allowed, req.bytes) {
+                Ok(r) => WorkerReply::Read {
+                    bytes: r.bytes,
+                    bytes_per_second: r.bytes_per_second,
+                    direct: r.direct,
+                    held_ns: u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX),
+                },
+                Err(e) => failed(e),
+            }
+        }
     }
 }
 
@@ -146,44 +195,81 @@ fn failed(e: ProbeError) -> WorkerReply {
     }
 }
 
+/// Opens CUDA device `ordinal` and checks it is still the GPU `uuid`.
+fn open_checked(ordinal: usize, uuid: &str) -> Result<crate::cuda::Gpu, ProbeError> {
+    let gpu = crate::cuda::Gpu::open(ordinal)?;
+    if gpu.uuid != uuid {
+        let msg = format!("CUDA ordinal {ordinal} is {} now, not {uuid}", gpu.uuid);
+        let _ = gpu.release();
+        return Err(ProbeError::Cuda(msg));
+    }
+    Ok(gpu)
+}
+
 fn serve_run(req: &RunRequest, watch: &mut dyn Watch) -> WorkerReply {
     let kind: ProbeKind = match req.probe.parse() {
         Ok(k) => k,
         Err(e) => return failed(e),
     };
-    if let Err((skip, detail)) = watch.admit(&req.uuid) {
-        return WorkerReply::Skipped { skip, detail };
+    let peer = match (kind.needs_peer(), &req.peer) {
+        (true, Some(p)) if p.uuid != req.uuid => Some(p),
+        (true, _) => {
+            return failed(ProbeError::Config(format!(
+                "{kind} needs a peer GPU other than the GPU itself"
+            )))
+        }
+        (false, _) => None,
+    };
+    // Every GPU the run touches must be free, the peer as much as the GPU.
+    let uuids: Vec<&str> = std::iter::once(req.uuid.as_str())
+        .chain(peer.map(|p| p.uuid.as_str()))
+        .collect();
+    for uuid in &uuids {
+        if let Err((skip, detail)) = watch.admit(uuid) {
+            return WorkerReply::Skipped { skip, detail };
+        }
     }
     let t0 = Instant::now();
-    let mut gpu = match crate::cuda::Gpu::open(req.ordinal) {
+    let mut gpu = match open_checked(req.ordinal, &req.uuid) {
         Ok(g) => g,
         Err(e) => return failed(e),
     };
-    if gpu.uuid != req.uuid {
-        let msg = format!(
-            "CUDA ordinal {} is {} now, not {}",
-            req.ordinal, gpu.uuid, req.uuid
-        );
-        let _ = gpu.release();
-        return failed(ProbeError::Cuda(msg));
-    }
+    let peer_gpu = match peer.map(|p| open_checked(p.ordinal, &p.uuid)).transpose() {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = gpu.release();
+            return failed(e);
+        }
+    };
     // Checked after every iteration and once more at the end: a job that starts mid-run
     // shares the GPU with the probe, and the numbers describe the sharing, not the GPU.
     let mut seen = 0usize;
-    let mut check = |watch: &mut dyn Watch| match watch.others(&req.uuid) {
-        Ok(n) => seen = seen.max(n),
-        Err(_) => seen = seen.max(1),
+    let mut check = |watch: &mut dyn Watch| {
+        for uuid in &uuids {
+            match watch.others(uuid) {
+                Ok(n) => seen = seen.max(n),
+                Err(_) => seen = seen.max(1),
+            }
+        }
     };
-    let values = gpu.run(
-        kind,
-        &req.sizes,
-        req.seed,
-        req.warmup,
-        req.iterations,
-        &mut || check(watch),
-    );
+    let values = match &peer_gpu {
+        Some(p) => gpu.run_peer(p, &req.sizes, req.warmup, req.iterations, &mut || {
+            check(watch)
+        }),
+        None => gpu.run(
+            kind,
+            &req.sizes,
+            req.seed,
+            req.warmup,
+            req.iterations,
+            &mut || check(watch),
+        ),
+    };
     check(watch);
-    let released = gpu.release();
+    let mut released = gpu.release();
+    if let Some(p) = peer_gpu {
+        released = released.and(p.release());
+    }
     let held_ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
     let values = match (values, released) {
         (Err(e), _) | (Ok(_), Err(e)) => return failed(e),
@@ -212,10 +298,28 @@ mod tests {
             warmup: 1,
             iterations: 3,
             seed: 42,
+            peer: None,
         });
         let text = serde_json::to_string(&req).unwrap();
         assert!(text.starts_with(r#"{"op":"run""#), "{text}");
         assert_eq!(serde_json::from_str::<WorkerRequest>(&text).unwrap(), req);
+        // A pair probe names its peer; a single-GPU request has no peer key at all.
+        assert!(!text.contains("peer"), "{text}");
+        let WorkerRequest::Run(mut pair) = req else {
+            unreachable!()
+        };
+        pair.probe = "p2p_copy".into();
+        pair.peer = Some(Peer {
+            ordinal: 5,
+            uuid: "GPU-5".into(),
+        });
+        let pair = WorkerRequest::Run(pair);
+        let text = serde_json::to_string(&pair).unwrap();
+        assert!(
+            text.contains(r#""peer":{"ordinal":5,"uuid":"GPU-5"}"#),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<WorkerRequest>(&text).unwrap(), pair);
         for reply in [
             WorkerReply::Measured {
                 values: vec![1.0, 2.0],
@@ -240,5 +344,100 @@ mod tests {
             let text = serde_json::to_string(&reply).unwrap();
             assert_eq!(serde_json::from_str::<WorkerReply>(&text).unwrap(), reply);
         }
+    }
+
+    /// A watch that admits everything and records what it was asked about.
+    #[derive(Default)]
+    struct Asked(Vec<String>);
+
+    impl Watch for Asked {
+        fn admit(&mut self, uuid: &str) -> Result<(), (Skip, String)> {
+            self.0.push(uuid.to_string());
+            if uuid == "GPU-busy" {
+                return Err((Skip::InUse, "someone".into()));
+            }
+            Ok(())
+        }
+        fn others(&mut self, _: &str) -> Result<usize, String> {
+            Ok(0)
+        }
+    }
+
+    fn pair(peer: Option<&str>) -> WorkerRequest {
+        WorkerRequest::Run(RunRequest {
+            ordinal: 0,
+            uuid: "GPU-0".into(),
+            probe: "p2p_copy".into(),
+            sizes: ProbeSizes::default(),
+            warmup: 1,
+            iterations: 3,
+            seed: 42,
+            peer: peer.map(|u| Peer {
+                ordinal: 1,
+                uuid: u.into(),
+            }),
+        })
+    }
+
+    #[test]
+    fn a_storage_read_outside_its_list_is_refused_and_one_inside_measured() {
+        let dir = tempfile::tempdir().unwrap();
+        let other = tempfile::tempdir().unwrap();
+        let req = |path: &std::path::Path| {
+            WorkerRequest::StorageRead(StorageRequest {
+                path: path.to_path_buf(),
+                allowed: vec![dir.path().to_path_buf()],
+                bytes: crate::storage::MIN_READ_BYTES,
+            })
+        };
+        let text = serde_json::to_string(&req(dir.path())).unwrap();
+        assert!(text.starts_with(r#"{"op":"storage_read""#), "{text}");
+        let mut w = Asked::default();
+        match serve(&req(other.path()), &mut w) {
+            WorkerReply::Failed {
+                unavailable: false,
+                message,
+            } => assert!(
+                message.contains("not one of the configured storage paths"),
+                "{message}"
+            ),
+            r => panic!("{r:?}"),
+        }
+        match serve(&req(dir.path()), &mut w) {
+            WorkerReply::Read {
+                bytes,
+                bytes_per_second,
+                ..
+            } => assert!(bytes == crate::storage::MIN_READ_BYTES && bytes_per_second > 0.0),
+            r => panic!("{r:?}"),
+        }
+        assert!(w.0.is_empty(), "no GPU is asked about");
+    }
+
+    #[test]
+    fn a_pair_probe_needs_a_distinct_peer_and_admits_it_before_any_cuda() {
+        for bad in [None, Some("GPU-0")] {
+            let mut w = Asked::default();
+            let reply = serve(&pair(bad), &mut w);
+            assert!(
+                matches!(&reply, WorkerReply::Failed { unavailable: false, message } if message.contains("needs a peer GPU")),
+                "{reply:?}"
+            );
+            assert!(w.0.is_empty(), "nothing admitted: {:?}", w.0);
+        }
+        // A peer in use leaves both GPUs alone (no CUDA here: a context would fail otherwise).
+        let mut w = Asked::default();
+        let reply = serve(&pair(Some("GPU-busy")), &mut w);
+        assert!(
+            matches!(
+                reply,
+                WorkerReply::Skipped {
+                    skip: Skip::InUse,
+                    ..
+                }
+            ),
+            "{reply:?}"
+        );
+        assert_eq!(w.0, vec!["GPU-0", "GPU-busy"]);
     }
 }

@@ -1,7 +1,8 @@
 //! The `probes` collector of a simulated node: the real probe scheduler
 //! ([`ProbeSource`]: the same politeness rules, cadence, families and labels as on hardware)
 //! over a backend that asks the simulator what each probe would measure
-//! ([`Node::benchmark`]), and the simulator's utilization to decide which GPUs are busy.
+//! ([`Node::benchmark`]; [`Node::peer_benchmark`] for the pair probe, `p2p_copy`), and the
+//! simulator's utilization to decide which GPUs are busy.
 //!
 //! A simulated run answers at once but reports the time a real one holds the GPU
 //! ([`Backend::held_for`]), so the duty cycle and the duration histogram are those of real
@@ -36,9 +37,10 @@ fn lock(h: &Handle) -> std::sync::MutexGuard<'_, Shared> {
     h.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The benchmark a probe runs.
-pub fn benchmark(kind: ProbeKind) -> Benchmark {
-    match kind {
+/// The benchmark a single-GPU probe runs; `None` for the pair probe (`p2p_copy`, the
+/// simulator's [`Node::peer_benchmark`]).
+pub fn benchmark(kind: ProbeKind) -> Option<Benchmark> {
+    Some(match kind {
         ProbeKind::GemmBf16 => Benchmark::Gemm(Precision::Bf16),
         ProbeKind::GemmFp16 => Benchmark::Gemm(Precision::Fp16),
         ProbeKind::GemmTf32 => Benchmark::Gemm(Precision::Tf32),
@@ -48,6 +50,14 @@ pub fn benchmark(kind: ProbeKind) -> Benchmark {
         ProbeKind::CopyH2D => Benchmark::Copy(Transfer::HostToDevice),
         ProbeKind::CopyD2H => Benchmark::Copy(Transfer::DeviceToHost),
         ProbeKind::LaunchLatency => Benchmark::LaunchLatency,
+        ProbeKind::P2pCopy => return None,
+    })
+}
+
+fn probe_error(e: BenchmarkError) -> ProbeError {
+    match e {
+        BenchmarkError::NoRates { .. } => ProbeError::Unavailable(e.to_string()),
+        e => ProbeError::Cuda(e.to_string()),
     }
 }
 
@@ -75,14 +85,28 @@ impl Backend for SimBackend {
         let mut s = lock(&self.shared);
         let t = s.now();
         self.held = None;
-        match s.node.benchmark(gpu.ordinal, t, benchmark(kind)) {
-            Ok(run) => {
-                self.held = Some(run.held);
-                Ok(run.values)
-            }
-            Err(e @ BenchmarkError::NoRates { .. }) => Err(ProbeError::Unavailable(e.to_string())),
-            Err(e) => Err(ProbeError::Cuda(e.to_string())),
-        }
+        let b = benchmark(kind)
+            .ok_or_else(|| ProbeError::Config(format!("{kind} runs on a pair of GPUs")))?;
+        let run = s.node.benchmark(gpu.ordinal, t, b).map_err(probe_error)?;
+        self.held = Some(run.held);
+        Ok(run.values)
+    }
+
+    fn run_pair(
+        &mut self,
+        gpu: &GpuId,
+        peer: &GpuId,
+        _: ProbeKind,
+    ) -> Result<Vec<f64>, ProbeError> {
+        let mut s = lock(&self.shared);
+        let t = s.now();
+        self.held = None;
+        let run = s
+            .node
+            .peer_benchmark(gpu.ordinal, peer.ordinal, t)
+            .map_err(probe_error)?;
+        self.held = Some(run.held);
+        Ok(run.values)
     }
 
     fn held_for(&self) -> Option<Duration> {
@@ -198,7 +222,11 @@ mod tests {
                 .value;
             // The median of the simulator's values around the poll's moment.
             let want = n
-                .benchmark(gpu, started.elapsed(), benchmark(ProbeKind::GemmBf16))
+                .benchmark(
+                    gpu,
+                    started.elapsed(),
+                    benchmark(ProbeKind::GemmBf16).unwrap(),
+                )
                 .unwrap()
                 .values;
             let lo = want.iter().copied().fold(f64::MAX, f64::min) * 0.95;

@@ -78,6 +78,7 @@ pub mod imagegen;
 mod locate;
 mod node;
 mod noise;
+pub mod peer;
 pub mod profile;
 pub mod scenario;
 mod types;

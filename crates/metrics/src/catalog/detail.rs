@@ -194,6 +194,16 @@ pub static POLICIES: &[Entry] = &[
         why: "17 outcomes, most of them errors that never happen on a healthy node: an outcome appears at its first file (take rates from dgx_pixels_trace_read_bytes_total or the analysed time)",
     },
     Entry {
+        metric: Metric::ProbeStorageRuns,
+        policy: Policy::NonZeroOnly("outcome", &["error", "timeout", "crashed"]),
+        why: "only failures that happened, as for the GPU probes: a served throughput says the read ran",
+    },
+    Entry {
+        metric: Metric::ProbeP2pBandwidth,
+        policy: Policy::FullOnly,
+        why: "one series per pair (n - 1 per GPU); dgx_pixels_probe_p2p_worst_bandwidth_bytes_per_second serves each GPU's worst peer",
+    },
+    Entry {
         metric: Metric::ProbeDuration,
         policy: Policy::FullOnly,
         why: "a histogram per probe and GPU; the duty cycle says how much GPU time probes take",

@@ -31,7 +31,8 @@ pub enum ProbeCommand {
 
 const PROBE_RUN_AFTER_HELP: &str = "\
 Probes: gemm_bf16, gemm_fp16, gemm_tf32, gemm_fp32, gemm_fp64 (cuBLAS, FLOP/s), copy_d2d, \
-copy_h2d, copy_d2h (bytes/s; d2d counts bytes read plus written), launch_latency (seconds). \
+copy_h2d, copy_d2h (bytes/s; d2d counts bytes read plus written), launch_latency (seconds), \
+p2p_copy (bytes/s from each selected GPU to each other one, peer access enabled; needs 2 GPUs). \
 Needs libcuda.so.1 and, for GEMMs, cuBLAS (libcublas.so.13 or .12) on the loader's path.";
 
 /// Flags of `probe run`.
@@ -61,7 +62,7 @@ pub struct ProbeRunArgs {
     /// Matrix side of the fp64 GEMM [default: 4096].
     #[arg(long = "gemm-fp64-size", value_name = "N")]
     pub gemm_fp64_size: Option<usize>,
-    /// Bytes per device-to-device copy [default: 268435456].
+    /// Bytes per device-to-device and GPU-to-GPU copy [default: 268435456].
     #[arg(long = "copy-bytes", value_name = "BYTES")]
     pub copy_bytes: Option<usize>,
     /// Bytes per host-to-device / device-to-host copy [default: 67108864].
@@ -249,8 +250,9 @@ pub fn report(r: &RunResults) -> String {
     for res in &r.results {
         let Some(s) = &res.summary else { continue };
         let h = |v: f64| human(v, res.unit);
+        let peer = res.peer.map(|p| format!(" to GPU {p}")).unwrap_or_default();
         out.push_str(&format!(
-            "\n{} on GPU {} ({}, {})\n",
+            "\n{} on GPU {}{peer} ({}, {})\n",
             res.probe, res.gpu, res.model, res.uuid
         ));
         let rows = [
