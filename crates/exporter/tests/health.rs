@@ -563,38 +563,34 @@ fn check_coverage(seen: &[Seen], source: &str, covered: impl Fn(&str) -> bool) {
     );
 }
 
-/// Through the fake NVML: the NVML source's field values, slow readings and XID events.
-#[test]
-fn every_health_rule_holds_and_clears_through_the_nvml_source() {
-    let config = config_file();
-    let library = fake_nvml_library();
+/// A daemon on the fake NVML serving `scenario`, at full detail with the rules' config; also
+/// the spawn time and how long it took to be ready.
+fn start_on_fake_nvml(scenario: &str, config: &tempfile::NamedTempFile) -> (Daemon, Instant, f64) {
     let spawned = Instant::now();
     let d = start_with_env(
         &[
             "--nvml.library",
-            library,
+            fake_nvml_library(),
             "--config.file",
             config.path().to_str().unwrap(),
             "--metrics.detail",
             "full",
         ],
         &[
-            ("FAKE_NVML_SCENARIO", "fault-health"),
+            ("FAKE_NVML_SCENARIO", scenario),
             ("FAKE_NVML_PCIE_DELAY_MS", "0"),
         ],
     );
     let ready = spawned.elapsed().as_secs_f64();
-    watch_and_check(&d, spawned, ready, "nvml");
+    (d, spawned, ready)
 }
 
-/// Through the simulated node (`--simulate`), which serves the same readings itself.
-#[test]
-fn every_health_rule_holds_and_clears_through_the_simulated_source() {
-    let config = config_file();
+/// A daemon simulating `scenario` (no probes or DCGM), as [`start_on_fake_nvml`].
+fn start_simulated(scenario: &str, config: &tempfile::NamedTempFile) -> (Daemon, Instant, f64) {
     let spawned = Instant::now();
     let d = start(&[
         "--simulate",
-        "fault-health",
+        scenario,
         "--config.file",
         config.path().to_str().unwrap(),
         "--no-collector.probes",
@@ -603,6 +599,22 @@ fn every_health_rule_holds_and_clears_through_the_simulated_source() {
         "full",
     ]);
     let ready = spawned.elapsed().as_secs_f64();
+    (d, spawned, ready)
+}
+
+/// Through the fake NVML: the NVML source's field values, slow readings and XID events.
+#[test]
+fn every_health_rule_holds_and_clears_through_the_nvml_source() {
+    let config = config_file();
+    let (d, spawned, ready) = start_on_fake_nvml("fault-health", &config);
+    watch_and_check(&d, spawned, ready, "nvml");
+}
+
+/// Through the simulated node (`--simulate`), which serves the same readings itself.
+#[test]
+fn every_health_rule_holds_and_clears_through_the_simulated_source() {
+    let config = config_file();
+    let (d, spawned, ready) = start_simulated("fault-health", &config);
     watch_and_check(&d, spawned, ready, "sim");
 }
 
@@ -611,23 +623,7 @@ fn every_health_rule_holds_and_clears_through_the_simulated_source() {
 #[test]
 fn every_fabric_rule_holds_and_clears_through_the_nvml_source() {
     let config = config_file();
-    let library = fake_nvml_library();
-    let spawned = Instant::now();
-    let d = start_with_env(
-        &[
-            "--nvml.library",
-            library,
-            "--config.file",
-            config.path().to_str().unwrap(),
-            "--metrics.detail",
-            "full",
-        ],
-        &[
-            ("FAKE_NVML_SCENARIO", "fault-fabric"),
-            ("FAKE_NVML_PCIE_DELAY_MS", "0"),
-        ],
-    );
-    let ready = spawned.elapsed().as_secs_f64();
+    let (d, spawned, ready) = start_on_fake_nvml("fault-fabric", &config);
     watch_and_check_fabric(&d, spawned, ready, "nvml");
 }
 
@@ -635,18 +631,7 @@ fn every_fabric_rule_holds_and_clears_through_the_nvml_source() {
 #[test]
 fn every_fabric_rule_holds_and_clears_through_the_simulated_source() {
     let config = config_file();
-    let spawned = Instant::now();
-    let d = start(&[
-        "--simulate",
-        "fault-fabric",
-        "--config.file",
-        config.path().to_str().unwrap(),
-        "--no-collector.probes",
-        "--no-collector.dcgm",
-        "--metrics.detail",
-        "full",
-    ]);
-    let ready = spawned.elapsed().as_secs_f64();
+    let (d, spawned, ready) = start_simulated("fault-fabric", &config);
     watch_and_check_fabric(&d, spawned, ready, "sim");
 }
 

@@ -7,8 +7,7 @@
 
 mod common;
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 use common::{fake_nvml_library, BIN};
 use dgx_pixels_probes::worker::{Peer, RunRequest, Skip, WorkerReply, WorkerRequest};
@@ -26,18 +25,7 @@ fn uuid(scenario: &str, gpu: usize) -> String {
 }
 
 fn worker(input: &[u8], env: &[(&str, &str)]) -> Output {
-    let mut child = Command::new(BIN)
-        .args(["probe-worker", "--nvml-library", fake_nvml_library()])
-        .envs(env.iter().copied())
-        // No CUDA here: the fake NVML answers, the driver library is not found.
-        .env("LD_LIBRARY_PATH", "/nonexistent")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(input).unwrap();
-    child.wait_with_output().unwrap()
+    common::probe_worker(fake_nvml_library(), input, env)
 }
 
 fn run(scenario: &str, gpu: usize, env: &[(&str, &str)]) -> WorkerReply {
@@ -201,23 +189,11 @@ fn without_nvml_the_worker_refuses_to_run() {
         seed: 42,
         peer: None,
     });
-    let mut child = Command::new(BIN)
-        .args([
-            "probe-worker",
-            "--nvml-library",
-            "/nonexistent/libnvidia-ml.so.1",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(&serde_json::to_vec(&req).unwrap())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = common::probe_worker(
+        "/nonexistent/libnvidia-ml.so.1",
+        &serde_json::to_vec(&req).unwrap(),
+        &[],
+    );
     let reply: WorkerReply = serde_json::from_slice(&out.stdout).unwrap();
     match reply {
         WorkerReply::Failed {

@@ -5,11 +5,9 @@
 
 mod common;
 
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{fake_cuda_dir, fake_nvml_library, start_with_env, value, wait_until, BIN};
+use common::{fake_cuda_dir, fake_nvml_library, start_with_env, value, wait_until};
 use dgx_pixels_probes::worker::{StorageRequest, WorkerReply, WorkerRequest};
 
 const SCENARIO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/p2p-node.toml");
@@ -72,20 +70,11 @@ fn a_worker_refuses_a_path_outside_the_configured_list() {
         allowed: vec![allowed.path().to_path_buf()],
         bytes: 1 << 20,
     });
-    let mut child = Command::new(BIN)
-        .args(["probe-worker", "--nvml-library", fake_nvml_library()])
-        .env("FAKE_NVML_SCENARIO", SCENARIO)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(&serde_json::to_vec(&req).unwrap())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = common::probe_worker(
+        fake_nvml_library(),
+        &serde_json::to_vec(&req).unwrap(),
+        &[("FAKE_NVML_SCENARIO", SCENARIO)],
+    );
     let reply: WorkerReply = serde_json::from_slice(&out.stdout).unwrap();
     match reply {
         WorkerReply::Failed {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion};
 use dgx_pixels_exposition::{EncodeOptions, Format, Generation, SnapshotStore};
-use dgx_pixels_metrics::{DeviceRef, Holder, PollOutput, Snapshot, SourceHealth};
+use dgx_pixels_metrics::Snapshot;
 
 mod common;
 use common::snapshot;
@@ -65,42 +65,7 @@ fn bench(c: &mut Criterion) {
 /// A kubernetes snapshot (up) and its attribution set: `pods` pods spread over 8 GPUs,
 /// time-sliced when there are more pods than GPUs.
 fn pods(pods: u32) -> Snapshot {
-    let set = (0..pods)
-        .map(|p| {
-            let gpu = p % 8;
-            (
-                DeviceRef::Uuid(format!(
-                    "GPU-{gpu:08x}-0000-0000-0000-000000000000::{}",
-                    p / 8
-                )),
-                Holder::Pod {
-                    namespace: format!("team-{}", p % 5),
-                    pod: format!("job-{p:04}-7d9f8c6b5-x2k4q"),
-                    container: "worker".into(),
-                },
-            )
-        })
-        .map(|(d, h)| match d {
-            // The source strips the replica suffix; do the same here.
-            DeviceRef::Uuid(u) => (
-                DeviceRef::Uuid(u.split("::").next().unwrap_or("").into()),
-                h,
-            ),
-            other => (other, h),
-        })
-        .collect();
-    Snapshot {
-        source: "kubernetes".into(),
-        health: SourceHealth {
-            up: true,
-            polls: 1,
-            ..Default::default()
-        },
-        output: PollOutput {
-            attribution: Some(Arc::new(set)),
-            ..PollOutput::default()
-        },
-    }
+    common::pods(pods, 8)
 }
 
 /// Scrape cost of 8 GPUs with and without pod attribution (the join runs when a generation is

@@ -12,37 +12,9 @@ use std::time::Instant;
 
 use criterion::black_box;
 use dgx_pixels_metrics::view::{DeviceView, Join};
-use dgx_pixels_metrics::{DeviceRef, Holder, Metric, PollOutput, Snapshot, SourceHealth};
+use dgx_pixels_metrics::{Metric, Snapshot};
 
 mod common;
-
-/// `pods` pods over `gpus` GPUs, time-sliced when there are more pods than GPUs.
-fn pods(pods: u32, gpus: u32) -> Snapshot {
-    let set = (0..pods)
-        .map(|p| {
-            (
-                DeviceRef::Uuid(format!("GPU-{:08x}-0000-0000-0000-000000000000", p % gpus)),
-                Holder::Pod {
-                    namespace: format!("team-{}", p % 5),
-                    pod: format!("job-{p:04}-7d9f8c6b5-x2k4q"),
-                    container: "worker".into(),
-                },
-            )
-        })
-        .collect();
-    Snapshot {
-        source: "kubernetes".into(),
-        health: SourceHealth {
-            up: true,
-            polls: 1,
-            ..Default::default()
-        },
-        output: PollOutput {
-            attribution: Some(Arc::new(set)),
-            ..PollOutput::default()
-        },
-    }
-}
 
 fn served(snapshots: &[Arc<Snapshot>]) -> impl Iterator<Item = &dgx_pixels_metrics::Sample> {
     snapshots
@@ -90,7 +62,10 @@ fn view_readers(view: &DeviceView, uuids: &[String]) -> usize {
 fn main() {
     let rounds = 400;
     for gpus in [8u32, 64] {
-        let snapshots = vec![Arc::new(pods(64, gpus)), Arc::new(common::snapshot(gpus))];
+        let snapshots = vec![
+            Arc::new(common::pods(64, gpus)),
+            Arc::new(common::snapshot(gpus)),
+        ];
         let uuids: Vec<String> = DeviceView::build(&snapshots)
             .gpus()
             .map(|g| g.uuid().to_string())

@@ -3,30 +3,12 @@
 //! still served at every poll (issue 36).
 #![allow(clippy::unwrap_used)]
 
-use std::path::PathBuf;
-use std::process::Command;
+mod common;
+
 use std::time::Duration;
 
 use dgx_pixels_metrics::{Metric, Source};
 use dgx_pixels_nvml::{call_stats, CallStat, NvmlOptions, NvmlSource};
-
-fn fake_library() -> PathBuf {
-    let ok = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "-p", "fake-nvml"])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "building fake-nvml failed");
-    // <target>/debug/deps/this-test -> <target>/debug
-    let dir = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    dir.join("libfake_nvml.so")
-}
 
 fn stat(stats: &[CallStat], function: &str) -> CallStat {
     stats
@@ -49,7 +31,7 @@ fn served(out: &[dgx_pixels_metrics::Sample], metric: Metric, gpu: &str) -> Opti
 // One test in this file: the fake reads its environment at init, for this process.
 #[test]
 fn per_function_seconds_name_the_slow_call_and_energy_is_a_slow_reading_served_every_poll() {
-    let lib = fake_library();
+    let lib = common::fake_library();
     std::env::set_var("FAKE_NVML_SCENARIO", "dgx-h100");
     std::env::set_var("FAKE_NVML_TIME", "60");
     std::env::set_var("FAKE_NVML_PCIE_DELAY_MS", "0");

@@ -3,30 +3,13 @@
 //! 300 ms, so the difference cannot be noise); without GPM they are read.
 #![allow(clippy::unwrap_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
+
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use dgx_pixels_metrics::Source;
 use dgx_pixels_nvml::{NvmlOptions, NvmlSource};
-
-fn fake_library() -> PathBuf {
-    let ok = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "-p", "fake-nvml"])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "building fake-nvml failed");
-    // <target>/debug/deps/this-test -> <target>/debug
-    let dir = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    dir.join("libfake_nvml.so")
-}
 
 /// The slowest of `n` polls that each take the slow readings (after GPM's first interval).
 fn slowest_poll(lib: &Path, profiling: bool, n: u32) -> Duration {
@@ -54,7 +37,7 @@ fn slowest_poll(lib: &Path, profiling: bool, n: u32) -> Duration {
 
 #[test]
 fn pcie_throughput_calls_are_skipped_while_gpm_measures_it() {
-    let lib = fake_library();
+    let lib = common::fake_library();
     // One test in this file: the fake reads its environment at init, for this process.
     std::env::set_var("FAKE_NVML_SCENARIO", "dgx-h100");
     std::env::set_var("FAKE_NVML_TIME", "60");

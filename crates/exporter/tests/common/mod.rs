@@ -230,3 +230,19 @@ pub fn trace_report<P: AsRef<std::ffi::OsStr>>(paths: &[P]) -> serde_json::Value
     );
     serde_json::from_slice(&out.stdout).unwrap()
 }
+
+/// Runs the hidden `probe-worker` subcommand with `input` on stdin, checking the GPU's other
+/// users with the NVML library at `nvml`, without CUDA (the driver library is not found).
+pub fn probe_worker(nvml: &str, input: &[u8], env: &[(&str, &str)]) -> std::process::Output {
+    let mut child = Command::new(BIN)
+        .args(["probe-worker", "--nvml-library", nvml])
+        .envs(env.iter().copied())
+        .env("LD_LIBRARY_PATH", "/nonexistent")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}

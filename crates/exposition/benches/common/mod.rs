@@ -1,5 +1,5 @@
 //! What the benches share: a snapshot of an NVML source serving `gpus` GPUs with every GPU
-//! reading present.
+//! reading present, and a kubernetes snapshot of pods over them.
 
 use std::time::Duration;
 
@@ -10,7 +10,9 @@ use dgx_pixels_metrics::gpu::{
 use dgx_pixels_metrics::labels::{
     NvlinkErrorType, RecoveryAction, ThrottleReason, ViolationPolicy,
 };
-use dgx_pixels_metrics::{PollOutput, Snapshot, SourceHealth};
+use std::sync::Arc;
+
+use dgx_pixels_metrics::{DeviceRef, Holder, PollOutput, Snapshot, SourceHealth};
 
 /// The `nvml` source's snapshot of `gpus` H100s, every reading present (18 NVLinks each).
 pub fn snapshot(gpus: u32) -> Snapshot {
@@ -112,5 +114,34 @@ pub fn snapshot(gpus: u32) -> Snapshot {
             ..Default::default()
         },
         output: PollOutput::samples(samples),
+    }
+}
+
+/// A kubernetes snapshot (up) whose attribution set holds `pods` pods over `gpus` GPUs, time-sliced when there are more pods than GPUs.
+#[allow(dead_code)] // not every bench attributes pods
+pub fn pods(pods: u32, gpus: u32) -> Snapshot {
+    let set = (0..pods)
+        .map(|p| {
+            (
+                DeviceRef::Uuid(format!("GPU-{:08x}-0000-0000-0000-000000000000", p % gpus)),
+                Holder::Pod {
+                    namespace: format!("team-{}", p % 5),
+                    pod: format!("job-{p:04}-7d9f8c6b5-x2k4q"),
+                    container: "worker".into(),
+                },
+            )
+        })
+        .collect();
+    Snapshot {
+        source: "kubernetes".into(),
+        health: SourceHealth {
+            up: true,
+            polls: 1,
+            ..Default::default()
+        },
+        output: PollOutput {
+            attribution: Some(Arc::new(set)),
+            ..PollOutput::default()
+        },
     }
 }
