@@ -310,6 +310,8 @@ define_catalog! {
         "Compute processes running on the GPU (all of them, also those beyond the per-GPU series limit).";
     ProcessMemoryUsed => Gauge Bytes "dgx_pixels_process_memory_used_bytes" ["gpu", "uuid", "gpu_instance", "compute_instance", "pid", "container_id"] ["nvml", "sim"]
         "Device memory used by a compute process, for the processes using the most memory on each GPU (container_id from /proc/PID/cgroup where known; MIG ids on MIG GPUs).";
+    ProcessUtilization => Gauge Ratio "dgx_pixels_process_utilization_ratio" ["gpu", "uuid", "gpu_instance", "compute_instance", "pid", "container_id", "engine"] ["nvml", "sim"]
+        "A compute process's share of one engine of the GPU (sm, memory, encoder, decoder) over the last sampling window, from NVML's process-utilization samples (not on GPUs in MIG mode): by default only on GPUs shared by several processes, for the K most SM-active processes ([nvml] process_activity_top_k, default 3), the rest summed under pid=\"other\", so at most K+1 series per GPU by default (engine sm) and 4(K+1) at full detail; no series while NVML has no new sample (never a made-up 0). Holder labels as for dgx_pixels_process_memory_used_bytes.";
     MigInfo => Gauge None "dgx_pixels_mig_info" ["gpu", "uuid", "gpu_instance", "compute_instance", "mig_profile", "mig_uuid"] ["nvml", "sim"]
         "One series (value 1) per MIG instance, naming its profile and UUID.";
     GpuPodInfo => Gauge None "dgx_pixels_gpu_pod_info" ["gpu", "uuid", "gpu_instance", "namespace", "pod", "container"] ["kubernetes"]

@@ -65,7 +65,9 @@ use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dgx_pixels_metrics::gpu::{push_gpu_samples, GpuIdentity, GpuReadout, XidIncidents};
+use dgx_pixels_metrics::gpu::{
+    push_gpu_samples, ActivityScope, GpuIdentity, GpuReadout, XidIncidents, DEFAULT_TOP_K,
+};
 use dgx_pixels_metrics::{
     Backoff, DeviceKey, Metric, PollError, PollErrorKind, PollOutput, Sample, Source, XidLedger,
 };
@@ -106,6 +108,13 @@ pub struct NvmlOptions {
     /// `process_memory_used_bytes` series (largest memory first); default 10.
     #[serde(rename = "processes_per_gpu")]
     pub max_processes_per_gpu: usize,
+    /// `process_activity`: which GPUs get per-process activity series
+    /// (`process_utilization_ratio`): `shared` (default: GPUs with more than one compute
+    /// process), `all` or `off`.
+    pub process_activity: ProcessActivity,
+    /// `process_activity_top_k`: at most this many processes per GPU get activity series (the
+    /// most SM-active), the rest summed under `pid="other"`; default 3.
+    pub process_activity_top_k: usize,
     /// `xid_quiet_period`: XIDs of one code on one GPU less than this apart are one incident
     /// (`dgx_pixels_gpu_xid_incidents_total`); default 3 min.
     #[serde(deserialize_with = "dgx_pixels_settings::duration")]
@@ -136,6 +145,29 @@ pub struct NvmlOptions {
     pub counters_every_poll: bool,
 }
 
+/// [`NvmlOptions::process_activity`]: which GPUs get per-process activity series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProcessActivity {
+    /// GPUs with more than one compute process.
+    #[default]
+    Shared,
+    /// Every GPU with a compute process.
+    All,
+    /// None: NVML's process-utilization samples are not read.
+    Off,
+}
+
+impl ProcessActivity {
+    fn scope(self) -> ActivityScope {
+        match self {
+            ProcessActivity::Shared => ActivityScope::Shared,
+            ProcessActivity::All => ActivityScope::All,
+            ProcessActivity::Off => ActivityScope::Off,
+        }
+    }
+}
+
 /// Default [`NvmlOptions::power_sample_interval`]: 10 Hz.
 pub const DEFAULT_POWER_SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
 /// Default [`NvmlOptions::power_window`].
@@ -148,6 +180,8 @@ impl Default for NvmlOptions {
             gpu_deadline: Duration::from_secs(1),
             slow_interval: Duration::from_secs(5),
             max_processes_per_gpu: 10,
+            process_activity: ProcessActivity::Shared,
+            process_activity_top_k: DEFAULT_TOP_K,
             xid_quiet_period: XidIncidents::DEFAULT_QUIET,
             procfs: PathBuf::from("/proc"),
             sysfs: PathBuf::from("/sys"),
@@ -368,6 +402,8 @@ impl NvmlSource {
         let reader_options = ReaderOptions {
             slow_interval: self.options.slow_interval,
             max_processes: self.options.max_processes_per_gpu,
+            activity_scope: self.options.process_activity.scope(),
+            activity_top_k: self.options.process_activity_top_k,
             procfs: self.options.procfs.clone(),
             sysfs: self.options.sysfs.clone(),
             counters_every_poll: self.options.counters_every_poll,

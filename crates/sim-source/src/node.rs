@@ -19,7 +19,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::power::SimPower;
 
-use dgx_pixels_metrics::gpu::{push_gpu_samples, GpuIdentity, GpuReadout, XidIncidents};
+use dgx_pixels_metrics::gpu::{
+    cap_activity, push_gpu_samples, ActivityScope, GpuIdentity, GpuReadout, ProcessActivity,
+    XidIncidents, DEFAULT_TOP_K,
+};
 use dgx_pixels_metrics::{DeviceKey, Metric, XidLedger, XidOrigin};
 use dgx_pixels_metrics::{
     ExternalFamilies, ExternalFamily, ExternalKind, ExternalSample, PollError, PollOutput, Sample,
@@ -392,6 +395,7 @@ impl Source for SimSource {
             if r.up {
                 r.power_samples = self.power.as_mut().and_then(|p| p.samples(i, t));
             }
+            r.process_activity = process_activity(&r);
             push_gpu_samples(id, &r, &mut out);
         }
         let mut external = ExternalFamilies::default();
@@ -414,6 +418,30 @@ impl Source for SimSource {
             attribution: None,
         })
     }
+}
+
+/// Per-process activity as the NVML source serves it by default (`[nvml] process_activity`
+/// `shared`, top 3): the simulated node stands in for NVML's process-utilization samples.
+fn process_activity(r: &GpuReadout) -> Vec<ProcessActivity> {
+    let samples = r
+        .processes
+        .iter()
+        .filter_map(|p| {
+            Some(ProcessActivity {
+                pid: Some(p.pid),
+                container_id: p.container_id.clone(),
+                gpu_instance: p.gpu_instance,
+                compute_instance: p.compute_instance,
+                utilization: p.utilization?,
+            })
+        })
+        .collect();
+    cap_activity(
+        samples,
+        r.process_count,
+        ActivityScope::Shared,
+        DEFAULT_TOP_K,
+    )
 }
 
 #[cfg(test)]
