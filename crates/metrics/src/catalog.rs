@@ -10,6 +10,7 @@ use crate::device::Scope;
 mod detail;
 mod markdown;
 mod names;
+mod process_activity;
 mod profiling;
 pub use detail::{policy, serves, Detail, Policy, POLICIES};
 pub use names::openmetrics_names;

@@ -33,6 +33,7 @@ pub fn markdown() -> String {
     }
     out.push_str(FRESHNESS);
     out.push_str(super::profiling::PROFILING);
+    out.push_str(super::process_activity::PROCESS_ACTIVITY);
     out.push_str(ATTRIBUTION);
     out.push_str(&series_budget());
     out
