@@ -87,6 +87,7 @@ functions! {
     // GPM, on its own thread every poll.
     GpmQueryDeviceSupport => "nvmlGpmQueryDeviceSupport",
     GpmSampleGet => "nvmlGpmSampleGet",
+    GpmMigSampleGet => "nvmlGpmMigSampleGet",
     GpmMetricsGet => "nvmlGpmMetricsGet",
     GpmSampleFree => "nvmlGpmSampleFree",
     // Fast power sampling, on its own thread per GPU.
