@@ -464,6 +464,32 @@ mod tests {
     }
 
     #[test]
+    fn the_time_sliced_gpu_serves_each_processs_share_and_others_none() {
+        let mut n = node("dgx-a100-mig");
+        let t = Duration::from_secs(60);
+        let activity = |n: &mut Node, gpu: usize| {
+            let GpuState::Ok(r) = n.reading(gpu, t).unwrap() else {
+                panic!("no faults");
+            };
+            (
+                process_activity(&r.readout),
+                r.readout.utilization_ratio.unwrap(),
+            )
+        };
+        let (shared, util) = activity(&mut n, 4);
+        let got: Vec<(Option<u32>, f64)> =
+            shared.iter().map(|a| (a.pid, a.utilization.sm)).collect();
+        let pid = dgx_pixels_sim::process_id(4);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!((got[0].0, got[1].0), (Some(pid), Some(pid + 1)));
+        assert!((got[0].1 - 0.7 * util).abs() < 1e-9, "{got:?}");
+        assert!((got[1].1 - 0.3 * util).abs() < 1e-9, "{got:?}");
+        // One process (GPU 2), or one per MIG instance (GPU 0): not shared.
+        assert!(activity(&mut n, 2).0.is_empty());
+        assert!(activity(&mut n, 0).0.is_empty());
+    }
+
+    #[test]
     fn every_value_matches_the_scenario_reading() {
         let mut n = node("dgx-h100");
         let t = Duration::from_secs(42);
