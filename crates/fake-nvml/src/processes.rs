@@ -147,8 +147,9 @@ nvml_fn! {
             return Err(ERROR_INVALID_ARGUMENT);
         }
         let now_us = state::unix_micros();
+        let answers = state::with_driver(|d, _| Ok(d.config.process_utilization))?;
         let samples = device_call(device, Access::Reading, |dev| {
-            if dev.handle.mig.is_some() {
+            if dev.handle.mig.is_some() || !answers {
                 return Err(ERROR_NOT_SUPPORTED);
             }
             let r = dev.r()?;

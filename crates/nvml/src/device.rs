@@ -153,9 +153,9 @@ pub struct GpuReader {
     /// Readings the GPU did not answer, logged once each.
     unanswered: HashSet<String>,
     containers: HashMap<u32, Option<String>>,
-    /// NVML's timestamp (µs) of the newest process-utilization sample read: the next call asks
-    /// only for samples after it.
-    activity_seen: u64,
+    /// NVML's timestamp (µs) of the newest process-utilization sample read (the next call asks
+    /// only for samples after it), and whether the GPU said it never answers them.
+    activity: (u64, bool),
     /// Whether GPM measures PCIe throughput now (its values replace the driver's).
     pcie_from_gpm: Arc<AtomicBool>,
 }
@@ -215,7 +215,7 @@ impl GpuReader {
             slow: None,
             unanswered: HashSet::new(),
             containers: HashMap::new(),
-            activity_seen: 0,
+            activity: (0, false),
             pcie_from_gpm,
         }
     }
@@ -405,7 +405,7 @@ impl GpuReader {
         let mut activity = read_activity(
             mig_mode,
             &self.options,
-            &mut self.activity_seen,
+            &mut self.activity,
             dev,
             &procs,
             &mut check,
@@ -450,14 +450,15 @@ impl GpuReader {
     }
 }
 
-/// Per-process activity from NVML's process-utilization samples newer than `seen` (NVML's
+/// Per-process activity from NVML's process-utilization samples newer than `state.0` (NVML's
 /// timestamp, µs, of the newest sample read before; moved on), capped (container ids still
-/// empty). Nothing in MIG mode, when the scope leaves the GPU out or when NVML has no new
+/// empty). A GPU or driver that never answers (`NOT_SUPPORTED`, no symbol, no permission;
+/// `state.1` set) is not asked again. Nothing in MIG mode, when the scope leaves the GPU out or when NVML has no new
 /// sample (`NOT_FOUND`, or an empty answer): the series are omitted, never served as 0.
 fn read_activity(
     mig_mode: bool,
     options: &ReaderOptions,
-    seen: &mut u64,
+    state: &mut (u64, bool),
     dev: &Device<'_>,
     procs: &[nvml_wrapper::struct_wrappers::device::ProcessInfo],
     check: &mut Check<'_>,
@@ -468,18 +469,27 @@ fn read_activity(
         ActivityScope::All => !procs.is_empty(),
         ActivityScope::Shared => procs.len() > 1,
     };
-    if !wanted || mig_mode {
+    if !wanted || mig_mode || state.1 {
         return Vec::new();
     }
     let samples = match timed(F::ProcessUtilization, || {
-        dev.process_utilization_stats(*seen)
+        dev.process_utilization_stats(state.0)
     }) {
         // No sample since the last call: nothing to say, and nothing wrong.
         Err(NvmlError::NotFound) => return Vec::new(),
+        Err(
+            e @ (NvmlError::NotSupported
+            | NvmlError::NoPermission
+            | NvmlError::FailedToLoadSymbol(_)),
+        ) => {
+            state.1 = true;
+            debug!(gpu = check.index, error = %e, "no per-process utilization; not asked again");
+            return Vec::new();
+        }
         r => check.get("process_utilization", r).unwrap_or_default(),
     };
     let newest = samples.iter().map(|s| s.timestamp).max().unwrap_or(0);
-    *seen = (*seen).max(newest);
+    state.0 = state.0.max(newest);
     let activity = mean_per_process(&samples, procs);
     cap_activity(activity, Some(procs.len()), scope, top_k)
 }
@@ -528,6 +538,54 @@ fn mean_per_process(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nvml_wrapper::struct_wrappers::device::{ProcessInfo, ProcessUtilizationSample};
+
+    #[test]
+    fn each_running_process_gets_the_mean_of_its_samples_as_ratios() {
+        let proc_info = |pid| ProcessInfo {
+            pid,
+            used_gpu_memory: UsedGpuMemory::Used(1),
+            gpu_instance_id: None,
+            compute_instance_id: None,
+        };
+        let sample = |pid, timestamp, sm_util, dec_util| ProcessUtilizationSample {
+            pid,
+            timestamp,
+            sm_util,
+            mem_util: 10,
+            enc_util: 0,
+            dec_util,
+        };
+        let samples = [
+            sample(7, 1, 40, 0),
+            sample(7, 2, 60, 20),
+            sample(8, 2, 25, 0),
+            // Gone since (NVML keeps its samples a while), or one of our probe workers.
+            sample(9, 2, 90, 0),
+            // NVML never answers over 100 %; a ratio never exceeds 1.
+            sample(8, 3, 250, 0),
+        ];
+        let mut got = mean_per_process(&samples, &[proc_info(7), proc_info(8)]);
+        got.sort_by_key(|a| a.pid);
+        let by: Vec<_> = got
+            .iter()
+            .map(|a| {
+                (
+                    a.pid,
+                    a.utilization.sm,
+                    a.utilization.memory,
+                    a.utilization.decoder,
+                )
+            })
+            .collect();
+        assert_eq!(
+            by,
+            [
+                (Some(7), 0.5, 0.1, 0.1),
+                (Some(8), (0.25 + 1.0) / 2.0, 0.1, 0.0)
+            ]
+        );
+    }
 
     #[test]
     fn throttle_reasons_are_spelled_as_nvml_names_them() {
