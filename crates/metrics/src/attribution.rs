@@ -17,6 +17,11 @@
 //!   sets, and `sum by (pod)` would count it once per pod. Instead one info series per holder
 //!   (`dgx_pixels_gpu_pod_info`, `dgx_pixels_gpu_hpc_job_info`) names every holder, so each
 //!   sharing pod or job is attributed and can be joined on `uuid` and `gpu_instance`.
+//! - Per-process series (`pod_uid` label, from `/proc/PID/cgroup`) are attributed per process
+//!   first: a [`DeviceRef::PodProcesses`] pair says which container of the pod with that UID
+//!   holds the device (the kubelet's device checkpoint names pods by UID), so on a shared GPU
+//!   each process gets its own pod's labels. Exactly one holder for (device, UID) labels the
+//!   process; none or several leave it to the device's rule above (never a guess).
 
 use std::sync::Arc;
 
@@ -42,6 +47,14 @@ pub enum DeviceRef {
         gpu: u32,
         /// The MIG GPU instance id, for a MIG instance.
         gpu_instance: Option<u32>,
+    },
+    /// The processes of the pod with UID `pod_uid` on `device`: labels their per-process
+    /// series only, never the device's (which keep the rules above).
+    PodProcesses {
+        /// The device the pod holds (not itself a `PodProcesses`).
+        device: Box<DeviceRef>,
+        /// The pod's UID, lower-case with dashes, as `/proc/PID/cgroup` gives it.
+        pod_uid: String,
     },
 }
 

@@ -309,9 +309,9 @@ define_catalog! {
         "NVLink errors per link and type, only for the (link, type) pairs that have counted errors: the series appears at its first count, which increase() does not see, so sum the per-GPU dgx_pixels_nvlink_errors_total for rates and use this one to find the link.";
     GpuProcesses => Gauge None "dgx_pixels_gpu_processes" ["gpu", "uuid"] ["nvml", "sim"]
         "Compute processes running on the GPU (all of them, also those beyond the per-GPU series limit).";
-    ProcessMemoryUsed => Gauge Bytes "dgx_pixels_process_memory_used_bytes" ["gpu", "uuid", "gpu_instance", "compute_instance", "pid", "container_id"] ["nvml", "sim"]
-        "Device memory used by a compute process, for the processes using the most memory on each GPU (container_id from /proc/PID/cgroup where known; MIG ids on MIG GPUs).";
-    ProcessUtilization => Gauge Ratio "dgx_pixels_process_utilization_ratio" ["gpu", "uuid", "gpu_instance", "compute_instance", "pid", "container_id", "engine"] ["nvml", "sim"]
+    ProcessMemoryUsed => Gauge Bytes "dgx_pixels_process_memory_used_bytes" ["gpu", "uuid", "gpu_instance", "compute_instance", "pid", "container_id", "pod_uid"] ["nvml", "sim"]
+        "Device memory used by a compute process, for the processes using the most memory on each GPU (container_id and the Kubernetes pod_uid from /proc/PID/cgroup where known; MIG ids on MIG GPUs). Holder labels: the pod whose UID the kubelet's device checkpoint ties to the GPU, else the one holder of the GPU.";
+    ProcessUtilization => Gauge Ratio "dgx_pixels_process_utilization_ratio" ["gpu", "uuid", "gpu_instance", "compute_instance", "pid", "container_id", "pod_uid", "engine"] ["nvml", "sim"]
         "A compute process's share of one engine of the GPU (sm, memory, encoder, decoder) over the last sampling window, from NVML's process-utilization samples (not on GPUs in MIG mode): by default only on GPUs shared by several processes, for the K most SM-active processes ([nvml] process_activity_top_k, default 3), the rest summed under pid=\"other\", so at most K+1 series per GPU by default (engine sm) and 4(K+1) at full detail; no series while NVML has no new sample (never a made-up 0). Holder labels as for dgx_pixels_process_memory_used_bytes.";
     MigInfo => Gauge None "dgx_pixels_mig_info" ["gpu", "uuid", "gpu_instance", "compute_instance", "mig_profile", "mig_uuid"] ["nvml", "sim"]
         "One series (value 1) per MIG instance, naming its profile and UUID.";

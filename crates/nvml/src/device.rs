@@ -152,7 +152,8 @@ pub struct GpuReader {
     slow: Option<(Instant, Slow)>,
     /// Readings the GPU did not answer, logged once each.
     unanswered: HashSet<String>,
-    containers: HashMap<u32, Option<String>>,
+    /// Container id and pod UID per pid, read once per process.
+    containers: HashMap<u32, cgroup::CgroupIds>,
     /// NVML's timestamp (µs) of the newest process-utilization sample read (the next call asks
     /// only for samples after it), and whether the GPU said it never answers them.
     activity: (u64, bool),
@@ -418,12 +419,12 @@ impl GpuReader {
         let procfs = &self.options.procfs;
         for a in &mut activity {
             if let Some(pid) = a.pid {
-                a.container_id = self
+                let ids = self
                     .containers
                     .entry(pid)
-                    .or_insert_with(|| cgroup::container_id_of(procfs, pid))
-                    .clone()
-                    .unwrap_or_default();
+                    .or_insert_with(|| cgroup::ids_of(procfs, pid));
+                a.container_id = ids.container_id.clone();
+                a.pod_uid = ids.pod_uid.clone();
             }
         }
         readout.process_activity = activity;
@@ -431,15 +432,14 @@ impl GpuReader {
             .iter()
             .filter_map(|p| {
                 let bytes = used(p)?;
-                let container = self
+                let ids = self
                     .containers
                     .entry(p.pid)
-                    .or_insert_with(|| cgroup::container_id_of(procfs, p.pid))
-                    .clone()
-                    .unwrap_or_default();
+                    .or_insert_with(|| cgroup::ids_of(procfs, p.pid));
                 Some(ProcessReadout {
                     pid: p.pid,
-                    container_id: container,
+                    container_id: ids.container_id.clone(),
+                    pod_uid: ids.pod_uid.clone(),
                     gpu_instance: p.gpu_instance_id,
                     compute_instance: p.compute_instance_id,
                     used_memory_bytes: bytes as f64,
@@ -522,6 +522,7 @@ fn mean_per_process(
             ProcessActivity {
                 pid: Some(pid),
                 container_id: String::new(),
+                pod_uid: String::new(),
                 gpu_instance: p.and_then(|p| p.gpu_instance_id),
                 compute_instance: p.and_then(|p| p.compute_instance_id),
                 utilization: ProcessUtilization {

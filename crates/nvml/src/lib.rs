@@ -76,7 +76,7 @@ use nvml_wrapper::Nvml;
 use tracing::{info, warn};
 
 pub use calls::{call_stats, CallStat};
-pub use cgroup::container_id;
+pub use cgroup::{container_id, pod_uid, CgroupIds};
 use device::{GpuPoll, GpuReader, ReaderOptions};
 pub use gpm::GPM_FAMILIES;
 use power::PowerSampler;

@@ -243,6 +243,8 @@ pub struct ProcessReadout {
     pub pid: u32,
     /// Container id from `/proc/PID/cgroup`, empty when unknown.
     pub container_id: String,
+    /// Kubernetes pod UID from `/proc/PID/cgroup`, empty when unknown.
+    pub pod_uid: String,
     /// GPU instance on a GPU in MIG mode.
     pub gpu_instance: Option<u32>,
     /// Compute instance on a GPU in MIG mode.
@@ -276,6 +278,8 @@ pub struct ProcessActivity {
     pub pid: Option<u32>,
     /// Container id from `/proc/PID/cgroup`, empty when unknown or for the remainder.
     pub container_id: String,
+    /// Kubernetes pod UID from `/proc/PID/cgroup`, empty when unknown or for the remainder.
+    pub pod_uid: String,
     /// GPU instance on a GPU in MIG mode (none for the remainder).
     pub gpu_instance: Option<u32>,
     /// Compute instance on a GPU in MIG mode (none for the remainder).

@@ -430,6 +430,7 @@ fn process_activity(r: &GpuReadout) -> Vec<ProcessActivity> {
             Some(ProcessActivity {
                 pid: Some(p.pid),
                 container_id: p.container_id.clone(),
+                pod_uid: p.pod_uid.clone(),
                 gpu_instance: p.gpu_instance,
                 compute_instance: p.compute_instance,
                 utilization: p.utilization?,

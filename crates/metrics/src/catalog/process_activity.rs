@@ -24,9 +24,14 @@ decides where and how many:
   longer run are dropped, and so are the exporter's own probe workers.
 - **Not in MIG mode.** A MIG instance runs its own processes and its activity is its own
   series (`dgx_pixels_mig_*`); NVML's per-process samples are not read on a GPU in MIG mode.
-- **Attribution.** The series carry `pid` and `container_id` (from `/proc/PID/cgroup`) and are
-  joined to the pod or job holding the GPU exactly as `dgx_pixels_process_memory_used_bytes`
-  is: one holder labels them; when several pods share the GPU (time-slicing replicas), the
-  kubelet's pod-resources API does not say which pid is whose, so they stay unlabelled and
+- **Attribution.** The series carry `pid`, `container_id` and `pod_uid` (from
+  `/proc/PID/cgroup`) and are joined to pods exactly as `dgx_pixels_process_memory_used_bytes`
+  is. The kubelet's pod-resources API maps pods to devices, not to processes, so on a GPU that
+  several pods share (time-slicing replicas, MPS) the kubernetes collector also reads the
+  kubelet's device-manager checkpoint (`[kubernetes] device_checkpoint`), which names each
+  pod's devices by pod UID: a process whose cgroup UID is a pod holding the GPU gets that
+  pod's `namespace`, `pod` and `container`. A process whose UID does not resolve (no
+  checkpoint, a host process, two containers of one pod on the GPU) is never guessed: with
+  one holder of the GPU it gets that holder's labels, with several none, and
   `dgx_pixels_gpu_pod_info` names every pod on the GPU.
 ";

@@ -100,7 +100,12 @@ pub(super) fn push_activity_samples(
             out.push(Sample::of(
                 &key,
                 Metric::ProcessUtilization,
-                [pid.as_str(), p.container_id.as_str(), engine],
+                [
+                    pid.as_str(),
+                    p.container_id.as_str(),
+                    p.pod_uid.as_str(),
+                    engine,
+                ],
                 v,
             ));
         }

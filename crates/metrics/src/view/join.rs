@@ -18,6 +18,9 @@ pub struct Join {
     /// By uuid, then by `gpu_instance` (`None` for the whole GPU): looked up by `&str`, so the
     /// per-sample lookup allocates nothing.
     extra: HashMap<String, Vec<(Option<u32>, Extra)>>,
+    /// Per-process labels by uuid, then (`gpu_instance`, pod UID): for samples with a
+    /// `pod_uid` label, before `extra`.
+    process_extra: HashMap<String, Vec<(Option<u32>, String, Extra)>>,
     /// `dgx_pixels_gpu_pod_info` and `dgx_pixels_gpu_hpc_job_info` samples.
     pub info: Vec<Sample>,
     /// Every held device, by uuid then `gpu_instance`.
@@ -70,6 +73,8 @@ impl Join {
         }
         let resolve = |d: &DeviceRef| -> Option<(String, Option<u32>)> {
             match d {
+                // Resolved apart, below.
+                DeviceRef::PodProcesses { .. } => None,
                 DeviceRef::Uuid(u) if u.starts_with("MIG-") => mig_of
                     .get(u.as_str())
                     .map(|(uuid, gi)| (uuid.to_string(), Some(*gi))),
@@ -85,9 +90,17 @@ impl Join {
         };
         // Holders per key, deduplicated and sorted so the output is stable.
         let mut holders: HashMap<(String, Option<u32>), Vec<&Holder>> = HashMap::new();
-        for set in sets {
+        let mut by_uid: HashMap<(String, Option<u32>, &str), Vec<&Holder>> = HashMap::new();
+        for set in &sets {
             for (device, holder) in set.iter() {
-                if let Some(key) = resolve(device) {
+                if let DeviceRef::PodProcesses { device, pod_uid } = device {
+                    if let Some((uuid, gi)) = resolve(device) {
+                        by_uid
+                            .entry((uuid, gi, pod_uid.as_str()))
+                            .or_default()
+                            .push(holder);
+                    }
+                } else if let Some(key) = resolve(device) {
                     holders.entry(key).or_default().push(holder);
                 }
             }
@@ -95,6 +108,29 @@ impl Join {
         let mut keys: Vec<_> = holders.keys().cloned().collect();
         keys.sort();
         let mut join = Join::default();
+        for ((uuid, gi, uid), mut list) in by_uid {
+            list.sort();
+            list.dedup();
+            // Two containers of one pod on one device: which one a process is in, the UID
+            // does not say.
+            if let [Holder::Pod {
+                namespace,
+                pod,
+                container,
+            }] = list.as_slice()
+            {
+                let extra: Extra = [
+                    ("namespace", namespace.clone()),
+                    ("pod", pod.clone()),
+                    ("container", container.clone()),
+                ]
+                .into();
+                join.process_extra
+                    .entry(uuid)
+                    .or_default()
+                    .push((gi, uid.to_string(), extra));
+            }
+        }
         for key in keys {
             let Some(list) = holders.get_mut(&key) else {
                 continue;
@@ -170,7 +206,7 @@ impl Join {
     /// already carry an attribution label (the info series), get none. A sample's key names
     /// its GPU and, for a MIG instance or a process in one, the instance.
     pub fn labels_for(&self, sample: &Sample) -> Option<&Extra> {
-        if self.extra.is_empty() {
+        if self.extra.is_empty() && self.process_extra.is_empty() {
             return None;
         }
         if sample
@@ -183,8 +219,20 @@ impl Join {
             return None;
         }
         let device = sample.device.as_ref()?;
-        let instances = self.extra.get(device.uuid())?;
         let gi = device.mig().map(|m| m.gpu_instance);
+        let process = sample
+            .label("pod_uid")
+            .filter(|uid| !uid.is_empty())
+            .and_then(|uid| {
+                self.process_extra
+                    .get(device.uuid())?
+                    .iter()
+                    .find(|(g, u, _)| *g == gi && u == uid)
+            });
+        if let Some((_, _, e)) = process {
+            return Some(e);
+        }
+        let instances = self.extra.get(device.uuid())?;
         instances.iter().find(|(g, _)| *g == gi).map(|(_, e)| e)
     }
 }
@@ -327,6 +375,45 @@ mod tests {
         assert_eq!(join.labels_for(&gpu1).unwrap().len(), 3);
         let pods: Vec<_> = join.info.iter().map(|s| s.label_values()[4]).collect();
         assert_eq!(pods, ["one", "two", "three"]);
+    }
+
+    #[test]
+    fn processes_on_a_shared_gpu_get_their_own_pods_labels() {
+        let procs = |uid: &str| DeviceRef::PodProcesses {
+            device: Box::new(DeviceRef::Uuid("GPU-a".into())),
+            pod_uid: uid.into(),
+        };
+        let two_containers = Holder::Pod {
+            namespace: "c".into(),
+            pod: "two-in-one".into(),
+            container: "sidecar".into(),
+        };
+        let set: AttributionSet = Arc::new(vec![
+            (DeviceRef::Uuid("GPU-a".into()), pod("a", "one")),
+            (DeviceRef::Uuid("GPU-a".into()), pod("b", "two")),
+            (procs("uid-1"), pod("a", "one")),
+            (procs("uid-2"), pod("b", "two")),
+            // Replicas of one container are one holder; two containers of a pod are not.
+            (procs("uid-2"), pod("b", "two")),
+            (procs("uid-3"), pod("c", "two-in-one")),
+            (procs("uid-3"), two_containers),
+        ]);
+        let snaps = [nvml(), holders("kubernetes", set)];
+        let join = Join::build(&snaps);
+        let process = |uid: &str| {
+            Sample::for_gpu(0, "GPU-a", Metric::ProcessMemoryUsed, &["7", "", uid], 1.0)
+        };
+        let pod_of = |s: &Sample| join.labels_for(s).map(|e| e[1].1.clone());
+        assert_eq!(pod_of(&process("uid-1")).as_deref(), Some("one"));
+        assert_eq!(pod_of(&process("uid-2")).as_deref(), Some("two"));
+        // Ambiguous, unknown or no UID: the device's rule, and two pods share it.
+        assert_eq!(pod_of(&process("uid-3")), None);
+        assert_eq!(pod_of(&process("uid-9")), None);
+        assert_eq!(pod_of(&process("")), None);
+        // The device's own series stay unlabelled, and the pairs add no info series.
+        assert!(join.labels_for(&snaps[0].output.samples[3]).is_none());
+        assert_eq!(join.info.len(), 2);
+        assert_eq!(join.holdings().len(), 1);
     }
 
     #[test]
