@@ -2,7 +2,9 @@
 //! time-sliced between two processes doing 70 % and 30 % of its work) with a fake kubelet:
 //! per-process activity (`dgx_pixels_process_utilization_ratio`) on the shared GPU only, capped
 //! at `[nvml] process_activity_top_k` with the rest under pid "other", and labelled with the
-//! pod holding the GPU exactly as the per-process memory series are.
+//! pod holding the GPU exactly as the per-process memory series are; with two pods on the GPU,
+//! each process labelled with its own pod through its cgroup's pod UID and the kubelet's
+//! device checkpoint.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 mod common;
@@ -49,6 +51,8 @@ fn a_shared_gpu_serves_its_top_process_and_the_rest_with_the_pods_labels() {
             socket.to_str().unwrap(),
             "--collector.kubernetes.interval",
             "200ms",
+            // Empty: off (the kubelet's path does not exist here anyway).
+            "--kubernetes.device-checkpoint=",
         ],
         &[
             ("FAKE_NVML_SCENARIO", "dgx-a100-mig"),
@@ -95,8 +99,9 @@ fn a_shared_gpu_serves_its_top_process_and_the_rest_with_the_pods_labels() {
     assert_eq!(memory.len(), 2, "{memory:?}");
     assert!(memory.iter().all(|l| l.contains(team)), "{memory:?}");
 
-    // Two pods time-slice the GPU: the per-process series carry no pod (which pod a pid is
-    // in, the pod-resources API does not say), and one info series names each pod.
+    // Two pods time-slice the GPU and the device checkpoint is off: the per-process series
+    // carry no pod (which pod a pid is in, the pod-resources API does not say), and one info
+    // series names each pod.
     kubelet.set_pods(vec![
         pod(
             "nb",
@@ -125,4 +130,149 @@ fn a_shared_gpu_serves_its_top_process_and_the_rest_with_the_pods_labels() {
     }
     drop(kubelet);
     stop_and_logs(d);
+}
+
+const ALICE: &str = "0b7f1c52-aaaa-bbbb-cccc-0123456789ab";
+const BOB: &str = "1c8e2d63-dddd-eeee-ffff-0123456789ab";
+const CONTAINER: &str = "3f4c9a2b1d0e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a";
+
+/// The pod series labels of `pod` in namespace nb, container notebook.
+fn notebook(pod: &str) -> String {
+    format!("namespace=\"nb\",pod=\"{pod}\",container=\"notebook\"")
+}
+
+#[test]
+fn pods_time_slicing_a_gpu_each_label_their_own_processes() {
+    let node = Node::new(Scenario::builtin("dgx-a100-mig").unwrap());
+    let uuid = |i: usize| node.gpu(i).unwrap().uuid.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kubelet.sock");
+    let checkpoint = dir.path().join("kubelet_internal_checkpoint");
+    // GPU 4's processes (pids 20400 and 20401) in the pods' cgroups: alice's under the
+    // systemd cgroup driver, bob's under cgroupfs.
+    let procfs = dir.path().join("proc");
+    for (pid, cgroup) in [
+        (
+            "20400",
+            format!(
+                "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{CONTAINER}.scope\n",
+                ALICE.replace('-', "_")
+            ),
+        ),
+        ("20401", format!("0::/kubepods/besteffort/pod{BOB}/crio-{CONTAINER}\n")),
+    ] {
+        std::fs::create_dir_all(procfs.join(pid)).unwrap();
+        std::fs::write(procfs.join(pid).join("cgroup"), cgroup).unwrap();
+    }
+    let kubelet = FakeKubelet::start(&socket).unwrap();
+    kubelet
+        .set_pods_with_checkpoint(
+            &checkpoint,
+            vec![
+                (
+                    ALICE,
+                    pod(
+                        "nb",
+                        "alice",
+                        "notebook",
+                        GPU,
+                        &[&format!("{}::0", uuid(4))],
+                    ),
+                ),
+                (
+                    BOB,
+                    pod("nb", "bob", "notebook", GPU, &[&format!("{}::1", uuid(4))]),
+                ),
+            ],
+        )
+        .unwrap();
+    // The default K (3) serves both processes.
+    let d = start_with_env(
+        &[
+            "--nvml.library",
+            fake_nvml_library(),
+            "--path.procfs",
+            procfs.to_str().unwrap(),
+            "--collector.kubernetes",
+            "--kubernetes.pod-resources-socket",
+            socket.to_str().unwrap(),
+            "--kubernetes.device-checkpoint",
+            checkpoint.to_str().unwrap(),
+            "--collector.kubernetes.interval",
+            "200ms",
+        ],
+        &[
+            ("FAKE_NVML_SCENARIO", "dgx-a100-mig"),
+            ("FAKE_NVML_PCIE_DELAY_MS", "0"),
+            ("FAKE_NVML_TIME", "60"),
+        ],
+    );
+    let labelled = |b: &str| {
+        let a = series(b, ACTIVITY);
+        a.iter().any(|l| l.contains(&notebook("alice")))
+            && a.iter().any(|l| l.contains(&notebook("bob")))
+    };
+    let (body, _) = wait_until(d.port, WAIT, labelled);
+    let gpu4 = value(
+        &body,
+        "dgx_pixels_gpu_utilization_ratio",
+        &[("uuid", &uuid(4))],
+    )
+    .unwrap();
+    let activity = series(&body, ACTIVITY);
+    assert_eq!(activity.len(), 2, "{activity:?}");
+    for (pid, uid, pod, share) in [("20400", ALICE, "alice", 0.7), ("20401", BOB, "bob", 0.3)] {
+        let line = activity
+            .iter()
+            .find(|l| l.contains(&format!("pid=\"{pid}\"")))
+            .unwrap_or_else(|| panic!("no pid {pid}: {activity:?}"));
+        assert!(line.contains(&format!("pod_uid=\"{uid}\"")), "{line}");
+        assert!(
+            line.contains(&format!("container_id=\"{CONTAINER}\"")),
+            "{line}"
+        );
+        assert!(line.contains(&notebook(pod)), "{line}");
+        let v: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+        assert!(
+            (v - share * gpu4).abs() <= 0.011,
+            "{line}: {share} x {gpu4}"
+        );
+        // Its memory series, the same pod.
+        let memory = series(&body, "dgx_pixels_process_memory_used_bytes")
+            .into_iter()
+            .find(|l| l.contains(&format!("pid=\"{pid}\"")))
+            .unwrap_or_else(|| panic!("no memory series for {pid}"));
+        assert!(memory.contains(&notebook(pod)), "{memory}");
+    }
+    // The GPU's own series are both pods' at once: no pod labels, one info series per pod.
+    let util: Vec<_> = series(&body, "dgx_pixels_gpu_utilization_ratio")
+        .into_iter()
+        .filter(|l| l.contains(&uuid(4)))
+        .collect();
+    assert!(util.iter().all(|l| !l.contains("pod=")), "{util:?}");
+    for p in ["alice", "bob"] {
+        assert_eq!(
+            value(
+                &body,
+                "dgx_pixels_gpu_pod_info",
+                &[("uuid", &uuid(4)), ("pod", p)]
+            ),
+            Some(1.0)
+        );
+    }
+
+    // Without the checkpoint nothing is guessed: the processes lose their pods, the source
+    // stays up.
+    std::fs::remove_file(&checkpoint).unwrap();
+    let (body, _) = wait_until(d.port, WAIT, |b| {
+        let a = series(b, ACTIVITY);
+        a.len() == 2 && a.iter().all(|l| !l.contains("pod="))
+    });
+    assert_eq!(
+        value(&body, "dgx_pixels_source_up", &[("source", "kubernetes")]),
+        Some(1.0)
+    );
+    drop(kubelet);
+    let logs = stop_and_logs(d);
+    assert!(logs.contains("kubelet device checkpoint"), "{logs}");
 }

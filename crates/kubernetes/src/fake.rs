@@ -88,6 +88,34 @@ impl FakeKubelet {
         };
     }
 
+    /// Replaces the pods `List` answers with, each with its UID, and writes the kubelet's
+    /// device-manager checkpoint for them at `checkpoint` (one entry per container and
+    /// resource, as the kubelet does; written whole, then renamed into place).
+    pub fn set_pods_with_checkpoint(
+        &self,
+        checkpoint: &Path,
+        pods: Vec<(&str, PodResources)>,
+    ) -> std::io::Result<()> {
+        let entries: Vec<crate::checkpoint::Entry> = pods
+            .iter()
+            .flat_map(|(uid, pod)| {
+                pod.containers.iter().flat_map(move |c| {
+                    c.devices.iter().map(move |d| crate::checkpoint::Entry {
+                        pod_uid: uid.to_string(),
+                        container: c.name.clone(),
+                        resource: d.resource_name.clone(),
+                        device_ids: d.device_ids.clone(),
+                    })
+                })
+            })
+            .collect();
+        let tmp = checkpoint.with_extension("tmp");
+        std::fs::write(&tmp, crate::checkpoint::to_json(&entries))?;
+        std::fs::rename(&tmp, checkpoint)?;
+        self.set_pods(pods.into_iter().map(|(_, p)| p).collect());
+        Ok(())
+    }
+
     /// `List` calls served so far.
     pub fn calls(&self) -> u64 {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).calls

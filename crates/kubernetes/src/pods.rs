@@ -33,6 +33,10 @@ pub struct PodResourcesOptions {
     pub dra_drivers: Vec<String>,
     /// Deadline of one `List` call (connection included).
     pub call_timeout: Duration,
+    /// The kubelet's device-manager checkpoint, read to label each process on a shared GPU
+    /// with its own pod (see [`crate::checkpoint`]); `None` leaves processes to the per-device
+    /// rule.
+    pub checkpoint: Option<PathBuf>,
 }
 
 impl Default for PodResourcesOptions {
@@ -46,6 +50,7 @@ impl Default for PodResourcesOptions {
                 .collect(),
             dra_drivers: DRA_DRIVERS.iter().map(|s| s.to_string()).collect(),
             call_timeout: Duration::from_millis(1500),
+            checkpoint: Some(PathBuf::from(crate::checkpoint::DEFAULT_CHECKPOINT)),
         }
     }
 }
@@ -56,6 +61,9 @@ pub struct PodResourcesSource {
     /// A runtime of its own: the source runs on a runner thread, outside the HTTP runtime.
     runtime: Option<tokio::runtime::Runtime>,
     client: Option<PodResourcesListerClient<Channel>>,
+    /// Checkpoint reads that failed, and the last failure's text (logged when it changes).
+    checkpoint_errors: u64,
+    last_checkpoint_error: Option<String>,
 }
 
 impl std::fmt::Debug for PodResourcesSource {
@@ -74,6 +82,42 @@ impl PodResourcesSource {
             options,
             runtime: None,
             client: None,
+            checkpoint_errors: 0,
+            last_checkpoint_error: None,
+        }
+    }
+
+    /// Checkpoint reads that failed so far (each leaves that poll's processes unlabelled).
+    pub fn checkpoint_errors(&self) -> u64 {
+        self.checkpoint_errors
+    }
+
+    /// The per-process pairs from the checkpoint, or none when it is off or unreadable (a
+    /// failure is counted, and logged when it differs from the last one).
+    fn process_pairs(&mut self, response: &ListPodResourcesResponse) -> Vec<(DeviceRef, Holder)> {
+        let Some(path) = self.options.checkpoint.as_deref() else {
+            return Vec::new();
+        };
+        match crate::checkpoint::read(path) {
+            Ok(entries) => {
+                if self.last_checkpoint_error.take().is_some() {
+                    tracing::info!(path = %path.display(), "kubelet device checkpoint readable again");
+                }
+                crate::checkpoint::process_attribution(
+                    response,
+                    &entries,
+                    &self.options.resource_names,
+                )
+            }
+            Err(e) => {
+                self.checkpoint_errors += 1;
+                let text = e.to_string();
+                if self.last_checkpoint_error.as_deref() != Some(text.as_str()) {
+                    tracing::warn!(error = %text, "processes on shared GPUs are not labelled with their pods");
+                    self.last_checkpoint_error = Some(text);
+                }
+                Vec::new()
+            }
         }
     }
 
@@ -176,12 +220,14 @@ impl Source for PodResourcesSource {
 
     fn poll(&mut self) -> Result<PollOutput, PollError> {
         let response = self.list()?;
+        let mut pairs = attribution(
+            &response,
+            &self.options.resource_names,
+            &self.options.dra_drivers,
+        );
+        pairs.extend(self.process_pairs(&response));
         Ok(PollOutput {
-            attribution: Some(Arc::new(attribution(
-                &response,
-                &self.options.resource_names,
-                &self.options.dra_drivers,
-            ))),
+            attribution: Some(Arc::new(pairs)),
             ..PollOutput::default()
         })
     }

@@ -23,6 +23,9 @@ pub struct KubernetesSettings {
     pub resource_names: Vec<String>,
     /// DRA drivers whose claimed devices are GPUs (an empty list leaves DRA claims out).
     pub dra_drivers: Vec<String>,
+    /// The kubelet's device-manager checkpoint, read (at most 4 MiB, read-only) to label each
+    /// process on a GPU that several pods share with its own pod; empty = off.
+    pub device_checkpoint: PathBuf,
 }
 
 impl Default for KubernetesSettings {
@@ -33,11 +36,17 @@ impl Default for KubernetesSettings {
             max_response_bytes: d.max_response_bytes as u64,
             resource_names: d.resource_names,
             dra_drivers: d.dra_drivers,
+            device_checkpoint: d.checkpoint.unwrap_or_default(),
         }
     }
 }
 
 impl KubernetesSettings {
+    /// The checkpoint to read, `None` when `device_checkpoint` is empty.
+    pub fn checkpoint(&self) -> Option<PathBuf> {
+        (!self.device_checkpoint.as_os_str().is_empty()).then(|| self.device_checkpoint.clone())
+    }
+
     /// Refuses a response bound of 0 or one that does not fit in memory, an empty list of
     /// resource names, and an empty DRA driver name or more than [`MAX_DRA_DRIVERS`] of them.
     pub fn validate(&self) -> Result<(), SettingError> {

@@ -247,3 +247,82 @@ fn a_missing_socket_and_a_kubelet_restart() {
     let recovered = recovered.expect("the source reconnects after a kubelet restart");
     assert_eq!(recovered.attribution.map(|s| s.len()), Some(0));
 }
+
+/// Two pods time-slice GPU 0: the device's series stay unlabelled, and each process's series
+/// get its own pod through the device checkpoint (pod UID from its cgroup); a checkpoint that
+/// cannot be read is counted and leaves the processes unlabelled, never the source down.
+#[test]
+fn processes_on_a_shared_gpu_get_their_own_pod_through_the_checkpoint() {
+    const ALICE: &str = "0b7f1c52-aaaa-bbbb-cccc-0123456789ab";
+    const BOB: &str = "1c8e2d63-aaaa-bbbb-cccc-0123456789ab";
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoint = dir.path().join("kubelet_internal_checkpoint");
+    let kubelet = FakeKubelet::start(&dir.path().join("kubelet.sock")).unwrap();
+    kubelet
+        .set_pods_with_checkpoint(
+            &checkpoint,
+            vec![
+                (ALICE, pod("nb", "alice", "notebook", GPU, &["GPU-0::0"])),
+                (BOB, pod("nb", "bob", "notebook", GPU, &["GPU-0::1"])),
+            ],
+        )
+        .unwrap();
+    let store = SnapshotStore::new(&["nvml", "kubernetes"], vec![], EncodeOptions::default());
+    let mut nvml = nvml_snapshot();
+    for (pid, uid) in [("100", ALICE), ("101", BOB), ("102", "")] {
+        nvml.output.samples.push(Sample::for_gpu(
+            0,
+            "GPU-0",
+            Metric::ProcessMemoryUsed,
+            &[pid, "", uid],
+            1e9,
+        ));
+    }
+    store.publish(nvml);
+    let mut src = PodResourcesSource::new(PodResourcesOptions {
+        socket: kubelet.socket.clone(),
+        call_timeout: Duration::from_secs(5),
+        checkpoint: Some(checkpoint.clone()),
+        ..Default::default()
+    });
+    let process = |text: &str, pid: &str| -> String {
+        text.lines()
+            .find(|l| {
+                l.starts_with("dgx_pixels_process_memory_used_bytes{")
+                    && l.contains(&format!("pid=\"{pid}\""))
+            })
+            .unwrap_or_else(|| panic!("no pid {pid}: {text}"))
+            .to_string()
+    };
+    let text = exposition(&store, &mut src);
+    assert!(
+        process(&text, "100").contains(",namespace=\"nb\",pod=\"alice\",container=\"notebook\"}"),
+        "{text}"
+    );
+    assert!(process(&text, "101").contains(",pod=\"bob\","), "{text}");
+    // A process without a pod UID is not guessed; nor are the GPU's own series.
+    assert!(!process(&text, "102").contains("pod="), "{text}");
+    assert!(text.contains("dgx_pixels_gpu_power_watts{gpu=\"0\",uuid=\"GPU-0\"} 100\n"));
+    assert_eq!(src.checkpoint_errors(), 0);
+
+    // Unreadable: counted, the source stays up, processes fall back to unlabelled.
+    std::fs::write(&checkpoint, "{\"Data\":").unwrap();
+    let text = exposition(&store, &mut src);
+    assert_eq!(src.checkpoint_errors(), 1);
+    assert!(text.contains("dgx_pixels_source_up{source=\"kubernetes\"} 1\n"));
+    assert!(!process(&text, "100").contains("pod="), "{text}");
+    std::fs::remove_file(&checkpoint).unwrap();
+    exposition(&store, &mut src);
+    assert_eq!(src.checkpoint_errors(), 2);
+
+    // Off: no checkpoint read, nothing counted.
+    let mut off = PodResourcesSource::new(PodResourcesOptions {
+        socket: kubelet.socket.clone(),
+        call_timeout: Duration::from_secs(5),
+        checkpoint: None,
+        ..Default::default()
+    });
+    let text = exposition(&store, &mut off);
+    assert!(!process(&text, "101").contains("pod="), "{text}");
+    assert_eq!(off.checkpoint_errors(), 0);
+}

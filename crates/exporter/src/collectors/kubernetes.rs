@@ -53,6 +53,21 @@ const FLAGS: &[Flag] = &[
         kind: FlagKind::Count,
         order: 161,
     },
+    Flag {
+        name: "kubernetes.device-checkpoint",
+        key: "kubernetes.device_checkpoint",
+        value_name: "PATH",
+        help: "The kubelet's device-manager checkpoint, read to label each process on a shared GPU with its own pod (empty: off)",
+        default: FlagDefault::Says(|| {
+            KubernetesSettings::default()
+                .device_checkpoint
+                .display()
+                .to_string()
+        }),
+        // Text, not Path: an empty value turns the checkpoint off.
+        kind: FlagKind::Text,
+        order: 162,
+    },
 ];
 
 /// The descriptor.
@@ -83,6 +98,7 @@ fn build(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
         dra_drivers: k.dra_drivers.clone(),
         // Leave the runner's watchdog room to see the call fail on its own.
         call_timeout: ctx.timing.timeout.mul_f64(0.8),
+        checkpoint: k.checkpoint(),
     };
     Ok(Some(Box::new(PodResourcesSource::new(options))))
 }
