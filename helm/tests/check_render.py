@@ -181,6 +181,16 @@ def main():
             host = vols.get(m.get("name"), {}).get("hostPath", {})
             check(host.get("path") == m.get("mountPath") and host.get("type") == "Directory",
                   f"trace directory {d}: the node's {fixed}, which must exist")
+    checkpoint = [a.split("=", 1)[1] for a in args if a.startswith("--kubernetes.device-checkpoint=")]
+    if checkpoint and checkpoint[0]:
+        # The directory, read-only: the kubelet replaces the file, which a file mount would pin.
+        mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
+        vols = {v["name"]: v for v in spec.get("volumes", [])}
+        m = mounts.get(checkpoint[0].rsplit("/", 1)[0], {})
+        check(m.get("readOnly") is True, "the device checkpoint's directory is mounted read-only")
+        check(vols.get(m.get("name"), {}).get("hostPath", {}).get("type") == "Directory",
+              "the device checkpoint's directory is the node's")
+        check("--collector.kubernetes" in args, "the device checkpoint comes with --collector.kubernetes")
     if any(a.startswith("--simulate") for a in args):
         mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
         check("/tmp" in mounts, "a simulated node has a writable /tmp for its traces")
@@ -214,6 +224,8 @@ def main():
         for rule in monitor["rules"]:
             args = rule["args"]
             check("npd-check" in args, "each rule runs npd-check")
+            check(("--client-cert" in args) == ("--client-key" in args),
+                  "a client certificate comes with its key")
             address = args[args.index("--address") + 1]
             check(any(address.startswith(f"{n['metadata']['name']}.") for n in npd_svcs),
                   "the check asks through the node-local Service")

@@ -400,6 +400,23 @@ fn kubernetes_and_hpc_tables_parse_validate_and_yield_to_flags() {
     );
     assert_eq!(s.kubernetes().max_response_bytes, 16 << 20);
     assert_eq!(s.kubernetes().dra_drivers, ["gpu.nvidia.com"]);
+    // The device checkpoint: the kubelet's path by default, a flag moves it, empty turns it off.
+    assert_eq!(
+        s.kubernetes().checkpoint().as_deref(),
+        Some(Path::new(
+            "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
+        ))
+    );
+    for (arg, want) in [
+        (
+            "--kubernetes.device-checkpoint=/k/cp",
+            Some(Path::new("/k/cp")),
+        ),
+        ("--kubernetes.device-checkpoint=", None),
+    ] {
+        let s = resolve(&parse_from(["x", arg]).unwrap(), []).unwrap();
+        assert_eq!(s.kubernetes().checkpoint().as_deref(), want, "{arg}");
+    }
     for (text, want) in [
         (
             "[kubernetes]\ndra_drivers = [\"gpu.nvidia.com\", \" \"]\n",
