@@ -132,8 +132,6 @@ fn a_shared_gpu_serves_its_top_process_and_the_rest_with_the_pods_labels() {
     stop_and_logs(d);
 }
 
-const ALICE: &str = "0b7f1c52-aaaa-bbbb-cccc-0123456789ab";
-const BOB: &str = "1c8e2d63-dddd-eeee-ffff-0123456789ab";
 const CONTAINER: &str = "3f4c9a2b1d0e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a";
 
 /// The pod series labels of `pod` in namespace nb, container notebook.
@@ -145,6 +143,13 @@ fn notebook(pod: &str) -> String {
 fn pods_time_slicing_a_gpu_each_label_their_own_processes() {
     let node = Node::new(Scenario::builtin("dgx-a100-mig").unwrap());
     let uuid = |i: usize| node.gpu(i).unwrap().uuid.clone();
+    // The simulator's pods of GPU 4's two processes, as the fixture procfs and the kubelet
+    // give them.
+    let base = dgx_pixels_sim::process_id(4);
+    let (alice, bob) = (
+        dgx_pixels_sim::shared_pod_uid(base, 0),
+        dgx_pixels_sim::shared_pod_uid(base, 1),
+    );
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("kubelet.sock");
     let checkpoint = dir.path().join("kubelet_internal_checkpoint");
@@ -156,10 +161,10 @@ fn pods_time_slicing_a_gpu_each_label_their_own_processes() {
             "20400",
             format!(
                 "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{CONTAINER}.scope\n",
-                ALICE.replace('-', "_")
+                alice.replace('-', "_")
             ),
         ),
-        ("20401", format!("0::/kubepods/besteffort/pod{BOB}/crio-{CONTAINER}\n")),
+        ("20401", format!("0::/kubepods/besteffort/pod{bob}/crio-{CONTAINER}\n")),
     ] {
         std::fs::create_dir_all(procfs.join(pid)).unwrap();
         std::fs::write(procfs.join(pid).join("cgroup"), cgroup).unwrap();
@@ -170,7 +175,7 @@ fn pods_time_slicing_a_gpu_each_label_their_own_processes() {
             &checkpoint,
             vec![
                 (
-                    ALICE,
+                    &alice,
                     pod(
                         "nb",
                         "alice",
@@ -180,7 +185,7 @@ fn pods_time_slicing_a_gpu_each_label_their_own_processes() {
                     ),
                 ),
                 (
-                    BOB,
+                    &bob,
                     pod("nb", "bob", "notebook", GPU, &[&format!("{}::1", uuid(4))]),
                 ),
             ],
@@ -221,7 +226,7 @@ fn pods_time_slicing_a_gpu_each_label_their_own_processes() {
     .unwrap();
     let activity = series(&body, ACTIVITY);
     assert_eq!(activity.len(), 2, "{activity:?}");
-    for (pid, uid, pod, share) in [("20400", ALICE, "alice", 0.7), ("20401", BOB, "bob", 0.3)] {
+    for (pid, uid, pod, share) in [("20400", &alice, "alice", 0.7), ("20401", &bob, "bob", 0.3)] {
         let line = activity
             .iter()
             .find(|l| l.contains(&format!("pid=\"{pid}\"")))

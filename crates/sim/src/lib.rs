@@ -99,3 +99,10 @@ pub fn process_id(index: u64) -> u32 {
     let index = u32::try_from(index).unwrap_or(u32::MAX);
     index.saturating_mul(100).saturating_add(20_000)
 }
+
+/// The Kubernetes pod UID of the `replica`th process on a time-sliced GPU whose first process
+/// is `base_pid` ([`process_id`]): each sharing process is its own pod, as time-slicing
+/// replicas handed to different pods are, so the per-process series show which pod is which.
+pub fn shared_pod_uid(base_pid: u32, replica: usize) -> String {
+    format!("5111ced0-0000-4000-8000-{:06x}{:06x}", base_pid, replica)
+}

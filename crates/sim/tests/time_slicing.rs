@@ -51,6 +51,17 @@ fn each_process_gets_its_weights_part_of_activity_and_memory() {
     let pids: Vec<u32> = r.processes.iter().map(|p| p.pid).collect();
     assert_eq!(pids, [base, base + 1]);
     assert_eq!(r.process_count, Some(2));
+    // Each process is a pod of its own, with a UID in the kubelet's form.
+    let uids: Vec<&str> = r.processes.iter().map(|p| p.pod_uid.as_str()).collect();
+    assert_ne!(uids[0], uids[1]);
+    for uid in &uids {
+        let groups: Vec<usize> = uid.split('-').map(str::len).collect();
+        assert_eq!(groups, [8, 4, 4, 4, 12], "{uid}");
+        assert!(
+            uid.bytes().all(|b| b == b'-' || b.is_ascii_hexdigit()),
+            "{uid}"
+        );
+    }
     let (a, b) = (
         r.processes[0].utilization.unwrap(),
         r.processes[1].utilization.unwrap(),

@@ -394,6 +394,7 @@ fn shared_processes(
             left -= bytes;
             ProcessReadout {
                 pid: base_pid.saturating_add(i as u32),
+                pod_uid: crate::shared_pod_uid(base_pid, i),
                 used_memory_bytes: bytes as f64,
                 utilization: Some(ProcessUtilization {
                     sm: (e.utilization * w).clamp(0.0, 1.0),
