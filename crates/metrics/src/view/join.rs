@@ -220,8 +220,10 @@ impl Join {
         }
         let device = sample.device.as_ref()?;
         let gi = device.mig().map(|m| m.gpu_instance);
-        let process = sample
-            .label("pod_uid")
+        // Only per-process rows have the label; no lookup at all without per-process pairs.
+        let process = (!self.process_extra.is_empty())
+            .then(|| sample.label("pod_uid"))
+            .flatten()
             .filter(|uid| !uid.is_empty())
             .and_then(|uid| {
                 self.process_extra
