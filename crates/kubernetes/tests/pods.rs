@@ -255,6 +255,9 @@ fn a_missing_socket_and_a_kubelet_restart() {
 fn processes_on_a_shared_gpu_get_their_own_pod_through_the_checkpoint() {
     const ALICE: &str = "0b7f1c52-aaaa-bbbb-cccc-0123456789ab";
     const BOB: &str = "1c8e2d63-aaaa-bbbb-cccc-0123456789ab";
+    const CAROL: &str = "2d9f3e74-aaaa-bbbb-cccc-0123456789ab";
+    const DAVE: &str = "3e0a4f85-aaaa-bbbb-cccc-0123456789ab";
+    const MIG: &str = "nvidia.com/mig-3g.40gb";
     let dir = tempfile::tempdir().unwrap();
     let checkpoint = dir.path().join("kubelet_internal_checkpoint");
     let kubelet = FakeKubelet::start(&dir.path().join("kubelet.sock")).unwrap();
@@ -264,6 +267,9 @@ fn processes_on_a_shared_gpu_get_their_own_pod_through_the_checkpoint() {
             vec![
                 (ALICE, pod("nb", "alice", "notebook", GPU, &["GPU-0::0"])),
                 (BOB, pod("nb", "bob", "notebook", GPU, &["GPU-0::1"])),
+                // A time-sliced MIG instance (GPU 2's instance 1): the process's key names it.
+                (CAROL, pod("inf", "carol", "srv", MIG, &["MIG-2-1::0"])),
+                (DAVE, pod("inf", "dave", "srv", MIG, &["MIG-2-1::1"])),
             ],
         )
         .unwrap();
@@ -273,6 +279,20 @@ fn processes_on_a_shared_gpu_get_their_own_pod_through_the_checkpoint() {
         nvml.output.samples.push(Sample::for_gpu(
             0,
             "GPU-0",
+            Metric::ProcessMemoryUsed,
+            &[pid, "", uid],
+            1e9,
+        ));
+    }
+    for (pid, uid) in [("200", CAROL), ("201", DAVE)] {
+        let instance = MigInstance {
+            gpu_instance: 1,
+            compute_instance: Some(0),
+        };
+        nvml.output.samples.push(Sample::for_mig(
+            2,
+            "GPU-2",
+            instance,
             Metric::ProcessMemoryUsed,
             &[pid, "", uid],
             1e9,
@@ -300,6 +320,8 @@ fn processes_on_a_shared_gpu_get_their_own_pod_through_the_checkpoint() {
         "{text}"
     );
     assert!(process(&text, "101").contains(",pod=\"bob\","), "{text}");
+    assert!(process(&text, "200").contains(",pod=\"carol\","), "{text}");
+    assert!(process(&text, "201").contains(",pod=\"dave\","), "{text}");
     // A process without a pod UID is not guessed; nor are the GPU's own series.
     assert!(!process(&text, "102").contains("pod="), "{text}");
     assert!(text.contains("dgx_pixels_gpu_power_watts{gpu=\"0\",uuid=\"GPU-0\"} 100\n"));
