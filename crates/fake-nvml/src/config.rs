@@ -44,6 +44,9 @@ pub struct Config {
     /// Whether GPUs answer `nvmlDeviceGetProcessUtilization` (`FAKE_NVML_PROCESS_UTILIZATION=0`:
     /// they answer `NOT_SUPPORTED`, as vGPUs and some drivers do).
     pub process_utilization: bool,
+    /// Whether GPUs list MPS clients (`FAKE_NVML_MPS=0`: `nvmlDeviceGetMPSComputeRunningProcesses_v3`
+    /// answers `NOT_SUPPORTED`, as drivers without it do).
+    pub mps: bool,
 }
 
 /// What GPM-capable GPUs do (`FAKE_NVML_GPM`).
@@ -199,8 +202,14 @@ impl Config {
             Some("0") => false,
             Some(v) => return Err(bad("FAKE_NVML_PROCESS_UTILIZATION", v, "expected 0 or 1")),
         };
+        let mps = match get("FAKE_NVML_MPS").as_deref().map(str::trim) {
+            None | Some("1") => true,
+            Some("0") => false,
+            Some(v) => return Err(bad("FAKE_NVML_MPS", v, "expected 0 or 1")),
+        };
         Ok(Config {
             process_utilization,
+            mps,
             latency,
             cuda_state_dir,
             power_instant,

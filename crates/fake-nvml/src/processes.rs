@@ -6,9 +6,14 @@ use crate::device::{percent, whole};
 use crate::state::{self, device_call, nvml_fn, out, Access, Dev};
 use crate::types::*;
 
-/// The compute processes a handle sees: all of the GPU's, or those of one MIG instance.
-fn compute_processes(dev: &Dev<'_>) -> Result<Vec<ProcessInfo>, NvmlReturn> {
+/// The compute processes a handle sees: all of the GPU's, or those of one MIG instance. On a
+/// GPU shared through MPS (`mode = "mps"`) its processes are MPS clients: `mps` picks which
+/// list is asked for, the MPS call's (`true`) or the compute call's.
+fn compute_processes(dev: &Dev<'_>, mps: bool) -> Result<Vec<ProcessInfo>, NvmlReturn> {
     let r = dev.r()?;
+    if dev.gpu.mps != mps {
+        return Ok(Vec::new());
+    }
     Ok(r.processes
         .iter()
         .filter(|p| match dev.mig {
@@ -66,7 +71,7 @@ unsafe fn compute(
         return Err(ERROR_INVALID_ARGUMENT);
     }
     let (mut list, handle) = device_call(device, Access::Reading, |dev| {
-        Ok((compute_processes(dev)?, dev.handle))
+        Ok((compute_processes(dev, false)?, dev.handle))
     })?;
     // Processes holding the GPU through the fake CUDA driver (FAKE_NVML_CUDA_STATE_DIR).
     if handle.mig.is_none() {
@@ -83,6 +88,31 @@ unsafe fn compute(
             }
         }
     }
+    // SAFETY: forwarded caller contract.
+    unsafe { fill(&list, count, infos) }
+}
+
+/// MPS client processes: those of a GPU the scenario shares through MPS, none elsewhere (as
+/// NVML answers for a GPU without an MPS server); `NOT_SUPPORTED` with `FAKE_NVML_MPS=0`.
+///
+/// # Safety
+///
+/// As for [`fill`].
+unsafe fn mps(
+    device: Device,
+    count: *mut c_uint,
+    infos: *mut ProcessInfo,
+) -> Result<(), NvmlReturn> {
+    if count.is_null() {
+        return Err(ERROR_INVALID_ARGUMENT);
+    }
+    let answers = state::with_driver(|d, _| Ok(d.config.mps))?;
+    let list = device_call(device, Access::Reading, |dev| {
+        if !answers {
+            return Err(ERROR_NOT_SUPPORTED);
+        }
+        compute_processes(dev, true)
+    })?;
     // SAFETY: forwarded caller contract.
     unsafe { fill(&list, count, infos) }
 }
@@ -118,6 +148,14 @@ nvml_fn! {
     fn nvmlDeviceGetComputeRunningProcesses_v2(device: Device, info_count: *mut c_uint, infos: *mut ProcessInfo) {
         // SAFETY: forwarded caller contract.
         unsafe { compute(device, info_count, infos) }
+    }
+}
+
+nvml_fn! {
+    /// MPS client processes (two-call protocol).
+    fn nvmlDeviceGetMPSComputeRunningProcesses_v3(device: Device, info_count: *mut c_uint, infos: *mut ProcessInfo) {
+        // SAFETY: forwarded caller contract.
+        unsafe { mps(device, info_count, infos) }
     }
 }
 

@@ -1157,3 +1157,50 @@ child_test!(
         }
     }
 );
+
+child_test!(
+    mps_clients_are_listed_by_the_mps_call_only,
+    [
+        ("FAKE_NVML_SCENARIO", "dgx-a100-mig"),
+        ("FAKE_NVML_TIME", "60")
+    ],
+    {
+        let nvml = open().unwrap();
+        let mut node = sim("dgx-a100-mig");
+        // GPU 5 is shared through MPS: its two processes are MPS clients only.
+        let r = ok_reading(&mut node, 5, Duration::from_secs(60));
+        let dev = nvml.device_by_index(5).unwrap();
+        let mut clients: Vec<u32> = dev
+            .mps_running_compute_processes()
+            .unwrap()
+            .iter()
+            .map(|p| p.pid)
+            .collect();
+        clients.sort_unstable();
+        let want: Vec<u32> = r.processes.iter().map(|p| p.pid).collect();
+        assert_eq!(want.len(), 2);
+        assert_eq!(clients, want);
+        assert!(dev.running_compute_processes().unwrap().is_empty());
+        // GPU 4 is time-sliced: compute processes, no MPS client.
+        let dev = nvml.device_by_index(4).unwrap();
+        assert_eq!(dev.running_compute_processes().unwrap().len(), 2);
+        assert!(dev.mps_running_compute_processes().unwrap().is_empty());
+    }
+);
+
+child_test!(
+    without_mps_support_the_mps_call_is_not_supported,
+    [
+        ("FAKE_NVML_SCENARIO", "dgx-a100-mig"),
+        ("FAKE_NVML_TIME", "60"),
+        ("FAKE_NVML_MPS", "0")
+    ],
+    {
+        let nvml = open().unwrap();
+        let dev = nvml.device_by_index(5).unwrap();
+        assert!(matches!(
+            dev.mps_running_compute_processes(),
+            Err(NvmlError::NotSupported)
+        ));
+    }
+);

@@ -157,6 +157,8 @@ struct RawMig {
 struct RawTimeSlicing {
     gpus: Vec<u32>,
     weights: Vec<f64>,
+    /// `"time_slicing"` (the default) or `"mps"`.
+    mode: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -91,6 +91,9 @@ pub struct GpuStatic {
     /// Time-slicing (`[[time_slicing]]`): the weights of the processes sharing the GPU, each
     /// getting its weight's part of the GPU's activity and memory; empty for one process.
     pub process_weights: Vec<f64>,
+    /// The sharing processes are MPS clients (`mode = "mps"`): NVML lists them through
+    /// `nvmlDeviceGetMPSComputeRunningProcesses`, not the compute-process call.
+    pub mps: bool,
 }
 
 /// A GPU's place in an NVLink fabric.

@@ -90,11 +90,26 @@ fn the_built_in_mig_node_time_slices_gpu_4_between_two_processes() {
 }
 
 #[test]
+fn the_built_in_mig_node_shares_gpu_5_through_mps() {
+    let mut node = Node::new(Scenario::builtin("dgx-a100-mig").unwrap());
+    let g = node.gpu(5).unwrap();
+    assert!(g.mps);
+    assert_eq!(g.process_weights, [0.6, 0.4]);
+    assert!(!node.gpu(4).unwrap().mps, "GPU 4 stays time-sliced");
+    let r = ok(&mut node, 5, 60.0);
+    assert_eq!(r.processes.len(), 2);
+}
+
+#[test]
 fn bad_tables_are_refused_with_the_key() {
     for (extra, expect) in [
         (
             "[[time_slicing]]\ngpus = [0]\nweights = [1]",
             "time_slicing[0].weights: expected 2 to 16 weights",
+        ),
+        (
+            "[[time_slicing]]\ngpus = [0]\nweights = [1, 1]\nmode = \"vgpu\"",
+            "time_slicing[0].mode: unknown mode \"vgpu\"",
         ),
         (
             "[[time_slicing]]\ngpus = [0]\nweights = [1, 0]",

@@ -321,6 +321,7 @@ pub(super) fn gpus(
                         clique_id,
                     }),
                 process_weights: Vec::new(),
+                mps: false,
             });
             models.push(GpuModel {
                 idle_power: idle,

@@ -32,6 +32,17 @@ pub(super) fn time_slicing(
         if ts.gpus.is_empty() {
             return Err(ctx.err(t, Some("gpus"), "expected at least one GPU index"));
         }
+        let mps = match ts.mode.as_deref() {
+            None | Some("time_slicing") => false,
+            Some("mps") => true,
+            Some(other) => {
+                return Err(ctx.err(
+                    t,
+                    Some("mode"),
+                    format!("unknown mode {other:?}; expected \"time_slicing\" or \"mps\""),
+                ))
+            }
+        };
         let total: f64 = ts.weights.iter().sum();
         for g in &ts.gpus {
             let g = gpu_index(t, "gpus", *g)?;
@@ -50,6 +61,7 @@ pub(super) fn time_slicing(
                 ));
             }
             gpus[g].process_weights = ts.weights.iter().map(|w| w / total).collect();
+            gpus[g].mps = mps;
         }
     }
     Ok(())
