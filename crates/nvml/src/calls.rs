@@ -68,6 +68,7 @@ functions! {
     CurrPcieLinkGeneration => "nvmlDeviceGetCurrPcieLinkGeneration",
     CurrPcieLinkWidth => "nvmlDeviceGetCurrPcieLinkWidth",
     ComputeRunningProcesses => "nvmlDeviceGetComputeRunningProcesses_v3",
+    MpsComputeRunningProcesses => "nvmlDeviceGetMPSComputeRunningProcesses_v3",
     ProcessUtilization => "nvmlDeviceGetProcessUtilization",
     MigDeviceHandleByIndex => "nvmlDeviceGetMigDeviceHandleByIndex",
     // Every slow_interval.

@@ -157,6 +157,8 @@ pub struct GpuReader {
     /// NVML's timestamp (µs) of the newest process-utilization sample read (the next call asks
     /// only for samples after it), and whether the GPU said it never answers them.
     activity: (u64, bool),
+    /// Whether the GPU or driver said it never lists MPS clients (not asked again).
+    no_mps: bool,
     /// Whether GPM measures PCIe throughput now (its values replace the driver's).
     pcie_from_gpm: Arc<AtomicBool>,
 }
@@ -217,6 +219,7 @@ impl GpuReader {
             unanswered: HashSet::new(),
             containers: HashMap::new(),
             activity: (0, false),
+            no_mps: false,
             pcie_from_gpm,
         }
     }
@@ -378,7 +381,8 @@ impl GpuReader {
         ))
     }
 
-    /// Compute processes, largest memory first, bounded; container ids cached per pid.
+    /// Compute processes and MPS clients, largest memory first, bounded; container ids cached
+    /// per pid.
     fn processes(&mut self, dev: &Device<'_>, readout: &mut GpuReadout) {
         let mut check = Check {
             index: self.index,
@@ -391,6 +395,10 @@ impl GpuReader {
         }) else {
             return;
         };
+        // Under MPS the clients are listed apart (the compute list has the MPS server, if
+        // anything): without them a GPU shared through MPS would look idle or unshared.
+        let clients = mps_clients(dev, &mut self.no_mps, &mut check);
+        merge_by_pid(&mut procs, clients);
         // The exporter's own probe workers are not users of the GPU (in the same PID
         // namespace; docs/probes.md says what happens across namespaces).
         procs.retain(|p| !dgx_pixels_worker::is_ours(p.pid));
@@ -447,6 +455,44 @@ impl GpuReader {
                 })
             })
             .collect();
+    }
+}
+
+/// MPS client processes; none when the GPU or driver never lists them (`NOT_SUPPORTED`, no
+/// symbol, no permission: `*never` set, not asked again).
+fn mps_clients(
+    dev: &Device<'_>,
+    never: &mut bool,
+    check: &mut Check<'_>,
+) -> Vec<nvml_wrapper::struct_wrappers::device::ProcessInfo> {
+    if *never {
+        return Vec::new();
+    }
+    match timed(F::MpsComputeRunningProcesses, || {
+        dev.mps_running_compute_processes()
+    }) {
+        Err(
+            e @ (NvmlError::NotSupported
+            | NvmlError::NoPermission
+            | NvmlError::FailedToLoadSymbol(_)),
+        ) => {
+            *never = true;
+            debug!(gpu = check.index, error = %e, "no MPS client list; not asked again");
+            Vec::new()
+        }
+        r => check.get("mps_processes", r).unwrap_or_default(),
+    }
+}
+
+/// Adds `more` to `procs`, each pid once (a process NVML lists in both keeps its first entry).
+fn merge_by_pid(
+    procs: &mut Vec<nvml_wrapper::struct_wrappers::device::ProcessInfo>,
+    more: Vec<nvml_wrapper::struct_wrappers::device::ProcessInfo>,
+) {
+    for p in more {
+        if !procs.iter().any(|q| q.pid == p.pid) {
+            procs.push(p);
+        }
     }
 }
 
@@ -540,6 +586,26 @@ fn mean_per_process(
 mod tests {
     use super::*;
     use nvml_wrapper::struct_wrappers::device::{ProcessInfo, ProcessUtilizationSample};
+
+    #[test]
+    fn mps_clients_join_the_compute_list_once_per_pid() {
+        let info = |pid, bytes| ProcessInfo {
+            pid,
+            used_gpu_memory: UsedGpuMemory::Used(bytes),
+            gpu_instance_id: None,
+            compute_instance_id: None,
+        };
+        let mut procs = vec![info(1, 10), info(2, 20)];
+        merge_by_pid(&mut procs, vec![info(2, 99), info(3, 30), info(3, 31)]);
+        let got: Vec<(u32, u64)> = procs
+            .iter()
+            .map(|p| match p.used_gpu_memory {
+                UsedGpuMemory::Used(b) => (p.pid, b),
+                UsedGpuMemory::Unavailable => (p.pid, 0),
+            })
+            .collect();
+        assert_eq!(got, [(1, 10), (2, 20), (3, 30)]);
+    }
 
     #[test]
     fn each_running_process_gets_the_mean_of_its_samples_as_ratios() {

@@ -72,6 +72,16 @@ impl Peers {
             .into_iter()
             .map(|p| p.pid)
             .collect();
+        // MPS clients are listed apart from the compute processes.
+        match dev.mps_running_compute_processes() {
+            Ok(m) => pids.extend(m.into_iter().map(|p| p.pid)),
+            Err(
+                NvmlError::NotSupported
+                | NvmlError::NoPermission
+                | NvmlError::FailedToLoadSymbol(_),
+            ) => {}
+            Err(e) => return Err(format!("listing MPS client processes: {e}")),
+        }
         match dev.running_graphics_processes() {
             Ok(g) => pids.extend(g.into_iter().map(|p| p.pid)),
             Err(NvmlError::NotSupported) => {}

@@ -1,5 +1,6 @@
 //! Against the fake libnvidia-ml (crates/fake-nvml) on dgx-a100-mig, whose GPU 4 is
-//! time-sliced between two processes (70/30 % of its work): per-process activity from NVML's
+//! time-sliced between two processes (70/30 % of its work) and GPU 5 shared through MPS by two
+//! clients (60/40 %, listed only by NVML's MPS call): per-process activity from NVML's
 //! process-utilization samples, on shared GPUs only by default (not in MIG mode), capped at
 //! the top K with the rest under pid "other".
 #![allow(clippy::unwrap_used)]
@@ -44,24 +45,38 @@ fn shared_gpus_serve_the_top_k_processes_and_the_rest_as_other() {
         ..NvmlOptions::default()
     };
     let (sm, out) = sm_activity(options());
-    let gpu4 = out
-        .iter()
-        .find(|x| x.metric == Metric::GpuUtilization && x.device.as_ref().unwrap().index() == 4)
-        .unwrap()
-        .value;
+    let gpu = |i| {
+        out.iter()
+            .find(|x| x.metric == Metric::GpuUtilization && x.device.as_ref().unwrap().index() == i)
+            .unwrap()
+            .value
+    };
+    let (gpu4, gpu5) = (gpu(4), gpu(5));
     assert!(gpu4 > 0.5, "GPU 4 trains at 60 s: {gpu4}");
-    // Only GPU 4 is shared (GPUs 0 and 1 run one process per MIG instance); both its
-    // processes are within the default top 3.
-    let expected = [("20400", 0.7), ("20401", 0.3)];
+    assert!(gpu5 > 0.5, "GPU 5 trains at 60 s: {gpu5}");
+    // Only GPUs 4 and 5 are shared (GPUs 0 and 1 run one process per MIG instance); each one's
+    // two processes are within the default top 3. GPU 5's are MPS clients: without NVML's MPS
+    // call it would have no process at all.
+    let expected = [
+        (4, "20400", 0.7 * gpu4),
+        (4, "20401", 0.3 * gpu4),
+        (5, "20500", 0.6 * gpu5),
+        (5, "20501", 0.4 * gpu5),
+    ];
     assert_eq!(sm.len(), expected.len(), "{sm:?}");
-    for ((gpu, pid, v), (want_pid, share)) in sm.iter().zip(expected) {
-        assert_eq!((*gpu, pid.as_str()), (4, want_pid), "{sm:?}");
+    for ((gpu, pid, v), (want_gpu, want_pid, want)) in sm.iter().zip(expected) {
+        assert_eq!((*gpu, pid.as_str()), (want_gpu, want_pid), "{sm:?}");
         // NVML answers whole percents.
-        assert!(
-            (v - share * gpu4).abs() <= 0.011,
-            "{pid}: {v} vs {share} x {gpu4}"
-        );
+        assert!((v - want).abs() <= 0.011, "{pid}: {v} vs {want}");
     }
+    // The MPS clients' memory is served too, one series per process.
+    assert_eq!(
+        out.iter()
+            .filter(|x| x.metric == Metric::ProcessMemoryUsed
+                && x.device.as_ref().unwrap().index() == 5)
+            .count(),
+        2
+    );
     // Four engines per process at full detail; the fake's workloads do no video.
     let engines: Vec<_> = out
         .iter()
@@ -83,7 +98,10 @@ fn shared_gpus_serve_the_top_k_processes_and_the_rest_as_other() {
     assert_eq!((on4[0].1.as_str(), on4[1].1.as_str()), ("20400", "other"));
     assert!((on4[1].2 - 0.3 * gpu4).abs() <= 0.011, "{on4:?}");
     assert!(!sm.iter().any(|(g, _, _)| *g < 2), "{sm:?}");
-    for g in [2, 3, 5, 6, 7] {
+    let on5: Vec<_> = sm.iter().filter(|(g, _, _)| *g == 5).collect();
+    assert_eq!(on5.len(), 2, "{sm:?}");
+    assert_eq!((on5[0].1.as_str(), on5[1].1.as_str()), ("20500", "other"));
+    for g in [2, 3, 6, 7] {
         assert_eq!(
             sm.iter().filter(|(i, _, _)| *i == g).count(),
             1,

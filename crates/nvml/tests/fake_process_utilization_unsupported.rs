@@ -1,7 +1,7 @@
 //! Against the fake libnvidia-ml (crates/fake-nvml) answering `NOT_SUPPORTED` to
 //! `nvmlDeviceGetProcessUtilization` (`FAKE_NVML_PROCESS_UTILIZATION=0`, as vGPUs and some
-//! drivers do), on dgx-a100-mig with its time-sliced GPU 4: no activity series, and the GPU is
-//! asked once, not every poll.
+//! drivers do), on dgx-a100-mig with its shared GPUs 4 and 5: no activity series, and each
+//! GPU is asked once, not every poll.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -42,6 +42,7 @@ fn a_gpu_without_process_utilization_is_asked_once() {
         .into_iter()
         .find(|c| c.function == "nvmlDeviceGetProcessUtilization")
         .map_or(0, |c| c.calls);
-    // Only GPU 4 is shared; the size query of its first poll answered NOT_SUPPORTED.
-    assert_eq!(asked, 1);
+    // Only GPUs 4 (time-sliced) and 5 (MPS) are shared; the size query of each one's first
+    // poll answered NOT_SUPPORTED.
+    assert_eq!(asked, 2);
 }
