@@ -1,6 +1,7 @@
 //! End to end: the real binary on the fake libnvidia-ml (dgx-a100-mig, whose GPU 4 is
-//! time-sliced between two processes doing 70 % and 30 % of its work) with a fake kubelet:
-//! per-process activity (`dgx_pixels_process_utilization_ratio`) on the shared GPU only, capped
+//! time-sliced between two processes doing 70 % and 30 % of its work, and GPU 5 shared through
+//! MPS by two clients doing 60 % and 40 %) with a fake kubelet:
+//! per-process activity (`dgx_pixels_process_utilization_ratio`) on the shared GPUs only, capped
 //! at `[nvml] process_activity_top_k` with the rest under pid "other", and labelled with the
 //! pod holding the GPU exactly as the per-process memory series are; with two pods on the GPU,
 //! each process labelled with its own pod through its cgroup's pod UID and the kubelet's
@@ -71,9 +72,11 @@ fn a_shared_gpu_serves_its_top_process_and_the_rest_with_the_pods_labels() {
     )
     .unwrap();
     assert!(gpu4 > 0.5, "GPU 4 trains at 60 s: {gpu4}");
-    let activity = series(&body, ACTIVITY);
-    // Only GPU 4 (GPU 2 runs one process, GPUs 0 and 1 one per MIG instance); only SM activity
-    // in the default profile; K = 1: the 70 % process, and the 30 % one as "other".
+    // Only GPUs 4 and 5 (GPU 2 runs one process, GPUs 0 and 1 one per MIG instance); only SM
+    // activity in the default profile; K = 1: on GPU 4 the 70 % process, and the 30 % one as
+    // "other".
+    assert_eq!(series(&body, ACTIVITY).len(), 4);
+    let activity = on(&body, &uuid(4));
     assert_eq!(activity.len(), 2, "{activity:?}");
     for (pid, share) in [("20400", 0.7), ("other", 0.3)] {
         let line = activity
@@ -115,7 +118,7 @@ fn a_shared_gpu_serves_its_top_process_and_the_rest_with_the_pods_labels() {
     let (body, _) = wait_until(d.port, WAIT, |b| {
         b.contains("pod=\"bob\"") && !b.contains("pod=\"team-a\"")
     });
-    let activity = series(&body, ACTIVITY);
+    let activity = on(&body, &uuid(4));
     assert_eq!(activity.len(), 2, "{activity:?}");
     assert!(activity.iter().all(|l| !l.contains("pod=")), "{activity:?}");
     for p in ["alice", "bob"] {
@@ -132,6 +135,14 @@ fn a_shared_gpu_serves_its_top_process_and_the_rest_with_the_pods_labels() {
     stop_and_logs(d);
 }
 
+/// The activity series of the GPU with `uuid`.
+fn on<'a>(body: &'a str, uuid: &str) -> Vec<&'a str> {
+    series(body, ACTIVITY)
+        .into_iter()
+        .filter(|l| l.contains(&format!("uuid=\"{uuid}\"")))
+        .collect()
+}
+
 const CONTAINER: &str = "3f4c9a2b1d0e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a";
 
 /// The pod series labels of `pod` in namespace nb, container notebook.
@@ -139,59 +150,74 @@ fn notebook(pod: &str) -> String {
     format!("namespace=\"nb\",pod=\"{pod}\",container=\"notebook\"")
 }
 
+/// A process of a shared GPU and the pod it runs in.
+struct Shared {
+    gpu: usize,
+    pid: u32,
+    uid: String,
+    pod: &'static str,
+    share: f64,
+}
+
 #[test]
-fn pods_time_slicing_a_gpu_each_label_their_own_processes() {
+fn pods_sharing_a_gpu_each_label_their_own_processes() {
     let node = Node::new(Scenario::builtin("dgx-a100-mig").unwrap());
     let uuid = |i: usize| node.gpu(i).unwrap().uuid.clone();
-    // The simulator's pods of GPU 4's two processes, as the fixture procfs and the kubelet
-    // give them.
-    let base = dgx_pixels_sim::process_id(4);
-    let (alice, bob) = (
-        dgx_pixels_sim::shared_pod_uid(base, 0),
-        dgx_pixels_sim::shared_pod_uid(base, 1),
-    );
+    // The simulator's pods of GPU 4's two time-sliced processes and of GPU 5's two MPS
+    // clients, as the fixture procfs and the kubelet give them.
+    let shared = |gpu: usize, replica: usize, pod, share| {
+        let base = dgx_pixels_sim::process_id(gpu as u64);
+        Shared {
+            gpu,
+            pid: base + replica as u32,
+            uid: dgx_pixels_sim::shared_pod_uid(base, replica),
+            pod,
+            share,
+        }
+    };
+    let procs = [
+        shared(4, 0, "alice", 0.7),
+        shared(4, 1, "bob", 0.3),
+        shared(5, 0, "carol", 0.6),
+        shared(5, 1, "dave", 0.4),
+    ];
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("kubelet.sock");
     let checkpoint = dir.path().join("kubelet_internal_checkpoint");
-    // GPU 4's processes (pids 20400 and 20401) in the pods' cgroups: alice's under the
-    // systemd cgroup driver, bob's under cgroupfs.
+    // The processes in their pods' cgroups: the first of each GPU under the systemd cgroup
+    // driver, the second under cgroupfs.
     let procfs = dir.path().join("proc");
-    for (pid, cgroup) in [
-        (
-            "20400",
+    for p in &procs {
+        let cgroup = if p.pid % 2 == 0 {
             format!(
                 "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{CONTAINER}.scope\n",
-                alice.replace('-', "_")
-            ),
-        ),
-        ("20401", format!("0::/kubepods/besteffort/pod{bob}/crio-{CONTAINER}\n")),
-    ] {
-        std::fs::create_dir_all(procfs.join(pid)).unwrap();
-        std::fs::write(procfs.join(pid).join("cgroup"), cgroup).unwrap();
+                p.uid.replace('-', "_")
+            )
+        } else {
+            format!("0::/kubepods/besteffort/pod{}/crio-{CONTAINER}\n", p.uid)
+        };
+        let pid = p.pid.to_string();
+        std::fs::create_dir_all(procfs.join(&pid)).unwrap();
+        std::fs::write(procfs.join(&pid).join("cgroup"), cgroup).unwrap();
     }
     let kubelet = FakeKubelet::start(&socket).unwrap();
+    // Each pod holds one replica of its GPU (time-slicing and MPS replicas look alike to the
+    // kubelet: `UUID::N`).
+    let devices: Vec<String> = procs
+        .iter()
+        .map(|p| format!("{}::{}", uuid(p.gpu), p.pid % 2))
+        .collect();
     kubelet
         .set_pods_with_checkpoint(
             &checkpoint,
-            vec![
-                (
-                    &alice,
-                    pod(
-                        "nb",
-                        "alice",
-                        "notebook",
-                        GPU,
-                        &[&format!("{}::0", uuid(4))],
-                    ),
-                ),
-                (
-                    &bob,
-                    pod("nb", "bob", "notebook", GPU, &[&format!("{}::1", uuid(4))]),
-                ),
-            ],
+            procs
+                .iter()
+                .zip(&devices)
+                .map(|(p, dev)| (p.uid.as_str(), pod("nb", p.pod, "notebook", GPU, &[dev])))
+                .collect(),
         )
         .unwrap();
-    // The default K (3) serves both processes.
+    // The default K (3) serves every process.
     let d = start_with_env(
         &[
             "--nvml.library",
@@ -214,56 +240,64 @@ fn pods_time_slicing_a_gpu_each_label_their_own_processes() {
     );
     let labelled = |b: &str| {
         let a = series(b, ACTIVITY);
-        a.iter().any(|l| l.contains(&notebook("alice")))
-            && a.iter().any(|l| l.contains(&notebook("bob")))
+        procs
+            .iter()
+            .all(|p| a.iter().any(|l| l.contains(&notebook(p.pod))))
     };
     let (body, _) = wait_until(d.port, WAIT, labelled);
-    let gpu4 = value(
-        &body,
-        "dgx_pixels_gpu_utilization_ratio",
-        &[("uuid", &uuid(4))],
-    )
-    .unwrap();
     let activity = series(&body, ACTIVITY);
-    assert_eq!(activity.len(), 2, "{activity:?}");
-    for (pid, uid, pod, share) in [("20400", &alice, "alice", 0.7), ("20401", &bob, "bob", 0.3)] {
+    assert_eq!(activity.len(), 4, "{activity:?}");
+    for p in &procs {
+        let gpu = value(
+            &body,
+            "dgx_pixels_gpu_utilization_ratio",
+            &[("uuid", &uuid(p.gpu))],
+        )
+        .unwrap();
         let line = activity
             .iter()
-            .find(|l| l.contains(&format!("pid=\"{pid}\"")))
-            .unwrap_or_else(|| panic!("no pid {pid}: {activity:?}"));
-        assert!(line.contains(&format!("pod_uid=\"{uid}\"")), "{line}");
+            .find(|l| l.contains(&format!("pid=\"{}\"", p.pid)))
+            .unwrap_or_else(|| panic!("no pid {}: {activity:?}", p.pid));
+        assert!(
+            line.contains(&format!("uuid=\"{}\"", uuid(p.gpu))),
+            "{line}"
+        );
+        assert!(line.contains(&format!("pod_uid=\"{}\"", p.uid)), "{line}");
         assert!(
             line.contains(&format!("container_id=\"{CONTAINER}\"")),
             "{line}"
         );
-        assert!(line.contains(&notebook(pod)), "{line}");
+        assert!(line.contains(&notebook(p.pod)), "{line}");
         let v: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
         assert!(
-            (v - share * gpu4).abs() <= 0.011,
-            "{line}: {share} x {gpu4}"
+            (v - p.share * gpu).abs() <= 0.011,
+            "{line}: {} x {gpu}",
+            p.share
         );
         // Its memory series, the same pod.
         let memory = series(&body, "dgx_pixels_process_memory_used_bytes")
             .into_iter()
-            .find(|l| l.contains(&format!("pid=\"{pid}\"")))
-            .unwrap_or_else(|| panic!("no memory series for {pid}"));
-        assert!(memory.contains(&notebook(pod)), "{memory}");
+            .find(|l| l.contains(&format!("pid=\"{}\"", p.pid)))
+            .unwrap_or_else(|| panic!("no memory series for {}", p.pid));
+        assert!(memory.contains(&notebook(p.pod)), "{memory}");
     }
-    // The GPU's own series are both pods' at once: no pod labels, one info series per pod.
-    let util: Vec<_> = series(&body, "dgx_pixels_gpu_utilization_ratio")
-        .into_iter()
-        .filter(|l| l.contains(&uuid(4)))
-        .collect();
-    assert!(util.iter().all(|l| !l.contains("pod=")), "{util:?}");
-    for p in ["alice", "bob"] {
-        assert_eq!(
-            value(
-                &body,
-                "dgx_pixels_gpu_pod_info",
-                &[("uuid", &uuid(4)), ("pod", p)]
-            ),
-            Some(1.0)
-        );
+    // A GPU's own series are both its pods' at once: no pod labels, one info series per pod.
+    for (gpu, pods) in [(4, ["alice", "bob"]), (5, ["carol", "dave"])] {
+        let util: Vec<_> = series(&body, "dgx_pixels_gpu_utilization_ratio")
+            .into_iter()
+            .filter(|l| l.contains(&uuid(gpu)))
+            .collect();
+        assert!(util.iter().all(|l| !l.contains("pod=")), "{util:?}");
+        for p in pods {
+            assert_eq!(
+                value(
+                    &body,
+                    "dgx_pixels_gpu_pod_info",
+                    &[("uuid", &uuid(gpu)), ("pod", p)]
+                ),
+                Some(1.0)
+            );
+        }
     }
 
     // Without the checkpoint nothing is guessed: the processes lose their pods, the source
@@ -271,7 +305,7 @@ fn pods_time_slicing_a_gpu_each_label_their_own_processes() {
     std::fs::remove_file(&checkpoint).unwrap();
     let (body, _) = wait_until(d.port, WAIT, |b| {
         let a = series(b, ACTIVITY);
-        a.len() == 2 && a.iter().all(|l| !l.contains("pod="))
+        a.len() == 4 && a.iter().all(|l| !l.contains("pod="))
     });
     assert_eq!(
         value(&body, "dgx_pixels_source_up", &[("source", "kubernetes")]),
