@@ -5,7 +5,7 @@
 //! at `[nvml] process_activity_top_k` with the rest under pid "other", and labelled with the
 //! pod holding the GPU exactly as the per-process memory series are; with two pods on the GPU,
 //! each process labelled with its own pod through its cgroup's pod UID and the kubelet's
-//! device checkpoint.
+//! device checkpoint; a checkpoint that cannot be read counted, the source up.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 mod common;
@@ -311,6 +311,14 @@ fn pods_sharing_a_gpu_each_label_their_own_processes() {
         value(&body, "dgx_pixels_source_up", &[("source", "kubernetes")]),
         Some(1.0)
     );
+    // Each failed read counts, by reason.
+    let missing = value(
+        &body,
+        "dgx_pixels_source_read_errors_total",
+        &[("source", "kubernetes"), ("reason", "checkpoint_read")],
+    )
+    .unwrap();
+    assert!(missing >= 1.0, "{missing}");
     drop(kubelet);
     let logs = stop_and_logs(d);
     assert!(logs.contains("kubelet device checkpoint"), "{logs}");

@@ -54,6 +54,29 @@ pub enum CheckpointError {
     },
 }
 
+impl CheckpointError {
+    /// Every [`CheckpointError::reason`], in the order of [`CheckpointError::index`].
+    pub const REASONS: [&'static str; 3] = [
+        "checkpoint_read",
+        "checkpoint_too_large",
+        "checkpoint_parse",
+    ];
+
+    /// The position of this error's reason in [`CheckpointError::REASONS`].
+    pub fn index(&self) -> usize {
+        match self {
+            CheckpointError::Read { .. } => 0,
+            CheckpointError::TooLarge { .. } => 1,
+            CheckpointError::Parse { .. } => 2,
+        }
+    }
+
+    /// The `reason` label of `dgx_pixels_source_read_errors_total{source="kubernetes"}`.
+    pub fn reason(&self) -> &'static str {
+        Self::REASONS[self.index()]
+    }
+}
+
 /// One allocation: the devices of `resource` that the container `container` of the pod with
 /// UID `pod_uid` holds.
 #[derive(Debug, Clone, PartialEq, Eq)]

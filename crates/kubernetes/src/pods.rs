@@ -4,7 +4,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dgx_pixels_metrics::{DeviceRef, Holder, PollError, PollErrorKind, PollOutput, Source};
+use dgx_pixels_metrics::{
+    DeviceRef, Holder, Metric, PollError, PollErrorKind, PollOutput, Sample, Source,
+};
 use hyper_util::rt::TokioIo;
 use tonic::transport::{Channel, Endpoint};
 
@@ -61,8 +63,9 @@ pub struct PodResourcesSource {
     /// A runtime of its own: the source runs on a runner thread, outside the HTTP runtime.
     runtime: Option<tokio::runtime::Runtime>,
     client: Option<PodResourcesListerClient<Channel>>,
-    /// Checkpoint reads that failed, and the last failure's text (logged when it changes).
-    checkpoint_errors: u64,
+    /// Checkpoint reads that failed, per reason (as `CheckpointError::REASONS`), and the last
+    /// failure's text (logged when it changes).
+    checkpoint_errors: [u64; 3],
     last_checkpoint_error: Option<String>,
 }
 
@@ -82,14 +85,29 @@ impl PodResourcesSource {
             options,
             runtime: None,
             client: None,
-            checkpoint_errors: 0,
+            checkpoint_errors: [0; 3],
             last_checkpoint_error: None,
         }
     }
 
     /// Checkpoint reads that failed so far (each leaves that poll's processes unlabelled).
     pub fn checkpoint_errors(&self) -> u64 {
-        self.checkpoint_errors
+        self.checkpoint_errors.iter().sum()
+    }
+
+    /// `dgx_pixels_source_read_errors_total`, one series per reason (zeros included,
+    /// so a rate sees the first failure); none while the checkpoint is off.
+    fn checkpoint_samples(&self) -> Vec<Sample> {
+        if self.options.checkpoint.is_none() {
+            return Vec::new();
+        }
+        crate::checkpoint::CheckpointError::REASONS
+            .iter()
+            .zip(self.checkpoint_errors)
+            .map(|(reason, n)| {
+                Sample::new(Metric::SourceReadErrors, ["kubernetes", *reason], n as f64)
+            })
+            .collect()
     }
 
     /// The per-process pairs from the checkpoint, or none when it is off or unreadable (a
@@ -110,7 +128,7 @@ impl PodResourcesSource {
                 )
             }
             Err(e) => {
-                self.checkpoint_errors += 1;
+                self.checkpoint_errors[e.index()] += 1;
                 let text = e.to_string();
                 if self.last_checkpoint_error.as_deref() != Some(text.as_str()) {
                     tracing::warn!(error = %text, "processes on shared GPUs are not labelled with their pods");
@@ -227,6 +245,7 @@ impl Source for PodResourcesSource {
         );
         pairs.extend(self.process_pairs(&response));
         Ok(PollOutput {
+            samples: self.checkpoint_samples(),
             attribution: Some(Arc::new(pairs)),
             ..PollOutput::default()
         })

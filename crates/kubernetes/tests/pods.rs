@@ -326,6 +326,19 @@ fn processes_on_a_shared_gpu_get_their_own_pod_through_the_checkpoint() {
     assert!(!process(&text, "102").contains("pod="), "{text}");
     assert!(text.contains("dgx_pixels_gpu_power_watts{gpu=\"0\",uuid=\"GPU-0\"} 100\n"));
     assert_eq!(src.checkpoint_errors(), 0);
+    // Served from the start (zeros), so a rate sees the first failure.
+    for reason in [
+        "checkpoint_read",
+        "checkpoint_too_large",
+        "checkpoint_parse",
+    ] {
+        assert!(
+            text.contains(&format!(
+                "dgx_pixels_source_read_errors_total{{source=\"kubernetes\",reason=\"{reason}\"}} 0\n"
+            )),
+            "{text}"
+        );
+    }
 
     // Unreadable: counted, the source stays up, processes fall back to unlabelled.
     std::fs::write(&checkpoint, "{\"Data\":").unwrap();
@@ -333,9 +346,25 @@ fn processes_on_a_shared_gpu_get_their_own_pod_through_the_checkpoint() {
     assert_eq!(src.checkpoint_errors(), 1);
     assert!(text.contains("dgx_pixels_source_up{source=\"kubernetes\"} 1\n"));
     assert!(!process(&text, "100").contains("pod="), "{text}");
+    assert!(
+        text.contains("dgx_pixels_source_read_errors_total{source=\"kubernetes\",reason=\"checkpoint_parse\"} 1\n"),
+        "{text}"
+    );
     std::fs::remove_file(&checkpoint).unwrap();
-    exposition(&store, &mut src);
+    let text = exposition(&store, &mut src);
     assert_eq!(src.checkpoint_errors(), 2);
+    for (reason, n) in [
+        ("checkpoint_read", 1),
+        ("checkpoint_too_large", 0),
+        ("checkpoint_parse", 1),
+    ] {
+        assert!(
+            text.contains(&format!(
+                "dgx_pixels_source_read_errors_total{{source=\"kubernetes\",reason=\"{reason}\"}} {n}\n"
+            )),
+            "{text}"
+        );
+    }
 
     // Off: no checkpoint read, nothing counted.
     let mut off = PodResourcesSource::new(PodResourcesOptions {
@@ -347,4 +376,8 @@ fn processes_on_a_shared_gpu_get_their_own_pod_through_the_checkpoint() {
     let text = exposition(&store, &mut off);
     assert!(!process(&text, "101").contains("pod="), "{text}");
     assert_eq!(off.checkpoint_errors(), 0);
+    assert!(
+        !text.contains("dgx_pixels_source_read_errors_total"),
+        "{text}"
+    );
 }

@@ -369,6 +369,8 @@ define_catalog! {
         "Polls the source has completed, successful or not.";
     SourcePollErrors => Counter None "dgx_pixels_source_poll_errors_total" ["source"] ["exporter"]
         "Polls of the source that failed or missed their deadline.";
+    SourceReadErrors => Counter None "dgx_pixels_source_read_errors_total" ["source", "reason"] ["kubernetes"]
+        "Reads that failed without failing the source's poll (the source stays up and serves less), by source and reason. kubernetes: the kubelet's device-manager checkpoint ([kubernetes] device_checkpoint) as checkpoint_read (missing, unreadable or not a file), checkpoint_too_large or checkpoint_parse (not the kubelet's format); each leaves that poll's processes on shared GPUs without pod labels; absent while the checkpoint is off.";
     NvmlCalls => Counter None "dgx_pixels_nvml_calls_total" ["function"] ["nvml"]
         "Calls the nvml source made to each NVML function (its poll, GPM and power sampling threads; not the XID event wait, which blocks by design); nvmlDeviceGetFieldValues is split by batch (poll, slow, power instant). Full detail only.";
     NvmlCallSeconds => Counter Seconds "dgx_pixels_nvml_call_seconds_total" ["function"] ["nvml"]

@@ -82,7 +82,8 @@ bill. The exporter serves one of two profiles, `--metrics.detail` (`[metrics] de
   series per GPU, a MIG instance counting as a GPU of its own, without the families a job
   reports (workload, quality, traces: they grow with what the job writes), and with as many
   processes and XID codes as the built-in scenarios show (one process per GPU or MIG instance,
-  two on `dgx-a100-mig`'s time-sliced GPU 4, which serves exactly 60; one XID code at a time):
+  two on `dgx-a100-mig`'s time-sliced GPU 4, which serves exactly 60, and two on its MPS-shared
+  GPU 5; one XID code at a time):
   `crates/exporter/tests/series_budget.rs` holds every built-in scenario through its faults,
   with DCGM profiling and probes, and the fake NVML, to it. Each further process adds one
   series, and on a shared GPU one more while it is among the top K by activity

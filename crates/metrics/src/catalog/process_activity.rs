@@ -17,7 +17,14 @@ decides where and how many:
 
 - **Cost.** At most K+1 series per shared GPU in the default profile (`engine=\"sm\"`), 4(K+1)
   at full detail; a GPU with one process serves none by default. The simulated
-  `dgx-a100-mig` time-slices GPU 4 between two processes: 2 series.
+  `dgx-a100-mig` time-slices GPU 4 between two processes and shares GPU 5 through MPS between
+  two: 2 series each.
+- **MPS.** NVML lists MPS clients apart from the compute processes
+  (`nvmlDeviceGetMPSComputeRunningProcesses_v3`; the compute list has the MPS server, if
+  anything). The source reads both, each pid once, so MPS clients count toward a GPU's
+  processes (which decides `shared`) and get memory and activity series and pods as
+  time-sliced processes do. A driver that lacks the call (`NOT_SUPPORTED`, no symbol, no
+  permission) is asked once per GPU, not every poll.
 - **Samples, not guesses.** NVML keeps a buffer of samples; each poll asks only for those newer
   than the last one it read (NVML's `lastSeenTimeStamp`) and averages each process's. No new
   sample (`NOT_FOUND`) means no series for that poll, never a 0; samples of processes that no
@@ -33,5 +40,8 @@ decides where and how many:
   pod's `namespace`, `pod` and `container`. A process whose UID does not resolve (no
   checkpoint, a host process, two containers of one pod on the GPU) is never guessed: with
   one holder of the GPU it gets that holder's labels, with several none, and
-  `dgx_pixels_gpu_pod_info` names every pod on the GPU.
+  `dgx_pixels_gpu_pod_info` names every pod on the GPU. A checkpoint that cannot be read
+  leaves that poll's processes unlabelled, the source up, and counts in
+  `dgx_pixels_source_read_errors_total{source=\"kubernetes\"}` (`reason`: `checkpoint_read`,
+  `checkpoint_too_large`, `checkpoint_parse`).
 ";

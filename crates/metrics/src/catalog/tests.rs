@@ -107,7 +107,19 @@ fn attribution_labels_appear_only_on_the_attribution_rows() {
     // the attribution sources' info series and the allocated-idle counters, which carry
     // the holder they were counted for (a holder joined at encoding time could be newer).
     let holder_counters = [Metric::GpuAllocatedIdle, Metric::GpuAllocatedIdleEnergy];
+    // An attribution source's own health counters are about the source, not a device.
+    let source_health = [Metric::SourceReadErrors];
     for def in CATALOG {
+        if source_health.contains(&def.metric) {
+            assert!(
+                !def.labels
+                    .iter()
+                    .any(|l| crate::attribution::ATTRIBUTION_LABELS.contains(l)),
+                "{}",
+                def.name
+            );
+            continue;
+        }
         let has = def
             .labels
             .iter()
