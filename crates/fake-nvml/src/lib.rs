@@ -13,7 +13,7 @@
 //!
 //! | Variable | Meaning | Default |
 //! |---|---|---|
-//! | `FAKE_NVML_SCENARIO` | Built-in scenario name (`dgx-h100`, `dgx-a100-mig`, `dgx-spark`, `fault-gpu-lost`, `fault-xid-storm`, `fault-ecc`, `fault-thermal`, `fault-health`, `dgx-b200`, `gb200-nvl72-tray`, `fault-fabric`) or TOML path. Unloadable: init fails with `NVML_ERROR_UNKNOWN`. | `dgx-h100` |
+//! | `FAKE_NVML_SCENARIO` | Built-in scenario name (`dgx-h100`, `dgx-a100-mig`, `dgx-spark`, `fault-gpu-lost`, `fault-xid-storm`, `fault-ecc`, `fault-thermal`, `fault-health`, `dgx-b200`, `gb200-nvl72-tray`, `fault-fabric`, `fault-rail`) or TOML path. Unloadable: init fails with `NVML_ERROR_UNKNOWN`. | `dgx-h100` |
 //! | `FAKE_NVML_TIME` | Seconds (float): a frozen clock at that scenario time; readings never change. | unset |
 //! | `FAKE_NVML_START` | Seconds: with the running clock, scenario time = this + the age of the process (not the time since the library was loaded, which restarts when NVML is shut down and loaded again). | `0` |
 //! | `FAKE_NVML_PCIE_DELAY_MS` | How long `nvmlDeviceGetPcieThroughput` sleeps (the real call samples ~20 ms). | `20` |

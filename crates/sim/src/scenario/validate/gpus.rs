@@ -280,6 +280,10 @@ pub(super) fn gpus(
         } else {
             (None, None)
         };
+        let rail_rate = match g.rail_rate_bytes_per_second {
+            Some(v) => Some(ctx.positive(t, "rail_rate_bytes_per_second", v)?),
+            None => None,
+        };
         for k in 0..count {
             let index = gpus.len();
             let h1 = noise::hash(seed, 0x0ddc_0ffe, index as u64, 1);
@@ -320,6 +324,10 @@ pub(super) fn gpus(
                         .to_string(),
                         clique_id,
                     }),
+                rail: rail_rate.map(|rate| crate::types::RailStatic {
+                    device: format!("mlx5_{index}"),
+                    rate_bytes_per_second: rate,
+                }),
             });
             models.push(GpuModel {
                 idle_power: idle,
