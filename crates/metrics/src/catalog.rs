@@ -247,7 +247,7 @@ define_catalog! {
     GpuRailPortUp => Gauge None "dgx_pixels_gpu_rail_port_up" ["gpu", "uuid", "device", "port"] ["nvml", "sim"]
         "1 while the port of the GPU's rail NIC (the InfiniBand / RoCE NIC nearest to it by PCIe topology, from sysfs class/infiniband) is active with its physical link up, else 0; absent where the GPU has no NIC under its PCIe root complex. The health rule rail_port_down reads it.";
     GpuRailPortRate => Gauge BytesPerSecond "dgx_pixels_gpu_rail_port_rate_bytes_per_second" ["gpu", "uuid", "device", "port"] ["nvml", "sim"]
-        "Rate the GPU's rail NIC port trained to (sysfs ports/N/rate; 400 Gb/s is 50e9).";
+        "Rate the GPU's rail NIC port trained to (sysfs ports/N/rate; 400 Gb/s is 50e9). The health rule rail_port_slow compares it with the node's fastest rail port up.";
     GpuRailLinkDowned => Counter None "dgx_pixels_gpu_rail_link_downed_total" ["gpu", "uuid", "device", "port"] ["nvml", "sim"]
         "Times the GPU's rail NIC port went down since the driver loaded (sysfs counters/link_downed). Full detail only.";
     GpuHealthState => Gauge None "dgx_pixels_gpu_health_state" ["gpu", "uuid", "state"] ["health"]
