@@ -206,7 +206,7 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         reason: "gpu_count_below_expected",
-        condition: "node level: fewer GPUs are visible than `[health] expected_gpus` (a GPU that fell off the bus before the exporter started, or that the driver no longer enumerates, has no verdict of its own); served as `dgx_pixels_node_health_action_info`, only where `expected_gpus` is set. If a reboot does not bring the GPU back, check the hardware",
+        condition: "node level: fewer GPUs are visible than `[health] expected_gpus` (a GPU that fell off the bus before the exporter started, or that the driver no longer enumerates, has no verdict of its own); served as `dgx_pixels_node_health_action_info`, only where `expected_gpus` is set. `expected_gpus = \"discover\"` takes the GPUs visible at the first start and keeps them in `[health] state_directory` (file `expected-gpus`) for the next starts: more visible later raise it, fewer never lower it; delete the file to discover again, and a file the exporter cannot read serves no node verdict (logged) until it is fixed or deleted. If a reboot does not bring the GPU back, check the hardware",
         outcome: Outcome::Fixed(Verdict::Unhealthy, Action::Reboot),
         clears: Clears::WhenReadingClears,
         source: "`dgx_pixels_node_gpus_visible` < `dgx_pixels_node_gpus_expected`",
