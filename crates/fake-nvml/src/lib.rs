@@ -66,6 +66,8 @@
 //! - NVLink fabric: `nvmlDeviceGetGpuFabricInfoV` answers struct v2 or v3 (else
 //!   `ARGUMENT_VERSION_MISMATCH`) from the simulator's fabric readout; Hopper and Blackwell
 //!   without a fabric answer state `NOT_SUPPORTED`, older parts the error `NOT_SUPPORTED`.
+//! - Platform: `nvmlDeviceGetPlatformInfo` answers struct v2 (else `ARGUMENT_VERSION_MISMATCH`)
+//!   from the scenario's `platform_*` keys (`gb200-nvl72-tray`); `NOT_SUPPORTED` without them.
 //! - MIG device handles answer name (`<parent> MIG <profile>`), UUID (`MIG-...`), memory of the
 //!   instance, their processes, instance ids and parent; identity numbers and strings come from
 //!   the parent; other readings are `NOT_SUPPORTED`.

@@ -143,6 +143,10 @@ struct RawGpu {
     pci_bus_ids: Option<Vec<String>>,
     fabric_clique_id: Option<u32>,
     rail_rate_bytes_per_second: Option<f64>,
+    platform_chassis_serial: Option<String>,
+    platform_slot_number: Option<u8>,
+    platform_tray_index: Option<u8>,
+    platform_host_id: Option<u8>,
 }
 
 #[derive(Deserialize)]

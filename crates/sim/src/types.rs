@@ -91,6 +91,8 @@ pub struct GpuStatic {
     /// The GPU's rail NIC (the InfiniBand NIC under its PCIe switch, one port), where the
     /// scenario gives it one.
     pub rail: Option<RailStatic>,
+    /// Where the GPU sits (`nvmlDeviceGetPlatformInfo`), where the scenario says.
+    pub platform: Option<dgx_pixels_readout::PlatformReadout>,
 }
 
 /// A GPU's rail NIC as sysfs would show it: its name and the rate its port trains to.

@@ -176,6 +176,7 @@ impl GpuSim {
         let readout = GpuReadout {
             recovery_action,
             fabric,
+            platform: g.platform.clone(),
             // On hardware from sysfs (the NIC nearest the GPU); here the scenario's.
             rail_ports: g
                 .rail
