@@ -93,6 +93,9 @@ pub struct GpuStatic {
     pub rail: Option<RailStatic>,
     /// Where the GPU sits (`nvmlDeviceGetPlatformInfo`), where the scenario says.
     pub platform: Option<dgx_pixels_readout::PlatformReadout>,
+    /// Time-slicing (`[[time_slicing]]`): the weights of the processes sharing the GPU, each
+    /// getting its weight's part of the GPU's activity and memory; empty for one process.
+    pub process_weights: Vec<f64>,
 }
 
 /// A GPU's rail NIC as sysfs would show it: its name and the rate its port trains to.

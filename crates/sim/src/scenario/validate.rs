@@ -10,6 +10,7 @@ use crate::locate;
 
 mod faults;
 mod gpus;
+mod sharing;
 mod workload;
 
 #[cfg(test)]
@@ -174,6 +175,7 @@ pub(super) fn validate(ctx: &Ctx<'_>, raw: RawScenario) -> Result<Scenario, Scen
 
     let (mut gpus, models) = gpus::gpus(ctx, &raw, ambient, seed)?;
     gpus::mig(ctx, &raw, seed, &mut gpus, &models)?;
+    sharing::time_slicing(ctx, &raw, &mut gpus)?;
     let phases = workload::phases(ctx, &raw, repeat_after, &models)?;
     let faults = faults::faults(ctx, &raw, &gpus)?;
 

@@ -365,6 +365,7 @@ pub(super) fn gpus(
                     device: format!("mlx5_{index}"),
                     rate_bytes_per_second: rate,
                 }),
+                process_weights: Vec::new(),
             });
             models.push(GpuModel {
                 idle_power: idle,
