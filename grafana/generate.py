@@ -887,6 +887,42 @@ def fleet():
             [q(f"sum by (node, xid) (increase(dgx_pixels_gpu_xid_incidents_total{g}"
                "[$__rate_interval]))", "{{node}} XID {{xid}}")], w=12, h=8, unit="short",
             min_=0, custom=ts_custom(fill=0))
+    d.row("NVLink domains and racks")
+    # A GPU's NVLink domain (cluster, clique) joined onto its other series; max by dedupes a GPU
+    # scraped twice.
+    domain = (f"on (node, uuid) group_left (cluster_uuid, clique_id) max by "
+              f"(node, uuid, cluster_uuid, clique_id) (dgx_pixels_gpu_fabric_info{g})")
+
+    def organize(order):
+        return [{"id": "organize", "options": {
+            "excludeByName": {"Time": True}, "indexByName": order,
+            "includeByName": {}, "renameByName": {"Value": "GPUs"}}}]
+    d.panel("table", "GPUs by NVLink domain",
+            "Each NVLink domain (cluster UUID and clique: the GPUs that share NVLink through the "
+            "switch trays, e.g. one GB200 NVL72 rack) with the nodes (compute trays) in it and "
+            "how many of their GPUs the fabric registered there. A node listed under two "
+            "domains is the clique_split rule (docs/health.md).",
+            [q(f"count by (cluster_uuid, clique_id, node) (dgx_pixels_gpu_fabric_info{g})",
+               instant=True, fmt="table")], w=12, h=8, no_value="no NVLink fabric",
+            transformations=organize({"cluster_uuid": 0, "clique_id": 1, "node": 2}))
+    d.panel("table", "Racks and trays",
+            "Where the GPUs sit (nvmlDeviceGetPlatformInfo, rack-scale systems): each chassis "
+            "(rack) serial number with its compute trays (index and slot), the node each tray "
+            "is, and its GPUs.",
+            [q(f"count by (chassis_serial, tray, slot, node) (dgx_pixels_gpu_platform_info{g})",
+               instant=True, fmt="table")], w=12, h=8, no_value="no platform information",
+            transformations=organize({"chassis_serial": 0, "tray": 1, "slot": 2, "node": 3}))
+    d.panel("timeseries", "Verdicts by NVLink domain",
+            "How many GPUs of each NVLink domain are healthy, degraded, unhealthy or unknown: a "
+            "domain is only as usable to a job spanning it as its worst GPU.",
+            [q(f"sum by (clique_id, state) (dgx_pixels_gpu_health_state{g} * {domain})",
+               "domain {{clique_id}} {{state}}")], w=12, h=8, unit="short", min_=0,
+            custom=ts_custom(fill=0))
+    d.panel("timeseries", "Utilization by NVLink domain",
+            "Mean GPU utilization of each NVLink domain.",
+            [q(f"avg by (cluster_uuid, clique_id) (dgx_pixels_gpu_utilization_ratio{g} * {domain})",
+               "domain {{clique_id}}")], w=12, h=8, unit="percentunit", min_=0, max_=1,
+            custom=ts_custom(fill=0))
     d.row("Top consumers")
     d.panel("bargauge", "Top 10 GPUs by power", "The GPUs drawing the most power now.",
             [q(f"topk(10, dgx_pixels_gpu_power_watts{g})", GPU_LEGEND, instant=True)], w=8,

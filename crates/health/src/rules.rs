@@ -184,6 +184,20 @@ pub const RULES: &[Rule] = &[
         source: "`dgx_pixels_gpu_rail_port_up` = 0",
     },
     Rule {
+        reason: "rail_port_slow",
+        condition: "node level, per GPU: a port of the GPU's rail NIC is up at a lower rate than the node's fastest rail port up (a node's rails are bought alike; sysfs gives the rate a port trained to, not the most it could): its multi-node jobs run at the slowest rail's pace. A node whose every rail trained low is not seen",
+        outcome: Outcome::Fixed(Verdict::Degraded, Action::CheckHardware),
+        clears: Clears::WhenReadingClears,
+        source: "`dgx_pixels_gpu_rail_port_rate_bytes_per_second` (with `dgx_pixels_gpu_rail_port_up` = 1) < the node's highest",
+    },
+    Rule {
+        reason: "clique_split",
+        condition: "node level, per GPU: the NVLink fabric puts the GPU in another NVLink domain (cluster and clique) than most of the node's GPUs (ties: the domain of the lowest GPU index); the node's GPUs cannot reach each other over NVLink, so jobs spanning them fail or fall back to the network. Degraded, not unhealthy: the GPU still works within its own domain",
+        outcome: Outcome::Fixed(Verdict::Degraded, Action::DrainP2p),
+        clears: Clears::WhenReadingClears,
+        source: "`dgx_pixels_gpu_fabric_info{cluster_uuid,clique_id}` differs from most of the node's GPUs'",
+    },
+    Rule {
         reason: "nvlink_down",
         condition: "an NVLink link of the GPU is down",
         outcome: Outcome::Fixed(Verdict::Degraded, Action::DrainP2p),
@@ -192,7 +206,7 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         reason: "gpu_count_below_expected",
-        condition: "node level: fewer GPUs are visible than `[health] expected_gpus` (a GPU that fell off the bus before the exporter started, or that the driver no longer enumerates, has no verdict of its own); served as `dgx_pixels_node_health_action_info`, only where `expected_gpus` is set. If a reboot does not bring the GPU back, check the hardware",
+        condition: "node level: fewer GPUs are visible than `[health] expected_gpus` (a GPU that fell off the bus before the exporter started, or that the driver no longer enumerates, has no verdict of its own); served as `dgx_pixels_node_health_action_info`, only where `expected_gpus` is set. `expected_gpus = \"discover\"` takes the GPUs visible at the first start and keeps them in `[health] state_directory` (file `expected-gpus`) for the next starts: more visible later raise it, fewer never lower it; delete the file to discover again, and a file the exporter cannot read serves no node verdict (logged) until it is fixed or deleted. If a reboot does not bring the GPU back, check the hardware",
         outcome: Outcome::Fixed(Verdict::Unhealthy, Action::Reboot),
         clears: Clears::WhenReadingClears,
         source: "`dgx_pixels_node_gpus_visible` < `dgx_pixels_node_gpus_expected`",

@@ -245,11 +245,13 @@ define_catalog! {
         "How far the GPU's registration with the NVLink fabric has come, its state (not_started, in_progress, completed), and once completed its outcome, its status (success, or nvml_<code> with NVML's return code), value 1; absent where NVML says not supported. The health rule fabric_not_ready reads it.";
     GpuFabricHealth => Gauge None "dgx_pixels_gpu_fabric_health" ["gpu", "uuid", "flag"] ["nvml", "sim"]
         "1 while the NVLink fabric reports the condition for the GPU, else 0; one series per flag the driver reports (degraded_bandwidth, route_recovery, route_unhealthy, access_timeout_recovery, incorrect_configuration). The health rules fabric_unhealthy and fabric_degraded_bandwidth read it.";
-    GpuRailPortUp => Gauge None "dgx_pixels_gpu_rail_port_up" ["gpu", "uuid", "device", "port"] ["nvml"]
+    GpuPlatformInfo => Gauge None "dgx_pixels_gpu_platform_info" ["gpu", "uuid", "chassis_serial", "slot", "tray", "host_id", "module_id"] ["nvml", "sim"]
+        "Where the GPU sits (nvmlDeviceGetPlatformInfo, struct v2): the serial number of its chassis (rack), its slot number, the compute tray's index, the host id within the tray and the GPU module's id, value 1; absent where the driver does not report it (not rack-scale parts, drivers before the v2 struct). Group by chassis_serial for racks, and with dgx_pixels_gpu_fabric_info's clique_id for NVLink domains.";
+    GpuRailPortUp => Gauge None "dgx_pixels_gpu_rail_port_up" ["gpu", "uuid", "device", "port"] ["nvml", "sim"]
         "1 while the port of the GPU's rail NIC (the InfiniBand / RoCE NIC nearest to it by PCIe topology, from sysfs class/infiniband) is active with its physical link up, else 0; absent where the GPU has no NIC under its PCIe root complex. The health rule rail_port_down reads it.";
-    GpuRailPortRate => Gauge BytesPerSecond "dgx_pixels_gpu_rail_port_rate_bytes_per_second" ["gpu", "uuid", "device", "port"] ["nvml"]
-        "Rate the GPU's rail NIC port trained to (sysfs ports/N/rate; 400 Gb/s is 50e9).";
-    GpuRailLinkDowned => Counter None "dgx_pixels_gpu_rail_link_downed_total" ["gpu", "uuid", "device", "port"] ["nvml"]
+    GpuRailPortRate => Gauge BytesPerSecond "dgx_pixels_gpu_rail_port_rate_bytes_per_second" ["gpu", "uuid", "device", "port"] ["nvml", "sim"]
+        "Rate the GPU's rail NIC port trained to (sysfs ports/N/rate; 400 Gb/s is 50e9). The health rule rail_port_slow compares it with the node's fastest rail port up.";
+    GpuRailLinkDowned => Counter None "dgx_pixels_gpu_rail_link_downed_total" ["gpu", "uuid", "device", "port"] ["nvml", "sim"]
         "Times the GPU's rail NIC port went down since the driver loaded (sysfs counters/link_downed). Full detail only.";
     GpuHealthState => Gauge None "dgx_pixels_gpu_health_state" ["gpu", "uuid", "state"] ["health"]
         "Health verdict of the GPU from the rules of docs/health.md: 1 for the current state (healthy, degraded, unhealthy, unknown when the GPU cannot be read), 0 for the others.";

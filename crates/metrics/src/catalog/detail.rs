@@ -111,12 +111,12 @@ pub static POLICIES: &[Entry] = &[
     Entry {
         metric: Metric::NvmlCalls,
         policy: Policy::FullOnly,
-        why: "self-diagnosis of what NVML costs the exporter (one series per NVML function called, at most 51 per node), for a drill-down",
+        why: "self-diagnosis of what NVML costs the exporter (one series per NVML function called, at most 52 per node), for a drill-down",
     },
     Entry {
         metric: Metric::NvmlCallSeconds,
         policy: Policy::FullOnly,
-        why: "self-diagnosis of what NVML costs the exporter (one series per NVML function called, at most 51 per node), for a drill-down",
+        why: "self-diagnosis of what NVML costs the exporter (one series per NVML function called, at most 52 per node), for a drill-down",
     },
     Entry {
         metric: Metric::GpuMemoryFree,
