@@ -73,6 +73,7 @@
 #![deny(missing_docs)]
 
 pub mod bench;
+pub mod collective;
 mod error;
 pub mod imagegen;
 mod locate;
