@@ -13,6 +13,8 @@
 //! - [`compare`]: overhead, significance and verdict between two result files, as data (the
 //!   Markdown report and PNG chart of `probe compare` are dgx-pixels-tools').
 //! - [`peaks`]: published peak rates per GPU model.
+//! - [`nccl`]: `nccl_allreduce`, the node probe of NCCL all-reduce bandwidth (NCCL opened at
+//!   run time by its SONAME).
 //! - [`storage`]: `storage_read`, the node probe of configured paths' read throughput.
 //! - [`worker`]: the protocol of the short-lived worker process each probe runs in (so the
 //!   daemon never holds a GPU), and [`worker::serve`], what the `probe-worker` child runs.
@@ -55,6 +57,7 @@
 
 pub mod compare;
 pub mod cuda;
+pub mod nccl;
 pub mod peaks;
 pub mod probe;
 pub mod results;
