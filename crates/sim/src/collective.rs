@@ -114,6 +114,42 @@ impl Node {
     }
 }
 
+/// Noise stream of all-reduce timings (the peer copies' is 0x300, storage's 0x400).
+const S_ALLREDUCE: u64 = 0x500;
+
+/// What a simulated `nccl_allreduce` run measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AllReduceRun {
+    /// `(bytes, algbw, busbw)` per message size, in the order asked.
+    pub sizes: Vec<(u64, f64, f64)>,
+    /// How long the run holds the GPUs: a context per GPU, then 5 timings of about 20 ms
+    /// per size (the probe's sizing).
+    pub held: Duration,
+}
+
+impl Node {
+    /// Runs the all-reduce over `gpus` at each of `sizes` at `t`: the expected bandwidths with
+    /// about 1% deterministic noise.
+    pub fn allreduce_benchmark(
+        &mut self,
+        gpus: &[usize],
+        sizes: &[u64],
+        t: Duration,
+    ) -> Result<AllReduceRun, BenchmarkError> {
+        let seed = self.scenario().seed();
+        let step = u64::try_from(t.as_millis() / 100).unwrap_or(u64::MAX);
+        let mut out = Vec::with_capacity(sizes.len());
+        for (k, &bytes) in sizes.iter().enumerate() {
+            let (alg, _) = self.allreduce_expected(gpus, bytes, t)?;
+            let n = crate::noise::unit(seed, gpus.len() as u64, S_ALLREDUCE + k as u64, step);
+            let alg = alg * (1.0 + 0.01 * n);
+            out.push((bytes, alg, bus_from_algorithm(alg, gpus.len())));
+        }
+        let held = Duration::from_millis(150 * gpus.len() as u64 + 100 * sizes.len() as u64);
+        Ok(AllReduceRun { sizes: out, held })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

@@ -82,6 +82,7 @@ mod noise;
 pub mod peer;
 pub mod profile;
 pub mod scenario;
+pub mod storage;
 mod types;
 
 pub use bench::{Benchmark, BenchmarkError, BenchmarkRun, Precision, Transfer};

@@ -10,6 +10,7 @@ use crate::locate;
 
 mod faults;
 mod gpus;
+mod storage;
 mod workload;
 
 #[cfg(test)]
@@ -176,6 +177,7 @@ pub(super) fn validate(ctx: &Ctx<'_>, raw: RawScenario) -> Result<Scenario, Scen
     gpus::mig(ctx, &raw, seed, &mut gpus, &models)?;
     let phases = workload::phases(ctx, &raw, repeat_after, &models)?;
     let faults = faults::faults(ctx, &raw, &gpus)?;
+    let storage = storage::mounts(ctx, &raw)?;
 
     let driver_version = node
         .driver_version
@@ -202,5 +204,6 @@ pub(super) fn validate(ctx: &Ctx<'_>, raw: RawScenario) -> Result<Scenario, Scen
         phases,
         faults,
         cost: raw.cost,
+        storage,
     })
 }
