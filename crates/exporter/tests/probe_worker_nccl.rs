@@ -252,3 +252,102 @@ fn the_worker_leaves_every_gpu_alone_when_one_is_in_use() {
         "{reply:?}"
     );
 }
+
+#[test]
+fn probe_run_and_compare_carry_the_node_probes() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let run = |out: &str| {
+        let out = dir.path().join(out);
+        let o = Command::new(BIN)
+            .args([
+                "probe",
+                "run",
+                "--probe",
+                "nccl_allreduce,storage_read",
+                "--gpus",
+                "0,1,2,3",
+                "--storage-path",
+                data.path().to_str().unwrap(),
+                "--storage-bytes",
+                "4194304",
+                "--warmup",
+                "1",
+                "--iterations",
+                "3",
+                "--output",
+                out.to_str().unwrap(),
+            ])
+            .env("FAKE_CUDA_SCENARIO", SCENARIO)
+            .env("FAKE_CUDA_TIME", TIME)
+            .env("LD_LIBRARY_PATH", fake_cuda_nccl_dir())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(
+            o.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        (dgx_pixels_probes::RunResults::read(&out).unwrap(), stdout)
+    };
+    let (a, text) = run("a.json");
+    assert!(
+        text.contains("\nnccl_allreduce busbw 4 GPUs 256 MiB\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("\nstorage_read {}\n", data.path().display())),
+        "{text}"
+    );
+    assert!(a.results.is_empty(), "no GPU probe was asked for");
+    for bytes in SIZES {
+        let r = a
+            .node_results
+            .iter()
+            .find(|r| r.probe == "nccl_allreduce" && r.bytes == bytes)
+            .unwrap_or_else(|| panic!("no result at {bytes}: {:?}", a.node_results));
+        assert_eq!(r.target, "4 GPUs");
+        assert_eq!(r.values.len(), 3);
+        let (_, want) = model(SCENARIO, bytes);
+        for v in &r.values {
+            assert!((v / want - 1.0).abs() < 0.01, "{bytes}: {v} vs {want}");
+        }
+    }
+    let storage = a
+        .node_results
+        .iter()
+        .find(|r| r.probe == "storage_read")
+        .unwrap();
+    assert!(storage.values.len() == 3 && storage.values.iter().all(|v| *v > 0.0));
+    let (_, _) = run("b.csv");
+    let report = dir.path().join("report");
+    let o = Command::new(BIN)
+        .args(["probe", "compare"])
+        .arg(dir.path().join("a.json"))
+        .arg(dir.path().join("b.csv"))
+        .arg("--output-dir")
+        .arg(&report)
+        .output()
+        .unwrap();
+    let md = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{md}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for size in ["1 MiB", "16 MiB", "256 MiB"] {
+        assert!(
+            md.contains(&format!("| nccl_allreduce busbw 4 GPUs {size} |")),
+            "{md}"
+        );
+    }
+    assert!(md.contains("| storage_read "), "{md}");
+    // Without --storage-path, storage_read is a usage error.
+    let o = Command::new(BIN)
+        .args(["probe", "run", "--probe", "storage_read"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("needs --storage-path"));
+}

@@ -59,6 +59,7 @@ impl Backend for Fake {
                     bytes,
                     algbw: bytes as f64 * 1e3,
                     busbw: bytes as f64 * 1e3 * 4.0 / 3.0,
+                    busbw_values: Vec::new(),
                 })
                 .collect(),
         })

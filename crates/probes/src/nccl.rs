@@ -57,6 +57,9 @@ pub struct SizeResult {
     pub algbw: f64,
     /// Bus bandwidth, `algbw x 2(n-1)/n`, bytes per second.
     pub busbw: f64,
+    /// The bus bandwidth of each recorded timing, in order (for `probe run`'s statistics).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub busbw_values: Vec<f64>,
 }
 
 /// What one `nccl_allreduce` run measured.
@@ -393,6 +396,7 @@ pub fn run_allreduce(
                 bytes,
                 algbw: median,
                 busbw: median * bus_factor(n),
+                busbw_values: algbw.iter().map(|a| a * bus_factor(n)).collect(),
             });
         }
         comms.destroy()?;

@@ -163,6 +163,7 @@ impl Backend for SimBackend {
                     bytes,
                     algbw,
                     busbw,
+                    busbw_values: vec![busbw],
                 })
                 .collect(),
         })
