@@ -99,6 +99,14 @@ fn an_idle_node_is_measured_at_the_models_bus_bandwidth_per_size() {
     assert!(ready(&body), "no all-reduce measured in {took:?}:\n{body}");
     assert_eq!(runs(&body, "ok"), 1.0, "{body}");
     assert_eq!(value(&body, "dgx_pixels_probe_nccl_gpus", &[]), Some(4.0));
+    assert_eq!(
+        value(
+            &body,
+            "dgx_pixels_probe_nccl_expected_bus_bandwidth_bytes_per_second",
+            &[]
+        ),
+        Some(370e9)
+    );
     for bytes in SIZES {
         let label = bytes.to_string();
         let (want_alg, want_bus) = model(SCENARIO, bytes);

@@ -503,6 +503,9 @@ struct NcclState {
     next_due: Option<Instant>,
     /// The result, when it was measured, and how long it stays fresh.
     last: Option<(AllReduce, Instant, Duration)>,
+    /// The expected bus bandwidth of the set's part (all its GPUs one part with a published
+    /// figure), bytes per second.
+    expected: Option<f64>,
     runs: BTreeMap<&'static str, u64>,
 }
 
@@ -848,6 +851,11 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
             return true;
         }
         let ids: Vec<GpuId> = members.iter().map(|&i| gpus[i].id.clone()).collect();
+        self.nccl.expected = ids
+            .iter()
+            .map(|g| dgx_pixels_probes::peaks::nccl_ring_bus_bandwidth(&g.model))
+            .reduce(|a, b| a.zip(b).filter(|(a, b)| a == b).map(|(a, _)| a))
+            .flatten();
         let t0 = Instant::now();
         let result = self.backend.run_nccl(&ids, self.settings.nccl_max_bytes);
         if let Some(rss) = self.backend.worker_peak_rss_bytes() {
@@ -905,6 +913,13 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         for outcome in NCCL_OUTCOMES {
             let n = self.nccl.runs.get(outcome).copied().unwrap_or(0);
             out.push(Sample::new(Metric::ProbeNcclRuns, [*outcome], n as f64));
+        }
+        if let Some(e) = self.nccl.expected {
+            out.push(Sample::new(
+                Metric::ProbeNcclExpectedBusBandwidth,
+                [] as [&str; 0],
+                e,
+            ));
         }
         let Some((r, at, max_age)) = &self.nccl.last else {
             return;

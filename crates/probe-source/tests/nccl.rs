@@ -152,6 +152,11 @@ fn a_busy_gpu_of_the_set_skips_the_run_and_an_idle_set_is_measured_and_rests() {
     );
     assert_eq!(value(&out, Metric::ProbeNcclRuns, &["ok"]), Some(1.0));
     assert_eq!(value(&out, Metric::ProbeNcclGpus, &[]), Some(2.0));
+    // H100s: the expected ring figure is served beside the result.
+    assert_eq!(
+        value(&out, Metric::ProbeNcclExpectedBusBandwidth, &[]),
+        Some(370e9)
+    );
     let largest = value(&out, Metric::ProbeNcclLargestBusBandwidth, &[]).unwrap();
     assert_eq!(largest, (16u64 << 20) as f64 * 1e3 * 4.0 / 3.0);
     assert_eq!(
