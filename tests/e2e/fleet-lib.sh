@@ -43,7 +43,9 @@ fleet_scenario() { # SCENARIO N
 fleet_role_args() { # ROLE
   case $1 in
     probes)
-      printf '[probes]\nbusy_threshold = 1.0\nsettle = "0s"\nduty_cycle = 0.2\nprobes = "gemm_bf16,copy_d2d,copy_h2d"\n' \
+      # The node probes too, NCCL across the node and a storage path (simulated: nothing of
+      # the host is read), so their rules have data.
+      printf '[probes]\nbusy_threshold = 1.0\nsettle = "0s"\nduty_cycle = 0.2\nprobes = "gemm_bf16,copy_d2d,copy_h2d"\nnccl_allreduce = true\nstorage_paths = ["/data"]\n' \
         >"$work/probes.toml"
       echo "--config.file $work/probes.toml --collector.probes.interval 1s" ;;
     textfile)

@@ -69,6 +69,10 @@ fn daemon(
             "--no-collector.dcgm",
             "--nvml.library",
             fake_nvml_library(),
+            // Every outcome and the algorithm bandwidth (the default profile serves failures and
+            // the bus bandwidth only).
+            "--metrics.detail",
+            "full",
         ],
         &env,
     );

@@ -541,6 +541,8 @@ pub struct ProbeSource<B: Backend, U: UtilizationView> {
     gpus: Option<Vec<GpuState>>,
     unavailable: Option<(Instant, PollError)>,
     cursor: usize,
+    /// Whether the last poll's step was a node probe's (`storage_read`, `nccl_allreduce`).
+    node_last: bool,
     /// The highest peak RSS of any worker so far.
     worker_peak_rss: Option<u64>,
     storage: Vec<StorageState>,
@@ -561,6 +563,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
             gpus: None,
             unavailable: None,
             cursor: 0,
+            node_last: false,
             worker_peak_rss: None,
             storage: settings_storage(&settings_paths),
             nccl: NcclState::default(),
@@ -638,12 +641,21 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         }
     }
 
-    /// Runs at most one due probe (or records one skip): a due storage path first, then a
-    /// GPU probe.
+    /// Runs at most one due probe (or records one skip): a due storage path first, then
+    /// `nccl_allreduce`, then a GPU probe, except right after a node probe, when a due GPU
+    /// probe goes first.
     fn step(&mut self, now: Instant) {
-        if self.step_storage(now) || self.step_nccl(now) {
+        // After a node probe a due GPU probe goes first, so a node probe due at every poll (a
+        // short read at a high duty cycle) cannot starve the GPU probes.
+        let gpu_due = self
+            .gpus
+            .as_ref()
+            .is_some_and(|g| g.iter().any(|g| g.next_due <= now));
+        if !(self.node_last && gpu_due) && self.step_node(now) {
+            self.node_last = true;
             return;
         }
+        self.node_last = false;
         let probes = self.probes.clone();
         let Some(gpus) = self.gpus.as_mut() else {
             return;
@@ -819,6 +831,26 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         }
         s.next_due = t0 + took.max(t0.elapsed()) + took.div_f64(self.settings.duty_cycle);
         true
+    }
+
+    /// Runs the node probe that has waited longest (a storage path, or `nccl_allreduce`), so
+    /// one due at every poll does not starve the other; true when one ran or was skipped.
+    fn step_node(&mut self, now: Instant) -> bool {
+        let storage = self
+            .storage
+            .iter()
+            .map(|s| s.next_due)
+            .filter(|t| *t <= now)
+            .min();
+        let nccl = self
+            .settings
+            .nccl_allreduce
+            .then(|| self.nccl.next_due.unwrap_or(self.started))
+            .filter(|t| *t <= now);
+        match (storage, nccl) {
+            (Some(s), Some(n)) if n < s => self.step_nccl(now) || self.step_storage(now),
+            _ => self.step_storage(now) || self.step_nccl(now),
+        }
     }
 
     /// Runs `nccl_allreduce` when it is due and every GPU of its set may be probed; true when

@@ -214,3 +214,57 @@ fn the_set_and_its_size_are_checked() {
     assert!(bad(&|s| s.nccl_max_bytes = 1000).contains("probes.nccl_max_bytes"));
     assert!(bad(&|s| s.nccl_max_bytes = 2 << 30).contains("memory_limit_bytes"));
 }
+
+#[test]
+fn node_probes_due_at_every_poll_alternate_with_the_gpu_probes() {
+    let (mut s, calls, util) = source(false, None);
+    for g in 0..3 {
+        set(&util, g, 0.0);
+    }
+    for _ in 0..6 {
+        s.poll().unwrap();
+        // Longer than the all-reduce's rest (50 ms held, duty 0.5): due again at every poll.
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    let log = calls.0.lock().unwrap().clone();
+    let kinds: Vec<bool> = log.iter().map(|c| c.starts_with("nccl")).collect();
+    assert_eq!(kinds, [true, false, true, false, true, false], "{log:?}");
+}
+
+#[test]
+fn a_storage_path_due_at_every_poll_does_not_starve_the_all_reduce() {
+    let calls = Calls::default();
+    let util = Util::default();
+    let dir = std::env::temp_dir();
+    let mut s = ProbeSource::new(
+        Fake {
+            calls: calls.clone(),
+            missing: false,
+        },
+        util.clone(),
+        ScheduleSettings {
+            probes: vec![ProbeKind::CopyD2D],
+            duty_cycle: 1.0,
+            settle: Duration::ZERO,
+            nccl_allreduce: true,
+            nccl_max_bytes: 16 << 20,
+            storage_paths: vec![dir.clone()],
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    for g in 0..3 {
+        set(&util, g, 0.0);
+    }
+    for _ in 0..8 {
+        s.poll().unwrap();
+        std::thread::sleep(Duration::from_millis(120));
+    }
+    // The fake reads no storage (an error, due again after no time): still every kind runs.
+    let log = calls.0.lock().unwrap().clone();
+    assert!(
+        log.iter().filter(|c| c.starts_with("nccl")).count() >= 2,
+        "{log:?}"
+    );
+    assert!(log.iter().any(|c| c.starts_with("copy_d2d")), "{log:?}");
+}
