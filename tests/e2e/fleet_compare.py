@@ -60,9 +60,9 @@ NO_DATA_ON_FLEET = {
     "alert DgxPixelsTraceLowCompute": "the simulated training job spends more than half of its "
                                       "GPU time in compute, the alert fires under 50% (its "
                                       "promtool test fires it)",
-    "alert DgxPixelsNodeUnhealthy": "no fleet node sets [health] expected_gpus (the rule is "
-                                    "served only then); alertmanager.sh and its promtool test "
-                                    "fire it",
+    "alert DgxPixelsNodeUnhealthy": "no fleet node sets [health] expected_gpus (the only node "
+                                    "rule that is unhealthy); alertmanager.sh and its promtool "
+                                    "test fire it",
     "alert DgxPixelsNvlinkFabricNotReady": "no fleet node is an NVLink-fabric node with a fabric "
                                            "fault at the compared moment (fault-fabric's end at "
                                            "12 s); its promtool test fires it",

@@ -363,3 +363,43 @@ fn probe_run_and_compare_carry_the_node_probes() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("needs --storage-path"));
 }
+
+#[test]
+fn a_fabric_far_below_expected_makes_a_degraded_node() {
+    // p2p-node with GPU 2 down to 8 of its 18 links: the ring at 8/18 of 370 GB/s, under half.
+    let mut text = std::fs::read_to_string(SCENARIO).unwrap();
+    for link in 6..10 {
+        text.push_str(&format!(
+            "\n[[faults]]\nkind = \"nvlink_down\"\ngpu = 2\nlink = {link}\nat_s = 0\n"
+        ));
+    }
+    let file = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+    std::fs::write(file.path(), text).unwrap();
+    let scenario = file.path().to_str().unwrap();
+    let (d, _state, _config) = daemon(scenario, TIME, fake_cuda_nccl_dir(), "", &[]);
+    let degraded = |body: &str| {
+        value(
+            body,
+            "dgx_pixels_node_health_action_info",
+            &[("state", "degraded"), ("reason", "nccl_bus_bandwidth_low")],
+        )
+        .is_some()
+    };
+    let (body, took) = wait_until(d.port, Duration::from_secs(90), degraded);
+    assert!(degraded(&body), "no degraded node in {took:?}:\n{body}");
+    let largest = value(
+        &body,
+        "dgx_pixels_probe_nccl_largest_bus_bandwidth_bytes_per_second",
+        &[],
+    )
+    .unwrap();
+    assert!(largest < 0.5 * 370e9, "{largest}");
+    assert_eq!(
+        value(
+            &body,
+            "dgx_pixels_node_health_action_info",
+            &[("action", "check_hardware")]
+        ),
+        Some(1.0)
+    );
+}
