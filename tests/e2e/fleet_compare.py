@@ -70,11 +70,6 @@ NO_DATA_ON_FLEET = {
                                             "fires it on a GB200 tray",
     "alert DgxPixelsNvlinkCliqueSplit": "no fleet node has NVLink fabric cliques (no GB200 "
                                         "tray); its promtool test fires it",
-    "recorded gpu:dgx_pixels_probe_p2p_worst:expected_ratio": "p2p_copy is opt-in (not in the "
-                                                              "default probe list); its promtool "
-                                                              "test records it",
-    "alert DgxPixelsP2pBandwidthLow": "p2p_copy is opt-in (not in the default probe list); its "
-                                      "promtool test fires it",
     "alert DgxPixelsNcclBusBandwidthBelowTarget": "node-01's all-reduce reads about 245 GB/s "
                                                   "while it trains, over the 200 GB/s target; "
                                                   "its promtool test fires it",
