@@ -566,6 +566,15 @@ def system_health():
             [q(f"dgx_pixels_mig_graphics_engine_active_ratio{g}",
                GPU_LEGEND + " GI {{gpu_instance}} {{mig_profile}}")],
             w=24, unit="percentunit", min_=0, max_=1, custom=ts_custom())
+    d.panel("timeseries", "Who uses the shared GPU",
+            "SM activity of each process on GPUs shared by several processes (time-slicing, "
+            "MPS): the most active ones, the rest as pid other ([nvml] process_activity_top_k); "
+            "stacked, they add up to the GPU's utilization. The pod where one pod holds the "
+            "GPU; with several, dgx_pixels_gpu_pod_info names them "
+            "(dgx_pixels_process_utilization_ratio).",
+            [q(f'dgx_pixels_process_utilization_ratio{{{NODE_GPU}, engine="sm"}}',
+               GPU_LEGEND + " pid {{pid}} {{namespace}}/{{pod}} {{container_id}}")],
+            w=24, unit="percentunit", min_=0, max_=1, custom=ts_custom(stack=True))
     d.row("Memory")
     d.panel("timeseries", "Memory used", "Framebuffer memory in use per GPU.",
             [q(f"dgx_pixels_gpu_memory_used_bytes{g}", GPU_LEGEND)], unit="bytes", min_=0,

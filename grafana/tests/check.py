@@ -36,6 +36,8 @@ MIN_WITH_DATA = 0.95
 PICK = {"node": "dgx-h100-sim", "gpu": "0"}
 NO_DATA_ON_ONE_GPU = {
     ("dgx-pixels-system-health", "MIG instance activity"): "MIG is on the dgx-a100-sim node",
+    ("dgx-pixels-system-health", "Who uses the shared GPU"):
+        "the time-sliced GPU is GPU 4 of the dgx-a100-sim node",
     ("dgx-pixels-system-health", "XID errors by code"): "XIDs happen on the xid-storm-sim node",
     ("dgx-pixels-system-health", "XID errors"): "XIDs happen on the xid-storm-sim node",
     ("dgx-pixels-fleet", "Top 10 GPUs by XID errors"): "XIDs happen on the xid-storm-sim node",

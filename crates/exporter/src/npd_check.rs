@@ -9,7 +9,9 @@
 //! daemon does (config file, environment, flags) for the address, the metrics path and the web
 //! config file; with TLS it trusts exactly the certificate the web config serves (pinned, so
 //! no host name has to match 127.0.0.1), with basic auth it sends the user and password given
-//! here (the web config holds only hashes).
+//! here (the web config holds only hashes), and where the web config asks for client
+//! certificates it presents the certificate and key given here (`--client-cert`,
+//! `--client-key`).
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, ToSocketAddrs};
@@ -20,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 
 use crate::cli::Cli;
@@ -32,6 +34,8 @@ pub const MAX_MESSAGE: usize = 80;
 const MAX_RESPONSE_BYTES: u64 = 32 << 20;
 /// Longest password file read.
 const MAX_PASSWORD_BYTES: u64 = 4096;
+/// Longest client certificate or key file read (a chain of a few certificates).
+const MAX_CLIENT_PEM_BYTES: u64 = 256 << 10;
 
 /// From which verdict on a GPU is a problem (exit 1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -59,6 +63,13 @@ pub struct NpdCheckArgs {
     /// File holding that user's password (one line; a trailing newline is ignored).
     #[arg(long, value_name = "PATH", requires = "username")]
     pub password_file: Option<PathBuf>,
+    /// Client certificate (PEM, the chain the exporter's client_ca_file verifies), when the web
+    /// config requires or verifies client certificates.
+    #[arg(long, value_name = "PATH", requires = "client_key")]
+    pub client_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, value_name = "PATH", requires = "client_cert")]
+    pub client_key: Option<PathBuf>,
     /// Time allowed for the whole check, within NPD's own plugin timeout.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_timeout)]
     pub timeout: Duration,
@@ -133,11 +144,19 @@ fn check(cli: &Cli, args: &NpdCheckArgs) -> Answer {
         (Some(user), None) => Some(basic_auth(user, "")),
         _ => None,
     };
+    let client = match (&args.client_cert, &args.client_key) {
+        (Some(cert), Some(key)) => match client_identity(cert, key) {
+            Ok(id) => Some(id),
+            Err(e) => return Answer::unknown(e),
+        },
+        _ => None,
+    };
     let request = Request {
         addr,
         path: &settings.web.telemetry_path,
         auth: auth.as_deref(),
         pinned,
+        client,
         deadline,
     };
     match request.get() {
@@ -178,6 +197,28 @@ fn served_certificate(path: &Path) -> Result<Option<CertificateDer<'static>>, St
     }
 }
 
+/// A client certificate chain and its key, for an exporter that asks for client certificates.
+type ClientIdentity = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
+
+/// The client certificate chain and key from their PEM files (bounded reads).
+fn client_identity(cert: &Path, key: &Path) -> Result<ClientIdentity, String> {
+    let read = |p: &Path| {
+        dgx_pixels_web::read_regular(p, MAX_CLIENT_PEM_BYTES)
+            .map_err(|e| format!("client certificate {}: {e}", p.display()))
+    };
+    let pem = read(cert)?;
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("client certificate {}: {e}", cert.display()))?;
+    if chain.is_empty() {
+        return Err(format!("no certificate in {}", cert.display()));
+    }
+    let key_pem = read(key)?;
+    let key = PrivateKeyDer::from_pem_slice(&key_pem)
+        .map_err(|e| format!("client key {}: {e}", key.display()))?;
+    Ok((chain, key))
+}
+
 fn read_password(path: &Path) -> Result<String, String> {
     let bytes = dgx_pixels_web::read_regular(path, MAX_PASSWORD_BYTES)
         .map_err(|e| format!("password file {}: {e}", path.display()))?;
@@ -214,6 +255,7 @@ struct Request<'a> {
     path: &'a str,
     auth: Option<&'a str>,
     pinned: Option<CertificateDer<'static>>,
+    client: Option<ClientIdentity>,
     deadline: Instant,
 }
 
@@ -235,14 +277,19 @@ impl Request<'_> {
         let raw = match &self.pinned {
             None => exchange(tcp, head.as_bytes(), self.deadline),
             Some(cert) => {
-                let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+                let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
                     rustls::crypto::ring::default_provider(),
                 ))
                 .with_safe_default_protocol_versions()
                 .map_err(|e| format!("TLS: {e}"))?
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(Pinned::new(cert.clone())))
-                .with_no_client_auth();
+                .with_custom_certificate_verifier(Arc::new(Pinned::new(cert.clone())));
+                let config = match &self.client {
+                    Some((chain, key)) => builder
+                        .with_client_auth_cert(chain.clone(), key.clone_key())
+                        .map_err(|e| format!("client certificate: {e}"))?,
+                    None => builder.with_no_client_auth(),
+                };
                 let name = ServerName::try_from("localhost").map_err(|e| format!("TLS: {e}"))?;
                 let conn = rustls::ClientConnection::new(Arc::new(config), name)
                     .map_err(|e| format!("TLS: {e}"))?;
@@ -269,7 +316,7 @@ fn exchange<S: Read + Write + AsTcp>(
     s.tcp().set_write_timeout(Some(left()?)).ok();
     s.write_all(request)
         .and_then(|()| s.flush())
-        .map_err(|e| format!("exporter: {e}"))?;
+        .map_err(|e| refusal(&e).unwrap_or_else(|| format!("exporter: {e}")))?;
     let mut out = Vec::new();
     let mut buf = [0u8; 16 * 1024];
     loop {
@@ -297,10 +344,26 @@ fn exchange<S: Read + Write + AsTcp>(
             // A peer that closes without TLS close_notify has still sent the whole body:
             // HTTP/1.0 ends at the close.
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !out.is_empty() => break,
-            Err(e) => return Err(format!("exporter: {e}")),
+            Err(e) => return Err(refusal(&e).unwrap_or_else(|| format!("exporter: {e}"))),
         }
     }
     Ok(out)
+}
+
+/// What the exporter's TLS alert says about our client certificate, in words an operator
+/// acts on; `None` for any other error.
+fn refusal(e: &std::io::Error) -> Option<String> {
+    use rustls::AlertDescription as A;
+    let tls = e.get_ref()?.downcast_ref::<rustls::Error>()?;
+    match tls {
+        rustls::Error::AlertReceived(A::CertificateRequired) => {
+            Some("the exporter requires a client certificate (--client-cert, --client-key)".into())
+        }
+        rustls::Error::AlertReceived(
+            A::BadCertificate | A::UnknownCA | A::CertificateUnknown | A::DecryptError,
+        ) => Some("the exporter refused the client certificate".into()),
+        _ => None,
+    }
 }
 
 /// The TCP stream under a plain or TLS stream, for its timeouts.

@@ -271,3 +271,59 @@ fn pods_holding_gpus_through_dra_claims_label_them_like_device_plugin_pods() {
     );
     assert!(!body.contains("pod=\"nic\""));
 }
+
+/// `[kubernetes] dra_drivers` replaces the list of DRA drivers whose claims are GPUs: another
+/// vendor's GPU driver counts once listed, and NVIDIA's no longer does when left out.
+#[test]
+fn the_dra_driver_list_decides_whose_claims_are_gpus() {
+    use dgx_pixels_kubernetes::fake::dra_pod;
+    let node = Node::new(Scenario::builtin("dgx-h100").unwrap());
+    let uuid = |i: usize| node.gpu(i).unwrap().uuid.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kubelet.sock");
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "[kubernetes]\ndra_drivers = [\"gpu.example.com\"]\n",
+    )
+    .unwrap();
+    let kubelet = FakeKubelet::start(&socket).unwrap();
+    kubelet.set_pods(vec![
+        dra_pod("ml", "nv", "trainer", "gpus", "gpu.nvidia.com", &["gpu-5"]),
+        dra_pod(
+            "ml",
+            "other",
+            "trainer",
+            "gpus",
+            "gpu.example.com",
+            &["gpu-6"],
+        ),
+    ]);
+    let d = start_with_env(
+        &[
+            "--nvml.library",
+            fake_nvml_library(),
+            "--config.file",
+            config.to_str().unwrap(),
+            "--collector.kubernetes",
+            "--kubernetes.pod-resources-socket",
+            socket.to_str().unwrap(),
+            "--collector.kubernetes.interval",
+            "200ms",
+        ],
+        &[
+            ("FAKE_NVML_SCENARIO", "dgx-h100"),
+            ("FAKE_NVML_PCIE_DELAY_MS", "0"),
+        ],
+    );
+    let other = pod_labels("ml", "other", "trainer");
+    let (body, _) = wait_until(d.port, WAIT, |b| b.contains(&other));
+    let power6 = series(&body, "dgx_pixels_gpu_power_watts")
+        .into_iter()
+        .find(|l| l.contains(&format!("uuid=\"{}\"", uuid(6))))
+        .unwrap();
+    assert!(power6.contains(&other), "{power6}");
+    assert!(!body.contains("pod=\"nv\""), "gpu.nvidia.com is not listed");
+    drop(kubelet);
+    stop_and_logs(d);
+}

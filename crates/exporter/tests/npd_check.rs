@@ -1,8 +1,9 @@
 //! Issue 33, item 2: `dgx-pixels-exporter npd-check` against the real daemon, answering in
 //! node-problem-detector's custom-plugin protocol (exit 0 OK, 1 problem, 2 unknown; one line
 //! of at most 80 bytes): healthy, degraded (OK by default, a problem with
-//! `--problem-at degraded`), unhealthy, the exporter unreachable, and behind TLS and basic
-//! auth (refused without the password, answered with it).
+//! `--problem-at degraded`), unhealthy, the exporter unreachable, behind TLS and basic auth
+//! (refused without the password, answered with it), and behind TLS requiring client
+//! certificates (refused without one or with a stranger's, answered with the CA's).
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 mod common;
@@ -175,4 +176,95 @@ fn behind_tls_and_basic_auth_it_uses_the_web_config_and_the_password_file() {
     // Without the web config it speaks plain HTTP to a TLS port: unknown, never OK.
     let (status, message) = npd(&["--web.listen-address", listen.as_str()], &good_args);
     assert_eq!(status, 2, "{message}");
+}
+
+/// A CA, and a certificate for `name` signed by it (`ca` none: self-signed); PEMs of the
+/// certificate and key, and the CA's.
+fn issue(name: &str, ca: Option<(&rcgen::Certificate, &rcgen::KeyPair)>) -> (String, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let params = rcgen::CertificateParams::new(vec![name.to_string()]).unwrap();
+    let cert = match ca {
+        Some((ca, ca_key)) => params.signed_by(&key, ca, ca_key).unwrap(),
+        None => params.self_signed(&key).unwrap(),
+    };
+    (cert.pem(), key.serialize_pem())
+}
+
+#[test]
+fn with_client_certificates_required_it_presents_the_one_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |f: &str| dir.path().join(f);
+    let (server_crt, server_key) = issue("exporter.example", None);
+    std::fs::write(path("server.crt"), server_crt).unwrap();
+    std::fs::write(path("server.key"), server_key).unwrap();
+    // The CA the exporter trusts for clients, one client it signed, and a stranger.
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = params.self_signed(&ca_key).unwrap();
+    std::fs::write(path("clients.crt"), ca.pem()).unwrap();
+    let (client_crt, client_key) = issue("npd", Some((&ca, &ca_key)));
+    std::fs::write(path("client.crt"), client_crt).unwrap();
+    std::fs::write(path("client.key"), client_key).unwrap();
+    let (other_crt, other_key) = issue("npd", None);
+    std::fs::write(path("other.crt"), other_crt).unwrap();
+    std::fs::write(path("other.key"), other_key).unwrap();
+    let web = path("web.yml");
+    std::fs::write(
+        &web,
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  \
+         client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: clients.crt\n",
+    )
+    .unwrap();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let child = Command::new(BIN)
+        .args(["--web.listen-address", &listen, "--simulate", "dgx-h100"])
+        .arg("--web.config.file")
+        .arg(&web)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _daemon = Daemon { child, port };
+    let at = [
+        "--web.listen-address",
+        listen.as_str(),
+        "--web.config.file",
+        web.to_str().unwrap(),
+    ];
+    let client = |name: &str| {
+        [
+            "--client-cert".to_string(),
+            path(&format!("{name}.crt")).display().to_string(),
+            "--client-key".to_string(),
+            path(&format!("{name}.key")).display().to_string(),
+        ]
+    };
+    let good = client("client");
+    let good: Vec<&str> = good.iter().map(String::as_str).collect();
+    let answer = npd_until(&at, &good, |a| a.0 == 0);
+    assert_eq!(answer, (0, "8 GPUs healthy".to_string()));
+
+    // Refused without a certificate and with one the exporter's CA did not sign: unknown,
+    // saying why.
+    assert_eq!(
+        npd(&at, &[]),
+        (
+            2,
+            "the exporter requires a client certificate (--client-cert, --client-key)".into()
+        )
+    );
+    let other = client("other");
+    let other: Vec<&str> = other.iter().map(String::as_str).collect();
+    assert_eq!(
+        npd(&at, &other),
+        (2, "the exporter refused the client certificate".into())
+    );
+    // A key file that is not a key: unknown before any connection.
+    let broken = ["--client-cert", good[1], "--client-key", good[1]];
+    let (status, message) = npd(&at, &broken);
+    assert_eq!(status, 2, "{message}");
+    assert!(message.starts_with("client key"), "{message}");
 }

@@ -41,6 +41,9 @@ pub struct Config {
     pub cuda_state_dir: Option<std::path::PathBuf>,
     /// Per-function call latency (`FAKE_NVML_LATENCY`, see `latency.rs`).
     pub latency: crate::latency::Latency,
+    /// Whether GPUs answer `nvmlDeviceGetProcessUtilization` (`FAKE_NVML_PROCESS_UTILIZATION=0`:
+    /// they answer `NOT_SUPPORTED`, as vGPUs and some drivers do).
+    pub process_utilization: bool,
 }
 
 /// What GPM-capable GPUs do (`FAKE_NVML_GPM`).
@@ -188,7 +191,16 @@ impl Config {
                 .map_err(|problem| bad("FAKE_NVML_LATENCY", &v, problem))?,
             None => crate::latency::Latency::none(),
         };
+        let process_utilization = match get("FAKE_NVML_PROCESS_UTILIZATION")
+            .as_deref()
+            .map(str::trim)
+        {
+            None | Some("1") => true,
+            Some("0") => false,
+            Some(v) => return Err(bad("FAKE_NVML_PROCESS_UTILIZATION", v, "expected 0 or 1")),
+        };
         Ok(Config {
+            process_utilization,
             latency,
             cuda_state_dir,
             power_instant,

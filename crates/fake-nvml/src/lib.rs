@@ -23,6 +23,7 @@
 //! | `FAKE_NVML_KMSG` | A file the fake driver prints each XID occurrence to, as `/dev/kmsg` records (`3,SEQ,USEC,-;NVRM: Xid (PCI:0000:2a:00): 48, pid=…`), as the real driver prints them to the kernel log: from scenario time 0 (the log holds the whole "boot"), within 100 ms of scenario time of each occurrence while the library is called (every call, the XID event wait included). For the exporter's kmsg collector. | unset |
 //! | `FAKE_NVML_XID_EVENTS` | `0`: GPUs refuse XID event registration (`NOT_SUPPORTED`), so NVML delivers no XID and only the fake kernel log has them. | `1` |
 //! | `FAKE_NVML_GPM` | `0`: no GPU supports GPM (the support query answers 0, sampling `NOT_SUPPORTED`), so the exporter's fallback is tested; `denied`: supported, but sampling answers `NVML_ERROR_NO_PERMISSION`. With `1`, Hopper and Blackwell parts sample; older ones never do. | `1` |
+//! | `FAKE_NVML_PROCESS_UTILIZATION` | `0`: `nvmlDeviceGetProcessUtilization` answers `NOT_SUPPORTED` (vGPUs, some drivers). | `1` |
 //! | `FAKE_NVML_GPM_FAIL_GPU` | GPU index whose `nvmlGpmSampleGet` fails with `NVML_ERROR_UNKNOWN`. | unset |
 //! | `FAKE_NVML_GPM_HANG_GPU` | GPU index whose GPM calls (`nvmlGpmQueryDeviceSupport`, `nvmlGpmSampleGet`) block forever while its other calls answer, to test that GPM has its own deadline. | unset |
 //! | `FAKE_NVML_POWER_INSTANT` | `0`: GPUs answer `NOT_SUPPORTED` for `NVML_FI_DEV_POWER_INSTANT` (186), as GPUs and drivers without the field do. | `1` |

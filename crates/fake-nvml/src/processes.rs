@@ -138,15 +138,18 @@ nvml_fn! {
 }
 
 nvml_fn! {
-    /// Per-process utilization (percent): each process gets its GPU's (or MIG instance's)
-    /// activity. `NOT_FOUND` when no process runs, as in NVML.
+    /// Per-process utilization (percent): each process of a time-sliced GPU its share, any
+    /// other process its GPU's (or MIG instance's) activity; one sample per process, stamped
+    /// now (so newer than any `last_seen_time_stamp` the caller got before). `NOT_FOUND` when there is
+    /// no sample, as in NVML.
     fn nvmlDeviceGetProcessUtilization(device: Device, utilization: *mut ProcessUtilizationSample, process_samples_count: *mut c_uint, last_seen_time_stamp: c_ulonglong) {
         if process_samples_count.is_null() {
             return Err(ERROR_INVALID_ARGUMENT);
         }
         let now_us = state::unix_micros();
+        let answers = state::with_driver(|d, _| Ok(d.config.process_utilization))?;
         let samples = device_call(device, Access::Reading, |dev| {
-            if dev.handle.mig.is_some() {
+            if dev.handle.mig.is_some() || !answers {
                 return Err(ERROR_NOT_SUPPORTED);
             }
             let r = dev.r()?;
@@ -155,6 +158,17 @@ nvml_fn! {
             Ok(r.processes
                 .iter()
                 .map(|p| {
+                    // A time-sliced GPU's processes each have their own share (the simulator's).
+                    if let Some(u) = p.utilization {
+                        return ProcessUtilizationSample {
+                            pid: p.pid,
+                            time_stamp: now_us,
+                            sm_util: percent(u.sm),
+                            mem_util: percent(u.memory),
+                            enc_util: percent(u.encoder),
+                            dec_util: percent(u.decoder),
+                        };
+                    }
                     let activity = r
                         .mig
                         .iter()

@@ -352,3 +352,51 @@ child_test!(
         );
     }
 );
+
+/// The example H100 MIG scenario (GPM on Hopper, MIG on both GPUs).
+const H100_MIG: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../examples/scenarios/h100-mig.toml"
+);
+
+child_test!(
+    a_mig_instance_is_sampled_through_its_gpu_and_answers_its_own_activity,
+    [("FAKE_NVML_SCENARIO", H100_MIG), ("FAKE_NVML_TIME", "60")],
+    {
+        let nvml = open();
+        let dev = nvml.device_by_index(0).unwrap();
+        assert!(dev.gpm_support().unwrap());
+        let (a, b) = (
+            dev.gpm_mig_sample(1).unwrap(),
+            dev.gpm_mig_sample(1).unwrap(),
+        );
+        let got = gpm_metrics_get(&nvml, &a, &b, &MODELLED).unwrap();
+        // The frozen clock: one instant, that instant's instance activity.
+        let mut node = Node::new(Scenario::load(H100_MIG).unwrap());
+        let Some(GpuState::Ok(r)) = node.reading(0, Duration::from_secs(60)) else {
+            panic!()
+        };
+        let active = r.readout.mig[0].graphics_engine_active_ratio.unwrap();
+        let gr = got[0].as_ref().unwrap().value;
+        assert!((gr - active * 100.0).abs() < 1e-9, "{gr} vs {active}");
+        assert!(got[1].as_ref().unwrap().value > 0.0, "SM activity");
+        // PCIe and NVLink are the GPU's, not an instance's.
+        assert!(got[8..]
+            .iter()
+            .all(|r| matches!(r, Err(NvmlError::NotSupported))));
+        // Another instance differs; one the GPU lacks is refused; samples of two instances,
+        // or of an instance and the whole GPU, do not make an interval.
+        let (c, d) = (
+            dev.gpm_mig_sample(2).unwrap(),
+            dev.gpm_mig_sample(2).unwrap(),
+        );
+        let other = gpm_metrics_get(&nvml, &c, &d, &MODELLED).unwrap();
+        assert_ne!(other[0].as_ref().unwrap().value, gr);
+        assert!(matches!(dev.gpm_mig_sample(9), Err(NvmlError::InvalidArg)));
+        assert!(gpm_metrics_get(&nvml, &a, &d, &MODELLED).is_err());
+        let whole = dev.gpm_sample().unwrap();
+        assert!(gpm_metrics_get(&nvml, &a, &whole, &MODELLED).is_err());
+        drop((a, b, c, d, whole));
+        assert_eq!(control(&nvml, b"fake_nvml_gpm_live_samples", None), 0);
+    }
+);

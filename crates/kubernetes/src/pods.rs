@@ -29,6 +29,8 @@ pub struct PodResourcesOptions {
     pub max_response_bytes: usize,
     /// Resource names whose devices are GPUs; a trailing `*` matches any suffix.
     pub resource_names: Vec<String>,
+    /// DRA drivers whose claimed devices are GPUs (default [`DRA_DRIVERS`]).
+    pub dra_drivers: Vec<String>,
     /// Deadline of one `List` call (connection included).
     pub call_timeout: Duration,
 }
@@ -42,6 +44,7 @@ impl Default for PodResourcesOptions {
                 .iter()
                 .map(|s| s.to_string())
                 .collect(),
+            dra_drivers: DRA_DRIVERS.iter().map(|s| s.to_string()).collect(),
             call_timeout: Duration::from_millis(1500),
         }
     }
@@ -177,6 +180,7 @@ impl Source for PodResourcesSource {
             attribution: Some(Arc::new(attribution(
                 &response,
                 &self.options.resource_names,
+                &self.options.dra_drivers,
             ))),
             ..PollOutput::default()
         })
@@ -211,7 +215,8 @@ pub fn device_ref(id: &str) -> Option<DeviceRef> {
     })
 }
 
-/// The DRA drivers whose claimed devices are GPUs: NVIDIA's DRA driver for GPUs.
+/// The DRA drivers whose claimed devices are GPUs by default: NVIDIA's DRA driver for GPUs
+/// (`[kubernetes] dra_drivers` replaces the list).
 pub const DRA_DRIVERS: &[&str] = &["gpu.nvidia.com"];
 
 /// The device a DRA claim resource names: the driver's device name `gpu-N` (GPU index N), a
@@ -244,11 +249,12 @@ pub fn claim_device_ref(claimed: &ClaimResource) -> Option<DeviceRef> {
 }
 
 /// Every (device, container) pair of a `List` response for the GPU resources in `patterns`,
-/// and for the GPUs NVIDIA's DRA driver allocated through resource claims, with the same
-/// holder labels.
+/// and for the GPUs the DRA drivers `dra_drivers` allocated through resource claims, with the
+/// same holder labels.
 pub fn attribution(
     response: &ListPodResourcesResponse,
     patterns: &[String],
+    dra_drivers: &[String],
 ) -> Vec<(DeviceRef, Holder)> {
     let mut out = Vec::new();
     for pod in &response.pod_resources {
@@ -274,7 +280,7 @@ pub fn attribution(
                 .dynamic_resources
                 .iter()
                 .flat_map(|claim| &claim.claim_resources)
-                .filter(|c| DRA_DRIVERS.contains(&c.driver_name.as_str()));
+                .filter(|c| dra_drivers.contains(&c.driver_name));
             for device in claimed.filter_map(claim_device_ref) {
                 out.push((
                     device,
@@ -358,7 +364,7 @@ mod tests {
                 }],
             }],
         };
-        let pairs = attribution(&response, &patterns);
+        let pairs = attribution(&response, &patterns, &[]);
         let devices: Vec<_> = pairs.iter().map(|(d, _)| d.clone()).collect();
         assert_eq!(
             devices,
@@ -404,7 +410,8 @@ mod tests {
                 }],
             }],
         };
-        let pairs = attribution(&response, &[]);
+        let nvidia = ["gpu.nvidia.com".to_string()];
+        let pairs = attribution(&response, &[], &nvidia);
         let devices: Vec<_> = pairs.iter().map(|(d, _)| d.clone()).collect();
         assert_eq!(
             devices,
@@ -421,6 +428,10 @@ mod tests {
             ],
             "another driver's devices and unnamed ones are not GPUs"
         );
+        // The driver list decides: another driver's claims count once listed, none without.
+        let both = ["gpu.nvidia.com".to_string(), "example.com/nic".to_string()];
+        assert_eq!(attribution(&response, &[], &both).len(), 4);
+        assert!(attribution(&response, &[], &[]).is_empty());
         assert!(pairs.iter().all(|(_, h)| *h
             == Holder::Pod {
                 namespace: "ml".into(),

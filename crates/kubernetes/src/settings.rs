@@ -7,6 +7,9 @@ use serde::Deserialize;
 
 use crate::PodResourcesOptions;
 
+/// Most DRA driver names `[kubernetes] dra_drivers` takes (each claim is matched against all).
+pub const MAX_DRA_DRIVERS: usize = 16;
+
 /// `[kubernetes]`: the kubelet pod-resources source (`--collector.kubernetes`).
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -18,6 +21,8 @@ pub struct KubernetesSettings {
     /// Resource names whose devices are GPUs or MIG instances; a trailing `*` matches any
     /// suffix.
     pub resource_names: Vec<String>,
+    /// DRA drivers whose claimed devices are GPUs (an empty list leaves DRA claims out).
+    pub dra_drivers: Vec<String>,
 }
 
 impl Default for KubernetesSettings {
@@ -27,13 +32,14 @@ impl Default for KubernetesSettings {
             pod_resources_socket: d.socket,
             max_response_bytes: d.max_response_bytes as u64,
             resource_names: d.resource_names,
+            dra_drivers: d.dra_drivers,
         }
     }
 }
 
 impl KubernetesSettings {
-    /// Refuses a response bound of 0 or one that does not fit in memory, and an empty list
-    /// of resource names.
+    /// Refuses a response bound of 0 or one that does not fit in memory, an empty list of
+    /// resource names, and an empty DRA driver name or more than [`MAX_DRA_DRIVERS`] of them.
     pub fn validate(&self) -> Result<(), SettingError> {
         if self.max_response_bytes == 0 || usize::try_from(self.max_response_bytes).is_err() {
             return Err(SettingError::new(
@@ -46,6 +52,18 @@ impl KubernetesSettings {
             return Err(SettingError::new(
                 "kubernetes.resource_names",
                 "must list at least one non-empty resource name",
+            ));
+        }
+        if self.dra_drivers.iter().any(|d| d.trim().is_empty()) {
+            return Err(SettingError::new(
+                "kubernetes.dra_drivers",
+                "a driver name must not be empty ([] leaves DRA claims out)",
+            ));
+        }
+        if self.dra_drivers.len() > MAX_DRA_DRIVERS {
+            return Err(SettingError::new(
+                "kubernetes.dra_drivers",
+                format!("at most {MAX_DRA_DRIVERS} drivers"),
             ));
         }
         Ok(())

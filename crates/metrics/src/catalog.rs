@@ -10,6 +10,7 @@ use crate::device::Scope;
 mod detail;
 mod markdown;
 mod names;
+mod process_activity;
 mod profiling;
 pub use detail::{policy, serves, Detail, Policy, POLICIES};
 pub use names::openmetrics_names;
@@ -310,14 +311,30 @@ define_catalog! {
         "Compute processes running on the GPU (all of them, also those beyond the per-GPU series limit).";
     ProcessMemoryUsed => Gauge Bytes "dgx_pixels_process_memory_used_bytes" ["gpu", "uuid", "gpu_instance", "compute_instance", "pid", "container_id"] ["nvml", "sim"]
         "Device memory used by a compute process, for the processes using the most memory on each GPU (container_id from /proc/PID/cgroup where known; MIG ids on MIG GPUs).";
+    ProcessUtilization => Gauge Ratio "dgx_pixels_process_utilization_ratio" ["gpu", "uuid", "gpu_instance", "compute_instance", "pid", "container_id", "engine"] ["nvml", "sim"]
+        "A compute process's share of one engine of the GPU (sm, memory, encoder, decoder) over the last sampling window, from NVML's process-utilization samples (not on GPUs in MIG mode): by default only on GPUs shared by several processes, for the K most SM-active processes ([nvml] process_activity_top_k, default 3), the rest summed under pid=\"other\", so at most K+1 series per GPU by default (engine sm) and 4(K+1) at full detail; no series while NVML has no new sample (never a made-up 0). Holder labels as for dgx_pixels_process_memory_used_bytes.";
     MigInfo => Gauge None "dgx_pixels_mig_info" ["gpu", "uuid", "gpu_instance", "compute_instance", "mig_profile", "mig_uuid"] ["nvml", "sim"]
         "One series (value 1) per MIG instance, naming its profile and UUID.";
     GpuPodInfo => Gauge None "dgx_pixels_gpu_pod_info" ["gpu", "uuid", "gpu_instance", "namespace", "pod", "container"] ["kubernetes"]
         "One series (value 1) per container of a pod that holds the GPU (gpu_instance empty) or MIG instance, from the kubelet pod-resources API; several when pods share a device.";
     GpuHpcJobInfo => Gauge None "dgx_pixels_gpu_hpc_job_info" ["gpu", "uuid", "gpu_instance", "hpc_job"] ["hpc"]
         "One series (value 1) per HPC job that holds the GPU (gpu_instance empty) or MIG instance, from the job files of --hpc.job-mapping-dir.";
-    MigGraphicsEngineActive => Gauge Ratio "dgx_pixels_mig_graphics_engine_active_ratio" ["gpu", "uuid", "gpu_instance", "compute_instance", "mig_profile"] ["dcgm", "sim"]
-        "Fraction of time the MIG instance's graphics or compute engines were active.";
+    MigGraphicsEngineActive => Gauge Ratio "dgx_pixels_mig_graphics_engine_active_ratio" ["gpu", "uuid", "gpu_instance", "compute_instance", "mig_profile"] ["nvml", "dcgm", "sim"]
+        "Fraction of time the MIG instance's graphics or compute engines were active (without DCGM, NVML GPM's GRAPHICS_UTIL of the instance, nvmlGpmMigSampleGet, on Hopper and newer).";
+    MigSmActive => Gauge Ratio "dgx_pixels_mig_sm_active_ratio" ["gpu", "uuid", "gpu_instance", "compute_instance", "mig_profile"] ["nvml"]
+        "Fraction of time at least one warp was resident on an SM of the MIG instance, averaged over its SMs (NVML GPM per MIG instance, on Hopper and newer, without DCGM).";
+    MigSmOccupancy => Gauge Ratio "dgx_pixels_mig_sm_occupancy_ratio" ["gpu", "uuid", "gpu_instance", "compute_instance", "mig_profile"] ["nvml"]
+        "Resident warps relative to the maximum, averaged over the MIG instance's SMs (NVML GPM per MIG instance, on Hopper and newer, without DCGM).";
+    MigTensorPipeActive => Gauge Ratio "dgx_pixels_mig_tensor_pipe_active_ratio" ["gpu", "uuid", "gpu_instance", "compute_instance", "mig_profile"] ["nvml"]
+        "Fraction of cycles the MIG instance's tensor pipes were active (NVML GPM per MIG instance, on Hopper and newer, without DCGM).";
+    MigDramActive => Gauge Ratio "dgx_pixels_mig_dram_active_ratio" ["gpu", "uuid", "gpu_instance", "compute_instance", "mig_profile"] ["nvml"]
+        "The MIG instance's DRAM bandwidth used over its maximum (NVML GPM per MIG instance, on Hopper and newer, without DCGM).";
+    MigFp64PipeActive => Gauge Ratio "dgx_pixels_mig_fp64_pipe_active_ratio" ["gpu", "uuid", "gpu_instance", "compute_instance", "mig_profile"] ["nvml"]
+        "Fraction of cycles the MIG instance's FP64 pipes were active (NVML GPM per MIG instance, on Hopper and newer, without DCGM).";
+    MigFp32PipeActive => Gauge Ratio "dgx_pixels_mig_fp32_pipe_active_ratio" ["gpu", "uuid", "gpu_instance", "compute_instance", "mig_profile"] ["nvml"]
+        "Fraction of cycles the MIG instance's FP32 pipes were active (NVML GPM per MIG instance, on Hopper and newer, without DCGM).";
+    MigFp16PipeActive => Gauge Ratio "dgx_pixels_mig_fp16_pipe_active_ratio" ["gpu", "uuid", "gpu_instance", "compute_instance", "mig_profile"] ["nvml"]
+        "Fraction of cycles the MIG instance's FP16 pipes were active (NVML GPM per MIG instance, on Hopper and newer, without DCGM).";
     MigMemoryUsed => Gauge Bytes "dgx_pixels_mig_memory_used_bytes" ["gpu", "uuid", "gpu_instance", "compute_instance", "mig_profile"] ["nvml", "sim"]
         "Memory in use in the MIG instance.";
     MigMemoryTotal => Gauge Bytes "dgx_pixels_mig_memory_total_bytes" ["gpu", "uuid", "gpu_instance", "compute_instance", "mig_profile"] ["nvml", "sim"]

@@ -10,11 +10,14 @@
 pub use crate::incidents::XidIncidents;
 pub use dgx_pixels_readout::{
     cuda_version_string, ClockReadout, EccTotals, FabricReadout, GpuIdentity, GpuReadout,
-    MigReadout, NvlinkErrors, NvlinkReadout, PowerSamples, PowerTally, ProcessReadout,
-    RailPortReadout, RemappedRowsReadout, RetiredPages, POWER_BUCKETS_WATTS,
+    MigReadout, NvlinkErrors, NvlinkReadout, PowerSamples, PowerTally, ProcessActivity,
+    ProcessReadout, ProcessUtilization, RailPortReadout, RemappedRowsReadout, RetiredPages,
+    POWER_BUCKETS_WATTS,
 };
 
+mod activity;
 mod power;
+pub use activity::{cap_activity, ActivityScope, DEFAULT_TOP_K, OTHER_PID};
 use power::push_power_samples;
 
 use std::sync::Arc;
@@ -243,6 +246,7 @@ pub fn push_gpu_samples(id: &GpuIdentity, r: &GpuReadout, out: &mut Vec<Sample>)
             p.used_memory_bytes,
         ));
     }
+    activity::push_activity_samples(&key, &r.process_activity, out);
     for m in &r.mig {
         let instance = Arc::new(key.with_mig(Some(MigInstance {
             gpu_instance: m.gpu_instance,
@@ -430,6 +434,7 @@ mod tests {
                 gpu_instance: Some(1),
                 compute_instance: Some(0),
                 used_memory_bytes: 1e9,
+                utilization: None,
             }],
             ..Default::default()
         };

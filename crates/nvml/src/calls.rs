@@ -68,6 +68,7 @@ functions! {
     CurrPcieLinkGeneration => "nvmlDeviceGetCurrPcieLinkGeneration",
     CurrPcieLinkWidth => "nvmlDeviceGetCurrPcieLinkWidth",
     ComputeRunningProcesses => "nvmlDeviceGetComputeRunningProcesses_v3",
+    ProcessUtilization => "nvmlDeviceGetProcessUtilization",
     MigDeviceHandleByIndex => "nvmlDeviceGetMigDeviceHandleByIndex",
     // Every slow_interval.
     FieldValuesSlow => "nvmlDeviceGetFieldValues(slow)",
@@ -86,6 +87,7 @@ functions! {
     // GPM, on its own thread every poll.
     GpmQueryDeviceSupport => "nvmlGpmQueryDeviceSupport",
     GpmSampleGet => "nvmlGpmSampleGet",
+    GpmMigSampleGet => "nvmlGpmMigSampleGet",
     GpmMetricsGet => "nvmlGpmMetricsGet",
     GpmSampleFree => "nvmlGpmSampleFree",
     // Fast power sampling, on its own thread per GPU.

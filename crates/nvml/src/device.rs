@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dgx_pixels_metrics::gpu::{
-    cuda_version_string, ClockReadout, EccTotals, FabricReadout, GpuIdentity, GpuReadout,
-    MigReadout, NvlinkReadout, ProcessReadout, RailPortReadout, RemappedRowsReadout, RetiredPages,
+    cap_activity, cuda_version_string, ActivityScope, ClockReadout, EccTotals, FabricReadout,
+    GpuIdentity, GpuReadout, MigReadout, NvlinkReadout, ProcessActivity, ProcessReadout,
+    ProcessUtilization, RailPortReadout, RemappedRowsReadout, RetiredPages,
 };
 use dgx_pixels_metrics::labels::{NvlinkErrorType, ThrottleReason, ViolationPolicy};
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
@@ -99,6 +100,10 @@ pub struct ReaderOptions {
     pub slow_interval: Duration,
     /// At most this many processes per GPU get their own series.
     pub max_processes: usize,
+    /// Which GPUs get per-process activity series.
+    pub activity_scope: ActivityScope,
+    /// At most this many processes per GPU get their own activity series.
+    pub activity_top_k: usize,
     /// Where procfs is mounted, to map processes to containers.
     pub procfs: PathBuf,
     /// Where sysfs is mounted, for the rail NICs.
@@ -148,6 +153,9 @@ pub struct GpuReader {
     /// Readings the GPU did not answer, logged once each.
     unanswered: HashSet<String>,
     containers: HashMap<u32, Option<String>>,
+    /// NVML's timestamp (µs) of the newest process-utilization sample read (the next call asks
+    /// only for samples after it), and whether the GPU said it never answers them.
+    activity: (u64, bool),
     /// Whether GPM measures PCIe throughput now (its values replace the driver's).
     pcie_from_gpm: Arc<AtomicBool>,
 }
@@ -207,6 +215,7 @@ impl GpuReader {
             slow: None,
             unanswered: HashSet::new(),
             containers: HashMap::new(),
+            activity: (0, false),
             pcie_from_gpm,
         }
     }
@@ -390,11 +399,34 @@ impl GpuReader {
             UsedGpuMemory::Used(b) => Some(b),
             UsedGpuMemory::Unavailable => None,
         };
+        // Not in MIG mode: each instance's activity is its own series, and one process per
+        // instance shares nothing.
+        let mig_mode = !readout.mig.is_empty() || procs.iter().any(|p| p.gpu_instance_id.is_some());
+        let mut activity = read_activity(
+            mig_mode,
+            &self.options,
+            &mut self.activity,
+            dev,
+            &procs,
+            &mut check,
+        );
         procs.sort_by_key(|p| std::cmp::Reverse(used(p).unwrap_or(0)));
         procs.truncate(self.options.max_processes);
-        self.containers
-            .retain(|pid, _| procs.iter().any(|p| p.pid == *pid));
+        self.containers.retain(|pid, _| {
+            procs.iter().any(|p| p.pid == *pid) || activity.iter().any(|a| a.pid == Some(*pid))
+        });
         let procfs = &self.options.procfs;
+        for a in &mut activity {
+            if let Some(pid) = a.pid {
+                a.container_id = self
+                    .containers
+                    .entry(pid)
+                    .or_insert_with(|| cgroup::container_id_of(procfs, pid))
+                    .clone()
+                    .unwrap_or_default();
+            }
+        }
+        readout.process_activity = activity;
         readout.processes = procs
             .iter()
             .filter_map(|p| {
@@ -411,15 +443,149 @@ impl GpuReader {
                     gpu_instance: p.gpu_instance_id,
                     compute_instance: p.compute_instance_id,
                     used_memory_bytes: bytes as f64,
+                    utilization: None,
                 })
             })
             .collect();
     }
 }
 
+/// Per-process activity from NVML's process-utilization samples newer than `state.0` (NVML's
+/// timestamp, µs, of the newest sample read before; moved on), capped (container ids still
+/// empty). A GPU or driver that never answers (`NOT_SUPPORTED`, no symbol, no permission;
+/// `state.1` set) is not asked again. Nothing in MIG mode, when the scope leaves the GPU out or when NVML has no new
+/// sample (`NOT_FOUND`, or an empty answer): the series are omitted, never served as 0.
+fn read_activity(
+    mig_mode: bool,
+    options: &ReaderOptions,
+    state: &mut (u64, bool),
+    dev: &Device<'_>,
+    procs: &[nvml_wrapper::struct_wrappers::device::ProcessInfo],
+    check: &mut Check<'_>,
+) -> Vec<ProcessActivity> {
+    let (scope, top_k) = (options.activity_scope, options.activity_top_k);
+    let wanted = match scope {
+        ActivityScope::Off => false,
+        ActivityScope::All => !procs.is_empty(),
+        ActivityScope::Shared => procs.len() > 1,
+    };
+    if !wanted || mig_mode || state.1 {
+        return Vec::new();
+    }
+    let samples = match timed(F::ProcessUtilization, || {
+        dev.process_utilization_stats(state.0)
+    }) {
+        // No sample since the last call: nothing to say, and nothing wrong.
+        Err(NvmlError::NotFound) => return Vec::new(),
+        Err(
+            e @ (NvmlError::NotSupported
+            | NvmlError::NoPermission
+            | NvmlError::FailedToLoadSymbol(_)),
+        ) => {
+            state.1 = true;
+            debug!(gpu = check.index, error = %e, "no per-process utilization; not asked again");
+            return Vec::new();
+        }
+        r => check.get("process_utilization", r).unwrap_or_default(),
+    };
+    let newest = samples.iter().map(|s| s.timestamp).max().unwrap_or(0);
+    state.0 = state.0.max(newest);
+    let activity = mean_per_process(&samples, procs);
+    cap_activity(activity, Some(procs.len()), scope, top_k)
+}
+
+/// One entry per running process with samples: the mean of its samples since the last read
+/// (NVML may buffer several per process), NVML's percent as ratios. Samples of processes no
+/// longer running (NVML keeps them in its buffer a while) and of our own probe workers (not in
+/// `procs`) are left out.
+fn mean_per_process(
+    samples: &[nvml_wrapper::struct_wrappers::device::ProcessUtilizationSample],
+    procs: &[nvml_wrapper::struct_wrappers::device::ProcessInfo],
+) -> Vec<ProcessActivity> {
+    let mut sums: HashMap<u32, (ProcessUtilization, u32)> = HashMap::new();
+    let ratio = |pct: u32| (f64::from(pct) / 100.0).clamp(0.0, 1.0);
+    for s in samples {
+        if !procs.iter().any(|p| p.pid == s.pid) {
+            continue;
+        }
+        let (sum, n) = sums.entry(s.pid).or_default();
+        sum.sm += ratio(s.sm_util);
+        sum.memory += ratio(s.mem_util);
+        sum.encoder += ratio(s.enc_util);
+        sum.decoder += ratio(s.dec_util);
+        *n += 1;
+    }
+    sums.into_iter()
+        .map(|(pid, (sum, n))| {
+            let n = f64::from(n.max(1));
+            let p = procs.iter().find(|p| p.pid == pid);
+            ProcessActivity {
+                pid: Some(pid),
+                container_id: String::new(),
+                gpu_instance: p.and_then(|p| p.gpu_instance_id),
+                compute_instance: p.and_then(|p| p.compute_instance_id),
+                utilization: ProcessUtilization {
+                    sm: sum.sm / n,
+                    memory: sum.memory / n,
+                    encoder: sum.encoder / n,
+                    decoder: sum.decoder / n,
+                },
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nvml_wrapper::struct_wrappers::device::{ProcessInfo, ProcessUtilizationSample};
+
+    #[test]
+    fn each_running_process_gets_the_mean_of_its_samples_as_ratios() {
+        let proc_info = |pid| ProcessInfo {
+            pid,
+            used_gpu_memory: UsedGpuMemory::Used(1),
+            gpu_instance_id: None,
+            compute_instance_id: None,
+        };
+        let sample = |pid, timestamp, sm_util, dec_util| ProcessUtilizationSample {
+            pid,
+            timestamp,
+            sm_util,
+            mem_util: 10,
+            enc_util: 0,
+            dec_util,
+        };
+        let samples = [
+            sample(7, 1, 40, 0),
+            sample(7, 2, 60, 20),
+            sample(8, 2, 25, 0),
+            // Gone since (NVML keeps its samples a while), or one of our probe workers.
+            sample(9, 2, 90, 0),
+            // NVML never answers over 100 %; a ratio never exceeds 1.
+            sample(8, 3, 250, 0),
+        ];
+        let mut got = mean_per_process(&samples, &[proc_info(7), proc_info(8)]);
+        got.sort_by_key(|a| a.pid);
+        let by: Vec<_> = got
+            .iter()
+            .map(|a| {
+                (
+                    a.pid,
+                    a.utilization.sm,
+                    a.utilization.memory,
+                    a.utilization.decoder,
+                )
+            })
+            .collect();
+        assert_eq!(
+            by,
+            [
+                (Some(7), 0.5, 0.1, 0.1),
+                (Some(8), (0.25 + 1.0) / 2.0, 0.1, 0.0)
+            ]
+        );
+    }
 
     #[test]
     fn throttle_reasons_are_spelled_as_nvml_names_them() {

@@ -9,17 +9,22 @@
 //! rather than a made-up value. One `nvmlGpmMetricsGet` per GPU and poll answers every metric.
 //! A GPU or a driver without GPM (`NOT_SUPPORTED`, no symbol), or without the permission to
 //! read it, is asked once and then left alone: its profiling series are absent.
+//!
+//! On a GPU in MIG mode each GPU instance is sampled too (`nvmlGpmMigSampleGet`, through the
+//! GPU's handle), for the instances of the MIG layout the GPU's reader saw last: the ratio
+//! families per instance (`dgx_pixels_mig_*_ratio`, labelled as the MIG memory series are),
+//! over the same interval. A driver without the call is asked once.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use dgx_pixels_metrics::gpu::{GpuIdentity, GpuReadout};
-use dgx_pixels_metrics::{DeviceKey, Metric, Sample};
+use dgx_pixels_metrics::{DeviceKey, Metric, MigInstance, Sample};
 use nvml_wrapper::enums::gpm::GpmMetricId;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::gpm::{gpm_metrics_get, GpmSample};
-use nvml_wrapper::Nvml;
+use nvml_wrapper::{Device, Nvml};
 use nvml_wrapper_sys::bindings::nvmlGpmSample_t;
 use tracing::{debug, info, warn};
 
@@ -98,11 +103,45 @@ pub const GPM_FAMILIES: [Metric; 10] = [
     Metric::NvlinkReceiveRate,
 ];
 
+/// The metrics read per MIG instance (GPM answers percent) and the family each goes to: the
+/// ratio families; PCIe and NVLink are the GPU's.
+const MIG_METRICS: [(GpmMetricId, Metric); 8] = [
+    (GpmMetricId::GraphicsUtil, Metric::MigGraphicsEngineActive),
+    (GpmMetricId::SmUtil, Metric::MigSmActive),
+    (GpmMetricId::SmOccupancy, Metric::MigSmOccupancy),
+    (GpmMetricId::AnyTensorUtil, Metric::MigTensorPipeActive),
+    (GpmMetricId::DramBwUtil, Metric::MigDramActive),
+    (GpmMetricId::Fp64Util, Metric::MigFp64PipeActive),
+    (GpmMetricId::Fp32Util, Metric::MigFp32PipeActive),
+    (GpmMetricId::Fp16Util, Metric::MigFp16PipeActive),
+];
+
+/// A GPU has at most seven GPU instances; more in a layout is not believed.
+const MAX_MIG_INSTANCES: usize = 8;
+
+/// One MIG instance of a GPU's layout: GPU instance, compute instance, profile (`3g.40gb`).
+pub type MigSlot = (u32, u32, String);
+
+/// What GPM measured on one MIG instance over the interval between two polls.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MigGpm {
+    /// The GPU instance.
+    pub gpu_instance: u32,
+    /// Its compute instance.
+    pub compute_instance: u32,
+    /// Its profile (`mig_profile` label).
+    pub profile: String,
+    /// The `dgx_pixels_mig_*` ratio series.
+    pub series: Vec<(Metric, f64)>,
+}
+
 /// What GPM measured on one GPU over the interval between two polls.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GpmReading {
     /// Profiling series (no labels beyond the GPU's), in base units.
     pub series: Vec<(Metric, f64)>,
+    /// Per MIG instance, on a GPU in MIG mode.
+    pub mig: Vec<MigGpm>,
     /// PCIe transmit and receive rates over the interval, bytes per second.
     pub pcie_tx: Option<f64>,
     /// See `pcie_tx`.
@@ -138,16 +177,40 @@ impl GpmReading {
         }
     }
 
-    /// The profiling samples of GPU `id`.
+    /// The profiling samples of GPU `id` and of its MIG instances.
     pub fn push(&self, id: &GpuIdentity, out: &mut Vec<Sample>) {
-        if self.series.is_empty() {
+        if self.series.is_empty() && self.mig.is_empty() {
             return;
         }
-        let key = Arc::new(DeviceKey::gpu(id.index, id.uuid.as_str()));
+        let key = DeviceKey::gpu(id.index, id.uuid.as_str());
+        let gpu = Arc::new(key.clone());
         for (metric, v) in &self.series {
-            out.push(Sample::of(&key, *metric, [] as [&str; 0], *v));
+            out.push(Sample::of(&gpu, *metric, [] as [&str; 0], *v));
+        }
+        for m in &self.mig {
+            // The instance's key: the labels of its memory series (and of DCGM's MIG rows).
+            let instance = Arc::new(key.with_mig(Some(MigInstance {
+                gpu_instance: m.gpu_instance,
+                compute_instance: Some(m.compute_instance),
+            })));
+            for (metric, v) in &m.series {
+                out.push(Sample::of(&instance, *metric, [m.profile.as_str()], *v));
+            }
         }
     }
+}
+
+/// One instance's series from GPM's per-metric answers in [`MIG_METRICS`] order (percent): a
+/// metric that failed or is not a number is left out.
+fn mig_series(answers: &[Result<f64, NvmlError>]) -> Vec<(Metric, f64)> {
+    MIG_METRICS
+        .iter()
+        .zip(answers)
+        .filter_map(|((_, m), a)| {
+            let v = a.as_ref().ok().copied().filter(|v| v.is_finite())?;
+            Some((*m, v / 100.0))
+        })
+        .collect()
 }
 
 /// The previous poll's sample, owned (freed on drop) with the library it came from.
@@ -193,6 +256,13 @@ pub struct GpmReader {
     enabled: bool,
     support: Support,
     prev: Option<Held>,
+    /// The previous poll's sample of each MIG GPU instance.
+    mig_prev: HashMap<u32, Held>,
+    /// Whether the driver answers `nvmlGpmMigSampleGet` (false once it said it never will).
+    mig_support: bool,
+    /// Whether the whole GPU is sampled: false once a GPU in MIG mode refused for good (its
+    /// instances may still answer).
+    whole: bool,
     /// Errors already logged (once each).
     logged: HashSet<String>,
 }
@@ -205,20 +275,34 @@ impl GpmReader {
             enabled,
             support: Support::Unknown,
             prev: None,
+            mig_prev: HashMap::new(),
+            mig_support: true,
+            whole: true,
             logged: HashSet::new(),
         }
     }
 
     /// Takes this poll's sample and returns the metrics since the previous poll's, if any.
     /// `answered` says whether the GPU answered this poll: a GPU that did not starts afresh.
-    pub fn poll(&mut self, nvml: &Arc<Nvml>, answered: bool) -> Option<GpmReading> {
+    /// `layout` is the GPU's MIG layout as last read (empty when not in MIG mode): each
+    /// instance is sampled as well.
+    pub fn poll(
+        &mut self,
+        nvml: &Arc<Nvml>,
+        answered: bool,
+        layout: &[MigSlot],
+    ) -> Option<GpmReading> {
         if !self.enabled || !answered || self.support == Support::No {
             self.prev = None;
+            self.mig_prev.clear();
             return None;
         }
         let dev = match timed(Function::HandleByIndex, || nvml.device_by_index(self.index)) {
             Ok(d) => d,
-            Err(e) => return self.failed("device handle", e),
+            Err(e) => {
+                self.mig_prev.clear();
+                return self.failed("device handle", e);
+            }
         };
         if self.support == Support::Unknown {
             self.support = match timed(Function::GpmQueryDeviceSupport, || dev.gpm_support()) {
@@ -231,9 +315,37 @@ impl GpmReader {
                 return None;
             }
         }
+        let mig = self.poll_mig(nvml, &dev, layout);
+        let gpu = if self.whole {
+            self.poll_gpu(nvml, &dev, !layout.is_empty())
+        } else {
+            None
+        };
+        match (gpu, mig.is_empty()) {
+            (Some(mut r), _) => {
+                r.mig = mig;
+                Some(r)
+            }
+            (None, false) => Some(GpmReading {
+                mig,
+                ..GpmReading::default()
+            }),
+            (None, true) => None,
+        }
+    }
+
+    /// The whole GPU's sample and its metrics since the previous one; `in_mig` says the GPU is
+    /// in MIG mode, where a refusal for good leaves its instances to be sampled.
+    fn poll_gpu(&mut self, nvml: &Arc<Nvml>, dev: &Device<'_>, in_mig: bool) -> Option<GpmReading> {
         // nvml-wrapper allocates the buffer (nvmlGpmSampleAlloc) and takes the sample.
         let sample = match timed(Function::GpmSampleGet, || dev.gpm_sample()) {
             Ok(s) => s,
+            Err(e) if permanent(&e) && in_mig && self.mig_support => {
+                self.prev = None;
+                self.whole = false;
+                self.log_once("nvmlGpmSampleGet (GPU in MIG mode)", &e);
+                return None;
+            }
             Err(e) if permanent(&e) => {
                 self.prev = None;
                 self.support = self.refuse(&e);
@@ -267,6 +379,60 @@ impl GpmReader {
             sample: sample.into_handle(),
         });
         reading
+    }
+
+    /// Each MIG instance's sample of this poll and its metrics since the previous poll's.
+    fn poll_mig(&mut self, nvml: &Arc<Nvml>, dev: &Device<'_>, layout: &[MigSlot]) -> Vec<MigGpm> {
+        let layout = &layout[..layout.len().min(MAX_MIG_INSTANCES)];
+        // An instance gone from the layout starts afresh should it come back.
+        self.mig_prev
+            .retain(|gi, _| layout.iter().any(|(g, _, _)| g == gi));
+        if !self.mig_support {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for (gi, ci, profile) in layout {
+            let sample = match timed(Function::GpmMigSampleGet, || dev.gpm_mig_sample(*gi)) {
+                Ok(s) => s,
+                Err(e) if permanent(&e) => {
+                    info!(gpu = self.index, reason = %e, "no GPM per MIG instance on this GPU; per-instance profiling series omitted");
+                    self.mig_support = false;
+                    self.mig_prev.clear();
+                    return Vec::new();
+                }
+                Err(e) => {
+                    self.mig_prev.remove(gi);
+                    self.log_once("nvmlGpmMigSampleGet", &e);
+                    continue;
+                }
+            };
+            if let Some(prev) = self.mig_prev.get(gi) {
+                let ids = MIG_METRICS.map(|(id, _)| id);
+                match timed(Function::GpmMetricsGet, || {
+                    gpm_metrics_get(nvml, &prev.view(), &sample, &ids)
+                }) {
+                    Ok(results) => {
+                        let answers: Vec<Result<f64, NvmlError>> =
+                            results.into_iter().map(|r| r.map(|m| m.value)).collect();
+                        out.push(MigGpm {
+                            gpu_instance: *gi,
+                            compute_instance: *ci,
+                            profile: profile.clone(),
+                            series: mig_series(&answers),
+                        });
+                    }
+                    Err(e) => self.log_once("nvmlGpmMetricsGet (MIG)", &e),
+                }
+            }
+            self.mig_prev.insert(
+                *gi,
+                Held {
+                    nvml: Arc::clone(nvml),
+                    sample: sample.into_handle(),
+                },
+            );
+        }
+        out
     }
 
     fn refuse(&mut self, why: &NvmlError) -> Support {

@@ -33,7 +33,8 @@
 //!
 //! On Hopper and newer, the profiling families (SM activity and occupancy, pipe and DRAM
 //! activity, NVLink rates) and PCIe throughput come from GPM, over the interval between two
-//! polls, unless DCGM provides them ([`NvmlOptions::profiling`], `gpm.rs`).
+//! polls, unless DCGM provides them ([`NvmlOptions::profiling`], `gpm.rs`); on a GPU in MIG
+//! mode, the ratio families per MIG instance too (`dgx_pixels_mig_*_ratio`).
 //!
 //! ```
 //! use dgx_pixels_metrics::Source;
@@ -65,7 +66,9 @@ use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dgx_pixels_metrics::gpu::{push_gpu_samples, GpuIdentity, GpuReadout, XidIncidents};
+use dgx_pixels_metrics::gpu::{
+    push_gpu_samples, ActivityScope, GpuIdentity, GpuReadout, XidIncidents, DEFAULT_TOP_K,
+};
 use dgx_pixels_metrics::{
     Backoff, DeviceKey, Metric, PollError, PollErrorKind, PollOutput, Sample, Source, XidLedger,
 };
@@ -106,6 +109,13 @@ pub struct NvmlOptions {
     /// `process_memory_used_bytes` series (largest memory first); default 10.
     #[serde(rename = "processes_per_gpu")]
     pub max_processes_per_gpu: usize,
+    /// `process_activity`: which GPUs get per-process activity series
+    /// (`process_utilization_ratio`): `shared` (default: GPUs with more than one compute
+    /// process), `all` or `off`.
+    pub process_activity: ProcessActivity,
+    /// `process_activity_top_k`: at most this many processes per GPU get activity series (the
+    /// most SM-active), the rest summed under `pid="other"`; default 3.
+    pub process_activity_top_k: usize,
     /// `xid_quiet_period`: XIDs of one code on one GPU less than this apart are one incident
     /// (`dgx_pixels_gpu_xid_incidents_total`); default 3 min.
     #[serde(deserialize_with = "dgx_pixels_settings::duration")]
@@ -136,6 +146,29 @@ pub struct NvmlOptions {
     pub counters_every_poll: bool,
 }
 
+/// [`NvmlOptions::process_activity`]: which GPUs get per-process activity series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProcessActivity {
+    /// GPUs with more than one compute process.
+    #[default]
+    Shared,
+    /// Every GPU with a compute process.
+    All,
+    /// None: NVML's process-utilization samples are not read.
+    Off,
+}
+
+impl ProcessActivity {
+    fn scope(self) -> ActivityScope {
+        match self {
+            ProcessActivity::Shared => ActivityScope::Shared,
+            ProcessActivity::All => ActivityScope::All,
+            ProcessActivity::Off => ActivityScope::Off,
+        }
+    }
+}
+
 /// Default [`NvmlOptions::power_sample_interval`]: 10 Hz.
 pub const DEFAULT_POWER_SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
 /// Default [`NvmlOptions::power_window`].
@@ -148,6 +181,8 @@ impl Default for NvmlOptions {
             gpu_deadline: Duration::from_secs(1),
             slow_interval: Duration::from_secs(5),
             max_processes_per_gpu: 10,
+            process_activity: ProcessActivity::Shared,
+            process_activity_top_k: DEFAULT_TOP_K,
             xid_quiet_period: XidIncidents::DEFAULT_QUIET,
             procfs: PathBuf::from("/proc"),
             sysfs: PathBuf::from("/sys"),
@@ -168,9 +203,12 @@ enum Reply {
 /// A GPU's basic reading thread: its requests (the poll number) and whether it is in a call.
 type ReaderWorker = (mpsc::Sender<u64>, Arc<AtomicBool>);
 
-/// A GPU's GPM thread: its requests (the poll number and whether the GPU answered its last
-/// basic reading) and whether it is in a call.
-type GpmWorker = (mpsc::Sender<(u64, bool)>, Arc<AtomicBool>);
+/// A GPU's GPM thread: its requests (the poll number, whether the GPU answered its last basic
+/// reading, and its MIG layout as last read) and whether it is in a call.
+type GpmWorker = (
+    mpsc::Sender<(u64, bool, Vec<gpm::MigSlot>)>,
+    Arc<AtomicBool>,
+);
 
 /// One GPU's worker threads: the basic reading, and GPM on a thread of its own, so a GPU whose
 /// GPM calls hang loses its profiling families only, never its other readings.
@@ -259,6 +297,8 @@ pub struct NvmlSource {
     gpm_stalled: HashSet<u32>,
     /// Whether each GPU answered its last basic reading (GPM starts afresh after one it did not).
     answered: HashMap<u32, bool>,
+    /// Each GPU's MIG layout as last read (empty when not in MIG mode), for GPM per instance.
+    mig_layouts: HashMap<u32, Vec<gpm::MigSlot>>,
     /// XID counts over time, turned into incidents.
     incidents: XidIncidents,
     /// Where XID events are recorded and counted (shared with the kernel log reader).
@@ -297,6 +337,7 @@ impl NvmlSource {
             stalled: HashSet::new(),
             gpm_stalled: HashSet::new(),
             answered: HashMap::new(),
+            mig_layouts: HashMap::new(),
             ledger: Arc::default(),
         }
     }
@@ -368,6 +409,8 @@ impl NvmlSource {
         let reader_options = ReaderOptions {
             slow_interval: self.options.slow_interval,
             max_processes: self.options.max_processes_per_gpu,
+            activity_scope: self.options.process_activity.scope(),
+            activity_top_k: self.options.process_activity_top_k,
             procfs: self.options.procfs.clone(),
             sysfs: self.options.sysfs.clone(),
             counters_every_poll: self.options.counters_every_poll,
@@ -454,7 +497,8 @@ impl Source for NvmlSource {
             gpm_missing.insert(w.index);
             if !busy.swap(true, Ordering::AcqRel) {
                 let answered = self.answered.get(&w.index).copied().unwrap_or(true);
-                if requests.send((number, answered)).is_ok() {
+                let layout = self.mig_layouts.get(&w.index).cloned().unwrap_or_default();
+                if requests.send((number, answered, layout)).is_ok() {
                     gpm_asked += 1;
                 } else {
                     busy.store(false, Ordering::Release);
@@ -542,6 +586,12 @@ impl Source for NvmlSource {
                 readout.power_samples = loaded.power.as_ref().and_then(|p| p.samples(index));
             }
             self.answered.insert(index, readout.up);
+            if readout.up {
+                let layout = readout.mig.iter();
+                let layout =
+                    layout.map(|m| (m.gpu_instance, m.compute_instance, m.profile.clone()));
+                self.mig_layouts.insert(index, layout.collect());
+            }
             let profile = profiles.remove(&index);
             let gpm_late = gpm_missing.contains(&index);
             if gpm_late && self.gpm_stalled.insert(index) {
@@ -635,7 +685,7 @@ fn spawn_gpm_worker(
     reply_tx: &mpsc::Sender<Reply>,
     pcie_from_gpm: &Arc<AtomicBool>,
 ) -> Option<GpmWorker> {
-    let (requests, rx) = mpsc::channel::<(u64, bool)>();
+    let (requests, rx) = mpsc::channel::<(u64, bool, Vec<gpm::MigSlot>)>();
     let busy = Arc::new(AtomicBool::new(false));
     let (nvml, reply_tx, busy2) = (nvml.clone(), reply_tx.clone(), busy.clone());
     let pcie = Arc::clone(pcie_from_gpm);
@@ -643,8 +693,8 @@ fn spawn_gpm_worker(
     let spawned = thread::Builder::new()
         .name(format!("nvml-gpm{index}"))
         .spawn(move || {
-            while let Ok((poll, answered)) = rx.recv() {
-                let profile = gpm.poll(&nvml, answered);
+            while let Ok((poll, answered, layout)) = rx.recv() {
+                let profile = gpm.poll(&nvml, answered, &layout);
                 busy2.store(false, Ordering::Release);
                 let measured = profile
                     .as_ref()

@@ -249,6 +249,39 @@ pub struct ProcessReadout {
     pub compute_instance: Option<u32>,
     /// Device memory used.
     pub used_memory_bytes: f64,
+    /// The process's share of the GPU's engines, where the source knows it (the simulator;
+    /// NVML's samples arrive apart, in [`GpuReadout::process_activity`]).
+    pub utilization: Option<ProcessUtilization>,
+}
+
+/// A process's share of the GPU's engines over the last sampling window (ratios, 0..1):
+/// NVML's process-utilization samples.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ProcessUtilization {
+    /// SM (compute) activity.
+    pub sm: f64,
+    /// Memory controller activity.
+    pub memory: f64,
+    /// Encoder activity.
+    pub encoder: f64,
+    /// Decoder activity.
+    pub decoder: f64,
+}
+
+/// One per-process activity series set: a process, or (`pid` none) the remainder of the
+/// processes beyond the per-GPU cap.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProcessActivity {
+    /// Host process id; `None` for the remainder ("other").
+    pub pid: Option<u32>,
+    /// Container id from `/proc/PID/cgroup`, empty when unknown or for the remainder.
+    pub container_id: String,
+    /// GPU instance on a GPU in MIG mode (none for the remainder).
+    pub gpu_instance: Option<u32>,
+    /// Compute instance on a GPU in MIG mode (none for the remainder).
+    pub compute_instance: Option<u32>,
+    /// Its share of the engines; for the remainder, the sum of the others' (at most 1).
+    pub utilization: ProcessUtilization,
 }
 
 /// Clocks per domain ([`ClockDomain`]), hertz.
@@ -364,6 +397,9 @@ pub struct GpuReadout {
     pub process_count: Option<usize>,
     /// The processes to export (the caller bounds how many).
     pub processes: Vec<ProcessReadout>,
+    /// Per-process engine activity to export, already capped per GPU (the caller decides
+    /// which GPUs and how many processes; empty when there were no samples).
+    pub process_activity: Vec<ProcessActivity>,
     /// PCIe transmit throughput.
     pub pcie_transmit_bytes_per_second: Option<f64>,
     /// PCIe receive throughput.

@@ -19,7 +19,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::power::SimPower;
 
-use dgx_pixels_metrics::gpu::{push_gpu_samples, GpuIdentity, GpuReadout, XidIncidents};
+use dgx_pixels_metrics::gpu::{
+    cap_activity, push_gpu_samples, ActivityScope, GpuIdentity, GpuReadout, ProcessActivity,
+    XidIncidents, DEFAULT_TOP_K,
+};
 use dgx_pixels_metrics::{DeviceKey, Metric, XidLedger, XidOrigin};
 use dgx_pixels_metrics::{
     ExternalFamilies, ExternalFamily, ExternalKind, ExternalSample, PollError, PollOutput, Sample,
@@ -392,6 +395,7 @@ impl Source for SimSource {
             if r.up {
                 r.power_samples = self.power.as_mut().and_then(|p| p.samples(i, t));
             }
+            r.process_activity = process_activity(&r);
             push_gpu_samples(id, &r, &mut out);
         }
         let mut external = ExternalFamilies::default();
@@ -416,6 +420,30 @@ impl Source for SimSource {
     }
 }
 
+/// Per-process activity as the NVML source serves it by default (`[nvml] process_activity`
+/// `shared`, top 3): the simulated node stands in for NVML's process-utilization samples.
+fn process_activity(r: &GpuReadout) -> Vec<ProcessActivity> {
+    let samples = r
+        .processes
+        .iter()
+        .filter_map(|p| {
+            Some(ProcessActivity {
+                pid: Some(p.pid),
+                container_id: p.container_id.clone(),
+                gpu_instance: p.gpu_instance,
+                compute_instance: p.compute_instance,
+                utilization: p.utilization?,
+            })
+        })
+        .collect();
+    cap_activity(
+        samples,
+        r.process_count,
+        ActivityScope::Shared,
+        DEFAULT_TOP_K,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -433,6 +461,32 @@ mod tests {
             .filter(|s| s.metric == metric)
             .map(|s| s.value)
             .collect()
+    }
+
+    #[test]
+    fn the_time_sliced_gpu_serves_each_processs_share_and_others_none() {
+        let mut n = node("dgx-a100-mig");
+        let t = Duration::from_secs(60);
+        let activity = |n: &mut Node, gpu: usize| {
+            let GpuState::Ok(r) = n.reading(gpu, t).unwrap() else {
+                panic!("no faults");
+            };
+            (
+                process_activity(&r.readout),
+                r.readout.utilization_ratio.unwrap(),
+            )
+        };
+        let (shared, util) = activity(&mut n, 4);
+        let got: Vec<(Option<u32>, f64)> =
+            shared.iter().map(|a| (a.pid, a.utilization.sm)).collect();
+        let pid = dgx_pixels_sim::process_id(4);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!((got[0].0, got[1].0), (Some(pid), Some(pid + 1)));
+        assert!((got[0].1 - 0.7 * util).abs() < 1e-9, "{got:?}");
+        assert!((got[1].1 - 0.3 * util).abs() < 1e-9, "{got:?}");
+        // One process (GPU 2), or one per MIG instance (GPU 0): not shared.
+        assert!(activity(&mut n, 2).0.is_empty());
+        assert!(activity(&mut n, 0).0.is_empty());
     }
 
     #[test]

@@ -82,6 +82,8 @@ struct RawScenario {
     #[serde(default)]
     mig: Vec<RawMig>,
     #[serde(default)]
+    time_slicing: Vec<RawTimeSlicing>,
+    #[serde(default)]
     phases: Vec<RawPhase>,
     #[serde(default)]
     faults: Vec<RawFault>,
@@ -160,6 +162,14 @@ struct RawGpu {
 struct RawMig {
     gpu: u32,
     profiles: Vec<String>,
+}
+
+/// `[[time_slicing]]`: several processes share each of `gpus` (validate/sharing.rs).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTimeSlicing {
+    gpus: Vec<u32>,
+    weights: Vec<f64>,
 }
 
 #[derive(Deserialize)]

@@ -88,6 +88,9 @@ pub struct GpuStatic {
     /// The NVLink fabric the GPU registers with (multi-node NVLink, e.g. a GB200 NVL72 tray);
     /// `None` where NVML answers `NOT_SUPPORTED`.
     pub fabric: Option<FabricStatic>,
+    /// Time-slicing (`[[time_slicing]]`): the weights of the processes sharing the GPU, each
+    /// getting its weight's part of the GPU's activity and memory; empty for one process.
+    pub process_weights: Vec<f64>,
 }
 
 /// A GPU's place in an NVLink fabric.

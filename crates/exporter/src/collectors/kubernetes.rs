@@ -80,6 +80,7 @@ fn build(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
         // Checked by config validation to fit.
         max_response_bytes: usize::try_from(k.max_response_bytes).unwrap_or(usize::MAX),
         resource_names: k.resource_names.clone(),
+        dra_drivers: k.dra_drivers.clone(),
         // Leave the runner's watchdog room to see the call fail on its own.
         call_timeout: ctx.timing.timeout.mul_f64(0.8),
     };

@@ -399,7 +399,20 @@ fn kubernetes_and_hpc_tables_parse_validate_and_yield_to_flags() {
         Path::new("/var/lib/kubelet/pod-resources/kubelet.sock")
     );
     assert_eq!(s.kubernetes().max_response_bytes, 16 << 20);
+    assert_eq!(s.kubernetes().dra_drivers, ["gpu.nvidia.com"]);
     for (text, want) in [
+        (
+            "[kubernetes]\ndra_drivers = [\"gpu.nvidia.com\", \" \"]\n",
+            "kubernetes.dra_drivers: a driver name must not be empty",
+        ),
+        (
+            "[nvml]\nprocess_activity = \"some\"\n",
+            "line 2 key nvml.process_activity: unknown variant `some`",
+        ),
+        (
+            "[nvml]\nprocess_activity_top_k = 0\n",
+            "nvml.process_activity_top_k: 0 is outside 1 to 16",
+        ),
         (
             "[kubernetes]\nmax_response_bytes = 0\n",
             "kubernetes.max_response_bytes",

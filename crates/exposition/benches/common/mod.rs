@@ -102,6 +102,7 @@ pub fn snapshot(gpus: u32) -> Snapshot {
                 used_memory_bytes: 6.0e10,
                 ..Default::default()
             }],
+            process_activity: Vec::new(),
         };
         push_gpu_samples(&id, &r, &mut samples);
     }

@@ -6,7 +6,9 @@
 //! MIG device handles answer `NOT_SUPPORTED` to sampling and 0 to the support query. With
 //! `FAKE_NVML_GPM=denied` sampling answers `NO_PERMISSION`.
 //! `FAKE_NVML_GPM_FAIL_GPU=N` makes GPU N's sampling fail (`NVML_ERROR_UNKNOWN`).
-//! `nvmlGpmMigSampleGet` and the streaming calls are not exported (nvml-wrapper reports a
+//! `nvmlGpmMigSampleGet` samples one GPU instance of a GPU in MIG mode (through the GPU's
+//! handle, as NVML takes it): the instance's metrics follow its modelled activity
+//! ([`model::averaged_mig`]). The streaming calls are not exported (nvml-wrapper reports a
 //! missing symbol as an error of that call only).
 
 use std::ffi::{c_char, c_uint, c_void, CStr};
@@ -141,11 +143,56 @@ nvml_fn! {
             if d.config.gpm_fail_gpu.is_some_and(|g| g as usize == h.gpu) {
                 return Err(ERROR_UNKNOWN);
             }
-            match d.state(h.gpu, now) {
-                Some(dgx_pixels_sim::GpuState::Ok(_)) => Ok(samples::Taken { gpu: h.gpu, at: now }),
-                Some(dgx_pixels_sim::GpuState::Lost { .. }) => Err(ERROR_GPU_IS_LOST),
-                None => Err(ERROR_INVALID_ARGUMENT),
+            take(d, h, None, now)
+        })?;
+        samples::fill(gpm_sample, taken)
+    }
+}
+
+/// The sample of GPU `h` (instance `gpu_instance`) at `now`, once the GPU's GPM is known to
+/// answer: `GPU_IS_LOST` for a lost GPU.
+fn take(
+    d: &mut state::Driver,
+    h: Handle,
+    gpu_instance: Option<u32>,
+    now: std::time::Duration,
+) -> Result<samples::Taken, NvmlReturn> {
+    match d.state(h.gpu, now) {
+        Some(dgx_pixels_sim::GpuState::Ok(_)) => Ok(samples::Taken {
+            gpu: h.gpu,
+            gpu_instance,
+            at: now,
+        }),
+        Some(dgx_pixels_sim::GpuState::Lost { .. }) => Err(ERROR_GPU_IS_LOST),
+        None => Err(ERROR_INVALID_ARGUMENT),
+    }
+}
+
+nvml_fn! {
+    /// Reads one MIG GPU instance's counters into a sample buffer, through its GPU's handle:
+    /// `INVALID_ARGUMENT` for an instance the GPU does not have (or a GPU not in MIG mode).
+    fn nvmlGpmMigSampleGet(device: Device, gpu_instance_id: c_uint, gpm_sample: *mut c_void) {
+        if !samples::is_live(gpm_sample) {
+            return Err(ERROR_INVALID_ARGUMENT);
+        }
+        state::gpm_hang(device);
+        let taken = device_call_mut(device, |d, h, now| {
+            if !supported(d, h) {
+                return Err(ERROR_NOT_SUPPORTED);
             }
+            if d.config.gpm == Gpm::Denied {
+                return Err(ERROR_NO_PERMISSION);
+            }
+            if d.config.gpm_fail_gpu.is_some_and(|g| g as usize == h.gpu) {
+                return Err(ERROR_UNKNOWN);
+            }
+            let has = d.node().gpu(h.gpu).and_then(|g| g.mig.as_ref()).is_some_and(|m| {
+                m.iter().any(|i| i.gpu_instance == gpu_instance_id)
+            });
+            if !has {
+                return Err(ERROR_INVALID_ARGUMENT);
+            }
+            take(d, h, Some(gpu_instance_id), now)
         })?;
         samples::fill(gpm_sample, taken)
     }
@@ -165,7 +212,8 @@ nvml_fn! {
             return Err(ERROR_INVALID_ARGUMENT);
         }
         let (a, b) = (samples::taken(req.sample1)?, samples::taken(req.sample2)?);
-        if a.gpu != b.gpu {
+        // Two samples of one GPU, or of one instance of it.
+        if (a.gpu, a.gpu_instance) != (b.gpu, b.gpu_instance) {
             return Err(ERROR_INVALID_ARGUMENT);
         }
         let values = state::with_driver(|d, _| {
@@ -177,7 +225,10 @@ nvml_fn! {
                     d.gpm.insert(dgx_pixels_sim::Node::new(scenario))
                 }
             };
-            model::averaged(node, a.gpu, a.at, b.at)
+            match a.gpu_instance {
+                None => model::averaged(node, a.gpu, a.at, b.at),
+                Some(gi) => model::averaged_mig(node, a.gpu, gi, a.at, b.at),
+            }
         })?;
         for m in &mut req.metrics[..req.num_metrics as usize] {
             answer(m, &values);

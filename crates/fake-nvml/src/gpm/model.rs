@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use dgx_pixels_sim::{profile, GpuState, GpuStatic, Node, Profile};
+use dgx_pixels_sim::{profile, GpuReading, GpuState, GpuStatic, Node, Profile};
 
 use crate::types::*;
 
@@ -74,6 +74,43 @@ pub fn values(g: &GpuStatic, p: &Profile) -> [Option<f64>; 12] {
     ]
 }
 
+/// One MIG GPU instance's answers: its graphics activity as the simulator models it, and the
+/// GPU's other activity ratios scaled by the instance's share of the GPU's graphics activity
+/// (at most 1); PCIe and NVLink are the GPU's, not an instance's (`NOT_SUPPORTED`). `None`
+/// for every metric while the reading has no such instance.
+pub fn mig_values(g: &GpuStatic, r: &GpuReading, gpu_instance: u32) -> [Option<f64>; 12] {
+    let Some(active) = r
+        .readout
+        .mig
+        .iter()
+        .find(|m| m.gpu_instance == gpu_instance)
+        .and_then(|m| m.graphics_engine_active_ratio)
+    else {
+        return [None; 12];
+    };
+    let p = profile(g, r);
+    let scale = if p.gr_engine_active > 0.0 {
+        active / p.gr_engine_active
+    } else {
+        0.0
+    };
+    let pct = |ratio: f64| Some((ratio * scale).clamp(0.0, 1.0) * 100.0);
+    [
+        Some(active.clamp(0.0, 1.0) * 100.0),
+        pct(p.sm_active),
+        pct(p.sm_occupancy),
+        pct(p.tensor_active),
+        pct(p.dram_active),
+        pct(p.fp64_active),
+        pct(p.fp32_active),
+        pct(p.fp16_active),
+        None,
+        None,
+        None,
+        None,
+    ]
+}
+
 /// The answers of GPU `gpu` averaged over `[from, to]` (the samples' scenario times, either
 /// order), each reading weighted by how long it holds; at a single instant, that instant's.
 /// A lost GPU's time counts for nothing; lost throughout, `GPU_IS_LOST`.
@@ -83,6 +120,27 @@ pub fn averaged(
     a: Duration,
     b: Duration,
 ) -> Result<[Option<f64>; 12], NvmlReturn> {
+    averaged_by(node, gpu, a, b, |g, r| values(g, &profile(g, r)))
+}
+
+/// As [`averaged`], for MIG GPU instance `gpu_instance` of GPU `gpu` ([`mig_values`]).
+pub fn averaged_mig(
+    node: &mut Node,
+    gpu: usize,
+    gpu_instance: u32,
+    a: Duration,
+    b: Duration,
+) -> Result<[Option<f64>; 12], NvmlReturn> {
+    averaged_by(node, gpu, a, b, |g, r| mig_values(g, r, gpu_instance))
+}
+
+fn averaged_by(
+    node: &mut Node,
+    gpu: usize,
+    a: Duration,
+    b: Duration,
+    answers: impl Fn(&GpuStatic, &GpuReading) -> [Option<f64>; 12],
+) -> Result<[Option<f64>; 12], NvmlReturn> {
     let g = node.gpu(gpu).ok_or(ERROR_INVALID_ARGUMENT)?.clone();
     let (from, to) = (ms(a.min(b)), ms(a.max(b)));
     let mut sum = [0.0; 12];
@@ -91,7 +149,7 @@ pub fn averaged(
     for (at, end) in points(from, to) {
         let weight = if to == from { 1.0 } else { (end - at) as f64 };
         if let Some(GpuState::Ok(r)) = node.reading(gpu, Duration::from_millis(at)) {
-            for (i, v) in values(&g, &profile(&g, &r)).iter().enumerate() {
+            for (i, v) in answers(&g, &r).iter().enumerate() {
                 if let Some(v) = v {
                     sum[i] += v * weight;
                     seen[i] = true;
@@ -185,6 +243,34 @@ mod tests {
         }
         // The average differs from either end's reading (the workload moves within a second).
         assert_ne!(got[0], at(&mut n, 2, from)[0]);
+    }
+
+    #[test]
+    fn a_mig_instance_answers_its_own_activity_and_its_share_of_the_gpus() {
+        let text = include_str!("../../../../examples/scenarios/h100-mig.toml");
+        let mut n = Node::new(Scenario::from_toml_str(text, "h100-mig.toml").unwrap());
+        let g = n.gpu(0).unwrap().clone();
+        let t = Duration::from_secs(30);
+        let Some(GpuState::Ok(r)) = n.reading(0, t) else {
+            panic!()
+        };
+        let p = profile(&g, &r);
+        for m in &r.readout.mig {
+            let v = mig_values(&g, &r, m.gpu_instance);
+            let active = m.graphics_engine_active_ratio.unwrap();
+            assert_eq!(v[0], Some(active * 100.0));
+            let share = active / p.gr_engine_active;
+            assert!((v[1].unwrap() - p.sm_active * share * 100.0).abs() < 1e-9);
+            assert!((v[3].unwrap() - p.tensor_active * share * 100.0).abs() < 1e-9);
+            // PCIe and NVLink are the GPU's.
+            assert!(v[8..].iter().all(Option::is_none), "{v:?}");
+        }
+        // The instances differ (their weights do), and an unknown instance answers nothing.
+        let a = mig_values(&g, &r, 1)[1];
+        assert_ne!(a, mig_values(&g, &r, 2)[1]);
+        assert_eq!(mig_values(&g, &r, 9), [None; 12]);
+        let avg = averaged_mig(&mut n, 0, 1, t, t).unwrap();
+        assert_eq!(avg[1], a);
     }
 
     #[test]

@@ -21,10 +21,12 @@ pub const ERROR_MEMORY: NvmlReturn = 20;
 const TAG: usize = 0x4750_0000_0000;
 const TAG_MASK: usize = !0xFFFF_FFFF;
 
-/// A filled sample: the GPU it read and the scenario time it read it at.
+/// A filled sample: the GPU (and MIG GPU instance, for `nvmlGpmMigSampleGet`) it read and the
+/// scenario time it read it at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Taken {
     pub gpu: usize,
+    pub gpu_instance: Option<u32>,
     pub at: Duration,
 }
 
@@ -113,6 +115,7 @@ mod tests {
         assert_eq!(taken(p), Err(ERROR_INVALID_ARGUMENT), "not filled yet");
         let t = Taken {
             gpu: 3,
+            gpu_instance: None,
             at: Duration::from_millis(1500),
         };
         fill(p, t).unwrap();

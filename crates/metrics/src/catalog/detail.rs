@@ -104,14 +104,19 @@ pub static POLICIES: &[Entry] = &[
         why: "only while a source left stale readings out",
     },
     Entry {
+        metric: Metric::ProcessUtilization,
+        policy: Policy::OnlyValues("engine", &["sm"]),
+        why: "SM activity says who uses a shared GPU; the memory, encoder and decoder shares are a drill-down",
+    },
+    Entry {
         metric: Metric::NvmlCalls,
         policy: Policy::FullOnly,
-        why: "self-diagnosis of what NVML costs the exporter (one series per NVML function called, at most 49 per node), for a drill-down",
+        why: "self-diagnosis of what NVML costs the exporter (one series per NVML function called, at most 51 per node), for a drill-down",
     },
     Entry {
         metric: Metric::NvmlCallSeconds,
         policy: Policy::FullOnly,
-        why: "self-diagnosis of what NVML costs the exporter (one series per NVML function called, at most 49 per node), for a drill-down",
+        why: "self-diagnosis of what NVML costs the exporter (one series per NVML function called, at most 51 per node), for a drill-down",
     },
     Entry {
         metric: Metric::GpuMemoryFree,

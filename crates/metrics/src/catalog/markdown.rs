@@ -33,6 +33,7 @@ pub fn markdown() -> String {
     }
     out.push_str(FRESHNESS);
     out.push_str(super::profiling::PROFILING);
+    out.push_str(super::process_activity::PROCESS_ACTIVITY);
     out.push_str(ATTRIBUTION);
     out.push_str(&series_budget());
     out
@@ -81,9 +82,11 @@ bill. The exporter serves one of two profiles, `--metrics.detail` (`[metrics] de
   series per GPU, a MIG instance counting as a GPU of its own, without the families a job
   reports (workload, quality, traces: they grow with what the job writes), and with as many
   processes and XID codes as the built-in scenarios show (one process per GPU or MIG instance,
-  one XID code at a time): `crates/exporter/tests/series_budget.rs` holds every built-in
-  scenario through its faults, with DCGM profiling and probes, and the fake NVML, to it. Each
-  further process adds one series, each further XID code three.
+  two on `dgx-a100-mig`'s time-sliced GPU 4, which serves exactly 60; one XID code at a time):
+  `crates/exporter/tests/series_budget.rs` holds every built-in scenario through its faults,
+  with DCGM profiling and probes, and the fake NVML, to it. Each further process adds one
+  series, and on a shared GPU one more while it is among the top K by activity
+  (`dgx_pixels_process_utilization_ratio`); each further XID code three.
 - **`full`**: every series every source reads, for a drill-down on one node (set it on that
   node while you debug it).
 

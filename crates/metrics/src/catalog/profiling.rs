@@ -16,8 +16,21 @@ byte rates have one source per series:
 2. Otherwise **NVML's GPM** (GPU Performance Monitoring, `nvmlGpmSampleGet` and
    `nvmlGpmMetricsGet`) on every GPU that supports it (`nvmlGpmQueryDeviceSupport`: Hopper and
    newer), read by the `nvml` source.
-3. Otherwise **absent**: Ampere and older GPUs, drivers without GPM, MIG instances (per-instance
-   GPM is not read), and GPUs where GPM is refused. Absent, never 0.
+3. Otherwise **absent**: Ampere and older GPUs, drivers without GPM, and GPUs where GPM is
+   refused. Absent, never 0.
+
+**Per MIG instance.** On a GPU in MIG mode the same rule gives the ratio families of each MIG
+instance (`dgx_pixels_mig_graphics_engine_active_ratio`, `dgx_pixels_mig_sm_active_ratio`,
+`_sm_occupancy_`, `_tensor_pipe_active_`, `_dram_active_`, `_fp64_`, `_fp32_`,
+`_fp16_pipe_active_ratio`), labelled `gpu`, `uuid`, `gpu_instance`, `compute_instance`,
+`mig_profile` as the instance's memory series: without DCGM, GPM samples each GPU instance of
+the layout the GPU's last reading saw (`nvmlGpmMigSampleGet`, through the GPU's handle; one more
+sample and metrics call per instance and poll), over the same interval as the GPU's; the first
+interval of a new instance serves nothing. PCIe and NVLink rates stay the GPU's. With DCGM
+providing the profiling families GPM is not read, and the DCGM source does not watch MIG
+instances, so these families are absent there. A driver without the call is asked once.
+`examples/scenarios/h100-mig.toml` is a Hopper MIG node to try it on the fake libnvidia-ml
+(`dgx-a100-mig` is Ampere: no GPM).
 
 GPM reports counters between two samples. Each GPU's worker keeps the sample of its previous
 poll and takes a new one every poll, so the values cover the interval between two polls

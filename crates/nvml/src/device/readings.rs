@@ -452,6 +452,7 @@ pub(super) fn read_fast(
         rail_ports: slow.rail.clone(),
         process_count: None,
         processes: Vec::new(),
+        process_activity: Vec::new(),
         mig,
     }
 }

@@ -9,12 +9,12 @@ use dgx_pixels_readout::labels::{
 };
 use dgx_pixels_readout::{
     EccTotals, FabricReadout, GpuReadout, MigReadout, NvlinkReadout, ProcessReadout,
-    RemappedRowsReadout, RetiredPages,
+    ProcessUtilization, RemappedRowsReadout, RetiredPages,
 };
 
 use super::{
-    floor_mib, step_of, time_of, GpuSim, MigParams, IDLE_UTILIZATION, MAX_RETIRED_PAGES, MIB,
-    P0_UTILIZATION, SPARE_ROWS, STEP_S, S_MIG_NOISE,
+    floor_mib, step_of, time_of, GpuSim, MigParams, StepEval, IDLE_UTILIZATION, MAX_RETIRED_PAGES,
+    MIB, P0_UTILIZATION, SPARE_ROWS, STEP_S, S_MIG_NOISE,
 };
 use crate::noise;
 use crate::types::{GpuReading, GpuState, GpuStatic, PcieLink};
@@ -126,6 +126,11 @@ impl GpuSim {
         let base_pid = crate::process_id(self.index);
         let processes: Vec<ProcessReadout> = if idle {
             Vec::new()
+        } else if mig.is_empty() && !g.process_weights.is_empty() {
+            // Time-sliced: each process gets its weight's part of the work and the memory.
+            used.map_or_else(Vec::new, |u| {
+                shared_processes(base_pid, u, &g.process_weights, &e)
+            })
         } else if mig.is_empty() {
             used.filter(|u| *u > 0)
                 .map(|u| ProcessReadout {
@@ -255,6 +260,9 @@ impl GpuSim {
                 .collect(),
             process_count: Some(processes.len()),
             processes,
+            // The source picks which processes get activity series (each one's is in
+            // `processes`).
+            process_activity: Vec::new(),
             pcie_transmit_bytes_per_second: Some(e.pcie_tx),
             pcie_receive_bytes_per_second: Some(e.pcie_rx),
             nvlink_transmit_bytes: nvlink.then_some(nvlink_tx as f64),
@@ -362,4 +370,40 @@ impl GpuSim {
             health,
         }
     }
+}
+
+/// The processes of a time-sliced GPU: pids from `base_pid` on (the first keeps the one the
+/// traces name), each with its weight's part of the GPU's activity and of `used` (in MiB, the
+/// last taking what rounding left, so the processes' memory adds up to the GPU's).
+fn shared_processes(
+    base_pid: u32,
+    used: u64,
+    weights: &[f64],
+    e: &StepEval,
+) -> Vec<ProcessReadout> {
+    let mut left = used;
+    weights
+        .iter()
+        .enumerate()
+        .map(|(i, w)| {
+            let bytes = if i + 1 == weights.len() {
+                left
+            } else {
+                floor_mib(used as f64 * w).min(left)
+            };
+            left -= bytes;
+            ProcessReadout {
+                pid: base_pid.saturating_add(i as u32),
+                used_memory_bytes: bytes as f64,
+                utilization: Some(ProcessUtilization {
+                    sm: (e.utilization * w).clamp(0.0, 1.0),
+                    memory: (e.memory_utilization * w).clamp(0.0, 1.0),
+                    // The modelled workloads do no video.
+                    encoder: 0.0,
+                    decoder: 0.0,
+                }),
+                ..Default::default()
+            }
+        })
+        .collect()
 }

@@ -10,6 +10,7 @@ use crate::locate;
 
 mod faults;
 mod gpus;
+mod sharing;
 mod storage;
 mod workload;
 
@@ -175,6 +176,7 @@ pub(super) fn validate(ctx: &Ctx<'_>, raw: RawScenario) -> Result<Scenario, Scen
 
     let (mut gpus, models) = gpus::gpus(ctx, &raw, ambient, seed)?;
     gpus::mig(ctx, &raw, seed, &mut gpus, &models)?;
+    sharing::time_slicing(ctx, &raw, &mut gpus)?;
     let phases = workload::phases(ctx, &raw, repeat_after, &models)?;
     let faults = faults::faults(ctx, &raw, &gpus)?;
     let storage = storage::mounts(ctx, &raw)?;

@@ -320,6 +320,7 @@ pub(super) fn gpus(
                         .to_string(),
                         clique_id,
                     }),
+                process_weights: Vec::new(),
             });
             models.push(GpuModel {
                 idle_power: idle,

@@ -1,0 +1,100 @@
+//! Against the fake libnvidia-ml (crates/fake-nvml) on dgx-a100-mig, whose GPU 4 is
+//! time-sliced between two processes (70/30 % of its work): per-process activity from NVML's
+//! process-utilization samples, on shared GPUs only by default (not in MIG mode), capped at
+//! the top K with the rest under pid "other".
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use dgx_pixels_metrics::{Metric, Sample, Source};
+use dgx_pixels_nvml::{NvmlOptions, NvmlSource, ProcessActivity};
+
+/// `(gpu, pid, sm)` of every per-process SM activity sample of one poll (after the first).
+fn sm_activity(options: NvmlOptions) -> (Vec<(u32, String, f64)>, Vec<Sample>) {
+    let mut s = NvmlSource::with_options(NvmlOptions {
+        gpu_deadline: Duration::from_secs(10),
+        power_sample_interval: Duration::ZERO,
+        profiling: false,
+        ..options
+    });
+    s.poll().unwrap();
+    let out = s.poll().unwrap().samples;
+    let sm = out
+        .iter()
+        .filter(|x| x.metric == Metric::ProcessUtilization && x.label("engine") == Some("sm"))
+        .map(|x| {
+            let d = x.device.as_ref().unwrap();
+            (d.index(), x.label("pid").unwrap().to_string(), x.value)
+        })
+        .collect();
+    (sm, out)
+}
+
+#[test]
+fn shared_gpus_serve_the_top_k_processes_and_the_rest_as_other() {
+    let lib = common::fake_library();
+    // One test in this file: the fake reads its environment at init, for this process.
+    std::env::set_var("FAKE_NVML_SCENARIO", "dgx-a100-mig");
+    std::env::set_var("FAKE_NVML_TIME", "60");
+    std::env::set_var("FAKE_NVML_PCIE_DELAY_MS", "0");
+    let options = || NvmlOptions {
+        library: Some(lib.clone()),
+        ..NvmlOptions::default()
+    };
+    let (sm, out) = sm_activity(options());
+    let gpu4 = out
+        .iter()
+        .find(|x| x.metric == Metric::GpuUtilization && x.device.as_ref().unwrap().index() == 4)
+        .unwrap()
+        .value;
+    assert!(gpu4 > 0.5, "GPU 4 trains at 60 s: {gpu4}");
+    // Only GPU 4 is shared (GPUs 0 and 1 run one process per MIG instance); both its
+    // processes are within the default top 3.
+    let expected = [("20400", 0.7), ("20401", 0.3)];
+    assert_eq!(sm.len(), expected.len(), "{sm:?}");
+    for ((gpu, pid, v), (want_pid, share)) in sm.iter().zip(expected) {
+        assert_eq!((*gpu, pid.as_str()), (4, want_pid), "{sm:?}");
+        // NVML answers whole percents.
+        assert!(
+            (v - share * gpu4).abs() <= 0.011,
+            "{pid}: {v} vs {share} x {gpu4}"
+        );
+    }
+    // Four engines per process at full detail; the fake's workloads do no video.
+    let engines: Vec<_> = out
+        .iter()
+        .filter(|x| x.metric == Metric::ProcessUtilization && x.label("pid") == Some("20400"))
+        .map(|x| (x.label("engine").unwrap().to_string(), x.value))
+        .collect();
+    assert_eq!(engines.len(), 4, "{engines:?}");
+    assert!(engines.contains(&("encoder".to_string(), 0.0)));
+
+    // `all` with K = 1: every busy whole GPU's one process, and on GPU 4 the most active one
+    // plus the rest; still nothing in MIG mode.
+    let (sm, _) = sm_activity(NvmlOptions {
+        process_activity: ProcessActivity::All,
+        process_activity_top_k: 1,
+        ..options()
+    });
+    let on4: Vec<_> = sm.iter().filter(|(g, _, _)| *g == 4).collect();
+    assert_eq!(on4.len(), 2, "{sm:?}");
+    assert_eq!((on4[0].1.as_str(), on4[1].1.as_str()), ("20400", "other"));
+    assert!((on4[1].2 - 0.3 * gpu4).abs() <= 0.011, "{on4:?}");
+    assert!(!sm.iter().any(|(g, _, _)| *g < 2), "{sm:?}");
+    for g in [2, 3, 5, 6, 7] {
+        assert_eq!(
+            sm.iter().filter(|(i, _, _)| *i == g).count(),
+            1,
+            "GPU {g}: {sm:?}"
+        );
+    }
+
+    // `off`: NVML is not asked.
+    let (sm, _) = sm_activity(NvmlOptions {
+        process_activity: ProcessActivity::Off,
+        ..options()
+    });
+    assert!(sm.is_empty(), "{sm:?}");
+}
