@@ -81,7 +81,8 @@ python3 grafana/tests/check.py rules "$work/queries.yml" "${dashboards[@]}"
 echo "-- every query returns data from a real Prometheus scraping simulated nodes"
 # dgx-h100 trains on all eight GPUs and the probes leave busy GPUs alone by default: the demo
 # node probes busy GPUs too (they then measure the share the workload leaves them), often, so
-# results arrive within seconds. Its cost gauges come from the scenario's [cost] table. Its
+# results arrive within seconds; it runs the node probes too (NCCL across its GPUs, a storage
+# path: simulated, nothing of the host is read). Its cost gauges come from the scenario's [cost] table. Its
 # simulated training job drops traces every 2 s (listed every 500 ms), so the training panels,
 # which need two analysed drops, have data within seconds on this node too.
 cat >"$work/probes.toml" <<'TOML'
@@ -90,6 +91,8 @@ busy_threshold = 1.0
 settle = "0s"
 duty_cycle = 0.2
 probes = "gemm_bf16,copy_d2d,copy_h2d"
+nccl_allreduce = true
+storage_paths = ["/data"]
 [simulation]
 trace_period = "2s"
 [collector.trace]

@@ -24,6 +24,10 @@ DS = {"type": "prometheus", "uid": "${datasource}"}
 # The framework's targets.
 P95_TARGET_S = 0.2
 SCALING_TARGET = 0.85
+# The metrics framework's fabric and storage targets: NCCL bus bandwidth across the node's GPUs
+# and storage read throughput, bytes per second.
+NCCL_TARGET_BPS = 200e9
+STORAGE_TARGET_BPS = 8e9
 LPIPS_TARGET = 0.20
 SSIM_TARGET = 0.85
 PSNR_TARGET_DB = 25
@@ -361,6 +365,33 @@ def performance():
             [q(f"dgx_pixels_probe_bandwidth_bytes_per_second{{{NODE_GPU}}}",
                GPU_LEGEND + " {{probe}}")],
             w=8, unit="Bps", custom=ts_custom(fill=0))
+    d.row("Fabric and storage against targets")
+    d.panel("timeseries", "NCCL bus bandwidth",
+            "NCCL all-reduce bus bandwidth at the largest message size, measured by the "
+            "nccl_allreduce node probe while the node's GPUs are idle "
+            "(dgx_pixels_probe_nccl_largest_bus_bandwidth_bytes_per_second), beside the ring "
+            "figure expected of the node's GPUs; red below the 200 GB/s target.",
+            [q(f"dgx_pixels_probe_nccl_largest_bus_bandwidth_bytes_per_second{{{NODE}}}",
+               "{{node}} measured"),
+             q(f"dgx_pixels_probe_nccl_expected_bus_bandwidth_bytes_per_second{{{NODE}}}",
+               "{{node}} expected")],
+            w=8, unit="Bps", min_=0, thresholds=lower_target(NCCL_TARGET_BPS),
+            custom=ts_custom(True, fill=0))
+    d.panel("bargauge", "NCCL bus bandwidth against expected",
+            "Each node's last NCCL bus bandwidth as a fraction of the figure expected of its GPUs "
+            "(recording rule instance:dgx_pixels_probe_nccl_bus_bandwidth:expected_ratio); the "
+            "alert DgxPixelsNcclBusBandwidthLow fires after 30 minutes under 0.8.",
+            [q(f"instance:dgx_pixels_probe_nccl_bus_bandwidth:expected_ratio{{{NODE}}}",
+               "{{node}}", instant=True)],
+            w=8, unit="percentunit", min_=0, max_=1, thresholds=steps(RED, (0.8, GREEN)))
+    d.panel("timeseries", "Storage read throughput",
+            "Sequential read throughput of each configured storage path, measured by the "
+            "storage_read node probe while the node's GPUs are idle "
+            "(dgx_pixels_probe_storage_read_bytes_per_second); red below the 8 GB/s target.",
+            [q(f"dgx_pixels_probe_storage_read_bytes_per_second{{{NODE}}}",
+               "{{node}} {{path}}")],
+            w=8, unit="Bps", min_=0, thresholds=lower_target(STORAGE_TARGET_BPS),
+            custom=ts_custom(True, fill=0))
     d.row("Jobs")
     d.panel("table", "Jobs",
             "Jobs that export dgx_pixels_workload_job_info: what they ran, when they started and "

@@ -46,7 +46,10 @@ fleet_scenario() { # SCENARIO N
 fleet_role_args() { # ROLE
   case $1 in
     probes)
-      printf '[probes]\nbusy_threshold = 1.0\nsettle = "0s"\nduty_cycle = 0.2\nprobes = "gemm_bf16,copy_d2d,copy_h2d"\n' \
+      # The opt-in probes too, so their rules have data: P2P first in each GPU's turn (a pair
+      # per GPU within the run), NCCL across the node and a storage path (simulated: nothing of
+      # the host is read).
+      printf '[probes]\nbusy_threshold = 1.0\nsettle = "0s"\nduty_cycle = 0.2\nprobes = "p2p_copy,gemm_bf16,copy_d2d,copy_h2d"\nnccl_allreduce = true\nstorage_paths = ["/data"]\n' \
         >"$work/probes.toml"
       echo "--config.file $work/probes.toml --collector.probes.interval 1s" ;;
     textfile)

@@ -361,9 +361,12 @@ fn watch_and_check(d: &Daemon, spawned: Instant, ready: f64, source: &str) {
     check_fault_health(&last_body, source);
     // Every rule of the table but the fabric ones was the reason of some GPU's verdict.
     // (The node rule is covered by fewer_gpus_than_expected_is_an_unhealthy_node, the rail rules
-    // on fault-rail and by a_gpu_whose_rail_port_is_down_is_degraded_until_it_is_up.)
+    // on fault-rail and by a_gpu_whose_rail_port_is_down_is_degraded_until_it_is_up, the NCCL
+    // node rule by probe_worker_nccl.rs.)
     check_coverage(&seen, source, |r| {
-        !FABRIC_RULES.contains(&r) && !RAIL_RULES.contains(&r) && r != "gpu_count_below_expected"
+        !FABRIC_RULES.contains(&r)
+            && !RAIL_RULES.contains(&r)
+            && !["gpu_count_below_expected", "nccl_bus_bandwidth_low"].contains(&r)
     });
 }
 

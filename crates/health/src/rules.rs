@@ -212,6 +212,13 @@ pub const RULES: &[Rule] = &[
         source: "`dgx_pixels_node_gpus_visible` < `dgx_pixels_node_gpus_expected`",
     },
     Rule {
+        reason: "nccl_bus_bandwidth_low",
+        condition: "node level: the `nccl_allreduce` probe's last bus bandwidth at its largest message size is under half the ring figure expected of the node's GPUs (docs/probes.md, \"Expected NCCL bus bandwidth\"): the fabric carries far less than it should (a degraded NVLink or NVSwitch); served as `dgx_pixels_node_health_action_info`, where the probe has measured. The node's P2P worst peers and NVLink series say which GPU",
+        outcome: Outcome::Fixed(Verdict::Degraded, Action::CheckHardware),
+        clears: Clears::WhenReadingClears,
+        source: "`dgx_pixels_probe_nccl_largest_bus_bandwidth_bytes_per_second` < 0.5 x `dgx_pixels_probe_nccl_expected_bus_bandwidth_bytes_per_second`",
+    },
+    Rule {
         reason: "nvlink_errors",
         condition: "NVLink recovery or data CRC errors grew (a link retrained or corrupted data)",
         outcome: Outcome::Fixed(Verdict::Degraded, Action::CheckHardware),
@@ -272,6 +279,42 @@ pub fn node_samples(expected: Option<u32>, visible: usize) -> Vec<dgx_pixels_met
         Sample::new(Metric::NodeGpusVisible, [] as [&str; 0], visible as f64),
         Sample::new(Metric::NodeHealthAction, labels, 1.0),
     ]
+}
+
+/// Share of the expected NCCL bus bandwidth under which a node's fabric measures far below
+/// expected (`nccl_bus_bandwidth_low`); the alert DgxPixelsNcclBusBandwidthLow warns at 0.8.
+pub const FABRIC_FAR_BELOW_RATIO: f64 = 0.5;
+
+/// [`node_samples`] with the node's fabric measurement: `fabric_ratio` is the NCCL bus
+/// bandwidth over its expected figure, where the probe has measured both. The verdict series is
+/// served when either input is; the GPU count rule (unhealthy) settles a fabric that is also
+/// low.
+pub fn node_samples_with_fabric(
+    expected: Option<u32>,
+    visible: usize,
+    fabric_ratio: Option<f64>,
+) -> Vec<dgx_pixels_metrics::Sample> {
+    use dgx_pixels_metrics::{Metric, Sample};
+    let mut out = node_samples(expected, visible);
+    let Some(ratio) = fabric_ratio else {
+        return out;
+    };
+    let count_holds = out
+        .iter()
+        .any(|s| s.metric == Metric::NodeHealthAction && s.label("reason") != Some(NONE));
+    if count_holds {
+        return out;
+    }
+    const REASON: &str = "nccl_bus_bandwidth_low";
+    let labels: [&str; 3] = match rule(REASON).map(|r| r.outcome) {
+        Some(Outcome::Fixed(v, a)) if ratio.is_finite() && ratio < FABRIC_FAR_BELOW_RATIO => {
+            [v.as_str(), a.as_str(), REASON]
+        }
+        _ => [Verdict::Healthy.as_str(), Action::None.as_str(), NONE],
+    };
+    out.retain(|s| s.metric != Metric::NodeHealthAction);
+    out.push(Sample::new(Metric::NodeHealthAction, labels, 1.0));
+    out
 }
 
 /// The rule with `reason` (the XID rule under `xid_<code>`).
@@ -511,6 +554,46 @@ mod tests {
             verdict(4, 0),
             s("unhealthy", "reboot", "gpu_count_below_expected")
         );
+    }
+
+    #[test]
+    fn a_fabric_far_below_expected_is_a_degraded_node_unless_gpus_are_missing() {
+        use dgx_pixels_metrics::Metric;
+        let verdict = |expected: Option<u32>, visible, ratio| {
+            let out = node_samples_with_fabric(expected, visible, ratio);
+            let v: Vec<_> = out
+                .iter()
+                .filter(|s| s.metric == Metric::NodeHealthAction)
+                .collect();
+            assert!(v.len() <= 1, "{out:?}");
+            v.first().map(|v| {
+                (
+                    v.label("state").unwrap().to_string(),
+                    v.label("reason").unwrap().to_string(),
+                )
+            })
+        };
+        let s = |a: &str, b: &str| Some((a.to_string(), b.to_string()));
+        assert_eq!(verdict(None, 8, None), None);
+        assert_eq!(verdict(None, 8, Some(0.9)), s("healthy", "none"));
+        // Under the alert's 0.8 but not far below: healthy here, the alert warns.
+        assert_eq!(verdict(None, 8, Some(0.6)), s("healthy", "none"));
+        assert_eq!(
+            verdict(None, 8, Some(0.4)),
+            s("degraded", "nccl_bus_bandwidth_low")
+        );
+        assert_eq!(
+            verdict(Some(8), 8, Some(0.4)),
+            s("degraded", "nccl_bus_bandwidth_low")
+        );
+        assert_eq!(
+            verdict(Some(8), 7, Some(0.4)),
+            s("unhealthy", "gpu_count_below_expected")
+        );
+        assert_eq!(verdict(None, 8, Some(f64::NAN)), s("healthy", "none"));
+        // The counts stay with the count rule's configuration.
+        assert_eq!(node_samples_with_fabric(None, 8, Some(0.4)).len(), 1);
+        assert_eq!(node_samples_with_fabric(Some(8), 8, Some(0.4)).len(), 3);
     }
 
     #[test]

@@ -88,8 +88,35 @@ impl Source for HealthSource {
             .filter(|g| g.reading(Metric::GpuUp).is_some())
             .count();
         let expected = self.expected.observe(visible);
-        out.extend(crate::rules::node_samples(expected, visible));
+        out.extend(crate::rules::node_samples_with_fabric(
+            expected,
+            visible,
+            fabric_ratio(&view),
+        ));
         Ok(PollOutput::samples(out))
+    }
+}
+
+/// The node's NCCL bus bandwidth over its expected figure, where the probes source serves both.
+fn fabric_ratio(view: &DeviceView) -> Option<f64> {
+    let mut measured = None;
+    let mut expected = None;
+    for snapshot in view.snapshots() {
+        for s in snapshot
+            .served()
+            .map(|o| o.samples.as_slice())
+            .unwrap_or_default()
+        {
+            match s.metric {
+                Metric::ProbeNcclLargestBusBandwidth => measured = Some(s.value),
+                Metric::ProbeNcclExpectedBusBandwidth => expected = Some(s.value),
+                _ => {}
+            }
+        }
+    }
+    match (measured, expected) {
+        (Some(m), Some(e)) if e > 0.0 => Some(m / e),
+        _ => None,
     }
 }
 

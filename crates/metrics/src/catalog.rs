@@ -262,7 +262,7 @@ define_catalog! {
     NodeGpusVisible => Gauge None "dgx_pixels_node_gpus_visible" [] ["health"]
         "GPUs some source reports now (dgx_pixels_gpu_up served for them, lost ones included); served only where [health] expected_gpus is set.";
     NodeHealthAction => Gauge None "dgx_pixels_node_health_action_info" ["state", "action", "reason"] ["health"]
-        "The node-level health verdict (state healthy or unhealthy), its recommended action and the rule behind it (gpu_count_below_expected: fewer GPUs visible than [health] expected_gpus, action reboot; none/none when healthy), value 1; served only where [health] expected_gpus is set. docs/health.md lists the rule.";
+        "The node-level health verdict (state healthy, degraded or unhealthy), its recommended action and the rule behind it (gpu_count_below_expected: fewer GPUs visible than [health] expected_gpus, action reboot; nccl_bus_bandwidth_low: the nccl_allreduce probe measured under half the bus bandwidth expected of the node's GPUs, degraded, action check_hardware; none/none when healthy), value 1; served only where [health] expected_gpus is set or the nccl_allreduce probe has measured. docs/health.md lists the rules.";
     GpuAllocatedIdle => Counter Seconds "dgx_pixels_gpu_allocated_idle_seconds_total" ["gpu", "uuid", "namespace", "pod", "container", "hpc_job"] ["health"]
         "Time a GPU held by a pod or HPC job stayed under [health] idle_utilization (and SM activity under it where read) after [health] idle_after of it (the grace period counts once exceeded); served only for held GPUs, starting from 0 for each new holder, labelled with the holder (empty when several share the GPU) as it was when the time was counted.";
     GpuAllocatedIdleEnergy => Counter Joules "dgx_pixels_gpu_allocated_idle_energy_joules_total" ["gpu", "uuid", "namespace", "pod", "container", "hpc_job"] ["health"]
@@ -389,6 +389,18 @@ define_catalog! {
         "Last sequential read throughput of a configured storage path (the storage_read node probe, [probes] storage_paths): a bounded read at idle I/O priority while the node's GPUs are idle; direct is true where the page cache was bypassed (O_DIRECT), false where the filesystem refused it and the read may have come from memory.";
     ProbeStorageRuns => Counter None "dgx_pixels_probe_storage_runs_total" ["path", "outcome"] ["probes"]
         "storage_read runs by outcome: ok, error (the message is logged), timeout, crashed, skipped_busy (a GPU of the node was not idle).";
+    ProbeNcclBusBandwidth => Gauge BytesPerSecond "dgx_pixels_probe_nccl_bus_bandwidth_bytes_per_second" ["message_bytes"] ["probes"]
+        "Last NCCL all-reduce bus bandwidth across the GPUs of [probes] nccl_gpus at each message size (message_bytes, bytes per GPU: nccl_max_bytes and 1/16 and 1/256 of it), as nccl-tests defines it: algorithm bandwidth x 2(n-1)/n. The nccl_allreduce node probe ([probes] nccl_allreduce), run while every GPU of the set is idle.";
+    ProbeNcclAlgorithmBandwidth => Gauge BytesPerSecond "dgx_pixels_probe_nccl_algorithm_bandwidth_bytes_per_second" ["message_bytes"] ["probes"]
+        "Last NCCL all-reduce algorithm bandwidth (message bytes / time) at each message size (the nccl_allreduce node probe).";
+    ProbeNcclLargestBusBandwidth => Gauge BytesPerSecond "dgx_pixels_probe_nccl_largest_bus_bandwidth_bytes_per_second" [] ["probes"]
+        "Last NCCL all-reduce bus bandwidth at the largest message size (nccl_max_bytes): the node's fabric figure the expected values and alerts compare (the nccl_allreduce node probe).";
+    ProbeNcclExpectedBusBandwidth => Gauge BytesPerSecond "dgx_pixels_probe_nccl_expected_bus_bandwidth_bytes_per_second" [] ["probes"]
+        "The NCCL all-reduce bus bandwidth expected of this node's GPUs in a ring (H100/H200 370 GB/s, A100 SXM4 205 GB/s, B200 740 GB/s; docs/probes.md, \"Expected NCCL bus bandwidth\"), once nccl_allreduce has run on a set of one part with a published figure; the recording rules compare the largest size's bus bandwidth with it.";
+    ProbeNcclGpus => Gauge None "dgx_pixels_probe_nccl_gpus" [] ["probes"]
+        "GPUs in the last measured NCCL all-reduce (the bus bandwidth's n).";
+    ProbeNcclRuns => Counter None "dgx_pixels_probe_nccl_runs_total" ["outcome"] ["probes"]
+        "nccl_allreduce runs by outcome: ok, error (the message is logged; an asynchronous NCCL error included), timeout (a hung NCCL: the worker was killed at its deadline), crashed, contended (another process used a GPU of the set: result discarded), skipped_no_nccl (libnccl.so.2 cannot be loaded), or the first skip among the set's GPUs (skipped_busy, skipped_settling, skipped_held, skipped_in_use, skipped_mig, skipped_compute_mode, skipped_no_utilization).";
     ProbeLaunchLatency => Gauge Seconds "dgx_pixels_probe_launch_latency_seconds" ["gpu", "uuid"] ["probes"]
         "Last measured round trip of an empty kernel (launch and wait), per launch.";
     ProbePeakFraction => Gauge Ratio "dgx_pixels_probe_peak_fraction_ratio" ["gpu", "uuid", "probe"] ["probes"]

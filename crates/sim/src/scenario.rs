@@ -92,6 +92,19 @@ struct RawScenario {
     /// Kept as written: its keys are the exporter's `[cost]` settings, checked there.
     #[serde(default)]
     cost: Option<toml::Table>,
+    #[serde(default)]
+    storage: Vec<RawStorage>,
+}
+
+/// `[[storage]]`: a mount the simulated `storage_read` probe reads.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStorage {
+    path: String,
+    read_bytes_per_second: f64,
+    degraded_at_s: Option<f64>,
+    degraded_until_s: Option<f64>,
+    degraded_factor: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -551,6 +564,7 @@ pub struct Scenario {
     pub(crate) phases: Vec<Phase>,
     pub(crate) faults: Vec<Fault>,
     cost: Option<toml::Table>,
+    pub(crate) storage: Vec<crate::storage::StorageMount>,
 }
 
 impl Scenario {

@@ -204,6 +204,16 @@ pub static POLICIES: &[Entry] = &[
         why: "only failures that happened, as for the GPU probes: a served throughput says the read ran",
     },
     Entry {
+        metric: Metric::ProbeNcclRuns,
+        policy: Policy::NonZeroOnly("outcome", &["error", "timeout", "crashed", "contended"]),
+        why: "only failures and collisions that happened, as for the GPU probes: a served bus bandwidth says the all-reduce ran",
+    },
+    Entry {
+        metric: Metric::ProbeNcclAlgorithmBandwidth,
+        policy: Policy::FullOnly,
+        why: "the bus bandwidth at each size is the same figure times 2(n-1)/n",
+    },
+    Entry {
         metric: Metric::ProbeP2pBandwidth,
         policy: Policy::FullOnly,
         why: "one series per pair (n - 1 per GPU); dgx_pixels_probe_p2p_worst_bandwidth_bytes_per_second serves each GPU's worst peer",
