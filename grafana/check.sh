@@ -10,7 +10,7 @@
 #   5. a real Prometheus with the recording rules loaded scrapes a fleet of built-in scenarios
 #      (dgx-h100 with its image-generation workload, its [cost] table, DCGM profiling and
 #      probes; dgx-a100-mig; fault-xid-storm with a finished evaluation job in a textfile;
-#      fault-gpu-lost; an idle node with a GPU held by an HPC job) and every query returns at least one series, but for the panels
+#      fault-gpu-lost; a GB200 NVL72 tray; an idle node with a GPU held by an HPC job) and every query returns at least one series, but for the panels
 #      grafana/tests/check.py lists with the reason, which must leave at least 95% of the
 #      queries with data (with "All" selected, then with one node and GPU); a misspelt metric
 #      must fail it.
@@ -81,7 +81,8 @@ python3 grafana/tests/check.py rules "$work/queries.yml" "${dashboards[@]}"
 echo "-- every query returns data from a real Prometheus scraping simulated nodes"
 # dgx-h100 trains on all eight GPUs and the probes leave busy GPUs alone by default: the demo
 # node probes busy GPUs too (they then measure the share the workload leaves them), often, so
-# results arrive within seconds. Its cost gauges come from the scenario's [cost] table. Its
+# results arrive within seconds; it runs the node probes too (NCCL across its GPUs, a storage
+# path: simulated, nothing of the host is read). Its cost gauges come from the scenario's [cost] table. Its
 # simulated training job drops traces every 2 s (listed every 500 ms), so the training panels,
 # which need two analysed drops, have data within seconds on this node too.
 cat >"$work/probes.toml" <<'TOML'
@@ -90,6 +91,8 @@ busy_threshold = 1.0
 settle = "0s"
 duty_cycle = 0.2
 probes = "gemm_bf16,copy_d2d,copy_h2d"
+nccl_allreduce = true
+storage_paths = ["/data"]
 [simulation]
 trace_period = "2s"
 [collector.trace]
@@ -115,6 +118,8 @@ start_exporter dgx-h100-sim --simulate dgx-h100 --config.file "$work/probes.toml
 start_exporter dgx-a100-sim --simulate dgx-a100-mig
 start_exporter xid-storm-sim --simulate fault-xid-storm --textfile.directory "$work/textfile"
 start_exporter gpu-lost-sim --simulate fault-gpu-lost
+# A GB200 NVL72 compute tray: NVLink fabric, rack position and rail NICs for the by-domain panels.
+start_exporter gb200-tray-sim --simulate gb200-nvl72-tray
 # An idle node with GPU 1 held by an HPC job, for the allocated-but-idle panels.
 mkdir -p "$work/jobs" && echo 7001 >"$work/jobs/1"
 printf '[health]\nidle_after = "1s"\n' >"$work/idle.toml"

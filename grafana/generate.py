@@ -24,6 +24,10 @@ DS = {"type": "prometheus", "uid": "${datasource}"}
 # The framework's targets.
 P95_TARGET_S = 0.2
 SCALING_TARGET = 0.85
+# The metrics framework's fabric and storage targets: NCCL bus bandwidth across the node's GPUs
+# and storage read throughput, bytes per second.
+NCCL_TARGET_BPS = 200e9
+STORAGE_TARGET_BPS = 8e9
 LPIPS_TARGET = 0.20
 SSIM_TARGET = 0.85
 PSNR_TARGET_DB = 25
@@ -361,6 +365,33 @@ def performance():
             [q(f"dgx_pixels_probe_bandwidth_bytes_per_second{{{NODE_GPU}}}",
                GPU_LEGEND + " {{probe}}")],
             w=8, unit="Bps", custom=ts_custom(fill=0))
+    d.row("Fabric and storage against targets")
+    d.panel("timeseries", "NCCL bus bandwidth",
+            "NCCL all-reduce bus bandwidth at the largest message size, measured by the "
+            "nccl_allreduce node probe while the node's GPUs are idle "
+            "(dgx_pixels_probe_nccl_largest_bus_bandwidth_bytes_per_second), beside the ring "
+            "figure expected of the node's GPUs; red below the 200 GB/s target.",
+            [q(f"dgx_pixels_probe_nccl_largest_bus_bandwidth_bytes_per_second{{{NODE}}}",
+               "{{node}} measured"),
+             q(f"dgx_pixels_probe_nccl_expected_bus_bandwidth_bytes_per_second{{{NODE}}}",
+               "{{node}} expected")],
+            w=8, unit="Bps", min_=0, thresholds=lower_target(NCCL_TARGET_BPS),
+            custom=ts_custom(True, fill=0))
+    d.panel("bargauge", "NCCL bus bandwidth against expected",
+            "Each node's last NCCL bus bandwidth as a fraction of the figure expected of its GPUs "
+            "(recording rule instance:dgx_pixels_probe_nccl_bus_bandwidth:expected_ratio); the "
+            "alert DgxPixelsNcclBusBandwidthLow fires after 30 minutes under 0.8.",
+            [q(f"instance:dgx_pixels_probe_nccl_bus_bandwidth:expected_ratio{{{NODE}}}",
+               "{{node}}", instant=True)],
+            w=8, unit="percentunit", min_=0, max_=1, thresholds=steps(RED, (0.8, GREEN)))
+    d.panel("timeseries", "Storage read throughput",
+            "Sequential read throughput of each configured storage path, measured by the "
+            "storage_read node probe while the node's GPUs are idle "
+            "(dgx_pixels_probe_storage_read_bytes_per_second); red below the 8 GB/s target.",
+            [q(f"dgx_pixels_probe_storage_read_bytes_per_second{{{NODE}}}",
+               "{{node}} {{path}}")],
+            w=8, unit="Bps", min_=0, thresholds=lower_target(STORAGE_TARGET_BPS),
+            custom=ts_custom(True, fill=0))
     d.row("Jobs")
     d.panel("table", "Jobs",
             "Jobs that export dgx_pixels_workload_job_info: what they ran, when they started and "
@@ -887,6 +918,42 @@ def fleet():
             [q(f"sum by (node, xid) (increase(dgx_pixels_gpu_xid_incidents_total{g}"
                "[$__rate_interval]))", "{{node}} XID {{xid}}")], w=12, h=8, unit="short",
             min_=0, custom=ts_custom(fill=0))
+    d.row("NVLink domains and racks")
+    # A GPU's NVLink domain (cluster, clique) joined onto its other series; max by dedupes a GPU
+    # scraped twice.
+    domain = (f"on (node, uuid) group_left (cluster_uuid, clique_id) max by "
+              f"(node, uuid, cluster_uuid, clique_id) (dgx_pixels_gpu_fabric_info{g})")
+
+    def organize(order):
+        return [{"id": "organize", "options": {
+            "excludeByName": {"Time": True}, "indexByName": order,
+            "includeByName": {}, "renameByName": {"Value": "GPUs"}}}]
+    d.panel("table", "GPUs by NVLink domain",
+            "Each NVLink domain (cluster UUID and clique: the GPUs that share NVLink through the "
+            "switch trays, e.g. one GB200 NVL72 rack) with the nodes (compute trays) in it and "
+            "how many of their GPUs the fabric registered there. A node listed under two "
+            "domains is the clique_split rule (docs/health.md).",
+            [q(f"count by (cluster_uuid, clique_id, node) (dgx_pixels_gpu_fabric_info{g})",
+               instant=True, fmt="table")], w=12, h=8, no_value="no NVLink fabric",
+            transformations=organize({"cluster_uuid": 0, "clique_id": 1, "node": 2}))
+    d.panel("table", "Racks and trays",
+            "Where the GPUs sit (nvmlDeviceGetPlatformInfo, rack-scale systems): each chassis "
+            "(rack) serial number with its compute trays (index and slot), the node each tray "
+            "is, and its GPUs.",
+            [q(f"count by (chassis_serial, tray, slot, node) (dgx_pixels_gpu_platform_info{g})",
+               instant=True, fmt="table")], w=12, h=8, no_value="no platform information",
+            transformations=organize({"chassis_serial": 0, "tray": 1, "slot": 2, "node": 3}))
+    d.panel("timeseries", "Verdicts by NVLink domain",
+            "How many GPUs of each NVLink domain are healthy, degraded, unhealthy or unknown: a "
+            "domain is only as usable to a job spanning it as its worst GPU.",
+            [q(f"sum by (clique_id, state) (dgx_pixels_gpu_health_state{g} * {domain})",
+               "domain {{clique_id}} {{state}}")], w=12, h=8, unit="short", min_=0,
+            custom=ts_custom(fill=0))
+    d.panel("timeseries", "Utilization by NVLink domain",
+            "Mean GPU utilization of each NVLink domain.",
+            [q(f"avg by (cluster_uuid, clique_id) (dgx_pixels_gpu_utilization_ratio{g} * {domain})",
+               "domain {{clique_id}}")], w=12, h=8, unit="percentunit", min_=0, max_=1,
+            custom=ts_custom(fill=0))
     d.row("Top consumers")
     d.panel("bargauge", "Top 10 GPUs by power", "The GPUs drawing the most power now.",
             [q(f"topk(10, dgx_pixels_gpu_power_watts{g})", GPU_LEGEND, instant=True)], w=8,

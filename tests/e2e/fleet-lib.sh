@@ -9,15 +9,17 @@
 # across the fleet, as the recording rules' `on (uuid)` joins require.
 FLEET_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
-# node name|scenario (built-in, or idle: tests/e2e/idle-scenario.toml)|role. The mix gives every
-# Fleet panel, recording rule and most alerts data: training and MIG nodes, a GB10 serving an LLM
+# node name|scenario (built-in, or idle: tests/e2e/idle-scenario.toml, fabric:
+# tests/e2e/fabric-scenario.toml)|role. The mix gives every Fleet panel, recording rule and most
+# alerts data: training and MIG nodes, a GB200 NVL72 tray with lasting fabric and rail faults
+# and an expected GPU count it misses (node-07), a GB10 serving an LLM
 # (a textfile writer, below), one node per fault scenario, idle nodes (one with a GPU held by an
 # HPC job, one whose kubelet socket is missing), a node with probes on busy GPUs, a finished
 # evaluation job and a broken textfile. node-20 is the one fleet.sh stops before comparing.
 FLEET_NODES=(
   "node-01|dgx-h100|probes"
   "node-02|dgx-h100|" "node-03|dgx-h100|" "node-04|dgx-h100|" "node-05|dgx-h100|"
-  "node-06|dgx-h100|" "node-07|dgx-h100|"
+  "node-06|dgx-h100|" "node-07|fabric|fabric"
   "node-08|dgx-a100-mig|" "node-09|dgx-a100-mig|" "node-10|dgx-a100-mig|" "node-11|dgx-a100-mig|"
   "node-12|dgx-spark|llm"
   "node-13|fault-health|" "node-14|fault-xid-storm|textfile" "node-15|fault-gpu-lost|"
@@ -33,6 +35,7 @@ declare -A FLEET_PID_OF
 fleet_scenario() { # SCENARIO N
   local src=$FLEET_ROOT/crates/sim/scenarios/$1.toml out=$work/scenarios/$1-$2.toml
   [ "$1" = idle ] && src=$FLEET_ROOT/tests/e2e/idle-scenario.toml
+  [ "$1" = fabric ] && src=$FLEET_ROOT/tests/e2e/fabric-scenario.toml
   mkdir -p "$work/scenarios"
   grep -q '^seed = ' "$src" || fail "$src has no seed line"
   sed -E "s/^seed = .*/seed = $((1000 + $2))/" "$src" >"$out"
@@ -43,7 +46,10 @@ fleet_scenario() { # SCENARIO N
 fleet_role_args() { # ROLE
   case $1 in
     probes)
-      printf '[probes]\nbusy_threshold = 1.0\nsettle = "0s"\nduty_cycle = 0.2\nprobes = "gemm_bf16,copy_d2d,copy_h2d"\n' \
+      # The opt-in probes too, so their rules have data: P2P first in each GPU's turn (a pair
+      # per GPU within the run), NCCL across the node and a storage path (simulated: nothing of
+      # the host is read).
+      printf '[probes]\nbusy_threshold = 1.0\nsettle = "0s"\nduty_cycle = 0.2\nprobes = "p2p_copy,gemm_bf16,copy_d2d,copy_h2d"\nnccl_allreduce = true\nstorage_paths = ["/data"]\n' \
         >"$work/probes.toml"
       echo "--config.file $work/probes.toml --collector.probes.interval 1s" ;;
     textfile)
@@ -64,6 +70,9 @@ fleet_role_args() { # ROLE
       mkdir -p "$work/llm"
       fleet_cost_table >"$work/llm.toml"
       echo "--config.file $work/llm.toml --textfile.directory $work/llm" ;;
+    fabric)
+      printf '[health]\nexpected_gpus = 5\n' >"$work/fabric.toml"
+      echo "--config.file $work/fabric.toml" ;;
     kubelet-down)
       echo "--collector.kubernetes --kubernetes.pod-resources-socket $work/no-kubelet.sock" ;;
     *) echo "" ;;

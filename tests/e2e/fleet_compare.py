@@ -60,21 +60,11 @@ NO_DATA_ON_FLEET = {
     "alert DgxPixelsTraceLowCompute": "the simulated training job spends more than half of its "
                                       "GPU time in compute, the alert fires under 50% (its "
                                       "promtool test fires it)",
-    "alert DgxPixelsNodeUnhealthy": "no fleet node sets [health] expected_gpus (the rule is "
-                                    "served only then); alertmanager.sh and its promtool test "
-                                    "fire it",
-    "alert DgxPixelsNvlinkFabricNotReady": "no fleet node is an NVLink-fabric node with a fabric "
-                                           "fault at the compared moment (fault-fabric's end at "
-                                           "12 s); its promtool test fires it",
-    "alert DgxPixelsNvlinkFabricUnhealthy": "as DgxPixelsNvlinkFabricNotReady: alertmanager.sh "
-                                            "fires it on a GB200 tray",
-    "alert DgxPixelsNvlinkCliqueSplit": "no fleet node has NVLink fabric cliques (no GB200 "
-                                        "tray); its promtool test fires it",
-    "recorded gpu:dgx_pixels_probe_p2p_worst:expected_ratio": "p2p_copy is opt-in (not in the "
-                                                              "default probe list); its promtool "
-                                                              "test records it",
-    "alert DgxPixelsP2pBandwidthLow": "p2p_copy is opt-in (not in the default probe list); its "
-                                      "promtool test fires it",
+    "alert DgxPixelsNcclBusBandwidthBelowTarget": "node-01's all-reduce reads about 245 GB/s "
+                                                  "while it trains, over the 200 GB/s target; "
+                                                  "its promtool test fires it",
+    "alert DgxPixelsStorageReadBelowTarget": "node-01's simulated /data reads at 12 GB/s, over "
+                                             "the 8 GB/s target; its promtool test fires it",
 }
 
 failures = []

@@ -122,12 +122,85 @@ pub const STRING_FIELDS: [u16; 4] = [
     f::DCGM_FI_DEV_PCI_BUSID,
 ];
 
-/// Aliases DCGM 4 introduced for fields above, accepted in field lists.
-const ALIASES: &[(&str, u16)] = &[
+/// The names DCGM 4 gave fields above (its `dcgm_fields` keeps the old ones as aliases), as a
+/// field list written for DCGM 4 names them: the same ids, so the same values in the same
+/// units, exported under the same names as the old spelling.
+pub const ALIASES: &[(&str, u16)] = &[
     ("DCGM_FI_DEV_GPU_UTIL_RATIO", f::DCGM_FI_DEV_GPU_UTIL),
     (
         "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
         f::DCGM_FI_DEV_CLOCK_THROTTLE_REASONS,
+    ),
+    (
+        "DCGM_FI_DEV_MEMORY_TEMP_CELSIUS",
+        f::DCGM_FI_DEV_MEMORY_TEMP,
+    ),
+    ("DCGM_FI_DEV_GPU_TEMP_CELSIUS", f::DCGM_FI_DEV_GPU_TEMP),
+    ("DCGM_FI_DEV_BOARD_POWER_WATTS", f::DCGM_FI_DEV_POWER_USAGE),
+    (
+        "DCGM_FI_DEV_BOARD_POWER_RAW_WATTS",
+        f::DCGM_FI_DEV_POWER_USAGE_INSTANT,
+    ),
+    ("DCGM_FI_DEV_GPU_PSTATE", f::DCGM_FI_DEV_PSTATE),
+    (
+        "DCGM_FI_DEV_PCIE_REPLAY_TOTAL",
+        f::DCGM_FI_DEV_PCIE_REPLAY_COUNTER,
+    ),
+    ("DCGM_FI_DEV_XID_ERROR", f::DCGM_FI_DEV_XID_ERRORS),
+    ("DCGM_FI_DEV_FB_USED_RATIO", f::DCGM_FI_DEV_FB_USED_PERCENT),
+    (
+        "DCGM_FI_DEV_PAGE_RETIRED_SBE_TOTAL",
+        f::DCGM_FI_DEV_RETIRED_SBE,
+    ),
+    (
+        "DCGM_FI_DEV_PAGE_RETIRED_DBE_TOTAL",
+        f::DCGM_FI_DEV_RETIRED_DBE,
+    ),
+    (
+        "DCGM_FI_DEV_PAGE_RETIRED_PENDING",
+        f::DCGM_FI_DEV_RETIRED_PENDING,
+    ),
+    (
+        "DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL",
+        f::DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS,
+    ),
+    (
+        "DCGM_FI_DEV_ROW_REMAP_CORRECTABLE_TOTAL",
+        f::DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS,
+    ),
+    (
+        "DCGM_FI_DEV_ROW_REMAP_FAILED",
+        f::DCGM_FI_DEV_ROW_REMAP_FAILURE,
+    ),
+    (
+        "DCGM_FI_DEV_NVLINK_THROUGHPUT_TOTAL",
+        f::DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL,
+    ),
+    (
+        "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO",
+        f::DCGM_FI_PROF_GR_ENGINE_ACTIVE,
+    ),
+    ("DCGM_FI_PROF_SM_UTIL_RATIO", f::DCGM_FI_PROF_SM_ACTIVE),
+    (
+        "DCGM_FI_PROF_SM_OCCUPANCY_RATIO",
+        f::DCGM_FI_PROF_SM_OCCUPANCY,
+    ),
+    (
+        "DCGM_FI_PROF_TENSOR_UTIL_RATIO",
+        f::DCGM_FI_PROF_PIPE_TENSOR_ACTIVE,
+    ),
+    ("DCGM_FI_PROF_DRAM_UTIL_RATIO", f::DCGM_FI_PROF_DRAM_ACTIVE),
+    (
+        "DCGM_FI_PROF_FP64_UTIL_RATIO",
+        f::DCGM_FI_PROF_PIPE_FP64_ACTIVE,
+    ),
+    (
+        "DCGM_FI_PROF_FP32_UTIL_RATIO",
+        f::DCGM_FI_PROF_PIPE_FP32_ACTIVE,
+    ),
+    (
+        "DCGM_FI_PROF_FP16_UTIL_RATIO",
+        f::DCGM_FI_PROF_PIPE_FP16_ACTIVE,
     ),
 ];
 
@@ -415,13 +488,15 @@ pub fn parse_field_list(text: &str, file: &str) -> Result<FieldList, FieldListEr
                 name: known.name,
                 profiling: known.profiling,
                 target: Target::Extra(Arc::new(
-                    ExtraFamily::new(&extra_name(name, kind), kind, help).map_err(|source| {
-                        FieldListError::Family {
+                    // Named after the field, not the spelling: a DCGM 4 alias gives the same
+                    // family as the old name.
+                    ExtraFamily::new(&extra_name(known.name, kind), kind, help).map_err(
+                        |source| FieldListError::Family {
                             file: file.to_string(),
                             line: i + 1,
                             source,
-                        }
-                    })?,
+                        },
+                    )?,
                 )),
             },
         };
@@ -471,6 +546,18 @@ pub fn markdown() -> String {
          the device metrics below instead of NVML.\n",
     );
     out.push_str(FRESHNESS);
+    out.push_str(
+        "\nA field list may use the names DCGM 4 gave these fields (dcgm-exporter 4.x writes \
+         them): each is the same field id as the old name in the table, so the same value in \
+         the same unit, exported as the table says: a name ending in `_RATIO` keeps the unit of \
+         its id (`DCGM_FI_DEV_GPU_UTIL_RATIO` is field 203, a percentage, converted like \
+         `DCGM_FI_DEV_GPU_UTIL`).\n\n\
+         | DCGM 4 name | Id | Old name |\n|---|---|---|\n",
+    );
+    for (alias, id) in ALIASES {
+        let old = by_id(*id).map_or("-", |f| f.name);
+        out.push_str(&format!("| `{alias}` | {id} | `{old}` |\n"));
+    }
     out.push_str("\n| Id | DCGM field | Exported as | Labels | Factor |\n|---|---|---|---|---|\n");
     for f in KNOWN_FIELDS {
         let (name, labels, scale) = match f.mapping {
@@ -535,6 +622,31 @@ mod tests {
             by_name("DCGM_FI_DEV_GPU_UTIL_RATIO").map(|f| f.id),
             Some(203)
         );
+    }
+
+    /// A field list written with DCGM 4's names reads as the same fields, under the same
+    /// names, as the old spelling; every alias names a known field, once.
+    #[test]
+    fn a_field_list_with_dcgm_4_names_reads_as_the_old_one() {
+        let mut seen = HashSet::new();
+        for (alias, id) in ALIASES {
+            assert!(seen.insert(*alias), "{alias} twice");
+            let f = by_name(alias).unwrap_or_else(|| panic!("{alias}"));
+            assert_eq!(f.id, *id, "{alias}");
+            assert!(by_id(*id).is_some_and(|k| k.name != *alias), "{alias}");
+        }
+        let old = "DCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_POWER_USAGE, gauge, p\n\
+                   DCGM_FI_DEV_XID_ERRORS, gauge, x\nDCGM_FI_DEV_RETIRED_PENDING, gauge, r\n\
+                   DCGM_FI_PROF_SM_ACTIVE, gauge, s\nDCGM_FI_DEV_PCIE_REPLAY_COUNTER, counter, c\n";
+        let new = "DCGM_FI_DEV_GPU_TEMP_CELSIUS, gauge, t\nDCGM_FI_DEV_BOARD_POWER_WATTS, gauge, p\n\
+                   DCGM_FI_DEV_XID_ERROR, gauge, x\nDCGM_FI_DEV_PAGE_RETIRED_PENDING, gauge, r\n\
+                   DCGM_FI_PROF_SM_UTIL_RATIO, gauge, s\nDCGM_FI_DEV_PCIE_REPLAY_TOTAL, counter, c\n";
+        let (a, b) = (
+            parse_field_list(old, "old.csv").unwrap(),
+            parse_field_list(new, "new.csv").unwrap(),
+        );
+        assert_eq!(a, b);
+        assert!(b.skipped.is_empty(), "{:?}", b.skipped);
     }
 
     #[test]

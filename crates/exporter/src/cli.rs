@@ -67,7 +67,7 @@ pub struct Cli {
 
     /// Serve a simulated node instead of real GPUs: a built-in scenario (dgx-h100, dgx-a100-mig,
     /// dgx-spark, fault-gpu-lost, fault-xid-storm, fault-ecc, fault-thermal, fault-health,
-    /// dgx-b200, gb200-nvl72-tray, fault-fabric) or a scenario TOML file. dgx_pixels_exporter_build_info then says mode="simulated" and names the scenario.
+    /// dgx-b200, gb200-nvl72-tray, fault-fabric, fault-rail) or a scenario TOML file. dgx_pixels_exporter_build_info then says mode="simulated" and names the scenario.
     #[arg(long = "simulate", display_order = 80, value_name = "SCENARIO")]
     pub simulate: Option<String>,
 

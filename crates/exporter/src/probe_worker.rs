@@ -22,14 +22,16 @@ pub fn run(nvml_library: Option<&Path>) -> ExitCode {
     let reply = match &request {
         // Discovery and the storage probe touch no GPU: nothing to watch.
         WorkerRequest::Discover | WorkerRequest::StorageRead(_) => serve(&request, &mut NoWatch),
-        WorkerRequest::Run(_) => match Peers::open(nvml_library) {
-            Ok(peers) => serve(&request, &mut NvmlWatch { peers }),
-            // Without NVML the worker cannot show the GPU is free: it does not touch it.
-            Err(e) => WorkerReply::Failed {
-                unavailable: false,
-                message: format!("cannot check the GPU's other users: {e}"),
-            },
-        },
+        WorkerRequest::Run(_) | WorkerRequest::NcclAllReduce(_) => {
+            match Peers::open(nvml_library) {
+                Ok(peers) => serve(&request, &mut NvmlWatch { peers }),
+                // Without NVML the worker cannot show the GPU is free: it does not touch it.
+                Err(e) => WorkerReply::Failed {
+                    unavailable: false,
+                    message: format!("cannot check the GPU's other users: {e}"),
+                },
+            }
+        }
     };
     crate::worker_io::reply("probe-worker", &reply)
 }

@@ -302,6 +302,7 @@ fn config_file() -> tempfile::NamedTempFile {
 
 /// The rules `fault-fabric` covers (on a GB200 NVL72 tray); `fault-health` covers the others.
 const FABRIC_RULES: &[&str] = &[
+    "clique_split",
     "fabric_not_ready",
     "fabric_unhealthy",
     "fabric_degraded_bandwidth",
@@ -312,10 +313,10 @@ const FABRIC_RULES: &[&str] = &[
 const EXPECT_FABRIC: &[Expect] = &[
     Expect {
         gpu: 0,
-        sequence: &[HEALTHY],
+        sequence: &[HEALTHY, ("degraded", "drain_p2p", "clique_split"), HEALTHY],
         transient: &[],
-        ends_at: 0.0,
-        clears: Clears::Never,
+        ends_at: 12.0,
+        clears: Clears::Promptly,
     },
     Expect {
         gpu: 1,
@@ -359,12 +360,59 @@ fn watch_and_check(d: &Daemon, spawned: Instant, ready: f64, source: &str) {
     let (seen, last_body) = watch(d, spawned, ready, source, EXPECT);
     check_fault_health(&last_body, source);
     // Every rule of the table but the fabric ones was the reason of some GPU's verdict.
-    // (The node rule is covered by fewer_gpus_than_expected_is_an_unhealthy_node, the rail rule
-    // by a_gpu_whose_rail_port_is_down_is_degraded_until_it_is_up.)
+    // (The node rule is covered by fewer_gpus_than_expected_is_an_unhealthy_node, the rail rules
+    // on fault-rail and by a_gpu_whose_rail_port_is_down_is_degraded_until_it_is_up, the NCCL
+    // node rule by probe_worker_nccl.rs.)
     check_coverage(&seen, source, |r| {
-        !FABRIC_RULES.contains(&r) && !["gpu_count_below_expected", "rail_port_down"].contains(&r)
+        !FABRIC_RULES.contains(&r)
+            && !RAIL_RULES.contains(&r)
+            && !["gpu_count_below_expected", "nccl_bus_bandwidth_low"].contains(&r)
     });
 }
+
+/// The rules `fault-rail` covers.
+const RAIL_RULES: &[&str] = &["rail_port_down", "rail_port_slow"];
+
+/// What each GPU of fault-rail must show (the table at the top of
+/// `crates/sim/scenarios/fault-rail.toml`).
+const EXPECT_RAIL: &[Expect] = &[
+    Expect {
+        gpu: 0,
+        sequence: &[HEALTHY],
+        transient: &[],
+        ends_at: 0.0,
+        clears: Clears::Never,
+    },
+    Expect {
+        gpu: 1,
+        sequence: &[
+            HEALTHY,
+            ("degraded", "check_hardware", "rail_port_down"),
+            HEALTHY,
+        ],
+        transient: &[],
+        ends_at: 12.0,
+        clears: Clears::Promptly,
+    },
+    Expect {
+        gpu: 2,
+        sequence: &[
+            HEALTHY,
+            ("degraded", "check_hardware", "rail_port_slow"),
+            HEALTHY,
+        ],
+        transient: &[],
+        ends_at: 12.0,
+        clears: Clears::Promptly,
+    },
+    Expect {
+        gpu: 3,
+        sequence: &[HEALTHY],
+        transient: &[],
+        ends_at: 0.0,
+        clears: Clears::Never,
+    },
+];
 
 /// Watches a daemon serving fault-fabric: each fabric rule holds and clears with its fault.
 fn watch_and_check_fabric(d: &Daemon, spawned: Instant, ready: f64, source: &str) {
@@ -635,6 +683,36 @@ fn every_fabric_rule_holds_and_clears_through_the_simulated_source() {
     watch_and_check_fabric(&d, spawned, ready, "sim");
 }
 
+/// Issue 32: the rail NIC rules through the simulated node, which serves each GPU's rail
+/// as the NVML source serves the NIC it finds in sysfs (the NVML path is covered with a fake
+/// sysfs tree by a_gpu_whose_rail_port_is_down_is_degraded_until_it_is_up).
+#[test]
+fn every_rail_rule_holds_and_clears_through_the_simulated_source() {
+    let config = config_file();
+    let (d, spawned, ready) = start_simulated("fault-rail", &config);
+    let (seen, body) = watch(&d, spawned, ready, "sim", EXPECT_RAIL);
+    check_coverage(&seen, "sim", |r| RAIL_RULES.contains(&r));
+    // One port per GPU, up at 400 Gb/s again, GPU 1's having gone down once.
+    assert_eq!(series(&body, "dgx_pixels_gpu_rail_port_up").len(), 4);
+    for gpu in ["0", "1", "2", "3"] {
+        let device = format!("mlx5_{gpu}");
+        let at = [("gpu", gpu), ("device", device.as_str()), ("port", "1")];
+        assert_eq!(value(&body, "dgx_pixels_gpu_rail_port_up", &at), Some(1.0));
+        assert_eq!(
+            value(&body, "dgx_pixels_gpu_rail_port_rate_bytes_per_second", &at),
+            Some(50e9)
+        );
+    }
+    assert_eq!(
+        value(
+            &body,
+            "dgx_pixels_gpu_rail_link_downed_total",
+            &[("gpu", "1")]
+        ),
+        Some(1.0)
+    );
+}
+
 /// Issue 28, item 17: with NVML's XID events refused (`FAKE_NVML_XID_EVENTS=0`) and the kmsg
 /// collector off, every GPU says its XIDs are not observed (`dgx_pixels_gpu_xid_observed` 0,
 /// served in the default profile) and is `unknown` with reason `xid_unobserved`, never
@@ -744,6 +822,83 @@ fn fewer_gpus_than_expected_is_an_unhealthy_node() {
     assert!(series(&body, "dgx_pixels_node_health_action_info").is_empty());
 }
 
+/// Issue 32, slice 2, item 3: `expected_gpus = "discover"` keeps the GPUs visible at the first
+/// start in `[health] state_directory`, so the next start of the real binary, on a node that
+/// lost GPUs meanwhile (dgx-h100's 8, then fault-rail's 4), expects the 8 and is unhealthy; a
+/// broken state file serves no node verdict and is left as it was.
+#[test]
+fn a_discovered_gpu_count_is_kept_across_a_restart() {
+    let state = tempfile::tempdir().unwrap();
+    let mut config = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+    write!(
+        config,
+        "[health]\nexpected_gpus = \"discover\"\nstate_directory = {:?}\n",
+        state.path().to_str().unwrap()
+    )
+    .unwrap();
+    let run = |scenario: &str| {
+        start(&[
+            "--simulate",
+            scenario,
+            "--config.file",
+            config.path().to_str().unwrap(),
+            "--no-collector.probes",
+        ])
+    };
+    let node_is = |b: &str, state: &str, reason: &str| {
+        value(
+            b,
+            "dgx_pixels_node_health_action_info",
+            &[("state", state), ("reason", reason)],
+        ) == Some(1.0)
+    };
+    let file = state.path().join("expected-gpus");
+    {
+        let d = run("dgx-h100");
+        let check = |b: &str| {
+            value(b, "dgx_pixels_node_gpus_expected", &[]) == Some(8.0)
+                && node_is(b, "healthy", "none")
+        };
+        let (body, _) = wait_until(d.port, Duration::from_secs(15), check);
+        assert!(check(&body), "{body}");
+    }
+    let kept = std::fs::read_to_string(&file).unwrap();
+    assert!(kept.contains("\ngpus 8\n"), "{kept}");
+    // Restarted on a node with 4 of them.
+    {
+        let d = run("fault-rail");
+        let check = |b: &str| {
+            value(b, "dgx_pixels_node_gpus_visible", &[]) == Some(4.0)
+                && node_is(b, "unhealthy", "gpu_count_below_expected")
+        };
+        let (body, _) = wait_until(d.port, Duration::from_secs(15), check);
+        assert!(check(&body), "{body}");
+        assert_eq!(
+            value(&body, "dgx_pixels_node_gpus_expected", &[]),
+            Some(8.0)
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        kept,
+        "fewer never lower it"
+    );
+    // A file this exporter did not write: no node verdict, the GPUs still judged, the file kept.
+    std::fs::write(&file, "gpus many\n").unwrap();
+    let d = run("dgx-h100");
+    let (body, _) = wait_until(d.port, Duration::from_secs(15), |b| {
+        series(b, "dgx_pixels_gpu_health_state").len() == 8
+    });
+    assert_eq!(series(&body, "dgx_pixels_gpu_health_state").len(), 8);
+    assert!(series(&body, "dgx_pixels_node_health_action_info").is_empty());
+    let logs = stop_and_logs(d);
+    assert!(
+        logs.contains("the expected GPU count cannot be read") && logs.contains("expected-gpus"),
+        "{logs}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "gpus many\n");
+}
+
 /// Issue 32, item 3: a GPU whose rail NIC port is down is degraded (`rail_port_down`) while
 /// it is down, through the real binary: the fake NVML's dgx-h100 GPUs and a fake sysfs tree
 /// (`[nvml] sysfs`) that puts mlx5_0 beside GPU 0 and mlx5_1 beside GPU 1 (GPUs 2-7 have no
@@ -825,4 +980,13 @@ fn a_gpu_whose_rail_port_is_down_is_degraded_until_it_is_up() {
     fake::set_port(root, "mlx5_0", "4: ACTIVE", "5: LinkUp");
     let (body, _) = wait_until(d.port, Duration::from_secs(15), |b| gpu_is(b, 0, HEALTHY));
     assert!(gpu_is(&body, 0, HEALTHY), "{body}");
+    // mlx5_1 retrains at 200 Gb/s beside mlx5_0's 400: GPU 1 is slow, GPU 0 not.
+    fake::set_rate(root, "mlx5_1", "200 Gb/sec (4X HDR)");
+    let slow = ("degraded", "check_hardware", "rail_port_slow");
+    let (body, _) = wait_until(d.port, Duration::from_secs(15), |b| gpu_is(b, 1, slow));
+    assert!(gpu_is(&body, 1, slow), "{body}");
+    assert!(gpu_is(&body, 0, HEALTHY), "{body}");
+    fake::set_rate(root, "mlx5_1", "400 Gb/sec (4X NDR)");
+    let (body, _) = wait_until(d.port, Duration::from_secs(15), |b| gpu_is(b, 1, HEALTHY));
+    assert!(gpu_is(&body, 1, HEALTHY), "{body}");
 }

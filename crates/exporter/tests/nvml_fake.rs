@@ -625,3 +625,59 @@ fn unsupported_readings_are_logged_once_per_gpu_and_reading() {
     assert_eq!(memory.len(), 1, "{memory:#?}");
     assert!(memory[0].contains("gpu=0"), "{}", memory[0]);
 }
+
+/// Issue 32, slice 2: where each GPU of a GB200 NVL72 tray sits, from the fake NVML's
+/// `nvmlDeviceGetPlatformInfo` (struct v2) through the NVML source's slow readings, and the same
+/// from the simulated node: one info series per GPU in the default profile; none on a part the
+/// driver places nowhere.
+#[test]
+fn the_gb200_tray_serves_where_each_gpu_sits() {
+    let want = |body: &str, source: &str| {
+        for gpu in 0..4u32 {
+            let module = (gpu + 1).to_string();
+            let gpu = gpu.to_string();
+            assert_eq!(
+                value(
+                    body,
+                    "dgx_pixels_gpu_platform_info",
+                    &[
+                        ("gpu", gpu.as_str()),
+                        ("chassis_serial", "1823124000137"),
+                        ("slot", "12"),
+                        ("tray", "5"),
+                        ("host_id", "1"),
+                        ("module_id", module.as_str()),
+                    ]
+                ),
+                Some(1.0),
+                "{source} GPU {gpu}: {body}"
+            );
+        }
+        assert_eq!(
+            series(body, "dgx_pixels_gpu_platform_info").len(),
+            4,
+            "{source}"
+        );
+    };
+    let d = start_with_env(
+        &["--nvml.library", fake_nvml_library()],
+        &[
+            ("FAKE_NVML_SCENARIO", "gb200-nvl72-tray"),
+            ("FAKE_NVML_PCIE_DELAY_MS", "0"),
+        ],
+    );
+    let (body, _) = wait_until(d.port, Duration::from_secs(15), |b| {
+        series(b, "dgx_pixels_gpu_platform_info").len() == 4
+    });
+    want(&body, "nvml");
+    let d = start(&["--simulate", "gb200-nvl72-tray", "--no-collector.probes"]);
+    let (body, _) = wait_until(d.port, Duration::from_secs(15), |b| {
+        series(b, "dgx_pixels_gpu_platform_info").len() == 4
+    });
+    want(&body, "sim");
+    let d = start(&["--simulate", "dgx-h100", "--no-collector.probes"]);
+    let (body, _) = wait_until(d.port, Duration::from_secs(15), |b| {
+        !series(b, "dgx_pixels_gpu_up").is_empty()
+    });
+    assert!(series(&body, "dgx_pixels_gpu_platform_info").is_empty());
+}

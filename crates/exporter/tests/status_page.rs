@@ -245,3 +245,38 @@ fn each_row_shows_its_own_gpus_readings() {
         );
     }
 }
+
+/// Issue 32: a GB200 NVL72 tray shows each GPU's NVLink domain and fabric state and its rail
+/// port under the GPU's row, from the series the simulated node serves.
+#[test]
+fn the_gb200_tray_shows_fabric_and_rail_state_per_gpu() {
+    let d = start(&["--simulate", "gb200-nvl72-tray"]);
+    wait_until(d.port, Duration::from_secs(10), |b| {
+        b.contains("dgx_pixels_gpu_rail_port_up{") && b.contains("dgx_pixels_gpu_fabric_info{")
+    });
+    let (status, _, body) = get(d.port, "/", &[]);
+    assert_eq!(status, 200);
+    let page = String::from_utf8(body).unwrap();
+    assert_eq!(page.matches("<tr class=\"links\"").count(), 4, "{page}");
+    for i in 0..4 {
+        assert!(
+            page.contains(&format!("id=\"links-{i}\"")),
+            "GPU {i}: {page}"
+        );
+        assert!(
+            page.contains(&format!(
+                "data-port=\"mlx5_{i}/1\">mlx5_{i}/1 <span class=\"up\">up</span> 400 Gb/s"
+            )),
+            "GPU {i}: {page}"
+        );
+    }
+    assert_eq!(
+        page.matches("<b class=\"fabric-domain\">32766</b>").count(),
+        4
+    );
+    assert_eq!(
+        page.matches("<span class=\"fabric-state up\">completed, success</span>")
+            .count(),
+        4
+    );
+}

@@ -47,7 +47,10 @@
 //!
 //! Not part of CUDA, for tests: `fake_cuda_live_contexts() -> u64` (primary contexts the
 //! calling process holds now) and `fake_cuda_device_bytes(ordinal) -> u64` (device bytes it
-//! holds on that GPU, context included; 0 without a context).
+//! holds on that GPU, context included; 0 without a context). For the fake NCCL
+//! (`crates/fake-nccl`): `fake_cuda_allreduce` (a ring all-reduce over several GPUs' streams,
+//! timed by `dgx_pixels_sim::collective`, or stalled) and `fake_cuda_abort_stream` (ends a
+//! stalled stream's work, as `ncclCommAbort`).
 //!
 //! # Semantics
 //!
@@ -153,6 +156,82 @@ pub extern "C" fn fake_cuda_device_bytes(ordinal: std::ffi::c_int) -> u64 {
         Ok(d.device_bytes(gpu))
     })
     .unwrap_or(0)
+}
+
+/// A ring all-reduce of `bytes` per GPU over `n` GPUs, for the fake NCCL (`crates/fake-nccl`):
+/// `devices[i]`'s buffer `buffers[i]` (`bytes` long, in a live allocation of that GPU) on its
+/// `streams[i]` (null: its context's default stream). Each stream gets the modeled duration
+/// ([`dgx_pixels_sim::collective`]: the ring's bus bandwidth, ring-step latency, up to 1%
+/// jitter); with `stall` non-zero the work never ends (until [`fake_cuda_abort_stream`]), as a
+/// collective whose peer failed. Answers a CUDA error code.
+///
+/// # Safety
+///
+/// `devices`, `streams` and `buffers` point at `n` elements each.
+#[no_mangle]
+pub unsafe extern "C" fn fake_cuda_allreduce(
+    n: std::ffi::c_int,
+    devices: *const std::ffi::c_int,
+    streams: *const types::Handle,
+    buffers: *const u64,
+    bytes: u64,
+    stall: std::ffi::c_int,
+) -> types::CuResult {
+    let Ok(n) = usize::try_from(n) else {
+        return types::CUDA_ERROR_INVALID_VALUE;
+    };
+    if n == 0 || devices.is_null() || streams.is_null() || buffers.is_null() {
+        return types::CUDA_ERROR_INVALID_VALUE;
+    }
+    // SAFETY: the caller passes n elements behind each pointer.
+    let (devices, streams, buffers) = unsafe {
+        (
+            std::slice::from_raw_parts(devices, n),
+            std::slice::from_raw_parts(streams, n),
+            std::slice::from_raw_parts(buffers, n),
+        )
+    };
+    state::guard(|| {
+        state::with(|d| {
+            let gpus = devices
+                .iter()
+                .map(|&dev| d.device(dev))
+                .collect::<Result<Vec<usize>, _>>()?;
+            for (&g, &ptr) in gpus.iter().zip(buffers) {
+                if !d.check_range(g, ptr, bytes) {
+                    return Err(types::CUDA_ERROR_INVALID_VALUE);
+                }
+            }
+            let seconds = if stall != 0 {
+                // About 11 days: never, for any test.
+                1e6
+            } else {
+                let busbw = d.allreduce_rate(&gpus).map_err(|e| match e {
+                    state::RateError::Unavailable => types::CUDA_ERROR_DEVICE_UNAVAILABLE,
+                    state::RateError::Unsupported => types::CUDA_ERROR_NOT_SUPPORTED,
+                })?;
+                dgx_pixels_sim::collective::allreduce_seconds(n, bytes, busbw) * d.jitter(gpus[0])
+            };
+            for (&g, &s) in gpus.iter().zip(streams) {
+                d.enqueue(g, s, seconds)?;
+            }
+            Ok(())
+        })
+    })
+}
+
+/// Ends the work on `stream` of CUDA device `device` now (the fake NCCL's `ncclCommAbort`).
+#[no_mangle]
+pub extern "C" fn fake_cuda_abort_stream(
+    device: std::ffi::c_int,
+    stream: types::Handle,
+) -> types::CuResult {
+    state::guard(|| {
+        state::with(|d| {
+            let g = d.device(device)?;
+            d.abort_stream(g, stream)
+        })
+    })
 }
 
 /// Creates in `dir` the symlinks cudarc opens the driver and cuBLAS by ([`LINK_NAMES`]), each

@@ -377,6 +377,37 @@ impl Driver {
         }
     }
 
+    /// The bus bandwidth of a ring all-reduce over `gpus` now (the simulator's collective
+    /// model, [`dgx_pixels_sim::collective`]).
+    pub fn allreduce_rate(&mut self, gpus: &[usize]) -> Result<f64, RateError> {
+        for &g in gpus {
+            self.state(g);
+        }
+        let mut sides = Vec::with_capacity(gpus.len());
+        for &i in gpus {
+            match (self.cache.get(i), self.node.gpu(i)) {
+                (Some(Some((_, GpuState::Ok(r)))), Some(g)) if g.mig.is_none() => {
+                    sides.push((g, r))
+                }
+                _ => return Err(RateError::Unavailable),
+            }
+        }
+        match dgx_pixels_sim::collective::ring_bus_bandwidth(&sides) {
+            Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+            Ok(_) => Err(RateError::Unavailable),
+            Err(BenchmarkError::NoRates { .. }) => Err(RateError::Unsupported),
+            Err(_) => Err(RateError::Unavailable),
+        }
+    }
+
+    /// Ends the work enqueued on `stream` of `gpu` now, as an aborted NCCL kernel does: its
+    /// wall deadline becomes now (its modeled GPU time stays).
+    pub fn abort_stream(&mut self, gpu: usize, stream: Handle) -> Result<(), CuResult> {
+        let t = self.timeline(gpu, stream)?;
+        t.wall_ready = t.wall_ready.min(Instant::now());
+        Ok(())
+    }
+
     /// `cuCtxEnablePeerAccess` from the context of `gpu` to that of `peer`.
     pub fn enable_peer(&mut self, gpu: usize, peer: usize) -> Result<(), CuResult> {
         if gpu == peer {

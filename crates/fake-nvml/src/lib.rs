@@ -13,7 +13,7 @@
 //!
 //! | Variable | Meaning | Default |
 //! |---|---|---|
-//! | `FAKE_NVML_SCENARIO` | Built-in scenario name (`dgx-h100`, `dgx-a100-mig`, `dgx-spark`, `fault-gpu-lost`, `fault-xid-storm`, `fault-ecc`, `fault-thermal`, `fault-health`, `dgx-b200`, `gb200-nvl72-tray`, `fault-fabric`) or TOML path. Unloadable: init fails with `NVML_ERROR_UNKNOWN`. | `dgx-h100` |
+//! | `FAKE_NVML_SCENARIO` | Built-in scenario name (`dgx-h100`, `dgx-a100-mig`, `dgx-spark`, `fault-gpu-lost`, `fault-xid-storm`, `fault-ecc`, `fault-thermal`, `fault-health`, `dgx-b200`, `gb200-nvl72-tray`, `fault-fabric`, `fault-rail`) or TOML path. Unloadable: init fails with `NVML_ERROR_UNKNOWN`. | `dgx-h100` |
 //! | `FAKE_NVML_TIME` | Seconds (float): a frozen clock at that scenario time; readings never change. | unset |
 //! | `FAKE_NVML_START` | Seconds: with the running clock, scenario time = this + the age of the process (not the time since the library was loaded, which restarts when NVML is shut down and loaded again). | `0` |
 //! | `FAKE_NVML_PCIE_DELAY_MS` | How long `nvmlDeviceGetPcieThroughput` sleeps (the real call samples ~20 ms). | `20` |
@@ -68,6 +68,8 @@
 //! - NVLink fabric: `nvmlDeviceGetGpuFabricInfoV` answers struct v2 or v3 (else
 //!   `ARGUMENT_VERSION_MISMATCH`) from the simulator's fabric readout; Hopper and Blackwell
 //!   without a fabric answer state `NOT_SUPPORTED`, older parts the error `NOT_SUPPORTED`.
+//! - Platform: `nvmlDeviceGetPlatformInfo` answers struct v2 (else `ARGUMENT_VERSION_MISMATCH`)
+//!   from the scenario's `platform_*` keys (`gb200-nvl72-tray`); `NOT_SUPPORTED` without them.
 //! - MIG device handles answer name (`<parent> MIG <profile>`), UUID (`MIG-...`), memory of the
 //!   instance, their processes, instance ids and parent; identity numbers and strings come from
 //!   the parent; other readings are `NOT_SUPPORTED`.

@@ -131,6 +131,24 @@ pub struct GpuFabricInfoV3 {
     pub health_summary: u8,
 }
 
+/// `nvmlPlatformInfo_v2`: `sizeof(nvmlPlatformInfo_v2_t) | 2 << 24` (nvidia-ml-py: 0x0200002c).
+pub const PLATFORM_INFO_V2_VERSION: c_uint = 0x0200_002c;
+
+/// `nvmlPlatformInfo_v2_t`: 44 bytes (v1 is as large, with other fields: a rack GUID where v2
+/// has the chassis serial number).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PlatformInfoV2 {
+    pub version: c_uint,
+    pub ib_guid: [u8; 16],
+    pub chassis_serial_number: [u8; 16],
+    pub slot_number: u8,
+    pub tray_index: u8,
+    pub host_id: u8,
+    pub peer_type: u8,
+    pub module_id: u8,
+}
+
 /// `gpuInstanceId` / `computeInstanceId` when not applicable.
 pub const NO_INSTANCE: c_uint = 0xFFFF_FFFF;
 
@@ -280,6 +298,10 @@ const _: () = {
     assert!(size_of::<ViolationTime>() == 16);
     assert!(size_of::<AccountingStats>() == 56);
     assert!(size_of::<GpuFabricInfoV3>() == 40);
+    assert!(size_of::<PlatformInfoV2>() == 44);
+    assert!(size_of::<PlatformInfoV2>() as c_uint | (2 << 24) == PLATFORM_INFO_V2_VERSION);
+    assert!(std::mem::offset_of!(PlatformInfoV2, chassis_serial_number) == 20);
+    assert!(std::mem::offset_of!(PlatformInfoV2, module_id) == 40);
     assert!(size_of::<GpuFabricInfoV3>() as c_uint | (3 << 24) == GPU_FABRIC_INFO_V3_VERSION);
     assert!(std::mem::offset_of!(GpuFabricInfoV3, health_mask) == 32);
     assert!(

@@ -1108,7 +1108,9 @@ child_test!(
                 assert_eq!(get(h, &mut v3), 0);
                 assert_eq!(FabricState::from_nvml(v3.state), f.state);
                 assert_eq!(v3.status, 0);
-                assert_eq!(v3.cliqueId, 32766);
+                // GPU 0 is in another clique at 5 s (fault-fabric's clique_id fault).
+                assert_eq!(v3.cliqueId, f.clique_id);
+                assert_eq!(v3.cliqueId, if gpu == 0 { 32767 } else { 32766 });
                 assert_eq!(FabricHealthFlag::decode(v3.healthMask), f.health);
                 let hex: String = v3.clusterUuid.iter().map(|b| format!("{b:02x}")).collect();
                 assert_eq!(hex, f.cluster_uuid.replace('-', ""));
@@ -1154,6 +1156,77 @@ child_test!(
                 assert_eq!(get(dev.handle(), &mut v3), code, "GPU {gpu}");
                 assert_eq!(v3.state, 0);
             }
+        }
+    }
+);
+
+/// `nvmlDeviceGetPlatformInfo`'s struct as nvidia-ml-py 13.615.71 has it
+/// (`c_nvmlPlatformInfo_v1_t`/`_v2_t`, `nvmlPlatformInfo_v1`/`_v2`, printed by
+/// `tests/pynvml_structs.py`): both 44 bytes; v2 has chassisSerialNumber at 20, slotNumber 36,
+/// trayIndex 37, hostId 38, peerType 39, moduleId 40; versions 0x0100002c and 0x0200002c.
+#[test]
+fn platform_structs_are_nvidia_ml_py_layouts() {
+    use nvml_wrapper_sys::bindings::{nvmlPlatformInfo_v1_t, nvmlPlatformInfo_v2_t};
+    use std::mem::{offset_of, size_of};
+    assert_eq!(size_of::<nvmlPlatformInfo_v1_t>(), 44);
+    assert_eq!(size_of::<nvmlPlatformInfo_v2_t>(), 44);
+    assert_eq!(offset_of!(nvmlPlatformInfo_v2_t, chassisSerialNumber), 20);
+    assert_eq!(offset_of!(nvmlPlatformInfo_v2_t, slotNumber), 36);
+    assert_eq!(offset_of!(nvmlPlatformInfo_v2_t, trayIndex), 37);
+    assert_eq!(offset_of!(nvmlPlatformInfo_v2_t, hostId), 38);
+    assert_eq!(offset_of!(nvmlPlatformInfo_v2_t, peerType), 39);
+    assert_eq!(offset_of!(nvmlPlatformInfo_v2_t, moduleId), 40);
+    assert_eq!(44 | (1 << 24), 0x0100_002c);
+    assert_eq!(44 | (2 << 24), 0x0200_002c);
+}
+
+child_test!(
+    platform_info_answers_struct_v2_from_the_scenario,
+    [
+        ("FAKE_NVML_SCENARIO", "gb200-nvl72-tray"),
+        ("FAKE_NVML_TIME", "5")
+    ],
+    {
+        use nvml_wrapper_sys::bindings::nvmlPlatformInfo_v2_t;
+        let nvml = open().unwrap();
+        let get = nvml.lib().nvmlDeviceGetPlatformInfo.as_ref().unwrap();
+        for gpu in 0..4u32 {
+            let dev = nvml.device_by_index(gpu).unwrap();
+            // SAFETY: a live handle and a v2 struct.
+            unsafe {
+                let mut v: nvmlPlatformInfo_v2_t = std::mem::zeroed();
+                v.version = 0x0100_002c; // v1: other fields, refused
+                assert_eq!(get(dev.handle(), &mut v), 25);
+                v.version = 0x0200_002c;
+                assert_eq!(get(dev.handle(), &mut v), 0);
+                // The scenario's values (crates/sim/scenarios/gb200-nvl72-tray.toml).
+                let serial: Vec<u8> = v
+                    .chassisSerialNumber
+                    .iter()
+                    .copied()
+                    .take_while(|b| *b != 0)
+                    .collect();
+                assert_eq!(serial, b"1823124000137");
+                assert_eq!((v.slotNumber, v.trayIndex, v.hostId), (12, 5, 1));
+                assert_eq!(v.moduleId, gpu as u8 + 1);
+            }
+        }
+    }
+);
+
+child_test!(
+    platform_info_without_a_place_is_not_supported,
+    [("FAKE_NVML_SCENARIO", "dgx-h100"), ("FAKE_NVML_TIME", "1")],
+    {
+        use nvml_wrapper_sys::bindings::nvmlPlatformInfo_v2_t;
+        let nvml = open().unwrap();
+        let get = nvml.lib().nvmlDeviceGetPlatformInfo.as_ref().unwrap();
+        let dev = nvml.device_by_index(0).unwrap();
+        // SAFETY: a live handle and a v2 struct.
+        unsafe {
+            let mut v: nvmlPlatformInfo_v2_t = std::mem::zeroed();
+            v.version = 0x0200_002c;
+            assert_eq!(get(dev.handle(), &mut v), 3);
         }
     }
 );

@@ -41,6 +41,17 @@ pub(crate) struct GpuFacts {
     pub fabric_flags: Vec<String>,
     /// A port of the GPU's rail NIC is down.
     pub rail_port_down: bool,
+    /// The rates of the GPU's rail ports that are up, bytes per second, by `device/port`.
+    pub rail_up_rates: Vec<(String, f64)>,
+    /// Rail ports seen down, by `device/port` (their rate is no measure of the link).
+    pub rail_down_ports: Vec<String>,
+    /// The NVLink domain the fabric puts the GPU in: `(cluster_uuid, clique_id)`.
+    pub fabric_domain: Option<(String, String)>,
+    /// Set by the node-level pass: a rail port up runs below the node's fastest rail port.
+    pub rail_port_slow: bool,
+    /// Set by the node-level pass: the GPU is outside the NVLink domain of most of the node's
+    /// GPUs.
+    pub clique_split: bool,
     /// The driver's recovery action (`none` when it needs nothing).
     pub recovery_action: Option<String>,
     /// Throttle reasons active now.
@@ -103,7 +114,17 @@ pub(crate) fn gather<'a>(
                     s.label("state") == Some("completed") && s.label("status") == Some("success"),
                 );
             }
-            Metric::GpuRailPortUp if !on => f.rail_port_down = true,
+            Metric::GpuRailPortUp if !on => {
+                f.rail_port_down = true;
+                f.rail_down_ports.push(port_of(s));
+            }
+            Metric::GpuRailPortRate => f.rail_up_rates.push((port_of(s), s.value)),
+            Metric::GpuFabricInfo => {
+                f.fabric_domain = Some((
+                    s.label("cluster_uuid").unwrap_or_default().to_string(),
+                    s.label("clique_id").unwrap_or_default().to_string(),
+                ));
+            }
             Metric::GpuFabricHealth if on => {
                 if let Some(flag) = s.label("flag") {
                     f.fabric_flags.push(flag.to_string());
@@ -120,7 +141,59 @@ pub(crate) fn gather<'a>(
             _ => {}
         }
     }
+    // A port down reports some rate too; it is no measure of the link.
+    for (_, f) in gpus.values_mut() {
+        let down = &f.rail_down_ports;
+        f.rail_up_rates.retain(|(port, _)| !down.contains(port));
+    }
     gpus
+}
+
+/// `device/port` of a rail series.
+fn port_of(s: &Sample) -> String {
+    format!(
+        "{}/{}",
+        s.label("device").unwrap_or_default(),
+        s.label("port").unwrap_or_default()
+    )
+}
+
+/// The node-level pass over every GPU's facts: marks the rail ports that run below the
+/// node's fastest rail port up (a node's rails are alike, and sysfs gives a port's current
+/// rate, not the most it could train to), and the GPUs outside the NVLink domain that most of
+/// the node's GPUs share (ties go to the domain of the lowest GPU index).
+pub(crate) fn compare_across_node(gpus: &mut [(&Arc<DeviceKey>, &mut GpuFacts)]) {
+    let fastest = gpus
+        .iter()
+        .flat_map(|(_, f)| f.rail_up_rates.iter().map(|(_, r)| *r))
+        .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))));
+    if let Some(fastest) = fastest {
+        for (_, f) in gpus.iter_mut() {
+            f.rail_port_slow = f.rail_up_rates.iter().any(|(_, r)| *r < fastest);
+        }
+    }
+    gpus.sort_by(|a, b| (a.0.index(), a.0.uuid()).cmp(&(b.0.index(), b.0.uuid())));
+    let mut counts: Vec<(&(String, String), usize)> = Vec::new();
+    for (_, f) in gpus.iter() {
+        if let Some(d) = &f.fabric_domain {
+            match counts.iter_mut().find(|(c, _)| *c == d) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((d, 1)),
+            }
+        }
+    }
+    // The first domain (by GPU index) among those with the most GPUs.
+    let most = counts.iter().map(|(_, n)| *n).max().unwrap_or(0);
+    let Some(main) = counts
+        .iter()
+        .find(|(_, n)| *n == most)
+        .map(|(d, _)| (*d).clone())
+    else {
+        return;
+    };
+    for (_, f) in gpus.iter_mut() {
+        f.clique_split = f.fabric_domain.as_ref().is_some_and(|d| *d != main);
+    }
 }
 
 /// The metrics the rules read; a GPU seen only through others (a probe result, a pod's info)
@@ -150,5 +223,7 @@ fn is_read(metric: Metric) -> bool {
             | Metric::GpuFabricState
             | Metric::GpuFabricHealth
             | Metric::GpuRailPortUp
+            | Metric::GpuRailPortRate
+            | Metric::GpuFabricInfo
     )
 }

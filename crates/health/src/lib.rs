@@ -34,6 +34,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod expected;
 mod facts;
 mod settings;
 pub use settings::HealthSettings;
@@ -44,6 +45,7 @@ pub mod rules;
 mod tracker;
 pub mod xid_policy;
 
+pub use expected::ExpectedGpus;
 pub use idle::{HeldGpu, IdleTracker};
 pub use rules::{action_rank, Clears, Rule, Verdict, RULES};
 pub use tracker::HealthTracker;

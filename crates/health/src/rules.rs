@@ -184,6 +184,20 @@ pub const RULES: &[Rule] = &[
         source: "`dgx_pixels_gpu_rail_port_up` = 0",
     },
     Rule {
+        reason: "rail_port_slow",
+        condition: "node level, per GPU: a port of the GPU's rail NIC is up at a lower rate than the node's fastest rail port up (a node's rails are bought alike; sysfs gives the rate a port trained to, not the most it could): its multi-node jobs run at the slowest rail's pace. A node whose every rail trained low is not seen",
+        outcome: Outcome::Fixed(Verdict::Degraded, Action::CheckHardware),
+        clears: Clears::WhenReadingClears,
+        source: "`dgx_pixels_gpu_rail_port_rate_bytes_per_second` (with `dgx_pixels_gpu_rail_port_up` = 1) < the node's highest",
+    },
+    Rule {
+        reason: "clique_split",
+        condition: "node level, per GPU: the NVLink fabric puts the GPU in another NVLink domain (cluster and clique) than most of the node's GPUs (ties: the domain of the lowest GPU index); the node's GPUs cannot reach each other over NVLink, so jobs spanning them fail or fall back to the network. Degraded, not unhealthy: the GPU still works within its own domain",
+        outcome: Outcome::Fixed(Verdict::Degraded, Action::DrainP2p),
+        clears: Clears::WhenReadingClears,
+        source: "`dgx_pixels_gpu_fabric_info{cluster_uuid,clique_id}` differs from most of the node's GPUs'",
+    },
+    Rule {
         reason: "nvlink_down",
         condition: "an NVLink link of the GPU is down",
         outcome: Outcome::Fixed(Verdict::Degraded, Action::DrainP2p),
@@ -192,10 +206,17 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         reason: "gpu_count_below_expected",
-        condition: "node level: fewer GPUs are visible than `[health] expected_gpus` (a GPU that fell off the bus before the exporter started, or that the driver no longer enumerates, has no verdict of its own); served as `dgx_pixels_node_health_action_info`, only where `expected_gpus` is set. If a reboot does not bring the GPU back, check the hardware",
+        condition: "node level: fewer GPUs are visible than `[health] expected_gpus` (a GPU that fell off the bus before the exporter started, or that the driver no longer enumerates, has no verdict of its own); served as `dgx_pixels_node_health_action_info`, only where `expected_gpus` is set. `expected_gpus = \"discover\"` takes the GPUs visible at the first start and keeps them in `[health] state_directory` (file `expected-gpus`) for the next starts: more visible later raise it, fewer never lower it; delete the file to discover again, and a file the exporter cannot read serves no node verdict (logged) until it is fixed or deleted. If a reboot does not bring the GPU back, check the hardware",
         outcome: Outcome::Fixed(Verdict::Unhealthy, Action::Reboot),
         clears: Clears::WhenReadingClears,
         source: "`dgx_pixels_node_gpus_visible` < `dgx_pixels_node_gpus_expected`",
+    },
+    Rule {
+        reason: "nccl_bus_bandwidth_low",
+        condition: "node level: the `nccl_allreduce` probe's last bus bandwidth at its largest message size is under half the ring figure expected of the node's GPUs (docs/probes.md, \"Expected NCCL bus bandwidth\"): the fabric carries far less than it should (a degraded NVLink or NVSwitch); served as `dgx_pixels_node_health_action_info`, where the probe has measured. The node's P2P worst peers and NVLink series say which GPU",
+        outcome: Outcome::Fixed(Verdict::Degraded, Action::CheckHardware),
+        clears: Clears::WhenReadingClears,
+        source: "`dgx_pixels_probe_nccl_largest_bus_bandwidth_bytes_per_second` < 0.5 x `dgx_pixels_probe_nccl_expected_bus_bandwidth_bytes_per_second`",
     },
     Rule {
         reason: "nvlink_errors",
@@ -258,6 +279,42 @@ pub fn node_samples(expected: Option<u32>, visible: usize) -> Vec<dgx_pixels_met
         Sample::new(Metric::NodeGpusVisible, [] as [&str; 0], visible as f64),
         Sample::new(Metric::NodeHealthAction, labels, 1.0),
     ]
+}
+
+/// Share of the expected NCCL bus bandwidth under which a node's fabric measures far below
+/// expected (`nccl_bus_bandwidth_low`); the alert DgxPixelsNcclBusBandwidthLow warns at 0.8.
+pub const FABRIC_FAR_BELOW_RATIO: f64 = 0.5;
+
+/// [`node_samples`] with the node's fabric measurement: `fabric_ratio` is the NCCL bus
+/// bandwidth over its expected figure, where the probe has measured both. The verdict series is
+/// served when either input is; the GPU count rule (unhealthy) settles a fabric that is also
+/// low.
+pub fn node_samples_with_fabric(
+    expected: Option<u32>,
+    visible: usize,
+    fabric_ratio: Option<f64>,
+) -> Vec<dgx_pixels_metrics::Sample> {
+    use dgx_pixels_metrics::{Metric, Sample};
+    let mut out = node_samples(expected, visible);
+    let Some(ratio) = fabric_ratio else {
+        return out;
+    };
+    let count_holds = out
+        .iter()
+        .any(|s| s.metric == Metric::NodeHealthAction && s.label("reason") != Some(NONE));
+    if count_holds {
+        return out;
+    }
+    const REASON: &str = "nccl_bus_bandwidth_low";
+    let labels: [&str; 3] = match rule(REASON).map(|r| r.outcome) {
+        Some(Outcome::Fixed(v, a)) if ratio.is_finite() && ratio < FABRIC_FAR_BELOW_RATIO => {
+            [v.as_str(), a.as_str(), REASON]
+        }
+        _ => [Verdict::Healthy.as_str(), Action::None.as_str(), NONE],
+    };
+    out.retain(|s| s.metric != Metric::NodeHealthAction);
+    out.push(Sample::new(Metric::NodeHealthAction, labels, 1.0));
+    out
 }
 
 /// The rule with `reason` (the XID rule under `xid_<code>`).
@@ -497,6 +554,46 @@ mod tests {
             verdict(4, 0),
             s("unhealthy", "reboot", "gpu_count_below_expected")
         );
+    }
+
+    #[test]
+    fn a_fabric_far_below_expected_is_a_degraded_node_unless_gpus_are_missing() {
+        use dgx_pixels_metrics::Metric;
+        let verdict = |expected: Option<u32>, visible, ratio| {
+            let out = node_samples_with_fabric(expected, visible, ratio);
+            let v: Vec<_> = out
+                .iter()
+                .filter(|s| s.metric == Metric::NodeHealthAction)
+                .collect();
+            assert!(v.len() <= 1, "{out:?}");
+            v.first().map(|v| {
+                (
+                    v.label("state").unwrap().to_string(),
+                    v.label("reason").unwrap().to_string(),
+                )
+            })
+        };
+        let s = |a: &str, b: &str| Some((a.to_string(), b.to_string()));
+        assert_eq!(verdict(None, 8, None), None);
+        assert_eq!(verdict(None, 8, Some(0.9)), s("healthy", "none"));
+        // Under the alert's 0.8 but not far below: healthy here, the alert warns.
+        assert_eq!(verdict(None, 8, Some(0.6)), s("healthy", "none"));
+        assert_eq!(
+            verdict(None, 8, Some(0.4)),
+            s("degraded", "nccl_bus_bandwidth_low")
+        );
+        assert_eq!(
+            verdict(Some(8), 8, Some(0.4)),
+            s("degraded", "nccl_bus_bandwidth_low")
+        );
+        assert_eq!(
+            verdict(Some(8), 7, Some(0.4)),
+            s("unhealthy", "gpu_count_below_expected")
+        );
+        assert_eq!(verdict(None, 8, Some(f64::NAN)), s("healthy", "none"));
+        // The counts stay with the count rule's configuration.
+        assert_eq!(node_samples_with_fabric(None, 8, Some(0.4)).len(), 1);
+        assert_eq!(node_samples_with_fabric(Some(8), 8, Some(0.4)).len(), 3);
     }
 
     #[test]

@@ -1,11 +1,12 @@
 //! `[health]`: the settings of the health collector (docs/health.md).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use dgx_pixels_settings::{check_max, check_min, SettingError, MAX_PERIOD};
 use serde::Deserialize;
 
-use crate::{HealthTracker, IdleTracker, XidPolicy};
+use crate::{ExpectedGpus, HealthTracker, IdleTracker, XidPolicy};
 
 /// `[health]`: the GPU health verdict (docs/health.md).
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
@@ -23,9 +24,12 @@ pub struct HealthSettings {
     /// `[health.xid_policy]`: per XID code or range, ignore it or wait for a count within a
     /// window before the catalog's verdict applies [default: none, every code counts at once].
     pub xid_policy: XidPolicy,
-    /// GPUs the node should have: fewer visible is the node rule `gpu_count_below_expected`
-    /// [default: unset, no node verdict].
-    pub expected_gpus: Option<u32>,
+    /// GPUs the node should have, or `"discover"`: those visible at the first start, kept in
+    /// `state_directory`; fewer visible is the node rule `gpu_count_below_expected` [default:
+    /// unset, no node verdict].
+    pub expected_gpus: Option<ExpectedGpus>,
+    /// Where `expected_gpus = "discover"` keeps the count (file `expected-gpus`) [default: unset].
+    pub state_directory: Option<PathBuf>,
 }
 
 impl HealthSettings {
@@ -66,13 +70,32 @@ impl HealthSettings {
             self.clear_after,
             HealthSettings::MIN_CLEAR_AFTER,
         )?;
-        if let Some(n) = self.expected_gpus {
-            if !(1..=HealthSettings::MAX_EXPECTED_GPUS).contains(&n) {
+        match self.expected_gpus {
+            Some(ExpectedGpus::Count(n))
+                if !(1..=HealthSettings::MAX_EXPECTED_GPUS).contains(&n) =>
+            {
                 return Err(SettingError::new(
                     "health.expected_gpus",
                     format!("{n} is outside 1..={}", HealthSettings::MAX_EXPECTED_GPUS),
                 ));
             }
+            Some(ExpectedGpus::Discover) if self.state_directory.is_none() => {
+                return Err(SettingError::new(
+                    "health.expected_gpus",
+                    "\"discover\" needs [health] state_directory, where the count is kept",
+                ));
+            }
+            _ => {}
+        }
+        if self
+            .state_directory
+            .as_ref()
+            .is_some_and(|d| !d.is_absolute())
+        {
+            return Err(SettingError::new(
+                "health.state_directory",
+                "expected an absolute path",
+            ));
         }
         match self.idle_utilization {
             Some(u) if !(u > 0.0 && u <= 1.0) => Err(SettingError::new(
@@ -91,7 +114,7 @@ mod tests {
     #[test]
     fn expected_gpus_is_a_count_of_a_node() {
         let with = |n| HealthSettings {
-            expected_gpus: Some(n),
+            expected_gpus: Some(ExpectedGpus::Count(n)),
             ..HealthSettings::default()
         };
         assert!(with(1).validate().is_ok());
@@ -101,5 +124,41 @@ mod tests {
             assert!(e.contains("health.expected_gpus"), "{e}");
         }
         assert!(HealthSettings::default().validate().is_ok());
+    }
+
+    #[test]
+    fn expected_gpus_is_a_number_or_discover_with_a_state_directory() {
+        let parse = |text: &str| toml::from_str::<HealthSettings>(text);
+        let s = parse("expected_gpus = 8").unwrap();
+        assert_eq!(s.expected_gpus, Some(ExpectedGpus::Count(8)));
+        // Zero, negative or past u32: refused with the bound.
+        for (text, n) in [
+            ("expected_gpus = 0", "0"),
+            ("expected_gpus = -1", "-1"),
+            ("expected_gpus = 4294967296", "4294967296"),
+        ] {
+            let e = match parse(text) {
+                Ok(s) => s.validate().unwrap_err().to_string(),
+                Err(e) => e.to_string(),
+            };
+            assert!(
+                e.contains(&format!("{n} is outside 1..=1024")),
+                "{text}: {e}"
+            );
+        }
+        let e = parse("expected_gpus = \"all\"").unwrap_err().to_string();
+        assert!(
+            e.contains("expected a number of GPUs or \"discover\", got \"all\""),
+            "{e}"
+        );
+        let s = parse("expected_gpus = \"discover\"").unwrap();
+        let e = s.validate().unwrap_err().to_string();
+        assert!(e.contains("needs [health] state_directory"), "{e}");
+        let s = parse("expected_gpus = \"discover\"\nstate_directory = \"/var/lib/x\"").unwrap();
+        assert_eq!(s.expected_gpus, Some(ExpectedGpus::Discover));
+        assert!(s.validate().is_ok());
+        let s = parse("state_directory = \"relative\"").unwrap();
+        let e = s.validate().unwrap_err().to_string();
+        assert!(e.contains("health.state_directory"), "{e}");
     }
 }

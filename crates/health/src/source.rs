@@ -10,6 +10,7 @@ use dgx_pixels_metrics::source::{PollError, PollErrorKind};
 use dgx_pixels_metrics::view::{DeviceView, DeviceViews, Gpu};
 use dgx_pixels_metrics::{Metric, PollOutput, Source};
 
+use crate::expected::Expected;
 use crate::{HealthSettings, HealthTracker, HeldGpu, IdleTracker};
 
 /// Judges each GPU of the current device view, once per poll.
@@ -18,7 +19,7 @@ pub struct HealthSource {
     views: Arc<dyn DeviceViews>,
     memory: Arc<HealthMemory>,
     idle: IdleTracker,
-    expected_gpus: Option<u32>,
+    expected: Expected,
 }
 
 /// The verdicts' state, kept across the restarts of the health source: a reload of `[health]`
@@ -53,7 +54,7 @@ impl HealthSource {
             views,
             memory,
             idle: IdleTracker::new(settings.idle_utilization(), settings.idle_after()),
-            expected_gpus: settings.expected_gpus,
+            expected: Expected::new(settings),
         }
     }
 }
@@ -86,8 +87,36 @@ impl Source for HealthSource {
             .gpus()
             .filter(|g| g.reading(Metric::GpuUp).is_some())
             .count();
-        out.extend(crate::rules::node_samples(self.expected_gpus, visible));
+        let expected = self.expected.observe(visible);
+        out.extend(crate::rules::node_samples_with_fabric(
+            expected,
+            visible,
+            fabric_ratio(&view),
+        ));
         Ok(PollOutput::samples(out))
+    }
+}
+
+/// The node's NCCL bus bandwidth over its expected figure, where the probes source serves both.
+fn fabric_ratio(view: &DeviceView) -> Option<f64> {
+    let mut measured = None;
+    let mut expected = None;
+    for snapshot in view.snapshots() {
+        for s in snapshot
+            .served()
+            .map(|o| o.samples.as_slice())
+            .unwrap_or_default()
+        {
+            match s.metric {
+                Metric::ProbeNcclLargestBusBandwidth => measured = Some(s.value),
+                Metric::ProbeNcclExpectedBusBandwidth => expected = Some(s.value),
+                _ => {}
+            }
+        }
+    }
+    match (measured, expected) {
+        (Some(m), Some(e)) if e > 0.0 => Some(m / e),
+        _ => None,
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use dgx_pixels_metrics::{DeviceKey, Metric, Sample};
 use dgx_pixels_xid::Action;
 
-use crate::facts::{gather, GpuFacts};
+use crate::facts::{compare_across_node, gather, GpuFacts};
 use crate::rules::{
     action_rank, driver_outcome, rule, xid_outcome, Clears, Outcome, Verdict, NONE, NO_READINGS,
     PCIE_BUSY_UTILIZATION, XID_UNCATALOGUED, XID_UNOBSERVED,
@@ -128,7 +128,12 @@ impl HealthTracker {
         samples: impl Iterator<Item = &'a Sample>,
         now: Instant,
     ) -> Vec<Sample> {
-        let facts = gather(samples);
+        let mut facts = gather(samples);
+        {
+            let mut all: Vec<(&Arc<DeviceKey>, &mut GpuFacts)> =
+                facts.values_mut().map(|(k, f)| (&*k, f)).collect();
+            compare_across_node(&mut all);
+        }
         let mut verdicts: Vec<(Arc<DeviceKey>, Verdict, Condition)> = Vec::new();
         for (uuid, (key, f)) in facts {
             let state = self.gpus.entry(uuid).or_insert_with(|| GpuState {
@@ -405,6 +410,8 @@ fn levels(f: &GpuFacts) -> Vec<Condition> {
                 .any(|flag| flag == "degraded_bandwidth"),
         ),
         ("rail_port_down", f.rail_port_down),
+        ("rail_port_slow", f.rail_port_slow),
+        ("clique_split", f.clique_split),
         (
             "nvlink_down",
             matches!((f.nvlinks_up, f.nvlinks), (Some(up), Some(all)) if up < all),

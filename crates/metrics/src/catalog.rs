@@ -245,11 +245,13 @@ define_catalog! {
         "How far the GPU's registration with the NVLink fabric has come, its state (not_started, in_progress, completed), and once completed its outcome, its status (success, or nvml_<code> with NVML's return code), value 1; absent where NVML says not supported. The health rule fabric_not_ready reads it.";
     GpuFabricHealth => Gauge None "dgx_pixels_gpu_fabric_health" ["gpu", "uuid", "flag"] ["nvml", "sim"]
         "1 while the NVLink fabric reports the condition for the GPU, else 0; one series per flag the driver reports (degraded_bandwidth, route_recovery, route_unhealthy, access_timeout_recovery, incorrect_configuration). The health rules fabric_unhealthy and fabric_degraded_bandwidth read it.";
-    GpuRailPortUp => Gauge None "dgx_pixels_gpu_rail_port_up" ["gpu", "uuid", "device", "port"] ["nvml"]
+    GpuPlatformInfo => Gauge None "dgx_pixels_gpu_platform_info" ["gpu", "uuid", "chassis_serial", "slot", "tray", "host_id", "module_id"] ["nvml", "sim"]
+        "Where the GPU sits (nvmlDeviceGetPlatformInfo, struct v2): the serial number of its chassis (rack), its slot number, the compute tray's index, the host id within the tray and the GPU module's id, value 1; absent where the driver does not report it (not rack-scale parts, drivers before the v2 struct). Group by chassis_serial for racks, and with dgx_pixels_gpu_fabric_info's clique_id for NVLink domains.";
+    GpuRailPortUp => Gauge None "dgx_pixels_gpu_rail_port_up" ["gpu", "uuid", "device", "port"] ["nvml", "sim"]
         "1 while the port of the GPU's rail NIC (the InfiniBand / RoCE NIC nearest to it by PCIe topology, from sysfs class/infiniband) is active with its physical link up, else 0; absent where the GPU has no NIC under its PCIe root complex. The health rule rail_port_down reads it.";
-    GpuRailPortRate => Gauge BytesPerSecond "dgx_pixels_gpu_rail_port_rate_bytes_per_second" ["gpu", "uuid", "device", "port"] ["nvml"]
-        "Rate the GPU's rail NIC port trained to (sysfs ports/N/rate; 400 Gb/s is 50e9).";
-    GpuRailLinkDowned => Counter None "dgx_pixels_gpu_rail_link_downed_total" ["gpu", "uuid", "device", "port"] ["nvml"]
+    GpuRailPortRate => Gauge BytesPerSecond "dgx_pixels_gpu_rail_port_rate_bytes_per_second" ["gpu", "uuid", "device", "port"] ["nvml", "sim"]
+        "Rate the GPU's rail NIC port trained to (sysfs ports/N/rate; 400 Gb/s is 50e9). The health rule rail_port_slow compares it with the node's fastest rail port up.";
+    GpuRailLinkDowned => Counter None "dgx_pixels_gpu_rail_link_downed_total" ["gpu", "uuid", "device", "port"] ["nvml", "sim"]
         "Times the GPU's rail NIC port went down since the driver loaded (sysfs counters/link_downed). Full detail only.";
     GpuHealthState => Gauge None "dgx_pixels_gpu_health_state" ["gpu", "uuid", "state"] ["health"]
         "Health verdict of the GPU from the rules of docs/health.md: 1 for the current state (healthy, degraded, unhealthy, unknown when the GPU cannot be read), 0 for the others.";
@@ -260,7 +262,7 @@ define_catalog! {
     NodeGpusVisible => Gauge None "dgx_pixels_node_gpus_visible" [] ["health"]
         "GPUs some source reports now (dgx_pixels_gpu_up served for them, lost ones included); served only where [health] expected_gpus is set.";
     NodeHealthAction => Gauge None "dgx_pixels_node_health_action_info" ["state", "action", "reason"] ["health"]
-        "The node-level health verdict (state healthy or unhealthy), its recommended action and the rule behind it (gpu_count_below_expected: fewer GPUs visible than [health] expected_gpus, action reboot; none/none when healthy), value 1; served only where [health] expected_gpus is set. docs/health.md lists the rule.";
+        "The node-level health verdict (state healthy, degraded or unhealthy), its recommended action and the rule behind it (gpu_count_below_expected: fewer GPUs visible than [health] expected_gpus, action reboot; nccl_bus_bandwidth_low: the nccl_allreduce probe measured under half the bus bandwidth expected of the node's GPUs, degraded, action check_hardware; none/none when healthy), value 1; served only where [health] expected_gpus is set or the nccl_allreduce probe has measured. docs/health.md lists the rules.";
     GpuAllocatedIdle => Counter Seconds "dgx_pixels_gpu_allocated_idle_seconds_total" ["gpu", "uuid", "namespace", "pod", "container", "hpc_job"] ["health"]
         "Time a GPU held by a pod or HPC job stayed under [health] idle_utilization (and SM activity under it where read) after [health] idle_after of it (the grace period counts once exceeded); served only for held GPUs, starting from 0 for each new holder, labelled with the holder (empty when several share the GPU) as it was when the time was counted.";
     GpuAllocatedIdleEnergy => Counter Joules "dgx_pixels_gpu_allocated_idle_energy_joules_total" ["gpu", "uuid", "namespace", "pod", "container", "hpc_job"] ["health"]
@@ -389,6 +391,18 @@ define_catalog! {
         "Last sequential read throughput of a configured storage path (the storage_read node probe, [probes] storage_paths): a bounded read at idle I/O priority while the node's GPUs are idle; direct is true where the page cache was bypassed (O_DIRECT), false where the filesystem refused it and the read may have come from memory.";
     ProbeStorageRuns => Counter None "dgx_pixels_probe_storage_runs_total" ["path", "outcome"] ["probes"]
         "storage_read runs by outcome: ok, error (the message is logged), timeout, crashed, skipped_busy (a GPU of the node was not idle).";
+    ProbeNcclBusBandwidth => Gauge BytesPerSecond "dgx_pixels_probe_nccl_bus_bandwidth_bytes_per_second" ["message_bytes"] ["probes"]
+        "Last NCCL all-reduce bus bandwidth across the GPUs of [probes] nccl_gpus at each message size (message_bytes, bytes per GPU: nccl_max_bytes and 1/16 and 1/256 of it), as nccl-tests defines it: algorithm bandwidth x 2(n-1)/n. The nccl_allreduce node probe ([probes] nccl_allreduce), run while every GPU of the set is idle.";
+    ProbeNcclAlgorithmBandwidth => Gauge BytesPerSecond "dgx_pixels_probe_nccl_algorithm_bandwidth_bytes_per_second" ["message_bytes"] ["probes"]
+        "Last NCCL all-reduce algorithm bandwidth (message bytes / time) at each message size (the nccl_allreduce node probe).";
+    ProbeNcclLargestBusBandwidth => Gauge BytesPerSecond "dgx_pixels_probe_nccl_largest_bus_bandwidth_bytes_per_second" [] ["probes"]
+        "Last NCCL all-reduce bus bandwidth at the largest message size (nccl_max_bytes): the node's fabric figure the expected values and alerts compare (the nccl_allreduce node probe).";
+    ProbeNcclExpectedBusBandwidth => Gauge BytesPerSecond "dgx_pixels_probe_nccl_expected_bus_bandwidth_bytes_per_second" [] ["probes"]
+        "The NCCL all-reduce bus bandwidth expected of this node's GPUs in a ring (H100/H200 370 GB/s, A100 SXM4 205 GB/s, B200 740 GB/s; docs/probes.md, \"Expected NCCL bus bandwidth\"), once nccl_allreduce has run on a set of one part with a published figure; the recording rules compare the largest size's bus bandwidth with it.";
+    ProbeNcclGpus => Gauge None "dgx_pixels_probe_nccl_gpus" [] ["probes"]
+        "GPUs in the last measured NCCL all-reduce (the bus bandwidth's n).";
+    ProbeNcclRuns => Counter None "dgx_pixels_probe_nccl_runs_total" ["outcome"] ["probes"]
+        "nccl_allreduce runs by outcome: ok, error (the message is logged; an asynchronous NCCL error included), timeout (a hung NCCL: the worker was killed at its deadline), crashed, contended (another process used a GPU of the set: result discarded), skipped_no_nccl (libnccl.so.2 cannot be loaded), or the first skip among the set's GPUs (skipped_busy, skipped_settling, skipped_held, skipped_in_use, skipped_mig, skipped_compute_mode, skipped_no_utilization).";
     ProbeLaunchLatency => Gauge Seconds "dgx_pixels_probe_launch_latency_seconds" ["gpu", "uuid"] ["probes"]
         "Last measured round trip of an empty kernel (launch and wait), per launch.";
     ProbePeakFraction => Gauge Ratio "dgx_pixels_probe_peak_fraction_ratio" ["gpu", "uuid", "probe"] ["probes"]

@@ -10,9 +10,9 @@
 pub use crate::incidents::XidIncidents;
 pub use dgx_pixels_readout::{
     cuda_version_string, ClockReadout, EccTotals, FabricReadout, GpuIdentity, GpuReadout,
-    MigReadout, NvlinkErrors, NvlinkReadout, PowerSamples, PowerTally, ProcessActivity,
-    ProcessReadout, ProcessUtilization, RailPortReadout, RemappedRowsReadout, RetiredPages,
-    POWER_BUCKETS_WATTS,
+    MigReadout, NvlinkErrors, NvlinkReadout, PlatformReadout, PowerSamples, PowerTally,
+    ProcessActivity, ProcessReadout, ProcessUtilization, RailPortReadout, RemappedRowsReadout,
+    RetiredPages, POWER_BUCKETS_WATTS,
 };
 
 mod activity;
@@ -148,6 +148,15 @@ pub fn push_gpu_samples(id: &GpuIdentity, r: &GpuReadout, out: &mut Vec<Sample>)
     }
     if let Some(fabric) = &r.fabric {
         push_fabric(fabric, &mut labelled);
+    }
+    if let Some(p) = &r.platform {
+        let [slot, tray, host, module] =
+            [p.slot, p.tray, p.host_id, p.module_id].map(|n| n.to_string());
+        labelled(
+            Metric::GpuPlatformInfo,
+            &[&p.chassis_serial, &slot, &tray, &host, &module],
+            1.0,
+        );
     }
     for p in &r.rail_ports {
         let port = p.port.to_string();

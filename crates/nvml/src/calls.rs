@@ -84,6 +84,7 @@ functions! {
     MaxMigDeviceCount => "nvmlDeviceGetMaxMigDeviceCount",
     GpuInstanceId => "nvmlDeviceGetGpuInstanceId",
     GpuFabricInfo => "nvmlDeviceGetGpuFabricInfoV",
+    PlatformInfo => "nvmlDeviceGetPlatformInfo",
     ComputeInstanceId => "nvmlDeviceGetComputeInstanceId",
     // GPM, on its own thread every poll.
     GpmQueryDeviceSupport => "nvmlGpmQueryDeviceSupport",

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use dgx_pixels_metrics::gpu::{
     cap_activity, cuda_version_string, ActivityScope, ClockReadout, EccTotals, FabricReadout,
-    GpuIdentity, GpuReadout, MigReadout, NvlinkReadout, ProcessActivity, ProcessReadout,
-    ProcessUtilization, RailPortReadout, RemappedRowsReadout, RetiredPages,
+    GpuIdentity, GpuReadout, MigReadout, NvlinkReadout, PlatformReadout, ProcessActivity,
+    ProcessReadout, ProcessUtilization, RailPortReadout, RemappedRowsReadout, RetiredPages,
 };
 use dgx_pixels_metrics::labels::{NvlinkErrorType, ThrottleReason, ViolationPolicy};
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
@@ -127,6 +127,7 @@ struct Slow {
     /// `(gpu instance, compute instance, profile, MIG uuid, MIG index)`.
     mig: Vec<(u32, u32, String, String, u32)>,
     fabric: Option<FabricReadout>,
+    platform: Option<PlatformReadout>,
     /// The ports of the GPU's rail NIC (sysfs, not NVML).
     rail: Vec<RailPortReadout>,
 }

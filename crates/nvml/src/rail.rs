@@ -184,6 +184,12 @@ pub mod fake {
         let _ = std::fs::write(port.join("counters/link_downed"), "0\n");
     }
 
+    /// Sets the rate port 1 of NIC `name` trained to (`400 Gb/sec (4X NDR)`).
+    pub fn set_rate(root: &Path, name: &str, rate: &str) {
+        let port = root.join("class/infiniband").join(name).join("ports/1");
+        let _ = std::fs::write(port.join("rate"), format!("{rate}\n"));
+    }
+
     /// Sets port 1 of NIC `name` to `state` / `phys_state`.
     pub fn set_port(root: &Path, name: &str, state: &str, phys_state: &str) {
         let port = root.join("class/infiniband").join(name).join("ports/1");

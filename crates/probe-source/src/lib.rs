@@ -19,7 +19,9 @@
 //! - a pair probe (`p2p_copy`) holds two GPUs: the peer passes the same checks, and both rest
 //!   after the run;
 //! - `storage_read` (a node probe of `[probes] storage_paths`) runs only while every GPU
-//!   passes the checks.
+//!   passes the checks;
+//! - `nccl_allreduce` (a node probe, `[probes] nccl_allreduce`) holds every GPU of its set:
+//!   it runs only while each of them passes the checks, and all of them rest after it.
 //!
 //! With the [`worker::WorkerBackend`] (the daemon's), each run is a worker process whose
 //! CUDA context ends with it: the daemon itself never creates one.
@@ -42,6 +44,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use dgx_pixels_metrics::histogram::Histogram;
 use dgx_pixels_metrics::{DeviceKey, Metric, PollError, PollErrorKind, PollOutput, Sample, Source};
 
+use dgx_pixels_probes::nccl::{self, AllReduce};
 use dgx_pixels_probes::probe::{ProbeKind, ProbeSizes, ProbeUnit};
 use dgx_pixels_probes::stats::summarize;
 use dgx_pixels_probes::storage::{self, StorageRead};
@@ -189,6 +192,12 @@ pub struct ScheduleSettings {
     pub storage_paths: Vec<PathBuf>,
     /// Bytes one `storage_read` run reads at most.
     pub storage_read_bytes: u64,
+    /// Whether the `nccl_allreduce` node probe runs.
+    pub nccl_allreduce: bool,
+    /// The CUDA ordinals of its GPUs; `None`: every GPU of the node.
+    pub nccl_gpus: Option<Vec<usize>>,
+    /// Its largest message, bytes per GPU.
+    pub nccl_max_bytes: u64,
 }
 
 impl Default for ScheduleSettings {
@@ -202,6 +211,9 @@ impl Default for ScheduleSettings {
             settle: DEFAULT_SETTLE,
             storage_paths: Vec::new(),
             storage_read_bytes: storage::DEFAULT_READ_BYTES,
+            nccl_allreduce: false,
+            nccl_gpus: None,
+            nccl_max_bytes: nccl::DEFAULT_MAX_BYTES,
         }
     }
 }
@@ -247,6 +259,30 @@ impl ScheduleSettings {
                 "probes.storage_paths: {} is not an absolute path",
                 p.display()
             )));
+        }
+        nccl::check_max_bytes(self.nccl_max_bytes)?;
+        if self.nccl_max_bytes > self.memory_limit_bytes {
+            return Err(ProbeError::Config(format!(
+                "probes.nccl_max_bytes: {} is over probes.memory_limit_bytes ({})",
+                self.nccl_max_bytes, self.memory_limit_bytes
+            )));
+        }
+        if let Some(list) = &self.nccl_gpus {
+            if list.len() < 2 {
+                return Err(ProbeError::Config(format!(
+                    "probes.nccl_gpus: an all-reduce needs two GPUs or more; {} listed",
+                    list.len()
+                )));
+            }
+            let twice = list
+                .iter()
+                .enumerate()
+                .find(|(k, g)| list[..*k].contains(g));
+            if let Some((_, g)) = twice {
+                return Err(ProbeError::Config(format!(
+                    "probes.nccl_gpus: GPU {g} is listed twice"
+                )));
+            }
         }
         let fit: Vec<ProbeKind> = self
             .probes
@@ -309,6 +345,15 @@ pub trait Backend: Send {
             "storage_read of {}: this backend reads no storage",
             path.display()
         )))
+    }
+
+    /// Runs `nccl_allreduce` over `gpus` (in rank order) up to `max_bytes` per GPU. The
+    /// default: the backend runs no NCCL.
+    fn run_nccl(&mut self, gpus: &[GpuId], max_bytes: u64) -> Result<AllReduce, ProbeError> {
+        let _ = (gpus, max_bytes);
+        Err(ProbeError::Config(
+            "nccl_allreduce: this backend runs no NCCL".into(),
+        ))
     }
 
     /// How long the last [`Backend::run`] held the GPU, where the backend knows it better than
@@ -452,6 +497,37 @@ struct StorageState {
     runs: BTreeMap<&'static str, u64>,
 }
 
+/// `nccl_allreduce`'s schedule and last result.
+#[derive(Debug, Default)]
+struct NcclState {
+    next_due: Option<Instant>,
+    /// The result, when it was measured, and how long it stays fresh.
+    last: Option<(AllReduce, Instant, Duration)>,
+    /// The expected bus bandwidth of the set's part (all its GPUs one part with a published
+    /// figure), bytes per second.
+    expected: Option<f64>,
+    runs: BTreeMap<&'static str, u64>,
+}
+
+/// Outcomes of `nccl_allreduce`, the `outcome` label of `dgx_pixels_probe_nccl_runs_total`:
+/// the GPU probes' (a skip is the first GPU of the set that had to be left alone) and
+/// `skipped_no_nccl` (no `libnccl.so.2` on the node).
+pub const NCCL_OUTCOMES: &[&str] = &[
+    "ok",
+    "error",
+    "timeout",
+    "crashed",
+    "contended",
+    "skipped_busy",
+    "skipped_no_utilization",
+    "skipped_settling",
+    "skipped_held",
+    "skipped_in_use",
+    "skipped_mig",
+    "skipped_compute_mode",
+    "skipped_no_nccl",
+];
+
 /// Outcomes of `storage_read`, the `outcome` label of `dgx_pixels_probe_storage_runs_total`.
 pub const STORAGE_OUTCOMES: &[&str] = &["ok", "error", "timeout", "crashed", "skipped_busy"];
 
@@ -465,9 +541,12 @@ pub struct ProbeSource<B: Backend, U: UtilizationView> {
     gpus: Option<Vec<GpuState>>,
     unavailable: Option<(Instant, PollError)>,
     cursor: usize,
+    /// Whether the last poll's step was a node probe's (`storage_read`, `nccl_allreduce`).
+    node_last: bool,
     /// The highest peak RSS of any worker so far.
     worker_peak_rss: Option<u64>,
     storage: Vec<StorageState>,
+    nccl: NcclState,
 }
 
 impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
@@ -484,8 +563,10 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
             gpus: None,
             unavailable: None,
             cursor: 0,
+            node_last: false,
             worker_peak_rss: None,
             storage: settings_storage(&settings_paths),
+            nccl: NcclState::default(),
         })
     }
 
@@ -560,12 +641,21 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         }
     }
 
-    /// Runs at most one due probe (or records one skip): a due storage path first, then a
-    /// GPU probe.
+    /// Runs at most one due probe (or records one skip): a due storage path first, then
+    /// `nccl_allreduce`, then a GPU probe, except right after a node probe, when a due GPU
+    /// probe goes first.
     fn step(&mut self, now: Instant) {
-        if self.step_storage(now) {
+        // After a node probe a due GPU probe goes first, so a node probe due at every poll (a
+        // short read at a high duty cycle) cannot starve the GPU probes.
+        let gpu_due = self
+            .gpus
+            .as_ref()
+            .is_some_and(|g| g.iter().any(|g| g.next_due <= now));
+        if !(self.node_last && gpu_due) && self.step_node(now) {
+            self.node_last = true;
             return;
         }
+        self.node_last = false;
         let probes = self.probes.clone();
         let Some(gpus) = self.gpus.as_mut() else {
             return;
@@ -743,6 +833,159 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         true
     }
 
+    /// Runs the node probe that has waited longest (a storage path, or `nccl_allreduce`), so
+    /// one due at every poll does not starve the other; true when one ran or was skipped.
+    fn step_node(&mut self, now: Instant) -> bool {
+        let storage = self
+            .storage
+            .iter()
+            .map(|s| s.next_due)
+            .filter(|t| *t <= now)
+            .min();
+        let nccl = self
+            .settings
+            .nccl_allreduce
+            .then(|| self.nccl.next_due.unwrap_or(self.started))
+            .filter(|t| *t <= now);
+        match (storage, nccl) {
+            (Some(s), Some(n)) if n < s => self.step_nccl(now) || self.step_storage(now),
+            _ => self.step_storage(now) || self.step_nccl(now),
+        }
+    }
+
+    /// Runs `nccl_allreduce` when it is due and every GPU of its set may be probed; true when
+    /// it ran or was skipped.
+    fn step_nccl(&mut self, now: Instant) -> bool {
+        if !self.settings.nccl_allreduce || self.nccl.next_due.is_some_and(|t| t > now) {
+            return false;
+        }
+        let Some(gpus) = self.gpus.as_mut() else {
+            return false;
+        };
+        let members: Vec<usize> = match &self.settings.nccl_gpus {
+            Some(list) => list
+                .iter()
+                .filter_map(|o| gpus.iter().position(|g| g.id.ordinal == *o))
+                .collect(),
+            None => (0..gpus.len()).collect(),
+        };
+        if members.len() < 2 {
+            // Not this node's probe (one GPU, or the listed ones are missing).
+            return false;
+        }
+        let runs = &mut self.nccl.runs;
+        if let Some((outcome, retry)) = members
+            .iter()
+            .find_map(|&i| skip_of(&self.settings, &gpus[i], now))
+        {
+            *runs.entry(outcome).or_default() += 1;
+            self.nccl.next_due = Some(now + retry);
+            return true;
+        }
+        let ids: Vec<GpuId> = members.iter().map(|&i| gpus[i].id.clone()).collect();
+        self.nccl.expected = ids
+            .iter()
+            .map(|g| dgx_pixels_probes::peaks::nccl_ring_bus_bandwidth(&g.model))
+            .reduce(|a, b| a.zip(b).filter(|(a, b)| a == b).map(|(a, _)| a))
+            .flatten();
+        let t0 = Instant::now();
+        let result = self.backend.run_nccl(&ids, self.settings.nccl_max_bytes);
+        if let Some(rss) = self.backend.worker_peak_rss_bytes() {
+            self.worker_peak_rss = Some(self.worker_peak_rss.unwrap_or(0).max(rss));
+        }
+        let took = self.backend.held_for().unwrap_or_else(|| t0.elapsed());
+        let pause = took.div_f64(self.settings.duty_cycle);
+        let rest = t0 + took.max(t0.elapsed()) + pause;
+        let mut retry = None;
+        match result {
+            Ok(r) => {
+                *runs.entry("ok").or_default() += 1;
+                // Fresh for three of its rounds, as the GPU probes' results.
+                let max_age = (took + pause).max(SKIP_RETRY) * MAX_AGE_ROUNDS;
+                self.nccl.last = Some((r, Instant::now(), max_age));
+            }
+            Err(e) => {
+                let outcome = match outcome_of(&e) {
+                    o if NCCL_OUTCOMES.contains(&o) => o,
+                    _ => "error",
+                };
+                *runs.entry(outcome).or_default() += 1;
+                if outcome == "skipped_no_nccl" {
+                    tracing::debug!("nccl_allreduce not run: {e}");
+                    retry = Some(UNAVAILABLE_RETRY);
+                } else if outcome.starts_with("skipped_") {
+                    tracing::debug!(outcome, "nccl_allreduce not run: {e}");
+                    retry = Some(SKIP_RETRY);
+                } else if outcome == "contended" {
+                    tracing::debug!("nccl_allreduce contended: {e}");
+                } else {
+                    self.nccl.last = None;
+                    tracing::warn!(outcome, "nccl_allreduce failed: {e}");
+                }
+            }
+        }
+        if let Some(retry) = retry {
+            self.nccl.next_due = Some(now + retry);
+            return true;
+        }
+        self.nccl.next_due = Some(rest);
+        // Every GPU of the set was held as long: each rests as long.
+        for &i in &members {
+            let g = &mut gpus[i];
+            g.busy += took;
+            g.next_due = g.next_due.max(rest);
+        }
+        true
+    }
+
+    fn nccl_samples(&self, now: Instant, out: &mut Vec<Sample>) {
+        if !self.settings.nccl_allreduce {
+            return;
+        }
+        for outcome in NCCL_OUTCOMES {
+            let n = self.nccl.runs.get(outcome).copied().unwrap_or(0);
+            out.push(Sample::new(Metric::ProbeNcclRuns, [*outcome], n as f64));
+        }
+        if let Some(e) = self.nccl.expected {
+            out.push(Sample::new(
+                Metric::ProbeNcclExpectedBusBandwidth,
+                [] as [&str; 0],
+                e,
+            ));
+        }
+        let Some((r, at, max_age)) = &self.nccl.last else {
+            return;
+        };
+        if now.duration_since(*at) > *max_age {
+            return;
+        }
+        out.push(Sample::new(
+            Metric::ProbeNcclGpus,
+            [] as [&str; 0],
+            r.gpus as f64,
+        ));
+        if let Some(l) = r.largest() {
+            out.push(Sample::new(
+                Metric::ProbeNcclLargestBusBandwidth,
+                [] as [&str; 0],
+                l.busbw,
+            ));
+        }
+        for size in &r.sizes {
+            let label = size.bytes.to_string();
+            out.push(Sample::new(
+                Metric::ProbeNcclBusBandwidth,
+                [label.as_str()],
+                size.busbw,
+            ));
+            out.push(Sample::new(
+                Metric::ProbeNcclAlgorithmBandwidth,
+                [label.as_str()],
+                size.algbw,
+            ));
+        }
+    }
+
     fn storage_samples(&self, out: &mut Vec<Sample>) {
         for s in &self.storage {
             if let Some((bps, direct, _)) = s.last {
@@ -767,6 +1010,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
     fn samples(&self, now: Instant) -> Vec<Sample> {
         let mut out = Vec::new();
         self.storage_samples(&mut out);
+        self.nccl_samples(now, &mut out);
         let Some(gpus) = &self.gpus else {
             return out;
         };

@@ -34,6 +34,15 @@ pub struct ProbesSettings {
     pub storage_paths: Option<Vec<String>>,
     /// Bytes one `storage_read` run reads at most [default: 268435456].
     pub storage_read_bytes: Option<u64>,
+    /// Runs the `nccl_allreduce` node probe (NCCL's all-reduce bus bandwidth across the GPUs
+    /// of `nccl_gpus`) while every one of them is idle [default: false].
+    pub nccl_allreduce: Option<bool>,
+    /// CUDA ordinals of the GPUs `nccl_allreduce` reduces across, two or more [default:
+    /// every GPU of the node].
+    pub nccl_gpus: Option<Vec<usize>>,
+    /// Largest all-reduce message of `nccl_allreduce`, bytes per GPU; it also runs 1/16 and
+    /// 1/256 of it [default: 268435456].
+    pub nccl_max_bytes: Option<u64>,
 }
 
 /// Default `[probes] worker_timeout`: a context, cuBLAS and four iterations take 1-3 s on a
@@ -92,6 +101,15 @@ impl ProbesSettings {
         }
         if let Some(b) = self.storage_read_bytes {
             s.storage_read_bytes = b;
+        }
+        if let Some(on) = self.nccl_allreduce {
+            s.nccl_allreduce = on;
+        }
+        if let Some(list) = &self.nccl_gpus {
+            s.nccl_gpus = Some(list.clone());
+        }
+        if let Some(b) = self.nccl_max_bytes {
+            s.nccl_max_bytes = b;
         }
         self.worker_timeout()?;
         s.validate()?;

@@ -6,9 +6,10 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use dgx_pixels_probes::nccl::AllReduce;
 use dgx_pixels_probes::storage::StorageRead;
 use dgx_pixels_probes::worker::{
-    Peer, RunRequest, StorageRequest, WorkerReply, WorkerRequest, MAX_REPLY_BYTES,
+    NcclRequest, Peer, RunRequest, StorageRequest, WorkerReply, WorkerRequest, MAX_REPLY_BYTES,
 };
 use dgx_pixels_probes::{ProbeError, ProbeKind, ProbeSizes};
 
@@ -64,10 +65,18 @@ impl WorkerBackend {
     fn ask(&mut self, request: &WorkerRequest) -> Result<WorkerReply, ProbeError> {
         let input = serde_json::to_vec(request)
             .map_err(|e| ProbeError::Config(format!("probe worker request: {e}")))?;
+        // NCCL's worker keeps off the network and away from the node's jobs.
+        let env = match request {
+            WorkerRequest::NcclAllReduce(_) => dgx_pixels_probes::nccl::WORKER_ENV
+                .iter()
+                .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+                .collect(),
+            _ => Vec::new(),
+        };
         let req = dgx_pixels_worker::Request {
             program: self.program.clone(),
             args: self.args.clone(),
-            env: Vec::new(),
+            env,
             input,
             limits: dgx_pixels_worker::Limits {
                 timeout: self.timeout,
@@ -166,6 +175,38 @@ impl Backend for WorkerBackend {
                 })
             }
             other => Err(unexpected(other, "a storage read")),
+        }
+    }
+
+    fn run_nccl(&mut self, gpus: &[GpuId], max_bytes: u64) -> Result<AllReduce, ProbeError> {
+        self.held = None;
+        let request = WorkerRequest::NcclAllReduce(NcclRequest {
+            gpus: gpus
+                .iter()
+                .map(|g| Peer {
+                    ordinal: g.ordinal,
+                    uuid: g.uuid.clone(),
+                })
+                .collect(),
+            max_bytes,
+            warmup: 1,
+            iterations: 3,
+            target_seconds: self.sizes.target_seconds,
+        });
+        match self.ask(&request)? {
+            WorkerReply::AllReduce { result, held_ns } => {
+                self.held = Some(Duration::from_nanos(held_ns));
+                Ok(result)
+            }
+            WorkerReply::Contended { others, held_ns } => {
+                self.held = Some(Duration::from_nanos(held_ns));
+                Err(ProbeError::Contended(others))
+            }
+            WorkerReply::Skipped { skip, detail } => {
+                self.held = Some(Duration::ZERO);
+                Err(ProbeError::Skipped(skip, detail))
+            }
+            other => Err(unexpected(other, "an all-reduce")),
         }
     }
 

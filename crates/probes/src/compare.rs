@@ -3,7 +3,7 @@
 //! study. The Markdown report and the PNG chart are the `probe` subcommand's (dgx-pixels-tools).
 
 use crate::probe::ProbeUnit;
-use crate::results::{ProbeResult, RunResults};
+use crate::results::{NodeResult, ProbeResult, RunResults};
 use crate::stats::{summarize, welch, Summary, Welch};
 use crate::ProbeError;
 
@@ -13,11 +13,12 @@ pub const ALPHA: f64 = 0.05;
 /// One probe compared between the two runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Comparison {
-    /// Probe name.
+    /// Probe name; for a node probe, its label ([`crate::NodeResult::label`]: the probe and
+    /// its path, or its GPU count and message size).
     pub probe: String,
-    /// GPU of run A.
+    /// GPU of run A (0 for a node probe).
     pub gpu_a: usize,
-    /// GPU of run B.
+    /// GPU of run B (0 for a node probe).
     pub gpu_b: usize,
     /// Unit of both.
     pub unit: ProbeUnit,
@@ -86,37 +87,38 @@ fn pairs<'a>(a: &'a RunResults, b: &'a RunResults) -> Vec<(&'a ProbeResult, &'a 
         .collect()
 }
 
+/// Node results of A and B with the same probe, target and size: the same path, or the same
+/// number of GPUs (a container numbers its GPUs from 0) at the same message size.
+fn node_pairs<'a>(
+    a: &'a RunResults,
+    b: &'a RunResults,
+) -> impl Iterator<Item = (&'a NodeResult, &'a NodeResult)> {
+    a.node_results.iter().filter_map(move |ra| {
+        b.node_results
+            .iter()
+            .find(|rb| rb.probe == ra.probe && rb.target == ra.target && rb.bytes == ra.bytes)
+            .map(|rb| (ra, rb))
+    })
+}
+
 /// Compares every probe present in both runs.
 pub fn compare(a: &RunResults, b: &RunResults) -> Result<Vec<Comparison>, ProbeError> {
     let mut out = Vec::new();
-    for (ra, rb) in pairs(a, b) {
-        if ra.unit != rb.unit {
-            return Err(ProbeError::Parse(format!(
-                "probe {}: unit {} in A but {} in B",
-                ra.probe,
-                ra.unit.as_str(),
-                rb.unit.as_str()
-            )));
-        }
-        let (Some(sa), Some(sb)) = (summarize(&ra.values), summarize(&rb.values)) else {
-            continue;
-        };
-        let overhead_percent = if ra.unit.higher_is_better() {
-            (sa.mean - sb.mean) / sa.mean * 100.0
-        } else {
-            (sb.mean - sa.mean) / sa.mean * 100.0
-        };
-        out.push(Comparison {
-            probe: ra.probe.clone(),
-            gpu_a: ra.gpu,
-            gpu_b: rb.gpu,
-            unit: ra.unit,
-            a: sa,
-            b: sb,
-            overhead_percent,
-            welch: welch(&ra.values, &rb.values),
-            values: (ra.values.clone(), rb.values.clone()),
-        });
+    let gpu = pairs(a, b).into_iter().map(|(ra, rb)| {
+        (
+            ra.probe.clone(),
+            ra.gpu,
+            rb.gpu,
+            ra.unit,
+            rb.unit,
+            &ra.values,
+            &rb.values,
+        )
+    });
+    let node = node_pairs(a, b)
+        .map(|(ra, rb)| (ra.label(), 0, 0, ra.unit, rb.unit, &ra.values, &rb.values));
+    for (probe, gpu_a, gpu_b, unit_a, unit_b, va, vb) in gpu.chain(node) {
+        compare_one(&mut out, probe, (gpu_a, gpu_b), (unit_a, unit_b), va, vb)?;
     }
     if out.is_empty() {
         return Err(ProbeError::Parse(
@@ -124,4 +126,111 @@ pub fn compare(a: &RunResults, b: &RunResults) -> Result<Vec<Comparison>, ProbeE
         ));
     }
     Ok(out)
+}
+
+fn compare_one(
+    out: &mut Vec<Comparison>,
+    probe: String,
+    (gpu_a, gpu_b): (usize, usize),
+    (unit_a, unit_b): (ProbeUnit, ProbeUnit),
+    va: &[f64],
+    vb: &[f64],
+) -> Result<(), ProbeError> {
+    if unit_a != unit_b {
+        return Err(ProbeError::Parse(format!(
+            "probe {probe}: unit {} in A but {} in B",
+            unit_a.as_str(),
+            unit_b.as_str()
+        )));
+    }
+    let (Some(sa), Some(sb)) = (summarize(va), summarize(vb)) else {
+        return Ok(());
+    };
+    let overhead_percent = if unit_a.higher_is_better() {
+        (sa.mean - sb.mean) / sa.mean * 100.0
+    } else {
+        (sb.mean - sa.mean) / sa.mean * 100.0
+    };
+    out.push(Comparison {
+        probe,
+        gpu_a,
+        gpu_b,
+        unit: unit_a,
+        a: sa,
+        b: sb,
+        overhead_percent,
+        welch: welch(va, vb),
+        values: (va.to_vec(), vb.to_vec()),
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::{Environment, FORMAT};
+    use crate::ProbeSizes;
+
+    fn run(node: Vec<NodeResult>) -> RunResults {
+        RunResults {
+            format: FORMAT.into(),
+            environment: Environment::default(),
+            warmup: 0,
+            iterations: 3,
+            seed: 0,
+            sizes: ProbeSizes::default(),
+            results: Vec::new(),
+            node_results: node,
+        }
+    }
+
+    fn node(probe: &str, target: &str, bytes: u64, values: &[f64]) -> NodeResult {
+        NodeResult {
+            probe: probe.into(),
+            target: target.into(),
+            bytes,
+            unit: ProbeUnit::BytesPerSecond,
+            values: values.to_vec(),
+            summary: None,
+        }
+    }
+
+    #[test]
+    fn node_results_compare_by_probe_target_and_size() {
+        let a = run(vec![
+            node(
+                "nccl_allreduce",
+                "8 GPUs",
+                256 << 20,
+                &[370e9, 371e9, 369e9],
+            ),
+            node("nccl_allreduce", "8 GPUs", 1 << 20, &[50e9, 51e9, 49e9]),
+            node("storage_read", "/raid", 1 << 30, &[12e9, 12.1e9, 11.9e9]),
+        ]);
+        let b = run(vec![
+            node(
+                "nccl_allreduce",
+                "8 GPUs",
+                256 << 20,
+                &[250e9, 251e9, 249e9],
+            ),
+            node("storage_read", "/raid", 1 << 30, &[12e9, 12.1e9, 11.9e9]),
+            node("storage_read", "/other", 1 << 30, &[1e9, 1e9, 1e9]),
+        ]);
+        let c = compare(&a, &b).unwrap();
+        let names: Vec<&str> = c.iter().map(|x| x.probe.as_str()).collect();
+        assert_eq!(
+            names,
+            ["nccl_allreduce busbw 8 GPUs 256 MiB", "storage_read /raid"]
+        );
+        // A third less bus bandwidth inside B: significant, and B's environment is the issue.
+        assert!(
+            (c[0].overhead_percent - 32.4).abs() < 0.1,
+            "{}",
+            c[0].overhead_percent
+        );
+        assert!(c[0].significant());
+        assert!(!c[1].significant());
+        assert!(compare(&a, &run(Vec::new())).is_err());
+    }
 }

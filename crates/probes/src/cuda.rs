@@ -68,7 +68,10 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
 }
 
 /// Runs `f`, turning a cudarc panic (missing symbol in an old library) into an error.
-fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T, ProbeError>) -> Result<T, ProbeError> {
+pub(crate) fn guarded<T>(
+    what: &str,
+    f: impl FnOnce() -> Result<T, ProbeError>,
+) -> Result<T, ProbeError> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(panic) => Err(ProbeError::Cuda(format!(
@@ -78,7 +81,7 @@ fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T, ProbeError>) -> Result<T
     }
 }
 
-fn cuda_err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> ProbeError + '_ {
+pub(crate) fn cuda_err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> ProbeError + '_ {
     move |e| ProbeError::Cuda(format!("{what}: {e}"))
 }
 
@@ -230,6 +233,11 @@ impl Gpu {
                 uuid: format_uuid(&bytes),
             })
         })
+    }
+
+    /// The GPU's context, for the NCCL probe (which makes its own stream on it).
+    pub(crate) fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
     }
 
     /// CUDA ordinal of this GPU.

@@ -13,6 +13,8 @@
 //! - [`compare`]: overhead, significance and verdict between two result files, as data (the
 //!   Markdown report and PNG chart of `probe compare` are dgx-pixels-tools').
 //! - [`peaks`]: published peak rates per GPU model.
+//! - [`nccl`]: `nccl_allreduce`, the node probe of NCCL all-reduce bandwidth (NCCL opened at
+//!   run time by its SONAME).
 //! - [`storage`]: `storage_read`, the node probe of configured paths' read throughput.
 //! - [`worker`]: the protocol of the short-lived worker process each probe runs in (so the
 //!   daemon never holds a GPU), and [`worker::serve`], what the `probe-worker` child runs.
@@ -55,6 +57,7 @@
 
 pub mod compare;
 pub mod cuda;
+pub mod nccl;
 pub mod peaks;
 pub mod probe;
 pub mod results;
@@ -63,7 +66,7 @@ pub mod storage;
 pub mod worker;
 
 pub use probe::{ProbeKind, ProbeSizes, ProbeUnit};
-pub use results::{Environment, ProbeResult, RunResults};
+pub use results::{Environment, NodeResult, ProbeResult, RunResults};
 
 /// Why a probe did not produce a result.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -222,9 +225,125 @@ pub fn run_once(
             seed: opts.seed,
             sizes: opts.sizes.clone(),
             results,
+            node_results: Vec::new(),
         },
         failures,
     ))
+}
+
+/// What node probes a one-shot run measures (`probe run --probe nccl_allreduce,storage_read`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct NodeOptions {
+    /// `nccl_allreduce` up to this many bytes per GPU, over the selected GPUs.
+    pub nccl_max_bytes: Option<u64>,
+    /// `storage_read` of each of these paths (a file, or a directory for the scratch file).
+    pub storage_paths: Vec<std::path::PathBuf>,
+    /// Bytes each `storage_read` reads.
+    pub storage_bytes: u64,
+}
+
+/// A node probe that failed in a one-shot run: its label and why.
+pub type NodeFailure = (String, ProbeError);
+
+/// Runs the node probes of `node` with `warmup` unrecorded and `iterations` recorded runs each:
+/// `storage_read` of each path, then `nccl_allreduce` over `gpus` (every visible GPU when
+/// `None`). A probe that fails is reported in the second list and the others go on.
+pub fn run_node(
+    node: &NodeOptions,
+    gpus: Option<&[usize]>,
+    warmup: usize,
+    iterations: usize,
+    progress: &mut dyn FnMut(Progress),
+) -> (Vec<NodeResult>, Vec<NodeFailure>) {
+    let mut results = Vec::new();
+    let mut failures = Vec::new();
+    for path in &node.storage_paths {
+        let label = format!("storage_read {}", path.display());
+        let mut values = Vec::with_capacity(iterations);
+        let mut failed = None;
+        for i in 0..warmup + iterations {
+            match storage::read_throughput(path, std::slice::from_ref(path), node.storage_bytes) {
+                Ok(r) if i >= warmup => values.push(r.bytes_per_second),
+                Ok(_) => {}
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+            progress(Progress::Step);
+        }
+        match failed {
+            Some(e) => failures.push((label, e)),
+            None => results.push(NodeResult {
+                probe: "storage_read".into(),
+                target: path.display().to_string(),
+                bytes: node.storage_bytes,
+                unit: ProbeUnit::BytesPerSecond,
+                summary: stats::summarize(&values),
+                values,
+            }),
+        }
+    }
+    if let Some(max_bytes) = node.nccl_max_bytes {
+        match run_nccl_once(max_bytes, gpus, warmup, iterations, progress) {
+            Ok(r) => results.extend(r),
+            Err(e) => failures.push(("nccl_allreduce".into(), e)),
+        }
+    }
+    (results, failures)
+}
+
+fn run_nccl_once(
+    max_bytes: u64,
+    gpus: Option<&[usize]>,
+    warmup: usize,
+    iterations: usize,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Vec<NodeResult>, ProbeError> {
+    let nccl = nccl::Nccl::load().map_err(ProbeError::Unavailable)?;
+    let ordinals: Vec<usize> = match gpus {
+        Some(g) => g.to_vec(),
+        None => (0..cuda::device_count()?).collect(),
+    };
+    let mut open = Vec::with_capacity(ordinals.len());
+    for o in ordinals {
+        match cuda::Gpu::open(o) {
+            Ok(g) => open.push(g),
+            Err(e) => {
+                for g in open {
+                    let _ = g.release();
+                }
+                return Err(e);
+            }
+        }
+    }
+    let sizes = ProbeSizes::default();
+    let r = nccl::run_allreduce(
+        &nccl,
+        &open,
+        max_bytes,
+        warmup,
+        iterations,
+        sizes.target_seconds,
+        &mut || progress(Progress::Step),
+    );
+    let mut released = Ok(());
+    for g in open {
+        released = released.and(g.release());
+    }
+    let r = r?;
+    released?;
+    Ok(r.sizes
+        .into_iter()
+        .map(|s| NodeResult {
+            probe: "nccl_allreduce".into(),
+            target: format!("{} GPUs", r.gpus),
+            bytes: s.bytes,
+            unit: ProbeUnit::BytesPerSecond,
+            summary: stats::summarize(&s.busbw_values),
+            values: s.busbw_values,
+        })
+        .collect())
 }
 
 /// Runs the pair probes from each selected GPU to each other one, with every GPU open at once

@@ -13,8 +13,11 @@ use crate::ProbeError;
 
 /// Identifies the JSON result format.
 pub const FORMAT: &str = "dgx-pixels-probe-results/1";
-/// The header of a CSV result file; `peer` is empty for single-GPU probes.
-pub const CSV_HEADER: &str = "probe,gpu,uuid,model,unit,iteration,value,peer";
+/// The header of a CSV result file; `peer` is empty for single-GPU probes; a node probe's row
+/// has `gpu`, `uuid`, `model` and `peer` empty and `target`, `bytes` set ([`NodeResult`]).
+pub const CSV_HEADER: &str = "probe,gpu,uuid,model,unit,iteration,value,peer,target,bytes";
+/// The header of CSV files written before node probes, still read.
+const CSV_HEADER_V2: &str = "probe,gpu,uuid,model,unit,iteration,value,peer";
 /// The header of CSV files written before pair probes, still read.
 const CSV_HEADER_V1: &str = "probe,gpu,uuid,model,unit,iteration,value";
 
@@ -110,6 +113,58 @@ pub struct ProbeResult {
     pub summary: Option<Summary>,
 }
 
+/// Measurements of a node probe (`storage_read`, `nccl_allreduce`): of a path or of a set of
+/// GPUs, not of one GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeResult {
+    /// Probe name.
+    pub probe: String,
+    /// What it measured: the path (`storage_read`) or "N GPUs" (`nccl_allreduce`).
+    pub target: String,
+    /// Bytes read per run (`storage_read`) or message bytes per GPU (`nccl_allreduce`).
+    pub bytes: u64,
+    /// Unit of `values` (bytes per second: read throughput, or NCCL bus bandwidth).
+    pub unit: ProbeUnit,
+    /// One value per measured iteration, in order.
+    pub values: Vec<f64>,
+    /// Summary of `values` (recomputed on load).
+    #[serde(default, skip_deserializing)]
+    pub summary: Option<Summary>,
+}
+
+impl NodeResult {
+    /// How reports name it, e.g. "nccl_allreduce busbw 4 GPUs 256 MiB" or "storage_read
+    /// /raid".
+    pub fn label(&self) -> String {
+        if self.probe == "nccl_allreduce" {
+            format!(
+                "{} busbw {} {}",
+                self.probe,
+                self.target,
+                human_bytes(self.bytes)
+            )
+        } else {
+            format!("{} {}", self.probe, self.target)
+        }
+    }
+}
+
+/// `bytes` as "256 MiB" (binary units, whole where exact).
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if v.fract() == 0.0 {
+        format!("{v:.0} {}", UNITS[u])
+    } else {
+        format!("{v:.2} {}", UNITS[u])
+    }
+}
+
 /// A result file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunResults {
@@ -127,12 +182,19 @@ pub struct RunResults {
     pub sizes: ProbeSizes,
     /// One entry per probe and GPU.
     pub results: Vec<ProbeResult>,
+    /// One entry per node probe and target (and message size); absent in files of runs
+    /// without node probes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_results: Vec<NodeResult>,
 }
 
 impl RunResults {
     /// Fills every result's summary.
     pub fn summarize(&mut self) {
         for r in &mut self.results {
+            r.summary = summarize(&r.values);
+        }
+        for r in &mut self.node_results {
             r.summary = summarize(&r.values);
         }
     }
@@ -180,13 +242,25 @@ impl RunResults {
             for (i, v) in r.values.iter().enumerate() {
                 let _ = writeln!(
                     out,
-                    "{},{},{},{},{},{i},{v:e},{}",
+                    "{},{},{},{},{},{i},{v:e},{},,",
                     r.probe,
                     r.gpu,
                     r.uuid,
                     r.model.replace(',', " "),
                     unit_key(r.unit),
                     r.peer.map(|p| p.to_string()).unwrap_or_default()
+                );
+            }
+        }
+        for r in &self.node_results {
+            for (i, v) in r.values.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "{},,,,{},{i},{v:e},,{},{}",
+                    r.probe,
+                    unit_key(r.unit),
+                    r.target.replace(',', " "),
+                    r.bytes
                 );
             }
         }
@@ -217,6 +291,15 @@ impl RunResults {
                 r.format
             )));
         }
+        for res in &r.node_results {
+            if res.values.is_empty() || res.values.iter().any(|v| !v.is_finite()) {
+                return Err(ProbeError::Parse(format!(
+                    "{}: {} has no values or a non-finite one",
+                    path.display(),
+                    res.label()
+                )));
+            }
+        }
         for res in &r.results {
             if res.values.is_empty() || res.values.iter().any(|v| !v.is_finite()) {
                 return Err(ProbeError::Parse(format!(
@@ -234,6 +317,7 @@ impl RunResults {
     fn from_csv(text: &str) -> Result<RunResults, String> {
         let mut meta = BTreeMap::new();
         let mut groups: Vec<ProbeResult> = Vec::new();
+        let mut nodes: Vec<NodeResult> = Vec::new();
         // Columns of the header seen (0: none yet); files without the peer column have 7.
         let mut columns = 0usize;
         for (i, line) in text.lines().enumerate() {
@@ -249,6 +333,8 @@ impl RunResults {
             }
             if columns == 0 {
                 columns = if line == CSV_HEADER {
+                    10
+                } else if line == CSV_HEADER_V2 {
                     8
                 } else if line == CSV_HEADER_V1 {
                     7
@@ -263,6 +349,31 @@ impl RunResults {
                     "line {n}: expected {columns} fields, found {}",
                     f.len()
                 ));
+            }
+            if columns == 10 && f[1].is_empty() {
+                let unit = unit_from_key(f[4])
+                    .ok_or_else(|| format!("line {n}: unknown unit {:?}", f[4]))?;
+                let value: f64 = f[6]
+                    .parse()
+                    .map_err(|_| format!("line {n}: value {:?} is not a number", f[6]))?;
+                let bytes: u64 = f[9]
+                    .parse()
+                    .map_err(|_| format!("line {n}: bytes {:?} is not a number", f[9]))?;
+                match nodes
+                    .iter_mut()
+                    .find(|g| g.probe == f[0] && g.target == f[8] && g.bytes == bytes)
+                {
+                    Some(g) => g.values.push(value),
+                    None => nodes.push(NodeResult {
+                        probe: f[0].to_string(),
+                        target: f[8].to_string(),
+                        bytes,
+                        unit,
+                        values: vec![value],
+                        summary: None,
+                    }),
+                }
+                continue;
             }
             let peer: Option<usize> = match f.get(7) {
                 None | Some(&"") => None,
@@ -318,6 +429,7 @@ impl RunResults {
             seed: num("seed")?,
             sizes: ProbeSizes::default(),
             results: groups,
+            node_results: nodes,
         })
     }
 }
@@ -411,6 +523,7 @@ mod tests {
                     summary: None,
                 })
                 .collect(),
+            node_results: Vec::new(),
         }
     }
 
@@ -419,7 +532,9 @@ mod tests {
         let r = results(Some(5));
         let csv = r.to_csv();
         assert!(
-            csv.contains("\np2p_copy,0,GPU-0,NVIDIA H100 80GB HBM3,bytes_per_second,1,3.9e11,5\n"),
+            csv.contains(
+                "\np2p_copy,0,GPU-0,NVIDIA H100 80GB HBM3,bytes_per_second,1,3.9e11,5,,\n"
+            ),
             "{csv}"
         );
         let back = RunResults::from_csv(&csv).unwrap();
@@ -433,16 +548,69 @@ mod tests {
         let v1 = csv
             .replace(CSV_HEADER, CSV_HEADER_V1)
             .lines()
-            .filter(|l| !l.ends_with(",5"))
-            .map(|l| l.strip_suffix(',').unwrap_or(l).to_string() + "\n")
+            .filter(|l| !l.ends_with(",5,,"))
+            .map(|l| l.strip_suffix(",,,").unwrap_or(l).to_string() + "\n")
             .collect::<String>();
         let old = RunResults::from_csv(&v1).unwrap();
         assert_eq!(old.results.len(), 1);
         assert_eq!(old.results[0].values, vec![3.8e11, 3.9e11]);
-        let bad = csv.replace(",5\n", ",five\n");
+        let bad = csv.replace(",5,,\n", ",five,,\n");
         assert!(RunResults::from_csv(&bad)
             .unwrap_err()
             .contains("peer \"five\""));
+    }
+
+    #[test]
+    fn node_results_go_through_csv_and_json_beside_gpu_results() {
+        let mut r = results(None);
+        r.node_results = vec![
+            NodeResult {
+                probe: "nccl_allreduce".into(),
+                target: "4 GPUs".into(),
+                bytes: 256 << 20,
+                unit: ProbeUnit::BytesPerSecond,
+                values: vec![3.6e11, 3.7e11],
+                summary: None,
+            },
+            NodeResult {
+                probe: "storage_read".into(),
+                target: "/raid,x".into(),
+                bytes: 1 << 30,
+                unit: ProbeUnit::BytesPerSecond,
+                values: vec![1.2e10],
+                summary: None,
+            },
+        ];
+        let csv = r.to_csv();
+        assert!(
+            csv.contains("\nnccl_allreduce,,,,bytes_per_second,1,3.7e11,,4 GPUs,268435456\n"),
+            "{csv}"
+        );
+        let back = RunResults::from_csv(&csv).unwrap();
+        assert_eq!(back.results.len(), 1);
+        assert_eq!(back.node_results.len(), 2);
+        assert_eq!(back.node_results[0].values, vec![3.6e11, 3.7e11]);
+        assert_eq!(back.node_results[1].target, "/raid x");
+        assert_eq!(
+            back.node_results[0].label(),
+            "nccl_allreduce busbw 4 GPUs 256 MiB"
+        );
+        let json = serde_json::to_string(&r).unwrap();
+        let back: RunResults = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.node_results, r.node_results);
+        // A run without node probes writes no node_results key (older readers read it).
+        let json = serde_json::to_string(&results(None)).unwrap();
+        assert!(!json.contains("node_results"), "{json}");
+        // Version-2 CSV files (no target, bytes) are still read.
+        let v2 = results(None)
+            .to_csv()
+            .replace(CSV_HEADER, CSV_HEADER_V2)
+            .replace(",,\n", "\n");
+        assert_eq!(RunResults::from_csv(&v2).unwrap().results.len(), 1);
+        let bad = csv.replace(",268435456\n", ",many\n");
+        assert!(RunResults::from_csv(&bad)
+            .unwrap_err()
+            .contains("bytes \"many\""));
     }
 
     #[test]

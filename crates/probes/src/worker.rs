@@ -38,6 +38,23 @@ pub enum WorkerRequest {
     Run(RunRequest),
     /// Run `storage_read` on one configured path (a node probe: no GPU is touched).
     StorageRead(StorageRequest),
+    /// Run `nccl_allreduce` over a set of GPUs (a node probe: every GPU is checked and held).
+    NcclAllReduce(NcclRequest),
+}
+
+/// One `nccl_allreduce` run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NcclRequest {
+    /// The GPUs, in rank order, each checked as a probe's GPU.
+    pub gpus: Vec<Peer>,
+    /// Largest message, bytes per GPU.
+    pub max_bytes: u64,
+    /// Unrecorded timings per size.
+    pub warmup: usize,
+    /// Recorded timings per size.
+    pub iterations: usize,
+    /// Seconds one timing should last (repetitions are batched to reach it).
+    pub target_seconds: f64,
 }
 
 /// One `storage_read` run.
@@ -93,6 +110,8 @@ pub enum Skip {
     ComputeMode,
     /// MIG is enabled: a probe would need an instance of its own.
     Mig,
+    /// NCCL (`libnccl.so.2`) cannot be loaded: `nccl_allreduce` does not apply to this node.
+    NoNccl,
 }
 
 impl Skip {
@@ -102,6 +121,7 @@ impl Skip {
             Skip::InUse => "skipped_in_use",
             Skip::ComputeMode => "skipped_compute_mode",
             Skip::Mig => "skipped_mig",
+            Skip::NoNccl => "skipped_no_nccl",
         }
     }
 }
@@ -140,6 +160,13 @@ pub enum WorkerReply {
         /// Time the run took, nanoseconds.
         held_ns: u64,
     },
+    /// What an `nccl_allreduce` run measured.
+    AllReduce {
+        /// The result.
+        result: crate::nccl::AllReduce,
+        /// Time from the first context's creation to the last release, nanoseconds.
+        held_ns: u64,
+    },
     /// The GPU was not touched.
     Skipped {
         /// Why.
@@ -173,6 +200,7 @@ pub fn serve(request: &WorkerRequest, watch: &mut dyn Watch) -> WorkerReply {
             Err(e) => failed(e),
         },
         WorkerRequest::Run(run) => serve_run(run, watch),
+        WorkerRequest::NcclAllReduce(req) => serve_nccl(req, watch),
         WorkerRequest::StorageRead(req) => {
             let t0 = Instant::now();
             match crate::storage::read_throughput(&req.path, &req.allowed, req.bytes) {
@@ -204,6 +232,78 @@ fn open_checked(ordinal: usize, uuid: &str) -> Result<crate::cuda::Gpu, ProbeErr
         return Err(ProbeError::Cuda(msg));
     }
     Ok(gpu)
+}
+
+fn serve_nccl(req: &NcclRequest, watch: &mut dyn Watch) -> WorkerReply {
+    if req.gpus.len() < 2 {
+        return failed(ProbeError::Config(format!(
+            "nccl_allreduce needs two GPUs or more; {} given",
+            req.gpus.len()
+        )));
+    }
+    for g in &req.gpus {
+        if let Err((skip, detail)) = watch.admit(&g.uuid) {
+            return WorkerReply::Skipped { skip, detail };
+        }
+    }
+    // Before any context: without NCCL no GPU is touched.
+    let nccl = match crate::nccl::Nccl::load() {
+        Ok(n) => n,
+        Err(detail) => {
+            return WorkerReply::Skipped {
+                skip: Skip::NoNccl,
+                detail,
+            }
+        }
+    };
+    let t0 = Instant::now();
+    let mut open = Vec::with_capacity(req.gpus.len());
+    for g in &req.gpus {
+        match open_checked(g.ordinal, &g.uuid) {
+            Ok(gpu) => open.push(gpu),
+            Err(e) => {
+                for gpu in open {
+                    let _ = gpu.release();
+                }
+                return failed(e);
+            }
+        }
+    }
+    let mut seen = 0usize;
+    let mut check = |watch: &mut dyn Watch| {
+        for g in &req.gpus {
+            match watch.others(&g.uuid) {
+                Ok(n) => seen = seen.max(n),
+                Err(_) => seen = seen.max(1),
+            }
+        }
+    };
+    let result = crate::nccl::run_allreduce(
+        &nccl,
+        &open,
+        req.max_bytes,
+        req.warmup,
+        req.iterations,
+        req.target_seconds,
+        &mut || check(watch),
+    );
+    check(watch);
+    let mut released = Ok(());
+    for gpu in open {
+        released = released.and(gpu.release());
+    }
+    let held_ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    let result = match (result, released) {
+        (Err(e), _) | (Ok(_), Err(e)) => return failed(e),
+        (Ok(r), Ok(())) => r,
+    };
+    if seen > 0 {
+        return WorkerReply::Contended {
+            others: seen,
+            held_ns,
+        };
+    }
+    WorkerReply::AllReduce { result, held_ns }
 }
 
 fn serve_run(req: &RunRequest, watch: &mut dyn Watch) -> WorkerReply {

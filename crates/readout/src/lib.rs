@@ -236,6 +236,22 @@ pub struct RailPortReadout {
     pub link_downed: Option<f64>,
 }
 
+/// Where the GPU sits (`nvmlDeviceGetPlatformInfo`, struct v2), where the driver says: on
+/// rack-scale systems such as a GB200 NVL72, its chassis, slot, tray and host.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PlatformReadout {
+    /// The chassis (rack) serial number, printable ASCII only.
+    pub chassis_serial: String,
+    /// The slot number in the chassis.
+    pub slot: u8,
+    /// The compute tray's index in the chassis.
+    pub tray: u8,
+    /// The host's id within the tray.
+    pub host_id: u8,
+    /// The GPU module's id.
+    pub module_id: u8,
+}
+
 /// A compute process using device memory.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ProcessReadout {
@@ -393,6 +409,8 @@ pub struct GpuReadout {
     pub recovery_action: Option<labels::RecoveryAction>,
     /// The NVLink fabric, where the GPU is part of one.
     pub fabric: Option<FabricReadout>,
+    /// Where the GPU sits in its rack, where the driver reports it.
+    pub platform: Option<PlatformReadout>,
     /// The ports of the GPU's rail NIC, where it has one.
     pub rail_ports: Vec<RailPortReadout>,
     /// NVLink links the GPU has.

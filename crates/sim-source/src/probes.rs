@@ -8,12 +8,17 @@
 //! ([`Backend::held_for`]), so the duty cycle and the duration histogram are those of real
 //! probes. GPUs in MIG mode are not probed (a probe would need a MIG instance of its own); a
 //! lost GPU has no utilization reading and is skipped, as on hardware.
+//!
+//! The node probes are simulated too: `storage_read` from the scenario's `[[storage]]` mounts
+//! ([`Node::storage_read`]; any other configured path reads at the simulator's default rate),
+//! `nccl_allreduce` from its ring model ([`Node::allreduce_benchmark`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use dgx_pixels_probe_source::{Backend, GpuId, ProbeSource, ScheduleSettings, UtilizationView};
+use dgx_pixels_probes::nccl::{AllReduce, SizeResult};
 use dgx_pixels_probes::{ProbeError, ProbeKind};
 use dgx_pixels_sim::{Benchmark, BenchmarkError, GpuState, Node, Precision, Transfer};
 
@@ -109,6 +114,61 @@ impl Backend for SimBackend {
         Ok(run.values)
     }
 
+    fn read_storage(
+        &mut self,
+        path: &std::path::Path,
+        allowed: &[std::path::PathBuf],
+        bytes: u64,
+    ) -> Result<dgx_pixels_probes::storage::StorageRead, ProbeError> {
+        self.held = None;
+        // As the worker does, but on the names only: nothing of the host is read.
+        if !allowed.iter().any(|a| a == path) {
+            return Err(ProbeError::Config(format!(
+                "storage_read: {} is not one of the configured storage paths",
+                path.display()
+            )));
+        }
+        let s = lock(&self.shared);
+        let run = s
+            .node
+            .storage_read(&path.display().to_string(), bytes, s.now());
+        self.held = Some(run.held);
+        Ok(dgx_pixels_probes::storage::StorageRead {
+            file: path.to_path_buf(),
+            bytes,
+            bytes_per_second: run.bytes_per_second,
+            // A simulated mount has no page cache to bypass or not: served as a direct read.
+            direct: true,
+        })
+    }
+
+    fn run_nccl(&mut self, gpus: &[GpuId], max_bytes: u64) -> Result<AllReduce, ProbeError> {
+        let mut s = lock(&self.shared);
+        let t = s.now();
+        self.held = None;
+        let ordinals: Vec<usize> = gpus.iter().map(|g| g.ordinal).collect();
+        let sizes = dgx_pixels_probes::nccl::message_sizes(max_bytes);
+        let run = s
+            .node
+            .allreduce_benchmark(&ordinals, &sizes, t)
+            .map_err(probe_error)?;
+        self.held = Some(run.held);
+        Ok(AllReduce {
+            gpus: gpus.len(),
+            version: "simulated".into(),
+            sizes: run
+                .sizes
+                .into_iter()
+                .map(|(bytes, algbw, busbw)| SizeResult {
+                    bytes,
+                    algbw,
+                    busbw,
+                    busbw_values: vec![busbw],
+                })
+                .collect(),
+        })
+    }
+
     fn held_for(&self) -> Option<Duration> {
         self.held
     }
@@ -172,6 +232,41 @@ mod tests {
     fn find<'a>(out: &'a [Sample], m: Metric, labels: &[&str]) -> Option<&'a Sample> {
         out.iter()
             .find(|s| s.metric == m && labels.iter().zip(s.label_values()).all(|(a, b)| *a == b))
+    }
+
+    #[test]
+    fn the_node_probes_serve_the_models_storage_and_fabric() {
+        // A mount degraded from the start, another path at the default rate, and NCCL over
+        // every GPU (busy ones allowed: dgx-h100 trains).
+        let mut text = Scenario::builtin_text("dgx-h100").unwrap().to_string();
+        text.push_str(
+            "\n[[storage]]\npath = \"/raid\"\nread_bytes_per_second = 20e9\n\
+             degraded_at_s = 0\ndegraded_factor = 0.25\n",
+        );
+        let cfg = ScheduleSettings {
+            busy_threshold: 1.0,
+            storage_paths: vec!["/raid".into(), "/data".into()],
+            nccl_allreduce: true,
+            ..settings()
+        };
+        let n = Node::new(Scenario::from_toml_str(&text, "s.toml").unwrap());
+        let mut s = source(cfg, n, Instant::now()).unwrap();
+        let mut out = Vec::new();
+        for _ in 0..4 {
+            out = s.poll().unwrap().samples;
+        }
+        let read = |path: &str| find(&out, Metric::ProbeStorageRead, &[path]).map(|x| x.value);
+        let raid = read("/raid").unwrap();
+        assert!((raid / 5e9 - 1.0).abs() <= 0.02, "{raid}");
+        let data = read("/data").unwrap();
+        let default = dgx_pixels_sim::storage::DEFAULT_READ_BYTES_PER_SECOND;
+        assert!((data / default - 1.0).abs() <= 0.02, "{data}");
+        let bus = find(&out, Metric::ProbeNcclLargestBusBandwidth, &[])
+            .unwrap_or_else(|| panic!("no all-reduce: {out:?}"))
+            .value;
+        // The training job's 150 GB/s of NVLink traffic leaves the ring less than 370 GB/s.
+        assert!(bus > 100e9 && bus < 370e9, "{bus}");
+        assert_eq!(find(&out, Metric::ProbeNcclGpus, &[]).unwrap().value, 8.0);
     }
 
     #[test]

@@ -73,6 +73,7 @@
 #![deny(missing_docs)]
 
 pub mod bench;
+pub mod collective;
 mod error;
 pub mod imagegen;
 mod locate;
@@ -81,6 +82,7 @@ mod noise;
 pub mod peer;
 pub mod profile;
 pub mod scenario;
+pub mod storage;
 mod types;
 
 pub use bench::{Benchmark, BenchmarkError, BenchmarkRun, Precision, Transfer};

@@ -152,6 +152,15 @@ impl Window {
     }
 }
 
+/// A fabric fault: `(state instead of completed, flag that holds, clique instead of the
+/// GPU's, when)`.
+type FabricFault = (
+    Option<dgx_pixels_readout::labels::FabricState>,
+    Option<dgx_pixels_readout::labels::FabricHealthFlag>,
+    Option<u32>,
+    Window,
+);
+
 #[derive(Debug, Clone)]
 struct GpuSim {
     index: u64,
@@ -179,12 +188,12 @@ struct GpuSim {
     resets: Vec<Duration>,
     /// Recovery actions the driver reports, and when.
     recovery: Vec<(dgx_pixels_readout::labels::RecoveryAction, Window)>,
-    /// Fabric faults: `(state instead of completed, flag that holds, when)`.
-    fabric: Vec<(
-        Option<dgx_pixels_readout::labels::FabricState>,
-        Option<dgx_pixels_readout::labels::FabricHealthFlag>,
-        Window,
-    )>,
+    /// Fabric faults.
+    fabric: Vec<FabricFault>,
+    /// When the rail NIC's port is down.
+    rail_down: Vec<Window>,
+    /// The rail NIC's port held at a lower rate: `(bytes per second, when)`.
+    rail_rate: Vec<(f64, Window)>,
     mig: Vec<MigParams>,
     bar1_total: Option<u64>,
     /// `exp(-STEP / tau)`.

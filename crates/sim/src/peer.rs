@@ -27,7 +27,7 @@ const S_PEER: u64 = 0x300;
 const ITERATIONS: u64 = 3;
 const HELD: Duration = Duration::from_millis(2 * 150 + 20 * (ITERATIONS + 1));
 /// The share of the links a probe keeps however busy they are.
-const MIN_LINK_SHARE: f64 = 0.05;
+pub(crate) const MIN_LINK_SHARE: f64 = 0.05;
 
 /// Bytes per second of one NVLink link in one direction, by architecture (NVLink 2: 25 GB/s
 /// per direction per link on V100; NVLink 3 on A100: 25; NVLink 4 on H100: 25, with 18 links
@@ -40,11 +40,11 @@ pub fn nvlink_link_bytes_per_second(architecture: &str) -> Option<f64> {
     }
 }
 
-fn links_up(r: &GpuReading) -> usize {
+pub(crate) fn links_up(r: &GpuReading) -> usize {
     r.readout.nvlinks.iter().filter(|l| l.up).count()
 }
 
-fn pcie_rate(r: &GpuReading) -> Option<f64> {
+pub(crate) fn pcie_rate(r: &GpuReading) -> Option<f64> {
     let generation = r.readout.pcie_link_generation?;
     let width = r.readout.pcie_link_width?;
     // The same line rates as the host copies (bench.rs): GT/s per lane after encoding.

@@ -23,6 +23,7 @@ pub const BUILTIN_SCENARIOS: &[&str] = &[
     "dgx-b200",
     "gb200-nvl72-tray",
     "fault-fabric",
+    "fault-rail",
 ];
 
 const BUILTIN_TEXT: &[(&str, &str)] = &[
@@ -58,6 +59,7 @@ const BUILTIN_TEXT: &[(&str, &str)] = &[
         "fault-fabric",
         include_str!("../scenarios/fault-fabric.toml"),
     ),
+    ("fault-rail", include_str!("../scenarios/fault-rail.toml")),
 ];
 
 /// Most GPUs a scenario may define.
@@ -90,6 +92,19 @@ struct RawScenario {
     /// Kept as written: its keys are the exporter's `[cost]` settings, checked there.
     #[serde(default)]
     cost: Option<toml::Table>,
+    #[serde(default)]
+    storage: Vec<RawStorage>,
+}
+
+/// `[[storage]]`: a mount the simulated `storage_read` probe reads.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStorage {
+    path: String,
+    read_bytes_per_second: f64,
+    degraded_at_s: Option<f64>,
+    degraded_until_s: Option<f64>,
+    degraded_factor: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -142,6 +157,11 @@ struct RawGpu {
     fan: bool,
     pci_bus_ids: Option<Vec<String>>,
     fabric_clique_id: Option<u32>,
+    rail_rate_bytes_per_second: Option<f64>,
+    platform_chassis_serial: Option<String>,
+    platform_slot_number: Option<u8>,
+    platform_tray_index: Option<u8>,
+    platform_host_id: Option<u8>,
 }
 
 #[derive(Deserialize)]
@@ -202,6 +222,8 @@ enum RawFaultKind {
     Reset,
     RecoveryAction,
     Fabric,
+    RailDown,
+    RailRate,
 }
 
 impl RawFaultKind {
@@ -218,6 +240,8 @@ impl RawFaultKind {
             RawFaultKind::Reset => "reset",
             RawFaultKind::RecoveryAction => "recovery_action",
             RawFaultKind::Fabric => "fabric",
+            RawFaultKind::RailDown => "rail_down",
+            RawFaultKind::RailRate => "rail_rate",
         }
     }
 
@@ -232,10 +256,18 @@ impl RawFaultKind {
             "corrected" | "uncorrected" | "rows_retired" => self == Ecc,
             "until_s" => matches!(
                 self,
-                Thermal | NvlinkDown | PcieDegraded | PowerBrake | RecoveryAction | Fabric
+                Thermal
+                    | NvlinkDown
+                    | PcieDegraded
+                    | PowerBrake
+                    | RecoveryAction
+                    | Fabric
+                    | RailDown
+                    | RailRate
             ),
             "action" => self == RecoveryAction,
-            "state" | "flag" => self == Fabric,
+            "state" | "flag" | "clique_id" => self == Fabric,
+            "rate_bytes_per_second" => self == RailRate,
             "ambient_rise_celsius" | "thermal_resistance_factor" => self == Thermal,
             "link" => matches!(self, NvlinkDown | NvlinkErrors),
             "error_type" | "errors" => self == NvlinkErrors,
@@ -269,11 +301,13 @@ struct RawFault {
     action: Option<String>,
     state: Option<String>,
     flag: Option<String>,
+    clique_id: Option<u32>,
+    rate_bytes_per_second: Option<f64>,
 }
 
 impl RawFault {
     /// The optional keys, in the order their misuse is reported, with whether each is set.
-    fn optional_keys(&self) -> [(&'static str, bool); 18] {
+    fn optional_keys(&self) -> [(&'static str, bool); 20] {
         [
             ("until_s", self.until_s.is_some()),
             ("ambient_rise_celsius", self.ambient_rise_celsius.is_some()),
@@ -296,6 +330,11 @@ impl RawFault {
             ("action", self.action.is_some()),
             ("state", self.state.is_some()),
             ("flag", self.flag.is_some()),
+            ("clique_id", self.clique_id.is_some()),
+            (
+                "rate_bytes_per_second",
+                self.rate_bytes_per_second.is_some(),
+            ),
         ]
     }
 }
@@ -461,12 +500,26 @@ pub(crate) enum Fault {
         at: Duration,
         until: Option<Duration>,
     },
-    /// The NVLink fabric reports `state` (instead of completed) and/or `flag` for the GPU in
-    /// `[at, until)`.
+    /// The NVLink fabric reports `state` (instead of completed), `flag` and/or the GPU in
+    /// clique `clique_id` (instead of its table's) in `[at, until)`.
     Fabric {
         gpu: usize,
         state: Option<dgx_pixels_readout::labels::FabricState>,
         flag: Option<dgx_pixels_readout::labels::FabricHealthFlag>,
+        clique_id: Option<u32>,
+        at: Duration,
+        until: Option<Duration>,
+    },
+    /// The port of the GPU's rail NIC is down in `[at, until)`.
+    RailDown {
+        gpu: usize,
+        at: Duration,
+        until: Option<Duration>,
+    },
+    /// The port of the GPU's rail NIC runs at `rate` bytes per second in `[at, until)`.
+    RailRate {
+        gpu: usize,
+        rate: f64,
         at: Duration,
         until: Option<Duration>,
     },
@@ -485,7 +538,9 @@ impl Fault {
             | Fault::PowerBrake { gpu, .. }
             | Fault::Reset { gpu, .. }
             | Fault::RecoveryAction { gpu, .. }
-            | Fault::Fabric { gpu, .. } => *gpu,
+            | Fault::Fabric { gpu, .. }
+            | Fault::RailDown { gpu, .. }
+            | Fault::RailRate { gpu, .. } => *gpu,
         }
     }
 }
@@ -511,6 +566,7 @@ pub struct Scenario {
     pub(crate) phases: Vec<Phase>,
     pub(crate) faults: Vec<Fault>,
     cost: Option<toml::Table>,
+    pub(crate) storage: Vec<crate::storage::StorageMount>,
 }
 
 impl Scenario {

@@ -88,12 +88,26 @@ pub struct GpuStatic {
     /// The NVLink fabric the GPU registers with (multi-node NVLink, e.g. a GB200 NVL72 tray);
     /// `None` where NVML answers `NOT_SUPPORTED`.
     pub fabric: Option<FabricStatic>,
+    /// The GPU's rail NIC (the InfiniBand NIC under its PCIe switch, one port), where the
+    /// scenario gives it one.
+    pub rail: Option<RailStatic>,
+    /// Where the GPU sits (`nvmlDeviceGetPlatformInfo`), where the scenario says.
+    pub platform: Option<dgx_pixels_readout::PlatformReadout>,
     /// Time-slicing (`[[time_slicing]]`): the weights of the processes sharing the GPU, each
     /// getting its weight's part of the GPU's activity and memory; empty for one process.
     pub process_weights: Vec<f64>,
     /// The sharing processes are MPS clients (`mode = "mps"`): NVML lists them through
     /// `nvmlDeviceGetMPSComputeRunningProcesses`, not the compute-process call.
     pub mps: bool,
+}
+
+/// A GPU's rail NIC as sysfs would show it: its name and the rate its port trains to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RailStatic {
+    /// `mlx5_<GPU index>`.
+    pub device: String,
+    /// Bytes per second (400 Gb/s NDR is 50e9).
+    pub rate_bytes_per_second: f64,
 }
 
 /// A GPU's place in an NVLink fabric.

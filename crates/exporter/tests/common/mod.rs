@@ -215,6 +215,21 @@ pub fn fake_cuda_dir() -> &'static std::path::Path {
     .path()
 }
 
+/// The fake CUDA driver and cuBLAS with the fake NCCL (crates/fake-nccl) as `libnccl.so.2`,
+/// in a directory of their own, for `LD_LIBRARY_PATH`.
+pub fn fake_cuda_nccl_dir() -> &'static std::path::Path {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let cuda = std::path::PathBuf::from(fake_cdylib("fake-cuda", fake_cuda::LIBRARY_FILE));
+        let nccl = std::path::PathBuf::from(fake_cdylib("fake-nccl", fake_nccl::LIBRARY_FILE));
+        let dir = tempfile::tempdir().unwrap();
+        fake_cuda::install(dir.path(), &cuda).unwrap();
+        fake_nccl::install(dir.path(), &nccl).unwrap();
+        dir
+    })
+    .path()
+}
+
 /// `trace analyze --format json PATHS`: the whole report (fails on a non-zero exit, with its
 /// stderr).
 pub fn trace_report<P: AsRef<std::ffi::OsStr>>(paths: &[P]) -> serde_json::Value {

@@ -87,6 +87,7 @@ pub fn snapshot(gpus: u32) -> Snapshot {
             pcie_link_max_width: Some(16.0),
             recovery_action: Some(RecoveryAction::None),
             fabric: None,
+            platform: None,
             rail_ports: Vec::new(),
             // An H100 SXM has 18 NVLinks, each with 4 error counters.
             nvlinks: (0..18)

@@ -45,7 +45,7 @@ th{background:#eef0f3;font-weight:600}td.num{text-align:right;font-variant-numer
 td.err{white-space:normal;max-width:48em;font-family:ui-monospace,monospace;font-size:12px}\
 .healthy,.up{color:#137333;font-weight:600}.degraded{color:#a15c00;font-weight:600}\
 .unhealthy,.down,.lost{color:#b3261e;font-weight:700}.unknown,.pending,.muted{color:#6b7280}\
-.act{color:#b3261e;font-weight:600}tr.mig td{color:#555;font-size:12px;border-bottom-style:dotted}\
+.act{color:#b3261e;font-weight:600}tr.mig td,tr.links td{color:#555;font-size:12px;border-bottom-style:dotted}\
 .bar{display:inline-block;width:60px;height:8px;background:#e3e6ea;margin-right:6px}\
 .bar span{display:block;height:8px;background:#3b82f6}\
 footer{color:#6b7280;font-size:12px;margin:14px 0}";
@@ -213,6 +213,7 @@ fn gpu_row(out: &mut String, gpu: &GpuView<'_>) {
         Pair(gpu.power, gpu.power_limit, 0, "W"),
         One(gpu.temperature, "°C"),
     );
+    links(out, gpu);
     for m in &gpu.mig {
         put!(
             out,
@@ -229,6 +230,69 @@ fn gpu_row(out: &mut String, gpu: &GpuView<'_>) {
             Pair(m.memory_used.map(gib), m.memory_total.map(gib), 1, "GiB"),
         );
     }
+}
+
+/// The row under a GPU with its NVLink fabric and rail NIC state, where it has either: what a
+/// multi-node job needs of it besides the GPU itself.
+fn links(out: &mut String, gpu: &GpuView<'_>) {
+    if gpu.fabric.is_none() && gpu.rail.is_empty() {
+        return;
+    }
+    put!(
+        out,
+        "<tr class=\"links\" id=\"links-{}\"><td></td><td colspan=\"9\">",
+        gpu.index
+    );
+    if let Some(f) = &gpu.fabric {
+        let ready = f.state == Some("completed") && f.status == Some("success");
+        put!(
+            out,
+            "NVLink fabric: domain <b class=\"fabric-domain\">{}</b> (cluster {}) · \
+             <span class=\"fabric-state {}\">{}, {}</span>",
+            Esc(f.clique_id.unwrap_or(ABSENT)),
+            Esc(f.cluster_uuid.map_or(ABSENT, short_id)),
+            if ready { "up" } else { "down" },
+            Esc(f.state.unwrap_or(ABSENT)),
+            Esc(f.status.unwrap_or(ABSENT)),
+        );
+        for flag in &f.flags {
+            put!(
+                out,
+                " <span class=\"fabric-flag degraded\">{}</span>",
+                Esc(flag)
+            );
+        }
+    }
+    for (i, r) in gpu.rail.iter().enumerate() {
+        let sep = if i == 0 && gpu.fabric.is_none() {
+            ""
+        } else {
+            " · "
+        };
+        let (class, word) = match r.up {
+            Some(true) => ("up", "up"),
+            Some(false) => ("down", "down"),
+            None => ("unknown", ABSENT),
+        };
+        put!(
+            out,
+            "{sep}rail <span class=\"rail\" data-port=\"{dev}/{port}\">{dev}/{port} \
+             <span class=\"{class}\">{word}</span>",
+            dev = Esc(r.device),
+            port = Esc(r.port),
+        );
+        if let Some(rate) = r.rate {
+            // sysfs says Gb/s; so does the page.
+            put!(out, " {:.0} Gb/s", rate * 8.0 / 1e9);
+        }
+        out.push_str("</span>");
+    }
+    out.push_str("</td></tr>");
+}
+
+/// The first 8 characters of a UUID: enough to tell clusters apart on one page.
+fn short_id(id: &str) -> &str {
+    id.get(..8).unwrap_or(id)
 }
 
 fn sources(out: &mut String, sources: &[SourceView<'_>], now: SystemTime) {

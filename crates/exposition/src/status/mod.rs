@@ -47,7 +47,10 @@ mod html;
 mod view;
 
 pub use html::Esc;
-pub use view::{view, BuildFacts, GpuView, Health, MigView, NodeView, SourceState, SourceView};
+pub use view::{
+    view, BuildFacts, FabricView, GpuView, Health, MigView, NodeView, RailView, SourceState,
+    SourceView,
+};
 
 /// The health collector's series as the page reads them: the one place to edit should they
 /// be renamed.

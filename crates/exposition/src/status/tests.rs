@@ -361,3 +361,63 @@ fn the_xid_policy_in_force_is_shown_by_code_and_only_when_configured() {
         "{page}"
     );
 }
+
+/// Issue 32: the fabric and rail state of each GPU in a row under it, for GPUs that have them.
+#[test]
+fn fabric_and_rail_state_show_under_each_gpu_that_has_them() {
+    let s = store(vec![], None);
+    let mut samples: Vec<Sample> = (0..3).flat_map(|i| gpu(i, None)).collect();
+    let key = |i: u32| samples[i as usize * 9].device.clone().unwrap();
+    let (k0, k1) = (key(0), key(1));
+    let cluster = "0d3f5a9e-1111-2222-3333-444444444444";
+    // GPU 0: registered, its rail up at 400 Gb/s. GPU 1: registering, a flag, its rail down.
+    // GPU 2: neither (an older part without a NIC under its root complex).
+    samples.extend([
+        Sample::of(&k0, Metric::GpuFabricInfo, [cluster, "32766"], 1.0),
+        Sample::of(&k0, Metric::GpuFabricState, ["completed", "success"], 1.0),
+        Sample::of(&k0, Metric::GpuFabricHealth, ["degraded_bandwidth"], 0.0),
+        Sample::of(&k0, Metric::GpuRailPortUp, ["mlx5_0", "1"], 1.0),
+        Sample::of(&k0, Metric::GpuRailPortRate, ["mlx5_0", "1"], 50e9),
+        Sample::of(&k1, Metric::GpuFabricInfo, [cluster, "32767"], 1.0),
+        Sample::of(&k1, Metric::GpuFabricState, ["in_progress", "success"], 1.0),
+        Sample::of(&k1, Metric::GpuFabricHealth, ["route_unhealthy"], 1.0),
+        Sample::of(&k1, Metric::GpuRailPortRate, ["mlx5_1", "1"], 25e9),
+        Sample::of(&k1, Metric::GpuRailPortUp, ["mlx5_1", "1"], 0.0),
+    ]);
+    s.publish(up("nvml", samples));
+    let g = s.current();
+    let v = view(&g);
+    let f0 = v.gpus[0].fabric.as_ref().unwrap();
+    assert_eq!(
+        (f0.clique_id, f0.state, f0.status),
+        (Some("32766"), Some("completed"), Some("success"))
+    );
+    assert!(f0.flags.is_empty(), "a flag at 0 does not hold");
+    assert_eq!(
+        v.gpus[1].rail,
+        vec![RailView {
+            device: "mlx5_1",
+            port: "1",
+            up: Some(false),
+            rate: Some(25e9),
+        }]
+    );
+    assert_eq!(v.gpus[2].fabric, None);
+    assert!(v.gpus[2].rail.is_empty());
+
+    let page = render(&g, &ctx());
+    assert_eq!(rows(&page, "links"), 2, "{page}");
+    assert!(page.contains(
+        "<tr class=\"links\" id=\"links-0\"><td></td><td colspan=\"9\">NVLink fabric: domain \
+         <b class=\"fabric-domain\">32766</b> (cluster 0d3f5a9e) · <span class=\"fabric-state up\">\
+         completed, success</span> · rail <span class=\"rail\" data-port=\"mlx5_0/1\">mlx5_0/1 \
+         <span class=\"up\">up</span> 400 Gb/s</span></td></tr>"
+    ));
+    assert!(page.contains(
+        "<span class=\"fabric-state down\">in_progress, success</span> \
+         <span class=\"fabric-flag degraded\">route_unhealthy</span> · rail \
+         <span class=\"rail\" data-port=\"mlx5_1/1\">mlx5_1/1 <span class=\"down\">down</span> \
+         200 Gb/s</span>"
+    ));
+    assert!(!page.contains("id=\"links-2\""));
+}

@@ -73,6 +73,38 @@ pub struct GpuView<'g> {
     pub temperature: Option<f64>,
     /// MIG instances, by GPU then compute instance.
     pub mig: Vec<MigView<'g>>,
+    /// The NVLink fabric the GPU registered with, where NVML reports one.
+    pub fabric: Option<FabricView<'g>>,
+    /// The ports of the GPU's rail NIC, by device and port.
+    pub rail: Vec<RailView<'g>>,
+}
+
+/// A GPU's place and state in its NVLink fabric.
+#[derive(Debug, Default, PartialEq)]
+pub struct FabricView<'g> {
+    /// `cluster_uuid` of `dgx_pixels_gpu_fabric_info`.
+    pub cluster_uuid: Option<&'g str>,
+    /// `clique_id`: the NVLink domain.
+    pub clique_id: Option<&'g str>,
+    /// `state` of the state series (`completed` once registered).
+    pub state: Option<&'g str>,
+    /// `status` of the state series (`success`, or NVML's error).
+    pub status: Option<&'g str>,
+    /// The health flags that hold now.
+    pub flags: Vec<&'g str>,
+}
+
+/// One port of a GPU's rail NIC.
+#[derive(Debug, Default, PartialEq)]
+pub struct RailView<'g> {
+    /// `device`: the NIC, `mlx5_0`.
+    pub device: &'g str,
+    /// `port`.
+    pub port: &'g str,
+    /// Whether it is active with its physical link up.
+    pub up: Option<bool>,
+    /// The rate it trained to, bytes per second.
+    pub rate: Option<f64>,
 }
 
 /// A GPU's health verdict: its current state and the most severe action pending.
@@ -201,6 +233,8 @@ pub fn view(generation: &Generation) -> NodeView<'_> {
     for gpu in &mut gpus {
         gpu.mig
             .sort_by_key(|m| (m.gpu_instance, m.compute_instance));
+        gpu.rail
+            .sort_by(|a, b| (a.device, a.port).cmp(&(b.device, b.port)));
     }
     let build = generation
         .statics()
@@ -279,6 +313,32 @@ impl<'g> GpuView<'g> {
             {
                 keep(&mut self.temperature, v);
             }
+            Metric::GpuFabricInfo => {
+                let f = self.fabric.get_or_insert_with(FabricView::default);
+                f.cluster_uuid = f.cluster_uuid.or(sample.label("cluster_uuid"));
+                f.clique_id = f.clique_id.or(sample.label("clique_id"));
+            }
+            Metric::GpuFabricState if v == 1.0 => {
+                let f = self.fabric.get_or_insert_with(FabricView::default);
+                f.state = f.state.or(sample.label("state"));
+                f.status = f.status.or(sample.label("status"));
+            }
+            Metric::GpuFabricHealth if v == 1.0 => {
+                let f = self.fabric.get_or_insert_with(FabricView::default);
+                if let Some(flag) = sample.label("flag").filter(|g| !f.flags.contains(g)) {
+                    f.flags.push(flag);
+                }
+            }
+            Metric::GpuRailPortUp => {
+                if let Some(r) = self.rail_port(sample) {
+                    r.up = r.up.or(Some(v == 1.0));
+                }
+            }
+            Metric::GpuRailPortRate => {
+                if let Some(r) = self.rail_port(sample) {
+                    keep(&mut r.rate, v);
+                }
+            }
             health_series::STATE => {
                 let health = self.health.get_or_insert_with(Health::default);
                 if v == 1.0 && health.state.is_none() {
@@ -294,6 +354,23 @@ impl<'g> GpuView<'g> {
             }
             _ => {}
         }
+    }
+}
+
+impl<'g> GpuView<'g> {
+    /// The rail port `sample` is about, added when first seen.
+    fn rail_port(&mut self, sample: &'g Sample) -> Option<&mut RailView<'g>> {
+        let device = sample.label("device").unwrap_or_default();
+        let port = sample.label("port").unwrap_or_default();
+        let this = |r: &RailView<'_>| r.device == device && r.port == port;
+        if !self.rail.iter().any(this) {
+            self.rail.push(RailView {
+                device,
+                port,
+                ..RailView::default()
+            });
+        }
+        self.rail.iter_mut().find(|r| this(r))
     }
 }
 

@@ -16,6 +16,7 @@ mod fabric;
 mod health;
 mod identity;
 mod links;
+mod platform;
 mod readings;
 mod throttle;
 

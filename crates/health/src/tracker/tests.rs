@@ -659,3 +659,98 @@ fn a_rail_port_down_degrades_the_gpu_while_it_is_down() {
         v("healthy", "none", "none")
     );
 }
+
+/// GPU `i`'s readings: up, plus `extra`.
+fn gpu_n(i: u32, extra: &[(Metric, &[&str], f64)]) -> Vec<Sample> {
+    let uuid = format!("GPU-{i}");
+    let mut v = vec![Sample::for_gpu(i, &uuid, Metric::GpuUp, &[], 1.0)];
+    v.extend(
+        extra
+            .iter()
+            .map(|(m, labels, value)| Sample::for_gpu(i, &uuid, *m, labels, *value)),
+    );
+    v
+}
+
+#[test]
+fn a_rail_port_slower_than_the_nodes_fastest_degrades_its_gpu_only() {
+    let mut t = HealthTracker::new(T);
+    let now = Instant::now();
+    // GPU `i` with its port up at `rate` (or down).
+    let rail = |i: u32, up: f64, rate: f64| {
+        let device = format!("mlx5_{i}");
+        gpu_n(
+            i,
+            &[
+                (Metric::GpuRailPortUp, &[device.as_str(), "1"], up),
+                (Metric::GpuRailPortRate, &[device.as_str(), "1"], rate),
+            ],
+        )
+    };
+    let node = |ports: [(f64, f64); 3]| {
+        let mut v = Vec::new();
+        for (i, (up, rate)) in ports.into_iter().enumerate() {
+            v.extend(rail(i as u32, up, rate));
+        }
+        v
+    };
+    let healthy = v("healthy", "none", "none");
+    let slow = v("degraded", "check_hardware", "rail_port_slow");
+    let out = t.evaluate(node([(1.0, 50e9), (1.0, 50e9), (1.0, 50e9)]).iter(), now);
+    for g in ["GPU-0", "GPU-1", "GPU-2"] {
+        assert_eq!(verdict(&out, g), healthy);
+    }
+    // GPU 2 trained to 200 Gb/s beside 400 Gb/s rails.
+    let out = t.evaluate(node([(1.0, 50e9), (1.0, 50e9), (1.0, 25e9)]).iter(), now);
+    assert_eq!(verdict(&out, "GPU-0"), healthy);
+    assert_eq!(verdict(&out, "GPU-2"), slow);
+    // A port down is rail_port_down, and its rate is no measure: GPU 1 down at a low rate
+    // leaves GPU 0 and 2 (both 400) healthy.
+    let out = t.evaluate(node([(1.0, 50e9), (0.0, 1.25e9), (1.0, 50e9)]).iter(), now);
+    assert_eq!(verdict(&out, "GPU-0"), healthy);
+    assert_eq!(
+        verdict(&out, "GPU-1"),
+        v("degraded", "check_hardware", "rail_port_down")
+    );
+    assert_eq!(verdict(&out, "GPU-2"), healthy);
+    // Back at full rate: cleared with the reading.
+    let out = t.evaluate(node([(1.0, 50e9), (1.0, 50e9), (1.0, 50e9)]).iter(), now);
+    assert_eq!(verdict(&out, "GPU-2"), healthy);
+}
+
+#[test]
+fn a_gpu_outside_the_nvlink_domain_of_most_of_its_node_is_degraded() {
+    let mut t = HealthTracker::new(T);
+    let now = Instant::now();
+    let node = |cliques: &[(&str, &str)]| {
+        let mut v = Vec::new();
+        for (i, (cluster, clique)) in cliques.iter().enumerate() {
+            v.extend(gpu_n(
+                i as u32,
+                &[(Metric::GpuFabricInfo, &[cluster, clique], 1.0)],
+            ));
+        }
+        v
+    };
+    let healthy = v("healthy", "none", "none");
+    let split = v("degraded", "drain_p2p", "clique_split");
+    let out = t.evaluate(node(&[("c", "7"), ("c", "7"), ("c", "7")]).iter(), now);
+    for g in ["GPU-0", "GPU-1", "GPU-2"] {
+        assert_eq!(verdict(&out, g), healthy);
+    }
+    // GPU 0 registered in another clique: it is the odd one, not the two others.
+    let out = t.evaluate(node(&[("c", "8"), ("c", "7"), ("c", "7")]).iter(), now);
+    assert_eq!(verdict(&out, "GPU-0"), split);
+    assert_eq!(verdict(&out, "GPU-1"), healthy);
+    assert_eq!(verdict(&out, "GPU-2"), healthy);
+    // Another cluster with the same clique id is another domain too.
+    let out = t.evaluate(node(&[("c", "7"), ("d", "7"), ("c", "7")]).iter(), now);
+    assert_eq!(verdict(&out, "GPU-1"), split);
+    // A tie: the domain of GPU 0 is the node's.
+    let out = t.evaluate(node(&[("c", "7"), ("c", "9")]).iter(), now);
+    assert_eq!(verdict(&out, "GPU-0"), healthy);
+    assert_eq!(verdict(&out, "GPU-1"), split);
+    // One domain again: cleared.
+    let out = t.evaluate(node(&[("c", "7"), ("c", "7"), ("c", "7")]).iter(), now);
+    assert_eq!(verdict(&out, "GPU-1"), healthy);
+}

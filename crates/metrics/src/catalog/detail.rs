@@ -111,12 +111,12 @@ pub static POLICIES: &[Entry] = &[
     Entry {
         metric: Metric::NvmlCalls,
         policy: Policy::FullOnly,
-        why: "self-diagnosis of what NVML costs the exporter (one series per NVML function called, at most 51 per node), for a drill-down",
+        why: "self-diagnosis of what NVML costs the exporter (one series per NVML function called, at most 53 per node), for a drill-down",
     },
     Entry {
         metric: Metric::NvmlCallSeconds,
         policy: Policy::FullOnly,
-        why: "self-diagnosis of what NVML costs the exporter (one series per NVML function called, at most 51 per node), for a drill-down",
+        why: "self-diagnosis of what NVML costs the exporter (one series per NVML function called, at most 53 per node), for a drill-down",
     },
     Entry {
         metric: Metric::GpuMemoryFree,
@@ -202,6 +202,16 @@ pub static POLICIES: &[Entry] = &[
         metric: Metric::ProbeStorageRuns,
         policy: Policy::NonZeroOnly("outcome", &["error", "timeout", "crashed"]),
         why: "only failures that happened, as for the GPU probes: a served throughput says the read ran",
+    },
+    Entry {
+        metric: Metric::ProbeNcclRuns,
+        policy: Policy::NonZeroOnly("outcome", &["error", "timeout", "crashed", "contended"]),
+        why: "only failures and collisions that happened, as for the GPU probes: a served bus bandwidth says the all-reduce ran",
+    },
+    Entry {
+        metric: Metric::ProbeNcclAlgorithmBandwidth,
+        policy: Policy::FullOnly,
+        why: "the bus bandwidth at each size is the same figure times 2(n-1)/n",
     },
     Entry {
         metric: Metric::ProbeP2pBandwidth,

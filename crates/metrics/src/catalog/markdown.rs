@@ -111,6 +111,12 @@ and use the sparse series to find the part.
   `launch_latency` unless `[probes] probes` names others (`all` adds the fp16, tf32, fp32 and
   fp64 GEMMs and `copy_d2h`); each probe costs a GPU two series (result and fraction of peak),
   and a third once it has failed.
+- **Node probes** (opt-in, node level, not per GPU): `storage_read` costs one series per
+  configured path (its throughput; its five outcome counters at full detail, failures in both
+  profiles once they happen); `nccl_allreduce` costs 6 series per node (the bus bandwidth at
+  each of its three message sizes, the largest size's, the expected one, the GPU count; the
+  algorithm bandwidth per size and the 13 outcome counters at full detail, failures and
+  collisions in both profiles once they happen).
 - **Fast power samples** ([power.md](power.md)): a histogram of fixed watt buckets (with
   `+Inf`, `_sum`, `_count`) and the window's peak and minimum per GPU; which reading they sample
   is said only when it is the 1 s average (`dgx_pixels_gpu_power_sample_info{reading=\"average\"}`);

@@ -101,8 +101,10 @@ pub(super) fn read_slow(
     };
     let mig = read_mig_layout(dev, check);
     let fabric = read_fabric(dev, check);
+    let platform = read_platform(dev, check);
     Slow {
         fabric,
+        platform,
         rail: Vec::new(),
         counters,
         pcie_tx,
@@ -226,6 +228,49 @@ fn read_fabric(dev: &Device<'_>, check: &mut Check<'_>) -> Option<FabricReadout>
         clique_id: info.cliqueId,
         health: FabricHealthFlag::decode(info.healthMask),
     })
+}
+
+/// `nvmlPlatformInfo_v2` (`sizeof | 2 << 24`, 44 bytes, as nvidia-ml-py has it).
+const PLATFORM_INFO_V2: u32 = 0x0200_002c;
+
+/// Where the GPU sits (raw call: nvml-wrapper does not wrap it), in struct v2 only: v1 names
+/// other things (a rack GUID, a node index) that the series does not carry. `None` where NVML
+/// says not supported or knows no v2.
+fn read_platform(dev: &Device<'_>, check: &mut Check<'_>) -> Option<PlatformReadout> {
+    use nvml_wrapper_sys::bindings::nvmlPlatformInfo_v2_t;
+    let f = dev.nvml().lib().nvmlDeviceGetPlatformInfo.as_ref().ok()?;
+    // SAFETY: the handle is only passed back to NVML while `dev` is alive.
+    let handle = unsafe { dev.handle() };
+    // SAFETY: a zeroed plain C struct is a valid value.
+    let mut info: nvmlPlatformInfo_v2_t = unsafe { std::mem::zeroed() };
+    info.version = PLATFORM_INFO_V2;
+    // SAFETY: `info` is the v2 struct its version names.
+    let result =
+        nvml_try(timed(F::PlatformInfo, || unsafe { f(handle, &mut info) })).map(|()| info);
+    let info = check.get("platform_info", result)?;
+    Some(PlatformReadout {
+        chassis_serial: printable(&info.chassisSerialNumber),
+        slot: info.slotNumber,
+        tray: info.trayIndex,
+        host_id: info.hostId,
+        module_id: info.moduleId,
+    })
+}
+
+/// A C string of at most its array's length, up to its NUL, as a label value: anything but
+/// ASCII letters, digits, `-`, `_` and `.` becomes `_`, so a driver's garbage cannot inject.
+fn printable(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .take_while(|b| **b != 0)
+        .map(|&b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.') {
+                b as char
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 /// One field-values batch; a field NVML does not answer is logged once and left out.
@@ -449,10 +494,26 @@ pub(super) fn read_fast(
         nvlink_receive_bytes: f.nvlink_rx_kib.map(|k| k * 1024.0),
         nvlinks: slow.nvlinks.clone(),
         fabric: slow.fabric.clone(),
+        platform: slow.platform.clone(),
         rail_ports: slow.rail.clone(),
         process_count: None,
         processes: Vec::new(),
         process_activity: Vec::new(),
         mig,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::printable;
+
+    #[test]
+    fn a_chassis_serial_is_cut_at_its_nul_and_made_a_safe_label_value() {
+        let mut raw = [0u8; 16];
+        raw[..7].copy_from_slice(b"18231-A");
+        assert_eq!(printable(&raw), "18231-A");
+        // Unterminated: all 16 bytes.
+        assert_eq!(printable(b"0123456789abcdef"), "0123456789abcdef");
+        assert_eq!(printable(b"a\"b\n}\xff"), "a_b___");
     }
 }

@@ -9,7 +9,7 @@ use dgx_pixels_readout::labels::{
 };
 use dgx_pixels_readout::{
     EccTotals, FabricReadout, GpuReadout, MigReadout, NvlinkReadout, ProcessReadout,
-    ProcessUtilization, RemappedRowsReadout, RetiredPages,
+    ProcessUtilization, RailPortReadout, RemappedRowsReadout, RetiredPages,
 };
 
 use super::{
@@ -181,8 +181,14 @@ impl GpuSim {
         let readout = GpuReadout {
             recovery_action,
             fabric,
-            // Rail NICs come from sysfs, not from the GPU: the simulator has none.
-            rail_ports: Vec::new(),
+            platform: g.platform.clone(),
+            // On hardware from sysfs (the NIC nearest the GPU); here the scenario's.
+            rail_ports: g
+                .rail
+                .as_ref()
+                .map(|r| self.rail_port_at(r, t))
+                .into_iter()
+                .collect(),
             up: true,
             utilization_ratio: Some(e.utilization),
             memory_utilization_ratio: Some(e.memory_utilization),
@@ -353,21 +359,46 @@ impl GpuSim {
     /// The fabric as the driver reports it at `t`: registration completed and every flag
     /// false, unless a fabric fault holds (the first one listed wins the state).
     fn fabric_at(&self, f: &crate::types::FabricStatic, t: Duration) -> FabricReadout {
-        let holding: Vec<_> = self.fabric.iter().filter(|(_, _, w)| w.holds(t)).collect();
+        let holding: Vec<_> = self
+            .fabric
+            .iter()
+            .filter(|(_, _, _, w)| w.holds(t))
+            .collect();
         let state = holding
             .iter()
-            .find_map(|(s, _, _)| *s)
+            .find_map(|(s, ..)| *s)
             .unwrap_or(FabricState::Completed);
         let health = FabricHealthFlag::ALL
             .iter()
-            .map(|&flag| (flag, holding.iter().any(|(_, h, _)| *h == Some(flag))))
+            .map(|&flag| (flag, holding.iter().any(|(_, h, ..)| *h == Some(flag))))
             .collect();
         FabricReadout {
             state: Some(state),
             status: 0,
             cluster_uuid: f.cluster_uuid.clone(),
-            clique_id: f.clique_id,
+            clique_id: holding
+                .iter()
+                .find_map(|(_, _, c, _)| *c)
+                .unwrap_or(f.clique_id),
             health,
+        }
+    }
+
+    /// The rail NIC's port at `t`: active at its rate unless a rail fault holds; each
+    /// `rail_down` fault begun by `t` went down once (sysfs's link_downed).
+    fn rail_port_at(&self, r: &crate::types::RailStatic, t: Duration) -> RailPortReadout {
+        let rate = self
+            .rail_rate
+            .iter()
+            .filter(|(_, w)| w.holds(t))
+            .map(|(rate, _)| *rate)
+            .fold(r.rate_bytes_per_second, f64::min);
+        RailPortReadout {
+            device: r.device.clone(),
+            port: 1,
+            up: !self.rail_down.iter().any(|w| w.holds(t)),
+            rate_bytes_per_second: Some(rate),
+            link_downed: Some(self.rail_down.iter().filter(|w| w.from <= t).count() as f64),
         }
     }
 }

@@ -69,6 +69,8 @@ impl GpuSim {
         let mut power_brake = Vec::new();
         let mut recovery = Vec::new();
         let mut fabric = Vec::new();
+        let mut rail_down = Vec::new();
+        let mut rail_rate = Vec::new();
         let mut resets = Vec::new();
         for f in scenario.faults.iter().filter(|f| f.gpu() == index) {
             match f {
@@ -144,12 +146,27 @@ impl GpuSim {
                 Fault::Fabric {
                     state,
                     flag,
+                    clique_id,
                     at,
                     until,
                     ..
                 } => fabric.push((
                     *state,
                     *flag,
+                    *clique_id,
+                    Window {
+                        from: *at,
+                        until: *until,
+                    },
+                )),
+                Fault::RailDown { at, until, .. } => rail_down.push(Window {
+                    from: *at,
+                    until: *until,
+                }),
+                Fault::RailRate {
+                    rate, at, until, ..
+                } => rail_rate.push((
+                    *rate,
                     Window {
                         from: *at,
                         until: *until,
@@ -193,6 +210,8 @@ impl GpuSim {
             resets,
             recovery,
             fabric,
+            rail_down,
+            rail_rate,
             mig,
             bar1_total: stat.bar1_total_bytes,
             alpha,

@@ -11,6 +11,7 @@ use crate::locate;
 mod faults;
 mod gpus;
 mod sharing;
+mod storage;
 mod workload;
 
 #[cfg(test)]
@@ -178,6 +179,7 @@ pub(super) fn validate(ctx: &Ctx<'_>, raw: RawScenario) -> Result<Scenario, Scen
     sharing::time_slicing(ctx, &raw, &mut gpus)?;
     let phases = workload::phases(ctx, &raw, repeat_after, &models)?;
     let faults = faults::faults(ctx, &raw, &gpus)?;
+    let storage = storage::mounts(ctx, &raw)?;
 
     let driver_version = node
         .driver_version
@@ -204,5 +206,6 @@ pub(super) fn validate(ctx: &Ctx<'_>, raw: RawScenario) -> Result<Scenario, Scen
         phases,
         faults,
         cost: raw.cost,
+        storage,
     })
 }

@@ -12,7 +12,8 @@ use clap::Subcommand;
 use dgx_pixels_probes::compare::compare;
 use dgx_pixels_probes::results::{detect_container, hostname, human, nvidia_driver_version};
 use dgx_pixels_probes::{
-    probe, run_once, Environment, ProbeSizes, Progress, RunOptions, RunResults,
+    probe, run_node, run_once, Environment, NodeOptions, ProbeSizes, Progress, RunOptions,
+    RunResults,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -33,6 +34,9 @@ const PROBE_RUN_AFTER_HELP: &str = "\
 Probes: gemm_bf16, gemm_fp16, gemm_tf32, gemm_fp32, gemm_fp64 (cuBLAS, FLOP/s), copy_d2d, \
 copy_h2d, copy_d2h (bytes/s; d2d counts bytes read plus written), launch_latency (seconds), \
 p2p_copy (bytes/s from each selected GPU to each other one, peer access enabled; needs 2 GPUs). \
+Node probes (not in \"all\"): nccl_allreduce (NCCL bus bandwidth across the selected GPUs at \
+--nccl-max-bytes and 1/16, 1/256 of it; needs libnccl.so.2 and 2 GPUs), storage_read \
+(read throughput of each --storage-path, bytes/s). \
 Needs libcuda.so.1 and, for GEMMs, cuBLAS (libcublas.so.13 or .12) on the loader's path.";
 
 /// Flags of `probe run`.
@@ -68,7 +72,19 @@ pub struct ProbeRunArgs {
     /// Bytes per host-to-device / device-to-host copy [default: 67108864].
     #[arg(long = "host-copy-bytes", value_name = "BYTES")]
     pub host_copy_bytes: Option<usize>,
+    /// Largest nccl_allreduce message, bytes per GPU [default: 268435456].
+    #[arg(long = "nccl-max-bytes", value_name = "BYTES")]
+    pub nccl_max_bytes: Option<u64>,
+    /// A path storage_read reads (a file, or a directory for a scratch file); repeatable.
+    #[arg(long = "storage-path", value_name = "PATH")]
+    pub storage_path: Vec<PathBuf>,
+    /// Bytes each storage_read run reads [default: 268435456].
+    #[arg(long = "storage-bytes", value_name = "BYTES")]
+    pub storage_bytes: Option<u64>,
 }
+
+/// The node probes `--probe` may name beside the GPU probes.
+const NODE_PROBES: &[&str] = &["nccl_allreduce", "storage_read"];
 
 /// Flags of `probe compare`.
 #[derive(Debug, clap::Args)]
@@ -125,8 +141,54 @@ fn parse_gpus(s: &str) -> Result<Vec<usize>, String> {
         .collect()
 }
 
+/// The node probes of `--probe` and their flags.
+fn node_options(args: &ProbeRunArgs) -> Result<NodeOptions, String> {
+    let named = |n: &str| args.probe.split(',').any(|p| p.trim() == n);
+    let mut node = NodeOptions {
+        storage_bytes: args
+            .storage_bytes
+            .unwrap_or(dgx_pixels_probes::storage::DEFAULT_READ_BYTES),
+        ..NodeOptions::default()
+    };
+    if named("nccl_allreduce") {
+        let max = args
+            .nccl_max_bytes
+            .unwrap_or(dgx_pixels_probes::nccl::DEFAULT_MAX_BYTES);
+        dgx_pixels_probes::nccl::check_max_bytes(max).map_err(|e| {
+            e.to_string()
+                .replace("probes.nccl_max_bytes", "--nccl-max-bytes")
+        })?;
+        node.nccl_max_bytes = Some(max);
+    }
+    if named("storage_read") {
+        if args.storage_path.is_empty() {
+            return Err("--probe storage_read needs --storage-path PATH".into());
+        }
+        let (lo, hi) = (
+            dgx_pixels_probes::storage::MIN_READ_BYTES,
+            dgx_pixels_probes::storage::MAX_READ_BYTES,
+        );
+        if !(lo..=hi).contains(&node.storage_bytes) {
+            return Err(format!("--storage-bytes must be between {lo} and {hi}"));
+        }
+        node.storage_paths = args.storage_path.clone();
+    }
+    Ok(node)
+}
+
 fn options(args: &ProbeRunArgs) -> Result<RunOptions, String> {
-    let probes = probe::parse_list(&args.probe).map_err(|e| format!("--probe: {e}"))?;
+    // The GPU probes: the list without the node probes (which may be all it names).
+    let gpu_list: Vec<&str> = args
+        .probe
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !NODE_PROBES.contains(p))
+        .collect();
+    let probes = if gpu_list.iter().all(|p| p.is_empty()) {
+        Vec::new()
+    } else {
+        probe::parse_list(&gpu_list.join(",")).map_err(|e| format!("--probe: {e}"))?
+    };
     let gpus = args.gpus.as_deref().map(parse_gpus).transpose()?;
     let mut sizes = ProbeSizes::default();
     if let Some(n) = args.gemm_size {
@@ -175,7 +237,7 @@ fn environment(build: Build<'_>) -> Environment {
 }
 
 fn run_probes(args: &ProbeRunArgs, build: Build<'_>) -> ExitCode {
-    let opts = match options(args) {
+    let (opts, node) = match options(args).and_then(|o| Ok((o, node_options(args)?))) {
         Ok(o) => o,
         Err(e) => return usage(e),
     };
@@ -194,11 +256,46 @@ fn run_probes(args: &ProbeRunArgs, build: Build<'_>) -> ExitCode {
     if let Ok(style) = ProgressStyle::with_template("{msg:32} [{bar:40}] {pos}/{len} {elapsed}") {
         bar.set_style(style.progress_chars("=> "));
     }
-    let outcome = run_once(&opts, environment(build), &mut |p| match p {
+    let mut on_progress = |p| match p {
         Progress::Planned(n) => bar.set_length(n),
         Progress::Started(kind, gpu) => bar.set_message(format!("{kind} on GPU {gpu}")),
         Progress::Step => bar.inc(1),
-    });
+    };
+    // Node probes alone need no GPU probe pass (storage_read needs no GPU at all).
+    let mut outcome = if opts.probes.is_empty() {
+        Ok((
+            RunResults {
+                format: dgx_pixels_probes::results::FORMAT.into(),
+                environment: environment(build),
+                warmup: opts.warmup,
+                iterations: opts.iterations,
+                seed: opts.seed,
+                sizes: opts.sizes.clone(),
+                results: Vec::new(),
+                node_results: Vec::new(),
+            },
+            Vec::new(),
+        ))
+    } else {
+        run_once(&opts, environment(build), &mut on_progress)
+    };
+    let node_steps = (opts.warmup + opts.iterations) as u64
+        * (node.storage_paths.len() as u64 + 3 * u64::from(node.nccl_max_bytes.is_some()));
+    let node_failures = match &mut outcome {
+        Ok((results, _)) => {
+            bar.inc_length(node_steps);
+            let (r, f) = run_node(
+                &node,
+                opts.gpus.as_deref(),
+                opts.warmup,
+                opts.iterations,
+                &mut on_progress,
+            );
+            results.node_results = r;
+            f
+        }
+        Err(_) => Vec::new(),
+    };
     bar.finish_and_clear();
     let (results, failures) = match outcome {
         Ok(r) => r,
@@ -217,6 +314,9 @@ fn run_probes(args: &ProbeRunArgs, build: Build<'_>) -> ExitCode {
     for (kind, gpu, e) in &failures {
         eprintln!("{NAME} run: {kind} on GPU {gpu} failed: {e}");
     }
+    for (label, e) in &node_failures {
+        eprintln!("{NAME} run: {label} failed: {e}");
+    }
     if let Some(out) = &args.output {
         if let Err(e) = results.write(out) {
             eprintln!("{NAME} run: cannot write results: {e}");
@@ -224,7 +324,7 @@ fn run_probes(args: &ProbeRunArgs, build: Build<'_>) -> ExitCode {
         }
         eprintln!("results written to {}", out.display());
     }
-    if failures.is_empty() {
+    if failures.is_empty() && node_failures.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
@@ -247,14 +347,25 @@ pub fn report(r: &RunResults) -> String {
         r.iterations,
         r.seed
     );
-    for res in &r.results {
-        let Some(s) = &res.summary else { continue };
-        let h = |v: f64| human(v, res.unit);
+    let gpu = r.results.iter().map(|res| {
         let peer = res.peer.map(|p| format!(" to GPU {p}")).unwrap_or_default();
-        out.push_str(&format!(
-            "\n{} on GPU {}{peer} ({}, {})\n",
-            res.probe, res.gpu, res.model, res.uuid
-        ));
+        (
+            format!(
+                "{} on GPU {}{peer} ({}, {})",
+                res.probe, res.gpu, res.model, res.uuid
+            ),
+            res.unit,
+            &res.summary,
+        )
+    });
+    let node = r
+        .node_results
+        .iter()
+        .map(|res| (res.label(), res.unit, &res.summary));
+    for (title, unit, summary) in gpu.chain(node) {
+        let Some(s) = summary else { continue };
+        let h = |v: f64| human(v, unit);
+        out.push_str(&format!("\n{title}\n"));
         let rows = [
             ("mean", h(s.mean)),
             ("median", h(s.median)),

@@ -316,18 +316,45 @@ impl Fields<'_> {
                             })?,
                     ),
                 };
-                if state.is_none() && flag.is_none() {
+                if state.is_none() && flag.is_none() && f.clique_id.is_none() {
                     return Err(self.err(
                         "state",
-                        "faults of kind \"fabric\" need a state, a flag or both",
+                        "faults of kind \"fabric\" need a state, a flag, a clique_id or more",
                     ));
                 }
                 Fault::Fabric {
                     gpu,
                     state,
                     flag,
+                    clique_id: f.clique_id,
                     at,
                     until: self.until()?,
+                }
+            }
+            RawFaultKind::RailDown | RawFaultKind::RailRate => {
+                if g.rail.is_none() {
+                    return Err(self.err(
+                        "gpu",
+                        format!("GPU {gpu} has no rail NIC (its [[gpus]] table has no rail_rate_bytes_per_second)"),
+                    ));
+                }
+                let until = self.until()?;
+                if f.kind == RawFaultKind::RailDown {
+                    Fault::RailDown { gpu, at, until }
+                } else {
+                    let Some(rate) = f.rate_bytes_per_second else {
+                        return Err(self.err(
+                            "rate_bytes_per_second",
+                            "faults of kind \"rail_rate\" need a rate_bytes_per_second",
+                        ));
+                    };
+                    let rate = self.ctx.positive(self.t, "rate_bytes_per_second", rate)?;
+                    Fault::RailRate {
+                        gpu,
+                        rate,
+                        at,
+                        until,
+                    }
                 }
             }
         })

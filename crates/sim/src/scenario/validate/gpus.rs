@@ -280,6 +280,37 @@ pub(super) fn gpus(
         } else {
             (None, None)
         };
+        let serial = match &g.platform_chassis_serial {
+            Some(s)
+                if s.is_empty()
+                    || s.len() > 16
+                    || !s
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')) =>
+            {
+                return Err(ctx.err(
+                    t,
+                    Some("platform_chassis_serial"),
+                    "expected 1 to 16 ASCII letters, digits, '-', '_' or '.' (NVML's char[16])",
+                ));
+            }
+            other => other.clone(),
+        };
+        if serial.is_none() {
+            for (key, set) in [
+                ("platform_slot_number", g.platform_slot_number.is_some()),
+                ("platform_tray_index", g.platform_tray_index.is_some()),
+                ("platform_host_id", g.platform_host_id.is_some()),
+            ] {
+                if set {
+                    return Err(ctx.err(t, Some(key), "needs platform_chassis_serial"));
+                }
+            }
+        }
+        let rail_rate = match g.rail_rate_bytes_per_second {
+            Some(v) => Some(ctx.positive(t, "rail_rate_bytes_per_second", v)?),
+            None => None,
+        };
         for k in 0..count {
             let index = gpus.len();
             let h1 = noise::hash(seed, 0x0ddc_0ffe, index as u64, 1);
@@ -320,6 +351,20 @@ pub(super) fn gpus(
                         .to_string(),
                         clique_id,
                     }),
+                // Module ids count the table's GPUs from 1, as a tray's GPU modules are.
+                platform: serial
+                    .as_ref()
+                    .map(|s| dgx_pixels_readout::PlatformReadout {
+                        chassis_serial: s.clone(),
+                        slot: g.platform_slot_number.unwrap_or(0),
+                        tray: g.platform_tray_index.unwrap_or(0),
+                        host_id: g.platform_host_id.unwrap_or(0),
+                        module_id: u8::try_from(k + 1).unwrap_or(u8::MAX),
+                    }),
+                rail: rail_rate.map(|rate| crate::types::RailStatic {
+                    device: format!("mlx5_{index}"),
+                    rate_bytes_per_second: rate,
+                }),
                 process_weights: Vec::new(),
                 mps: false,
             });
