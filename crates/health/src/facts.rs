@@ -175,7 +175,7 @@ pub(crate) fn compare_across_node(gpus: &mut [(&Arc<DeviceKey>, &mut GpuFacts)])
     gpus.sort_by(|a, b| (a.0.index(), a.0.uuid()).cmp(&(b.0.index(), b.0.uuid())));
     let mut counts: Vec<(&(String, String), usize)> = Vec::new();
     for (_, f) in gpus.iter() {
-        if let Some(d) = &f.fabric_domain {
+        if let Some(d) = registered_domain(f) {
             match counts.iter_mut().find(|(c, _)| *c == d) {
                 Some((_, n)) => *n += 1,
                 None => counts.push((d, 1)),
@@ -192,8 +192,17 @@ pub(crate) fn compare_across_node(gpus: &mut [(&Arc<DeviceKey>, &mut GpuFacts)])
         return;
     };
     for (_, f) in gpus.iter_mut() {
-        f.clique_split = f.fabric_domain.as_ref().is_some_and(|d| *d != main);
+        f.clique_split = registered_domain(f).is_some_and(|d| *d != main);
     }
+}
+
+/// The GPU's NVLink domain once its fabric registration completed with success: before, NVML
+/// answers a zeroed cluster and clique, which is no domain (a GPU still registering is judged by
+/// the fabric rules, not counted as split).
+fn registered_domain(f: &GpuFacts) -> Option<&(String, String)> {
+    f.fabric_domain
+        .as_ref()
+        .filter(|_| f.fabric_ready == Some(true))
 }
 
 /// The metrics the rules read; a GPU seen only through others (a probe result, a pod's info)

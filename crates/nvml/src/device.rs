@@ -454,7 +454,8 @@ impl GpuReader {
 /// Per-process activity from NVML's process-utilization samples newer than `state.0` (NVML's
 /// timestamp, µs, of the newest sample read before; moved on), capped (container ids still
 /// empty). A GPU or driver that never answers (`NOT_SUPPORTED`, no symbol, no permission;
-/// `state.1` set) is not asked again. Nothing in MIG mode, when the scope leaves the GPU out or when NVML has no new
+/// `state.1` set) is not asked again. Nothing in MIG mode, when the scope leaves the GPU out,
+/// on the first answer (NVML's whole buffer, from before we started) or when NVML has no new
 /// sample (`NOT_FOUND`, or an empty answer): the series are omitted, never served as 0.
 fn read_activity(
     mig_mode: bool,
@@ -490,7 +491,13 @@ fn read_activity(
         r => check.get("process_utilization", r).unwrap_or_default(),
     };
     let newest = samples.iter().map(|s| s.timestamp).max().unwrap_or(0);
+    let first = state.0 == 0;
     state.0 = state.0.max(newest);
+    if first {
+        // The first answer is NVML's whole buffer, samples from before this exporter (or this
+        // GPU's reader) started: it only sets where the next interval begins.
+        return Vec::new();
+    }
     let activity = mean_per_process(&samples, procs);
     cap_activity(activity, Some(procs.len()), scope, top_k)
 }

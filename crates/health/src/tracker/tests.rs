@@ -722,15 +722,28 @@ fn a_rail_port_slower_than_the_nodes_fastest_degrades_its_gpu_only() {
 fn a_gpu_outside_the_nvlink_domain_of_most_of_its_node_is_degraded() {
     let mut t = HealthTracker::new(T);
     let now = Instant::now();
-    let node = |cliques: &[(&str, &str)]| {
+    // Each GPU's domain, and whether its fabric registration completed.
+    let node_of = |gpus: &[(&str, &str, bool)]| {
         let mut v = Vec::new();
-        for (i, (cluster, clique)) in cliques.iter().enumerate() {
+        for (i, (cluster, clique, registered)) in gpus.iter().enumerate() {
+            let state: &[&str] = if *registered {
+                &["completed", "success"]
+            } else {
+                &["in_progress", "not_supported"]
+            };
             v.extend(gpu_n(
                 i as u32,
-                &[(Metric::GpuFabricInfo, &[cluster, clique], 1.0)],
+                &[
+                    (Metric::GpuFabricInfo, &[cluster, clique], 1.0),
+                    (Metric::GpuFabricState, state, 1.0),
+                ],
             ));
         }
         v
+    };
+    let node = |cliques: &[(&str, &str)]| {
+        let gpus: Vec<_> = cliques.iter().map(|(c, q)| (*c, *q, true)).collect();
+        node_of(&gpus)
     };
     let healthy = v("healthy", "none", "none");
     let split = v("degraded", "drain_p2p", "clique_split");
@@ -753,4 +766,15 @@ fn a_gpu_outside_the_nvlink_domain_of_most_of_its_node_is_degraded() {
     // One domain again: cleared.
     let out = t.evaluate(node(&[("c", "7"), ("c", "7"), ("c", "7")]).iter(), now);
     assert_eq!(verdict(&out, "GPU-1"), healthy);
+    // Two GPUs still registering answer a zeroed domain: no domain, so the registered GPU is
+    // not the odd one out, and theirs is the fabric rules' verdict, not a split.
+    let zero = "00000000-0000-0000-0000-000000000000";
+    let out = t.evaluate(
+        node_of(&[(zero, "0", false), (zero, "0", false), ("c", "7", true)]).iter(),
+        now,
+    );
+    assert_eq!(verdict(&out, "GPU-2"), healthy);
+    for g in ["GPU-0", "GPU-1"] {
+        assert_ne!(verdict(&out, g).2, "clique_split", "{g}");
+    }
 }
