@@ -304,7 +304,7 @@ define_catalog! {
     NvlinkLinksUp => Gauge None "dgx_pixels_nvlink_links_up" ["gpu", "uuid"] ["nvml", "sim"]
         "NVLink links of the GPU that are active; below dgx_pixels_nvlink_links when a link is down (dgx_pixels_nvlink_link_down names it).";
     NvlinkErrors => Counter None "dgx_pixels_nvlink_errors_total" ["gpu", "uuid", "error_type"] ["nvml", "sim"]
-        "NVLink errors over all links of the GPU, per type (replay, recovery, crc_flit, crc_data); dgx_pixels_nvlink_link_errors_total names the links.";
+        "NVLink errors over all links of the GPU, per type (replay, recovery, crc_flit, crc_data, receive, link_integrity, transmit_discard, recovery_failed, effective, symbol): the first four up to Hopper, the NVLink 5 counters (NVML field values) in their place on Blackwell; dgx_pixels_nvlink_link_errors_total names the links.";
     NvlinkLinkDown => Gauge None "dgx_pixels_nvlink_link_down" ["gpu", "uuid", "link"] ["nvml", "sim"]
         "1 for each NVLink link that is down now; links that are up have no series (an 18-link GPU would otherwise serve 18 ones; see docs/metrics.md, \"Series budget\").";
     NvlinkLinkErrors => Counter None "dgx_pixels_nvlink_link_errors_total" ["gpu", "uuid", "link", "error_type"] ["nvml", "sim"]
