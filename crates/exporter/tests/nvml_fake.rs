@@ -738,6 +738,8 @@ fn blackwell_serves_nvlink5_error_counters() {
         assert_eq!(gpu0("effective"), Some(2.0), "{source}");
         assert_eq!(gpu0("receive"), Some(0.0), "{source}");
         assert_eq!(gpu0("replay"), None, "{source}");
+        // Four totals by default (the budget), all six at full detail.
+        assert_eq!(gpu0("link_integrity"), full.then_some(0.0), "{source}");
         let per_link = value(
             body,
             "dgx_pixels_nvlink_link_errors_total",

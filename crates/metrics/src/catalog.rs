@@ -372,7 +372,7 @@ define_catalog! {
     SourcePollErrors => Counter None "dgx_pixels_source_poll_errors_total" ["source"] ["exporter"]
         "Polls of the source that failed or missed their deadline.";
     NvmlCalls => Counter None "dgx_pixels_nvml_calls_total" ["function"] ["nvml"]
-        "Calls the nvml source made to each NVML function (its poll, GPM and power sampling threads; not the XID event wait, which blocks by design); nvmlDeviceGetFieldValues is split by batch (poll, slow, power instant). Full detail only.";
+        "Calls the nvml source made to each NVML function (its poll, GPM and power sampling threads; not the XID event wait, which blocks by design); nvmlDeviceGetFieldValues is split by batch (poll, slow, power instant, nvlink: the NVLink 5 error counters). Full detail only.";
     NvmlCallSeconds => Counter Seconds "dgx_pixels_nvml_call_seconds_total" ["function"] ["nvml"]
         "Wall time the nvml source spent in each NVML function, as counted by dgx_pixels_nvml_calls_total: over it, the mean time per call, which names the calls that cost a poll its time. Full detail only.";
     ProbeGemm => Gauge Flops "dgx_pixels_probe_gemm_flops" ["gpu", "uuid", "probe"] ["probes"]
