@@ -28,7 +28,8 @@ pub(crate) struct GpuFacts {
     /// Links the GPU has, and those up.
     pub nvlinks: Option<f64>,
     pub nvlinks_up: Option<f64>,
-    /// Recovery and data CRC errors over all links.
+    /// Recovery and data CRC errors over all links (NVLink 5: failed recoveries and errors left
+    /// after FEC).
     pub nvlink_serious_errors: Option<f64>,
     pub pcie_generation: Option<f64>,
     pub pcie_max_generation: Option<f64>,
@@ -100,7 +101,13 @@ pub(crate) fn gather<'a>(
             Metric::NvlinkLinks => f.nvlinks = Some(s.value),
             Metric::NvlinkLinksUp => f.nvlinks_up = Some(s.value),
             Metric::NvlinkErrors => {
-                if matches!(s.label("error_type"), Some("recovery" | "crc_data")) {
+                // Up to Hopper a retrained link or corrupted data; on Blackwell (NVLink 5) a
+                // failed recovery or an error forward error correction left. Symbol errors are
+                // what FEC corrects: counted at every healthy link's bit error rate.
+                if matches!(
+                    s.label("error_type"),
+                    Some("recovery" | "crc_data" | "recovery_failed" | "effective")
+                ) {
                     *f.nvlink_serious_errors.get_or_insert(0.0) += s.value;
                 }
             }

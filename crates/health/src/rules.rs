@@ -220,10 +220,10 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         reason: "nvlink_errors",
-        condition: "NVLink recovery or data CRC errors grew (a link retrained or corrupted data)",
+        condition: "NVLink recovery or data CRC errors grew (a link retrained or corrupted data); on Blackwell (NVLink 5) failed link recoveries or errors left after forward error correction",
         outcome: Outcome::Fixed(Verdict::Degraded, Action::CheckHardware),
         clears: Clears::AfterQuietPeriod,
-        source: "`dgx_pixels_nvlink_errors_total{error_type=~\"recovery|crc_data\"}` (all links) grew",
+        source: "`dgx_pixels_nvlink_errors_total{error_type=~\"recovery|crc_data|recovery_failed|effective\"}` (all links) grew",
     },
     Rule {
         reason: "pcie_width_degraded",

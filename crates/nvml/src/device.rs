@@ -160,6 +160,17 @@ pub struct GpuReader {
     activity: (u64, bool),
     /// Whether GPM measures PCIe throughput now (its values replace the driver's).
     pcie_from_gpm: Arc<AtomicBool>,
+    /// Which NVLink error counters the GPU answers (legacy call, NVLink 5 fields).
+    nvlink_support: NvlinkSupport,
+}
+
+/// What a GPU said of its NVLink error counters: a "not supported" is not asked again (a
+/// Blackwell GPU would otherwise answer 72 legacy calls "not supported" every slow reading).
+#[derive(Debug, Default, Clone, Copy)]
+struct NvlinkSupport {
+    /// The per-link error counter call answered link 0 "not supported" for every type.
+    legacy_unsupported: bool,
+    nvlink5: crate::nvlink5::Support,
 }
 
 /// Collects results, noting loss and unsupported readings.
@@ -218,6 +229,7 @@ impl GpuReader {
             unanswered: HashSet::new(),
             containers: HashMap::new(),
             activity: (0, false),
+            nvlink_support: NvlinkSupport::default(),
             pcie_from_gpm,
         }
     }
@@ -262,7 +274,14 @@ impl GpuReader {
         if due {
             let pcie = !self.pcie_from_gpm.load(Ordering::Acquire);
             let counters = !self.options.counters_every_poll;
-            let mut slow = read_slow(nvml, &dev, &mut check, pcie, counters);
+            let mut slow = read_slow(
+                nvml,
+                &dev,
+                &mut check,
+                pcie,
+                counters,
+                &mut self.nvlink_support,
+            );
             if let Some(st) = &self.statics {
                 slow.rail = crate::rail::ports_for(&self.options.sysfs, &st.identity.pci_bus_id);
             }

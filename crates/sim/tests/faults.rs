@@ -100,6 +100,36 @@ fn nvlink_errors_count_on_their_link_and_type_only() {
 }
 
 #[test]
+fn blackwell_counts_the_nvlink5_types_in_place_of_the_legacy_ones() {
+    let mut n = gpu(
+        "Blackwell",
+        "[[faults]]\nkind = \"nvlink_errors\"\ngpu = 0\nlink = 2\nerror_type = \"symbol\"\n\
+         errors = 7\nat_s = 10\n",
+    );
+    let r = ok(&mut n, 0, 11.0);
+    let types: Vec<_> = r.nvlinks[0].errors.iter().map(|(k, _)| k).collect();
+    assert_eq!(types, NvlinkErrorType::NVLINK5);
+    assert_eq!(r.nvlinks[2].errors.get(NvlinkErrorType::Symbol), Some(7.0));
+    assert_eq!(r.nvlinks[1].errors.get(NvlinkErrorType::Symbol), Some(0.0));
+    assert_eq!(r.nvlinks[2].errors.get(NvlinkErrorType::Replay), None);
+    // Hopper keeps the four legacy types.
+    let r = ok(&mut hopper(""), 0, 11.0);
+    let types: Vec<_> = r.nvlinks[0].errors.iter().map(|(k, _)| k).collect();
+    assert_eq!(types, NvlinkErrorType::LEGACY);
+}
+
+#[test]
+fn nvlink_error_faults_name_a_type_the_part_counts() {
+    let e = error(
+        "[[faults]]\nkind = \"nvlink_errors\"\ngpu = 0\nlink = 1\nerror_type = \"symbol\"\nat_s = 1\n",
+    );
+    assert!(
+        e.contains("expected one of replay, recovery, crc_flit, crc_data"),
+        "{e}"
+    );
+}
+
+#[test]
 fn pcie_degraded_lowers_the_current_link_below_the_maximum() {
     let mut n = hopper(
         "[[faults]]\nkind = \"pcie_degraded\"\ngpu = 0\nwidth = 8\nat_s = 10\nuntil_s = 20\n\

@@ -348,6 +348,27 @@ fn link_rules() {
     let out = t.evaluate(errors(50.0, 5.0).iter(), now + T);
     assert_eq!(verdict(&out, "GPU-0").0, "healthy", "quiet period over");
 
+    // NVLink 5 (Blackwell): symbol errors are what FEC corrects; errors it left are not.
+    let mut t = HealthTracker::new(T);
+    let errors = |symbol: f64, effective: f64| {
+        gpu0(&[
+            (Metric::NvlinkErrors, &["symbol"], symbol),
+            (Metric::NvlinkErrors, &["effective"], effective),
+        ])
+    };
+    assert_eq!(
+        verdict(&t.evaluate(errors(0.0, 2.0).iter(), now), "GPU-0").0,
+        "healthy"
+    );
+    assert_eq!(
+        verdict(&t.evaluate(errors(900.0, 2.0).iter(), now), "GPU-0").0,
+        "healthy"
+    );
+    assert_eq!(
+        verdict(&t.evaluate(errors(900.0, 3.0).iter(), now), "GPU-0"),
+        v("degraded", "check_hardware", "nvlink_errors")
+    );
+
     let mut t = HealthTracker::new(T);
     let pcie = |gen: f64, width: f64, util: f64| {
         gpu0(&[

@@ -189,6 +189,16 @@ pub static POLICIES: &[Entry] = &[
         why: "DCGM's per-second gauge of what dgx_pixels_nvlink_receive_bytes_total counts exactly",
     },
     Entry {
+        metric: Metric::NvlinkErrors,
+        policy: Policy::ExceptValues("error_type", &["link_integrity", "transmit_discard"]),
+        why: "on Blackwell four NVLink 5 totals by default, as many as the legacy types before it (the budget of a GB200 tray GPU has no room for six): receive errors, failed recoveries and the errors before and after forward error correction; local link integrity errors and transmit discards are drill-down detail",
+    },
+    Entry {
+        metric: Metric::NvlinkLinkErrors,
+        policy: Policy::ExceptValues("error_type", &["symbol"]),
+        why: "NVLink 5 symbol errors are what forward error correction corrects: every healthy link counts them, so per link they would be a series per link; the per-GPU total carries them, and errors FEC left (effective) stay per link",
+    },
+    Entry {
         metric: Metric::ProbeRuns,
         policy: Policy::NonZeroOnly("outcome", &["error", "timeout", "crashed", "contended"]),
         why: "only failures and collisions that happened: a served result says its probe ran (results older than three rounds are dropped), a skip is the probes being polite, and dgx_pixels_probe_gpus says per state how many GPUs are where",

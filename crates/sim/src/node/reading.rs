@@ -258,9 +258,10 @@ impl GpuSim {
                 .map(|link| NvlinkReadout {
                     link,
                     up: self.nvlink_up(link, t),
-                    errors: NvlinkErrorType::ALL
-                        .map(|e| (e, self.nvlink_error_count(link, e, t)))
-                        .into_iter()
+                    errors: g
+                        .nvlink_error_types()
+                        .iter()
+                        .map(|&e| (e, self.nvlink_error_count(link, e, t)))
                         .collect(),
                 })
                 .collect(),
