@@ -218,6 +218,27 @@ fn an_async_error_and_a_missing_library_are_outcomes_of_their_own() {
 }
 
 #[test]
+fn a_failed_enqueue_closes_its_group_before_the_communicators_are_aborted() {
+    // Calls after the fifth fail: mid-group (4 GPUs: the second rank of the second group). The fake
+    // ends the worker with SIGABRT if the probe aborts the communicators with the group open.
+    let (d, _state, _config) = daemon(
+        SCENARIO,
+        TIME,
+        fake_cuda_nccl_dir(),
+        "",
+        &[("FAKE_NCCL_ENQUEUE_ERROR_AFTER", "5")],
+    );
+    let failed = |body: &str| runs(body, "error") >= 1.0 || runs(body, "crashed") >= 1.0;
+    let (body, took) = wait_until(d.port, Duration::from_secs(60), failed);
+    assert!(runs(&body, "error") >= 1.0, "no error in {took:?}:\n{body}");
+    assert_eq!(
+        runs(&body, "crashed"),
+        0.0,
+        "aborted inside the group: {body}"
+    );
+}
+
+#[test]
 fn the_worker_leaves_every_gpu_alone_when_one_is_in_use() {
     // dgx-h100 at 60 s: GPUs 0-6 have the training job's processes; GPU 7 is free.
     let node = Node::new(Scenario::builtin("dgx-h100").unwrap());
