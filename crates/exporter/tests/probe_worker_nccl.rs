@@ -173,7 +173,7 @@ fn a_hung_nccl_init_is_killed_at_the_deadline_and_the_daemon_serves_on() {
         SCENARIO,
         TIME,
         fake_cuda_nccl_dir(),
-        "worker_timeout = \"2s\"",
+        "nccl_timeout = \"2s\"",
         &[("FAKE_NCCL_HANG_INIT", "1")],
     );
     let timed_out = |body: &str| runs(body, "timeout") >= 1.0;
