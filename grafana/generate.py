@@ -380,7 +380,7 @@ def performance():
     d.panel("bargauge", "NCCL bus bandwidth against expected",
             "Each node's last NCCL bus bandwidth as a fraction of the figure expected of its GPUs "
             "(recording rule instance:dgx_pixels_probe_nccl_bus_bandwidth:expected_ratio); the "
-            "alert DgxPixelsNcclBusBandwidthLow fires after 30 minutes under 0.8.",
+            "alert DgxPixelsNcclBusBandwidthLow fires after 2 hours under 0.8.",
             [q(f"instance:dgx_pixels_probe_nccl_bus_bandwidth:expected_ratio{{{NODE}}}",
                "{{node}}", instant=True)],
             w=8, unit="percentunit", min_=0, max_=1, thresholds=steps(RED, (0.8, GREEN)))

@@ -396,7 +396,7 @@ define_catalog! {
     ProbeNcclLargestBusBandwidth => Gauge BytesPerSecond "dgx_pixels_probe_nccl_largest_bus_bandwidth_bytes_per_second" [] ["probes"]
         "Last NCCL all-reduce bus bandwidth at the largest message size (nccl_max_bytes): the node's fabric figure the expected values and alerts compare (the nccl_allreduce node probe).";
     ProbeNcclExpectedBusBandwidth => Gauge BytesPerSecond "dgx_pixels_probe_nccl_expected_bus_bandwidth_bytes_per_second" [] ["probes"]
-        "The NCCL all-reduce bus bandwidth expected of this node's GPUs in a ring (H100/H200 370 GB/s, A100 SXM4 205 GB/s, B200 740 GB/s; docs/probes.md, \"Expected NCCL bus bandwidth\"), once nccl_allreduce has run on a set of one part with a published figure; the recording rules compare the largest size's bus bandwidth with it.";
+        "The NCCL all-reduce bus bandwidth expected of this node's GPUs in a ring (H100/H200 370 GB/s, A100 SXM4 205 GB/s, B200 740 GB/s; docs/probes.md, \"Expected NCCL bus bandwidth\"), once nccl_allreduce has run on the node's whole 8-GPU NVSwitch baseboard of one part with a published figure (none for a subset or another GPU count); the recording rules compare the largest size's bus bandwidth with it.";
     ProbeNcclGpus => Gauge None "dgx_pixels_probe_nccl_gpus" [] ["probes"]
         "GPUs in the last measured NCCL all-reduce (the bus bandwidth's n).";
     ProbeNcclRuns => Counter None "dgx_pixels_probe_nccl_runs_total" ["outcome"] ["probes"]
