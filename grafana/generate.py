@@ -380,7 +380,7 @@ def performance():
     d.panel("bargauge", "NCCL bus bandwidth against expected",
             "Each node's last NCCL bus bandwidth as a fraction of the figure expected of its GPUs "
             "(recording rule instance:dgx_pixels_probe_nccl_bus_bandwidth:expected_ratio); the "
-            "alert DgxPixelsNcclBusBandwidthLow fires after 30 minutes under 0.8.",
+            "alert DgxPixelsNcclBusBandwidthLow fires after 2 hours under 0.8.",
             [q(f"instance:dgx_pixels_probe_nccl_bus_bandwidth:expected_ratio{{{NODE}}}",
                "{{node}}", instant=True)],
             w=8, unit="percentunit", min_=0, max_=1, thresholds=steps(RED, (0.8, GREEN)))
@@ -662,12 +662,15 @@ def system_health():
                GPU_LEGEND + " rx")],
             w=8, unit="Bps", custom=ts_custom(fill=0))
     d.panel("timeseries", "NVLink links down and errors",
-            "Links that are not active, and NVLink errors (replay, recovery, CRC) per interval "
-            "(dgx_pixels_nvlink_link_down and dgx_pixels_nvlink_link_errors_total name the links).",
+            "Links that are not active, and NVLink errors (replay, recovery, CRC; on NVLink 5 "
+            "receive, recovery failed and errors left after correction) per interval. Symbol "
+            "errors are left out: forward error correction fixes them on every healthy NVLink 5 "
+            "link (dgx_pixels_nvlink_link_down and dgx_pixels_nvlink_link_errors_total name the "
+            "links).",
             [q(f"dgx_pixels_nvlink_links{g} - dgx_pixels_nvlink_links_up{g}",
                GPU_LEGEND + " links down"),
-             q(f"sum by (node, gpu) (increase(dgx_pixels_nvlink_errors_total{g}"
-               "[$__rate_interval]))", GPU_LEGEND + " errors")],
+             q(f"sum by (node, gpu) (increase(dgx_pixels_nvlink_errors_total{{{NODE_GPU}, "
+               "error_type!=\"symbol\"}[$__rate_interval]))", GPU_LEGEND + " errors")],
             w=8, unit="short", min_=0, custom=ts_custom(fill=0))
     d.row("Exporter")
     d.panel("state-timeline", "Source up",

@@ -883,14 +883,21 @@ fn a_discovered_gpu_count_is_kept_across_a_restart() {
         kept,
         "fewer never lower it"
     );
-    // A file this exporter did not write: no node verdict, the GPUs still judged, the file kept.
+    // A file this exporter did not write: an unknown node verdict, the GPUs still judged, the
+    // file kept.
     std::fs::write(&file, "gpus many\n").unwrap();
     let d = run("dgx-h100");
     let (body, _) = wait_until(d.port, Duration::from_secs(15), |b| {
         series(b, "dgx_pixels_gpu_health_state").len() == 8
     });
     assert_eq!(series(&body, "dgx_pixels_gpu_health_state").len(), 8);
-    assert!(series(&body, "dgx_pixels_node_health_action_info").is_empty());
+    // Its node verdict is unknown, never healthy: the count cannot be established.
+    let node = series(&body, "dgx_pixels_node_health_action_info");
+    assert_eq!(node.len(), 1, "{node:?}");
+    assert!(
+        node[0].contains(r#"state="unknown""#) && node[0].contains("expected_gpus_unknown"),
+        "{node:?}"
+    );
     let logs = stop_and_logs(d);
     assert!(
         logs.contains("the expected GPU count cannot be read") && logs.contains("expected-gpus"),

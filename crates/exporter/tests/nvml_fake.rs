@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use common::*;
-use dgx_pixels_metrics::labels::{ThrottleReason, ViolationPolicy};
+use dgx_pixels_metrics::labels::{NvlinkErrorType, ThrottleReason, ViolationPolicy};
 use dgx_pixels_sim::{GpuReadout, GpuState, Node, Scenario, BUILTIN_SCENARIOS};
 
 /// Builds the fake library once per test process (cargo test does not build cdylibs).
@@ -276,6 +276,31 @@ fn served_values_equal_the_simulator_for_every_builtin_scenario() {
                     .filter(|s| s.contains(&format!("gpu=\"{i}\",")))
                     .count() as f64;
                 assert_eq!(down, links - up, "{}", what("links down"));
+                // The error totals per type: the legacy four up to Hopper, the NVLink 5 ones
+                // (field values) on Blackwell, each the sum over the links.
+                for kind in NvlinkErrorType::ALL {
+                    let want = r
+                        .nvlinks
+                        .iter()
+                        .filter_map(|k| k.errors.get(kind))
+                        .fold(None, |a: Option<f64>, v| Some(a.unwrap_or(0.0) + v));
+                    assert_eq!(
+                        value(
+                            &body,
+                            "dgx_pixels_nvlink_errors_total",
+                            &[l[0], ("error_type", kind.as_str())]
+                        ),
+                        want,
+                        "{}",
+                        what(kind.as_str())
+                    );
+                    assert_eq!(
+                        want.is_some(),
+                        g.nvlink_error_types().contains(&kind),
+                        "{}",
+                        what(kind.as_str())
+                    );
+                }
             } else {
                 assert_eq!(
                     value(&body, "dgx_pixels_nvlink_transmit_bytes_total", &l),
@@ -680,4 +705,84 @@ fn the_gb200_tray_serves_where_each_gpu_sits() {
         !series(b, "dgx_pixels_gpu_up").is_empty()
     });
     assert!(series(&body, "dgx_pixels_gpu_platform_info").is_empty());
+}
+
+/// `dgx-b200` with 9 symbol and 2 post-FEC errors on GPU 0's link 5 from 1 s.
+fn nvlink5_scenario() -> PathBuf {
+    let text = Scenario::builtin_text("dgx-b200").unwrap();
+    let faults = "[[faults]]\nkind = \"nvlink_errors\"\ngpu = 0\nlink = 5\n\
+                  error_type = \"symbol\"\nerrors = 9\nat_s = 1\n\
+                  [[faults]]\nkind = \"nvlink_errors\"\ngpu = 0\nlink = 5\n\
+                  error_type = \"effective\"\nerrors = 2\nat_s = 1\n";
+    let path = std::env::temp_dir().join(format!("nvlink5-exporter-{}.toml", std::process::id()));
+    std::fs::write(&path, format!("{text}\n{faults}")).unwrap();
+    path
+}
+
+/// Blackwell through the real binary, on the fake NVML and simulated: the NVLink 5 counters
+/// as per-GPU totals, the erring link named (symbol errors only at full detail), no legacy
+/// types.
+#[test]
+fn blackwell_serves_nvlink5_error_counters() {
+    let path = nvlink5_scenario();
+    let scenario = path.to_str().unwrap();
+    let check = |body: &str, source: &str, full: bool| {
+        let gpu0 = |t: &str| {
+            value(
+                body,
+                "dgx_pixels_nvlink_errors_total",
+                &[("gpu", "0"), ("error_type", t)],
+            )
+        };
+        assert_eq!(gpu0("symbol"), Some(9.0), "{source}");
+        assert_eq!(gpu0("effective"), Some(2.0), "{source}");
+        assert_eq!(gpu0("receive"), Some(0.0), "{source}");
+        assert_eq!(gpu0("replay"), None, "{source}");
+        // Four totals by default (the budget), all six at full detail.
+        assert_eq!(gpu0("link_integrity"), full.then_some(0.0), "{source}");
+        let per_link = value(
+            body,
+            "dgx_pixels_nvlink_link_errors_total",
+            &[("gpu", "0"), ("link", "5"), ("error_type", "symbol")],
+        );
+        // Symbol errors per link only at full detail; the others in both profiles.
+        assert_eq!(per_link, full.then_some(9.0), "{source}");
+        let per_link = value(
+            body,
+            "dgx_pixels_nvlink_link_errors_total",
+            &[("gpu", "0"), ("link", "5"), ("error_type", "effective")],
+        );
+        assert_eq!(per_link, Some(2.0), "{source}");
+    };
+    let ready = |b: &str| !series(b, "dgx_pixels_nvlink_errors_total").is_empty();
+    for full in [false, true] {
+        let detail = if full { "full" } else { "default" };
+        let d = start_with_env(
+            &["--nvml.library", fake_library(), "--metrics.detail", detail],
+            &[
+                ("FAKE_NVML_SCENARIO", scenario),
+                ("FAKE_NVML_TIME", "60"),
+                ("FAKE_NVML_PCIE_DELAY_MS", "0"),
+            ],
+        );
+        let (body, _) = wait_until(d.port, Duration::from_secs(15), ready);
+        check(&body, "nvml", full);
+    }
+    let d = start(&[
+        "--simulate",
+        scenario,
+        "--no-collector.probes",
+        "--metrics.detail",
+        "full",
+    ]);
+    let (body, _) = wait_until(d.port, Duration::from_secs(15), |b| {
+        ready(b)
+            && value(
+                b,
+                "dgx_pixels_nvlink_errors_total",
+                &[("gpu", "0"), ("error_type", "symbol")],
+            ) == Some(9.0)
+    });
+    check(&body, "sim", true);
+    std::fs::remove_file(&path).unwrap();
 }

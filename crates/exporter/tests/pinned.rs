@@ -162,6 +162,8 @@ const BAD: &[Input] = &[
     Input::File("[probes]\nworker_timeout = \"500ms\"\n"),
     Input::File("[probes]\nworker_timeout = \"30s\"\n"),
     Input::File("[probes]\nworker_timeout = \"4s\"\n[collector.probes]\ntimeout = \"3s\"\n"),
+    Input::File("[probes]\nnccl_allreduce = true\nnccl_timeout = \"30s\"\n"),
+    Input::File("[probes]\nnccl_timeout = \"0s\"\n"),
     Input::File("[probes]\nsettle = \"soon\"\n"),
     Input::File("[kubernetes]\nmax_response_bytes = 0\n"),
     Input::File("[kubernetes]\nresource_names = []\n"),

@@ -103,13 +103,15 @@ fn an_idle_node_is_measured_at_the_models_bus_bandwidth_per_size() {
     assert!(ready(&body), "no all-reduce measured in {took:?}:\n{body}");
     assert_eq!(runs(&body, "ok"), 1.0, "{body}");
     assert_eq!(value(&body, "dgx_pixels_probe_nccl_gpus", &[]), Some(4.0));
+    // Four GPUs are not the 8-GPU baseboard the 370 GB/s ring figure was measured on: no
+    // expected figure (and so no alert or health verdict) rather than a wrong one.
     assert_eq!(
         value(
             &body,
             "dgx_pixels_probe_nccl_expected_bus_bandwidth_bytes_per_second",
             &[]
         ),
-        Some(370e9)
+        None
     );
     for bytes in SIZES {
         let label = bytes.to_string();
@@ -173,7 +175,7 @@ fn a_hung_nccl_init_is_killed_at_the_deadline_and_the_daemon_serves_on() {
         SCENARIO,
         TIME,
         fake_cuda_nccl_dir(),
-        "worker_timeout = \"2s\"",
+        "nccl_timeout = \"2s\"",
         &[("FAKE_NCCL_HANG_INIT", "1")],
     );
     let timed_out = |body: &str| runs(body, "timeout") >= 1.0;
@@ -215,6 +217,27 @@ fn an_async_error_and_a_missing_library_are_outcomes_of_their_own() {
     let (body, took) = wait_until(missing.port, Duration::from_secs(60), skipped);
     assert!(skipped(&body), "no skip in {took:?}:\n{body}");
     assert_eq!(runs(&body, "error"), 0.0, "{body}");
+}
+
+#[test]
+fn a_failed_enqueue_closes_its_group_before_the_communicators_are_aborted() {
+    // Calls after the fifth fail: mid-group (4 GPUs: the second rank of the second group). The fake
+    // ends the worker with SIGABRT if the probe aborts the communicators with the group open.
+    let (d, _state, _config) = daemon(
+        SCENARIO,
+        TIME,
+        fake_cuda_nccl_dir(),
+        "",
+        &[("FAKE_NCCL_ENQUEUE_ERROR_AFTER", "5")],
+    );
+    let failed = |body: &str| runs(body, "error") >= 1.0 || runs(body, "crashed") >= 1.0;
+    let (body, took) = wait_until(d.port, Duration::from_secs(60), failed);
+    assert!(runs(&body, "error") >= 1.0, "no error in {took:?}:\n{body}");
+    assert_eq!(
+        runs(&body, "crashed"),
+        0.0,
+        "aborted inside the group: {body}"
+    );
 }
 
 #[test]
@@ -366,8 +389,11 @@ fn probe_run_and_compare_carry_the_node_probes() {
 
 #[test]
 fn a_fabric_far_below_expected_makes_a_degraded_node() {
-    // p2p-node with GPU 2 down to 8 of its 18 links: the ring at 8/18 of 370 GB/s, under half.
-    let mut text = std::fs::read_to_string(SCENARIO).unwrap();
+    // Eight idle H100s (the baseboard the expected figure is for) with GPU 2 down to 8 of its
+    // 18 links: the ring at 8/18 of 370 GB/s, under half.
+    let mut text = std::fs::read_to_string(SCENARIO)
+        .unwrap()
+        .replacen("count = 4", "count = 8", 1);
     for link in 6..10 {
         text.push_str(&format!(
             "\n[[faults]]\nkind = \"nvlink_down\"\ngpu = 2\nlink = {link}\nat_s = 0\n"
@@ -394,6 +420,14 @@ fn a_fabric_far_below_expected_makes_a_degraded_node() {
     )
     .unwrap();
     assert!(largest < 0.5 * 370e9, "{largest}");
+    assert_eq!(
+        value(
+            &body,
+            "dgx_pixels_probe_nccl_expected_bus_bandwidth_bytes_per_second",
+            &[]
+        ),
+        Some(370e9)
+    );
     assert_eq!(
         value(
             &body,

@@ -23,7 +23,11 @@
 //! |---|---|---|
 //! | `FAKE_NCCL_VERSION` | What `ncclGetVersion` answers (2.27.3). | `22703` |
 //! | `FAKE_NCCL_HANG_INIT` | `1`: `ncclCommInitAll` never returns (a hung bootstrap). | `0` |
+//! | `FAKE_NCCL_ENQUEUE_ERROR_AFTER` | N: every `ncclAllReduce` call after the first N answers `ncclSystemError` (an enqueue that fails inside an open group). | unset |
 //! | `FAKE_NCCL_ASYNC_ERROR_AFTER` | N: the collective after the first N never ends on the GPUs, and `ncclCommGetAsyncError` answers `ncclSystemError` from then on (a peer failed mid-collective); `ncclCommAbort` ends the stuck work. | unset |
+//!
+//! `ncclCommAbort` or `ncclCommDestroy` called while a group is open is invalid usage that real
+//! NCCL may deadlock on; the fake makes it loud instead: it ends the process with `SIGABRT`.
 //!
 //! No panic crosses the C boundary: each export runs under `catch_unwind` and answers
 //! `ncclInternalError` on one.
@@ -125,6 +129,8 @@ struct State {
     pending: Vec<Pending>,
     /// Collectives launched so far.
     launched: u64,
+    /// `ncclAllReduce` calls so far (`FAKE_NCCL_ENQUEUE_ERROR_AFTER`).
+    enqueued: u64,
     /// Set once a collective failed (`FAKE_NCCL_ASYNC_ERROR_AFTER`).
     failed: bool,
 }
@@ -248,17 +254,35 @@ fn comm_id(comm: *mut c_void) -> u64 {
 /// Frees a communicator.
 #[no_mangle]
 pub extern "C" fn ncclCommDestroy(comm: *mut c_void) -> NcclResult {
-    guard(|| match state().comms.remove(&comm_id(comm)) {
-        Some(_) => NCCL_SUCCESS,
-        None => NCCL_INVALID_ARGUMENT,
+    guard(|| {
+        let mut s = state();
+        outside_group(&s);
+        match s.comms.remove(&comm_id(comm)) {
+            Some(_) => NCCL_SUCCESS,
+            None => NCCL_INVALID_ARGUMENT,
+        }
     })
+}
+
+/// Ends the process when a group is open (see the crate docs): a caller that frees
+/// communicators inside one must not pass for a clean one.
+fn outside_group(s: &State) {
+    if s.depth > 0 {
+        eprintln!("fake-nccl: communicator freed inside an open group");
+        std::process::abort();
+    }
 }
 
 /// Frees a communicator and ends the work it launched (a stuck collective included).
 #[no_mangle]
 pub extern "C" fn ncclCommAbort(comm: *mut c_void) -> NcclResult {
     guard(|| {
-        let Some(c) = state().comms.remove(&comm_id(comm)) else {
+        let c = {
+            let mut s = state();
+            outside_group(&s);
+            s.comms.remove(&comm_id(comm))
+        };
+        let Some(c) = c else {
             return NCCL_INVALID_ARGUMENT;
         };
         if let Some(d) = driver() {
@@ -406,6 +430,10 @@ pub extern "C" fn ncclAllReduce(
             return NCCL_INVALID_ARGUMENT;
         };
         let mut s = state();
+        s.enqueued += 1;
+        if env_u64("FAKE_NCCL_ENQUEUE_ERROR_AFTER").is_some_and(|n| s.enqueued > n) {
+            return NCCL_SYSTEM_ERROR;
+        }
         let id = comm_id(comm);
         let Some(c) = s.comms.get(&id) else {
             return NCCL_INVALID_ARGUMENT;

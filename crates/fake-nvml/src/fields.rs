@@ -4,6 +4,7 @@
 
 use std::ffi::c_int;
 
+use dgx_pixels_sim::labels::NvlinkErrorType;
 use dgx_pixels_sim::{GpuReadout, GpuStatic};
 
 use crate::device::{celsius, ecc_count, millijoules, milliwatts, nvlink_links, whole};
@@ -30,6 +31,16 @@ pub const FI_DEV_REMAPPED_PENDING: u32 = 144;
 pub const FI_DEV_REMAPPED_FAILURE: u32 = 145;
 pub const FI_DEV_POWER_INSTANT: u32 = 186;
 pub const FI_DEV_GET_GPU_RECOVERY_ACTION: u32 = 230;
+/// `NVML_FI_DEV_NVLINK_COUNT_*` error counters (NVLink 5, Blackwell), per link (`scopeId` the
+/// link), with the type each one is in the simulator.
+pub const FI_DEV_NVLINK_COUNT_ERRORS: [(u32, NvlinkErrorType); 6] = [
+    (208, NvlinkErrorType::Receive),
+    (211, NvlinkErrorType::LinkIntegrity),
+    (212, NvlinkErrorType::TransmitDiscard),
+    (214, NvlinkErrorType::RecoveryFailed),
+    (219, NvlinkErrorType::Effective),
+    (221, NvlinkErrorType::Symbol),
+];
 
 /// `scopeId` for "all links" in the NVLink fields.
 pub const SCOPE_ALL_LINKS: u32 = u32::MAX;
@@ -55,6 +66,23 @@ fn nvlink_kib(gpu: &GpuStatic, total_bytes: Option<f64>, scope: u32) -> Answer {
         return Answer::Error(ERROR_INVALID_ARGUMENT);
     }
     Answer::Ulonglong(total_bytes / u64::from(links) / 1024)
+}
+
+/// An NVLink 5 error counter of link `scope`: `NOT_SUPPORTED` on parts without them (before
+/// Blackwell), `INVALID_ARGUMENT` for a link the GPU does not have.
+fn nvlink_count(gpu: &GpuStatic, r: &GpuReadout, kind: NvlinkErrorType, scope: u32) -> Answer {
+    if !gpu.nvlink_error_types().contains(&kind) {
+        return Answer::Error(ERROR_NOT_SUPPORTED);
+    }
+    match r.nvlinks.iter().find(|l| l.link == scope) {
+        Some(l) => l
+            .errors
+            .get(kind)
+            .map_or(Answer::Error(ERROR_NOT_SUPPORTED), |v| {
+                Answer::Ulonglong(whole(v))
+            }),
+        None => Answer::Error(ERROR_INVALID_ARGUMENT),
+    }
 }
 
 /// The answer for field `id` with `scope` from a GPU's static facts and reading, and its
@@ -112,7 +140,10 @@ pub fn answer(
             .map_or(Answer::Error(ERROR_NOT_SUPPORTED), |a| {
                 Answer::Uint(a.to_nvml())
             }),
-        _ => Answer::Error(ERROR_NOT_SUPPORTED),
+        _ => match FI_DEV_NVLINK_COUNT_ERRORS.iter().find(|(f, _)| *f == id) {
+            Some((_, kind)) => nvlink_count(gpu, r, *kind, scope),
+            None => Answer::Error(ERROR_NOT_SUPPORTED),
+        },
     }
 }
 

@@ -64,7 +64,10 @@
 //!   (`nvmlDeviceGetMaxPcieLink*`, `nvmlDeviceGetGpuMaxPcieLinkGeneration`) is the part's.
 //! - NVLink: links below the scenario's `nvlink_count` (at most 18) exist, active unless an
 //!   `nvlink_down` fault holds them down; any other link is `INVALID_ARGUMENT`. Throughput fields 138/139 split the simulator's totals evenly over
-//!   the links (`scopeId` = link) or give the total (`scopeId` = `UINT_MAX`), in KiB.
+//!   the links (`scopeId` = link) or give the total (`scopeId` = `UINT_MAX`), in KiB. Error
+//!   counters: `nvmlDeviceGetNvLinkErrorCounter` up to Hopper (`NOT_SUPPORTED` on Blackwell, as
+//!   its driver answers), the NVLink 5 fields 208, 211, 212, 214, 219 and 221 per link
+//!   (`scopeId` = link) on Blackwell (`NOT_SUPPORTED` before), from the simulator's counters.
 //! - NVLink fabric: `nvmlDeviceGetGpuFabricInfoV` answers struct v2 or v3 (else
 //!   `ARGUMENT_VERSION_MISMATCH`) from the simulator's fabric readout; Hopper and Blackwell
 //!   without a fabric answer state `NOT_SUPPORTED`, older parts the error `NOT_SUPPORTED`.

@@ -1231,6 +1231,59 @@ child_test!(
     }
 );
 
+/// `dgx-b200` with 9 symbol errors on GPU 0's link 5 from 1 s, written next to this binary.
+fn nvlink5_scenario() -> PathBuf {
+    let text = Scenario::builtin_text("dgx-b200").unwrap();
+    let path = profile_dir().join("fake-nvml-test-nvlink5.toml");
+    let fault = "[[faults]]\nkind = \"nvlink_errors\"\ngpu = 0\nlink = 5\n\
+                 error_type = \"symbol\"\nerrors = 9\nat_s = 1\n";
+    std::fs::write(&path, format!("{text}\n{fault}")).unwrap();
+    path
+}
+
+#[test]
+fn blackwell_answers_nvlink5_error_fields_per_link_and_not_the_legacy_call() {
+    let path = nvlink5_scenario();
+    let path = path.to_str().unwrap();
+    in_child(
+        "blackwell_answers_nvlink5_error_fields_per_link_and_not_the_legacy_call",
+        &[("FAKE_NVML_SCENARIO", path), ("FAKE_NVML_TIME", "5")],
+        || {
+            use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
+            let nvml = open().unwrap();
+            let dev = nvml.device_by_index(0).unwrap();
+            // SAFETY: only passed back to the library.
+            let h = unsafe { dev.handle() };
+            // Symbol errors (221) of links 5 and 4, receive errors (208) of link 5, and a link
+            // the 18-link GPU lacks.
+            let got = fields(&nvml, h, &[(221, 5), (221, 4), (208, 5), (221, 18)]);
+            assert_eq!(got, vec![(0, 3, 9), (0, 3, 0), (0, 3, 0), (2, 0, 0)]);
+            assert!(matches!(
+                dev.link_wrapper_for(0)
+                    .error_counter(ErrorCounter::DlReplay),
+                Err(NvmlError::NotSupported)
+            ));
+        },
+    );
+}
+
+child_test!(
+    hopper_answers_the_legacy_nvlink_call_and_not_the_nvlink5_fields,
+    [("FAKE_NVML_SCENARIO", "dgx-h100"), ("FAKE_NVML_TIME", "1")],
+    {
+        use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
+        let nvml = open().unwrap();
+        let dev = nvml.device_by_index(0).unwrap();
+        // SAFETY: only passed back to the library.
+        let h = unsafe { dev.handle() };
+        assert_eq!(fields(&nvml, h, &[(221, 0), (208, 0)]), vec![(3, 0, 0); 2]);
+        let replays = dev
+            .link_wrapper_for(0)
+            .error_counter(ErrorCounter::DlReplay);
+        assert_eq!(replays.unwrap(), 0);
+    }
+);
+
 child_test!(
     mps_clients_are_listed_by_the_mps_call_only,
     [

@@ -8,7 +8,7 @@
 //! than kept (one missing at the first start, back since) raise it; fewer never lower it, which
 //! is the point. Delete it to discover again (a node rebuilt with fewer GPUs).
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use serde::de::{self, Deserializer, Visitor};
@@ -93,9 +93,17 @@ pub enum ExpectedError {
 
 /// The count kept in `path`; `Ok(None)` when there is no file.
 pub fn load(path: &Path) -> Result<Option<u32>, ExpectedError> {
-    let file = match std::fs::File::open(path) {
-        Ok(f) => f,
+    let invalid = |why: &str| ExpectedError::Invalid {
+        path: path.to_path_buf(),
+        why: why.to_string(),
+    };
+    // Non-blocking and a regular file only: a FIFO at the path must not hang the poll.
+    let bytes = match dgx_pixels_settings::file::read_regular(path, MAX_BYTES) {
+        Ok(bytes) => bytes,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+            return Err(invalid("larger than 256 bytes"))
+        }
         Err(source) => {
             return Err(ExpectedError::Io {
                 path: path.to_path_buf(),
@@ -103,17 +111,7 @@ pub fn load(path: &Path) -> Result<Option<u32>, ExpectedError> {
             })
         }
     };
-    let invalid = |why: &str| ExpectedError::Invalid {
-        path: path.to_path_buf(),
-        why: why.to_string(),
-    };
-    let mut text = String::new();
-    file.take(MAX_BYTES + 1)
-        .read_to_string(&mut text)
-        .map_err(|_| invalid("not text"))?;
-    if text.len() as u64 > MAX_BYTES {
-        return Err(invalid("larger than 256 bytes"));
-    }
+    let text = String::from_utf8(bytes).map_err(|_| invalid("not text"))?;
     let (mut version, mut gpus) = (false, None);
     for line in text
         .lines()
@@ -184,6 +182,12 @@ impl Expected {
             loaded: false,
             broken: false,
         }
+    }
+
+    /// A count is to be discovered but cannot be established: its state file is unreadable
+    /// (known after the first [`Expected::observe`]).
+    pub fn unknown(&self) -> bool {
+        matches!(self.setting, Some(ExpectedGpus::Discover)) && (self.broken || self.path.is_none())
     }
 
     /// The GPUs expected now that `visible` are: the configured number, or the discovered one
@@ -296,11 +300,18 @@ mod tests {
             assert!(err.contains(FILE_NAME), "{err}");
             let mut e = Expected::new(&discover(dir.path()));
             assert_eq!(e.observe(8), None);
+            assert!(e.unknown(), "{text:?}");
             assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
         }
         // Bounded: a file past 256 bytes is refused without reading it all.
         std::fs::write(&path, format!("version 1\ngpus 8\n#{}\n", "x".repeat(4096))).unwrap();
         assert!(load(&path).unwrap_err().to_string().contains("larger"));
+        // A FIFO at the path is refused at once (never waited on), and kept.
+        std::fs::remove_file(&path).unwrap();
+        let made = std::process::Command::new("mkfifo").arg(&path).status();
+        assert!(made.unwrap().success());
+        assert!(matches!(load(&path), Err(ExpectedError::Io { .. })));
+        std::fs::remove_file(&path).unwrap();
         // A comment and the lines in any order are fine.
         std::fs::write(&path, "# note\ngpus 4\nversion 1\n").unwrap();
         assert_eq!(load(&path).unwrap(), Some(4));

@@ -28,7 +28,8 @@ pub(crate) struct GpuFacts {
     /// Links the GPU has, and those up.
     pub nvlinks: Option<f64>,
     pub nvlinks_up: Option<f64>,
-    /// Recovery and data CRC errors over all links.
+    /// Recovery and data CRC errors over all links (NVLink 5: failed recoveries and errors left
+    /// after FEC).
     pub nvlink_serious_errors: Option<f64>,
     pub pcie_generation: Option<f64>,
     pub pcie_max_generation: Option<f64>,
@@ -100,7 +101,13 @@ pub(crate) fn gather<'a>(
             Metric::NvlinkLinks => f.nvlinks = Some(s.value),
             Metric::NvlinkLinksUp => f.nvlinks_up = Some(s.value),
             Metric::NvlinkErrors => {
-                if matches!(s.label("error_type"), Some("recovery" | "crc_data")) {
+                // Up to Hopper a retrained link or corrupted data; on Blackwell (NVLink 5) a
+                // failed recovery or an error forward error correction left. Symbol errors are
+                // what FEC corrects: counted at every healthy link's bit error rate.
+                if matches!(
+                    s.label("error_type"),
+                    Some("recovery" | "crc_data" | "recovery_failed" | "effective")
+                ) {
                     *f.nvlink_serious_errors.get_or_insert(0.0) += s.value;
                 }
             }
@@ -175,7 +182,7 @@ pub(crate) fn compare_across_node(gpus: &mut [(&Arc<DeviceKey>, &mut GpuFacts)])
     gpus.sort_by(|a, b| (a.0.index(), a.0.uuid()).cmp(&(b.0.index(), b.0.uuid())));
     let mut counts: Vec<(&(String, String), usize)> = Vec::new();
     for (_, f) in gpus.iter() {
-        if let Some(d) = &f.fabric_domain {
+        if let Some(d) = registered_domain(f) {
             match counts.iter_mut().find(|(c, _)| *c == d) {
                 Some((_, n)) => *n += 1,
                 None => counts.push((d, 1)),
@@ -192,8 +199,17 @@ pub(crate) fn compare_across_node(gpus: &mut [(&Arc<DeviceKey>, &mut GpuFacts)])
         return;
     };
     for (_, f) in gpus.iter_mut() {
-        f.clique_split = f.fabric_domain.as_ref().is_some_and(|d| *d != main);
+        f.clique_split = registered_domain(f).is_some_and(|d| *d != main);
     }
+}
+
+/// The GPU's NVLink domain once its fabric registration completed with success: before, NVML
+/// answers a zeroed cluster and clique, which is no domain (a GPU still registering is judged by
+/// the fabric rules, not counted as split).
+fn registered_domain(f: &GpuFacts) -> Option<&(String, String)> {
+    f.fabric_domain
+        .as_ref()
+        .filter(|_| f.fabric_ready == Some(true))
 }
 
 /// The metrics the rules read; a GPU seen only through others (a probe result, a pod's info)

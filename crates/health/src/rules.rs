@@ -206,7 +206,7 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         reason: "gpu_count_below_expected",
-        condition: "node level: fewer GPUs are visible than `[health] expected_gpus` (a GPU that fell off the bus before the exporter started, or that the driver no longer enumerates, has no verdict of its own); served as `dgx_pixels_node_health_action_info`, only where `expected_gpus` is set. `expected_gpus = \"discover\"` takes the GPUs visible at the first start and keeps them in `[health] state_directory` (file `expected-gpus`) for the next starts: more visible later raise it, fewer never lower it; delete the file to discover again, and a file the exporter cannot read serves no node verdict (logged) until it is fixed or deleted. If a reboot does not bring the GPU back, check the hardware",
+        condition: "node level: fewer GPUs are visible than `[health] expected_gpus` (a GPU that fell off the bus before the exporter started, or that the driver no longer enumerates, has no verdict of its own); served as `dgx_pixels_node_health_action_info`, only where `expected_gpus` is set. `expected_gpus = \"discover\"` takes the GPUs visible at the first start and keeps them in `[health] state_directory` (file `expected-gpus`) for the next starts: more visible later raise it, fewer never lower it; delete the file to discover again, and a file the exporter cannot read makes the node verdict `unknown` (reason `expected_gpus_unknown`; logged) until it is fixed or deleted. If a reboot does not bring the GPU back, check the hardware",
         outcome: Outcome::Fixed(Verdict::Unhealthy, Action::Reboot),
         clears: Clears::WhenReadingClears,
         source: "`dgx_pixels_node_gpus_visible` < `dgx_pixels_node_gpus_expected`",
@@ -220,10 +220,10 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         reason: "nvlink_errors",
-        condition: "NVLink recovery or data CRC errors grew (a link retrained or corrupted data)",
+        condition: "NVLink recovery or data CRC errors grew (a link retrained or corrupted data); on Blackwell (NVLink 5) failed link recoveries or errors left after forward error correction",
         outcome: Outcome::Fixed(Verdict::Degraded, Action::CheckHardware),
         clears: Clears::AfterQuietPeriod,
-        source: "`dgx_pixels_nvlink_errors_total{error_type=~\"recovery|crc_data\"}` (all links) grew",
+        source: "`dgx_pixels_nvlink_errors_total{error_type=~\"recovery|crc_data|recovery_failed|effective\"}` (all links) grew",
     },
     Rule {
         reason: "pcie_width_degraded",
@@ -281,6 +281,10 @@ pub fn node_samples(expected: Option<u32>, visible: usize) -> Vec<dgx_pixels_met
     ]
 }
 
+/// The node verdict's reason when `expected_gpus = "discover"` is set but its state file cannot
+/// be read: the count, and so the node's verdict, is unknown.
+pub const EXPECTED_GPUS_UNKNOWN: &str = "expected_gpus_unknown";
+
 /// Share of the expected NCCL bus bandwidth under which a node's fabric measures far below
 /// expected (`nccl_bus_bandwidth_low`); the alert DgxPixelsNcclBusBandwidthLow warns at 0.8.
 pub const FABRIC_FAR_BELOW_RATIO: f64 = 0.5;
@@ -289,14 +293,29 @@ pub const FABRIC_FAR_BELOW_RATIO: f64 = 0.5;
 /// bandwidth over its expected figure, where the probe has measured both. The verdict series is
 /// served when either input is; the GPU count rule (unhealthy) settles a fabric that is also
 /// low.
+///
+/// `count_unknown`: a count is configured (discovered) but cannot be established now (its state
+/// file is unreadable): the node's verdict is `unknown`, never `healthy`, whatever the fabric.
 pub fn node_samples_with_fabric(
     expected: Option<u32>,
+    count_unknown: bool,
     visible: usize,
     fabric_ratio: Option<f64>,
 ) -> Vec<dgx_pixels_metrics::Sample> {
     use dgx_pixels_metrics::{Metric, Sample};
+    if count_unknown {
+        let labels = [
+            Verdict::Unknown.as_str(),
+            Action::Unknown.as_str(),
+            EXPECTED_GPUS_UNKNOWN,
+        ];
+        return vec![
+            Sample::new(Metric::NodeGpusVisible, [] as [&str; 0], visible as f64),
+            Sample::new(Metric::NodeHealthAction, labels, 1.0),
+        ];
+    }
     let mut out = node_samples(expected, visible);
-    let Some(ratio) = fabric_ratio else {
+    let Some(ratio) = fabric_ratio.filter(|r| r.is_finite()) else {
         return out;
     };
     let count_holds = out
@@ -560,7 +579,7 @@ mod tests {
     fn a_fabric_far_below_expected_is_a_degraded_node_unless_gpus_are_missing() {
         use dgx_pixels_metrics::Metric;
         let verdict = |expected: Option<u32>, visible, ratio| {
-            let out = node_samples_with_fabric(expected, visible, ratio);
+            let out = node_samples_with_fabric(expected, false, visible, ratio);
             let v: Vec<_> = out
                 .iter()
                 .filter(|s| s.metric == Metric::NodeHealthAction)
@@ -590,10 +609,33 @@ mod tests {
             verdict(Some(8), 7, Some(0.4)),
             s("unhealthy", "gpu_count_below_expected")
         );
-        assert_eq!(verdict(None, 8, Some(f64::NAN)), s("healthy", "none"));
+        // A ratio that is not a number is no measurement.
+        assert_eq!(verdict(None, 8, Some(f64::NAN)), None);
         // The counts stay with the count rule's configuration.
-        assert_eq!(node_samples_with_fabric(None, 8, Some(0.4)).len(), 1);
-        assert_eq!(node_samples_with_fabric(Some(8), 8, Some(0.4)).len(), 3);
+        assert_eq!(node_samples_with_fabric(None, false, 8, Some(0.4)).len(), 1);
+        assert_eq!(
+            node_samples_with_fabric(Some(8), false, 8, Some(0.4)).len(),
+            3
+        );
+    }
+
+    #[test]
+    fn a_count_that_cannot_be_established_is_an_unknown_node_whatever_the_fabric() {
+        use dgx_pixels_metrics::Metric;
+        for ratio in [None, Some(0.95), Some(0.3)] {
+            let out = node_samples_with_fabric(None, true, 7, ratio);
+            let v: Vec<_> = out
+                .iter()
+                .filter(|s| s.metric == Metric::NodeHealthAction)
+                .map(|s| (s.label("state"), s.label("reason")))
+                .collect();
+            assert_eq!(
+                v,
+                [(Some("unknown"), Some(EXPECTED_GPUS_UNKNOWN))],
+                "{ratio:?}"
+            );
+            assert!(!out.iter().any(|s| s.metric == Metric::NodeGpusExpected));
+        }
     }
 
     #[test]

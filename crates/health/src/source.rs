@@ -90,6 +90,7 @@ impl Source for HealthSource {
         let expected = self.expected.observe(visible);
         out.extend(crate::rules::node_samples_with_fabric(
             expected,
+            self.expected.unknown(),
             visible,
             fabric_ratio(&view),
         ));
@@ -115,7 +116,7 @@ fn fabric_ratio(view: &DeviceView) -> Option<f64> {
         }
     }
     match (measured, expected) {
-        (Some(m), Some(e)) if e > 0.0 => Some(m / e),
+        (Some(m), Some(e)) if e > 0.0 && m.is_finite() => Some(m / e),
         _ => None,
     }
 }

@@ -10,10 +10,10 @@
 //! processes unlabelled (it is never required and never guessed around).
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use dgx_pixels_metrics::{DeviceRef, Holder};
+use dgx_pixels_settings::file::read_regular;
 use serde::Deserialize;
 
 use crate::pods::{device_ref, resource_matches};
@@ -150,17 +150,17 @@ pub fn read(path: &Path) -> Result<Vec<Entry>, CheckpointError> {
         path: path.to_path_buf(),
         source,
     };
-    let file = std::fs::File::open(path).map_err(read_err)?;
-    let mut bytes = Vec::new();
-    file.take(MAX_CHECKPOINT_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(read_err)?;
-    if bytes.len() as u64 > MAX_CHECKPOINT_BYTES {
-        return Err(CheckpointError::TooLarge {
-            path: path.to_path_buf(),
-            limit: MAX_CHECKPOINT_BYTES,
-        });
-    }
+    // Non-blocking and a regular file only: a FIFO at the path must not hang the poll.
+    let bytes = match read_regular(path, MAX_CHECKPOINT_BYTES) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            return Err(CheckpointError::TooLarge {
+                path: path.to_path_buf(),
+                limit: MAX_CHECKPOINT_BYTES,
+            })
+        }
+        Err(e) => return Err(read_err(e)),
+    };
     let text = String::from_utf8_lossy(&bytes);
     parse(&text).map_err(|source| CheckpointError::Parse {
         path: path.to_path_buf(),
@@ -317,6 +317,15 @@ mod tests {
         let big = vec![b' '; MAX_CHECKPOINT_BYTES as usize + 1];
         std::fs::write(&path, big).unwrap();
         assert!(matches!(read(&path), Err(CheckpointError::TooLarge { .. })));
+        // A FIFO (or anything but a regular file) at the path fails at once, never waits.
+        std::fs::remove_file(&path).unwrap();
+        let made = std::process::Command::new("mkfifo").arg(&path).status();
+        assert!(made.unwrap().success());
+        assert!(matches!(read(&path), Err(CheckpointError::Read { .. })));
+        assert!(matches!(
+            read(dir.path()),
+            Err(CheckpointError::Read { .. })
+        ));
     }
 
     #[test]

@@ -304,7 +304,7 @@ define_catalog! {
     NvlinkLinksUp => Gauge None "dgx_pixels_nvlink_links_up" ["gpu", "uuid"] ["nvml", "sim"]
         "NVLink links of the GPU that are active; below dgx_pixels_nvlink_links when a link is down (dgx_pixels_nvlink_link_down names it).";
     NvlinkErrors => Counter None "dgx_pixels_nvlink_errors_total" ["gpu", "uuid", "error_type"] ["nvml", "sim"]
-        "NVLink errors over all links of the GPU, per type (replay, recovery, crc_flit, crc_data); dgx_pixels_nvlink_link_errors_total names the links.";
+        "NVLink errors over all links of the GPU, per type (replay, recovery, crc_flit, crc_data, receive, link_integrity, transmit_discard, recovery_failed, effective, symbol): the first four up to Hopper, the NVLink 5 counters (NVML field values) in their place on Blackwell; dgx_pixels_nvlink_link_errors_total names the links.";
     NvlinkLinkDown => Gauge None "dgx_pixels_nvlink_link_down" ["gpu", "uuid", "link"] ["nvml", "sim"]
         "1 for each NVLink link that is down now; links that are up have no series (an 18-link GPU would otherwise serve 18 ones; see docs/metrics.md, \"Series budget\").";
     NvlinkLinkErrors => Counter None "dgx_pixels_nvlink_link_errors_total" ["gpu", "uuid", "link", "error_type"] ["nvml", "sim"]
@@ -374,7 +374,7 @@ define_catalog! {
     SourceReadErrors => Counter None "dgx_pixels_source_read_errors_total" ["source", "reason"] ["kubernetes"]
         "Reads that failed without failing the source's poll (the source stays up and serves less), by source and reason. kubernetes: the kubelet's device-manager checkpoint ([kubernetes] device_checkpoint) as checkpoint_read (missing, unreadable or not a file), checkpoint_too_large or checkpoint_parse (not the kubelet's format); each leaves that poll's processes on shared GPUs without pod labels; absent while the checkpoint is off.";
     NvmlCalls => Counter None "dgx_pixels_nvml_calls_total" ["function"] ["nvml"]
-        "Calls the nvml source made to each NVML function (its poll, GPM and power sampling threads; not the XID event wait, which blocks by design); nvmlDeviceGetFieldValues is split by batch (poll, slow, power instant). Full detail only.";
+        "Calls the nvml source made to each NVML function (its poll, GPM and power sampling threads; not the XID event wait, which blocks by design); nvmlDeviceGetFieldValues is split by batch (poll, slow, power instant, nvlink: the NVLink 5 error counters). Full detail only.";
     NvmlCallSeconds => Counter Seconds "dgx_pixels_nvml_call_seconds_total" ["function"] ["nvml"]
         "Wall time the nvml source spent in each NVML function, as counted by dgx_pixels_nvml_calls_total: over it, the mean time per call, which names the calls that cost a poll its time. Full detail only.";
     ProbeGemm => Gauge Flops "dgx_pixels_probe_gemm_flops" ["gpu", "uuid", "probe"] ["probes"]
@@ -398,7 +398,7 @@ define_catalog! {
     ProbeNcclLargestBusBandwidth => Gauge BytesPerSecond "dgx_pixels_probe_nccl_largest_bus_bandwidth_bytes_per_second" [] ["probes"]
         "Last NCCL all-reduce bus bandwidth at the largest message size (nccl_max_bytes): the node's fabric figure the expected values and alerts compare (the nccl_allreduce node probe).";
     ProbeNcclExpectedBusBandwidth => Gauge BytesPerSecond "dgx_pixels_probe_nccl_expected_bus_bandwidth_bytes_per_second" [] ["probes"]
-        "The NCCL all-reduce bus bandwidth expected of this node's GPUs in a ring (H100/H200 370 GB/s, A100 SXM4 205 GB/s, B200 740 GB/s; docs/probes.md, \"Expected NCCL bus bandwidth\"), once nccl_allreduce has run on a set of one part with a published figure; the recording rules compare the largest size's bus bandwidth with it.";
+        "The NCCL all-reduce bus bandwidth expected of this node's GPUs in a ring (H100/H200 370 GB/s, A100 SXM4 205 GB/s, B200 740 GB/s; docs/probes.md, \"Expected NCCL bus bandwidth\"), once nccl_allreduce has run on the node's whole 8-GPU NVSwitch baseboard of one part with a published figure (none for a subset or another GPU count); the recording rules compare the largest size's bus bandwidth with it.";
     ProbeNcclGpus => Gauge None "dgx_pixels_probe_nccl_gpus" [] ["probes"]
         "GPUs in the last measured NCCL all-reduce (the bus bandwidth's n).";
     ProbeNcclRuns => Counter None "dgx_pixels_probe_nccl_runs_total" ["outcome"] ["probes"]

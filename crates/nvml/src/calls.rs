@@ -73,6 +73,8 @@ functions! {
     MigDeviceHandleByIndex => "nvmlDeviceGetMigDeviceHandleByIndex",
     // Every slow_interval.
     FieldValuesSlow => "nvmlDeviceGetFieldValues(slow)",
+    // The NVLink 5 error counters, per link (Blackwell; asked once elsewhere).
+    FieldValuesNvlink => "nvmlDeviceGetFieldValues(nvlink)",
     PcieThroughput => "nvmlDeviceGetPcieThroughput",
     NvLinkState => "nvmlDeviceGetNvLinkState",
     NvLinkErrorCounter => "nvmlDeviceGetNvLinkErrorCounter",

@@ -162,6 +162,17 @@ pub struct GpuReader {
     no_mps: bool,
     /// Whether GPM measures PCIe throughput now (its values replace the driver's).
     pcie_from_gpm: Arc<AtomicBool>,
+    /// Which NVLink error counters the GPU answers (legacy call, NVLink 5 fields).
+    nvlink_support: NvlinkSupport,
+}
+
+/// What a GPU said of its NVLink error counters: a "not supported" is not asked again (a
+/// Blackwell GPU would otherwise answer 72 legacy calls "not supported" every slow reading).
+#[derive(Debug, Default, Clone, Copy)]
+struct NvlinkSupport {
+    /// The per-link error counter call answered link 0 "not supported" for every type.
+    legacy_unsupported: bool,
+    nvlink5: crate::nvlink5::Support,
 }
 
 /// Collects results, noting loss and unsupported readings.
@@ -221,6 +232,7 @@ impl GpuReader {
             containers: HashMap::new(),
             activity: (0, false),
             no_mps: false,
+            nvlink_support: NvlinkSupport::default(),
             pcie_from_gpm,
         }
     }
@@ -265,7 +277,14 @@ impl GpuReader {
         if due {
             let pcie = !self.pcie_from_gpm.load(Ordering::Acquire);
             let counters = !self.options.counters_every_poll;
-            let mut slow = read_slow(nvml, &dev, &mut check, pcie, counters);
+            let mut slow = read_slow(
+                nvml,
+                &dev,
+                &mut check,
+                pcie,
+                counters,
+                &mut self.nvlink_support,
+            );
             if let Some(st) = &self.statics {
                 slow.rail = crate::rail::ports_for(&self.options.sysfs, &st.identity.pci_bus_id);
             }
@@ -500,7 +519,8 @@ fn merge_by_pid(
 /// Per-process activity from NVML's process-utilization samples newer than `state.0` (NVML's
 /// timestamp, µs, of the newest sample read before; moved on), capped (container ids still
 /// empty). A GPU or driver that never answers (`NOT_SUPPORTED`, no symbol, no permission;
-/// `state.1` set) is not asked again. Nothing in MIG mode, when the scope leaves the GPU out or when NVML has no new
+/// `state.1` set) is not asked again. Nothing in MIG mode, when the scope leaves the GPU out,
+/// on the first answer (NVML's whole buffer, from before we started) or when NVML has no new
 /// sample (`NOT_FOUND`, or an empty answer): the series are omitted, never served as 0.
 fn read_activity(
     mig_mode: bool,
@@ -536,7 +556,13 @@ fn read_activity(
         r => check.get("process_utilization", r).unwrap_or_default(),
     };
     let newest = samples.iter().map(|s| s.timestamp).max().unwrap_or(0);
+    let first = state.0 == 0;
     state.0 = state.0.max(newest);
+    if first {
+        // The first answer is NVML's whole buffer, samples from before this exporter (or this
+        // GPU's reader) started: it only sets where the next interval begins.
+        return Vec::new();
+    }
     let activity = mean_per_process(&samples, procs);
     cap_activity(activity, Some(procs.len()), scope, top_k)
 }

@@ -127,8 +127,9 @@ pub type MigSlot = (u32, u32, String);
 pub struct MigGpm {
     /// The GPU instance.
     pub gpu_instance: u32,
-    /// Its compute instance.
-    pub compute_instance: u32,
+    /// Its compute instance when it is the GPU instance's only one; GPM measures a GPU
+    /// instance, so one split into several compute instances is served without this label.
+    pub compute_instance: Option<u32>,
     /// Its profile (`mig_profile` label).
     pub profile: String,
     /// The `dgx_pixels_mig_*` ratio series.
@@ -191,13 +192,34 @@ impl GpmReading {
             // The instance's key: the labels of its memory series (and of DCGM's MIG rows).
             let instance = Arc::new(key.with_mig(Some(MigInstance {
                 gpu_instance: m.gpu_instance,
-                compute_instance: Some(m.compute_instance),
+                compute_instance: m.compute_instance,
             })));
             for (metric, v) in &m.series {
                 out.push(Sample::of(&instance, *metric, [m.profile.as_str()], *v));
             }
         }
     }
+}
+
+/// The GPU instances of a MIG layout (one slot per compute instance), each once, in layout
+/// order: GPM samples a GPU instance, so two compute instances of one must not each take a
+/// sample (the second would measure the moment since the first). The compute instance is kept
+/// where it is the GPU instance's only one, so the series share the memory series' labels.
+fn gpu_instances(layout: &[MigSlot]) -> Vec<(u32, Option<u32>, String)> {
+    let mut out: Vec<(u32, Option<u32>, String)> = Vec::new();
+    for (gi, ci, profile) in layout {
+        match out.iter_mut().find(|(g, _, _)| g == gi) {
+            Some(seen) => {
+                // The GPU instance's own profile: "1c.3g.40gb" names a compute instance of it.
+                seen.1 = None;
+                if let Some((_, gi_profile)) = seen.2.split_once("c.") {
+                    seen.2 = gi_profile.to_string();
+                }
+            }
+            None => out.push((*gi, Some(*ci), profile.clone())),
+        }
+    }
+    out
 }
 
 /// One instance's series from GPM's per-metric answers in [`MIG_METRICS`] order (percent): a
@@ -383,7 +405,7 @@ impl GpmReader {
 
     /// Each MIG instance's sample of this poll and its metrics since the previous poll's.
     fn poll_mig(&mut self, nvml: &Arc<Nvml>, dev: &Device<'_>, layout: &[MigSlot]) -> Vec<MigGpm> {
-        let layout = &layout[..layout.len().min(MAX_MIG_INSTANCES)];
+        let layout = gpu_instances(&layout[..layout.len().min(MAX_MIG_INSTANCES)]);
         // An instance gone from the layout starts afresh should it come back.
         self.mig_prev
             .retain(|gi, _| layout.iter().any(|(g, _, _)| g == gi));
@@ -391,7 +413,7 @@ impl GpmReader {
             return Vec::new();
         }
         let mut out = Vec::new();
-        for (gi, ci, profile) in layout {
+        for (gi, ci, profile) in &layout {
             let sample = match timed(Function::GpmMigSampleGet, || dev.gpm_mig_sample(*gi)) {
                 Ok(s) => s,
                 Err(e) if permanent(&e) => {
@@ -499,6 +521,24 @@ fn symbols_present(nvml: &Nvml) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gpu_instance_is_sampled_once_whatever_its_compute_instances() {
+        let slot = |gi, ci, p: &str| (gi, ci, p.to_string());
+        let layout = [
+            slot(1, 0, "1c.3g.40gb"),
+            slot(2, 0, "3g.40gb"),
+            slot(1, 1, "1c.3g.40gb"),
+            slot(1, 2, "1c.3g.40gb"),
+        ];
+        assert_eq!(
+            gpu_instances(&layout),
+            [
+                (1, None, "3g.40gb".to_string()),
+                (2, Some(0), "3g.40gb".to_string()),
+            ]
+        );
+    }
 
     #[test]
     fn percent_becomes_a_ratio_and_mib_per_second_bytes() {

@@ -51,6 +51,7 @@ mod cgroup;
 mod device;
 mod fields;
 mod gpm;
+mod nvlink5;
 pub mod peers;
 mod power;
 pub mod rail;

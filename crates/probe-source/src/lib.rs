@@ -503,10 +503,30 @@ struct NcclState {
     next_due: Option<Instant>,
     /// The result, when it was measured, and how long it stays fresh.
     last: Option<(AllReduce, Instant, Duration)>,
-    /// The expected bus bandwidth of the set's part (all its GPUs one part with a published
-    /// figure), bytes per second.
+    /// The expected bus bandwidth of the set ([`expected_nccl_bus_bandwidth`]), bytes per
+    /// second.
     expected: Option<f64>,
     runs: BTreeMap<&'static str, u64>,
+}
+
+/// GPUs of the baseboard the expected NCCL figures were measured on: an HGX 8-GPU board, whose
+/// SXM GPUs all meet on its NVSwitches.
+pub const NCCL_BASEBOARD_GPUS: usize = 8;
+
+/// The bus bandwidth the set `ids` is expected to reach, if its figure applies: the set is the
+/// node's whole 8-GPU baseboard (`whole_node`: every GPU the node has) of one part with a
+/// published figure. The figures are ring all-reduces over all 8 NVSwitch-connected GPUs; the
+/// table lists only SXM parts, which come 8 to a board only on NVSwitch baseboards. A subset
+/// or another GPU count has a different ring, so it gets no figure rather than a guessed one.
+/// The NVLink links up are not looked at: a link down must lower the ratio, not hide it.
+pub fn expected_nccl_bus_bandwidth(ids: &[GpuId], whole_node: bool) -> Option<f64> {
+    if !whole_node || ids.len() != NCCL_BASEBOARD_GPUS {
+        return None;
+    }
+    ids.iter()
+        .map(|g| dgx_pixels_probes::peaks::nccl_ring_bus_bandwidth(&g.model))
+        .reduce(|a, b| a.zip(b).filter(|(a, b)| a == b).map(|(a, _)| a))
+        .flatten()
 }
 
 /// Outcomes of `nccl_allreduce`, the `outcome` label of `dgx_pixels_probe_nccl_runs_total`:
@@ -883,11 +903,8 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
             return true;
         }
         let ids: Vec<GpuId> = members.iter().map(|&i| gpus[i].id.clone()).collect();
-        self.nccl.expected = ids
-            .iter()
-            .map(|g| dgx_pixels_probes::peaks::nccl_ring_bus_bandwidth(&g.model))
-            .reduce(|a, b| a.zip(b).filter(|(a, b)| a == b).map(|(a, _)| a))
-            .flatten();
+        let whole_node = members.len() == gpus.len();
+        self.nccl.expected = expected_nccl_bus_bandwidth(&ids, whole_node);
         let t0 = Instant::now();
         let result = self.backend.run_nccl(&ids, self.settings.nccl_max_bytes);
         if let Some(rss) = self.backend.worker_peak_rss_bytes() {

@@ -40,6 +40,10 @@ pub struct ProbesSettings {
     /// CUDA ordinals of the GPUs `nccl_allreduce` reduces across, two or more [default:
     /// every GPU of the node].
     pub nccl_gpus: Option<Vec<usize>>,
+    /// Deadline of the `nccl_allreduce` worker, after which it is killed; its CPU time is
+    /// capped at this much per GPU of the set plus one [default: 25s].
+    #[serde(deserialize_with = "dgx_pixels_settings::optional_duration")]
+    pub nccl_timeout: Option<Duration>,
     /// Largest all-reduce message of `nccl_allreduce`, bytes per GPU; it also runs 1/16 and
     /// 1/256 of it [default: 268435456].
     pub nccl_max_bytes: Option<u64>,
@@ -48,6 +52,11 @@ pub struct ProbesSettings {
 /// Default `[probes] worker_timeout`: a context, cuBLAS and four iterations take 1-3 s on a
 /// real GPU; the deadline is for a hung one.
 pub const DEFAULT_WORKER_TIMEOUT: Duration = Duration::from_secs(20);
+/// Default `[probes] nccl_timeout`: a context per GPU (8 x 0.2-1 s), `ncclCommInitAll` over 8
+/// GPUs (a few seconds: topology search and a connection per channel and peer) and 3 sizes x 5
+/// timings of about 20 ms take some 10 s on an 8-GPU node; 25 s leaves room for a slow init and
+/// stays under `collector.probes.timeout`'s 30 s default.
+pub const DEFAULT_NCCL_TIMEOUT: Duration = Duration::from_secs(25);
 /// Bounds of the probe durations: a settle window of over an hour means never, and a worker
 /// deadline must stay within the collector's poll deadline range.
 const MAX_SETTLE: Duration = Duration::from_secs(3600);
@@ -112,25 +121,59 @@ impl ProbesSettings {
             s.nccl_max_bytes = b;
         }
         self.worker_timeout()?;
+        self.nccl_timeout()?;
         s.validate()?;
         Ok(s)
     }
 
     /// `worker_timeout` or its default, checked.
     pub fn worker_timeout(&self) -> Result<Duration, SettingError> {
-        let d = self.worker_timeout.unwrap_or(DEFAULT_WORKER_TIMEOUT);
-        let (min, max) = WORKER_TIMEOUT_RANGE;
-        if d < min || d > max {
-            return Err(SettingError::new(
-                "probes.worker_timeout",
-                format!(
-                    "{} must be between {} and {}",
-                    humantime::format_duration(d),
-                    humantime::format_duration(min),
-                    humantime::format_duration(max)
-                ),
-            ));
-        }
-        Ok(d)
+        timeout_in_range(
+            "probes.worker_timeout",
+            self.worker_timeout.unwrap_or(DEFAULT_WORKER_TIMEOUT),
+        )
+    }
+
+    /// `nccl_timeout` or its default, checked.
+    pub fn nccl_timeout(&self) -> Result<Duration, SettingError> {
+        timeout_in_range(
+            "probes.nccl_timeout",
+            self.nccl_timeout.unwrap_or(DEFAULT_NCCL_TIMEOUT),
+        )
+    }
+}
+
+fn timeout_in_range(key: &str, d: Duration) -> Result<Duration, SettingError> {
+    let (min, max) = WORKER_TIMEOUT_RANGE;
+    if d < min || d > max {
+        return Err(SettingError::new(
+            key,
+            format!(
+                "{} must be between {} and {}",
+                humantime::format_duration(d),
+                humantime::format_duration(min),
+                humantime::format_duration(max)
+            ),
+        ));
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nccl_timeout_has_its_own_default_and_range() {
+        let s = ProbesSettings::default();
+        assert_eq!(s.nccl_timeout().ok(), Some(DEFAULT_NCCL_TIMEOUT));
+        assert_eq!(s.worker_timeout().ok(), Some(DEFAULT_WORKER_TIMEOUT));
+        let s = ProbesSettings {
+            nccl_timeout: Some(Duration::from_secs(3600)),
+            ..ProbesSettings::default()
+        };
+        let e = s.nccl_timeout().unwrap_err().to_string();
+        assert!(e.contains("probes.nccl_timeout"), "{e}");
+        assert!(s.schedule().is_err());
     }
 }

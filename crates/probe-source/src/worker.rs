@@ -26,6 +26,8 @@ pub struct WorkerBackend {
     pub sizes: ProbeSizes,
     /// Deadline of one worker, context creation and library loading included.
     pub timeout: Duration,
+    /// Deadline of the `nccl_allreduce` worker (a context per GPU and NCCL's init).
+    pub nccl_timeout: Duration,
     held: Option<Duration>,
     last: Option<WorkerCost>,
 }
@@ -52,9 +54,16 @@ impl WorkerBackend {
             args,
             sizes,
             timeout,
+            nccl_timeout: timeout,
             held: None,
             last: None,
         }
+    }
+
+    /// The same with `nccl_timeout` as the `nccl_allreduce` worker's deadline.
+    pub fn with_nccl_timeout(mut self, nccl_timeout: Duration) -> WorkerBackend {
+        self.nccl_timeout = nccl_timeout;
+        self
     }
 
     /// What the last worker cost, if it exited on its own.
@@ -73,17 +82,18 @@ impl WorkerBackend {
                 .collect(),
             _ => Vec::new(),
         };
+        let (timeout, max_cpu_seconds) = limits(request, self.timeout, self.nccl_timeout);
         let req = dgx_pixels_worker::Request {
             program: self.program.clone(),
             args: self.args.clone(),
             env,
             input,
             limits: dgx_pixels_worker::Limits {
-                timeout: self.timeout,
+                timeout,
                 max_output_bytes: MAX_REPLY_BYTES,
                 // No address-space limit: the CUDA driver reserves far more than it uses.
                 max_address_space_bytes: None,
-                max_cpu_seconds: Some(self.timeout.as_secs().saturating_add(1)),
+                max_cpu_seconds: Some(max_cpu_seconds),
                 lowest_priority: false,
             },
         };
@@ -100,6 +110,22 @@ impl WorkerBackend {
             kind: "bad_reply",
             message: format!("the probe worker's reply is not understood: {e}"),
         })
+    }
+}
+
+/// The deadline and CPU-seconds cap of the worker for `request`. RLIMIT_CPU sums every thread
+/// of the process: one GPU probe is one busy thread, but NCCL runs a proxy thread per GPU that
+/// may spin beside the main thread for the whole run, so its cap scales with the GPU count.
+fn limits(request: &WorkerRequest, timeout: Duration, nccl_timeout: Duration) -> (Duration, u64) {
+    match request {
+        WorkerRequest::NcclAllReduce(r) => {
+            let threads = u64::try_from(r.gpus.len())
+                .unwrap_or(u64::MAX)
+                .saturating_add(1);
+            let cpu = nccl_timeout.as_secs().saturating_mul(threads);
+            (nccl_timeout, cpu.saturating_add(1))
+        }
+        _ => (timeout, timeout.as_secs().saturating_add(1)),
     }
 }
 
@@ -313,6 +339,37 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(t0.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn the_nccl_worker_has_its_own_deadline_and_a_cpu_cap_per_gpu() {
+        // A 1 s GPU-probe deadline would kill this worker; the NCCL deadline lets it answer.
+        let script = "cat >/dev/null; sleep 1.5; echo 'not json'";
+        let mut b = sh(script, Duration::from_secs(1)).with_nccl_timeout(Duration::from_secs(10));
+        let gpus = [gpu(), gpu()];
+        match b.run_nccl(&gpus, 1 << 20) {
+            Err(ProbeError::Worker { kind, .. }) => assert_eq!(kind, "bad_reply"),
+            other => panic!("{other:?}"),
+        }
+        let nccl = WorkerRequest::NcclAllReduce(NcclRequest {
+            gpus: (0..8)
+                .map(|i| Peer {
+                    ordinal: i,
+                    uuid: format!("GPU-{i}"),
+                })
+                .collect(),
+            max_bytes: 1 << 20,
+            warmup: 1,
+            iterations: 3,
+            target_seconds: 0.02,
+        });
+        let (t, cpu) = limits(&nccl, Duration::from_secs(20), Duration::from_secs(25));
+        assert_eq!((t, cpu), (Duration::from_secs(25), 25 * 9 + 1));
+        let run = WorkerRequest::Discover;
+        assert_eq!(
+            limits(&run, Duration::from_secs(20), Duration::from_secs(25)),
+            (Duration::from_secs(20), 21)
+        );
     }
 
     #[test]

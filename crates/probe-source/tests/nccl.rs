@@ -19,11 +19,13 @@ struct Calls(Arc<Mutex<Vec<String>>>);
 struct Fake {
     calls: Calls,
     missing: bool,
+    /// GPUs discovered.
+    count: usize,
 }
 
 impl Backend for Fake {
     fn discover(&mut self) -> Result<Vec<GpuId>, ProbeError> {
-        Ok((0..3)
+        Ok((0..self.count)
             .map(|i| GpuId {
                 ordinal: i,
                 uuid: format!("GPU-{i}"),
@@ -88,12 +90,21 @@ fn value(samples: &[Sample], metric: Metric, labels: &[&str]) -> Option<f64> {
 }
 
 fn source(missing: bool, gpus: Option<Vec<usize>>) -> (ProbeSource<Fake, Util>, Calls, Util) {
+    source_of(3, missing, gpus)
+}
+
+fn source_of(
+    count: usize,
+    missing: bool,
+    gpus: Option<Vec<usize>>,
+) -> (ProbeSource<Fake, Util>, Calls, Util) {
     let calls = Calls::default();
     let util = Util::default();
     let s = ProbeSource::new(
         Fake {
             calls: calls.clone(),
             missing,
+            count,
         },
         util.clone(),
         ScheduleSettings {
@@ -152,10 +163,10 @@ fn a_busy_gpu_of_the_set_skips_the_run_and_an_idle_set_is_measured_and_rests() {
     );
     assert_eq!(value(&out, Metric::ProbeNcclRuns, &["ok"]), Some(1.0));
     assert_eq!(value(&out, Metric::ProbeNcclGpus, &[]), Some(2.0));
-    // H100s: the expected ring figure is served beside the result.
+    // Two H100s of three: the 8-GPU ring figure does not apply.
     assert_eq!(
         value(&out, Metric::ProbeNcclExpectedBusBandwidth, &[]),
-        Some(370e9)
+        None
     );
     let largest = value(&out, Metric::ProbeNcclLargestBusBandwidth, &[]).unwrap();
     assert_eq!(largest, (16u64 << 20) as f64 * 1e3 * 4.0 / 3.0);
@@ -173,6 +184,31 @@ fn a_busy_gpu_of_the_set_skips_the_run_and_an_idle_set_is_measured_and_rests() {
         !log.iter().any(|c| c == "copy_d2d 0" || c == "copy_d2d 2"),
         "{log:?}"
     );
+}
+
+#[test]
+fn the_expected_figure_is_served_only_for_a_whole_8_gpu_baseboard() {
+    for (count, list, expected) in [
+        (8, None, Some(370e9)),
+        (8, Some((0..8).collect()), Some(370e9)),
+        (8, Some((0..4).collect()), None),
+        (4, None, None),
+    ] {
+        let (mut s, calls, util) = source_of(count, false, list.clone());
+        for g in 0..count {
+            set(&util, g, 0.0);
+        }
+        let out = s.poll().unwrap().samples;
+        assert!(
+            calls.0.lock().unwrap()[0].starts_with("nccl"),
+            "{count} {list:?}"
+        );
+        assert_eq!(
+            value(&out, Metric::ProbeNcclExpectedBusBandwidth, &[]),
+            expected,
+            "{count} GPUs, set {list:?}"
+        );
+    }
 }
 
 #[test]
@@ -240,6 +276,7 @@ fn a_storage_path_due_at_every_poll_does_not_starve_the_all_reduce() {
         Fake {
             calls: calls.clone(),
             missing: false,
+            count: 3,
         },
         util.clone(),
         ScheduleSettings {

@@ -96,6 +96,13 @@ pub fn message_sizes(max_bytes: u64) -> Vec<u64> {
     out
 }
 
+/// The communicator count passed to `ncclCommInitAll`: exactly `n`, never a clamped value that
+/// would make NCCL write past the `n`-slot arrays.
+fn comm_count(n: usize) -> Result<c_int, ProbeError> {
+    c_int::try_from(n)
+        .map_err(|_| ProbeError::Config(format!("nccl_allreduce: {n} GPUs is too many for NCCL")))
+}
+
 /// Checks `nccl_max_bytes`.
 pub fn check_max_bytes(max_bytes: u64) -> Result<(), ProbeError> {
     if !(MIN_MAX_BYTES..=MAX_MAX_BYTES).contains(&max_bytes) {
@@ -138,8 +145,8 @@ pub struct Nccl {
     abort: CommFn,
     destroy: CommFn,
     error_string: ErrorString,
-    // Last: the symbols above point into it.
-    _lib: libloading::Library,
+    // Last: the symbols above point into it. Never unloaded (see `load`).
+    _lib: std::mem::ManuallyDrop<libloading::Library>,
 }
 
 impl std::fmt::Debug for Nccl {
@@ -171,7 +178,10 @@ impl Nccl {
             abort: sym(&lib, "ncclCommAbort")?,
             destroy: sym(&lib, "ncclCommDestroy")?,
             error_string: sym(&lib, "ncclGetErrorString")?,
-            _lib: lib,
+            // Kept loaded for the life of the process: after an abort NCCL's proxy and
+            // watchdog threads may still be running its code, and a dlclose would unmap it under
+            // them. The worker process exits right after its one run, which frees it.
+            _lib: std::mem::ManuallyDrop::new(lib),
         })
     }
 
@@ -303,7 +313,7 @@ pub fn run_allreduce(
             .collect::<Result<Vec<c_int>, _>>()
             .map_err(|_| ProbeError::Config("CUDA ordinal out of range".into()))?;
         let mut raw: Vec<Comm> = vec![std::ptr::null_mut(); n];
-        let count = c_int::try_from(n).unwrap_or(c_int::MAX);
+        let count = comm_count(n)?;
         // SAFETY: room for n communicators, n device ordinals.
         let r = unsafe { (nccl.init_all)(raw.as_mut_ptr(), count, ordinals.as_ptr()) };
         nccl.check("ncclCommInitAll", r)?;
@@ -328,6 +338,7 @@ pub fn run_allreduce(
             for _ in 0..reps {
                 // SAFETY: group calls take no arguments.
                 nccl.check("ncclGroupStart", unsafe { (nccl.group_start)() })?;
+                let mut queued = Ok(());
                 for k in 0..n {
                     let p = ptrs[k] as usize as *mut c_void;
                     // SAFETY: an in-place sum over `elems` floats of a live buffer of at
@@ -343,10 +354,17 @@ pub fn run_allreduce(
                             streams[k].cu_stream() as *mut c_void,
                         )
                     };
-                    nccl.check("ncclAllReduce", r)?;
+                    queued = nccl.check("ncclAllReduce", r);
+                    if queued.is_err() {
+                        break;
+                    }
                 }
+                // Close the group even when a call failed: the communicators are aborted next,
+                // and aborting inside an open group is invalid usage. The first error is the
+                // one reported.
                 // SAFETY: as above.
-                nccl.check("ncclGroupEnd", unsafe { (nccl.group_end)() })?;
+                let ended = nccl.check("ncclGroupEnd", unsafe { (nccl.group_end)() });
+                queued.and(ended)?;
             }
             for ((_, end), s) in marks.iter().zip(&streams) {
                 end.record(s).map_err(cuda_err("cuEventRecord"))?;
@@ -424,5 +442,12 @@ mod tests {
         assert!(check_max_bytes(MIN_MAX_BYTES - 1).is_err());
         assert!(check_max_bytes(MAX_MAX_BYTES + 1).is_err());
         assert!(check_max_bytes(DEFAULT_MAX_BYTES).is_ok());
+    }
+
+    #[test]
+    fn a_gpu_count_beyond_c_int_is_a_config_error_not_a_clamped_count() {
+        assert_eq!(comm_count(8).ok(), Some(8));
+        let too_many = usize::try_from(c_int::MAX).map_or(usize::MAX, |m| m + 1);
+        assert!(matches!(comm_count(too_many), Err(ProbeError::Config(_))));
     }
 }

@@ -142,6 +142,20 @@ label_values! {
         CrcFlit => "crc_flit",
         /// Data CRC errors.
         CrcData => "crc_data",
+        /// NVLink 5 (Blackwell) receive errors (`NVML_FI_DEV_NVLINK_COUNT_RCV_ERRORS`). The
+        /// NVLink 5 types replace the four above on Blackwell, whose driver answers the older
+        /// per-link error counter call "not supported".
+        Receive => "receive",
+        /// NVLink 5 local link integrity errors (`..._LOCAL_LINK_INTEGRITY_ERRORS`).
+        LinkIntegrity => "link_integrity",
+        /// NVLink 5 transmitted packets discarded (`..._XMIT_DISCARDS`).
+        TransmitDiscard => "transmit_discard",
+        /// NVLink 5 link recoveries that failed (`..._LINK_RECOVERY_FAILED_EVENTS`).
+        RecoveryFailed => "recovery_failed",
+        /// NVLink 5 errors left after forward error correction (`..._EFFECTIVE_ERRORS`).
+        Effective => "effective",
+        /// NVLink 5 symbol errors before forward error correction (`..._SYMBOL_ERRORS`).
+        Symbol => "symbol",
     }
 
     /// `action` of `dgx_pixels_gpu_recovery_action_info`: what the driver says the GPU needs
@@ -197,6 +211,29 @@ label_values! {
         /// and newer), where the instantaneous field is not supported.
         Average => "average",
     }
+}
+
+impl NvlinkErrorType {
+    /// The types the per-link error counter call (`nvmlDeviceGetNvLinkErrorCounter`) reads, up
+    /// to Hopper.
+    pub const LEGACY: [NvlinkErrorType; 4] = [
+        NvlinkErrorType::Replay,
+        NvlinkErrorType::Recovery,
+        NvlinkErrorType::CrcFlit,
+        NvlinkErrorType::CrcData,
+    ];
+
+    /// The NVLink 5 types, read as per-link field values on Blackwell. Six of NVML's counters,
+    /// not all of them: the traffic counts are not errors, and the series budget (60 per GPU)
+    /// leaves room for six types in place of the four legacy ones.
+    pub const NVLINK5: [NvlinkErrorType; 6] = [
+        NvlinkErrorType::Receive,
+        NvlinkErrorType::LinkIntegrity,
+        NvlinkErrorType::TransmitDiscard,
+        NvlinkErrorType::RecoveryFailed,
+        NvlinkErrorType::Effective,
+        NvlinkErrorType::Symbol,
+    ];
 }
 
 impl RecoveryAction {
@@ -328,5 +365,12 @@ mod tests {
         // Usable where a label slice must be constant (the DCGM field table).
         const SM: &[&str] = &[ClockDomain::Sm.as_str()];
         assert_eq!(SM, ["sm"]);
+    }
+
+    #[test]
+    fn legacy_and_nvlink5_types_split_every_type_once() {
+        let mut both: Vec<_> = NvlinkErrorType::LEGACY.to_vec();
+        both.extend(NvlinkErrorType::NVLINK5);
+        assert_eq!(both, NvlinkErrorType::ALL.to_vec());
     }
 }

@@ -154,6 +154,18 @@ pub struct NvlinkErrors {
     pub crc_flit: Option<f64>,
     /// Data CRC errors.
     pub crc_data: Option<f64>,
+    /// NVLink 5 receive errors.
+    pub receive: Option<f64>,
+    /// NVLink 5 local link integrity errors.
+    pub link_integrity: Option<f64>,
+    /// NVLink 5 transmit discards.
+    pub transmit_discard: Option<f64>,
+    /// NVLink 5 failed link recoveries.
+    pub recovery_failed: Option<f64>,
+    /// NVLink 5 errors after forward error correction.
+    pub effective: Option<f64>,
+    /// NVLink 5 symbol errors before forward error correction.
+    pub symbol: Option<f64>,
 }
 
 impl NvlinkErrors {
@@ -163,6 +175,12 @@ impl NvlinkErrors {
             NvlinkErrorType::Recovery => &mut self.recovery,
             NvlinkErrorType::CrcFlit => &mut self.crc_flit,
             NvlinkErrorType::CrcData => &mut self.crc_data,
+            NvlinkErrorType::Receive => &mut self.receive,
+            NvlinkErrorType::LinkIntegrity => &mut self.link_integrity,
+            NvlinkErrorType::TransmitDiscard => &mut self.transmit_discard,
+            NvlinkErrorType::RecoveryFailed => &mut self.recovery_failed,
+            NvlinkErrorType::Effective => &mut self.effective,
+            NvlinkErrorType::Symbol => &mut self.symbol,
         }
     }
 
@@ -173,6 +191,12 @@ impl NvlinkErrors {
             NvlinkErrorType::Recovery => self.recovery,
             NvlinkErrorType::CrcFlit => self.crc_flit,
             NvlinkErrorType::CrcData => self.crc_data,
+            NvlinkErrorType::Receive => self.receive,
+            NvlinkErrorType::LinkIntegrity => self.link_integrity,
+            NvlinkErrorType::TransmitDiscard => self.transmit_discard,
+            NvlinkErrorType::RecoveryFailed => self.recovery_failed,
+            NvlinkErrorType::Effective => self.effective,
+            NvlinkErrorType::Symbol => self.symbol,
         }
     }
 

@@ -4,11 +4,15 @@
 //! - durations in humantime syntax ("500ms", "1s", "2m") with one error text and one upper
 //!   bound ([`parse_duration`], and the serde helpers [`duration`] and [`optional_duration`]);
 //! - range checks whose error names the dotted key ([`check_min`], [`check_max`]), as a typed
-//!   [`SettingError`].
+//!   [`SettingError`];
+//! - reading a file of bounded size that must be a regular file ([`file::read_regular`]): a
+//!   FIFO or device put where a config, checkpoint or state file belongs fails at once.
 //!
 //! `humantime-serde` was weighed and not taken: its error text has neither the example
 //! durations nor the upper bound, and the daemon's messages are pinned byte for byte
 //! (crates/exporter/tests/pinned.rs).
+
+pub mod file;
 
 use std::time::Duration;
 

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use dgx_pixels_readout::labels::NvlinkErrorType;
 use dgx_pixels_readout::{ClockReadout, GpuIdentity, GpuReadout};
 
 /// Clock frequencies in hertz.
@@ -133,6 +134,16 @@ impl GpuStatic {
             driver_version: driver_version.to_string(),
             cuda_driver_version: dgx_pixels_readout::cuda_version_string(cuda_driver_version),
             minor_number: self.minor_number,
+        }
+    }
+
+    /// The NVLink error types the part counts: the NVLink 5 field counters on Blackwell, the
+    /// per-link error counter call's before.
+    pub fn nvlink_error_types(&self) -> &'static [NvlinkErrorType] {
+        if self.architecture.eq_ignore_ascii_case("Blackwell") {
+            &NvlinkErrorType::NVLINK5
+        } else {
+            &NvlinkErrorType::LEGACY
         }
     }
 

@@ -100,6 +100,36 @@ fn nvlink_errors_count_on_their_link_and_type_only() {
 }
 
 #[test]
+fn blackwell_counts_the_nvlink5_types_in_place_of_the_legacy_ones() {
+    let mut n = gpu(
+        "Blackwell",
+        "[[faults]]\nkind = \"nvlink_errors\"\ngpu = 0\nlink = 2\nerror_type = \"symbol\"\n\
+         errors = 7\nat_s = 10\n",
+    );
+    let r = ok(&mut n, 0, 11.0);
+    let types: Vec<_> = r.nvlinks[0].errors.iter().map(|(k, _)| k).collect();
+    assert_eq!(types, NvlinkErrorType::NVLINK5);
+    assert_eq!(r.nvlinks[2].errors.get(NvlinkErrorType::Symbol), Some(7.0));
+    assert_eq!(r.nvlinks[1].errors.get(NvlinkErrorType::Symbol), Some(0.0));
+    assert_eq!(r.nvlinks[2].errors.get(NvlinkErrorType::Replay), None);
+    // Hopper keeps the four legacy types.
+    let r = ok(&mut hopper(""), 0, 11.0);
+    let types: Vec<_> = r.nvlinks[0].errors.iter().map(|(k, _)| k).collect();
+    assert_eq!(types, NvlinkErrorType::LEGACY);
+}
+
+#[test]
+fn nvlink_error_faults_name_a_type_the_part_counts() {
+    let e = error(
+        "[[faults]]\nkind = \"nvlink_errors\"\ngpu = 0\nlink = 1\nerror_type = \"symbol\"\nat_s = 1\n",
+    );
+    assert!(
+        e.contains("expected one of replay, recovery, crc_flit, crc_data"),
+        "{e}"
+    );
+}
+
+#[test]
 fn pcie_degraded_lowers_the_current_link_below_the_maximum() {
     let mut n = hopper(
         "[[faults]]\nkind = \"pcie_degraded\"\ngpu = 0\nwidth = 8\nat_s = 10\nuntil_s = 20\n\
@@ -532,15 +562,26 @@ fn fault_fabric_shows_each_gpu_its_condition_between_3_and_12_s() {
         assert_eq!(f0.state, Some(FabricState::Completed));
         // GPU 0 registered in another clique than the tray's three others while it holds.
         assert_eq!(f0.clique_id, if inside { 32767 } else { 32766 }, "{t}");
-        assert!(r[1..]
+        assert!(r[2..]
             .iter()
             .all(|g| g.fabric.as_ref().unwrap().clique_id == 32766));
         assert_eq!(f0.health.len(), FabricHealthFlag::ALL.len());
         assert!(f0.health.iter().all(|(_, h)| !h), "{t}: {f0:?}");
-        // One cluster for the whole tray.
+        // One cluster for the whole tray, but a GPU still registering (GPU 1 inside) answers a
+        // zeroed cluster and clique, as the driver does.
+        let f1 = r[1].fabric.as_ref().unwrap();
+        if inside {
+            assert_eq!(f1.cluster_uuid, "00000000-0000-0000-0000-000000000000");
+            assert_eq!(f1.clique_id, 0);
+        } else {
+            assert_eq!(f1.cluster_uuid, f0.cluster_uuid, "{t}");
+            assert_eq!(f1.clique_id, 32766, "{t}");
+        }
         assert!(r
             .iter()
-            .all(|g| g.fabric.as_ref().unwrap().cluster_uuid == f0.cluster_uuid));
+            .enumerate()
+            .filter(|(i, _)| !(inside && *i == 1))
+            .all(|(_, g)| g.fabric.as_ref().unwrap().cluster_uuid == f0.cluster_uuid));
         let expected = if inside {
             FabricState::InProgress
         } else {

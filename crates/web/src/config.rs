@@ -13,7 +13,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig, SupportedCipherSuite};
 use serde::Deserialize;
 
-use crate::file::{read_regular, MAX_CONFIG_FILE_BYTES};
+use dgx_pixels_settings::file::{read_regular, MAX_CONFIG_FILE_BYTES};
 
 /// A web config error: names the file, and the line and key where they are known.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -20,14 +20,13 @@
 
 mod auth;
 mod config;
-mod file;
 mod listen;
 mod serve;
 mod state;
 
 pub use auth::{guard, MAX_PASSWORD_CHECKS};
 pub use config::{ClientAuth, WebConfig, WebConfigError};
-pub use file::{read_regular, MAX_CONFIG_FILE_BYTES};
+pub use dgx_pixels_settings::file::{read_regular, MAX_CONFIG_FILE_BYTES};
 pub use listen::listen;
 pub use serve::{serve, Limits, DEFAULT_MAX_CONNECTIONS_PER_CLIENT, PROBE_RESERVE};
 pub use state::{Counters, WebState};

@@ -10,7 +10,7 @@ use arc_swap::ArcSwap;
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::{WebConfig, WebConfigError};
-use crate::file::{read_regular, MAX_CONFIG_FILE_BYTES};
+use dgx_pixels_settings::file::{read_regular, MAX_CONFIG_FILE_BYTES};
 
 /// A file modified less than this long ago may still be being written: the watcher waits for
 /// the next check, and a SIGHUP reload waits until it is this old (like the textfile source).

@@ -36,13 +36,20 @@ impl TableOptions for ProbesSettings {
         // deadline (the runner would serve the probes source down for a hang the worker
         // timeout handles).
         let deadline = COLLECTOR.timing(settings).timeout;
-        let worker = self.worker_timeout()?;
-        if worker >= deadline {
-            return Err(ConfigError(format!(
-                "probes.worker_timeout: {} must be shorter than collector.probes.timeout ({})",
-                humantime::format_duration(worker),
-                humantime::format_duration(deadline)
-            )));
+        let mut workers = vec![("probes.worker_timeout", self.worker_timeout()?)];
+        // The NCCL deadline matters only when its probe runs (a short poll deadline with the
+        // probe off stays valid).
+        if self.nccl_allreduce == Some(true) {
+            workers.push(("probes.nccl_timeout", self.nccl_timeout()?));
+        }
+        for (key, worker) in workers {
+            if worker >= deadline {
+                return Err(ConfigError(format!(
+                    "{key}: {} must be shorter than collector.probes.timeout ({})",
+                    humantime::format_duration(worker),
+                    humantime::format_duration(deadline)
+                )));
+            }
         }
         Ok(())
     }
@@ -111,7 +118,8 @@ pub fn source(settings: &Settings, views: Arc<dyn DeviceViews>) -> Result<Box<dy
         args,
         schedule.sizes.clone(),
         options(settings).worker_timeout()?,
-    );
+    )
+    .with_nccl_timeout(options(settings).nccl_timeout()?);
     let source = ProbeSource::new(backend, ViewUtilization(views), schedule)?;
     Ok(Box::new(source))
 }

@@ -126,7 +126,12 @@ nvml_fn! {
                 if counter >= NVLINK_ERROR_COUNTER_COUNT {
                     return Err(ERROR_INVALID_ARGUMENT);
                 }
-                let Some(kind) = NvlinkErrorType::ALL.get(counter as usize) else {
+                // Blackwell's driver answers this call "not supported": its NVLink 5 counters
+                // are field values (fields.rs).
+                if !dev.gpu.nvlink_error_types().contains(&NvlinkErrorType::Replay) {
+                    return Err(ERROR_NOT_SUPPORTED);
+                }
+                let Some(kind) = NvlinkErrorType::LEGACY.get(counter as usize) else {
                     return Ok(0);
                 };
                 let errors = r.nvlinks.iter().find(|l| l.link == link).map(|l| l.errors);

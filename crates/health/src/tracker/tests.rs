@@ -348,6 +348,27 @@ fn link_rules() {
     let out = t.evaluate(errors(50.0, 5.0).iter(), now + T);
     assert_eq!(verdict(&out, "GPU-0").0, "healthy", "quiet period over");
 
+    // NVLink 5 (Blackwell): symbol errors are what FEC corrects; errors it left are not.
+    let mut t = HealthTracker::new(T);
+    let errors = |symbol: f64, effective: f64| {
+        gpu0(&[
+            (Metric::NvlinkErrors, &["symbol"], symbol),
+            (Metric::NvlinkErrors, &["effective"], effective),
+        ])
+    };
+    assert_eq!(
+        verdict(&t.evaluate(errors(0.0, 2.0).iter(), now), "GPU-0").0,
+        "healthy"
+    );
+    assert_eq!(
+        verdict(&t.evaluate(errors(900.0, 2.0).iter(), now), "GPU-0").0,
+        "healthy"
+    );
+    assert_eq!(
+        verdict(&t.evaluate(errors(900.0, 3.0).iter(), now), "GPU-0"),
+        v("degraded", "check_hardware", "nvlink_errors")
+    );
+
     let mut t = HealthTracker::new(T);
     let pcie = |gen: f64, width: f64, util: f64| {
         gpu0(&[
@@ -722,15 +743,28 @@ fn a_rail_port_slower_than_the_nodes_fastest_degrades_its_gpu_only() {
 fn a_gpu_outside_the_nvlink_domain_of_most_of_its_node_is_degraded() {
     let mut t = HealthTracker::new(T);
     let now = Instant::now();
-    let node = |cliques: &[(&str, &str)]| {
+    // Each GPU's domain, and whether its fabric registration completed.
+    let node_of = |gpus: &[(&str, &str, bool)]| {
         let mut v = Vec::new();
-        for (i, (cluster, clique)) in cliques.iter().enumerate() {
+        for (i, (cluster, clique, registered)) in gpus.iter().enumerate() {
+            let state: &[&str] = if *registered {
+                &["completed", "success"]
+            } else {
+                &["in_progress", "not_supported"]
+            };
             v.extend(gpu_n(
                 i as u32,
-                &[(Metric::GpuFabricInfo, &[cluster, clique], 1.0)],
+                &[
+                    (Metric::GpuFabricInfo, &[cluster, clique], 1.0),
+                    (Metric::GpuFabricState, state, 1.0),
+                ],
             ));
         }
         v
+    };
+    let node = |cliques: &[(&str, &str)]| {
+        let gpus: Vec<_> = cliques.iter().map(|(c, q)| (*c, *q, true)).collect();
+        node_of(&gpus)
     };
     let healthy = v("healthy", "none", "none");
     let split = v("degraded", "drain_p2p", "clique_split");
@@ -753,4 +787,15 @@ fn a_gpu_outside_the_nvlink_domain_of_most_of_its_node_is_degraded() {
     // One domain again: cleared.
     let out = t.evaluate(node(&[("c", "7"), ("c", "7"), ("c", "7")]).iter(), now);
     assert_eq!(verdict(&out, "GPU-1"), healthy);
+    // Two GPUs still registering answer a zeroed domain: no domain, so the registered GPU is
+    // not the odd one out, and theirs is the fabric rules' verdict, not a split.
+    let zero = "00000000-0000-0000-0000-000000000000";
+    let out = t.evaluate(
+        node_of(&[(zero, "0", false), (zero, "0", false), ("c", "7", true)]).iter(),
+        now,
+    );
+    assert_eq!(verdict(&out, "GPU-2"), healthy);
+    for g in ["GPU-0", "GPU-1"] {
+        assert_ne!(verdict(&out, g).2, "clique_split", "{g}");
+    }
 }

@@ -111,12 +111,12 @@ pub static POLICIES: &[Entry] = &[
     Entry {
         metric: Metric::NvmlCalls,
         policy: Policy::FullOnly,
-        why: "self-diagnosis of what NVML costs the exporter (one series per NVML function called, at most 53 per node), for a drill-down",
+        why: "self-diagnosis of what NVML costs the exporter (one series per NVML function called, at most 54 per node), for a drill-down",
     },
     Entry {
         metric: Metric::NvmlCallSeconds,
         policy: Policy::FullOnly,
-        why: "self-diagnosis of what NVML costs the exporter (one series per NVML function called, at most 53 per node), for a drill-down",
+        why: "self-diagnosis of what NVML costs the exporter (one series per NVML function called, at most 54 per node), for a drill-down",
     },
     Entry {
         metric: Metric::GpuMemoryFree,
@@ -187,6 +187,16 @@ pub static POLICIES: &[Entry] = &[
         metric: Metric::NvlinkReceiveRate,
         policy: Policy::FullOnly,
         why: "DCGM's per-second gauge of what dgx_pixels_nvlink_receive_bytes_total counts exactly",
+    },
+    Entry {
+        metric: Metric::NvlinkErrors,
+        policy: Policy::ExceptValues("error_type", &["link_integrity", "transmit_discard"]),
+        why: "on Blackwell four NVLink 5 totals by default, as many as the legacy types before it (the budget of a GB200 tray GPU has no room for six): receive errors, failed recoveries and the errors before and after forward error correction; local link integrity errors and transmit discards are drill-down detail",
+    },
+    Entry {
+        metric: Metric::NvlinkLinkErrors,
+        policy: Policy::ExceptValues("error_type", &["symbol"]),
+        why: "NVLink 5 symbol errors are what forward error correction corrects: every healthy link counts them, so per link they would be a series per link; the per-GPU total carries them, and errors FEC left (effective) stay per link",
     },
     Entry {
         metric: Metric::ProbeRuns,

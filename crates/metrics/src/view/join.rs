@@ -221,18 +221,19 @@ impl Join {
         let device = sample.device.as_ref()?;
         let gi = device.mig().map(|m| m.gpu_instance);
         // Only per-process rows have the label; no lookup at all without per-process pairs.
-        let process = (!self.process_extra.is_empty())
+        let uid = (!self.process_extra.is_empty())
             .then(|| sample.label("pod_uid"))
             .flatten()
-            .filter(|uid| !uid.is_empty())
-            .and_then(|uid| {
-                self.process_extra
-                    .get(device.uuid())?
-                    .iter()
-                    .find(|(g, u, _)| *g == gi && u == uid)
-            });
-        if let Some((_, _, e)) = process {
-            return Some(e);
+            .filter(|uid| !uid.is_empty());
+        let pairs = uid.and_then(|_| self.process_extra.get(device.uuid()));
+        if let (Some(uid), Some(pairs)) = (uid, pairs) {
+            let mut on_instance = pairs.iter().filter(|(g, _, _)| *g == gi).peekable();
+            if on_instance.peek().is_some() {
+                // The checkpoint names this device's pods: a process of another pod (one that
+                // reached the GPU outside the device plugin) is not the holder's, so it stays
+                // unlabelled rather than get the holder's labels.
+                return on_instance.find(|(_, u, _)| u == uid).map(|(_, _, e)| e);
+            }
         }
         let instances = self.extra.get(device.uuid())?;
         instances.iter().find(|(g, _)| *g == gi).map(|(_, e)| e)
@@ -416,6 +417,34 @@ mod tests {
         assert!(join.labels_for(&snaps[0].output.samples[3]).is_none());
         assert_eq!(join.info.len(), 2);
         assert_eq!(join.holdings().len(), 1);
+    }
+
+    #[test]
+    fn a_process_of_another_pod_never_gets_the_holders_labels() {
+        let set: AttributionSet = Arc::new(vec![
+            (DeviceRef::Uuid("GPU-a".into()), pod("a", "one")),
+            (
+                DeviceRef::PodProcesses {
+                    device: Box::new(DeviceRef::Uuid("GPU-a".into())),
+                    pod_uid: "uid-1".into(),
+                },
+                pod("a", "one"),
+            ),
+        ]);
+        let snaps = [nvml(), holders("kubernetes", set)];
+        let join = Join::build(&snaps);
+        let process = |uid: &str| {
+            Sample::for_gpu(0, "GPU-a", Metric::ProcessMemoryUsed, &["7", "", uid], 1.0)
+        };
+        let pod_of = |s: &Sample| join.labels_for(s).map(|e| e[1].1.clone());
+        assert_eq!(pod_of(&process("uid-1")).as_deref(), Some("one"));
+        // The checkpoint says GPU-a's pod is uid-1: a process of pod uid-9 (the GPU reached
+        // outside the device plugin) is not pod one's.
+        assert_eq!(pod_of(&process("uid-9")), None);
+        // No UID read (not in a pod's cgroup): the device's one holder, as before.
+        assert_eq!(pod_of(&process("")).as_deref(), Some("one"));
+        // The device's own series keep the holder's labels.
+        assert!(join.labels_for(&snaps[0].output.samples[3]).is_some());
     }
 
     #[test]

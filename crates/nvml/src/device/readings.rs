@@ -14,6 +14,7 @@ pub(super) fn read_slow(
     check: &mut Check<'_>,
     pcie: bool,
     counters: bool,
+    nvlink_support: &mut NvlinkSupport,
 ) -> Slow {
     let counters = if counters {
         read_fields(nvml, dev, fields::Batch::Slow, check)
@@ -43,20 +44,30 @@ pub(super) fn read_slow(
             }
             Err(_) => break,
         };
+        let mut not_supported = 0;
         let errors = NVLINK_ERRORS
             .iter()
+            .filter(|_| !nvlink_support.legacy_unsupported)
             .filter_map(|(counter, name)| {
+                let r = timed(F::NvLinkErrorCounter, || l.error_counter(*counter));
+                if matches!(r, Err(NvmlError::NotSupported)) {
+                    not_supported += 1;
+                }
                 check
-                    .call(
-                        F::NvLinkErrorCounter,
-                        &format!("nvlink_{name}_errors"),
-                        || l.error_counter(*counter),
-                    )
+                    .get(&format!("nvlink_{name}_errors"), r)
                     .map(|v| (*name, v as f64))
             })
             .collect();
+        if link == 0 && not_supported == NVLINK_ERRORS.len() {
+            debug!(
+                gpu = check.index,
+                "no NVLink error counter call; not asked again"
+            );
+            nvlink_support.legacy_unsupported = true;
+        }
         nvlinks.push(NvlinkReadout { link, up, errors });
     }
+    read_nvlink5(nvml, dev, check, nvlink_support, &mut nvlinks);
     let violations = VIOLATION_POLICIES
         .iter()
         .filter_map(|(policy, name)| {
@@ -271,6 +282,41 @@ fn printable(bytes: &[u8]) -> String {
             }
         })
         .collect()
+}
+
+/// The NVLink 5 counters of the links found, into their errors, unless the GPU said it has
+/// none (see `nvlink5.rs`).
+fn read_nvlink5(
+    nvml: &Nvml,
+    dev: &Device<'_>,
+    check: &mut Check<'_>,
+    support: &mut NvlinkSupport,
+    nvlinks: &mut [NvlinkReadout],
+) {
+    if nvlinks.is_empty() || support.nvlink5 == crate::nvlink5::Support::No {
+        return;
+    }
+    let mut errors: Vec<_> = nvlinks.iter().map(|l| l.errors).collect();
+    // SAFETY: the handle is only passed back to NVML while `dev` is alive.
+    let handle = unsafe { dev.handle() };
+    match crate::nvlink5::read(nvml, handle, &mut errors) {
+        Ok(crate::nvlink5::Support::No) => {
+            debug!(
+                gpu = check.index,
+                "no NVLink 5 error counters; not asked again"
+            );
+            support.nvlink5 = crate::nvlink5::Support::No;
+        }
+        Ok(s) => {
+            support.nvlink5 = s;
+            for (l, e) in nvlinks.iter_mut().zip(errors) {
+                l.errors = e;
+            }
+        }
+        Err(e) => {
+            check.get::<()>("nvlink5_field_values", Err(e));
+        }
+    }
 }
 
 /// One field-values batch; a field NVML does not answer is logged once and left out.

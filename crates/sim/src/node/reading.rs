@@ -258,9 +258,10 @@ impl GpuSim {
                 .map(|link| NvlinkReadout {
                     link,
                     up: self.nvlink_up(link, t),
-                    errors: NvlinkErrorType::ALL
-                        .map(|e| (e, self.nvlink_error_count(link, e, t)))
-                        .into_iter()
+                    errors: g
+                        .nvlink_error_types()
+                        .iter()
+                        .map(|&e| (e, self.nvlink_error_count(link, e, t)))
                         .collect(),
                 })
                 .collect(),
@@ -372,14 +373,24 @@ impl GpuSim {
             .iter()
             .map(|&flag| (flag, holding.iter().any(|(_, h, ..)| *h == Some(flag))))
             .collect();
+        // Until registration completes the driver answers a zeroed cluster and clique.
+        let registered = matches!(state, FabricState::Completed);
         FabricReadout {
             state: Some(state),
             status: 0,
-            cluster_uuid: f.cluster_uuid.clone(),
-            clique_id: holding
-                .iter()
-                .find_map(|(_, _, c, _)| *c)
-                .unwrap_or(f.clique_id),
+            cluster_uuid: if registered {
+                f.cluster_uuid.clone()
+            } else {
+                "00000000-0000-0000-0000-000000000000".to_string()
+            },
+            clique_id: if registered {
+                holding
+                    .iter()
+                    .find_map(|(_, _, c, _)| *c)
+                    .unwrap_or(f.clique_id)
+            } else {
+                0
+            },
             health,
         }
     }

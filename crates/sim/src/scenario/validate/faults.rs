@@ -4,8 +4,6 @@
 
 use std::time::Duration;
 
-use dgx_pixels_readout::labels::NvlinkErrorType;
-
 use super::super::{Fault, RawFault, RawFaultKind, RawScenario, Repeat, XID_GPU_LOST};
 use super::{gpu_indexer, Ctx};
 use crate::error::ScenarioError;
@@ -169,12 +167,11 @@ impl Fields<'_> {
                         "faults of kind \"nvlink_errors\" need an error_type",
                     ));
                 };
-                let Some(error_type) = NvlinkErrorType::ALL
-                    .into_iter()
-                    .find(|e| e.as_str() == name)
-                else {
-                    let names: Vec<&str> =
-                        NvlinkErrorType::ALL.iter().map(|e| e.as_str()).collect();
+                // Only the types the part counts: a Blackwell GPU has no replay counter to
+                // raise, a Hopper one no symbol errors.
+                let types = g.nvlink_error_types();
+                let Some(&error_type) = types.iter().find(|e| e.as_str() == name) else {
+                    let names: Vec<&str> = types.iter().map(|e| e.as_str()).collect();
                     return Err(self.err(
                         "error_type",
                         format!("expected one of {}", names.join(", ")),

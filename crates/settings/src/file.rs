@@ -1,4 +1,5 @@
-//! Reading a config file without trusting what kind of file it is.
+//! Reading a file (config, certificate, checkpoint, state) without trusting what kind of file
+//! it is.
 
 use std::fs;
 use std::io::{self, Read};
@@ -11,8 +12,8 @@ pub const MAX_CONFIG_FILE_BYTES: u64 = 1 << 20;
 /// Reads a regular file of at most `max` bytes.
 ///
 /// Opened non-blocking, so a FIFO (or a device whose open waits) put where a config file was
-/// expected makes this return an error at once instead of hanging the reload, and with it the
-/// shutdown that waits for the reload. Anything but a regular file is refused, and a file over
+/// expected makes this return an error at once instead of hanging the reload (and with it the
+/// shutdown that waits for the reload) or a poll. Anything but a regular file is refused, and a file over
 /// `max` bytes is refused without being read whole.
 pub fn read_regular(path: &Path, max: u64) -> io::Result<Vec<u8>> {
     let mut file = fs::OpenOptions::new()
