@@ -317,6 +317,10 @@ def live(url, paths, timeout_s=60):
         one_gpu(url, d)
 
 
+# How long the one-GPU pass waits, in all, for queries without data yet.
+ONE_GPU_WAIT_S = 45
+
+
 def one_gpu(url, dash):
     """Every query again with one node and GPU selected, as a user would pick them: node
     dgx-h100-sim, GPU 0, and the first value of every other variable given those."""
@@ -331,11 +335,17 @@ def one_gpu(url, dash):
             return
         values[v["name"]] = want
     n_ok = 0
+    # The probes measure one GPU after another (and the node probes between them), so a probe
+    # panel may wait for GPU 0's turn: a query with no data is retried for a while.
+    deadline = time.time() + ONE_GPU_WAIT_S
     for key, what, expr, instant, kind in queries(dash):
         if kind == "variable":
             continue
-        n, err = run_query(url, expr, kind, instant, values)
         reason = NO_DATA_IN_SIMULATION.get(key) or NO_DATA_ON_ONE_GPU.get(key)
+        n, err = run_query(url, expr, kind, instant, values)
+        while not reason and not err and not n and time.time() < deadline:
+            time.sleep(1)
+            n, err = run_query(url, expr, kind, instant, values)
         if err:
             fail(f"{what} with {values}: {err}")
         elif reason and n:
