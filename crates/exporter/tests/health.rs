@@ -997,3 +997,53 @@ fn a_gpu_whose_rail_port_is_down_is_degraded_until_it_is_up() {
     let (body, _) = wait_until(d.port, Duration::from_secs(15), |b| gpu_is(b, 1, HEALTHY));
     assert!(gpu_is(&body, 1, HEALTHY), "{body}");
 }
+
+/// Issue 32: on Blackwell the NVLink 5 counters feed `nvlink_errors`. dgx-b200 with GPU 2
+/// counting `recovery_failed` errors from 3 s and GPU 3 counting `symbol` errors (which forward
+/// error correction fixes on every healthy NVLink 5 link) all along: GPU 2 turns degraded with
+/// check_hardware, GPU 3's symbol errors are served and it stays healthy. Through the fake NVML
+/// (the field-values call per link) and `--simulate`.
+#[test]
+fn nvlink5_recovery_failures_degrade_a_blackwell_gpu_and_symbol_errors_do_not() {
+    let base = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../sim/scenarios/dgx-b200.toml"
+    ))
+    .unwrap();
+    let mut scenario = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+    write!(
+        scenario,
+        "{base}\n[[faults]]\nkind = \"nvlink_errors\"\ngpu = 2\nlink = 5\n\
+         error_type = \"recovery_failed\"\nerrors = 1\nat_s = 3\n\n\
+         [[faults]]\nkind = \"nvlink_errors\"\ngpu = 3\nlink = 0\nerror_type = \"symbol\"\n\
+         errors = 40\nat_s = 1\nrepeat_every_s = 1\ncount = 60\n"
+    )
+    .unwrap();
+    let path = scenario.path().to_str().unwrap();
+    let config = config_file();
+    let degraded = owned(("degraded", "check_hardware", "nvlink_errors"));
+    for (d, source) in [
+        start_on_fake_nvml(path, &config).0,
+        start_simulated(path, &config).0,
+    ]
+    .into_iter()
+    .zip(["nvml", "sim"])
+    {
+        let (body, took) = wait_until(d.port, Duration::from_secs(30), |b| {
+            verdict(b, 2).as_ref() == Some(&degraded)
+        });
+        assert_eq!(
+            verdict(&body, 2),
+            Some(degraded.clone()),
+            "{source} after {took:?}"
+        );
+        let symbol = value(
+            &body,
+            "dgx_pixels_nvlink_errors_total",
+            &[("gpu", "3"), ("error_type", "symbol")],
+        );
+        assert!(symbol.is_some_and(|v| v > 0.0), "{source}: {symbol:?}");
+        assert_eq!(verdict(&body, 3), Some(owned(HEALTHY)), "{source}");
+        drop(d);
+    }
+}
