@@ -998,6 +998,87 @@ fn a_gpu_whose_rail_port_is_down_is_degraded_until_it_is_up() {
     assert!(gpu_is(&body, 1, HEALTHY), "{body}");
 }
 
+/// Issue 42, item 2: a FIFO in a rail NIC's sysfs tree (every GPU's poll thread opened every
+/// NIC's files blocking: all 8 GPUs went `gpu_up 0`, unhealthy, reboot) costs nothing now:
+/// every GPU stays up and healthy, and the NIC's other files and the other NIC are still read.
+#[test]
+fn a_fifo_in_a_rail_nic_tree_stalls_no_gpu() {
+    use dgx_pixels_nvml::rail::fake;
+    let sysfs = tempfile::tempdir().unwrap();
+    let root = sysfs.path();
+    fake::gpu(root, "17", "01", "0000:18:00.0");
+    fake::nic(
+        root,
+        "mlx5_0",
+        "17",
+        "01",
+        "0000:19:00.0",
+        "4: ACTIVE",
+        "5: LinkUp",
+    );
+    fake::gpu(root, "29", "01", "0000:2a:00.0");
+    fake::nic(
+        root,
+        "mlx5_1",
+        "29",
+        "01",
+        "0000:2b:00.0",
+        "4: ACTIVE",
+        "5: LinkUp",
+    );
+    let counter = root.join("class/infiniband/mlx5_0/ports/1/counters/link_downed");
+    std::fs::remove_file(&counter).unwrap();
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&counter)
+        .status()
+        .unwrap()
+        .success());
+    let mut config = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+    let text = CONFIG.replace(
+        "[nvml]\n",
+        &format!("[nvml]\nsysfs = {:?}\n", root.to_str().unwrap()),
+    );
+    config.write_all(text.as_bytes()).unwrap();
+    let d = start_with_env(
+        &[
+            "--nvml.library",
+            fake_nvml_library(),
+            "--config.file",
+            config.path().to_str().unwrap(),
+            "--metrics.detail",
+            "full",
+        ],
+        &[
+            ("FAKE_NVML_SCENARIO", "dgx-h100"),
+            ("FAKE_NVML_TIME", "100"),
+            ("FAKE_NVML_PCIE_DELAY_MS", "0"),
+        ],
+    );
+    let all_healthy =
+        |b: &str| (0..8).all(|g| verdict(b, g) == Some(owned(HEALTHY))) && b.contains("mlx5_1");
+    let (body, _) = wait_until(d.port, Duration::from_secs(15), all_healthy);
+    assert!(all_healthy(&body), "{body}");
+    for gpu in 0..8 {
+        let g = gpu.to_string();
+        assert_eq!(
+            value(&body, "dgx_pixels_gpu_up", &[("gpu", &g)]),
+            Some(1.0),
+            "{body}"
+        );
+    }
+    let port = |gpu: &str, name: &str| value(&body, name, &[("gpu", gpu), ("port", "1")]);
+    assert_eq!(port("0", "dgx_pixels_gpu_rail_port_up"), Some(1.0));
+    assert_eq!(
+        port("0", "dgx_pixels_gpu_rail_port_rate_bytes_per_second"),
+        Some(50e9)
+    );
+    assert_eq!(port("1", "dgx_pixels_gpu_rail_port_up"), Some(1.0));
+    // The stuck counter is left out, not served as 0.
+    assert!(!series(&body, "dgx_pixels_gpu_rail_link_downed_total")
+        .iter()
+        .any(|l| l.contains("mlx5_0")));
+}
+
 /// Issue 32: on Blackwell the NVLink 5 counters feed `nvlink_errors`. dgx-b200 with GPU 2
 /// counting `recovery_failed` errors from 3 s and GPU 3 counting `symbol` errors (which forward
 /// error correction fixes on every healthy NVLink 5 link) all along: GPU 2 turns degraded with

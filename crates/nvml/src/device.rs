@@ -106,8 +106,8 @@ pub struct ReaderOptions {
     pub activity_top_k: usize,
     /// Where procfs is mounted, to map processes to containers.
     pub procfs: PathBuf,
-    /// Where sysfs is mounted, for the rail NICs.
-    pub sysfs: PathBuf,
+    /// The node's rail NICs, scanned once for all GPUs (sysfs).
+    pub rails: Arc<crate::rail::Rails>,
     /// Read the energy and PCIe replay counters every poll, as before issue 36 (the latency
     /// bench's "before"); otherwise they are slow readings.
     pub counters_every_poll: bool,
@@ -286,7 +286,7 @@ impl GpuReader {
                 &mut self.nvlink_support,
             );
             if let Some(st) = &self.statics {
-                slow.rail = crate::rail::ports_for(&self.options.sysfs, &st.identity.pci_bus_id);
+                slow.rail = self.options.rails.ports_for(&st.identity.pci_bus_id);
             }
             self.slow = Some((now, slow));
         }

@@ -413,7 +413,11 @@ impl NvmlSource {
             activity_scope: self.options.process_activity.scope(),
             activity_top_k: self.options.process_activity_top_k,
             procfs: self.options.procfs.clone(),
-            sysfs: self.options.sysfs.clone(),
+            // A scan serves every GPU's slow reading of one interval.
+            rails: Arc::new(rail::Rails::new(
+                self.options.sysfs.clone(),
+                self.options.slow_interval / 2,
+            )),
             counters_every_poll: self.options.counters_every_poll,
         };
         let workers: Vec<Worker> = (0..count)

@@ -7,10 +7,14 @@
 //! Bounded: at most [`MAX_DEVICES`] devices of [`MAX_PORTS`] ports, each file read up to
 //! [`MAX_FILE`] bytes; anything missing or malformed is left out, never an error.
 
-use std::io::Read;
+use std::collections::BTreeSet;
 use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use dgx_pixels_metrics::gpu::RailPortReadout;
+use dgx_pixels_settings::file::{read_untrusted, with_deadline, Untrusted};
 
 /// Most InfiniBand devices read.
 pub const MAX_DEVICES: usize = 64;
@@ -18,6 +22,13 @@ pub const MAX_DEVICES: usize = 64;
 pub const MAX_PORTS: u32 = 8;
 /// Most bytes read from one sysfs file.
 pub const MAX_FILE: u64 = 256;
+/// Longest wait for one sysfs file: a hung HCA's counter costs its own reading, no more.
+pub const FILE_DEADLINE: Duration = Duration::from_millis(100);
+/// Longest one scan of the node's NICs may take; past it, the ports not yet read are left out.
+pub const SCAN_BUDGET: Duration = Duration::from_secs(1);
+/// Fastest rate a port may report: 3.2 Tb/s, twice the fastest InfiniBand link (XDR 4x, 1.6
+/// Tb/s) that exists. A larger figure is no rate of a real port; it is left out.
+pub const MAX_RATE_BITS_PER_SECOND: f64 = 3.2e12;
 
 /// One NIC: its name, its canonical sysfs device path, its ports.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,68 +41,197 @@ pub struct Nic {
     pub ports: Vec<RailPortReadout>,
 }
 
-fn read_small(path: &Path) -> Option<String> {
-    let mut s = String::new();
-    std::fs::File::open(path)
-        .ok()?
-        .take(MAX_FILE)
-        .read_to_string(&mut s)
-        .ok()?;
-    Some(s.trim().to_string())
-}
-
 /// `4: ACTIVE` and `5: LinkUp` start with their code.
 fn code(text: &str) -> Option<u32> {
     text.split(':').next()?.trim().parse().ok()
 }
 
-/// `400 Gb/sec (4X NDR)` in bytes per second.
+/// `400 Gb/sec (4X NDR)` in bytes per second; none for a rate no port has.
 fn rate_bytes_per_second(text: &str) -> Option<f64> {
     let gbps: f64 = text.split_whitespace().next()?.parse().ok()?;
-    (gbps.is_finite() && gbps >= 0.0).then_some(gbps * 1e9 / 8.0)
+    let bits = gbps * 1e9;
+    (bits.is_finite() && (0.0..=MAX_RATE_BITS_PER_SECOND).contains(&bits)).then_some(bits / 8.0)
 }
 
-/// Every NIC under `<sysfs>/class/infiniband`, by name; none where the directory is missing.
-pub fn scan(sysfs: &Path) -> Vec<Nic> {
-    let Ok(entries) = std::fs::read_dir(sysfs.join("class/infiniband")) else {
-        return Vec::new();
-    };
-    let mut names: Vec<String> = entries
-        .flatten()
-        .filter_map(|e| e.file_name().into_string().ok())
-        .take(MAX_DEVICES)
-        .collect();
-    names.sort();
-    names
-        .into_iter()
-        .filter_map(|name| {
-            let dir = sysfs.join("class/infiniband").join(&name);
-            let pci_path = std::fs::canonicalize(dir.join("device")).ok()?;
-            let ports = (1..=MAX_PORTS)
-                .filter_map(|port| {
-                    let p = dir.join("ports").join(port.to_string());
-                    let state = code(&read_small(&p.join("state"))?)?;
-                    let phys = read_small(&p.join("phys_state")).and_then(|s| code(&s));
-                    Some(RailPortReadout {
-                        device: name.clone(),
-                        port,
-                        // ACTIVE (4), and the physical link up (5) where it says.
-                        up: state == 4 && phys.is_none_or(|p| p == 5),
-                        rate_bytes_per_second: read_small(&p.join("rate"))
-                            .and_then(|r| rate_bytes_per_second(&r)),
-                        link_downed: read_small(&p.join("counters/link_downed"))
-                            .and_then(|v| v.parse::<u64>().ok())
-                            .map(|v| v as f64),
+/// How one sysfs file is read (a parameter so that tests can stand in a file that hangs).
+pub type ReadFile = fn(&Path) -> std::io::Result<Vec<u8>>;
+
+fn read_attribute(path: &Path) -> std::io::Result<Vec<u8>> {
+    // Opened once, non-blocking, only if it is a regular file (sysfs attributes are): a FIFO
+    // or device planted in a test tree or a container's view of sysfs is refused at once.
+    read_untrusted(path, &Untrusted::attribute(MAX_FILE))
+}
+
+/// The rail NICs of the node, read at most once per `max_age` however many GPUs ask, each
+/// sysfs file read off the asking thread under [`FILE_DEADLINE`]: a file that hangs costs its
+/// own reading (and is skipped while its read stays blocked), never a GPU's poll.
+#[derive(Debug)]
+pub struct Rails {
+    sysfs: PathBuf,
+    max_age: Duration,
+    read: ReadFile,
+    last: Mutex<Option<(Instant, Arc<Vec<Nic>>)>>,
+    /// Files whose read passed its deadline and has not returned yet.
+    stuck: Arc<Mutex<BTreeSet<PathBuf>>>,
+}
+
+impl Rails {
+    /// The NICs under `sysfs`, scanned again when the last scan is older than `max_age`.
+    pub fn new(sysfs: impl Into<PathBuf>, max_age: Duration) -> Rails {
+        Rails::with_reader(sysfs, max_age, read_attribute)
+    }
+
+    /// The same with files read by `read`.
+    pub fn with_reader(sysfs: impl Into<PathBuf>, max_age: Duration, read: ReadFile) -> Rails {
+        Rails {
+            sysfs: sysfs.into(),
+            max_age,
+            read,
+            last: Mutex::new(None),
+            stuck: Arc::new(Mutex::new(BTreeSet::new())),
+        }
+    }
+
+    /// Where sysfs is mounted.
+    pub fn sysfs(&self) -> &Path {
+        &self.sysfs
+    }
+
+    /// Files whose read is still blocked.
+    pub fn stuck(&self) -> Vec<PathBuf> {
+        self.stuck
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    /// The node's NICs: the last scan when it is fresh, a new one otherwise (GPUs asking
+    /// meanwhile wait for it and share it).
+    pub fn nics(&self) -> Arc<Vec<Nic>> {
+        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((at, nics)) = last.as_ref() {
+            if at.elapsed() < self.max_age {
+                return Arc::clone(nics);
+            }
+        }
+        let nics = Arc::new(self.scan());
+        *last = Some((Instant::now(), Arc::clone(&nics)));
+        nics
+    }
+
+    /// The trimmed text of one sysfs file; none when missing, unreadable, hung or past the
+    /// scan's budget.
+    fn read_small(&self, path: &Path, until: Instant) -> Option<String> {
+        if Instant::now() >= until {
+            return None;
+        }
+        {
+            let stuck = self.stuck.lock().unwrap_or_else(PoisonError::into_inner);
+            if stuck.contains(path) {
+                return None;
+            }
+        }
+        let read = self.read;
+        let owned = path.to_path_buf();
+        let stuck = Arc::clone(&self.stuck);
+        let returned = Arc::new(AtomicBool::new(false));
+        let done = Arc::clone(&returned);
+        let result = with_deadline(FILE_DEADLINE, move || {
+            let r = read(&owned);
+            // Returned at last: no longer stuck. Under the lock, so that a waiter that gave up
+            // a moment ago sees it and does not mark it stuck for good.
+            let mut stuck = stuck.lock().unwrap_or_else(PoisonError::into_inner);
+            done.store(true, Ordering::Relaxed);
+            stuck.remove(&owned);
+            r
+        });
+        match result {
+            Ok(bytes) => Some(String::from_utf8_lossy(&bytes).trim().to_string()),
+            Err(e) => {
+                if e.kind() == std::io::ErrorKind::TimedOut {
+                    let mut stuck = self.stuck.lock().unwrap_or_else(PoisonError::into_inner);
+                    if !returned.load(Ordering::Relaxed) {
+                        stuck.insert(path.to_path_buf());
+                    }
+                    drop(stuck);
+                    tracing::warn!(
+                        file = %path.display(),
+                        "a rail NIC sysfs file did not answer within {FILE_DEADLINE:?}; skipped while its read stays blocked"
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    /// Every NIC under `<sysfs>/class/infiniband`, by name; none where the directory is
+    /// missing.
+    fn scan(&self) -> Vec<Nic> {
+        let until = Instant::now() + SCAN_BUDGET;
+        let class = self.sysfs.join("class/infiniband");
+        let Ok(entries) = std::fs::read_dir(&class) else {
+            return Vec::new();
+        };
+        let mut names: Vec<String> = entries
+            .flatten()
+            .take(MAX_DEVICES)
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        names.sort();
+        names
+            .into_iter()
+            .filter_map(|name| {
+                let dir = class.join(&name);
+                // A link read, never a file opened: sysfs answers it without the driver.
+                let pci_path = std::fs::canonicalize(dir.join("device")).ok()?;
+                let ports = (1..=MAX_PORTS)
+                    .filter_map(|port| {
+                        let p = dir.join("ports").join(port.to_string());
+                        let state = code(&self.read_small(&p.join("state"), until)?)?;
+                        let phys = self
+                            .read_small(&p.join("phys_state"), until)
+                            .and_then(|s| code(&s));
+                        Some(RailPortReadout {
+                            device: name.clone(),
+                            port,
+                            // ACTIVE (4), and the physical link up (5) where it says.
+                            up: state == 4 && phys.is_none_or(|p| p == 5),
+                            rate_bytes_per_second: self
+                                .read_small(&p.join("rate"), until)
+                                .and_then(|r| rate_bytes_per_second(&r)),
+                            link_downed: self
+                                .read_small(&p.join("counters/link_downed"), until)
+                                .and_then(|v| v.parse::<u64>().ok())
+                                .map(|v| v as f64),
+                        })
                     })
+                    .collect();
+                Some(Nic {
+                    name,
+                    pci_path,
+                    ports,
                 })
-                .collect();
-            Some(Nic {
-                name,
-                pci_path,
-                ports,
             })
-        })
-        .collect()
+            .collect()
+    }
+
+    /// The rail ports of the GPU with `pci_bus_id`: its nearest NIC's; none without one.
+    pub fn ports_for(&self, pci_bus_id: &str) -> Vec<RailPortReadout> {
+        let Some(gpu) = gpu_path(&self.sysfs, pci_bus_id) else {
+            return Vec::new();
+        };
+        let nics = self.nics();
+        nearest(&gpu, &nics)
+            .map(|n| n.ports.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// Every NIC under `<sysfs>/class/infiniband`, by name, scanned now.
+pub fn scan(sysfs: &Path) -> Vec<Nic> {
+    Rails::new(sysfs, Duration::ZERO).scan()
 }
 
 /// The canonical sysfs path of the GPU with NVML's PCI bus id (`00000000:18:00.0`; sysfs
@@ -126,15 +266,10 @@ pub fn nearest<'a>(gpu: &Path, nics: &'a [Nic]) -> Option<&'a Nic> {
     best.map(|(nic, _)| nic)
 }
 
-/// The rail ports of the GPU with `pci_bus_id`: its nearest NIC's; none without one.
+/// The rail ports of the GPU with `pci_bus_id`, scanned now (tests and one-off callers; the
+/// daemon shares one [`Rails`] between its GPUs).
 pub fn ports_for(sysfs: &Path, pci_bus_id: &str) -> Vec<RailPortReadout> {
-    let Some(gpu) = gpu_path(sysfs, pci_bus_id) else {
-        return Vec::new();
-    };
-    let nics = scan(sysfs);
-    nearest(&gpu, &nics)
-        .map(|n| n.ports.clone())
-        .unwrap_or_default()
+    Rails::new(sysfs, Duration::ZERO).ports_for(pci_bus_id)
 }
 
 /// Writes a fake sysfs tree under `root` for tests: GPUs and NICs as PCI functions under
@@ -263,6 +398,113 @@ mod tests {
         assert_eq!(code("4: ACTIVE"), Some(4));
         assert_eq!(code("garbage"), None);
         assert_eq!(rate_bytes_per_second("200 Gb/sec (2X NDR)"), Some(25e9));
+        assert_eq!(rate_bytes_per_second("1600 Gb/sec (4X XDR)"), Some(200e9));
         assert_eq!(rate_bytes_per_second("fast"), None);
+        // A rate no port has (it made 7 GPUs degraded as "slower than the fastest port").
+        assert_eq!(rate_bytes_per_second("1e290 Gb/sec (4X NDR)"), None);
+        assert_eq!(rate_bytes_per_second("3201 Gb/sec"), None);
+        assert_eq!(rate_bytes_per_second("inf Gb/sec"), None);
+        assert_eq!(rate_bytes_per_second("-400 Gb/sec"), None);
+    }
+
+    /// Two GPUs, each with its NIC under its own switch.
+    fn two_rails(root: &Path) {
+        fake::gpu(root, "17", "01", "0000:18:00.0");
+        fake::nic(
+            root,
+            "mlx5_0",
+            "17",
+            "01",
+            "0000:19:00.0",
+            "4: ACTIVE",
+            "5: LinkUp",
+        );
+        fake::gpu(root, "29", "01", "0000:2a:00.0");
+        fake::nic(
+            root,
+            "mlx5_1",
+            "29",
+            "01",
+            "0000:2b:00.0",
+            "4: ACTIVE",
+            "5: LinkUp",
+        );
+    }
+
+    /// Issue 42, item 2: a FIFO in a NIC's tree (a blocking open before) is refused at once;
+    /// the other files of that port and every other NIC are still read.
+    #[test]
+    fn a_fifo_in_a_nic_tree_costs_nothing_and_hides_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        two_rails(root);
+        for file in ["counters/link_downed", "rate", "phys_state"] {
+            let path = root.join("class/infiniband/mlx5_0/ports/1").join(file);
+            std::fs::remove_file(&path).unwrap();
+            let ok = std::process::Command::new("mkfifo")
+                .arg(&path)
+                .status()
+                .unwrap();
+            assert!(ok.success());
+        }
+        let start = Instant::now();
+        let p0 = ports_for(root, "00000000:18:00.0");
+        let p1 = ports_for(root, "00000000:2a:00.0");
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            start.elapsed()
+        );
+        assert_eq!((p0.len(), p0[0].up), (1, true));
+        assert_eq!(
+            (p0[0].rate_bytes_per_second, p0[0].link_downed),
+            (None, None)
+        );
+        assert_eq!(p1[0].rate_bytes_per_second, Some(50e9));
+        assert_eq!(p1[0].link_downed, Some(0.0));
+    }
+
+    fn hangs_on_link_downed_of_mlx5_0(path: &Path) -> std::io::Result<Vec<u8>> {
+        if path.ends_with("mlx5_0/ports/1/counters/link_downed") {
+            std::thread::sleep(Duration::from_secs(3));
+        }
+        std::fs::read(path)
+    }
+
+    /// Issue 42, item 2: a file whose read hangs (a hung HCA's counter) costs one deadline
+    /// once, is skipped while its read stays blocked, and nothing else is lost; eight GPUs
+    /// asking share one scan.
+    #[test]
+    fn a_hung_file_costs_its_own_reading_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        two_rails(root);
+        let rails = Rails::with_reader(root, Duration::ZERO, hangs_on_link_downed_of_mlx5_0);
+        let start = Instant::now();
+        let p0 = rails.ports_for("00000000:18:00.0");
+        let first = start.elapsed();
+        assert!(
+            first >= FILE_DEADLINE && first < Duration::from_secs(1),
+            "{first:?}"
+        );
+        assert_eq!((p0[0].up, p0[0].rate_bytes_per_second), (true, Some(50e9)));
+        assert_eq!(p0[0].link_downed, None);
+        assert_eq!(rails.stuck().len(), 1);
+        // Later scans skip it without waiting while it is stuck.
+        let start = Instant::now();
+        let p1 = rails.ports_for("00000000:2a:00.0");
+        assert!(start.elapsed() < FILE_DEADLINE, "{:?}", start.elapsed());
+        assert_eq!(p1[0].link_downed, Some(0.0));
+        // Once its read returns, it is read again.
+        let until = Instant::now() + Duration::from_secs(10);
+        while !rails.stuck().is_empty() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(rails.stuck().is_empty());
+        // A shared, fresh scan: many GPUs, one reading of each file.
+        let shared = Rails::new(root, Duration::from_secs(60));
+        let a = shared.nics();
+        let b = shared.nics();
+        assert!(Arc::ptr_eq(&a, &b));
     }
 }
