@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::os::unix::fs::FileTypeExt;
 use std::time::Duration;
 
 use common::{fake_cuda_dir, fake_nvml_library, start_with_env, value, wait_until};
@@ -26,6 +27,14 @@ fn the_daemon_reads_a_configured_path_through_a_worker_on_an_idle_node() {
         ),
     )
     .unwrap();
+    // Issue 42, item 5: a FIFO planted under the old fixed scratch name made every run an
+    // error; each run now writes, reads and removes a scratch file of its own.
+    let planted = data.path().join(dgx_pixels_probes::storage::SCRATCH_FILE);
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&planted)
+        .status()
+        .unwrap()
+        .success());
     let lib_dir = fake_cuda_dir().to_str().unwrap().to_string();
     let daemon = start_with_env(
         &[
@@ -56,9 +65,24 @@ fn the_daemon_reads_a_configured_path_through_a_worker_on_an_idle_node() {
     let (body, took) = wait_until(daemon.port, Duration::from_secs(75), |b| read(b).is_some());
     let bps = read(&body).unwrap_or_else(|| panic!("no read in {took:?}:\n{body}"));
     assert!(bps > 0.0);
-    // The scratch file was written in the configured directory, once, at the run's size.
-    let scratch = data.path().join(dgx_pixels_probes::storage::SCRATCH_FILE);
-    assert_eq!(std::fs::metadata(scratch).unwrap().len(), 4 << 20);
+    // Nothing is left behind but what was planted, untouched (a run in flight has its own
+    // file for a few milliseconds).
+    let left = || -> Vec<_> {
+        std::fs::read_dir(data.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect()
+    };
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while left() != [planted.clone()] && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(left(), [planted.clone()]);
+    drop(daemon);
+    assert!(std::fs::symlink_metadata(&planted)
+        .unwrap()
+        .file_type()
+        .is_fifo());
 }
 
 #[test]

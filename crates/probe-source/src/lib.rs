@@ -127,6 +127,7 @@ fn settings_storage(paths: &[PathBuf]) -> Vec<StorageState> {
             next_due: now,
             last: None,
             runs: BTreeMap::new(),
+            failures: 0,
         })
         .collect()
 }
@@ -495,6 +496,25 @@ struct StorageState {
     /// `(bytes per second, direct, when measured)`.
     last: Option<(f64, bool, Instant)>,
     runs: BTreeMap<&'static str, u64>,
+    /// Runs failed in a row: each doubles the wait before the next ([`storage_backoff`]).
+    failures: u32,
+}
+
+/// Wait after the first failed `storage_read` of a path; it doubles with each failure in a
+/// row up to [`STORAGE_BACKOFF_MAX`]. A path that fails at once (missing, refused, a full
+/// disk) otherwise came due again at once: 110 worker processes in 40 s.
+pub const STORAGE_BACKOFF_BASE: Duration = Duration::from_secs(10);
+/// Longest wait between failed `storage_read` runs of a path.
+pub const STORAGE_BACKOFF_MAX: Duration = Duration::from_secs(30 * 60);
+
+/// The wait after `failures` failed runs in a row (none after a success).
+pub fn storage_backoff(failures: u32) -> Duration {
+    match failures {
+        0 => Duration::ZERO,
+        n => STORAGE_BACKOFF_BASE
+            .saturating_mul(1u32 << (n - 1).min(16))
+            .min(STORAGE_BACKOFF_MAX),
+    }
 }
 
 /// `nccl_allreduce`'s schedule and last result.
@@ -846,10 +866,27 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
                 };
                 *s.runs.entry(outcome).or_default() += 1;
                 s.last = None;
-                tracing::warn!(path = %s.label, outcome, "storage_read failed: {e}");
+                s.failures = s.failures.saturating_add(1);
+                // Logged on the first failure and then ever more rarely, as runs back off.
+                if s.failures.is_power_of_two() {
+                    tracing::warn!(
+                        path = %s.label,
+                        outcome,
+                        failures = s.failures,
+                        "storage_read failed: {e}; next try in {:?}",
+                        storage_backoff(s.failures)
+                    );
+                }
             }
         }
-        s.next_due = t0 + took.max(t0.elapsed()) + took.div_f64(self.settings.duty_cycle);
+        if s.last.is_some() {
+            s.failures = 0;
+        }
+        s.next_due = t0
+            + took.max(t0.elapsed())
+            + took
+                .div_f64(self.settings.duty_cycle)
+                .max(storage_backoff(s.failures));
         true
     }
 

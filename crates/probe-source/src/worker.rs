@@ -30,6 +30,8 @@ pub struct WorkerBackend {
     pub nccl_timeout: Duration,
     held: Option<Duration>,
     last: Option<WorkerCost>,
+    /// Each configured storage path as it first resolved (see `read_storage`).
+    resolved: std::collections::BTreeMap<PathBuf, PathBuf>,
 }
 
 /// What the last worker cost.
@@ -57,6 +59,7 @@ impl WorkerBackend {
             nccl_timeout: timeout,
             held: None,
             last: None,
+            resolved: std::collections::BTreeMap::new(),
         }
     }
 
@@ -180,9 +183,22 @@ impl Backend for WorkerBackend {
         bytes: u64,
     ) -> Result<StorageRead, ProbeError> {
         self.held = None;
+        // The worker gets resolved paths only, pinned the first time each resolves: a link
+        // swapped into a configured path later makes its runs fail instead of leading them
+        // elsewhere (the worker refuses any link on the way).
+        let mut pin = |p: &std::path::Path| -> Result<std::path::PathBuf, ProbeError> {
+            if let Some(real) = self.resolved.get(p) {
+                return Ok(real.clone());
+            }
+            let real = dgx_pixels_probes::storage::resolve(p)?;
+            self.resolved.insert(p.to_path_buf(), real.clone());
+            Ok(real)
+        };
+        let real = pin(path)?;
+        let allowed: Vec<std::path::PathBuf> = allowed.iter().filter_map(|a| pin(a).ok()).collect();
         let request = WorkerRequest::StorageRead(StorageRequest {
-            path: path.to_path_buf(),
-            allowed: allowed.to_vec(),
+            path: real,
+            allowed,
             bytes,
         });
         match self.ask(&request)? {

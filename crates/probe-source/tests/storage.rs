@@ -113,7 +113,8 @@ fn an_idle_node_reads_its_paths_and_a_busy_one_does_not() {
     assert_eq!(read.labels[0], label);
     assert!(read.labels[1] == "true" || read.labels[1] == "false");
     assert!(read.value > 0.0);
-    assert!(dir.path().join(storage::SCRATCH_FILE).exists());
+    // The run's own scratch file is gone with the run.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     assert!(samples.iter().all(Sample::is_well_formed));
     // The next read waits for the duty cycle: the next poll runs a GPU probe instead.
     s.poll().unwrap();
@@ -134,6 +135,24 @@ fn a_path_that_fails_counts_an_error_and_serves_no_throughput() {
         Some(1.0)
     );
     assert!(samples.iter().all(|x| x.metric != Metric::ProbeStorageRead));
+}
+
+/// Issue 42: a path that fails at once came due again at once (110 worker processes in
+/// 40 s); now each failure in a row doubles the wait, from 10 s, and a success resets it.
+#[test]
+fn a_failing_path_backs_off() {
+    use dgx_pixels_probe_source::{storage_backoff, STORAGE_BACKOFF_BASE, STORAGE_BACKOFF_MAX};
+    let gone = PathBuf::from("/nonexistent/dgx-pixels-storage-probe");
+    let (mut s, reads) = source(vec![gone.clone()], &Util::default());
+    for _ in 0..60 {
+        s.poll().unwrap();
+    }
+    assert_eq!(reads.lock().unwrap().len(), 1, "retried without back-off");
+    assert_eq!(storage_backoff(0), Duration::ZERO);
+    assert_eq!(storage_backoff(1), STORAGE_BACKOFF_BASE);
+    assert_eq!(storage_backoff(2), 2 * STORAGE_BACKOFF_BASE);
+    assert_eq!(storage_backoff(5), 16 * STORAGE_BACKOFF_BASE);
+    assert_eq!(storage_backoff(40), STORAGE_BACKOFF_MAX);
 }
 
 #[test]

@@ -260,9 +260,13 @@ pub fn run_node(
     for path in &node.storage_paths {
         let label = format!("storage_read {}", path.display());
         let mut values = Vec::with_capacity(iterations);
+        // Resolved once: a link swapped in during the runs makes them fail, never lead away.
+        let real = storage::resolve(path);
         let mut failed = None;
         for i in 0..warmup + iterations {
-            match storage::read_throughput(path, std::slice::from_ref(path), node.storage_bytes) {
+            match real.clone().and_then(|real| {
+                storage::read_throughput(&real, std::slice::from_ref(&real), node.storage_bytes)
+            }) {
                 Ok(r) if i >= warmup => values.push(r.bytes_per_second),
                 Ok(_) => {}
                 Err(e) => {
