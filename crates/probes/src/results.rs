@@ -62,6 +62,9 @@ pub fn detect_container() -> String {
     "no".into()
 }
 
+/// Largest result file `probe compare` reads (a run's results are a few KiB).
+pub const MAX_RESULTS_FILE_BYTES: u64 = 16 << 20;
+
 /// The host's name, from the kernel.
 pub fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -269,8 +272,10 @@ impl RunResults {
 
     /// Reads a result file written by [`RunResults::write`] (JSON or CSV by extension).
     pub fn read(path: &Path) -> Result<RunResults, ProbeError> {
-        let text = std::fs::read_to_string(path)
+        let bytes = dgx_pixels_settings::file::read_regular(path, MAX_RESULTS_FILE_BYTES)
             .map_err(|e| ProbeError::Io(format!("{}: {e}", path.display())))?;
+        let text = String::from_utf8(bytes)
+            .map_err(|e| ProbeError::Parse(format!("{}: not UTF-8: {e}", path.display())))?;
         let mut r = if is_csv(path) {
             Self::from_csv(&text)
                 .map_err(|e| ProbeError::Parse(format!("{}: {e}", path.display())))?
@@ -524,6 +529,23 @@ mod tests {
                 })
                 .collect(),
             node_results: Vec::new(),
+        }
+    }
+
+    /// A results file given to `probe compare` is read once, bounded: a FIFO (which hung the
+    /// command) or /dev/zero (which filled memory) is refused at once.
+    #[test]
+    fn a_results_path_that_is_no_file_is_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("results.json");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        for path in [fifo.as_path(), Path::new("/dev/zero")] {
+            let e = RunResults::read(path).unwrap_err().to_string();
+            assert!(e.contains("not a regular file"), "{e}");
         }
     }
 
