@@ -37,7 +37,8 @@ pub mod state;
 
 pub use source::{
     GpuDirectory, KmsgSource, KnownGpu, Progresses, SharedProgress, Tracked, ViewDirectory,
-    MAX_PATHS, MAX_PENDING_EVENTS, MAX_SEQ, MAX_SEQ_JUMP, READ_BUDGET, REASONS, STATE_INTERVAL,
+    MAX_PATHS, MAX_PENDING_EVENTS, MAX_SEQ, MAX_SEQ_JUMP, READ_BUDGET, REASONS, SEQ_WINDOW,
+    STATE_INTERVAL,
 };
 
 /// The kernel log read by default.
