@@ -284,7 +284,7 @@ fn kernel_log_xids_are_served_once_and_survive_a_restart() {
     }
 
     // (b) Killed without a last word, then started over the same log: the state file holds
-    // what was counted up to which record, so the replay counts nothing twice.
+    // what was counted up to which record and line, so nothing counts twice.
     std::thread::sleep(Duration::from_secs(6)); // past one state write
     let before = kmsg_counters(&text(d.port));
     let logs = stop_and_logs(d);
@@ -299,8 +299,8 @@ fn kernel_log_xids_are_served_once_and_survive_a_restart() {
     );
     assert_eq!(
         value(&body, "dgx_pixels_kmsg_records_read_total", &[]),
-        Some(14.0),
-        "read, then skipped"
+        Some(0.0),
+        "continued after the last line read (issue 42, item 12): nothing read again"
     );
     // A graceful stop writes the state at once; what comes after a restart counts.
     let logs = {
@@ -713,4 +713,120 @@ fn switching_the_kernel_log_away_and_back_counts_nothing_twice() {
         assert_eq!(xid(&body, "0", "31"), Some(3.0), "round {round}");
         assert_eq!(xid(&body, "0", "43"), Some(1.0), "round {round}");
     }
+}
+
+/// Issue 42, item 1, end to end: any process with GPU access can make the driver print its
+/// own 63-byte string at KERN_ERR, facility 0, in `NVRM: API mismatch: the client has the
+/// version <text>, but ...`. dgx-h100 with GPU 0's XID 95 at 3 s (unhealthy, reset_gpu, which
+/// clears only when the GPU is seen reset) and GPU 0 missing the polls from 9 s to 11 s: a
+/// forged "fallen off the bus" of GPU 0 in that string, logged before the missed polls, must
+/// neither count (`dgx_pixels_gpu_fallen_off_bus_total`) nor arm the tracker's "lost" flag, so
+/// the GPU answering again is no reset and the verdict stays unhealthy. (It counted 1 and the
+/// verdict cleared to healthy.)
+#[test]
+fn a_forged_fallen_off_the_bus_in_user_text_arms_nothing() {
+    let mut k = KernelLog::new();
+    let builtin = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../sim/scenarios/dgx-h100.toml"
+    ))
+    .unwrap();
+    let scenario = k.log.with_file_name("scenario.toml");
+    std::fs::write(
+        &scenario,
+        format!(
+            "{builtin}\n[[faults]]\nkind = \"xid\"\ngpu = 0\nat_s = 3\nxid = 95\n\n\
+             [[faults]]\nkind = \"lost\"\ngpu = 0\nat_s = 9\nxid = 95\nrecover_at_s = 11\n"
+        ),
+    )
+    .unwrap();
+    let config = k.log.with_file_name("exporter.toml");
+    std::fs::write(
+        &config,
+        "[collector.health]\ninterval = \"100ms\"\n[collector.nvml]\ninterval = \"100ms\"\n\
+         [nvml]\nslow_interval = \"100ms\"\n[collector.kmsg]\ninterval = \"100ms\"\n",
+    )
+    .unwrap();
+    let scenario = scenario.to_str().unwrap().to_string();
+    let d = start_with_env(
+        &k.args(&["--config.file", config.to_str().unwrap()]),
+        &[
+            ("FAKE_NVML_SCENARIO", scenario.as_str()),
+            ("FAKE_NVML_PCIE_DELAY_MS", "0"),
+            ("DGX_PIXELS_KMSG__BOOT_ID_PATH", k.boot_id.to_str().unwrap()),
+        ],
+    );
+    let body = wait(&d, "gpu_info", |b| {
+        !series(b, "dgx_pixels_gpu_info").is_empty()
+    });
+    let gpu0 = kernel_pci(&body, 0);
+    // What the driver prints for a client version string of the attacker's choosing (63
+    // bytes at most), as /dev/kmsg shows it: the driver's newlines escaped.
+    let user = format!("GPU {gpu0}.0: GPU has fallen off the bus.");
+    assert!(user.len() <= 63);
+    k.record(
+        3,
+        &format!("NVRM: API mismatch: the client has the version {user}, but\\x0aNVRM: this kernel module has the version 550.54.15.  Please\\x0aNVRM: make sure that this kernel module and all NVIDIA driver\\x0aNVRM: components have the same version."),
+    );
+    // Variants of the same forgery: the string without the driver's words after it, and a
+    // forged line in a process name.
+    k.record(
+        3,
+        &format!("NVRM: API mismatch: the client has the version {user}"),
+    );
+    let gpu1 = kernel_pci(&body, 1);
+    k.record(
+        4,
+        &format!("NVRM: Xid (PCI:{gpu1}): 13, pid=9, name=NVRM: GPU {gpu0}.0: GPU has fallen off the bus., Graphics Exception"),
+    );
+    let unhealthy_95 = |b: &str| {
+        value(
+            b,
+            "dgx_pixels_gpu_health_action_info",
+            &[("gpu", "0"), ("action", "reset_gpu"), ("reason", "xid_95")],
+        ) == Some(1.0)
+            && value(
+                b,
+                "dgx_pixels_gpu_health_state",
+                &[("gpu", "0"), ("state", "unhealthy")],
+            ) == Some(1.0)
+    };
+    let body = wait(&d, "XID 95 unhealthy, the forged records read", |b| {
+        unhealthy_95(b) && value(b, "dgx_pixels_kmsg_records_read_total", &[]) == Some(3.0)
+    });
+    assert_eq!(xid(&body, "1", "13"), Some(1.0), "the real XID line counts");
+    let lost = wait(&d, "GPU 0 missing its polls", |b| {
+        value(b, "dgx_pixels_gpu_up", &[("gpu", "0")]) == Some(0.0)
+    });
+    assert_eq!(
+        value(
+            &lost,
+            "dgx_pixels_gpu_fallen_off_bus_total",
+            &[("gpu", "0")]
+        ),
+        None,
+        "a forged record counts nothing"
+    );
+    wait(&d, "GPU 0 answering again", |b| {
+        value(b, "dgx_pixels_gpu_up", &[("gpu", "0")]) == Some(1.0)
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    let body = text(d.port);
+    assert!(
+        unhealthy_95(&body),
+        "answering again after a forged record is no reset:\n{}",
+        body.lines()
+            .filter(|l| l.contains("health") && l.contains("gpu=\"0\""))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert_eq!(
+        value(
+            &body,
+            "dgx_pixels_gpu_fallen_off_bus_total",
+            &[("gpu", "0")]
+        ),
+        None
+    );
+    assert_eq!(kmsg_errors(&body, "not_kernel"), Some(0.0));
 }

@@ -12,8 +12,8 @@
 //!   in it ([`parse::classify`]), on bytes, without allocating; bounded codes and lengths.
 //! - [`reader`]: `/dev/kmsg`, a regular file (followed through truncation and rotation) or a
 //!   FIFO, opened non-blocking and drained up to a budget per poll.
-//! - [`state`]: the state file (boot id, last sequence number, what was counted), written
-//!   atomically, so a restart neither replays nor forgets.
+//! - [`state`]: the state file (boot id, last sequence number, where a regular file was read
+//!   up to, what was counted), written atomically, so a restart neither replays nor forgets.
 //! - [`KmsgSource`]: the `Source` tying them together; [`GpuDirectory`] is how it learns which
 //!   GPU has which PCI address ([`ViewDirectory`]: the device view's, from `dgx_pixels_gpu_info`).
 //!
@@ -37,7 +37,8 @@ pub mod state;
 
 pub use source::{
     GpuDirectory, KmsgSource, KnownGpu, Progresses, SharedProgress, Tracked, ViewDirectory,
-    MAX_PATHS, MAX_PENDING_EVENTS, MAX_SEQ, MAX_SEQ_JUMP, READ_BUDGET, REASONS, STATE_INTERVAL,
+    MAX_PATHS, MAX_PENDING_EVENTS, MAX_SEQ, MAX_SEQ_JUMP, READ_BUDGET, REASONS, SEQ_WINDOW,
+    STATE_INTERVAL,
 };
 
 /// The kernel log read by default.

@@ -12,10 +12,14 @@
 //! - `nvidia-nvswitch3: SXid (PCI:0000:c6:00.0): 20034, Fatal, Link 60 LTSSM Fault Up`
 //!   (NVSwitch errors: switches, not GPUs);
 //! - `NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.` (and `NVRM: GPU at PCI:0000:3b:00:
-//!   ...`), a lost GPU reported without an XID line of its own.
-
-use memchr::memmem;
-use std::sync::OnceLock;
+//!   GPU has fallen off the bus.`), a lost GPU reported without an XID line of its own: the
+//!   whole message in exactly one of these two forms, nothing before or after.
+//!
+//! Every rule is anchored at the start of the message, and takes the address from where the
+//! driver puts it (right after `Xid (`, `SXid (` or `NVRM: GPU `): driver messages that quote
+//! user text (the client's version string in `NVRM: API mismatch: the client has the version
+//! ...`, a process name after `name=`, a path) carry it after their own fixed words, so it can
+//! neither start a message nor supply its address.
 
 /// Longest record accepted, header included. The kernel caps a `/dev/kmsg` record at 8 KiB
 /// (`CONSOLE_EXT_LOG_MAX`); a longer line is not a kernel record and is rejected whole.
@@ -128,16 +132,19 @@ fn number(s: &[u8]) -> Option<u64> {
     })
 }
 
-fn fallen_finder() -> &'static memmem::Finder<'static> {
-    static F: OnceLock<memmem::Finder<'static>> = OnceLock::new();
-    F.get_or_init(|| memmem::Finder::new("fallen off the bus"))
-}
-
 /// The NVIDIA driver's XID prefix: the driver starts the message with it.
 const XID_PREFIX: &[u8] = b"NVRM: Xid (";
 /// The NVSwitch driver's prefix: `nvidia-nvswitchN: SXid (`.
 const NVSWITCH_PREFIX: &[u8] = b"nvidia-nvswitch";
 const SXID_AFTER_INSTANCE: &[u8] = b": SXid (";
+/// The driver's lost-GPU message: `NVRM: GPU ` then the address in one of two forms, then
+/// [`FALLEN_TEXT`] and nothing else.
+const GPU_PREFIX: &[u8] = b"NVRM: GPU ";
+/// What follows the address in the lost-GPU message, to the end of the message.
+const FALLEN_TEXT: &[u8] = b": GPU has fallen off the bus.";
+/// Longest MIG part between an XID line's address and its `)`: ` GPU-I:05 GPU-CI:01` and
+/// the like are far shorter.
+const MAX_MIG_PART: usize = 32;
 
 /// What `message` says about a GPU or switch: `Ok(None)` for the other messages of the kernel
 /// log (almost all of them), an error for a GPU message that does not parse.
@@ -171,10 +178,16 @@ pub fn classify(message: &[u8]) -> Result<Option<Event>, Malformed> {
         }
         return Ok(None);
     }
-    if message.starts_with(b"NVRM: ") && fallen_finder().find(message).is_some() {
-        // `NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.`: the first address names it.
-        let pci = find_address(message).ok_or(Malformed::Message)?;
-        return Ok(Some(Event::FallenOffBus { pci }));
+    if let Some(rest) = message.strip_prefix(GPU_PREFIX) {
+        if let Some(pci) = fallen_off_bus(rest) {
+            return Ok(Some(Event::FallenOffBus { pci }));
+        }
+        // The driver's words without an address where the driver puts one: counted as
+        // malformed, never an event.
+        let said = message.strip_suffix(b" ").unwrap_or(message);
+        if said.ends_with(&FALLEN_TEXT[2..]) {
+            return Err(Malformed::Message);
+        }
     }
     Ok(None)
 }
@@ -187,8 +200,17 @@ fn paren_address(s: &[u8]) -> Option<((PciAddress, u8), &[u8])> {
     let rest = &s[used..];
     // Anything up to `)` after the address (a MIG instance: ` GPU-I:05`, ` GPU-CI:01`) is
     // bounded by the record's own length.
-    let close = rest.iter().position(|&b| b == b')')?;
-    if rest[..close].contains(&b'(') {
+    let close = rest
+        .iter()
+        .take(MAX_MIG_PART + 1)
+        .position(|&b| b == b')')?;
+    let mig = &rest[..close];
+    if !mig.is_empty()
+        && (mig[0] != b' '
+            || !mig
+                .iter()
+                .all(|&b| b == b' ' || b == b':' || b == b'-' || b.is_ascii_alphanumeric()))
+    {
         return None;
     }
     let function = if s.get(used.wrapping_sub(2)) == Some(&b'.') {
@@ -217,24 +239,30 @@ fn parse_pci(s: &[u8]) -> Option<(PciAddress, usize)> {
     PciAddress::parse_prefix(s)
 }
 
-/// The first PCI address anywhere in `s`.
-fn find_address(s: &[u8]) -> Option<PciAddress> {
-    let mut from = 0;
-    while let Some(i) = memchr::memchr(b':', &s[from..]) {
-        let colon = from + i;
-        // A domain of 4 hex digits ends at this colon.
-        if colon >= 4 {
-            let start = colon - 4;
-            let boundary = start == 0 || !s[start - 1].is_ascii_hexdigit();
-            if boundary {
-                if let Some((a, _)) = parse_pci(&s[start..]) {
-                    return Some(a);
-                }
-            }
+/// After `NVRM: GPU `: the address where the driver puts it, in either of its forms
+/// (`0000:3b:00.0` or `at PCI:0000:3b:00`), then exactly [`FALLEN_TEXT`] to the end of the
+/// message. Anything else is another driver message (`NVRM: GPU at PCI:...: GPU-<uuid>`, the
+/// board serial number, ...), never an event: no text a user can put into a message (the
+/// client version of `NVRM: API mismatch`, a process name, a path) can make one.
+fn fallen_off_bus(rest: &[u8]) -> Option<PciAddress> {
+    let (address, used, form_with_function) = match rest.strip_prefix(b"at PCI:") {
+        Some(s) => {
+            let (a, used) = parse_pci(s)?;
+            (a, used + 7, false)
         }
-        from = colon + 1;
+        None => {
+            let (a, used) = parse_pci(rest)?;
+            (a, used, true)
+        }
+    };
+    // `0000:3b:00.0` has its function; `at PCI:0000:3b:00` has none.
+    let has_function = rest.get(used.wrapping_sub(2)) == Some(&b'.');
+    if has_function != form_with_function {
+        return None;
     }
-    None
+    let tail = &rest[used..];
+    let tail = tail.strip_suffix(b" ").unwrap_or(tail);
+    (tail == FALLEN_TEXT).then_some(address)
 }
 
 #[cfg(test)]
@@ -421,6 +449,79 @@ mod tests {
             event("nvidia-nvswitch12: SXid (PCI:0000:c6:00.0): 20034, Fatal"),
             Ok(Some(Event::SXid { code: 20034, .. }))
         ));
+    }
+
+    /// Issue 42, item 1: a process with GPU access makes the driver print its own 63-byte
+    /// string in `NVRM: API mismatch: the client has the version <text>, but ...` (at KERN_ERR,
+    /// facility 0). Forged driver words inside it, or inside any other driver message that
+    /// quotes user text (a process name, a path), are no event: only the driver's exact forms
+    /// count, with the address where the driver puts it.
+    #[test]
+    fn forged_driver_words_in_user_text_are_no_event() {
+        let mismatch = |text: &str| {
+            format!(
+                "NVRM: API mismatch: the client has the version {text}, but\\x0aNVRM: this kernel module has the version 550.54.15.  Please\\x0aNVRM: make sure that this kernel module and all NVIDIA driver\\x0aNVRM: components have the same version."
+            )
+        };
+        let forged = [
+            mismatch("GPU 0000:18:00.0: GPU has fallen off the bus."),
+            mismatch("x: GPU at PCI:0000:18:00: GPU has fallen off the bus."),
+            mismatch("NVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen off the bus."),
+            // The record's own line ends after the user text (a file a helper wrote without
+            // the kernel's escaping of the driver's newlines).
+            "NVRM: API mismatch: the client has the version 0000:18:00.0: GPU has fallen off the bus.".to_string(),
+            // Inside other driver messages that quote a process name or a path.
+            "NVRM: Xid (PCI:0000:1b:00): 13, pid=9, name=GPU 0000:18:00.0: GPU has fallen off the bus., Graphics Exception".to_string(),
+            "NVRM: nvidia-smi[1234]: failed to open /tmp/GPU 0000:18:00.0: GPU has fallen off the bus.".to_string(),
+            "NVRM: GPU at PCI:0000:18:00: GPU-efbdfde9-5798-a6e7-4c46-12518fa15375 GPU has fallen off the bus.".to_string(),
+            "NVRM: GPU 0000:18:00.0: GPU has fallen off the bus. name=0000:3b:00.0".to_string(),
+            "NVRM: GPU 0000:18:00.0: name=x: GPU has fallen off the bus.".to_string(),
+            "NVRM: GPU at PCI:0000:18:00.0: GPU has fallen off the bus.".to_string(),
+            "NVRM: GPU 0000:18:00: GPU has fallen off the bus.".to_string(),
+            "NVRM: GPU Board Serial Number: 0000:18:00.0: GPU has fallen off the bus".to_string(),
+        ];
+        for line in &forged {
+            assert!(
+                !matches!(event(line), Ok(Some(Event::FallenOffBus { .. }))),
+                "{line}: {:?}",
+                event(line)
+            );
+        }
+        // The Xid line with a forged address in its process name counts under the driver's
+        // address (the one after `Xid (`), never the forged one.
+        assert_eq!(
+            event(&forged[4]),
+            Ok(Some(Event::Xid {
+                pci: pci(0, 0x1b, 0),
+                code: 13
+            }))
+        );
+        // A forged Xid inside a process name or a MIG part: not the driver's address or code.
+        assert_eq!(
+            event("NVRM: Xid (PCI:0000:1b:00): 13, pid=9, name=NVRM: Xid (PCI:0000:18:00): 79, x"),
+            Ok(Some(Event::Xid {
+                pci: pci(0, 0x1b, 0),
+                code: 13
+            }))
+        );
+        assert_eq!(
+            event("NVRM: Xid (PCI:0000:1b:00 name=x, GPU 0000:18:00.0): 79, pid=1"),
+            Err(Malformed::Message)
+        );
+        // The driver's own forms still count.
+        for line in [
+            "NVRM: GPU 0000:18:00.0: GPU has fallen off the bus.",
+            "NVRM: GPU at PCI:0000:18:00: GPU has fallen off the bus.",
+            "NVRM: GPU 0000:18:00.0: GPU has fallen off the bus. ",
+        ] {
+            assert_eq!(
+                event(line),
+                Ok(Some(Event::FallenOffBus {
+                    pci: pci(0, 0x18, 0)
+                })),
+                "{line}"
+            );
+        }
     }
 
     /// The priority field says who logged the record: facility 0 (`priority` 0-7) is the

@@ -4,7 +4,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom};
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -14,6 +14,42 @@ use crate::parse::MAX_RECORD_BYTES;
 pub const MAX_BYTES_PER_READ: usize = 8 << 20;
 /// Read buffer: a whole `/dev/kmsg` record (8 KiB) with its continuation lines fits.
 const BUFFER_BYTES: usize = 2 * MAX_RECORD_BYTES + 1024;
+
+/// Bytes before a position whose hash checks, on resuming, that the file still holds what
+/// was read up to there.
+const TAIL_BYTES: u64 = 256;
+
+/// How far a regular file was read: the file (device and inode), the offset after the last
+/// whole line handed out, and a hash of the bytes before it. Resuming there (a restart, a
+/// reload) reads every later byte once and no earlier one again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position {
+    /// Device of the file.
+    pub dev: u64,
+    /// Inode of the file.
+    pub ino: u64,
+    /// Offset after the last whole line read.
+    pub offset: u64,
+    /// 64-bit FNV-1a hash of the (up to 256) bytes before `offset`.
+    pub tail: u64,
+}
+
+/// 64-bit FNV-1a of `bytes`: identifies a line or a file's tail, not a defence against a
+/// writer who chooses collisions (whoever writes the log is trusted like the kernel).
+pub fn fingerprint(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The hash of the bytes of `file` before `offset` (see [`Position::tail`]).
+fn tail_of(file: &File, offset: u64) -> io::Result<u64> {
+    let len = offset.min(TAIL_BYTES);
+    let mut buf = [0u8; TAIL_BYTES as usize];
+    let buf = &mut buf[..len as usize];
+    file.read_exact_at(buf, offset - len)?;
+    Ok(fingerprint(buf))
+}
 
 /// What the path is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,9 +129,42 @@ impl Reader {
         Ok(reader)
     }
 
+    /// Opens `path` and, when it is the regular file `at` names (same device and inode, at
+    /// least as long, the same bytes before the offset), continues after the offset; else
+    /// from the start. Says whether it continued.
+    pub fn open_at(path: &Path, at: Option<&Position>) -> io::Result<(Reader, bool)> {
+        let mut reader = Reader::open(path, false)?;
+        let Some(at) = at else {
+            return Ok((reader, false));
+        };
+        let same = reader.kind == Kind::Regular
+            && reader.identity == (at.dev, at.ino)
+            && reader.file.metadata()?.len() >= at.offset
+            && tail_of(&reader.file, at.offset).ok() == Some(at.tail);
+        if same {
+            reader.offset = reader.file.seek(SeekFrom::Start(at.offset))?;
+        }
+        Ok((reader, same))
+    }
+
     /// What the path is.
     pub fn kind(&self) -> Kind {
         self.kind
+    }
+
+    /// How far a regular file was read (after the last whole line handed out); `None` for
+    /// the other kinds, and in the middle of skipping an over-long line.
+    pub fn position(&self) -> Option<Position> {
+        if self.kind != Kind::Regular || self.discarding {
+            return None;
+        }
+        let offset = self.offset.checked_sub(self.partial as u64)?;
+        Some(Position {
+            dev: self.identity.0,
+            ino: self.identity.1,
+            offset,
+            tail: tail_of(&self.file, offset).ok()?,
+        })
     }
 
     /// Reads what is there now (up to [`MAX_BYTES_PER_READ`], and until `until`), handing
@@ -243,6 +312,38 @@ mod tests {
         std::fs::rename(&path, dir.path().join("kmsg.1")).unwrap();
         std::fs::write(&path, "6,5,5,-;rotated\n").unwrap();
         assert_eq!(lines(&mut r), ["6,5,5,-;rotated"]);
+    }
+
+    /// Issue 42, item 12: a position resumes the same file after its last whole line; another
+    /// file at the path, a truncated one or one rewritten before the position starts over.
+    #[test]
+    fn a_position_resumes_only_the_file_it_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kmsg");
+        std::fs::write(&path, "6,1,1,-;one\n6,2,2,-;tw").unwrap();
+        let mut r = Reader::open(&path, false).unwrap();
+        assert_eq!(lines(&mut r), ["6,1,1,-;one"]);
+        let at = r.position().unwrap();
+        assert_eq!(at.offset, 12, "after the last whole line");
+        drop(r);
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(b"o\n6,3,3,-;three\n").unwrap();
+        let (mut r, resumed) = Reader::open_at(&path, Some(&at)).unwrap();
+        assert!(resumed);
+        assert_eq!(lines(&mut r), ["6,2,2,-;two", "6,3,3,-;three"]);
+        // The same length, other bytes before the position: not the file that was read.
+        std::fs::write(&path, "6,1,1,-;ONE\n6,2,2,-;two\n").unwrap();
+        let (mut r, resumed) = Reader::open_at(&path, Some(&at)).unwrap();
+        assert!(!resumed);
+        assert_eq!(lines(&mut r).len(), 2);
+        // Shorter than the position, or another inode: from the start.
+        let at = r.position().unwrap();
+        std::fs::write(&path, "6,9,9,-;x\n").unwrap();
+        assert!(!Reader::open_at(&path, Some(&at)).unwrap().1);
+        let other = dir.path().join("other");
+        std::fs::write(&other, "6,1,1,-;ONE\n6,2,2,-;two\n").unwrap();
+        std::fs::rename(&other, &path).unwrap();
+        assert!(!Reader::open_at(&path, Some(&at)).unwrap().1);
     }
 
     #[test]

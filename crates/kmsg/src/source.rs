@@ -15,7 +15,7 @@ use tracing::{info, warn};
 use dgx_pixels_metrics::view::DeviceViews;
 
 use crate::parse::{classify, parse_record, Event, Malformed, PciAddress};
-use crate::reader::{Kind, Line, Reader};
+use crate::reader::{fingerprint, Kind, Line, Reader};
 use crate::state::{self, Progress, MAX_SERIES};
 use crate::KmsgOptions;
 
@@ -26,10 +26,13 @@ pub const STATE_INTERVAL: Duration = Duration::from_secs(5);
 pub const MAX_PENDING_EVENTS: usize = 1024;
 
 /// Every `reason` of `dgx_pixels_kmsg_errors_total`, all served from the first poll.
-pub const REASONS: [&str; 11] = [
+pub const REASONS: [&str; 14] = [
     "malformed",
     "not_kernel",
     "bad_seq",
+    "seq_gap",
+    "seq_repeat",
+    "seq_restart",
     "too_long",
     "overrun",
     "unknown_gpu",
@@ -97,6 +100,10 @@ pub const MAX_SEQ: u64 = 1 << 48;
 /// and one more than this below the last one means the log started over.
 pub const MAX_SEQ_JUMP: u64 = 1 << 24;
 
+/// Records of the current numbering of a file or FIFO remembered (sequence number and the
+/// hash of the line), so that one read again is told from a numbering that started over.
+pub const SEQ_WINDOW: usize = 4096;
+
 /// The progress per path (see [`SharedProgress`]).
 #[derive(Debug, Default)]
 pub struct Progresses {
@@ -131,45 +138,106 @@ pub struct Tracked {
     writable: bool,
     /// A sequence number that jumped too far, held until the next record confirms it.
     jump: Option<u64>,
+    /// The last [`SEQ_WINDOW`] records of the current numbering read from a file or FIFO
+    /// (sequence number, hash of the line), in order.
+    window: VecDeque<(u64, u64)>,
 }
 
 /// What a record's sequence number says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Seq {
-    /// Not processed yet: process it.
+    /// The next one: process it.
     New,
-    /// Processed before (a replay after a restart): skip it.
-    Seen,
+    /// Past the next one (records are missing): process it, count the gap.
+    Gap,
+    /// At or below the last one, and not a record read before: the writer's numbering
+    /// started over (a new boot, a rotated file). Process it, count it.
+    Restart,
+    /// A record read before, written again (a helper that replays the log): skip it, count it.
+    Repeat,
+    /// `/dev/kmsg` replaying its ring buffer to a new reader: skip what was processed.
+    Replayed,
     /// Not a believable number: skip it, count it, never remember it.
     Bad,
 }
 
-/// Judges `seq` against the last one processed (see [`MAX_SEQ`], [`MAX_SEQ_JUMP`]).
-fn judge_seq(kind: Kind, last: Option<u64>, jump: &mut Option<u64>, seq: u64) -> Seq {
+/// Judges the record numbered `seq` whose line hashes to `fp` against what was read (see
+/// [`MAX_SEQ`], [`MAX_SEQ_JUMP`], [`SEQ_WINDOW`] and docs/kmsg.md), and remembers it when it
+/// is processed.
+fn judge_seq(
+    kind: Kind,
+    progress: &mut Progress,
+    window: &mut VecDeque<(u64, u64)>,
+    jump: &mut Option<u64>,
+    seq: u64,
+    fp: u64,
+) -> Seq {
     if seq >= MAX_SEQ {
         return Seq::Bad;
     }
+    // The kernel numbers /dev/kmsg itself: one boot, one numbering, no repeats.
     let trusted = kind == Kind::CharDevice;
-    let Some(last) = last else {
-        return Seq::New;
-    };
-    if seq > last {
-        if trusted || seq - last <= MAX_SEQ_JUMP {
-            *jump = None;
-            return Seq::New;
+    let verdict = match progress.seq {
+        None => {
+            progress.start = Some((seq, fp));
+            Seq::New
         }
-        // A jump: believed once the next record continues from it (a filtered log can skip
-        // millions of records; one garbled or forged number cannot).
-        let confirmed = jump.is_some_and(|j| seq > j && seq - j <= MAX_SEQ_JUMP);
-        *jump = if confirmed { None } else { Some(seq) };
-        return if confirmed { Seq::New } else { Seq::Bad };
+        Some(last) if seq > last => {
+            if trusted || seq - last <= MAX_SEQ_JUMP {
+                *jump = None;
+                if seq == last + 1 {
+                    Seq::New
+                } else {
+                    Seq::Gap
+                }
+            } else {
+                // A jump: believed once the next record continues from it (a filtered log can
+                // skip millions of records; one garbled or forged number cannot).
+                let confirmed = jump.is_some_and(|j| seq > j && seq - j <= MAX_SEQ_JUMP);
+                *jump = if confirmed { None } else { Some(seq) };
+                if confirmed {
+                    Seq::Gap
+                } else {
+                    Seq::Bad
+                }
+            }
+        }
+        Some(_) if trusted => Seq::Replayed,
+        Some(last) => {
+            // At or below the last one: the same line read before is a repeat; another line
+            // under a number read before, a number below the first one read of this
+            // numbering, or one far below the last (after a jump) starts a new numbering.
+            let known = window
+                .binary_search_by_key(&seq, |&(s, _)| s)
+                .ok()
+                .map(|i| window[i].1)
+                .or(progress.start.filter(|s| s.0 == seq).map(|s| s.1));
+            let restart = match known {
+                Some(read) => read != fp,
+                None => {
+                    progress.start.is_some_and(|(first, _)| seq < first)
+                        || last - seq > MAX_SEQ_JUMP
+                }
+            };
+            if !restart {
+                return Seq::Repeat;
+            }
+            progress.start = Some((seq, fp));
+            window.clear();
+            *jump = None;
+            Seq::Restart
+        }
+    };
+    if matches!(verdict, Seq::New | Seq::Gap | Seq::Restart) {
+        progress.seq = Some(seq);
+        if !trusted {
+            if window.len() >= SEQ_WINDOW {
+                window.pop_front();
+            }
+            window.push_back((seq, fp));
+        }
     }
-    if !trusted && last - seq > MAX_SEQ_JUMP {
-        // Far below the last: the log started over (or the last was bogus).
-        *jump = None;
-        return Seq::New;
-    }
-    Seq::Seen
+    verdict
 }
 
 /// The source. See the crate docs.
@@ -299,6 +367,7 @@ impl KmsgSource {
             pending: VecDeque::new(),
             writable,
             jump: None,
+            window: VecDeque::new(),
         }
     }
 }
@@ -389,7 +458,14 @@ impl Source for KmsgSource {
         if self.reader.is_none() {
             // Without a state file, what the log holds now was logged before we started.
             let from_end = !tracked.writable && tracked.progress.seq.is_none();
-            let reader = Reader::open(&self.options.path, from_end).map_err(|e| {
+            let opened = if from_end {
+                Reader::open(&self.options.path, true).map(|r| (r, false))
+            } else {
+                // A regular file read before continues after its last line read: a restart
+                // or reload reads nothing twice and skips nothing.
+                Reader::open_at(&self.options.path, tracked.progress.position.as_ref())
+            };
+            let (reader, resumed) = opened.map_err(|e| {
                 PollError::new(
                     PollErrorKind::FileUnreadable,
                     format!(
@@ -398,7 +474,7 @@ impl Source for KmsgSource {
                     ),
                 )
             })?;
-            info!(path = %self.options.path.display(), kind = ?reader.kind(), from_end, "kmsg: reading the kernel log");
+            info!(path = %self.options.path.display(), kind = ?reader.kind(), from_end, resumed, "kmsg: reading the kernel log");
             self.reader = Some(reader);
         }
         let (now, mono) = (Instant::now(), monotonic_us());
@@ -411,6 +487,7 @@ impl Source for KmsgSource {
             progress,
             pending,
             jump,
+            window,
             ..
         } = tracked;
         // Events read before the GPU list was known go first, in order.
@@ -439,13 +516,15 @@ impl Source for KmsgSource {
                             Err(Malformed::TooLong) => return tally.error("too_long"),
                             Err(_) => return tally.error("malformed"),
                         };
-                        match judge_seq(kind, progress.seq, jump, record.seq) {
+                        read_more = true;
+                        match judge_seq(kind, progress, window, jump, record.seq, fingerprint(t)) {
                             Seq::New => {}
-                            Seq::Seen => return, // counted before this restart
+                            Seq::Gap => tally.error("seq_gap"),
+                            Seq::Restart => tally.error("seq_restart"),
+                            Seq::Repeat => return tally.error("seq_repeat"),
+                            Seq::Replayed => return, // counted before this restart
                             Seq::Bad => return tally.error("bad_seq"),
                         }
-                        progress.seq = Some(record.seq);
-                        read_more = true;
                         let event = match classify(record.message) {
                             Ok(None) => return,
                             Err(_) if !record.is_kernel() => return,
@@ -487,6 +566,11 @@ impl Source for KmsgSource {
             }
             None => Ok(()),
         };
+        // How far a regular file was read: every line up to there is accounted for above.
+        if let Some(at) = self.reader.as_ref().and_then(Reader::position) {
+            read_more |= progress.position != Some(at);
+            progress.position = Some(at);
+        }
         let pending_empty = pending.is_empty();
         let writable = tracked.writable;
         drop(guard);

@@ -9,6 +9,8 @@
 //! boot_id 4d1c7a1e-0b8f-4c0e-9a55-1f0c4a7e9b21
 //! path /dev/kmsg
 //! seq 18234
+//! start 1 9c1b2f3e4d5a6b7c
+//! file 2049 1835011 482113 0a1b2c3d4e5f6071
 //! xid GPU-1b2c... 79 1
 //! sxid 0000:c6:00.0 20034 2
 //! fallen GPU-1b2c... 1
@@ -18,6 +20,8 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
+
+use crate::reader::Position;
 
 /// Largest state file read: far more than the bounded counts it holds need.
 pub const MAX_STATE_BYTES: u64 = 1 << 20;
@@ -55,6 +59,12 @@ pub struct Progress {
     pub path: String,
     /// The last sequence number processed; `None` before the first record.
     pub seq: Option<u64>,
+    /// The lowest-numbered record of the current numbering that was read: its sequence
+    /// number and the hash of its line (a lower number, or this one with another line, is a
+    /// numbering that started over, never a repeat).
+    pub start: Option<(u64, u64)>,
+    /// How far a regular file was read, to continue there.
+    pub position: Option<Position>,
     /// XIDs per (GPU uuid, code) read from the kernel log.
     pub xids: BTreeMap<(String, u32), u64>,
     /// SXids per (switch PCI address, code).
@@ -135,6 +145,19 @@ pub fn load(path: &Path) -> Result<Option<Progress>, StateError> {
                 }
                 p.seq = Some(seq);
             }
+            ["start", s, fp] => {
+                let fp = u64::from_str_radix(fp, 16).map_err(|_| invalid(n, "not a hash"))?;
+                p.start = Some((num(s)?, fp));
+            }
+            ["file", dev, ino, offset, tail] => {
+                let tail = u64::from_str_radix(tail, 16).map_err(|_| invalid(n, "not a hash"))?;
+                p.position = Some(Position {
+                    dev: num(dev)?,
+                    ino: num(ino)?,
+                    offset: num(offset)?,
+                    tail,
+                });
+            }
             ["xid", uuid, c, count] => {
                 p.xids.insert(((*uuid).to_string(), code(c)?), num(count)?);
             }
@@ -171,6 +194,15 @@ pub fn save(path: &Path, p: &Progress) -> io::Result<()> {
     text.push_str(&format!("path {}\n", p.path.replace('\n', "?")));
     if let Some(seq) = p.seq {
         text.push_str(&format!("seq {seq}\n"));
+    }
+    if let Some((seq, fp)) = p.start {
+        text.push_str(&format!("start {seq} {fp:016x}\n"));
+    }
+    if let Some(at) = p.position {
+        text.push_str(&format!(
+            "file {} {} {} {:016x}\n",
+            at.dev, at.ino, at.offset, at.tail
+        ));
     }
     for ((uuid, code), n) in &p.xids {
         text.push_str(&format!("xid {uuid} {code} {n}\n"));
@@ -222,6 +254,13 @@ mod tests {
             boot_id: "b-1".into(),
             path: "/var/log/kernel log".into(),
             seq: Some(42),
+            start: Some((1, 0xfeed_0000_0000_0001)),
+            position: Some(Position {
+                dev: 2049,
+                ino: 77,
+                offset: 4096,
+                tail: u64::MAX,
+            }),
             ..Default::default()
         };
         p.xids.insert(("GPU-a".into(), 79), 2);

@@ -78,6 +78,7 @@ impl Fixture {
 
     fn line(&self, line: &str) {
         let mut f = std::fs::OpenOptions::new()
+            .create(true)
             .append(true)
             .open(self.dir.path().join("kmsg"))
             .unwrap();
@@ -503,4 +504,126 @@ fn the_view_directory_finds_gpus_by_pci_address_in_gpu_info() {
     let view = DeviceView::build(&[Arc::new(nvml(false))]);
     *views.0.lock().unwrap() = Some(Arc::new(view));
     assert_eq!(gpus.gpus(), None);
+}
+
+/// A record numbered `seq`, logged at `ts`, of XID `code` on GPU 0.
+fn numbered(seq: u64, ts: u64, code: u32) -> String {
+    format!("3,{seq},{ts},-;NVRM: Xid (PCI:0000:1b:00): {code}, pid=1")
+}
+
+/// The same source, started again over the same state directory (a daemon restart): a new
+/// ledger and progress, seeded from the state file the old one left.
+fn restart(f: &mut Fixture, s: KmsgSource) -> KmsgSource {
+    drop(s);
+    f.ledger = Arc::new(XidLedger::default());
+    f.source()
+}
+
+/// Issue 42, item 12: sequence numbers of a file, in one process. A writer whose numbering
+/// starts over at 1 (a rotated file, a new boot) has its records counted (`seq_restart`; they
+/// were skipped silently); missing numbers are counted (`seq_gap`) and the record after them
+/// counts; a record written again (a helper replaying the log) counts once (`seq_repeat`).
+#[test]
+fn a_numbering_that_starts_over_gaps_and_repeats_are_each_handled_and_counted() {
+    let f = Fixture::new();
+    f.known.store(true, Ordering::Relaxed);
+    for seq in 1..=3 {
+        f.line(&numbered(seq, seq * 1000, 79));
+    }
+    let mut s = f.source();
+    s.poll().unwrap();
+    assert_eq!(f.ledger.counts("GPU-a"), [(79, 3)].into());
+    // Numbering starts over at 1: another line under a number read before.
+    f.line(&numbered(1, 9_000, 95));
+    let out = s.poll().unwrap();
+    assert_eq!(f.ledger.counts("GPU-a"), [(79, 3), (95, 1)].into());
+    assert_eq!(error(&out, "seq_restart"), 1.0);
+    assert_eq!(error(&out, "seq_repeat"), 0.0);
+    // A gap: 2 to 4 missing; 5 counts.
+    f.line(&numbered(5, 9_500, 95));
+    let out = s.poll().unwrap();
+    assert_eq!(f.ledger.counts("GPU-a")[&95], 2);
+    assert_eq!(error(&out, "seq_gap"), 1.0);
+    // Repeats: the last record again, and the first of this numbering.
+    f.line(&numbered(5, 9_500, 95));
+    f.line(&numbered(1, 9_000, 95));
+    f.line(&numbered(6, 9_600, 31));
+    let out = s.poll().unwrap();
+    assert_eq!(f.ledger.counts("GPU-a"), [(31, 1), (79, 3), (95, 2)].into());
+    assert_eq!(error(&out, "seq_repeat"), 2.0);
+    assert_eq!(error(&out, "seq_restart"), 1.0);
+    // The file rotated: a new file at the path, its writer numbering from 1 again.
+    std::fs::rename(f.dir.path().join("kmsg"), f.dir.path().join("kmsg.1")).unwrap();
+    f.line(&numbered(1, 10_000, 13));
+    f.line(&numbered(2, 10_100, 13));
+    let out = s.poll().unwrap();
+    assert_eq!(f.ledger.counts("GPU-a")[&13], 2);
+    assert_eq!(error(&out, "seq_restart"), 2.0);
+    drop(s);
+    assert_eq!(f.state().seq, Some(2));
+}
+
+/// Issue 42, item 12, across daemon restarts: no XID is lost or counted twice. A regular file
+/// is continued after the last line read (its device, inode, offset and the hash of the bytes
+/// before it are in the state file), so a numbering that started over while the exporter was
+/// down counts, and a forward jump later followed by lower numbers is not counted again (it
+/// was: XID 79 1, then 2). A helper that replayed the log while it was down counts nothing
+/// twice, also when the file was replaced by a copy (read again from its start).
+#[test]
+fn a_daemon_restart_neither_loses_nor_repeats_a_record() {
+    let mut f = Fixture::new();
+    f.known.store(true, Ordering::Relaxed);
+    // A confirmed forward jump, then the numbering goes on from below it.
+    let far = 3 + MAX_SEQ_JUMP * 2;
+    f.line(&numbered(1, 1000, 79));
+    f.line(&numbered(far, 2000, 13));
+    f.line(&numbered(far + 1, 3000, 13));
+    f.line(&numbered(2, 4000, 31));
+    f.line(&numbered(3, 5000, 79));
+    let mut s = f.source();
+    let out = s.poll().unwrap();
+    let counted: std::collections::BTreeMap<u32, u64> = [(13, 1), (31, 1), (79, 2)].into();
+    assert_eq!(f.ledger.counts("GPU-a"), counted);
+    for round in 0..2 {
+        s = restart(&mut f, s);
+        s.poll().unwrap();
+        assert_eq!(f.ledger.counts("GPU-a"), counted, "restart {round}");
+    }
+    assert_eq!(error(&out, "bad_seq"), 1.0);
+    assert_eq!(error(&out, "seq_restart"), 1.0);
+    // Down: the writer's numbering starts over at 1, with an XID 79.
+    drop(s);
+    f.line(&numbered(1, 6000, 79));
+    f.ledger = Arc::new(XidLedger::default());
+    let mut s = f.source();
+    let out = s.poll().unwrap();
+    assert_eq!(f.ledger.counts("GPU-a")[&79], 3, "the new numbering counts");
+    assert_eq!(error(&out, "seq_restart"), 1.0);
+    // Down: a helper replays what it had written, then logs one more.
+    f.line(&numbered(1, 6000, 79));
+    f.line(&numbered(2, 6500, 48));
+    let mut s = restart(&mut f, s);
+    let out = s.poll().unwrap();
+    assert_eq!(f.ledger.counts("GPU-a")[&79], 3, "a repeat counts nothing");
+    assert_eq!(f.ledger.counts("GPU-a")[&48], 1);
+    assert_eq!(error(&out, "seq_repeat"), 1.0);
+    // Another log, replaced while the exporter was down by a copy of itself (another inode)
+    // with one more record: read from its start, the records read before are repeats.
+    drop(s);
+    let mut f = Fixture::new();
+    f.known.store(true, Ordering::Relaxed);
+    for seq in 1..=3 {
+        f.line(&numbered(seq, seq * 1000, 79));
+    }
+    let mut s = f.source();
+    s.poll().unwrap();
+    let log = std::fs::read_to_string(f.dir.path().join("kmsg")).unwrap();
+    let copy = f.dir.path().join("kmsg.new");
+    std::fs::write(&copy, format!("{log}{}\n", numbered(4, 4000, 43))).unwrap();
+    std::fs::rename(&copy, f.dir.path().join("kmsg")).unwrap();
+    let mut s = restart(&mut f, s);
+    let out = s.poll().unwrap();
+    assert_eq!(f.ledger.counts("GPU-a"), [(43, 1), (79, 3)].into());
+    assert_eq!(error(&out, "seq_repeat"), 3.0);
+    drop(s);
 }
