@@ -21,6 +21,8 @@ use std::fs;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
+use dgx_pixels_settings::file::{read_untrusted, Untrusted};
+
 use crate::reader::Position;
 
 /// Largest state file read: far more than the bounded counts it holds need.
@@ -102,23 +104,23 @@ pub fn load(path: &Path) -> Result<Option<Progress>, StateError> {
         path: path.to_path_buf(),
         source,
     };
-    let file = match fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io_err(e)),
-    };
-    let mut text = String::new();
-    file.take(MAX_STATE_BYTES + 1)
-        .read_to_string(&mut text)
-        .map_err(io_err)?;
     let invalid = |line: usize, why: &str| StateError::Invalid {
         path: path.to_path_buf(),
         line,
         why: why.to_string(),
     };
-    if text.len() as u64 > MAX_STATE_BYTES {
-        return Err(invalid(0, "larger than 1 MiB"));
-    }
+    // Read once, non-blocking, no link followed (the writer renames over links; a link or
+    // FIFO planted since is refused, never followed or waited on), at most 1 MiB.
+    let how = Untrusted::regular(MAX_STATE_BYTES).no_follow();
+    let bytes = match read_untrusted(path, &how) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+            return Err(invalid(0, "larger than 1 MiB"))
+        }
+        Err(e) => return Err(io_err(e)),
+    };
+    let text = String::from_utf8(bytes).map_err(|_| invalid(0, "not UTF-8"))?;
     let mut p = Progress::default();
     let mut version = false;
     for (i, line) in text.lines().enumerate() {
@@ -286,6 +288,29 @@ mod tests {
         assert!(load(&path).unwrap_err().to_string().contains("no version"));
         fs::write(&path, "x".repeat(MAX_STATE_BYTES as usize + 1)).unwrap();
         assert!(load(&path).unwrap_err().to_string().contains("larger"));
+    }
+
+    /// Issue 42: the state file is read once through settings::file: a FIFO planted at its
+    /// name (a blocking open hung the source's start) or a link to /dev/zero is refused at
+    /// once, and a link to a real file is not followed.
+    #[test]
+    fn a_planted_fifo_or_link_at_the_state_path_is_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .unwrap()
+            .success());
+        assert!(load(&path).is_err());
+        fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
+        assert!(load(&path).is_err());
+        fs::remove_file(&path).unwrap();
+        let elsewhere = dir.path().join("elsewhere");
+        fs::write(&elsewhere, "# dgx-pixels-exporter kmsg state\n").unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+        assert!(load(&path).is_err());
     }
 
     /// Issue 28, item 14: a link planted at the state file's path or at any fixed temporary
