@@ -13,8 +13,7 @@
 //! certificates it presents the certificate and key given here (`--client-cert`,
 //! `--client-key`).
 
-use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -31,7 +30,7 @@ use crate::config;
 /// Longest message: NPD's default `max_output_length` (it cuts longer ones itself).
 pub const MAX_MESSAGE: usize = 80;
 /// Largest exposition read: far above 64 GPUs in the full profile.
-const MAX_RESPONSE_BYTES: u64 = 32 << 20;
+const MAX_RESPONSE_BYTES: usize = 32 << 20;
 /// Longest password file read.
 const MAX_PASSWORD_BYTES: u64 = 4096;
 /// Longest client certificate or key file read (a chain of a few certificates).
@@ -119,15 +118,14 @@ fn check(cli: &Cli, args: &NpdCheckArgs) -> Answer {
             Ok(s) => s,
             Err(e) => return Answer::unknown(format!("config: {e}")),
         };
-    let addr = match args.address.as_deref() {
-        // A name too (the chart's node-local Service): NPD's plugin timeout bounds the lookup.
-        Some(a) => match a.to_socket_addrs().map(|mut all| all.next()) {
-            Ok(Some(a)) => a,
-            Ok(None) => return Answer::unknown(format!("--address {a}: no address")),
-            Err(e) => return Answer::unknown(format!("--address {a}: {e}")),
+    let target = match args.address.as_deref() {
+        // A name too (the chart's node-local Service), looked up within the deadline.
+        Some(a) => match a.parse::<SocketAddr>() {
+            Ok(addr) => Target::Addr(addr),
+            Err(_) => Target::Name(a.to_string()),
         },
         None => match settings.listen_addr() {
-            Ok(a) => loopback_for(a),
+            Ok(a) => Target::Addr(loopback_for(a)),
             Err(e) => return Answer::unknown(format!("config: {e}")),
         },
     };
@@ -152,12 +150,13 @@ fn check(cli: &Cli, args: &NpdCheckArgs) -> Answer {
         _ => None,
     };
     let request = Request {
-        addr,
+        target,
         path: &settings.web.telemetry_path,
         auth: auth.as_deref(),
         pinned,
         client,
         deadline,
+        timeout: args.timeout,
     };
     match request.get() {
         Ok(body) => judge(&body, args.problem_at),
@@ -250,112 +249,199 @@ fn basic_auth(user: &str, password: &str) -> String {
     out
 }
 
+/// Where the exporter is: an address, or a name resolved within the deadline.
+enum Target {
+    Addr(SocketAddr),
+    Name(String),
+}
+
 struct Request<'a> {
-    addr: SocketAddr,
+    target: Target,
     path: &'a str,
     auth: Option<&'a str>,
     pinned: Option<CertificateDer<'static>>,
     client: Option<ClientIdentity>,
     deadline: Instant,
+    timeout: Duration,
 }
 
 impl Request<'_> {
     /// The body of a 200 answer; anything else is the reason for an unknown verdict.
+    ///
+    /// One deadline bounds the whole exchange (name lookup, connect, TLS handshake, request,
+    /// every byte of the body): a peer that stalls at any step, or trickles, costs `--timeout`
+    /// and no more.
     fn get(&self) -> Result<String, String> {
-        let left = || self.deadline.saturating_duration_since(Instant::now());
-        let tcp = TcpStream::connect_timeout(&self.addr, left())
-            .map_err(|e| format!("exporter unreachable at {}: {e}", self.addr))?;
-        // HTTP/1.0: the server closes after the body, so no chunked encoding to undo.
-        let mut head = format!(
-            "GET {} HTTP/1.0\r\nHost: localhost\r\nAccept: text/plain\r\nAccept-Encoding: identity\r\n",
-            self.path
-        );
-        if let Some(auth) = self.auth {
-            head.push_str(&format!("Authorization: {auth}\r\n"));
-        }
-        head.push_str("\r\n");
-        let raw = match &self.pinned {
-            None => exchange(tcp, head.as_bytes(), self.deadline),
-            Some(cert) => {
-                let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
-                    rustls::crypto::ring::default_provider(),
-                ))
-                .with_safe_default_protocol_versions()
-                .map_err(|e| format!("TLS: {e}"))?
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(Pinned::new(cert.clone())));
-                let config = match &self.client {
-                    Some((chain, key)) => builder
-                        .with_client_auth_cert(chain.clone(), key.clone_key())
-                        .map_err(|e| format!("client certificate: {e}"))?,
-                    None => builder.with_no_client_auth(),
-                };
-                let name = ServerName::try_from("localhost").map_err(|e| format!("TLS: {e}"))?;
-                let conn = rustls::ClientConnection::new(Arc::new(config), name)
-                    .map_err(|e| format!("TLS: {e}"))?;
-                let tls = rustls::StreamOwned::new(conn, tcp);
-                exchange(tls, head.as_bytes(), self.deadline)
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("runtime: {e}"))?;
+        let deadline = tokio::time::Instant::from_std(self.deadline);
+        let answer = rt.block_on(async {
+            match tokio::time::timeout_at(deadline, self.exchange()).await {
+                Ok(answer) => answer,
+                Err(_) => Err(format!(
+                    "the exporter did not answer within {}",
+                    humantime::format_duration(self.timeout)
+                )),
             }
-        }?;
-        parse_response(&raw)
+        });
+        // A name lookup still blocked in its thread must not hold the exit.
+        rt.shutdown_background();
+        answer
+    }
+
+    async fn exchange(&self) -> Result<String, String> {
+        let addr = match &self.target {
+            Target::Addr(a) => *a,
+            Target::Name(name) => match tokio::net::lookup_host(name.as_str())
+                .await
+                .map(|mut all| all.next())
+            {
+                Ok(Some(a)) => a,
+                Ok(None) => return Err(format!("--address {name}: no address")),
+                Err(e) => return Err(format!("--address {name}: {e}")),
+            },
+        };
+        let tcp = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("exporter unreachable at {addr}: {e}"))?;
+        let mut request = hyper::Request::get(self.path)
+            .header(hyper::header::HOST, "localhost")
+            .header(hyper::header::ACCEPT, "text/plain")
+            .header(hyper::header::ACCEPT_ENCODING, "identity")
+            .header(hyper::header::CONNECTION, "close");
+        if let Some(auth) = self.auth {
+            request = request.header(hyper::header::AUTHORIZATION, auth);
+        }
+        let request = request
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .map_err(|e| format!("request for {}: {e}", self.path))?;
+        let Some(cert) = &self.pinned else {
+            return fetch(hyper_util::rt::TokioIo::new(tcp), request).await;
+        };
+        let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(Pinned::new(cert.clone())));
+        let config = match &self.client {
+            Some((chain, key)) => builder
+                .with_client_auth_cert(chain.clone(), key.clone_key())
+                .map_err(|e| format!("client certificate: {e}"))?,
+            None => builder.with_no_client_auth(),
+        };
+        let name = ServerName::try_from("localhost").map_err(|e| format!("TLS: {e}"))?;
+        let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(name, tcp)
+            .await
+            .map_err(|e| refusal(&e).unwrap_or_else(|| format!("TLS: {e}")))?;
+        fetch(hyper_util::rt::TokioIo::new(tls), request).await
     }
 }
 
-/// Sends `request` and reads the whole answer, within the deadline and the size bound.
-fn exchange<S: Read + Write + AsTcp>(
-    mut s: S,
-    request: &[u8],
-    deadline: Instant,
-) -> Result<Vec<u8>, String> {
-    let left = || {
-        let d = deadline.saturating_duration_since(Instant::now());
-        (!d.is_zero())
-            .then_some(d)
-            .ok_or_else(|| "the exporter did not answer in time".to_string())
-    };
-    s.tcp().set_write_timeout(Some(left()?)).ok();
-    s.write_all(request)
-        .and_then(|()| s.flush())
-        .map_err(|e| refusal(&e).unwrap_or_else(|| format!("exporter: {e}")))?;
-    let mut out = Vec::new();
-    let mut buf = [0u8; 16 * 1024];
+/// Sends `request` over `io` (HTTP/1.1) and reads the whole body as its framing says.
+///
+/// The body ends where its `Content-Length` or its last chunk says, never at a close: a
+/// connection that ends before (a plain FIN, TLS without `close_notify`) or a malformed chunk
+/// is an error, and an answer without either framing is refused, since a cut in it could not be
+/// told from its end.
+async fn fetch<T>(
+    io: T,
+    request: hyper::Request<http_body_util::Empty<bytes::Bytes>>,
+) -> Result<String, String>
+where
+    T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    use http_body_util::BodyExt;
+
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
+        .await
+        .map_err(|e| failure("exporter", &e))?;
+    // Driven beside the request; the runtime drops it with the check.
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| failure("exporter", &e))?;
+    match response.status().as_u16() {
+        200 => {}
+        401 => return Err("the exporter refused the check: HTTP 401 (basic auth)".into()),
+        s => return Err(format!("the exporter answered HTTP {s}")),
+    }
+    let headers = response.headers();
+    let chunked = headers
+        .get_all(hyper::header::TRANSFER_ENCODING)
+        .iter()
+        .any(|v| v.as_bytes().eq_ignore_ascii_case(b"chunked"));
+    if !chunked && !headers.contains_key(hyper::header::CONTENT_LENGTH) {
+        return Err("the exporter's answer has neither Content-Length nor chunks".into());
+    }
+    let body = http_body_util::Limited::new(response.into_body(), MAX_RESPONSE_BYTES)
+        .collect()
+        .await
+        .map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                format!(
+                    "the exporter's answer is over {} MiB",
+                    MAX_RESPONSE_BYTES >> 20
+                )
+            } else {
+                failure("the exporter's answer is incomplete", &*e)
+            }
+        })?
+        .to_bytes();
+    String::from_utf8(body.to_vec()).map_err(|_| "the exporter's answer is not UTF-8".into())
+}
+
+/// `what: <innermost cause>`, or what the exporter's TLS alert says about our client
+/// certificate.
+fn failure(what: &str, e: &(dyn std::error::Error + 'static)) -> String {
+    if let Some(r) = refusal(e) {
+        return r;
+    }
+    let mut cause: &(dyn std::error::Error + 'static) = e;
     loop {
-        s.tcp().set_read_timeout(Some(left()?)).ok();
-        match s.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                out.extend_from_slice(&buf[..n]);
-                if out.len() as u64 > MAX_RESPONSE_BYTES {
-                    return Err(format!(
-                        "the exporter's answer is over {} MiB",
-                        MAX_RESPONSE_BYTES >> 20
-                    ));
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err("the exporter did not answer in time".into())
-            }
-            // A peer that closes without TLS close_notify has still sent the whole body:
-            // HTTP/1.0 ends at the close.
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !out.is_empty() => break,
-            Err(e) => return Err(refusal(&e).unwrap_or_else(|| format!("exporter: {e}"))),
+        let next = cause.source().or_else(|| {
+            // An io::Error's source skips the error it wraps.
+            cause
+                .downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .map(|inner| inner as &(dyn std::error::Error + 'static))
+        });
+        match next {
+            Some(n) => cause = n,
+            None => break,
         }
     }
-    Ok(out)
+    format!("{what}: {cause}")
+}
+
+/// The TLS error somewhere in `e`'s chain, through the io::Errors that wrap it.
+fn tls_error<'e>(e: &'e (dyn std::error::Error + 'static)) -> Option<&'e rustls::Error> {
+    let mut at = Some(e);
+    while let Some(e) = at {
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        let inner = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .map(|inner| inner as &(dyn std::error::Error + 'static));
+        at = inner.or_else(|| e.source());
+    }
+    None
 }
 
 /// What the exporter's TLS alert says about our client certificate, in words an operator
 /// acts on; `None` for any other error.
-fn refusal(e: &std::io::Error) -> Option<String> {
+fn refusal(e: &(dyn std::error::Error + 'static)) -> Option<String> {
     use rustls::AlertDescription as A;
-    let tls = e.get_ref()?.downcast_ref::<rustls::Error>()?;
-    match tls {
+    match tls_error(e)? {
         rustls::Error::AlertReceived(A::CertificateRequired) => {
             Some("the exporter requires a client certificate (--client-cert, --client-key)".into())
         }
@@ -364,51 +450,6 @@ fn refusal(e: &std::io::Error) -> Option<String> {
         ) => Some("the exporter refused the client certificate".into()),
         _ => None,
     }
-}
-
-/// The TCP stream under a plain or TLS stream, for its timeouts.
-trait AsTcp {
-    fn tcp(&self) -> &TcpStream;
-}
-
-impl AsTcp for TcpStream {
-    fn tcp(&self) -> &TcpStream {
-        self
-    }
-}
-
-impl AsTcp for rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
-    fn tcp(&self) -> &TcpStream {
-        self.get_ref()
-    }
-}
-
-fn parse_response(raw: &[u8]) -> Result<String, String> {
-    let end = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or("the exporter's answer is not HTTP")?;
-    let head = String::from_utf8_lossy(&raw[..end]);
-    let status = head
-        .lines()
-        .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .and_then(|s| s.parse::<u16>().ok())
-        .ok_or("the exporter's answer is not HTTP")?;
-    match status {
-        200 => {}
-        401 => return Err("the exporter refused the check: HTTP 401 (basic auth)".into()),
-        s => return Err(format!("the exporter answered HTTP {s}")),
-    }
-    let chunked = head.lines().any(|l| {
-        let l = l.to_ascii_lowercase();
-        l.starts_with("transfer-encoding:") && l.contains("chunked")
-    });
-    if chunked {
-        return Err("the exporter's answer is chunked, which an HTTP/1.0 request rules out".into());
-    }
-    String::from_utf8(raw[end + 4..].to_vec())
-        .map_err(|_| "the exporter's answer is not UTF-8".into())
 }
 
 /// Trusts exactly one certificate: the one the daemon's web config serves.
@@ -655,18 +696,5 @@ mod tests {
         );
         assert_eq!(basic_auth("a", "b"), "Basic YTpi");
         assert_eq!(basic_auth("ab", "c"), "Basic YWI6Yw==");
-    }
-
-    #[test]
-    fn answers_other_than_200_say_why() {
-        assert_eq!(
-            parse_response(b"HTTP/1.1 401 Unauthorized\r\n\r\n").unwrap_err(),
-            "the exporter refused the check: HTTP 401 (basic auth)"
-        );
-        assert_eq!(
-            parse_response(b"HTTP/1.1 200 OK\r\n\r\nbody").unwrap(),
-            "body"
-        );
-        assert!(parse_response(b"garbage").is_err());
     }
 }
