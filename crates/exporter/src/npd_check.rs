@@ -12,7 +12,12 @@
 //! here (the web config holds only hashes), and where the web config asks for client
 //! certificates it presents the certificate and key given here (`--client-cert`,
 //! `--client-key`).
+//!
+//! It is a careful client of that answer: one deadline (`--timeout`) for the whole exchange,
+//! the body's end taken from its framing (never from a close), the exposition read with the
+//! textfile collector's parser, and whatever it cannot establish answered unknown.
 
+use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -509,66 +514,163 @@ impl ServerCertVerifier for Pinned {
     }
 }
 
-/// One GPU's verdict as served.
-#[derive(Debug, Default, Clone)]
-struct Gpu {
-    index: String,
-    state: Option<String>,
+/// A verdict's state, in the order of what it does to the answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum State {
+    Healthy,
+    Degraded,
+    Unknown,
+    Unhealthy,
+}
+
+impl State {
+    /// A state this check does not know is unknown, never healthy.
+    fn parse(s: &str) -> State {
+        match s {
+            "healthy" => State::Healthy,
+            "degraded" => State::Degraded,
+            "unhealthy" => State::Unhealthy,
+            _ => State::Unknown,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            State::Healthy => "healthy",
+            State::Degraded => "degraded",
+            State::Unknown => "unknown",
+            State::Unhealthy => "unhealthy",
+        }
+    }
+}
+
+/// One verdict as served: the node's (`gpu` none) or one GPU's.
+#[derive(Debug, Clone)]
+struct Verdict {
+    /// The GPU's index label; `None` for the node.
+    gpu: Option<String>,
+    state: State,
     action: Option<String>,
     reason: Option<String>,
 }
 
-/// The answer for an exposition: a problem when a GPU is at `at` or worse, unknown when a GPU
-/// has no verdict (and none is a problem), else OK.
+/// The GPU verdict family: `dgx_pixels_gpu_health_state{gpu,uuid,state}`, 1 for the current one.
+const GPU_STATE: &str = "dgx_pixels_gpu_health_state";
+/// `dgx_pixels_gpu_health_action_info{gpu,uuid,action,reason} 1`.
+const GPU_ACTION: &str = "dgx_pixels_gpu_health_action_info";
+/// The node-level verdict: `dgx_pixels_node_health_action_info{state,action,reason} 1`
+/// (gpu_count_below_expected, expected_gpus_unknown, nccl_bus_bandwidth_low).
+const NODE_ACTION: &str = "dgx_pixels_node_health_action_info";
+
+/// The answer for an exposition: a problem when the node or a GPU is at `at` or worse,
+/// unknown when one has no verdict (and none is a problem), else OK.
+///
+/// The exposition is read with the text-format parser the textfile collector uses (quoted
+/// label values with their escapes; anything malformed is unknown). GPU verdicts are keyed by
+/// `uuid` where the series has one, so two verdict sets under one index are two GPUs, judged
+/// both, never one decided by the order of the lines.
 pub fn judge(exposition: &str, at: ProblemAt) -> Answer {
-    // By index label: a map, so a huge exposition costs a hash per line, not a scan.
-    let mut by_index: std::collections::HashMap<&str, Gpu> = std::collections::HashMap::new();
-    for line in exposition.lines() {
-        if let Some(rest) = line.strip_prefix("dgx_pixels_gpu_health_state{") {
-            if !rest.ends_with(" 1") {
-                continue;
-            }
-            if let (Some(gpu), Some(state)) = (label(rest, "gpu"), label(rest, "state")) {
-                by_index.entry(gpu).or_default().state = Some(state.to_string());
-            }
-        } else if let Some(rest) = line.strip_prefix("dgx_pixels_gpu_health_action_info{") {
-            if let Some(gpu) = label(rest, "gpu") {
-                let g = by_index.entry(gpu).or_default();
-                g.action = label(rest, "action").map(str::to_string);
-                g.reason = label(rest, "reason").map(str::to_string);
-            }
+    let parsed = match dgx_pixels_textfile::parse::parse(exposition, "") {
+        Ok(p) => p,
+        Err(e) => return Answer::unknown(format!("the exporter's answer is malformed: {e}")),
+    };
+    let samples = |name: &'static str| {
+        parsed
+            .families
+            .iter()
+            .filter(move |f| f.name == name)
+            .flat_map(|f| f.samples.iter())
+            .filter(move |s| &*s.name == name && s.value == 1.0)
+    };
+    // By uuid (by index where no uuid is served): a map, so a huge exposition costs a hash per
+    // series, not a scan.
+    let key = |s: &'_ dgx_pixels_metrics::ExternalSample| -> Option<(String, String)> {
+        let gpu = s.label("gpu")?;
+        Some(match s.label("uuid").filter(|u| !u.is_empty()) {
+            Some(uuid) => ("uuid".to_string(), uuid.to_string()),
+            None => ("gpu".to_string(), gpu.to_string()),
+        })
+    };
+    let mut gpus: HashMap<(String, String), Verdict> = HashMap::new();
+    for s in samples(GPU_STATE) {
+        let (Some(k), Some(gpu), Some(state)) = (key(s), s.label("gpu"), s.label("state")) else {
+            continue;
+        };
+        let state = State::parse(state);
+        let v = gpus.entry(k).or_insert_with(|| Verdict {
+            gpu: Some(gpu.to_string()),
+            state,
+            action: None,
+            reason: None,
+        });
+        // Two states at 1 for one GPU: the worse holds, whatever their order.
+        v.state = v.state.max(state);
+    }
+    for s in samples(GPU_ACTION) {
+        let Some(v) = key(s).and_then(|k| gpus.get_mut(&k)) else {
+            continue;
+        };
+        let (action, reason) = (s.label("action"), s.label("reason"));
+        // Two action series for one GPU: a rule over `none`, then the least; order-free.
+        fn rank<'a>(
+            r: Option<&'a str>,
+            a: Option<&'a str>,
+        ) -> (bool, Option<&'a str>, Option<&'a str>) {
+            (r == Some("none") || r.is_none(), r, a)
+        }
+        if v.reason.is_none()
+            || rank(reason, action) < rank(v.reason.as_deref(), v.action.as_deref())
+        {
+            v.action = action.map(str::to_string);
+            v.reason = reason.map(str::to_string);
         }
     }
-    let mut gpus: Vec<Gpu> = by_index
-        .into_iter()
-        .filter(|(_, g)| g.state.is_some())
-        .map(|(index, g)| Gpu {
-            index: index.to_string(),
-            ..g
+    let mut gpus: Vec<Verdict> = gpus.into_values().collect();
+    gpus.sort_by(|a, b| {
+        let idx = |v: &Verdict| {
+            let i = v.gpu.clone().unwrap_or_default();
+            (i.parse::<u32>().unwrap_or(u32::MAX), i)
+        };
+        idx(a)
+            .cmp(&idx(b))
+            .then_with(|| (a.reason.as_deref(), a.state).cmp(&(b.reason.as_deref(), b.state)))
+    });
+    let mut node: Vec<Verdict> = samples(NODE_ACTION)
+        .map(|s| Verdict {
+            gpu: None,
+            state: State::parse(s.label("state").unwrap_or("")),
+            action: s.label("action").map(str::to_string),
+            reason: s.label("reason").map(str::to_string),
         })
         .collect();
-    if gpus.is_empty() {
+    node.sort_by(|a, b| b.state.cmp(&a.state).then_with(|| a.reason.cmp(&b.reason)));
+    if gpus.is_empty() && node.is_empty() {
         return Answer::unknown("no GPU verdict served (is the health collector on?)");
     }
-    gpus.sort_by_key(|g| (g.index.parse::<u32>().unwrap_or(u32::MAX), g.index.clone()));
-    let with = |states: &[&str]| -> Vec<&Gpu> {
-        gpus.iter()
-            .filter(|g| g.state.as_deref().is_some_and(|s| states.contains(&s)))
-            .collect()
+    // The node first, then the GPUs by index: the worst state first, so the message names it.
+    let all: Vec<&Verdict> = node.iter().chain(gpus.iter()).collect();
+    let with = |states: &[State]| -> Vec<&Verdict> {
+        let mut out = Vec::new();
+        for st in states {
+            out.extend(all.iter().copied().filter(|v| v.state == *st));
+        }
+        out
     };
-    // The worst first, so the message names it.
-    let mut problems = with(&["unhealthy"]);
-    if at == ProblemAt::Degraded {
-        problems.extend(with(&["degraded"]));
-    }
+    let problems = match at {
+        ProblemAt::Unhealthy => with(&[State::Unhealthy]),
+        ProblemAt::Degraded => with(&[State::Unhealthy, State::Degraded]),
+    };
     if !problems.is_empty() {
         return Answer::new(1, describe(&problems, gpus.len()));
     }
-    let unknown = with(&["unknown"]);
+    let unknown = with(&[State::Unknown]);
     if !unknown.is_empty() {
         return Answer::unknown(describe(&unknown, gpus.len()));
     }
-    let degraded = with(&["degraded"]);
+    if gpus.is_empty() {
+        return Answer::unknown("no GPU verdict served (is the health collector on?)");
+    }
+    let degraded = with(&[State::Degraded]);
     if !degraded.is_empty() {
         return Answer::new(0, describe(&degraded, gpus.len()));
     }
@@ -578,30 +680,32 @@ pub fn judge(exposition: &str, at: ProblemAt) -> Answer {
     }
 }
 
-/// `GPU 1 unhealthy: reset_gpu (xid_48); 2 more of 8`.
-fn describe(of: &[&Gpu], total: usize) -> String {
+/// `GPU 1 unhealthy: reset_gpu (xid_48); 2 more of 8`,
+/// `node unhealthy: reboot (gpu_count_below_expected); 1 of 8 GPUs too`.
+fn describe(of: &[&Verdict], gpus: usize) -> String {
     let first = of[0];
+    let subject = match &first.gpu {
+        Some(index) => format!("GPU {index}"),
+        None => "node".to_string(),
+    };
     let mut s = format!(
-        "GPU {} {}: {} ({})",
-        first.index,
-        first.state.as_deref().unwrap_or("?"),
+        "{subject} {}: {} ({})",
+        first.state.as_str(),
         first.action.as_deref().unwrap_or("?"),
         first.reason.as_deref().unwrap_or("?"),
     );
-    if of.len() > 1 {
-        s.push_str(&format!("; {} more of {total}", of.len() - 1));
+    let more_gpus = of[1..].iter().filter(|v| v.gpu.is_some()).count();
+    if more_gpus > 0 {
+        if first.gpu.is_some() {
+            s.push_str(&format!("; {more_gpus} more of {gpus}"));
+        } else {
+            s.push_str(&format!("; {more_gpus} of {gpus} GPUs too"));
+        }
+    }
+    if first.gpu.is_some() && of[1..].iter().any(|v| v.gpu.is_none()) {
+        s.push_str("; the node too");
     }
     s
-}
-
-/// The value of `key` in the label set `rest` (after the `{`); our label values have no
-/// escaped quotes where it is used.
-fn label<'a>(rest: &'a str, key: &str) -> Option<&'a str> {
-    let set = &rest[..rest.rfind('}')?];
-    set.split(',').find_map(|pair| {
-        let (k, v) = pair.split_once('=')?;
-        (k == key).then(|| v.trim_matches('"'))
-    })
 }
 
 /// One line of at most [`MAX_MESSAGE`] bytes, cut at a character boundary.
@@ -696,5 +800,115 @@ mod tests {
         );
         assert_eq!(basic_auth("a", "b"), "Basic YTpi");
         assert_eq!(basic_auth("ab", "c"), "Basic YWI6Yw==");
+    }
+
+    fn node(state: &str, action: &str, reason: &str) -> String {
+        format!(
+            "dgx_pixels_node_health_action_info{{state=\"{state}\",action=\"{action}\",reason=\"{reason}\"}} 1\n"
+        )
+    }
+
+    fn healthy(n: u32) -> String {
+        (0..n)
+            .map(|g| series(g, "healthy", "none", "none"))
+            .collect()
+    }
+
+    /// Issue 42, item 3: the node's verdict changes the exit and names the node reason (before,
+    /// every one of these was "8 GPUs healthy", exit 0).
+    #[test]
+    fn node_verdicts_change_the_exit_and_the_message() {
+        let at = ProblemAt::Unhealthy;
+        let text = healthy(8) + &node("unhealthy", "reboot", "gpu_count_below_expected");
+        assert_eq!(
+            judge(&text, at),
+            Answer::new(1, "node unhealthy: reboot (gpu_count_below_expected)")
+        );
+        let text = healthy(8) + &node("unknown", "unknown", "expected_gpus_unknown");
+        assert_eq!(
+            judge(&text, at),
+            Answer::new(2, "node unknown: unknown (expected_gpus_unknown)")
+        );
+        let text = healthy(8) + &node("degraded", "check_hardware", "nccl_bus_bandwidth_low");
+        assert_eq!(
+            judge(&text, at),
+            Answer::new(0, "node degraded: check_hardware (nccl_bus_bandwidth_low)")
+        );
+        assert_eq!(judge(&text, ProblemAt::Degraded).status, 1);
+        // A healthy node verdict leaves the answer as the GPUs make it.
+        let text = healthy(8) + &node("healthy", "none", "none");
+        assert_eq!(judge(&text, at), Answer::new(0, "8 GPUs healthy"));
+        // The node and a GPU unhealthy: the node named, the GPU counted.
+        let text = healthy(1)
+            + &series(1, "unhealthy", "reset_gpu", "xid_48")
+            + &node("unhealthy", "reboot", "gpu_count_below_expected");
+        assert_eq!(
+            judge(&text, at).message,
+            "node unhealthy: reboot (gpu_count_below_expected); 1 of 2 GPUs too"
+        );
+        // A GPU unhealthy, the node degraded, from degraded on: the GPU first, the node said.
+        let text = healthy(1)
+            + &series(1, "unhealthy", "reset_gpu", "xid_48")
+            + &node("degraded", "check_hardware", "nccl_bus_bandwidth_low");
+        assert_eq!(
+            judge(&text, ProblemAt::Degraded).message,
+            "GPU 1 unhealthy: reset_gpu (xid_48); the node too"
+        );
+        // Every GPU gone and the node says so: a problem, not "no verdict".
+        let text = node("unhealthy", "reboot", "gpu_count_below_expected");
+        assert_eq!(judge(&text, at).status, 1);
+        // A node verdict alone otherwise: still no GPU verdict, unknown.
+        assert_eq!(judge(&node("healthy", "none", "none"), at).status, 2);
+    }
+
+    /// Issue 42, smaller: two verdict sets under one index are two GPUs (by uuid), the worse
+    /// decides, in either order (before, the later line won: one order said healthy).
+    #[test]
+    fn verdicts_are_keyed_by_uuid_not_decided_by_order() {
+        let other = "dgx_pixels_gpu_health_state{gpu=\"3\",uuid=\"GPU-other\",state=\"unhealthy\"} 1\n\
+                     dgx_pixels_gpu_health_action_info{gpu=\"3\",uuid=\"GPU-other\",action=\"reboot\",reason=\"gpu_lost\"} 1\n";
+        for text in [healthy(8) + other, other.to_string() + &healthy(8)] {
+            assert_eq!(
+                judge(&text, ProblemAt::Unhealthy),
+                Answer::new(1, "GPU 3 unhealthy: reboot (gpu_lost)"),
+                "{text}"
+            );
+        }
+        // Without uuid, by index: two states at 1 for one GPU, the worse holds in either order.
+        let a = "dgx_pixels_gpu_health_state{gpu=\"0\",state=\"unhealthy\"} 1\n";
+        let b = "dgx_pixels_gpu_health_state{gpu=\"0\",state=\"healthy\",x=\"1\"} 1\n";
+        for text in [format!("{a}{b}"), format!("{b}{a}")] {
+            assert_eq!(judge(&text, ProblemAt::Unhealthy).status, 1, "{text}");
+        }
+    }
+
+    /// Issue 42, smaller: label values are read as the text format writes them, `,` `"` and `\`
+    /// escapes included (before, a `,` in a value split it, and a forged `state` inside a uuid
+    /// was read as the state: exit 0).
+    #[test]
+    fn label_values_are_parsed_with_their_escapes() {
+        let text = healthy(1)
+            + "dgx_pixels_gpu_health_state{gpu=\"1\",uuid=\"GPU-1,state=\\\"healthy\\\"\",state=\"unhealthy\"} 1\n\
+               dgx_pixels_gpu_health_action_info{gpu=\"1\",uuid=\"GPU-1,state=\\\"healthy\\\"\",action=\"reset_gpu\",reason=\"a,b\\\\c\\\"d\"} 1\n";
+        assert_eq!(
+            judge(&text, ProblemAt::Unhealthy),
+            Answer::new(1, "GPU 1 unhealthy: reset_gpu (a,b\\c\"d)")
+        );
+    }
+
+    #[test]
+    fn a_malformed_exposition_is_unknown() {
+        for text in [
+            healthy(2) + "dgx_pixels_gpu_health_state{gpu=\"2\",state=\"healthy} 1\n",
+            healthy(2) + "garbage here\n",
+            healthy(2) + &series(1, "healthy", "none", "none"),
+        ] {
+            let a = judge(&text, ProblemAt::Unhealthy);
+            assert_eq!(a.status, 2, "{text}: {a:?}");
+            assert!(
+                a.message.starts_with("the exporter's answer is malformed"),
+                "{a:?}"
+            );
+        }
     }
 }

@@ -269,6 +269,62 @@ fn with_client_certificates_required_it_presents_the_one_given() {
     assert!(message.starts_with("client key"), "{message}");
 }
 
+/// Issue 42, item 3: `expected_gpus = 10` on the simulated 8-GPU node: the daemon serves the
+/// node verdict `gpu_count_below_expected` (unhealthy, reboot) and npd-check answers 1 naming
+/// it (before: "8 GPUs healthy", exit 0); a discovered count whose state file is broken
+/// (`expected_gpus_unknown`) is unknown, 2.
+#[test]
+fn node_level_verdicts_change_the_exit() {
+    use std::io::Write as _;
+    let mut config = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+    write!(config, "[health]\nexpected_gpus = 10\n").unwrap();
+    let d = start(&[
+        "--simulate",
+        "dgx-h100",
+        "--config.file",
+        config.path().to_str().unwrap(),
+        "--no-collector.probes",
+    ]);
+    let listen = format!("127.0.0.1:{}", d.port);
+    let at = ["--web.listen-address", listen.as_str()];
+    let answer = npd_until(&at, &[], |a| a.0 == 1);
+    assert_eq!(
+        answer,
+        (
+            1,
+            "node unhealthy: reboot (gpu_count_below_expected)".to_string()
+        )
+    );
+    drop(d);
+
+    let state = tempfile::tempdir().unwrap();
+    std::fs::write(state.path().join("expected-gpus"), "gpus many\n").unwrap();
+    let mut config = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+    write!(
+        config,
+        "[health]\nexpected_gpus = \"discover\"\nstate_directory = {:?}\n",
+        state.path().to_str().unwrap()
+    )
+    .unwrap();
+    let d = start(&[
+        "--simulate",
+        "dgx-h100",
+        "--config.file",
+        config.path().to_str().unwrap(),
+        "--no-collector.probes",
+    ]);
+    let listen = format!("127.0.0.1:{}", d.port);
+    let at = ["--web.listen-address", listen.as_str()];
+    let answer = npd_until(&at, &[], |a| a.1.starts_with("node"));
+    assert_eq!(
+        answer,
+        (
+            2,
+            "node unknown: unknown (expected_gpus_unknown)".to_string()
+        )
+    );
+}
+
 // ---- A hand-written exporter: what a careful client must do with what a peer sends. ----
 
 use std::io::{Read, Write};
@@ -552,4 +608,51 @@ fn the_timeout_bounds_the_whole_exchange() {
     eprintln!("TLS, handshake then silence: {took:?}: {message}");
     assert_eq!(status, 2, "{message}");
     assert!(took < limit, "{took:?}");
+}
+
+/// Issue 42, smaller items, through the binary: two verdict sets under GPU 3's index (two
+/// uuids) are both judged, in either order (before, the later line won); a label value with
+/// `,` and `\"` is read as the text format writes it (before, a `state="healthy"` forged inside
+/// a uuid was taken as the state: exit 0); the node's degraded fabric verdict is named, and a
+/// problem from `--problem-at degraded`.
+#[test]
+fn verdicts_by_uuid_escapes_and_the_fabric_through_the_binary() {
+    let healthy: String = (0..8)
+        .map(|g| {
+            format!(
+                "dgx_pixels_gpu_health_state{{gpu=\"{g}\",uuid=\"GPU-{g}\",state=\"healthy\"}} 1\n\
+                 dgx_pixels_gpu_health_action_info{{gpu=\"{g}\",uuid=\"GPU-{g}\",action=\"none\",reason=\"none\"}} 1\n"
+            )
+        })
+        .collect();
+    let serve = |text: String| plain(ok_head(text.len()), text);
+    let other = "dgx_pixels_gpu_health_state{gpu=\"3\",uuid=\"GPU-other\",state=\"unhealthy\"} 1\n\
+                 dgx_pixels_gpu_health_action_info{gpu=\"3\",uuid=\"GPU-other\",action=\"reboot\",reason=\"gpu_lost\"} 1\n";
+    for text in [healthy.clone() + other, other.to_string() + &healthy] {
+        assert_eq!(
+            npd_at(serve(text), &[], &[]),
+            (1, "GPU 3 unhealthy: reboot (gpu_lost)".to_string())
+        );
+    }
+
+    let forged = "dgx_pixels_gpu_health_state{gpu=\"8\",uuid=\"GPU-8,state=\\\"healthy\\\"\",state=\"unhealthy\"} 1\n\
+                  dgx_pixels_gpu_health_action_info{gpu=\"8\",uuid=\"GPU-8,state=\\\"healthy\\\"\",action=\"reset_gpu\",reason=\"xid_48\"} 1\n";
+    assert_eq!(
+        npd_at(serve(healthy.clone() + forged), &[], &[]),
+        (1, "GPU 8 unhealthy: reset_gpu (xid_48)".to_string())
+    );
+
+    let fabric = healthy
+        + "dgx_pixels_node_health_action_info{state=\"degraded\",action=\"check_hardware\",reason=\"nccl_bus_bandwidth_low\"} 1\n";
+    assert_eq!(
+        npd_at(serve(fabric.clone()), &[], &[]),
+        (
+            0,
+            "node degraded: check_hardware (nccl_bus_bandwidth_low)".to_string()
+        )
+    );
+    assert_eq!(
+        npd_at(serve(fabric), &[], &["--problem-at", "degraded"]).0,
+        1
+    );
 }
