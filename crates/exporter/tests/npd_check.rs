@@ -656,3 +656,29 @@ fn verdicts_by_uuid_escapes_and_the_fabric_through_the_binary() {
         1
     );
 }
+
+/// The answer read is bounded: a peer announcing and sending 33 MiB is refused at 32 MiB,
+/// unknown (a bound kept from before, now hyper's body under `Limited`).
+#[test]
+fn an_answer_over_32_mib_is_unknown() {
+    let size = 33 << 20;
+    let port = fake_exporter(move |mut s| {
+        read_head(&mut s);
+        let _ = s.write_all(ok_head(size).as_bytes());
+        let line =
+            "# padding padding padding padding padding padding padding padding\n".repeat(1024);
+        let line = line.as_bytes();
+        let mut sent = 0;
+        while sent < size {
+            let n = line.len().min(size - sent);
+            if s.write_all(&line[..n]).is_err() {
+                return;
+            }
+            sent += n;
+        }
+    });
+    assert_eq!(
+        npd_at(port, &[], &[]),
+        (2, "the exporter's answer is over 32 MiB".to_string())
+    );
+}
