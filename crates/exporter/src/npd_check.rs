@@ -12,9 +12,13 @@
 //! here (the web config holds only hashes), and where the web config asks for client
 //! certificates it presents the certificate and key given here (`--client-cert`,
 //! `--client-key`).
+//!
+//! It is a careful client of that answer: one deadline (`--timeout`) for the whole exchange,
+//! the body's end taken from its framing (never from a close), the exposition read with the
+//! textfile collector's parser, and whatever it cannot establish answered unknown.
 
-use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -31,7 +35,7 @@ use crate::config;
 /// Longest message: NPD's default `max_output_length` (it cuts longer ones itself).
 pub const MAX_MESSAGE: usize = 80;
 /// Largest exposition read: far above 64 GPUs in the full profile.
-const MAX_RESPONSE_BYTES: u64 = 32 << 20;
+const MAX_RESPONSE_BYTES: usize = 32 << 20;
 /// Longest password file read.
 const MAX_PASSWORD_BYTES: u64 = 4096;
 /// Longest client certificate or key file read (a chain of a few certificates).
@@ -119,15 +123,14 @@ fn check(cli: &Cli, args: &NpdCheckArgs) -> Answer {
             Ok(s) => s,
             Err(e) => return Answer::unknown(format!("config: {e}")),
         };
-    let addr = match args.address.as_deref() {
-        // A name too (the chart's node-local Service): NPD's plugin timeout bounds the lookup.
-        Some(a) => match a.to_socket_addrs().map(|mut all| all.next()) {
-            Ok(Some(a)) => a,
-            Ok(None) => return Answer::unknown(format!("--address {a}: no address")),
-            Err(e) => return Answer::unknown(format!("--address {a}: {e}")),
+    let target = match args.address.as_deref() {
+        // A name too (the chart's node-local Service), looked up within the deadline.
+        Some(a) => match a.parse::<SocketAddr>() {
+            Ok(addr) => Target::Addr(addr),
+            Err(_) => Target::Name(a.to_string()),
         },
         None => match settings.listen_addr() {
-            Ok(a) => loopback_for(a),
+            Ok(a) => Target::Addr(loopback_for(a)),
             Err(e) => return Answer::unknown(format!("config: {e}")),
         },
     };
@@ -152,12 +155,13 @@ fn check(cli: &Cli, args: &NpdCheckArgs) -> Answer {
         _ => None,
     };
     let request = Request {
-        addr,
+        target,
         path: &settings.web.telemetry_path,
         auth: auth.as_deref(),
         pinned,
         client,
         deadline,
+        timeout: args.timeout,
     };
     match request.get() {
         Ok(body) => judge(&body, args.problem_at),
@@ -250,112 +254,199 @@ fn basic_auth(user: &str, password: &str) -> String {
     out
 }
 
+/// Where the exporter is: an address, or a name resolved within the deadline.
+enum Target {
+    Addr(SocketAddr),
+    Name(String),
+}
+
 struct Request<'a> {
-    addr: SocketAddr,
+    target: Target,
     path: &'a str,
     auth: Option<&'a str>,
     pinned: Option<CertificateDer<'static>>,
     client: Option<ClientIdentity>,
     deadline: Instant,
+    timeout: Duration,
 }
 
 impl Request<'_> {
     /// The body of a 200 answer; anything else is the reason for an unknown verdict.
+    ///
+    /// One deadline bounds the whole exchange (name lookup, connect, TLS handshake, request,
+    /// every byte of the body): a peer that stalls at any step, or trickles, costs `--timeout`
+    /// and no more.
     fn get(&self) -> Result<String, String> {
-        let left = || self.deadline.saturating_duration_since(Instant::now());
-        let tcp = TcpStream::connect_timeout(&self.addr, left())
-            .map_err(|e| format!("exporter unreachable at {}: {e}", self.addr))?;
-        // HTTP/1.0: the server closes after the body, so no chunked encoding to undo.
-        let mut head = format!(
-            "GET {} HTTP/1.0\r\nHost: localhost\r\nAccept: text/plain\r\nAccept-Encoding: identity\r\n",
-            self.path
-        );
-        if let Some(auth) = self.auth {
-            head.push_str(&format!("Authorization: {auth}\r\n"));
-        }
-        head.push_str("\r\n");
-        let raw = match &self.pinned {
-            None => exchange(tcp, head.as_bytes(), self.deadline),
-            Some(cert) => {
-                let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
-                    rustls::crypto::ring::default_provider(),
-                ))
-                .with_safe_default_protocol_versions()
-                .map_err(|e| format!("TLS: {e}"))?
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(Pinned::new(cert.clone())));
-                let config = match &self.client {
-                    Some((chain, key)) => builder
-                        .with_client_auth_cert(chain.clone(), key.clone_key())
-                        .map_err(|e| format!("client certificate: {e}"))?,
-                    None => builder.with_no_client_auth(),
-                };
-                let name = ServerName::try_from("localhost").map_err(|e| format!("TLS: {e}"))?;
-                let conn = rustls::ClientConnection::new(Arc::new(config), name)
-                    .map_err(|e| format!("TLS: {e}"))?;
-                let tls = rustls::StreamOwned::new(conn, tcp);
-                exchange(tls, head.as_bytes(), self.deadline)
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("runtime: {e}"))?;
+        let deadline = tokio::time::Instant::from_std(self.deadline);
+        let answer = rt.block_on(async {
+            match tokio::time::timeout_at(deadline, self.exchange()).await {
+                Ok(answer) => answer,
+                Err(_) => Err(format!(
+                    "the exporter did not answer within {}",
+                    humantime::format_duration(self.timeout)
+                )),
             }
-        }?;
-        parse_response(&raw)
+        });
+        // A name lookup still blocked in its thread must not hold the exit.
+        rt.shutdown_background();
+        answer
+    }
+
+    async fn exchange(&self) -> Result<String, String> {
+        let addr = match &self.target {
+            Target::Addr(a) => *a,
+            Target::Name(name) => match tokio::net::lookup_host(name.as_str())
+                .await
+                .map(|mut all| all.next())
+            {
+                Ok(Some(a)) => a,
+                Ok(None) => return Err(format!("--address {name}: no address")),
+                Err(e) => return Err(format!("--address {name}: {e}")),
+            },
+        };
+        let tcp = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("exporter unreachable at {addr}: {e}"))?;
+        let mut request = hyper::Request::get(self.path)
+            .header(hyper::header::HOST, "localhost")
+            .header(hyper::header::ACCEPT, "text/plain")
+            .header(hyper::header::ACCEPT_ENCODING, "identity")
+            .header(hyper::header::CONNECTION, "close");
+        if let Some(auth) = self.auth {
+            request = request.header(hyper::header::AUTHORIZATION, auth);
+        }
+        let request = request
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .map_err(|e| format!("request for {}: {e}", self.path))?;
+        let Some(cert) = &self.pinned else {
+            return fetch(hyper_util::rt::TokioIo::new(tcp), request).await;
+        };
+        let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(Pinned::new(cert.clone())));
+        let config = match &self.client {
+            Some((chain, key)) => builder
+                .with_client_auth_cert(chain.clone(), key.clone_key())
+                .map_err(|e| format!("client certificate: {e}"))?,
+            None => builder.with_no_client_auth(),
+        };
+        let name = ServerName::try_from("localhost").map_err(|e| format!("TLS: {e}"))?;
+        let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(name, tcp)
+            .await
+            .map_err(|e| refusal(&e).unwrap_or_else(|| format!("TLS: {e}")))?;
+        fetch(hyper_util::rt::TokioIo::new(tls), request).await
     }
 }
 
-/// Sends `request` and reads the whole answer, within the deadline and the size bound.
-fn exchange<S: Read + Write + AsTcp>(
-    mut s: S,
-    request: &[u8],
-    deadline: Instant,
-) -> Result<Vec<u8>, String> {
-    let left = || {
-        let d = deadline.saturating_duration_since(Instant::now());
-        (!d.is_zero())
-            .then_some(d)
-            .ok_or_else(|| "the exporter did not answer in time".to_string())
-    };
-    s.tcp().set_write_timeout(Some(left()?)).ok();
-    s.write_all(request)
-        .and_then(|()| s.flush())
-        .map_err(|e| refusal(&e).unwrap_or_else(|| format!("exporter: {e}")))?;
-    let mut out = Vec::new();
-    let mut buf = [0u8; 16 * 1024];
+/// Sends `request` over `io` (HTTP/1.1) and reads the whole body as its framing says.
+///
+/// The body ends where its `Content-Length` or its last chunk says, never at a close: a
+/// connection that ends before (a plain FIN, TLS without `close_notify`) or a malformed chunk
+/// is an error, and an answer without either framing is refused, since a cut in it could not be
+/// told from its end.
+async fn fetch<T>(
+    io: T,
+    request: hyper::Request<http_body_util::Empty<bytes::Bytes>>,
+) -> Result<String, String>
+where
+    T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    use http_body_util::BodyExt;
+
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
+        .await
+        .map_err(|e| failure("exporter", &e))?;
+    // Driven beside the request; the runtime drops it with the check.
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| failure("exporter", &e))?;
+    match response.status().as_u16() {
+        200 => {}
+        401 => return Err("the exporter refused the check: HTTP 401 (basic auth)".into()),
+        s => return Err(format!("the exporter answered HTTP {s}")),
+    }
+    let headers = response.headers();
+    let chunked = headers
+        .get_all(hyper::header::TRANSFER_ENCODING)
+        .iter()
+        .any(|v| v.as_bytes().eq_ignore_ascii_case(b"chunked"));
+    if !chunked && !headers.contains_key(hyper::header::CONTENT_LENGTH) {
+        return Err("the exporter's answer has neither Content-Length nor chunks".into());
+    }
+    let body = http_body_util::Limited::new(response.into_body(), MAX_RESPONSE_BYTES)
+        .collect()
+        .await
+        .map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                format!(
+                    "the exporter's answer is over {} MiB",
+                    MAX_RESPONSE_BYTES >> 20
+                )
+            } else {
+                failure("the exporter's answer is incomplete", &*e)
+            }
+        })?
+        .to_bytes();
+    String::from_utf8(body.to_vec()).map_err(|_| "the exporter's answer is not UTF-8".into())
+}
+
+/// `what: <innermost cause>`, or what the exporter's TLS alert says about our client
+/// certificate.
+fn failure(what: &str, e: &(dyn std::error::Error + 'static)) -> String {
+    if let Some(r) = refusal(e) {
+        return r;
+    }
+    let mut cause: &(dyn std::error::Error + 'static) = e;
     loop {
-        s.tcp().set_read_timeout(Some(left()?)).ok();
-        match s.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                out.extend_from_slice(&buf[..n]);
-                if out.len() as u64 > MAX_RESPONSE_BYTES {
-                    return Err(format!(
-                        "the exporter's answer is over {} MiB",
-                        MAX_RESPONSE_BYTES >> 20
-                    ));
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err("the exporter did not answer in time".into())
-            }
-            // A peer that closes without TLS close_notify has still sent the whole body:
-            // HTTP/1.0 ends at the close.
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !out.is_empty() => break,
-            Err(e) => return Err(refusal(&e).unwrap_or_else(|| format!("exporter: {e}"))),
+        let next = cause.source().or_else(|| {
+            // An io::Error's source skips the error it wraps.
+            cause
+                .downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .map(|inner| inner as &(dyn std::error::Error + 'static))
+        });
+        match next {
+            Some(n) => cause = n,
+            None => break,
         }
     }
-    Ok(out)
+    format!("{what}: {cause}")
+}
+
+/// The TLS error somewhere in `e`'s chain, through the io::Errors that wrap it.
+fn tls_error<'e>(e: &'e (dyn std::error::Error + 'static)) -> Option<&'e rustls::Error> {
+    let mut at = Some(e);
+    while let Some(e) = at {
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        let inner = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .map(|inner| inner as &(dyn std::error::Error + 'static));
+        at = inner.or_else(|| e.source());
+    }
+    None
 }
 
 /// What the exporter's TLS alert says about our client certificate, in words an operator
 /// acts on; `None` for any other error.
-fn refusal(e: &std::io::Error) -> Option<String> {
+fn refusal(e: &(dyn std::error::Error + 'static)) -> Option<String> {
     use rustls::AlertDescription as A;
-    let tls = e.get_ref()?.downcast_ref::<rustls::Error>()?;
-    match tls {
+    match tls_error(e)? {
         rustls::Error::AlertReceived(A::CertificateRequired) => {
             Some("the exporter requires a client certificate (--client-cert, --client-key)".into())
         }
@@ -364,51 +455,6 @@ fn refusal(e: &std::io::Error) -> Option<String> {
         ) => Some("the exporter refused the client certificate".into()),
         _ => None,
     }
-}
-
-/// The TCP stream under a plain or TLS stream, for its timeouts.
-trait AsTcp {
-    fn tcp(&self) -> &TcpStream;
-}
-
-impl AsTcp for TcpStream {
-    fn tcp(&self) -> &TcpStream {
-        self
-    }
-}
-
-impl AsTcp for rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
-    fn tcp(&self) -> &TcpStream {
-        self.get_ref()
-    }
-}
-
-fn parse_response(raw: &[u8]) -> Result<String, String> {
-    let end = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or("the exporter's answer is not HTTP")?;
-    let head = String::from_utf8_lossy(&raw[..end]);
-    let status = head
-        .lines()
-        .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .and_then(|s| s.parse::<u16>().ok())
-        .ok_or("the exporter's answer is not HTTP")?;
-    match status {
-        200 => {}
-        401 => return Err("the exporter refused the check: HTTP 401 (basic auth)".into()),
-        s => return Err(format!("the exporter answered HTTP {s}")),
-    }
-    let chunked = head.lines().any(|l| {
-        let l = l.to_ascii_lowercase();
-        l.starts_with("transfer-encoding:") && l.contains("chunked")
-    });
-    if chunked {
-        return Err("the exporter's answer is chunked, which an HTTP/1.0 request rules out".into());
-    }
-    String::from_utf8(raw[end + 4..].to_vec())
-        .map_err(|_| "the exporter's answer is not UTF-8".into())
 }
 
 /// Trusts exactly one certificate: the one the daemon's web config serves.
@@ -468,66 +514,163 @@ impl ServerCertVerifier for Pinned {
     }
 }
 
-/// One GPU's verdict as served.
-#[derive(Debug, Default, Clone)]
-struct Gpu {
-    index: String,
-    state: Option<String>,
+/// A verdict's state, in the order of what it does to the answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum State {
+    Healthy,
+    Degraded,
+    Unknown,
+    Unhealthy,
+}
+
+impl State {
+    /// A state this check does not know is unknown, never healthy.
+    fn parse(s: &str) -> State {
+        match s {
+            "healthy" => State::Healthy,
+            "degraded" => State::Degraded,
+            "unhealthy" => State::Unhealthy,
+            _ => State::Unknown,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            State::Healthy => "healthy",
+            State::Degraded => "degraded",
+            State::Unknown => "unknown",
+            State::Unhealthy => "unhealthy",
+        }
+    }
+}
+
+/// One verdict as served: the node's (`gpu` none) or one GPU's.
+#[derive(Debug, Clone)]
+struct Verdict {
+    /// The GPU's index label; `None` for the node.
+    gpu: Option<String>,
+    state: State,
     action: Option<String>,
     reason: Option<String>,
 }
 
-/// The answer for an exposition: a problem when a GPU is at `at` or worse, unknown when a GPU
-/// has no verdict (and none is a problem), else OK.
+/// The GPU verdict family: `dgx_pixels_gpu_health_state{gpu,uuid,state}`, 1 for the current one.
+const GPU_STATE: &str = "dgx_pixels_gpu_health_state";
+/// `dgx_pixels_gpu_health_action_info{gpu,uuid,action,reason} 1`.
+const GPU_ACTION: &str = "dgx_pixels_gpu_health_action_info";
+/// The node-level verdict: `dgx_pixels_node_health_action_info{state,action,reason} 1`
+/// (gpu_count_below_expected, expected_gpus_unknown, nccl_bus_bandwidth_low).
+const NODE_ACTION: &str = "dgx_pixels_node_health_action_info";
+
+/// The answer for an exposition: a problem when the node or a GPU is at `at` or worse,
+/// unknown when one has no verdict (and none is a problem), else OK.
+///
+/// The exposition is read with the text-format parser the textfile collector uses (quoted
+/// label values with their escapes; anything malformed is unknown). GPU verdicts are keyed by
+/// `uuid` where the series has one, so two verdict sets under one index are two GPUs, judged
+/// both, never one decided by the order of the lines.
 pub fn judge(exposition: &str, at: ProblemAt) -> Answer {
-    // By index label: a map, so a huge exposition costs a hash per line, not a scan.
-    let mut by_index: std::collections::HashMap<&str, Gpu> = std::collections::HashMap::new();
-    for line in exposition.lines() {
-        if let Some(rest) = line.strip_prefix("dgx_pixels_gpu_health_state{") {
-            if !rest.ends_with(" 1") {
-                continue;
-            }
-            if let (Some(gpu), Some(state)) = (label(rest, "gpu"), label(rest, "state")) {
-                by_index.entry(gpu).or_default().state = Some(state.to_string());
-            }
-        } else if let Some(rest) = line.strip_prefix("dgx_pixels_gpu_health_action_info{") {
-            if let Some(gpu) = label(rest, "gpu") {
-                let g = by_index.entry(gpu).or_default();
-                g.action = label(rest, "action").map(str::to_string);
-                g.reason = label(rest, "reason").map(str::to_string);
-            }
+    let parsed = match dgx_pixels_textfile::parse::parse(exposition, "") {
+        Ok(p) => p,
+        Err(e) => return Answer::unknown(format!("the exporter's answer is malformed: {e}")),
+    };
+    let samples = |name: &'static str| {
+        parsed
+            .families
+            .iter()
+            .filter(move |f| f.name == name)
+            .flat_map(|f| f.samples.iter())
+            .filter(move |s| &*s.name == name && s.value == 1.0)
+    };
+    // By uuid (by index where no uuid is served): a map, so a huge exposition costs a hash per
+    // series, not a scan.
+    let key = |s: &'_ dgx_pixels_metrics::ExternalSample| -> Option<(String, String)> {
+        let gpu = s.label("gpu")?;
+        Some(match s.label("uuid").filter(|u| !u.is_empty()) {
+            Some(uuid) => ("uuid".to_string(), uuid.to_string()),
+            None => ("gpu".to_string(), gpu.to_string()),
+        })
+    };
+    let mut gpus: HashMap<(String, String), Verdict> = HashMap::new();
+    for s in samples(GPU_STATE) {
+        let (Some(k), Some(gpu), Some(state)) = (key(s), s.label("gpu"), s.label("state")) else {
+            continue;
+        };
+        let state = State::parse(state);
+        let v = gpus.entry(k).or_insert_with(|| Verdict {
+            gpu: Some(gpu.to_string()),
+            state,
+            action: None,
+            reason: None,
+        });
+        // Two states at 1 for one GPU: the worse holds, whatever their order.
+        v.state = v.state.max(state);
+    }
+    for s in samples(GPU_ACTION) {
+        let Some(v) = key(s).and_then(|k| gpus.get_mut(&k)) else {
+            continue;
+        };
+        let (action, reason) = (s.label("action"), s.label("reason"));
+        // Two action series for one GPU: a rule over `none`, then the least; order-free.
+        fn rank<'a>(
+            r: Option<&'a str>,
+            a: Option<&'a str>,
+        ) -> (bool, Option<&'a str>, Option<&'a str>) {
+            (r == Some("none") || r.is_none(), r, a)
+        }
+        if v.reason.is_none()
+            || rank(reason, action) < rank(v.reason.as_deref(), v.action.as_deref())
+        {
+            v.action = action.map(str::to_string);
+            v.reason = reason.map(str::to_string);
         }
     }
-    let mut gpus: Vec<Gpu> = by_index
-        .into_iter()
-        .filter(|(_, g)| g.state.is_some())
-        .map(|(index, g)| Gpu {
-            index: index.to_string(),
-            ..g
+    let mut gpus: Vec<Verdict> = gpus.into_values().collect();
+    gpus.sort_by(|a, b| {
+        let idx = |v: &Verdict| {
+            let i = v.gpu.clone().unwrap_or_default();
+            (i.parse::<u32>().unwrap_or(u32::MAX), i)
+        };
+        idx(a)
+            .cmp(&idx(b))
+            .then_with(|| (a.reason.as_deref(), a.state).cmp(&(b.reason.as_deref(), b.state)))
+    });
+    let mut node: Vec<Verdict> = samples(NODE_ACTION)
+        .map(|s| Verdict {
+            gpu: None,
+            state: State::parse(s.label("state").unwrap_or("")),
+            action: s.label("action").map(str::to_string),
+            reason: s.label("reason").map(str::to_string),
         })
         .collect();
-    if gpus.is_empty() {
+    node.sort_by(|a, b| b.state.cmp(&a.state).then_with(|| a.reason.cmp(&b.reason)));
+    if gpus.is_empty() && node.is_empty() {
         return Answer::unknown("no GPU verdict served (is the health collector on?)");
     }
-    gpus.sort_by_key(|g| (g.index.parse::<u32>().unwrap_or(u32::MAX), g.index.clone()));
-    let with = |states: &[&str]| -> Vec<&Gpu> {
-        gpus.iter()
-            .filter(|g| g.state.as_deref().is_some_and(|s| states.contains(&s)))
-            .collect()
+    // The node first, then the GPUs by index: the worst state first, so the message names it.
+    let all: Vec<&Verdict> = node.iter().chain(gpus.iter()).collect();
+    let with = |states: &[State]| -> Vec<&Verdict> {
+        let mut out = Vec::new();
+        for st in states {
+            out.extend(all.iter().copied().filter(|v| v.state == *st));
+        }
+        out
     };
-    // The worst first, so the message names it.
-    let mut problems = with(&["unhealthy"]);
-    if at == ProblemAt::Degraded {
-        problems.extend(with(&["degraded"]));
-    }
+    let problems = match at {
+        ProblemAt::Unhealthy => with(&[State::Unhealthy]),
+        ProblemAt::Degraded => with(&[State::Unhealthy, State::Degraded]),
+    };
     if !problems.is_empty() {
         return Answer::new(1, describe(&problems, gpus.len()));
     }
-    let unknown = with(&["unknown"]);
+    let unknown = with(&[State::Unknown]);
     if !unknown.is_empty() {
         return Answer::unknown(describe(&unknown, gpus.len()));
     }
-    let degraded = with(&["degraded"]);
+    if gpus.is_empty() {
+        return Answer::unknown("no GPU verdict served (is the health collector on?)");
+    }
+    let degraded = with(&[State::Degraded]);
     if !degraded.is_empty() {
         return Answer::new(0, describe(&degraded, gpus.len()));
     }
@@ -537,30 +680,32 @@ pub fn judge(exposition: &str, at: ProblemAt) -> Answer {
     }
 }
 
-/// `GPU 1 unhealthy: reset_gpu (xid_48); 2 more of 8`.
-fn describe(of: &[&Gpu], total: usize) -> String {
+/// `GPU 1 unhealthy: reset_gpu (xid_48); 2 more of 8`,
+/// `node unhealthy: reboot (gpu_count_below_expected); 1 of 8 GPUs too`.
+fn describe(of: &[&Verdict], gpus: usize) -> String {
     let first = of[0];
+    let subject = match &first.gpu {
+        Some(index) => format!("GPU {index}"),
+        None => "node".to_string(),
+    };
     let mut s = format!(
-        "GPU {} {}: {} ({})",
-        first.index,
-        first.state.as_deref().unwrap_or("?"),
+        "{subject} {}: {} ({})",
+        first.state.as_str(),
         first.action.as_deref().unwrap_or("?"),
         first.reason.as_deref().unwrap_or("?"),
     );
-    if of.len() > 1 {
-        s.push_str(&format!("; {} more of {total}", of.len() - 1));
+    let more_gpus = of[1..].iter().filter(|v| v.gpu.is_some()).count();
+    if more_gpus > 0 {
+        if first.gpu.is_some() {
+            s.push_str(&format!("; {more_gpus} more of {gpus}"));
+        } else {
+            s.push_str(&format!("; {more_gpus} of {gpus} GPUs too"));
+        }
+    }
+    if first.gpu.is_some() && of[1..].iter().any(|v| v.gpu.is_none()) {
+        s.push_str("; the node too");
     }
     s
-}
-
-/// The value of `key` in the label set `rest` (after the `{`); our label values have no
-/// escaped quotes where it is used.
-fn label<'a>(rest: &'a str, key: &str) -> Option<&'a str> {
-    let set = &rest[..rest.rfind('}')?];
-    set.split(',').find_map(|pair| {
-        let (k, v) = pair.split_once('=')?;
-        (k == key).then(|| v.trim_matches('"'))
-    })
 }
 
 /// One line of at most [`MAX_MESSAGE`] bytes, cut at a character boundary.
@@ -657,16 +802,113 @@ mod tests {
         assert_eq!(basic_auth("ab", "c"), "Basic YWI6Yw==");
     }
 
+    fn node(state: &str, action: &str, reason: &str) -> String {
+        format!(
+            "dgx_pixels_node_health_action_info{{state=\"{state}\",action=\"{action}\",reason=\"{reason}\"}} 1\n"
+        )
+    }
+
+    fn healthy(n: u32) -> String {
+        (0..n)
+            .map(|g| series(g, "healthy", "none", "none"))
+            .collect()
+    }
+
+    /// Issue 42, item 3: the node's verdict changes the exit and names the node reason (before,
+    /// every one of these was "8 GPUs healthy", exit 0).
     #[test]
-    fn answers_other_than_200_say_why() {
+    fn node_verdicts_change_the_exit_and_the_message() {
+        let at = ProblemAt::Unhealthy;
+        let text = healthy(8) + &node("unhealthy", "reboot", "gpu_count_below_expected");
         assert_eq!(
-            parse_response(b"HTTP/1.1 401 Unauthorized\r\n\r\n").unwrap_err(),
-            "the exporter refused the check: HTTP 401 (basic auth)"
+            judge(&text, at),
+            Answer::new(1, "node unhealthy: reboot (gpu_count_below_expected)")
         );
+        let text = healthy(8) + &node("unknown", "unknown", "expected_gpus_unknown");
         assert_eq!(
-            parse_response(b"HTTP/1.1 200 OK\r\n\r\nbody").unwrap(),
-            "body"
+            judge(&text, at),
+            Answer::new(2, "node unknown: unknown (expected_gpus_unknown)")
         );
-        assert!(parse_response(b"garbage").is_err());
+        let text = healthy(8) + &node("degraded", "check_hardware", "nccl_bus_bandwidth_low");
+        assert_eq!(
+            judge(&text, at),
+            Answer::new(0, "node degraded: check_hardware (nccl_bus_bandwidth_low)")
+        );
+        assert_eq!(judge(&text, ProblemAt::Degraded).status, 1);
+        // A healthy node verdict leaves the answer as the GPUs make it.
+        let text = healthy(8) + &node("healthy", "none", "none");
+        assert_eq!(judge(&text, at), Answer::new(0, "8 GPUs healthy"));
+        // The node and a GPU unhealthy: the node named, the GPU counted.
+        let text = healthy(1)
+            + &series(1, "unhealthy", "reset_gpu", "xid_48")
+            + &node("unhealthy", "reboot", "gpu_count_below_expected");
+        assert_eq!(
+            judge(&text, at).message,
+            "node unhealthy: reboot (gpu_count_below_expected); 1 of 2 GPUs too"
+        );
+        // A GPU unhealthy, the node degraded, from degraded on: the GPU first, the node said.
+        let text = healthy(1)
+            + &series(1, "unhealthy", "reset_gpu", "xid_48")
+            + &node("degraded", "check_hardware", "nccl_bus_bandwidth_low");
+        assert_eq!(
+            judge(&text, ProblemAt::Degraded).message,
+            "GPU 1 unhealthy: reset_gpu (xid_48); the node too"
+        );
+        // Every GPU gone and the node says so: a problem, not "no verdict".
+        let text = node("unhealthy", "reboot", "gpu_count_below_expected");
+        assert_eq!(judge(&text, at).status, 1);
+        // A node verdict alone otherwise: still no GPU verdict, unknown.
+        assert_eq!(judge(&node("healthy", "none", "none"), at).status, 2);
+    }
+
+    /// Issue 42, smaller: two verdict sets under one index are two GPUs (by uuid), the worse
+    /// decides, in either order (before, the later line won: one order said healthy).
+    #[test]
+    fn verdicts_are_keyed_by_uuid_not_decided_by_order() {
+        let other = "dgx_pixels_gpu_health_state{gpu=\"3\",uuid=\"GPU-other\",state=\"unhealthy\"} 1\n\
+                     dgx_pixels_gpu_health_action_info{gpu=\"3\",uuid=\"GPU-other\",action=\"reboot\",reason=\"gpu_lost\"} 1\n";
+        for text in [healthy(8) + other, other.to_string() + &healthy(8)] {
+            assert_eq!(
+                judge(&text, ProblemAt::Unhealthy),
+                Answer::new(1, "GPU 3 unhealthy: reboot (gpu_lost)"),
+                "{text}"
+            );
+        }
+        // Without uuid, by index: two states at 1 for one GPU, the worse holds in either order.
+        let a = "dgx_pixels_gpu_health_state{gpu=\"0\",state=\"unhealthy\"} 1\n";
+        let b = "dgx_pixels_gpu_health_state{gpu=\"0\",state=\"healthy\",x=\"1\"} 1\n";
+        for text in [format!("{a}{b}"), format!("{b}{a}")] {
+            assert_eq!(judge(&text, ProblemAt::Unhealthy).status, 1, "{text}");
+        }
+    }
+
+    /// Issue 42, smaller: label values are read as the text format writes them, `,` `"` and `\`
+    /// escapes included (before, a `,` in a value split it, and a forged `state` inside a uuid
+    /// was read as the state: exit 0).
+    #[test]
+    fn label_values_are_parsed_with_their_escapes() {
+        let text = healthy(1)
+            + "dgx_pixels_gpu_health_state{gpu=\"1\",uuid=\"GPU-1,state=\\\"healthy\\\"\",state=\"unhealthy\"} 1\n\
+               dgx_pixels_gpu_health_action_info{gpu=\"1\",uuid=\"GPU-1,state=\\\"healthy\\\"\",action=\"reset_gpu\",reason=\"a,b\\\\c\\\"d\"} 1\n";
+        assert_eq!(
+            judge(&text, ProblemAt::Unhealthy),
+            Answer::new(1, "GPU 1 unhealthy: reset_gpu (a,b\\c\"d)")
+        );
+    }
+
+    #[test]
+    fn a_malformed_exposition_is_unknown() {
+        for text in [
+            healthy(2) + "dgx_pixels_gpu_health_state{gpu=\"2\",state=\"healthy} 1\n",
+            healthy(2) + "garbage here\n",
+            healthy(2) + &series(1, "healthy", "none", "none"),
+        ] {
+            let a = judge(&text, ProblemAt::Unhealthy);
+            assert_eq!(a.status, 2, "{text}: {a:?}");
+            assert!(
+                a.message.starts_with("the exporter's answer is malformed"),
+                "{a:?}"
+            );
+        }
     }
 }
