@@ -93,6 +93,14 @@ fn main() -> ExitCode {
         Ok(handle) => handle,
         Err(e) => return startup_error(StartError::Config(e.to_string())),
     };
+    // Worker descendants that escape their worker (setsid, a double fork) are handed to the
+    // daemon, not init, so they are found and killed (the daemon starts no other children).
+    if let Err(e) = dgx_pixels_worker::adopt_orphans() {
+        tracing::warn!(
+            "cannot become a child subreaper ({e}): a worker's setsid() descendants that \
+             outlive it are left to init"
+        );
+    }
     // A bad web config file is a config error: nothing is served until it is right.
     let web = match WebState::load(
         settings.web.config_file.as_deref(),
@@ -142,6 +150,9 @@ fn main() -> ExitCode {
     // Blocking work still running (a reload stuck on a file, a library call) must not keep
     // the process alive after a signal: give it a moment, then exit regardless.
     runtime.shutdown_timeout(SHUTDOWN_GRACE);
+    // Nothing the daemon started outlives it: running workers with their whole trees, and the
+    // orphans it adopted.
+    dgx_pixels_worker::kill_all();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -13,6 +13,11 @@ use dgx_pixels_probes::worker::{
 
 /// Runs one request.
 pub fn run(nvml_library: Option<&Path>) -> ExitCode {
+    // Before any library is loaded: nothing they print can reach the reply.
+    let out = match crate::worker_io::reply_channel("probe-worker") {
+        Ok(f) => f,
+        Err(code) => return code,
+    };
     crate::worker_io::first_to_go();
     let request: WorkerRequest = match crate::worker_io::request("probe-worker", MAX_REQUEST_BYTES)
     {
@@ -33,7 +38,7 @@ pub fn run(nvml_library: Option<&Path>) -> ExitCode {
             }
         }
     };
-    crate::worker_io::reply("probe-worker", &reply)
+    crate::worker_io::reply("probe-worker", out, &reply)
 }
 
 /// Discovery and `storage_read` touch no GPU: nothing to watch.

@@ -10,6 +10,11 @@ use dgx_pixels_trace_source::analyzer::{serve, AnalysisRequest, MAX_REQUEST_BYTE
 
 /// Runs one request.
 pub fn run() -> ExitCode {
+    // Before any library is loaded: nothing they print can reach the reply.
+    let out = match crate::worker_io::reply_channel("trace-worker") {
+        Ok(f) => f,
+        Err(code) => return code,
+    };
     crate::worker_io::first_to_go();
     let request: AnalysisRequest =
         match crate::worker_io::request("trace-worker", MAX_REQUEST_BYTES) {
@@ -17,5 +22,5 @@ pub fn run() -> ExitCode {
             Err(code) => return code,
         };
     let reply = serve(&request);
-    crate::worker_io::reply("trace-worker", &reply)
+    crate::worker_io::reply("trace-worker", out, &reply)
 }

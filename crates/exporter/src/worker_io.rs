@@ -1,7 +1,12 @@
 //! The child side shared by the hidden worker subcommands (`probe-worker`, `trace-worker`):
 //! one JSON request on stdin, one JSON reply on stdout, exit 0; a bad request exits 2 with one
 //! line on stderr. The daemon's side is `dgx_pixels_worker::run`.
+//!
+//! The reply is the only thing written to the stdout the daemon reads: [`reply_channel`], first
+//! thing, keeps that descriptor for the reply and points descriptor 1 at stderr, so library
+//! chatter on stdout (NCCL's debug output) cannot break the reply.
 
+use std::fs::File;
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -26,8 +31,17 @@ pub fn request<T: DeserializeOwned>(who: &str, max: usize) -> Result<T, ExitCode
         })
 }
 
-/// Writes `reply` on stdout.
-pub fn reply<T: Serialize>(who: &str, reply: &T) -> ExitCode {
+/// The descriptor for the reply (the daemon's pipe); from now on descriptor 1 is stderr. Call
+/// it before anything could print on stdout; on failure the exit code.
+pub fn reply_channel(who: &str) -> Result<File, ExitCode> {
+    dgx_pixels_worker::reply_channel().map_err(|e| {
+        eprintln!("{who}: cannot set up the reply channel: {e}");
+        ExitCode::FAILURE
+    })
+}
+
+/// Writes `reply` on the reply channel.
+pub fn reply<T: Serialize>(who: &str, mut out: File, reply: &T) -> ExitCode {
     let text = match serde_json::to_vec(reply) {
         Ok(t) => t,
         Err(e) => {
@@ -35,7 +49,6 @@ pub fn reply<T: Serialize>(who: &str, reply: &T) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let mut out = std::io::stdout().lock();
     if out.write_all(&text).and_then(|()| out.flush()).is_err() {
         return ExitCode::FAILURE;
     }

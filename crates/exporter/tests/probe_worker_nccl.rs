@@ -199,6 +199,70 @@ fn a_hung_nccl_init_is_killed_at_the_deadline_and_the_daemon_serves_on() {
 }
 
 #[test]
+fn nccl_warnings_on_stdout_leave_the_reply_intact() {
+    // Real NCCL prints `NCCL_DEBUG=WARN` lines on stdout; before the reply channel every run
+    // with one was `bad_reply`.
+    let (d, _state, _config) = daemon(
+        SCENARIO,
+        TIME,
+        fake_cuda_nccl_dir(),
+        "",
+        &[("FAKE_NCCL_STDOUT_WARN", "1")],
+    );
+    // A bad reply is an `error` run.
+    let ended = |body: &str| runs(body, "ok") >= 1.0 || runs(body, "error") >= 1.0;
+    let (body, took) = wait_until(d.port, Duration::from_secs(90), ended);
+    assert!(runs(&body, "ok") >= 1.0, "no ok run in {took:?}:\n{body}");
+    assert_eq!(runs(&body, "error"), 0.0, "{body}");
+    // The worker alone: the warning went to stderr, the reply is all of stdout.
+    let node = Node::new(Scenario::load(SCENARIO).unwrap());
+    let req = WorkerRequest::NcclAllReduce(NcclRequest {
+        gpus: (0..2)
+            .map(|i| Peer {
+                ordinal: i,
+                uuid: node.gpu(i).unwrap().uuid.clone(),
+            })
+            .collect(),
+        max_bytes: 1 << 20,
+        warmup: 1,
+        iterations: 3,
+        target_seconds: 0.02,
+    });
+    let state = tempfile::tempdir().unwrap();
+    let mut child = Command::new(BIN)
+        .args(["probe-worker", "--nvml-library", fake_nvml_library()])
+        .env("FAKE_NVML_SCENARIO", SCENARIO)
+        .env("FAKE_NVML_TIME", TIME)
+        .env("FAKE_CUDA_SCENARIO", SCENARIO)
+        .env("FAKE_CUDA_TIME", TIME)
+        .env("FAKE_CUDA_STATE_DIR", state.path())
+        .env("FAKE_NVML_CUDA_STATE_DIR", state.path())
+        .env("LD_LIBRARY_PATH", fake_cuda_nccl_dir())
+        .env("FAKE_NCCL_STDOUT_WARN", "1")
+        .env("NCCL_DEBUG", "WARN")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&serde_json::to_vec(&req).unwrap())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let reply: WorkerReply = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{stderr}", String::from_utf8_lossy(&out.stdout)));
+    assert!(matches!(reply, WorkerReply::AllReduce { .. }), "{reply:?}");
+    assert!(
+        stderr.contains("NCCL WARN"),
+        "the warning is kept: {stderr}"
+    );
+}
+
+#[test]
 fn an_async_error_and_a_missing_library_are_outcomes_of_their_own() {
     let (err, _s1, _c1) = daemon(
         SCENARIO,

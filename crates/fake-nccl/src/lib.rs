@@ -24,6 +24,7 @@
 //! | `FAKE_NCCL_VERSION` | What `ncclGetVersion` answers (2.27.3). | `22703` |
 //! | `FAKE_NCCL_HANG_INIT` | `1`: `ncclCommInitAll` never returns (a hung bootstrap). | `0` |
 //! | `FAKE_NCCL_ENQUEUE_ERROR_AFTER` | N: every `ncclAllReduce` call after the first N answers `ncclSystemError` (an enqueue that fails inside an open group). | unset |
+//! | `FAKE_NCCL_STDOUT_WARN` | `1`: `ncclCommInitAll` prints a `NCCL WARN` line on stdout, as real NCCL does with `NCCL_DEBUG=WARN` and no `NCCL_DEBUG_FILE` (its debug output goes to stdout), unless `NCCL_DEBUG` is unset or `NONE`. | `0` |
 //! | `FAKE_NCCL_ASYNC_ERROR_AFTER` | N: the collective after the first N never ends on the GPUs, and `ncclCommGetAsyncError` answers `ncclSystemError` from then on (a peer failed mid-collective); `ncclCommAbort` ends the stuck work. | unset |
 //!
 //! `ncclCommAbort` or `ncclCommDestroy` called while a group is open is invalid usage that real
@@ -209,6 +210,9 @@ pub unsafe extern "C" fn ncclCommInitAll(
                 std::thread::sleep(std::time::Duration::from_secs(3600));
             }
         }
+        if env_u64("FAKE_NCCL_STDOUT_WARN") == Some(1) {
+            debug_warn("NET/Plugin: Could not find: none libnccl-net-none.so");
+        }
         if driver().is_none() {
             return NCCL_UNHANDLED_CUDA_ERROR;
         }
@@ -245,6 +249,28 @@ pub unsafe extern "C" fn ncclCommInitAll(
         }
         NCCL_SUCCESS
     })
+}
+
+/// A `WARN` line in NCCL's debug format (`host:pid:tid [dev] NCCL WARN text`) written straight
+/// to descriptor 1, where NCCL's debug output goes without `NCCL_DEBUG_FILE`, when
+/// `NCCL_DEBUG` asks for warnings.
+fn debug_warn(text: &str) {
+    let level = std::env::var("NCCL_DEBUG").unwrap_or_default();
+    if level.is_empty()
+        || level.eq_ignore_ascii_case("NONE")
+        || level.eq_ignore_ascii_case("VERSION")
+    {
+        return;
+    }
+    let line = format!(
+        "fakehost:{}:{} [0] NCCL WARN {text}\n",
+        std::process::id(),
+        std::process::id()
+    );
+    // SAFETY: write from a valid buffer of its length (C stdio's descriptor, unbuffered here).
+    unsafe {
+        libc::write(1, line.as_ptr().cast(), line.len());
+    }
 }
 
 fn comm_id(comm: *mut c_void) -> u64 {

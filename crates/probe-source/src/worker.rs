@@ -111,9 +111,32 @@ impl WorkerBackend {
         });
         serde_json::from_slice(&done.output).map_err(|e| ProbeError::Worker {
             kind: "bad_reply",
-            message: format!("the probe worker's reply is not understood: {e}"),
+            message: format!(
+                "the probe worker's reply is not understood: {e}; its {} bytes begin \"{}\"",
+                done.output.len(),
+                excerpt(&done.output)
+            ),
         })
     }
+}
+
+/// Most bytes of a bad reply that its error message shows.
+pub const REPLY_EXCERPT_BYTES: usize = 200;
+
+/// The first [`REPLY_EXCERPT_BYTES`] of a reply for the log, printable ASCII kept and every
+/// other byte escaped (`\n`, `\x1b`): what a worker printed can neither flood the log nor
+/// forge a line of it.
+fn excerpt(reply: &[u8]) -> String {
+    let head = &reply[..reply.len().min(REPLY_EXCERPT_BYTES)];
+    let mut text: String = head
+        .iter()
+        .flat_map(|&b| std::ascii::escape_default(b))
+        .map(char::from)
+        .collect();
+    if reply.len() > head.len() {
+        text.push_str("...");
+    }
+    text
 }
 
 /// The deadline and CPU-seconds cap of the worker for `request`. RLIMIT_CPU sums every thread
@@ -341,7 +364,13 @@ mod tests {
         ] {
             let mut b = sh(script, second);
             match b.run(&gpu(), ProbeKind::GemmBf16) {
-                Err(ProbeError::Worker { kind: k, .. }) => assert_eq!(k, kind, "{script}"),
+                Err(ProbeError::Worker { kind: k, message }) => {
+                    assert_eq!(k, kind, "{script}");
+                    if script.contains("not json") {
+                        // The log shows what was printed, escaped.
+                        assert!(message.contains("begin \"not json\\n\""), "{message}");
+                    }
+                }
                 other => panic!("{script}: {other:?}"),
             }
             assert!(b.held_for().is_none(), "{script}: no GPU time claimed");
@@ -355,6 +384,27 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(t0.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_bad_reply_is_logged_by_its_first_bytes_bounded_and_escaped() {
+        // A forged log line and a terminal escape, then 10 kB (under the reply bound).
+        let script = "cat >/dev/null; printf 'x\\n2024 ERROR forged\\033[2J'; head -c 10000 /dev/zero | tr '\\0' y";
+        let mut b = sh(script, Duration::from_secs(5));
+        let Err(ProbeError::Worker {
+            kind: "bad_reply",
+            message,
+        }) = b.discover()
+        else {
+            panic!("not a bad reply")
+        };
+        assert!(
+            message.contains("10023 bytes begin \"x\\n2024 ERROR forged\\x1b[2Jyyy"),
+            "{message}"
+        );
+        assert!(!message.contains('\n') && !message.contains('\u{1b}'));
+        assert!(message.ends_with("yyy...\""), "{message}");
+        assert!(message.len() < 200 + 200, "{}", message.len());
     }
 
     #[test]

@@ -4,12 +4,23 @@
 //!
 //! [`run`] spawns a program (the exporter's own binary with a hidden subcommand), writes one
 //! request to its stdin and returns what it printed on stdout, under [`Limits`]:
-//! - a deadline, after which the whole process group is killed;
-//! - a bound on stdout (exceeding it kills the group) and on the stderr kept;
+//! - a deadline, after which the worker and every descendant of it are killed;
+//! - a bound on stdout (exceeding it kills the worker's tree) and on the stderr kept; the pipes
+//!   are read with `poll` under the deadline, never by waiting for an EOF that a descendant
+//!   holding them could hold back;
+//! - the worker is a child subreaper: orphans of its tree (a `setsid()` and a double fork) stay
+//!   under it, so the kill at the deadline (the worker stopped, then its descendants found by
+//!   their parent links in `/proc` and SIGKILLed in rounds until none is left) reaches them;
+//!   what outlives a worker that exits on its own is handed to the calling process when that
+//!   process has called [`adopt_orphans`] (the daemon does), and killed and reaped after each
+//!   run and by [`kill_all`] on exit;
 //! - optional address-space and CPU-time limits (`setrlimit` in the child before `exec`), no
 //!   core dumps, optionally the lowest CPU priority;
 //! - the child is killed if the thread that spawned it dies (`PR_SET_PDEATHSIG`), and it is
 //!   always reaped: no zombie, whatever happened.
+//!
+//! The worker side writes its reply on [`reply_channel`], so that what libraries print on
+//! stdout goes to stderr instead.
 //!
 //! The pids of live workers are listed by [`is_ours`], so sources that list GPU processes can
 //! leave the exporter's own workers out.
@@ -18,12 +29,12 @@
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
-use std::io::{Read, Write};
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -155,6 +166,11 @@ impl WorkerError {
 }
 
 static LIVE: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
+/// Held while a worker is spawned and listed, and while orphans are swept.
+static SPAWN: Mutex<()> = Mutex::new(());
+/// Set by [`adopt_orphans`]: this process is a subreaper and its children other than live
+/// workers are escaped worker descendants.
+static ADOPTING: AtomicBool = AtomicBool::new(false);
 
 /// Whether `pid` is a worker this process started and has not reaped yet.
 pub fn is_ours(pid: u32) -> bool {
@@ -170,13 +186,6 @@ pub fn live_pids() -> Vec<u32> {
         .iter()
         .copied()
         .collect()
-}
-
-enum Event {
-    /// The child exited; it is a zombie until reaped, so its pid (and group) cannot be reused.
-    Exited,
-    /// stdout passed the bound.
-    Overflow,
 }
 
 /// Runs one worker to the end. Blocks the calling thread until the worker exited or was
@@ -211,14 +220,20 @@ fn run_inner(req: &Request, cancel: Option<&AtomicBool>) -> Result<Finished, Wor
         cmd.pre_exec(move || in_child(&pre, parent));
     }
     let started = Instant::now();
-    let mut child = cmd.spawn().map_err(|source| WorkerError::Spawn {
-        program: req.program.display().to_string(),
-        source,
-    })?;
-    let pid = child.id();
-    LIVE.lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .insert(pid);
+    // Spawned and listed under the lock the orphan sweep holds: the sweep never takes a worker
+    // just started for an orphan.
+    let (mut child, pid) = {
+        let _spawning = SPAWN.lock().unwrap_or_else(PoisonError::into_inner);
+        let child = cmd.spawn().map_err(|source| WorkerError::Spawn {
+            program: req.program.display().to_string(),
+            source,
+        })?;
+        let pid = child.id();
+        LIVE.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(pid);
+        (child, pid)
+    };
     let result = supervise(&mut child, pid, req, started, cancel);
     LIVE.lock()
         .unwrap_or_else(PoisonError::into_inner)
@@ -234,104 +249,100 @@ fn supervise(
     cancel: Option<&AtomicBool>,
 ) -> Result<Finished, WorkerError> {
     let limits = &req.limits;
-    let (tx, rx) = mpsc::channel::<Event>();
-
-    // stdin: written on its own thread, so a worker that never reads cannot block us.
-    let stdin = child.stdin.take().map(|mut w| {
-        let input = req.input.clone();
-        std::thread::spawn(move || {
-            let _ = w.write_all(&input);
-        })
-    });
-    let stdout = child.stdout.take().map(|mut r| {
-        let max = limits.max_output_bytes;
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            let mut out = Vec::new();
-            let mut buf = [0u8; 8192];
-            loop {
-                match r.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        if out.len() + n > max {
-                            let _ = tx.send(Event::Overflow);
-                            // Drain without keeping, so the child is not blocked on a full
-                            // pipe before the kill arrives.
-                            while matches!(r.read(&mut buf), Ok(n) if n > 0) {}
-                            return None;
-                        }
-                        out.extend_from_slice(&buf[..n]);
-                    }
-                }
-            }
-            Some(out)
-        })
-    });
-    let stderr = child.stderr.take().map(|mut r| {
-        std::thread::spawn(move || {
-            let mut kept: Vec<u8> = Vec::new();
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = r.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                kept.extend_from_slice(&buf[..n]);
-                if kept.len() > 2 * STDERR_TAIL_BYTES {
-                    kept.drain(..kept.len() - STDERR_TAIL_BYTES);
-                }
-            }
-            kept
-        })
-    });
-    {
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            wait_exited(pid);
-            let _ = tx.send(Event::Exited);
-        });
+    // The pipes are read and written here, with poll and a deadline, never by a blocking read
+    // that waits for an EOF: a descendant that escaped the group (setsid) and holds a pipe open
+    // must not hold this thread past the worker's end.
+    let mut stdin = child.stdin.take().map(OwnedFd::from);
+    let mut stdout = child.stdout.take().map(OwnedFd::from);
+    let mut stderr = child.stderr.take().map(OwnedFd::from);
+    for fd in [&stdin, &stdout, &stderr].into_iter().flatten() {
+        set_nonblocking(fd);
     }
-    drop(tx);
+    if req.input.is_empty() {
+        stdin = None;
+    }
+    let exited = exit_signal(pid).map_err(|e| {
+        // Without the exit pipe the worker cannot be watched: end it now.
+        kill_tree(pid);
+        let _ = reap(pid);
+        WorkerError::Io(e)
+    })?;
 
     let deadline = started + limits.timeout;
+    let mut written = 0usize;
+    let mut out: Vec<u8> = Vec::new();
+    let mut err: Vec<u8> = Vec::new();
     let mut killed: Option<WorkerError> = None;
     loop {
-        let mut left = deadline.saturating_duration_since(Instant::now());
-        if let Some(c) = cancel {
-            if killed.is_none() && c.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        if killed.is_none() {
+            if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
                 killed = Some(WorkerError::Cancelled);
-                kill_group(pid);
+            } else if now >= deadline {
+                killed = Some(WorkerError::TimedOut(limits.timeout));
             }
-            left = left.min(CANCEL_POLL);
+            if killed.is_some() {
+                kill_tree(pid);
+            }
         }
-        match rx.recv_timeout(left) {
-            Ok(Event::Exited) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            Ok(Event::Overflow) => {
+        let mut wait = if killed.is_some() {
+            // Killed: only its exit is awaited (as long as a SIGKILL takes).
+            KILLED_POLL
+        } else {
+            deadline.saturating_duration_since(now)
+        };
+        if cancel.is_some() {
+            wait = wait.min(CANCEL_POLL);
+        }
+        let mut fds = vec![pollfd(&exited, libc::POLLIN)];
+        let at_stdout = stdout.as_ref().map(|f| push(&mut fds, f, libc::POLLIN));
+        let at_stderr = stderr.as_ref().map(|f| push(&mut fds, f, libc::POLLIN));
+        let at_stdin = stdin.as_ref().map(|f| push(&mut fds, f, libc::POLLOUT));
+        poll(&mut fds, wait);
+        if at_stdout.is_some_and(|i| fds[i].revents != 0) {
+            let open = read_available(stdout.as_ref(), &mut out, limits.max_output_bytes, false);
+            if out.len() > limits.max_output_bytes {
+                out.clear();
+                stdout = None;
                 if killed.is_none() {
                     killed = Some(WorkerError::OutputTooLarge(limits.max_output_bytes));
-                    kill_group(pid);
+                    kill_tree(pid);
                 }
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                if killed.is_none() && Instant::now() >= deadline {
-                    killed = Some(WorkerError::TimedOut(limits.timeout));
-                    kill_group(pid);
-                }
+            } else if !open {
+                stdout = None;
             }
         }
+        if at_stderr.is_some_and(|i| fds[i].revents != 0)
+            && !read_available(stderr.as_ref(), &mut err, 0, true)
+        {
+            stderr = None;
+        }
+        if at_stdin.is_some_and(|i| fds[i].revents != 0)
+            && !write_available(stdin.as_ref(), &req.input, &mut written)
+        {
+            stdin = None;
+        }
+        if fds[0].revents != 0 {
+            break;
+        }
     }
-    // The leader is a zombie now: its group id cannot have been reused, so killing the group
-    // reaches only what it left behind (a grandchild holding the pipes open).
+    // The worker is a zombie now: its pid and group id cannot be reused until it is reaped.
+    // What it wrote before it exited is in the pipes: take it without waiting for an EOF.
+    if killed.is_none() {
+        let _ = read_available(stdout.as_ref(), &mut out, limits.max_output_bytes, false);
+        if out.len() > limits.max_output_bytes {
+            killed = Some(WorkerError::OutputTooLarge(limits.max_output_bytes));
+        }
+    }
+    let _ = read_available(stderr.as_ref(), &mut err, 0, true);
+    drop((stdin, stdout, stderr));
+    // What the worker left behind: its group, and the orphans of its tree, which were handed to
+    // this process (a subreaper, see `adopt_orphans`) when the worker died.
     kill_group(pid);
+    sweep_orphans();
     let reaped = reap(pid);
     let wall = started.elapsed();
-    if let Some(h) = stdin {
-        let _ = h.join();
-    }
-    let output = stdout.and_then(|h| h.join().ok().flatten());
-    let err_tail = stderr
-        .and_then(|h| h.join().ok())
-        .map(|b| printable_tail(&b))
-        .unwrap_or_default();
+    let err_tail = printable_tail(&err);
     // `child` was reaped by `reap`; dropping a `Child` never waits, so nothing waits twice.
     if let Some(e) = killed {
         return Err(e);
@@ -355,12 +366,131 @@ fn supervise(
         });
     }
     Ok(Finished {
-        output: output.unwrap_or_default(),
+        output: out,
         pid,
         wall,
         cpu: usage.0,
         peak_rss_bytes: usage.1,
     })
+}
+
+/// How often a killed worker's exit is looked for (the exit pipe answers at once; this bounds
+/// a missed wake-up).
+const KILLED_POLL: Duration = Duration::from_millis(100);
+
+/// A pipe that becomes readable once `pid` has exited (left a zombie, so its pid stays
+/// reserved), written by a thread that waits for it. The thread ends when the worker does,
+/// and every worker is killed by its deadline.
+fn exit_signal(pid: u32) -> std::io::Result<OwnedFd> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 writes two descriptors into the array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned here only.
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    std::thread::Builder::new()
+        .name("worker-wait".into())
+        .spawn(move || {
+            wait_exited(pid);
+            drop(w);
+        })?;
+    Ok(r)
+}
+
+fn set_nonblocking(fd: &OwnedFd) {
+    let fd = fd.as_raw_fd();
+    // SAFETY: fcntl on a descriptor this function's caller owns.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags >= 0 {
+            libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+        }
+    }
+}
+
+fn pollfd(fd: &OwnedFd, events: libc::c_short) -> libc::pollfd {
+    libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events,
+        revents: 0,
+    }
+}
+
+fn push(fds: &mut Vec<libc::pollfd>, fd: &OwnedFd, events: libc::c_short) -> usize {
+    fds.push(pollfd(fd, events));
+    fds.len() - 1
+}
+
+/// Waits up to `wait` (rounded up to a millisecond) for any of `fds`.
+fn poll(fds: &mut [libc::pollfd], wait: Duration) {
+    let ms = wait
+        .as_micros()
+        .div_ceil(1000)
+        .min(libc::c_int::MAX as u128) as libc::c_int;
+    // SAFETY: fds is a valid array of pollfd of the given length.
+    let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    if r < 0 {
+        // EINTR: the caller loops and polls again.
+        for f in fds.iter_mut() {
+            f.revents = 0;
+        }
+    }
+}
+
+/// Reads what `fd` has now into `into` without blocking: past `cap` bytes it stops (the caller
+/// sees the overflow), or with `tail` it keeps only the end. False once the pipe is closed (EOF
+/// or an error).
+fn read_available(fd: Option<&OwnedFd>, into: &mut Vec<u8>, cap: usize, tail: bool) -> bool {
+    let Some(fd) = fd else { return false };
+    let mut buf = [0u8; READ_CHUNK];
+    // A bounded number of reads per wake-up, so a chatty worker cannot keep the loop from its
+    // deadline.
+    for _ in 0..64 {
+        // SAFETY: read into a valid buffer of its length.
+        let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        match n {
+            0 => return false,
+            n if n > 0 => into.extend_from_slice(&buf[..n as usize]),
+            _ => {
+                let e = std::io::Error::last_os_error().raw_os_error();
+                return e == Some(libc::EAGAIN) || e == Some(libc::EINTR);
+            }
+        }
+        if tail {
+            keep_tail(into);
+        } else if into.len() > cap {
+            return true;
+        }
+    }
+    true
+}
+
+const READ_CHUNK: usize = 8192;
+
+/// Writes what `fd` takes now of `input[*written..]`. False once done or the pipe is gone.
+fn write_available(fd: Option<&OwnedFd>, input: &[u8], written: &mut usize) -> bool {
+    let Some(fd) = fd else { return false };
+    while *written < input.len() {
+        let rest = &input[*written..];
+        // SAFETY: write from a valid buffer of its length. SIGPIPE is ignored by Rust's
+        // runtime, so a closed pipe is EPIPE.
+        let n = unsafe { libc::write(fd.as_raw_fd(), rest.as_ptr().cast(), rest.len()) };
+        if n > 0 {
+            *written += n as usize;
+        } else {
+            let e = std::io::Error::last_os_error().raw_os_error();
+            return e == Some(libc::EAGAIN) || e == Some(libc::EINTR);
+        }
+    }
+    false
+}
+
+/// Keeps the last [`STDERR_TAIL_BYTES`] (and a little more, to trim less often).
+fn keep_tail(kept: &mut Vec<u8>) {
+    if kept.len() > 2 * STDERR_TAIL_BYTES {
+        kept.drain(..kept.len() - STDERR_TAIL_BYTES);
+    }
 }
 
 /// Blocks until `pid` has exited, leaving it a zombie (`WNOWAIT`).
@@ -409,6 +539,188 @@ fn reap(pid: u32) -> std::io::Result<(i32, (Duration, u64))> {
     }
 }
 
+/// Makes this process a child subreaper (`PR_SET_CHILD_SUBREAPER`): a worker descendant that
+/// outlives the worker (a `setsid()`, a double fork) is handed to this process instead of init,
+/// where [`run`] finds and kills it after each worker and [`kill_all`] on exit. Call it once,
+/// early, in a process that starts child processes only through this crate (the daemon): every
+/// other child it has is taken for such an orphan, killed and reaped.
+pub fn adopt_orphans() -> std::io::Result<()> {
+    // SAFETY: prctl on integers.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    ADOPTING.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+/// Kills every live worker with all its descendants, and every orphan adopted by this process
+/// (see [`adopt_orphans`]): for the daemon's exit, so nothing it started outlives it. The
+/// threads running those workers see them end and reap them if the process lives on.
+pub fn kill_all() {
+    for pid in live_pids() {
+        kill_tree(pid);
+    }
+    sweep_orphans();
+}
+
+/// How long one kill of a tree may go on against a tree that keeps forking.
+const SWEEP_LIMIT: Duration = Duration::from_secs(2);
+
+/// Kills `root` (a live, unreaped worker) and every descendant of it. The worker is stopped
+/// first, so it forks no more, and stays alive while its descendants are killed: as a
+/// subreaper it holds their orphans, so each round of the `/proc` scan sees the whole tree.
+/// Rounds repeat until a scan finds no live descendant not yet sent SIGKILL (one in the
+/// kernel, uninterruptible, dies when its call returns), or after [`SWEEP_LIMIT`].
+fn kill_tree(root: u32) {
+    let root = root as libc::pid_t;
+    // SAFETY: kill takes no pointers; `root` is unreaped, so the pid is still the worker.
+    unsafe {
+        libc::kill(root, libc::SIGSTOP);
+    }
+    kill_descendants(&[root], &BTreeSet::new());
+    kill_group(root as u32);
+    // The worker may have left its group (setsid): killed by pid too.
+    // SAFETY: as above.
+    unsafe {
+        libc::kill(root, libc::SIGKILL);
+    }
+}
+
+/// SIGKILLs every live descendant of `roots` (not the roots), skipping the subtrees of `spare`,
+/// in rounds as [`kill_tree`] says. Returns the pids signalled.
+fn kill_descendants(roots: &[libc::pid_t], spare: &BTreeSet<libc::pid_t>) -> BTreeSet<libc::pid_t> {
+    let until = Instant::now() + SWEEP_LIMIT;
+    let mut signalled = BTreeSet::new();
+    loop {
+        let table = proc_table();
+        let live: Vec<libc::pid_t> = descendants(&table, roots, spare)
+            .into_iter()
+            .filter(|p| !table.get(p).is_some_and(|e| e.zombie))
+            .collect();
+        let mut fresh = false;
+        for &p in &live {
+            fresh |= signalled.insert(p);
+            // SAFETY: kill takes no pointers. The pid was a live descendant a moment ago; a
+            // process that died since stays a zombie until its subreaper parent reaps it.
+            unsafe {
+                libc::kill(p, libc::SIGKILL);
+            }
+        }
+        if !fresh || Instant::now() >= until {
+            return signalled;
+        }
+    }
+}
+
+/// Kills and reaps the orphans this process adopted (see [`adopt_orphans`]): its children that
+/// are not live workers, with their whole trees. Nothing unless [`adopt_orphans`] was called.
+fn sweep_orphans() {
+    if !ADOPTING.load(Ordering::SeqCst) {
+        return;
+    }
+    let _spawning = SPAWN.lock().unwrap_or_else(PoisonError::into_inner);
+    // SAFETY: getpid takes no arguments.
+    let me = unsafe { libc::getpid() };
+    let live: BTreeSet<libc::pid_t> = live_pids().into_iter().map(|p| p as libc::pid_t).collect();
+    // Orphans of orphans are adopted too; each round sees them as new children.
+    let signalled = kill_descendants(&[me], &live);
+    // Reap what died (a SIGKILLed process takes a moment to become a zombie).
+    let until = Instant::now() + Duration::from_millis(200);
+    let mut left: BTreeSet<libc::pid_t> = signalled;
+    for (pid, e) in proc_table() {
+        if e.ppid == me && e.zombie && !live.contains(&pid) {
+            left.insert(pid);
+        }
+    }
+    while !left.is_empty() && Instant::now() < until {
+        left.retain(|&p| {
+            let mut status = 0;
+            // SAFETY: waitpid on one pid with a valid status pointer, never blocking. A pid
+            // that is not our child (a grandchild) answers ECHILD and is dropped: its own
+            // parent reaps it, or it is adopted and swept next time.
+            let r = unsafe { libc::waitpid(p, &mut status, libc::WNOHANG) };
+            r == 0
+        });
+        if !left.is_empty() {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+/// One process in `/proc`.
+#[derive(Debug, Clone, Copy)]
+struct ProcEntry {
+    ppid: libc::pid_t,
+    zombie: bool,
+}
+
+/// Every process of this PID namespace by pid, from `/proc/PID/stat` (the kernel's, each read
+/// bounded).
+fn proc_table() -> std::collections::BTreeMap<libc::pid_t, ProcEntry> {
+    let mut table = std::collections::BTreeMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return table;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        let mut buf = Vec::with_capacity(512);
+        let read = std::fs::File::open(format!("/proc/{pid}/stat"))
+            .and_then(|f| f.take(4096).read_to_end(&mut buf));
+        if read.is_err() {
+            continue;
+        }
+        if let Some(e) = parse_stat(&buf) {
+            table.insert(pid, e);
+        }
+    }
+    table
+}
+
+/// State and parent from a `/proc/PID/stat` line: `pid (comm) state ppid ...`, where the
+/// command name may hold spaces and parentheses (so the fields start after the last `)`).
+fn parse_stat(line: &[u8]) -> Option<ProcEntry> {
+    let close = line.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(line.get(close + 1..)?).ok()?;
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some(ProcEntry {
+        ppid,
+        zombie: state == "Z" || state == "X",
+    })
+}
+
+/// The descendants of `roots` in `table` (parent links), without those of `spare` nor `spare`.
+fn descendants(
+    table: &std::collections::BTreeMap<libc::pid_t, ProcEntry>,
+    roots: &[libc::pid_t],
+    spare: &BTreeSet<libc::pid_t>,
+) -> Vec<libc::pid_t> {
+    let mut children: std::collections::BTreeMap<libc::pid_t, Vec<libc::pid_t>> =
+        std::collections::BTreeMap::new();
+    for (&pid, e) in table {
+        children.entry(e.ppid).or_default().push(pid);
+    }
+    let mut found = Vec::new();
+    let mut queue: Vec<libc::pid_t> = roots.to_vec();
+    let mut seen: BTreeSet<libc::pid_t> = roots.iter().copied().collect();
+    while let Some(p) = queue.pop() {
+        for &c in children.get(&p).map(Vec::as_slice).unwrap_or_default() {
+            if !spare.contains(&c) && seen.insert(c) {
+                found.push(c);
+                queue.push(c);
+            }
+        }
+    }
+    found
+}
+
 fn kill_group(pid: u32) {
     // SAFETY: kill takes no pointers. The group id is the worker's pid (setpgid in the
     // child), which stays reserved until we reap the worker.
@@ -435,6 +747,9 @@ fn in_child(limits: &Limits, parent: u32) -> std::io::Result<()> {
         if libc::getppid() != parent as libc::pid_t {
             libc::_exit(125);
         }
+        // Orphans of the worker's tree (a setsid() and a double fork) stay under the worker
+        // while it lives, where the deadline's kill finds them. Kept across exec.
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0);
         let set = |res, soft: u64, hard: u64| {
             let lim = libc::rlimit {
                 rlim_cur: soft as libc::rlim_t,
@@ -471,6 +786,27 @@ fn printable_tail(bytes: &[u8]) -> String {
         .collect::<String>()
         .trim()
         .to_string()
+}
+
+/// The worker side, first thing in `main`: the stdout the daemon reads, kept on a private
+/// descriptor (close-on-exec) for the reply alone, while descriptor 1 becomes a copy of stderr.
+/// Whatever the libraries loaded later print on stdout (NCCL's debug output goes there by
+/// default) then lands in the worker's bounded stderr tail and can never be taken for, or break,
+/// the reply; processes the worker starts inherit the stderr copy, not the reply channel.
+pub fn reply_channel() -> std::io::Result<std::fs::File> {
+    // SAFETY: fcntl and dup2 on the standard descriptors; the new descriptor is owned by the
+    // returned File only.
+    unsafe {
+        let fd = libc::fcntl(1, libc::F_DUPFD_CLOEXEC, 3);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let reply = std::fs::File::from_raw_fd(fd);
+        if libc::dup2(2, 1) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(reply)
+    }
 }
 
 /// The worker side: reads the request from stdin, at most `max` bytes (more is an error).
