@@ -5,7 +5,7 @@
 //!   bound ([`parse_duration`], and the serde helpers [`duration`] and [`optional_duration`]);
 //! - range checks whose error names the dotted key ([`check_min`], [`check_max`]), as a typed
 //!   [`SettingError`];
-//! - reading a file of bounded size that must be a regular file ([`file::read_regular`]): a
+//! - reading an untrusted file one bounded way ([`file::read_untrusted`], [`file::Dir`]): a
 //!   FIFO or device put where a config, checkpoint or state file belongs fails at once.
 //!
 //! `humantime-serde` was weighed and not taken: its error text has neither the example
