@@ -327,3 +327,93 @@ fn the_dra_driver_list_decides_whose_claims_are_gpus() {
     drop(kubelet);
     stop_and_logs(d);
 }
+
+/// The daemon's peak and current resident memory, in KiB.
+fn memory_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib = |key: &str| -> u64 {
+        let line = status.lines().find(|l| l.starts_with(key)).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    (kib("VmHWM:"), kib("VmRSS:"))
+}
+
+/// Regression (hardening round 4, item 13): 20,000 pods holding time-sliced replicas of the
+/// node's GPUs made 20,000 `dgx_pixels_gpu_pod_info` series and the daemon's RSS went past
+/// the chart's 128 MiB limit. Now at most 64 per device and 1024 in all are served, the rest
+/// counted in `dgx_pixels_source_series_dropped_total`, and memory stays well under the
+/// limit. The numbers are printed (run with --nocapture) for docs/security.md.
+#[test]
+fn twenty_thousand_pods_are_capped_counted_and_fit_the_chart() {
+    const PODS: usize = 20_000;
+    let node = Node::new(Scenario::builtin("dgx-a100-mig").unwrap());
+    let uuid = |i: usize| node.gpu(i).unwrap().uuid.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kubelet.sock");
+    let kubelet = FakeKubelet::start(&socket).unwrap();
+    let pods: Vec<_> = (0..PODS)
+        .map(|i| {
+            let gpu = 2 + i % 6; // the six GPUs not in MIG mode
+            let replica = format!("{}::{}", uuid(gpu), i / 6);
+            pod(
+                &format!("team-{}", i % 50),
+                &format!("notebook-{i:05}-with-a-realistic-generated-suffix"),
+                "notebook",
+                GPU,
+                &[&replica],
+            )
+        })
+        .collect();
+    kubelet.set_pods(pods);
+    let d = start_with_env(
+        &[
+            "--nvml.library",
+            fake_nvml_library(),
+            "--collector.kubernetes",
+            "--kubernetes.pod-resources-socket",
+            socket.to_str().unwrap(),
+            "--collector.kubernetes.interval",
+            "500ms",
+            "--kubernetes.device-checkpoint=",
+        ],
+        &[
+            ("FAKE_NVML_SCENARIO", "dgx-a100-mig"),
+            ("FAKE_NVML_PCIE_DELAY_MS", "0"),
+            ("FAKE_NVML_TIME", "60"),
+        ],
+    );
+    let dropped = |b: &str| {
+        value(
+            b,
+            "dgx_pixels_source_series_dropped_total",
+            &[
+                ("source", "kubernetes"),
+                ("family", "dgx_pixels_gpu_pod_info"),
+            ],
+        )
+    };
+    let (body, _) = wait_until(d.port, Duration::from_secs(30), |b| {
+        dropped(b).is_some_and(|n| n > 0.0)
+    });
+    let info = series(&body, "dgx_pixels_gpu_pod_info").len();
+    // Six GPUs, 64 holders each.
+    assert_eq!(info, 6 * 64, "pod info series");
+    let first = dropped(&body).unwrap();
+    assert!(first >= (PODS - 6 * 64) as f64, "{first}");
+    // Several more polls and scrapes, then the peak.
+    let mut last = body;
+    for _ in 0..6 {
+        std::thread::sleep(Duration::from_millis(500));
+        last = text(d.port);
+    }
+    assert!(dropped(&last).unwrap() > first, "a counter: each poll adds");
+    let (hwm, rss) = memory_kib(d.child.id());
+    let lines = last.lines().filter(|l| !l.starts_with('#')).count();
+    println!(
+        "{PODS} pods: {info} pod_info series, {lines} series in all, RSS {rss} kB, HWM {hwm} kB"
+    );
+    // The chart's limit is 128 MiB; keep half of it for everything else a node runs.
+    assert!(hwm < 96 * 1024, "peak RSS {hwm} kB");
+    drop(kubelet);
+    stop_and_logs(d);
+}

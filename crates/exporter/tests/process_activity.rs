@@ -159,12 +159,9 @@ struct Shared {
     share: f64,
 }
 
-#[test]
-fn pods_sharing_a_gpu_each_label_their_own_processes() {
-    let node = Node::new(Scenario::builtin("dgx-a100-mig").unwrap());
-    let uuid = |i: usize| node.gpu(i).unwrap().uuid.clone();
-    // The simulator's pods of GPU 4's two time-sliced processes and of GPU 5's two MPS
-    // clients, as the fixture procfs and the kubelet give them.
+/// GPU 4's two time-sliced processes and GPU 5's two MPS clients, each in a pod of its own.
+fn shared_procs() -> [Shared; 4] {
+    // The simulator's pods of the processes, as the fixture procfs and the kubelet give them.
     let shared = |gpu: usize, replica: usize, pod, share| {
         let base = dgx_pixels_sim::process_id(gpu as u64);
         Shared {
@@ -175,30 +172,44 @@ fn pods_sharing_a_gpu_each_label_their_own_processes() {
             share,
         }
     };
-    let procs = [
+    [
         shared(4, 0, "alice", 0.7),
         shared(4, 1, "bob", 0.3),
         shared(5, 0, "carol", 0.6),
         shared(5, 1, "dave", 0.4),
-    ];
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("kubelet.sock");
-    let checkpoint = dir.path().join("kubelet_internal_checkpoint");
-    // The processes in their pods' cgroups: the first of each GPU under the systemd cgroup
-    // driver, the second under cgroupfs.
-    let procfs = dir.path().join("proc");
-    for p in &procs {
-        let cgroup = if p.pid % 2 == 0 {
-            format!(
-                "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{CONTAINER}.scope\n",
-                p.uid.replace('-', "_")
-            )
-        } else {
-            format!("0::/kubepods/besteffort/pod{}/crio-{CONTAINER}\n", p.uid)
-        };
+    ]
+}
+
+/// The cgroup of a process in its pod's container: the first of each GPU under the systemd
+/// cgroup driver, the second under cgroupfs.
+fn in_its_pod(p: &Shared) -> String {
+    if p.pid % 2 == 0 {
+        format!(
+            "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{CONTAINER}.scope\n",
+            p.uid.replace('-', "_")
+        )
+    } else {
+        format!("0::/kubepods/besteffort/pod{}/crio-{CONTAINER}\n", p.uid)
+    }
+}
+
+/// The daemon on the fake NVML with a fixture procfs giving each of `procs` the cgroup
+/// `cgroup` says, and a fake kubelet whose pods each hold one replica of their GPU (with the
+/// device checkpoint at `dir`/kubelet_internal_checkpoint).
+fn start_shared(
+    dir: &std::path::Path,
+    procs: &[Shared],
+    cgroup: impl Fn(&Shared) -> String,
+) -> (Daemon, FakeKubelet) {
+    let node = Node::new(Scenario::builtin("dgx-a100-mig").unwrap());
+    let uuid = |i: usize| node.gpu(i).unwrap().uuid.clone();
+    let socket = dir.join("kubelet.sock");
+    let checkpoint = dir.join("kubelet_internal_checkpoint");
+    let procfs = dir.join("proc");
+    for p in procs {
         let pid = p.pid.to_string();
         std::fs::create_dir_all(procfs.join(&pid)).unwrap();
-        std::fs::write(procfs.join(&pid).join("cgroup"), cgroup).unwrap();
+        std::fs::write(procfs.join(&pid).join("cgroup"), cgroup(p)).unwrap();
     }
     let kubelet = FakeKubelet::start(&socket).unwrap();
     // Each pod holds one replica of its GPU (time-slicing and MPS replicas look alike to the
@@ -238,6 +249,17 @@ fn pods_sharing_a_gpu_each_label_their_own_processes() {
             ("FAKE_NVML_TIME", "60"),
         ],
     );
+    (d, kubelet)
+}
+
+#[test]
+fn pods_sharing_a_gpu_each_label_their_own_processes() {
+    let node = Node::new(Scenario::builtin("dgx-a100-mig").unwrap());
+    let uuid = |i: usize| node.gpu(i).unwrap().uuid.clone();
+    let procs = shared_procs();
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoint = dir.path().join("kubelet_internal_checkpoint");
+    let (d, kubelet) = start_shared(dir.path(), &procs, in_its_pod);
     let labelled = |b: &str| {
         let a = series(b, ACTIVITY);
         procs
@@ -322,4 +344,67 @@ fn pods_sharing_a_gpu_each_label_their_own_processes() {
     drop(kubelet);
     let logs = stop_and_logs(d);
     assert!(logs.contains("kubelet device checkpoint"), "{logs}");
+}
+
+/// Regression (hardening round 4, item 6): the pod UID was the innermost `pod<UUID>` anywhere
+/// in /proc/PID/cgroup. Alice's process in a child cgroup of her container named after Bob's
+/// pod was billed to Bob, and so was a host process under a user's session; now only the
+/// kubelet's pod level names a pod, and neither gets any pod's labels (their GPUs are shared,
+/// so the device's rule gives none either) while Bob's and Dave's own processes keep theirs.
+#[test]
+fn a_pod_named_in_a_cgroup_anyone_can_make_labels_nothing() {
+    let procs = shared_procs();
+    let (bob, dave) = (procs[1].uid.clone(), procs[3].uid.clone());
+    let forged = move |p: &Shared| {
+        match p.pod {
+        // Alice's container, with a child cgroup she made and named after Bob's pod.
+        "alice" => format!(
+            "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{CONTAINER}.scope/pod{bob}\n",
+            p.uid.replace('-', "_")
+        ),
+        // Not in a pod at all: a user's session, a cgroup named after Dave's pod.
+        "carol" => format!(
+            "0::/user.slice/user-1000.slice/user@1000.service/app.slice/kubepods-besteffort-pod{}.slice/job.scope\n",
+            dave.replace('-', "_")
+        ),
+        _ => in_its_pod(p),
+    }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (d, kubelet) = start_shared(dir.path(), &procs, forged);
+    let (body, _) = wait_until(d.port, WAIT, |b| {
+        let a = series(b, ACTIVITY);
+        a.len() == 4
+            && a.iter().any(|l| l.contains(&notebook("bob")))
+            && a.iter().any(|l| l.contains(&notebook("dave")))
+    });
+    for family in [ACTIVITY, "dgx_pixels_process_memory_used_bytes"] {
+        for p in &procs {
+            let line = series(&body, family)
+                .into_iter()
+                .find(|l| l.contains(&format!("pid=\"{}\"", p.pid)))
+                .unwrap_or_else(|| panic!("no {family} for pid {}", p.pid));
+            match p.pod {
+                "alice" | "carol" => {
+                    assert!(line.contains("pod_uid=\"\""), "{line}");
+                    assert!(!line.contains("pod=\""), "{line}");
+                }
+                own => {
+                    assert!(line.contains(&format!("pod_uid=\"{}\"", p.uid)), "{line}");
+                    assert!(line.contains(&notebook(own)), "{line}");
+                }
+            }
+        }
+    }
+    // Alice's process is still in her container.
+    let alice = series(&body, ACTIVITY)
+        .into_iter()
+        .find(|l| l.contains(&format!("pid=\"{}\"", procs[0].pid)))
+        .unwrap();
+    assert!(
+        alice.contains(&format!("container_id=\"{CONTAINER}\"")),
+        "{alice}"
+    );
+    drop(kubelet);
+    stop_and_logs(d);
 }

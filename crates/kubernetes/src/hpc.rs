@@ -5,21 +5,35 @@
 //! A file is named by the GPU index (`0`) or, for a MIG instance, `INDEX.GPU_INSTANCE` (`0.3`);
 //! each non-empty line is a job id. Other names (editor and temp files) are ignored.
 
-use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use dgx_pixels_metrics::{DeviceRef, Holder, PollError, PollErrorKind, PollOutput, Source};
+use dgx_pixels_metrics::{
+    DeviceRef, Holder, Metric, PollError, PollErrorKind, PollOutput, Sample, Source,
+};
+use dgx_pixels_settings::file::{Dir, Untrusted};
+
+use crate::cap::{MAX_JOBS_PER_DEVICE, MAX_JOB_INFO};
 
 /// A job file larger than this is not a list of job ids; it is skipped.
 const MAX_FILE_BYTES: u64 = 64 * 1024;
+/// Most directory entries looked at per poll: a node's GPUs and MIG instances, and whatever
+/// else a prolog leaves there, many times over.
+const MAX_ENTRIES: usize = 4096;
+/// How each job file is read: a regular file (never a FIFO, a device or a link to one: the
+/// open does not wait and does not follow a link), at most [`MAX_FILE_BYTES`].
+const JOB_FILE: Untrusted = Untrusted::regular(MAX_FILE_BYTES).no_follow();
 
 /// Reads the job files on each poll.
 #[derive(Debug)]
 pub struct HpcJobSource {
     dir: PathBuf,
-    /// Files skipped for their size, to warn once per file rather than on every poll.
-    oversized: BTreeSet<PathBuf>,
+    /// Files skipped and why, to warn once per file and reason rather than on every poll.
+    skipped: BTreeMap<String, Skipped>,
+    /// Job info series left out over the caps so far.
+    dropped: u64,
 }
 
 impl HpcJobSource {
@@ -27,7 +41,8 @@ impl HpcJobSource {
     pub fn new(dir: impl Into<PathBuf>) -> HpcJobSource {
         HpcJobSource {
             dir: dir.into(),
-            oversized: BTreeSet::new(),
+            skipped: BTreeMap::new(),
+            dropped: 0,
         }
     }
 }
@@ -48,49 +63,70 @@ pub fn device_of_file(name: &str) -> Option<DeviceRef> {
     })
 }
 
+/// Why a job file was skipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Skipped {
+    /// Over [`MAX_FILE_BYTES`].
+    Oversized,
+    /// Not a regular file: a link (to `/dev/zero`, say), a FIFO, a device, a directory.
+    NotRegular,
+}
+
 /// What one read of the directory found.
 #[derive(Debug, Default)]
 pub struct JobFiles {
-    /// The job on each device.
+    /// The job on each device, at most [`MAX_JOBS_PER_DEVICE`] per device and [`MAX_JOB_INFO`]
+    /// in all.
     pub jobs: Vec<(DeviceRef, Holder)>,
-    /// Job files skipped for being over the size limit.
-    pub oversized: BTreeSet<PathBuf>,
+    /// Job files skipped, by name (a device's name: digits and a dot).
+    pub skipped: BTreeMap<String, Skipped>,
+    /// Jobs left out over the caps.
+    pub dropped: u64,
 }
 
-/// Reads every job file of `dir`.
-pub fn read_dir(dir: &Path) -> Result<JobFiles, PollError> {
-    let entries = std::fs::read_dir(dir).map_err(|e| {
+/// Reads every job file of `dir`: the directory opened once, each file read relative to it,
+/// once, as [`JOB_FILE`] says.
+pub fn read_dir(dir: &std::path::Path) -> Result<JobFiles, PollError> {
+    let unreadable = |e: std::io::Error| {
         PollError::new(
             PollErrorKind::DirectoryUnreadable,
             format!("HPC job mapping directory {}: {e}", dir.display()),
         )
-    })?;
+    };
+    let handle = Dir::open(dir).map_err(unreadable)?;
+    let mut names: Vec<(DeviceRef, String)> = handle
+        .names(MAX_ENTRIES)
+        .map_err(unreadable)?
+        .into_iter()
+        .filter_map(|n| {
+            let name = n.to_str()?.to_string();
+            Some((device_of_file(&name)?, name))
+        })
+        .collect();
+    // A stable order, so the caps keep the same jobs on every poll.
+    names.sort_by(|a, b| a.1.cmp(&b.1));
     let mut out = JobFiles::default();
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(device) = name.to_str().and_then(device_of_file) else {
-            continue;
+    let mut pairs = Vec::new();
+    for (device, name) in names {
+        let bytes = match handle.read(OsStr::new(&name), &JOB_FILE) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                out.skipped.insert(name, Skipped::Oversized);
+                continue;
+            }
+            // Removed between listing and reading: its job ended.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(_) => {
+                out.skipped.insert(name, Skipped::NotRegular);
+                continue;
+            }
         };
-        let path = entry.path();
-        // A file removed between listing and reading just ended its job.
-        let Ok(meta) = std::fs::metadata(&path) else {
-            continue;
-        };
-        if !meta.is_file() {
-            continue;
-        }
-        if meta.len() > MAX_FILE_BYTES {
-            out.oversized.insert(path);
-            continue;
-        }
-        let Ok(text) = std::fs::read_to_string(&path) else {
-            continue;
-        };
+        let text = String::from_utf8_lossy(&bytes);
         for job in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
-            out.jobs
-                .push((device.clone(), Holder::Job(job.to_string())));
+            pairs.push((device.clone(), Holder::Job(job.to_string())));
         }
     }
+    (out.jobs, out.dropped) = crate::cap::cap(pairs, MAX_JOBS_PER_DEVICE, MAX_JOB_INFO);
     Ok(out)
 }
 
@@ -101,11 +137,33 @@ impl Source for HpcJobSource {
 
     fn poll(&mut self) -> Result<PollOutput, PollError> {
         let found = read_dir(&self.dir)?;
-        for path in found.oversized.difference(&self.oversized) {
-            tracing::warn!(file = %path.display(), "HPC job file over {MAX_FILE_BYTES} bytes; skipped");
+        for (name, why) in &found.skipped {
+            if self.skipped.get(name) == Some(why) {
+                continue;
+            }
+            // The name is digits and at most one dot (device_of_file): safe to log.
+            match why {
+                Skipped::Oversized => {
+                    tracing::warn!(file = %name, dir = %self.dir.display(), "HPC job file over {MAX_FILE_BYTES} bytes; skipped")
+                }
+                Skipped::NotRegular => {
+                    tracing::warn!(file = %name, dir = %self.dir.display(), "HPC job file is not a regular file (a link, a FIFO, a device); skipped")
+                }
+            }
         }
-        self.oversized = found.oversized;
+        self.skipped = found.skipped;
+        if found.dropped > 0 && self.dropped == 0 {
+            tracing::warn!(
+                "HPC job files name more jobs than dgx_pixels_gpu_hpc_job_info serves (at most {MAX_JOBS_PER_DEVICE} per device, {MAX_JOB_INFO} in all); the rest are counted in dgx_pixels_source_series_dropped_total"
+            );
+        }
+        self.dropped += found.dropped;
         Ok(PollOutput {
+            samples: vec![Sample::new(
+                Metric::SourceSeriesDropped,
+                ["hpc", Metric::GpuHpcJobInfo.def().name],
+                self.dropped as f64,
+            )],
             attribution: Some(Arc::new(found.jobs)),
             ..PollOutput::default()
         })

@@ -18,6 +18,7 @@
 //! `attribution` of their [`PollOutput`](dgx_pixels_metrics::PollOutput).
 #![deny(missing_docs)]
 
+pub mod cap;
 pub mod checkpoint;
 pub mod hpc;
 mod settings;

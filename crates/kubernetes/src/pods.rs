@@ -67,6 +67,10 @@ pub struct PodResourcesSource {
     /// failure's text (logged when it changes).
     checkpoint_errors: [u64; 3],
     last_checkpoint_error: Option<String>,
+    /// `dgx_pixels_gpu_pod_info` series left out over the caps so far, and whether the last
+    /// poll was over them (logged when that changes).
+    dropped: u64,
+    over_cap: bool,
 }
 
 impl std::fmt::Debug for PodResourcesSource {
@@ -87,6 +91,8 @@ impl PodResourcesSource {
             client: None,
             checkpoint_errors: [0; 3],
             last_checkpoint_error: None,
+            dropped: 0,
+            over_cap: false,
         }
     }
 
@@ -238,14 +244,38 @@ impl Source for PodResourcesSource {
 
     fn poll(&mut self) -> Result<PollOutput, PollError> {
         let response = self.list()?;
-        let mut pairs = attribution(
-            &response,
-            &self.options.resource_names,
-            &self.options.dra_drivers,
+        let (mut pairs, dropped) = crate::cap::cap(
+            attribution(
+                &response,
+                &self.options.resource_names,
+                &self.options.dra_drivers,
+            ),
+            crate::cap::MAX_PODS_PER_DEVICE,
+            crate::cap::MAX_POD_INFO,
         );
+        self.dropped += dropped;
+        if (dropped > 0) != self.over_cap {
+            self.over_cap = dropped > 0;
+            if self.over_cap {
+                tracing::warn!(
+                    left_out = dropped,
+                    "more pods hold GPUs than dgx_pixels_gpu_pod_info serves (at most {} per device, {} in all); the rest are counted in dgx_pixels_source_series_dropped_total",
+                    crate::cap::MAX_PODS_PER_DEVICE,
+                    crate::cap::MAX_POD_INFO
+                );
+            } else {
+                tracing::info!("every pod holding a GPU is served again");
+            }
+        }
         pairs.extend(self.process_pairs(&response));
+        let mut samples = self.checkpoint_samples();
+        samples.push(Sample::new(
+            Metric::SourceSeriesDropped,
+            ["kubernetes", Metric::GpuPodInfo.def().name],
+            self.dropped as f64,
+        ));
         Ok(PollOutput {
-            samples: self.checkpoint_samples(),
+            samples,
             attribution: Some(Arc::new(pairs)),
             ..PollOutput::default()
         })

@@ -373,6 +373,8 @@ define_catalog! {
         "Polls of the source that failed or missed their deadline.";
     SourceReadErrors => Counter None "dgx_pixels_source_read_errors_total" ["source", "reason"] ["kubernetes"]
         "Reads that failed without failing the source's poll (the source stays up and serves less), by source and reason. kubernetes: the kubelet's device-manager checkpoint ([kubernetes] device_checkpoint) as checkpoint_read (missing, unreadable or not a file), checkpoint_too_large or checkpoint_parse (not the kubelet's format); each leaves that poll's processes on shared GPUs without pod labels; absent while the checkpoint is off.";
+    SourceSeriesDropped => Counter None "dgx_pixels_source_series_dropped_total" ["source", "family"] ["kubernetes", "hpc"]
+        "Series of a family whose labels come from outside (pods from the kubelet, jobs from HPC job files) that the source left out because the family was over its cap, added on each poll that was over it (a rate above 0: the cap holds now). kubernetes: dgx_pixels_gpu_pod_info, at most 64 holders per device and 1024 in all; hpc: dgx_pixels_gpu_hpc_job_info, at most 16 jobs per device and 1024 in all. Zeros included, so a rate sees the first drop.";
     NvmlCalls => Counter None "dgx_pixels_nvml_calls_total" ["function"] ["nvml"]
         "Calls the nvml source made to each NVML function (its poll, GPM and power sampling threads; not the XID event wait, which blocks by design); nvmlDeviceGetFieldValues is split by batch (poll, slow, power instant, nvlink: the NVLink 5 error counters). Full detail only.";
     NvmlCallSeconds => Counter Seconds "dgx_pixels_nvml_call_seconds_total" ["function"] ["nvml"]

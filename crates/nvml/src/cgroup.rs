@@ -6,15 +6,32 @@ use std::path::Path;
 
 /// The container id in the text of a `/proc/PID/cgroup` file, if any.
 ///
-/// Handles cgroup v1 and v2 with the layouts of Docker, containerd (`cri-containerd-ID.scope`,
-/// or a bare id under `kubepods`), CRI-O (`crio-ID.scope`) and Podman (`libpod-ID.scope`). An id
-/// is 64 hexadecimal digits; the last one on the innermost path wins.
+/// In the kubelet's layout (see [`pod_uid`]) only the component right after the pod level is
+/// the container: a cgroup a process made inside its container names nothing. Elsewhere the
+/// layouts of Docker, containerd (`cri-containerd-ID.scope`), CRI-O (`crio-ID.scope`) and
+/// Podman (`libpod-ID.scope`), on cgroup v1 and v2: an id is 64 hexadecimal digits; the last
+/// one on the innermost path wins.
 pub fn container_id(cgroup: &str) -> Option<String> {
     cgroup.lines().rev().find_map(|line| {
-        // "hierarchy-id:controllers:path"; the path may itself contain ':'.
-        let path = line.splitn(3, ':').nth(2)?;
-        path.rsplit('/').find_map(id_in_component)
+        let (components, namespaced) = components(line)?;
+        match pod_level(&components, namespaced) {
+            Some(pod) => components
+                .get(pod.index + 1)
+                .and_then(|c| id_in_component(c)),
+            None => components.iter().rev().find_map(|c| id_in_component(c)),
+        }
     })
+}
+
+/// The components of one `hierarchy-id:controllers:path` line's path, without the leading
+/// `..` of a path seen from inside a cgroup namespace (it climbs out of the reader's own
+/// namespace root), and whether there were any.
+fn components(line: &str) -> Option<(Vec<&str>, bool)> {
+    // The path may itself contain ':'.
+    let path = line.splitn(3, ':').nth(2)?;
+    let all: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+    let up = all.iter().take_while(|c| **c == "..").count();
+    Some((all[up..].to_vec(), up > 0))
 }
 
 fn id_in_component(component: &str) -> Option<String> {
@@ -26,35 +43,140 @@ fn id_in_component(component: &str) -> Option<String> {
     (c.len() == 64 && c.bytes().all(|b| b.is_ascii_hexdigit())).then(|| c.to_ascii_lowercase())
 }
 
-/// The Kubernetes pod UID in the text of a `/proc/PID/cgroup` file, if any: the kubelet's
-/// `kubepods[-QOS]-pod<UID>.slice` (systemd cgroup driver, `_` for `-` in the UID) or
-/// `kubepods/[QOS/]pod<UID>` (cgroupfs driver). Lower-cased, with dashes; the innermost wins.
-pub fn pod_uid(cgroup: &str) -> Option<String> {
-    cgroup.lines().rev().find_map(|line| {
-        let path = line.splitn(3, ':').nth(2)?;
-        path.rsplit('/').find_map(uid_in_component)
-    })
+/// The kubelet's QoS classes below its root; guaranteed pods sit directly under the root.
+const QOS_CLASSES: [&str; 2] = ["besteffort", "burstable"];
+
+/// The pod level of a path in the kubelet's own layout.
+struct PodLevel<'a> {
+    /// Its position among the path's components.
+    index: usize,
+    /// The UID text in its name (systemd: `_` for `-`), not yet checked.
+    uid: &'a str,
 }
 
-fn uid_in_component(component: &str) -> Option<String> {
-    let uid = match component.strip_suffix(".slice") {
-        // systemd: "kubepods-pod<uid>.slice", "kubepods-burstable-pod<uid>.slice".
-        Some(slice) => {
-            slice
-                .strip_prefix("kubepods-")?
-                .rsplit_once("pod")
-                .map(|(qos, uid)| (qos, uid.replace('_', "-")))
-                .filter(|(qos, _)| qos.is_empty() || qos.ends_with('-'))?
-                .1
-        }
-        // cgroupfs: "pod<uid>" (its parent is kubepods or a QoS class).
-        None => component.strip_prefix("pod")?.to_string(),
+/// The pod-level component when `components` are the kubelet's own layout, whatever the UID
+/// in it says:
+///
+/// - systemd driver: `kubepods.slice/[kubepods-QOS.slice/]kubepods[-QOS]-pod<UID>.slice`;
+/// - cgroupfs driver: `kubepods/[QOS/]pod<UID>`.
+///
+/// A path seen from inside a cgroup namespace (`namespaced`: it climbed out of the reader's
+/// namespace root) may start below the root, at the QoS or the pod level, and the layout holds
+/// from there. The kubelet's and systemd's directories are root's: a process can be put in
+/// them, not make them. Any other place is not a pod (a `pod<UID>` under `user@1000.service`,
+/// under `system.slice`, or made inside a container).
+fn pod_level<'a>(components: &[&'a str], namespaced: bool) -> Option<PodLevel<'a>> {
+    let first = *components.first()?;
+    let systemd = first.ends_with(".slice");
+    // The pod level at `i` under QoS class `qos` (`None`: guaranteed).
+    let pod = |i: usize, qos: Option<&str>| -> Option<PodLevel<'a>> {
+        let c: &'a str = components.get(i)?;
+        let uid = if systemd {
+            let prefix = match qos {
+                Some(q) => format!("kubepods-{q}-pod"),
+                None => "kubepods-pod".to_string(),
+            };
+            c.strip_suffix(".slice")?.strip_prefix(prefix.as_str())?
+        } else {
+            c.strip_prefix("pod")?
+        };
+        // In a systemd name a '-' is one more level: not the pod's own slice.
+        let another_level = systemd && uid.contains('-');
+        (!uid.is_empty() && !another_level).then_some(PodLevel { index: i, uid })
     };
-    // A UID is a UUID: 36 characters, hex digits and four dashes.
+    let qos = |c: &str| {
+        QOS_CLASSES.into_iter().find(|q| {
+            if systemd {
+                c.strip_prefix("kubepods-")
+                    .and_then(|s| s.strip_suffix(".slice"))
+                    == Some(*q)
+            } else {
+                c == *q
+            }
+        })
+    };
+    let root = if systemd {
+        "kubepods.slice"
+    } else {
+        "kubepods"
+    };
+    let start = if first == root {
+        1
+    } else if namespaced {
+        0
+    } else {
+        return None;
+    };
+    match components.get(start).and_then(|c| qos(c)) {
+        Some(q) => pod(start + 1, Some(q)),
+        // Seen from a namespace, a systemd path may start at any pod's slice.
+        None if start == 0 && systemd => {
+            pod(0, None).or_else(|| QOS_CLASSES.into_iter().find_map(|q| pod(0, Some(q))))
+        }
+        None => pod(start, None),
+    }
+}
+
+/// A UID as the kubelet writes it (a UUID: 36 characters, hex digits and four dashes, or `_`
+/// for them in a systemd name), lower-cased with dashes.
+fn uuid(text: &str) -> Option<String> {
+    let uid = text.replace('_', "-");
     let ok = uid.len() == 36
         && uid.bytes().filter(|b| *b == b'-').count() == 4
         && uid.bytes().all(|b| b == b'-' || b.is_ascii_hexdigit());
     ok.then(|| uid.to_ascii_lowercase())
+}
+
+/// Whether a component looks like a pod's (`pod<UUID>`, `...-pod<UUID>.slice`), wherever it is.
+fn looks_like_pod(component: &str) -> bool {
+    let c = component.strip_suffix(".slice").unwrap_or(component);
+    c.rsplit_once("pod")
+        .is_some_and(|(_, uid)| uuid(uid).is_some())
+}
+
+/// What one line says about the pod.
+enum LinePod {
+    /// Not in a pod.
+    None,
+    /// In the pod with this UID, by the kubelet's layout.
+    Pod(String),
+    /// A pod-like name where the kubelet puts none: someone made it.
+    Forged,
+}
+
+fn line_pod(line: &str) -> LinePod {
+    let Some((components, namespaced)) = components(line) else {
+        return LinePod::None;
+    };
+    let level = pod_level(&components, namespaced);
+    let first_free = level.as_ref().map_or(0, |l| l.index + 1);
+    if components[first_free..].iter().any(|c| looks_like_pod(c)) {
+        return LinePod::Forged;
+    }
+    match level.and_then(|l| uuid(l.uid)) {
+        Some(uid) => LinePod::Pod(uid),
+        None => LinePod::None,
+    }
+}
+
+/// The Kubernetes pod UID in the text of a `/proc/PID/cgroup` file, if any, lower-cased with
+/// dashes: only from the pod level of the kubelet's own layout (cgroup v1 and v2, systemd and
+/// cgroupfs drivers; see `pod_level`), never from a name found elsewhere. A pod-like name
+/// anywhere else (made deeper in a container, under a user's session, outside `kubepods`)
+/// makes the whole file say no pod, as do lines (cgroup v1 hierarchies) naming two pods.
+pub fn pod_uid(cgroup: &str) -> Option<String> {
+    let mut found: Option<String> = None;
+    for line in cgroup.lines() {
+        match line_pod(line) {
+            LinePod::None => {}
+            LinePod::Forged => return None,
+            LinePod::Pod(uid) => match &found {
+                Some(other) if *other != uid => return None,
+                _ => found = Some(uid),
+            },
+        }
+    }
+    found
 }
 
 /// What `/proc/PID/cgroup` says about one process: its container and its pod, where known.
@@ -210,6 +332,94 @@ mod tests {
             None
         );
         assert_eq!(pod_uid(""), None);
+    }
+
+    const BOB: &str = "1c8e2d63-dddd-eeee-ffff-0123456789ab";
+
+    /// The systemd driver's spelling of a UID.
+    fn us(uid: &str) -> String {
+        uid.replace('-', "_")
+    }
+
+    #[test]
+    fn every_real_layout_names_its_pod_and_container() {
+        let u = us(UID);
+        let layouts = [
+            // cgroup v2, systemd driver: guaranteed, burstable, besteffort.
+            format!("0::/kubepods.slice/kubepods-pod{u}.slice/cri-containerd-{ID}.scope\n"),
+            format!("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{u}.slice/cri-containerd-{ID}.scope\n"),
+            format!("0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{u}.slice/crio-{ID}.scope\n"),
+            // cgroupfs driver: guaranteed, burstable, besteffort.
+            format!("0::/kubepods/pod{UID}/{ID}\n"),
+            format!("0::/kubepods/burstable/pod{UID}/{ID}\n"),
+            format!("0::/kubepods/besteffort/pod{UID}/crio-{ID}\n"),
+            // cgroup v1: every hierarchy, the same pod (and a unified line at the root).
+            format!(
+                "12:memory:/kubepods/burstable/pod{UID}/{ID}\n\
+                 4:devices:/kubepods/burstable/pod{UID}/{ID}\n\
+                 1:name=systemd:/kubepods/burstable/pod{UID}/{ID}\n0::/\n"
+            ),
+            format!(
+                "11:memory:/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{u}.slice/cri-containerd-{ID}.scope\n\
+                 1:name=systemd:/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{u}.slice/cri-containerd-{ID}.scope\n"
+            ),
+            // Seen from a cgroup namespace (the exporter in a burstable pod's container): a
+            // guaranteed pod three levels up, a besteffort one, a burstable one two levels up.
+            format!("0::/../../../kubepods-pod{u}.slice/cri-containerd-{ID}.scope\n"),
+            format!("0::/../../../kubepods-besteffort.slice/kubepods-besteffort-pod{u}.slice/cri-containerd-{ID}.scope\n"),
+            format!("0::/../../kubepods-burstable-pod{u}.slice/cri-containerd-{ID}.scope\n"),
+            format!("0::/../../../../kubepods.slice/kubepods-pod{u}.slice/cri-containerd-{ID}.scope\n"),
+            format!("0::/../../burstable/pod{UID}/{ID}\n"),
+            // A process in a cgroup of its own inside its container is still the container's.
+            format!("0::/kubepods/besteffort/pod{UID}/{ID}/init.scope\n"),
+        ];
+        for text in &layouts {
+            assert_eq!(pod_uid(text).as_deref(), Some(UID), "{text}");
+            assert_eq!(container_id(text).as_deref(), Some(ID), "{text}");
+        }
+    }
+
+    /// Regression (hardening round 4, item 6): the innermost `pod<UUID>` anywhere was taken,
+    /// so Alice's child cgroup named after Bob's pod, or a host process under a user's
+    /// session, was billed to Bob.
+    #[test]
+    fn a_pod_named_anywhere_but_the_kubelets_pod_level_is_no_pod() {
+        let u = us(UID);
+        let b = us(BOB);
+        let alice = format!(
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{u}.slice/cri-containerd-{ID}.scope"
+        );
+        let forged = [
+            // Alice's child cgroups inside her container, named like Bob's pod.
+            format!("0::{alice}/pod{BOB}\n"),
+            format!("0::{alice}/kubepods-burstable-pod{b}.slice\n"),
+            format!("0::{alice}/x/kubepods-pod{b}.slice/y\n"),
+            format!("0::/kubepods/burstable/pod{UID}/{ID}/pod{BOB}/z\n"),
+            // A host process under a user's session.
+            format!("0::/user.slice/user-1000.slice/user@1000.service/app.slice/pod{BOB}/{ID}\n"),
+            format!("0::/user.slice/user-1000.slice/user@1000.service/kubepods-pod{b}.slice/x.scope\n"),
+            // The kubelet's names, but not at the root.
+            format!("0::/user.slice/user-1000.slice/user@1000.service/kubepods.slice/kubepods-pod{b}.slice/x.scope\n"),
+            format!("0::/system.slice/kubepods/pod{BOB}/{ID}\n"),
+            // A QoS class's pod in another class, or directly under the root.
+            format!("0::/kubepods.slice/kubepods-burstable.slice/kubepods-besteffort-pod{b}.slice/x.scope\n"),
+            format!("0::/kubepods.slice/kubepods-burstable-pod{b}.slice/x.scope\n"),
+            format!("0::/kubepods/pod{BOB}/pod{UID}/x\n"),
+            // Below the root without a namespace to climb out of: made inside our own cgroup.
+            format!("0::/kubepods-burstable-pod{b}.slice/x.scope\n"),
+            format!("0::/pod{BOB}/x\n"),
+            // Two pods in two v1 hierarchies, or a forged name in one of them.
+            format!("4:memory:/kubepods/pod{UID}/{ID}\n1:name=systemd:/kubepods/pod{BOB}/{ID}\n"),
+            format!("4:memory:/kubepods/pod{UID}/{ID}\n1:name=systemd:/user.slice/pod{BOB}\n"),
+        ];
+        for text in &forged {
+            assert_eq!(pod_uid(text), None, "{text}");
+        }
+        // Alice's container is still hers, whatever she names its children.
+        assert_eq!(
+            container_id(&format!("0::{alice}/docker-{}.scope\n", "f".repeat(64))).as_deref(),
+            Some(ID)
+        );
     }
 
     #[test]

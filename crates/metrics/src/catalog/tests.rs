@@ -108,7 +108,7 @@ fn attribution_labels_appear_only_on_the_attribution_rows() {
     // the holder they were counted for (a holder joined at encoding time could be newer).
     let holder_counters = [Metric::GpuAllocatedIdle, Metric::GpuAllocatedIdleEnergy];
     // An attribution source's own health counters are about the source, not a device.
-    let source_health = [Metric::SourceReadErrors];
+    let source_health = [Metric::SourceReadErrors, Metric::SourceSeriesDropped];
     for def in CATALOG {
         if source_health.contains(&def.metric) {
             assert!(

@@ -52,11 +52,17 @@ impl Join {
         let mut key_of: HashMap<&str, &Arc<DeviceKey>> = HashMap::new();
         let mut uuid_of: HashMap<u32, &str> = HashMap::new();
         let mut mig_of: HashMap<&str, (&str, u32)> = HashMap::new();
+        // The MIG instances some served series is about: an instance named by a holder but by
+        // no series (a DRA CDI name `GPU:4294967295`) does not exist here.
+        let mut instances: std::collections::HashSet<(&str, u32)> = Default::default();
         for output in served() {
             for s in &output.samples {
                 let Some(d) = &s.device else {
                     continue;
                 };
+                if let Some(m) = d.mig() {
+                    instances.insert((d.uuid(), m.gpu_instance));
+                }
                 match (s.metric, d.mig()) {
                     (Metric::GpuInfo, _) => {
                         key_of.insert(d.uuid(), d);
@@ -141,6 +147,12 @@ impl Join {
             let Some(gpu) = key_of.get(key.0.as_str()).copied() else {
                 continue;
             };
+            if key
+                .1
+                .is_some_and(|gi| !instances.contains(&(key.0.as_str(), gi)))
+            {
+                continue;
+            }
             join.holdings.push(Holding {
                 gpu: Arc::clone(gpu),
                 gpu_instance: key.1,
@@ -445,6 +457,41 @@ mod tests {
         assert_eq!(pod_of(&process("")).as_deref(), Some("one"));
         // The device's own series keep the holder's labels.
         assert!(join.labels_for(&snaps[0].output.samples[3]).is_some());
+    }
+
+    /// Regression (hardening round 4, item 13): a DRA CDI name `nvidia.com/gpu=7:4294967295`
+    /// (a MIG instance that does not exist) made a pod info series for it; only devices that
+    /// exist here do.
+    #[test]
+    fn a_holder_of_an_instance_that_does_not_exist_gets_no_info_series() {
+        let set: AttributionSet = Arc::new(vec![
+            (
+                DeviceRef::Index {
+                    gpu: 1,
+                    gpu_instance: Some(u32::MAX),
+                },
+                pod("ml", "ghost"),
+            ),
+            (
+                DeviceRef::Instance {
+                    uuid: "GPU-a".into(),
+                    gpu_instance: 3,
+                },
+                pod("ml", "ghost-too"),
+            ),
+            (
+                DeviceRef::Index {
+                    gpu: 1,
+                    gpu_instance: Some(3),
+                },
+                pod("ml", "real"),
+            ),
+        ]);
+        let snaps = [nvml(), holders("kubernetes", set)];
+        let join = Join::build(&snaps);
+        let pods: Vec<_> = join.info.iter().map(|s| s.label_values()[4]).collect();
+        assert_eq!(pods, ["real"]);
+        assert_eq!(join.holdings().len(), 1);
     }
 
     #[test]
