@@ -74,10 +74,10 @@ fn the_daemon_reads_a_configured_path_through_a_worker_on_an_idle_node() {
             .collect()
     };
     let until = std::time::Instant::now() + Duration::from_secs(10);
-    while left() != [planted.clone()] && std::time::Instant::now() < until {
+    while left() != std::slice::from_ref(&planted) && std::time::Instant::now() < until {
         std::thread::sleep(Duration::from_millis(5));
     }
-    assert_eq!(left(), [planted.clone()]);
+    assert_eq!(left(), std::slice::from_ref(&planted));
     drop(daemon);
     assert!(std::fs::symlink_metadata(&planted)
         .unwrap()

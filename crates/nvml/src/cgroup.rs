@@ -195,13 +195,14 @@ const MAX_CGROUP_BYTES: u64 = 64 * 1024;
 /// bounded. Missing files (the process ended, or lives in another PID namespace) give empty
 /// ids.
 pub fn ids_of(procfs: &Path, pid: u32) -> CgroupIds {
-    use std::io::Read;
-    let mut text = String::new();
-    let read = std::fs::File::open(procfs.join(pid.to_string()).join("cgroup"))
-        .and_then(|f| f.take(MAX_CGROUP_BYTES).read_to_string(&mut text));
-    if read.is_err() {
+    use dgx_pixels_settings::file::{read_untrusted, Untrusted};
+    // Through the one bounded reader: a file over the bound is no file (a cut one could end
+    // mid-path and name something else), so it leaves the process unattributed.
+    let path = procfs.join(pid.to_string()).join("cgroup");
+    let Ok(bytes) = read_untrusted(&path, &Untrusted::attribute(MAX_CGROUP_BYTES)) else {
         return CgroupIds::default();
-    }
+    };
+    let text = String::from_utf8_lossy(&bytes);
     CgroupIds {
         container_id: container_id(&text).unwrap_or_default(),
         pod_uid: pod_uid(&text).unwrap_or_default(),
@@ -213,6 +214,37 @@ mod tests {
     use super::*;
 
     const ID: &str = "3f4c9a2b1d0e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a";
+
+    /// Issue 42: `/proc/PID/cgroup` is read through settings::file: a FIFO (in a test
+    /// procfs, or a container's) never blocks the GPU's poll, and a file over 64 KiB is no
+    /// answer rather than a cut one.
+    #[test]
+    fn a_cgroup_file_is_read_once_bounded_and_never_waited_on() {
+        let procfs = tempfile::tempdir().unwrap();
+        let write = |pid: u32, text: &str| {
+            let dir = procfs.path().join(pid.to_string());
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("cgroup"), text).unwrap();
+        };
+        let uid = "0f8e4a7c-1b2d-4e5f-8a9b-0c1d2e3f4a5b";
+        let line = format!("0::/kubepods/besteffort/pod{uid}/{ID}\n");
+        write(1, &line);
+        assert_eq!(ids_of(procfs.path(), 1).pod_uid, uid);
+        // The same line after 64 KiB of other lines: over the bound, unattributed.
+        let filler = "1:name=x:/a\n".repeat(6000);
+        write(2, &format!("{filler}{line}"));
+        assert_eq!(ids_of(procfs.path(), 2), CgroupIds::default());
+        let fifo_dir = procfs.path().join("3");
+        std::fs::create_dir_all(&fifo_dir).unwrap();
+        assert!(std::process::Command::new("mkfifo")
+            .arg(fifo_dir.join("cgroup"))
+            .status()
+            .unwrap()
+            .success());
+        let start = std::time::Instant::now();
+        assert_eq!(ids_of(procfs.path(), 3), CgroupIds::default());
+        assert!(start.elapsed() < std::time::Duration::from_secs(1));
+    }
 
     #[test]
     fn cgroup_v2_containerd_under_systemd() {
