@@ -21,7 +21,9 @@
 //!   first: a [`DeviceRef::PodProcesses`] pair says which container of the pod with that UID
 //!   holds the device (the kubelet's device checkpoint names pods by UID), so on a shared GPU
 //!   each process gets its own pod's labels. Exactly one holder for (device, UID) labels the
-//!   process; none or several leave it to the device's rule above (never a guess).
+//!   process; several, another pod's UID, or no UID at all (a host process; a UID is taken only
+//!   from the kubelet's own cgroup layout) leave it unlabelled on a device the checkpoint pairs
+//!   with pods. Without the checkpoint, the device's rule above applies (never a guess).
 
 use std::sync::Arc;
 

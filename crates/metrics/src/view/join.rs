@@ -237,14 +237,21 @@ impl Join {
             .then(|| sample.label("pod_uid"))
             .flatten()
             .filter(|uid| !uid.is_empty());
-        let pairs = uid.and_then(|_| self.process_extra.get(device.uuid()));
-        if let (Some(uid), Some(pairs)) = (uid, pairs) {
+        // A per-process row (one with the label, empty or not) on a device the checkpoint
+        // pairs with pods is labelled by its own pod UID or not at all.
+        let per_process = sample.metric.def().labels.contains(&"pod_uid");
+        let pairs = (per_process && !self.process_extra.is_empty())
+            .then(|| self.process_extra.get(device.uuid()))
+            .flatten();
+        if let Some(pairs) = pairs {
             let mut on_instance = pairs.iter().filter(|(g, _, _)| *g == gi).peekable();
             if on_instance.peek().is_some() {
                 // The checkpoint names this device's pods: a process of another pod (one that
-                // reached the GPU outside the device plugin) is not the holder's, so it stays
+                // reached the GPU outside the device plugin), or of no pod at all (a host
+                // process, whatever its cgroup's names say), is not the holder's, so it stays
                 // unlabelled rather than get the holder's labels.
-                return on_instance.find(|(_, u, _)| u == uid).map(|(_, _, e)| e);
+                return uid
+                    .and_then(|uid| on_instance.find(|(_, u, _)| u == uid).map(|(_, _, e)| e));
             }
         }
         let instances = self.extra.get(device.uuid())?;
@@ -453,8 +460,9 @@ mod tests {
         // The checkpoint says GPU-a's pod is uid-1: a process of pod uid-9 (the GPU reached
         // outside the device plugin) is not pod one's.
         assert_eq!(pod_of(&process("uid-9")), None);
-        // No UID read (not in a pod's cgroup): the device's one holder, as before.
-        assert_eq!(pod_of(&process("")).as_deref(), Some("one"));
+        // No pod UID (a host process, or one in a cgroup that is no pod's by the kubelet's
+        // layout, whatever it is named): not pod one's either (issue 42, item 6).
+        assert_eq!(pod_of(&process("")), None);
         // The device's own series keep the holder's labels.
         assert!(join.labels_for(&snaps[0].output.samples[3]).is_some());
     }
