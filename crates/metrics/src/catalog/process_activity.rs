@@ -37,10 +37,12 @@ decides where and how many:
   several pods share (time-slicing replicas, MPS) the kubernetes collector also reads the
   kubelet's device-manager checkpoint (`[kubernetes] device_checkpoint`), which names each
   pod's devices by pod UID: a process whose cgroup UID is a pod holding the GPU gets that
-  pod's `namespace`, `pod` and `container`. A process whose UID does not resolve (no
-  checkpoint, a host process, two containers of one pod on the GPU) is never guessed: with
-  one holder of the GPU it gets that holder's labels, with several none, and
-  `dgx_pixels_gpu_pod_info` names every pod on the GPU. A checkpoint that cannot be read
+  pod's `namespace`, `pod` and `container`. A process whose UID does not resolve is never
+  guessed: on a GPU the checkpoint pairs with pods, a process of another pod, of no pod (a
+  host process; a UID comes only from the kubelet's own cgroup layout), or of two containers
+  of one pod gets no pod labels; without the checkpoint, with one holder of the GPU it gets
+  that holder's labels, with several none; `dgx_pixels_gpu_pod_info` names every pod on the
+  GPU. A checkpoint that cannot be read
   leaves that poll's processes unlabelled, the source up, and counts in
   `dgx_pixels_source_read_errors_total{source=\"kubernetes\"}` (`reason`: `checkpoint_read`,
   `checkpoint_too_large`, `checkpoint_parse`).
