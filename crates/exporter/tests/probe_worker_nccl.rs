@@ -262,6 +262,42 @@ fn nccl_warnings_on_stdout_leave_the_reply_intact() {
     );
 }
 
+/// Issue 42, item 8, through the real binary: a library inside the NCCL worker leaves a
+/// process behind that calls setsid(), ignores SIGTERM and holds the worker's stdout, stderr
+/// and reply channel. Before, the probe source hung on the held pipe (0 runs in 45 s) and the
+/// escapee outlived the daemon; now runs go on and every escapee is killed and reaped.
+#[test]
+fn a_worker_descendant_that_escapes_with_setsid_is_killed_and_hangs_nothing() {
+    let escapees = tempfile::tempdir().unwrap();
+    let list = escapees.path().join("pids");
+    let list_text = list.to_str().unwrap().to_string();
+    let (d, _state, _config) = daemon(
+        SCENARIO,
+        TIME,
+        fake_cuda_nccl_dir(),
+        "",
+        &[("FAKE_NCCL_ESCAPE", &list_text)],
+    );
+    let two = |body: &str| runs(body, "ok") >= 2.0;
+    let (body, took) = wait_until(d.port, Duration::from_secs(90), two);
+    assert!(two(&body), "runs stopped in {took:?}:\n{body}");
+    let pids: Vec<i32> = std::fs::read_to_string(&list)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert!(pids.len() >= 2, "{pids:?}");
+    // Each is gone soon after its run (killed, and reaped by the daemon it was handed to).
+    let gone = |pid: i32| !std::path::Path::new(&format!("/proc/{pid}")).exists();
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while !pids.iter().all(|&p| gone(p)) && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let alive: Vec<_> = pids.iter().filter(|&&p| !gone(p)).collect();
+    assert!(alive.is_empty(), "escapees still alive: {alive:?}");
+    drop(d);
+}
+
 #[test]
 fn an_async_error_and_a_missing_library_are_outcomes_of_their_own() {
     let (err, _s1, _c1) = daemon(

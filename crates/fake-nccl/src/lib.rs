@@ -25,6 +25,7 @@
 //! | `FAKE_NCCL_HANG_INIT` | `1`: `ncclCommInitAll` never returns (a hung bootstrap). | `0` |
 //! | `FAKE_NCCL_ENQUEUE_ERROR_AFTER` | N: every `ncclAllReduce` call after the first N answers `ncclSystemError` (an enqueue that fails inside an open group). | unset |
 //! | `FAKE_NCCL_STDOUT_WARN` | `1`: `ncclCommInitAll` prints a `NCCL WARN` line on stdout, as real NCCL does with `NCCL_DEBUG=WARN` and no `NCCL_DEBUG_FILE` (its debug output goes to stdout), unless `NCCL_DEBUG` is unset or `NONE`. | `0` |
+//! | `FAKE_NCCL_ESCAPE` | A file path: `ncclCommInitAll` leaves a process behind that escapes the worker's process group (`fork`, `setsid`, `fork` again), ignores SIGTERM and SIGHUP, holds every descriptor the worker had (its stdout, stderr and reply channel) and sleeps for ever; it appends its pid to the file. The attack of issue 42, item 8. | unset |
 //! | `FAKE_NCCL_ASYNC_ERROR_AFTER` | N: the collective after the first N never ends on the GPUs, and `ncclCommGetAsyncError` answers `ncclSystemError` from then on (a peer failed mid-collective); `ncclCommAbort` ends the stuck work. | unset |
 //!
 //! `ncclCommAbort` or `ncclCommDestroy` called while a group is open is invalid usage that real
@@ -192,6 +193,57 @@ pub extern "C" fn ncclGetErrorString(result: NcclResult) -> *const c_char {
 ///
 /// # Safety
 ///
+/// Leaves a process behind that escapes the caller's process group and session and holds its
+/// descriptors (see `FAKE_NCCL_ESCAPE`); returns once the first child has exited.
+fn escape(path: &std::ffi::OsStr) {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(path) = std::ffi::CString::new(path.as_bytes()) else {
+        return;
+    };
+    // SAFETY: after fork in a threaded process the children make only async-signal-safe calls
+    // (setsid, fork, signal, getpid, open, write, close, pause, _exit) on memory prepared
+    // before the fork; the parent only waits for its child.
+    unsafe {
+        let child = libc::fork();
+        if child == 0 {
+            libc::setsid();
+            if libc::fork() == 0 {
+                libc::signal(libc::SIGTERM, libc::SIG_IGN);
+                libc::signal(libc::SIGHUP, libc::SIG_IGN);
+                let mut digits = [0u8; 24];
+                let mut n = libc::getpid() as u64;
+                let mut i = digits.len() - 1;
+                digits[i] = b'\n';
+                loop {
+                    i -= 1;
+                    digits[i] = b'0' + (n % 10) as u8;
+                    n /= 10;
+                    if n == 0 {
+                        break;
+                    }
+                }
+                let fd = libc::open(
+                    path.as_ptr(),
+                    libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND,
+                    0o600,
+                );
+                if fd >= 0 {
+                    libc::write(fd, digits[i..].as_ptr().cast(), digits.len() - i);
+                    libc::close(fd);
+                }
+                loop {
+                    libc::pause();
+                }
+            }
+            libc::_exit(0);
+        }
+        if child > 0 {
+            let mut status = 0;
+            libc::waitpid(child, &mut status, 0);
+        }
+    }
+}
+
 /// `comms` holds `ndev` handles; `devlist` is null or holds `ndev` ints.
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommInitAll(
@@ -209,6 +261,9 @@ pub unsafe extern "C" fn ncclCommInitAll(
             loop {
                 std::thread::sleep(std::time::Duration::from_secs(3600));
             }
+        }
+        if let Some(path) = std::env::var_os("FAKE_NCCL_ESCAPE") {
+            escape(&path);
         }
         if env_u64("FAKE_NCCL_STDOUT_WARN") == Some(1) {
             debug_warn("NET/Plugin: Could not find: none libnccl-net-none.so");
