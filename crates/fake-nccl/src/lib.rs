@@ -189,10 +189,6 @@ pub extern "C" fn ncclGetErrorString(result: NcclResult) -> *const c_char {
     s.as_ptr()
 }
 
-/// One communicator per device of `devlist` (null: devices 0..ndev), in one clique.
-///
-/// # Safety
-///
 /// Leaves a process behind that escapes the caller's process group and session and holds its
 /// descriptors (see `FAKE_NCCL_ESCAPE`); returns once the first child has exited.
 fn escape(path: &std::ffi::OsStr) {
@@ -244,6 +240,10 @@ fn escape(path: &std::ffi::OsStr) {
     }
 }
 
+/// One communicator per device of `devlist` (null: devices 0..ndev), in one clique.
+///
+/// # Safety
+///
 /// `comms` holds `ndev` handles; `devlist` is null or holds `ndev` ints.
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommInitAll(
