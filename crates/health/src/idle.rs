@@ -50,7 +50,7 @@ pub struct IdleTracker {
 
 impl IdleTracker {
     /// Utilization below which a held GPU counts as idle, by default.
-    pub const DEFAULT_THRESHOLD: f64 = 0.05;
+    pub const DEFAULT_THRESHOLD: f64 = 0.05; // fact: health.idle-utilization
     /// How long it must stay idle before it counts, by default (the time before counts too,
     /// once it does).
     pub const DEFAULT_AFTER: Duration = Duration::from_secs(600);

@@ -102,7 +102,7 @@ pub const NONE: &str = "none";
 
 /// Utilization above which a PCIe link below its maximum generation counts as trained down
 /// (an idle link drops its generation to save power; that is not a fault).
-pub const PCIE_BUSY_UTILIZATION: f64 = 0.1;
+pub const PCIE_BUSY_UTILIZATION: f64 = 0.1; // fact: health.pcie-busy-utilization
 
 /// Every rule, in the order a tie between equally severe actions is broken.
 pub const RULES: &[Rule] = &[
@@ -287,7 +287,7 @@ pub const EXPECTED_GPUS_UNKNOWN: &str = "expected_gpus_unknown";
 
 /// Share of the expected NCCL bus bandwidth under which a node's fabric measures far below
 /// expected (`nccl_bus_bandwidth_low`); the alert DgxPixelsNcclBusBandwidthLow warns at 0.8.
-pub const FABRIC_FAR_BELOW_RATIO: f64 = 0.5;
+pub const FABRIC_FAR_BELOW_RATIO: f64 = 0.5; // fact: health.fabric-far-below
 
 /// [`node_samples`] with the node's fabric measurement: `fabric_ratio` is the NCCL bus
 /// bandwidth over its expected figure, where the probe has measured both. The verdict series is

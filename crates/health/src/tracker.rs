@@ -49,7 +49,7 @@ struct Baseline {
 }
 
 /// The XID the driver reports when a GPU falls off the bus.
-const XID_FALLEN_OFF_BUS: u32 = 79;
+const XID_FALLEN_OFF_BUS: u32 = 79; // fact: xid.fallen-off-bus
 
 #[derive(Debug)]
 struct GpuState {

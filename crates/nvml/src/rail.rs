@@ -28,7 +28,7 @@ pub const FILE_DEADLINE: Duration = Duration::from_millis(100);
 pub const SCAN_BUDGET: Duration = Duration::from_secs(1);
 /// Fastest rate a port may report: 3.2 Tb/s, twice the fastest InfiniBand link (XDR 4x, 1.6
 /// Tb/s) that exists. A larger figure is no rate of a real port; it is left out.
-pub const MAX_RATE_BITS_PER_SECOND: f64 = 3.2e12;
+pub const MAX_RATE_BITS_PER_SECOND: f64 = 3.2e12; // fact: rail.max-rate-bits
 
 /// One NIC: its name, its canonical sysfs device path, its ports.
 #[derive(Debug, Clone, PartialEq)]

@@ -531,7 +531,7 @@ struct NcclState {
 
 /// GPUs of the baseboard the expected NCCL figures were measured on: an HGX 8-GPU board, whose
 /// SXM GPUs all meet on its NVSwitches.
-pub const NCCL_BASEBOARD_GPUS: usize = 8;
+pub const NCCL_BASEBOARD_GPUS: usize = 8; // fact: nccl.baseboard-gpus
 
 /// The bus bandwidth the set `ids` is expected to reach, if its figure applies: the set is the
 /// node's whole 8-GPU baseboard (`whole_node`: every GPU the node has) of one part with a

@@ -33,51 +33,51 @@ pub static PEAKS: &[Peaks] = &[
             "NVIDIA H100 SXM5 80GB",
             "NVIDIA H100",
         ],
-        bf16: 989.4 * T,
-        tf32: 494.7 * T,
-        fp32: 66.9 * T,
-        fp64: 66.9 * T,
-        memory_bandwidth: 3.35 * T,
+        bf16: 989.4 * T,            // fact: peak.h100-sxm.bf16
+        tf32: 494.7 * T,            // fact: peak.h100-sxm.tf32
+        fp32: 66.9 * T,             // fact: peak.h100-sxm.fp32
+        fp64: 66.9 * T,             // fact: peak.h100-sxm.fp64
+        memory_bandwidth: 3.35 * T, // fact: peak.h100-sxm.memory
     },
     Peaks {
         names: &["NVIDIA H100 PCIe"],
-        bf16: 756.5 * T,
-        tf32: 378.0 * T,
-        fp32: 51.2 * T,
-        fp64: 51.2 * T,
-        memory_bandwidth: 2.0 * T,
+        bf16: 756.5 * T,           // fact: peak.h100-pcie.bf16
+        tf32: 378.0 * T,           // fact: peak.h100-pcie.tf32
+        fp32: 51.2 * T,            // fact: peak.h100-pcie.fp32
+        fp64: 51.2 * T,            // fact: peak.h100-pcie.fp64
+        memory_bandwidth: 2.0 * T, // fact: peak.h100-pcie.memory
     },
     Peaks {
         names: &["NVIDIA H200"],
-        bf16: 989.4 * T,
-        tf32: 494.7 * T,
-        fp32: 66.9 * T,
-        fp64: 66.9 * T,
-        memory_bandwidth: 4.8 * T,
+        bf16: 989.4 * T,           // fact: peak.h200.bf16
+        tf32: 494.7 * T,           // fact: peak.h200.tf32
+        fp32: 66.9 * T,            // fact: peak.h200.fp32
+        fp64: 66.9 * T,            // fact: peak.h200.fp64
+        memory_bandwidth: 4.8 * T, // fact: peak.h200.memory
     },
     Peaks {
         names: &["NVIDIA A100-SXM4-80GB"],
-        bf16: 312.0 * T,
-        tf32: 156.0 * T,
-        fp32: 19.5 * T,
-        fp64: 19.5 * T,
-        memory_bandwidth: 2.039 * T,
+        bf16: 312.0 * T,             // fact: peak.a100-sxm4-80gb.bf16
+        tf32: 156.0 * T,             // fact: peak.a100-sxm4-80gb.tf32
+        fp32: 19.5 * T,              // fact: peak.a100-sxm4-80gb.fp32
+        fp64: 19.5 * T,              // fact: peak.a100-sxm4-80gb.fp64
+        memory_bandwidth: 2.039 * T, // fact: peak.a100-sxm4-80gb.memory
     },
     Peaks {
         names: &["NVIDIA A100-SXM4-40GB"],
-        bf16: 312.0 * T,
-        tf32: 156.0 * T,
-        fp32: 19.5 * T,
-        fp64: 19.5 * T,
-        memory_bandwidth: 1.555 * T,
+        bf16: 312.0 * T,             // fact: peak.a100-sxm4-40gb.bf16
+        tf32: 156.0 * T,             // fact: peak.a100-sxm4-40gb.tf32
+        fp32: 19.5 * T,              // fact: peak.a100-sxm4-40gb.fp32
+        fp64: 19.5 * T,              // fact: peak.a100-sxm4-40gb.fp64
+        memory_bandwidth: 1.555 * T, // fact: peak.a100-sxm4-40gb.memory
     },
     Peaks {
         names: &["NVIDIA A100 80GB PCIe"],
-        bf16: 312.0 * T,
-        tf32: 156.0 * T,
-        fp32: 19.5 * T,
-        fp64: 19.5 * T,
-        memory_bandwidth: 1.935 * T,
+        bf16: 312.0 * T,             // fact: peak.a100-pcie-80gb.bf16
+        tf32: 156.0 * T,             // fact: peak.a100-pcie-80gb.tf32
+        fp32: 19.5 * T,              // fact: peak.a100-pcie-80gb.fp32
+        fp64: 19.5 * T,              // fact: peak.a100-pcie-80gb.fp64
+        memory_bandwidth: 1.935 * T, // fact: peak.a100-pcie-80gb.memory
     },
 ];
 
@@ -95,10 +95,10 @@ pub static NVLINK_PER_DIRECTION: &[(&[&str], f64)] = &[
             "NVIDIA H100",
             "NVIDIA H200",
         ],
-        450e9,
+        450e9, // fact: nvlink.per-direction.hopper
     ),
-    (&["NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-40GB"], 300e9),
-    (&["NVIDIA B200"], 900e9),
+    (&["NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-40GB"], 300e9), // fact: nvlink.per-direction.a100
+    (&["NVIDIA B200"], 900e9),                                    // fact: nvlink.per-direction.b200
 ];
 
 /// The per-direction NVLink bandwidth of `model` ([`NVLINK_PER_DIRECTION`]).
@@ -125,17 +125,17 @@ pub static NCCL_RING_BUS_BANDWIDTH: &[(&[&str], f64)] = &[
             "NVIDIA H100",
             "NVIDIA H200",
         ],
-        370e9,
+        370e9, // fact: nccl.ring-busbw.hopper
     ),
-    (&["NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-40GB"], 205e9),
-    (&["NVIDIA B200"], 740e9),
+    (&["NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-40GB"], 205e9), // fact: nccl.ring-busbw.a100
+    (&["NVIDIA B200"], 740e9),                                    // fact: nccl.ring-busbw.b200
 ];
 
 /// The metrics framework's targets (../shared/seeds/metrics-framework.md): NCCL bus bandwidth
 /// across 8 GPUs and storage read throughput, bytes per second.
-pub const TARGET_NCCL_BUS_BANDWIDTH: f64 = 200e9;
+pub const TARGET_NCCL_BUS_BANDWIDTH: f64 = 200e9; // fact: target.nccl-busbw
 /// See [`TARGET_NCCL_BUS_BANDWIDTH`].
-pub const TARGET_STORAGE_READ: f64 = 8e9;
+pub const TARGET_STORAGE_READ: f64 = 8e9; // fact: target.storage-read
 
 /// The expected all-reduce bus bandwidth of a node of `model` GPUs
 /// ([`NCCL_RING_BUS_BANDWIDTH`]).
