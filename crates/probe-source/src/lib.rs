@@ -14,14 +14,21 @@
 //!   context (`skipped_compute_mode`, ...) and while it runs: another process seen on the GPU
 //!   makes the run `contended`, and its numbers are discarded (see [`dgx_pixels_probes::worker`]);
 //! - after a run of duration d, that GPU is not probed again for d / duty_cycle, so probes
-//!   hold each GPU at most `duty_cycle` of the time (0.5% by default);
+//!   hold each GPU at most `duty_cycle` of the time (0.5% by default); with `nccl_allreduce`
+//!   on, the GPUs of its set split that budget with it ([`NODE_SHARE`]), so neither starves
+//!   the other;
+//! - a first pass reaches every kind early: each GPU runs each of its probe kinds once, one
+//!   after another, as soon as it passes the checks, and takes the rests of those runs
+//!   together after the last one (they are owed, not forgiven); GPUs start the rotation at
+//!   staggered kinds, so the node has a result of every kind after K + N - 1 runs;
 //! - probes whose buffers exceed the memory cap are not scheduled at all;
 //! - a pair probe (`p2p_copy`) holds two GPUs: the peer passes the same checks, and both rest
 //!   after the run;
 //! - `storage_read` (a node probe of `[probes] storage_paths`) runs only while every GPU
 //!   passes the checks;
 //! - `nccl_allreduce` (a node probe, `[probes] nccl_allreduce`) holds every GPU of its set:
-//!   it runs only while each of them passes the checks, and all of them rest after it.
+//!   it runs only while each of them passes the checks; the probe rests after it, its GPUs
+//!   only until it ends (its rest is on its own share of their budget, not on their probes).
 //!
 //! With the [`worker::WorkerBackend`] (the daemon's), each run is a worker process whose
 //! CUDA context ends with it: the daemon itself never creates one.
@@ -65,6 +72,13 @@ pub const DURATION_BUCKETS: &[f64] = &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2
 /// Results older than this many (per-GPU) probe rounds are dropped rather than served as if
 /// they described the GPU now.
 const MAX_AGE_ROUNDS: u32 = 3;
+
+/// With `nccl_allreduce` on, the share of the duty cycle of each GPU of its set that the
+/// all-reduce gets; the GPU's own probes get the rest. The all-reduce rests d / (duty_cycle x
+/// NODE_SHARE) after a run of d, and the GPU's own probes d / (duty_cycle x (1 - NODE_SHARE)):
+/// together they hold a GPU at most `duty_cycle` of the time, and a rest of one never delays
+/// the other (an all-reduce's rest on its GPUs starved their own probes: issue 44).
+pub const NODE_SHARE: f64 = 0.5;
 
 /// Default time a GPU must read idle before it is probed.
 pub const DEFAULT_SETTLE: Duration = Duration::from_secs(10);
@@ -475,6 +489,15 @@ struct GpuState {
     runs: BTreeMap<(ProbeKind, &'static str), u64>,
     durations: BTreeMap<ProbeKind, Histogram>,
     busy: Duration,
+    /// Own runs left in its first pass (each probe kind once, without rests between).
+    first_pass: usize,
+    /// Runs it may still be held without a rest while its first pass lasts (its own and
+    /// those it joins as a pair probe's peer): at most 2 K, whatever its peers do.
+    free_holds: usize,
+    /// The rests of its first pass, taken together when the pass ends.
+    owed: Duration,
+    /// Its own probes' share of the duty cycle (1, or 1 - [`NODE_SHARE`] in the NCCL set).
+    share: f64,
     last_error: Option<String>,
     /// Since when it has read idle and free (none while it does not).
     idle_since: Option<Instant>,
@@ -484,6 +507,41 @@ struct GpuState {
     occupancy: Occupancy,
     /// What its last attempt found ([`STATES`]).
     state: &'static str,
+}
+
+impl GpuState {
+    /// Records that a run held the GPU until `end` for `took` of GPU time (`own`: a run of
+    /// its own rather than as a peer) and sets when it may be probed again: `took / (duty_cycle
+    /// x share)` after the run, or after the rest it already had to take, so that the rests
+    /// add up. During its first pass the rest is owed instead, and all of it is taken after
+    /// the pass's last run: at every moment a GPU comes due, its own probes have held it at
+    /// most `duty_cycle x share` of the time since the start.
+    fn rest_after(&mut self, took: Duration, end: Instant, duty_cycle: f64, own: bool) {
+        self.free_holds = self.free_holds.saturating_sub(1);
+        if own {
+            self.first_pass = self.first_pass.saturating_sub(1);
+        }
+        let pause = took.div_f64(duty_cycle * self.share);
+        let from = self.next_due.max(end);
+        if self.first_pass > 0 && self.free_holds > 0 {
+            self.owed += pause;
+            self.next_due = from;
+        } else {
+            self.next_due = from + pause + std::mem::take(&mut self.owed);
+        }
+    }
+}
+
+/// The positions among `ordinals` (the node's GPUs, in order) of the `nccl_allreduce` set:
+/// `nccl_gpus`, or every GPU. Fewer than two: the probe does not apply to this node.
+fn nccl_members(settings: &ScheduleSettings, ordinals: &[usize]) -> Vec<usize> {
+    match &settings.nccl_gpus {
+        Some(list) => list
+            .iter()
+            .filter_map(|o| ordinals.iter().position(|g| g == o))
+            .collect(),
+        None => (0..ordinals.len()).collect(),
+    }
 }
 
 /// One `storage_read` path's schedule and last result.
@@ -610,6 +668,18 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         })
     }
 
+    /// One poll as at `now` ([`Source::poll`] is this at the wall clock's now): a caller with a
+    /// clock of its own (a test, a simulation) drives the schedule without waiting for it.
+    /// `now` must not go back between polls. What a backend reports it held a GPU for
+    /// ([`Backend::held_for`]) is what the schedule counts; without it, the wall time of the
+    /// call.
+    pub fn poll_at(&mut self, now: Instant) -> Result<PollOutput, PollError> {
+        self.discover(now)?;
+        self.observe(now);
+        self.step(now);
+        Ok(PollOutput::samples(self.samples(now)))
+    }
+
     fn discover(&mut self, now: Instant) -> Result<(), PollError> {
         if self.gpus.is_some() {
             return Ok(());
@@ -622,22 +692,38 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         match self.backend.discover() {
             Ok(ids) => {
                 self.unavailable = None;
+                let n = ids.len();
+                let k = self.probes.len();
+                let ordinals: Vec<usize> = ids.iter().map(|g| g.ordinal).collect();
+                let members = nccl_members(&self.settings, &ordinals);
+                let nccl_on = self.settings.nccl_allreduce && members.len() >= 2;
                 self.gpus = Some(
                     ids.into_iter()
-                        .map(|id| GpuState {
+                        .enumerate()
+                        .map(|(i, id)| GpuState {
                             key: Arc::new(DeviceKey::gpu(
                                 u32::try_from(id.ordinal).unwrap_or(u32::MAX),
                                 id.uuid.as_str(),
                             )),
                             id,
                             next_due: now,
-                            next_probe: 0,
+                            // Staggered starts: the first runs on the node are of distinct
+                            // kinds, every kind within K + N - 1 of them.
+                            next_probe: i * k / n.max(1),
                             results: BTreeMap::new(),
                             pairs: BTreeMap::new(),
                             next_peer: 0,
                             runs: BTreeMap::new(),
                             durations: BTreeMap::new(),
                             busy: Duration::ZERO,
+                            first_pass: k,
+                            free_holds: 2 * k,
+                            owed: Duration::ZERO,
+                            share: if nccl_on && members.contains(&i) {
+                                1.0 - NODE_SHARE
+                            } else {
+                                1.0
+                            },
                             last_error: None,
                             idle_since: None,
                             reading: None,
@@ -721,8 +807,14 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         let mut peer = None;
         if skip.is_none() && kind.needs_peer() {
             if n < 2 {
-                // Nothing to pair with: the probe does not apply to this node.
-                gpus[i].next_probe = (gpus[i].next_probe + 1) % probes.len();
+                // Nothing to pair with: the probe does not apply to this node (nor to its
+                // first pass, which it ends if it was the last kind left).
+                let g = &mut gpus[i];
+                g.next_probe = (g.next_probe + 1) % probes.len();
+                g.first_pass = g.first_pass.saturating_sub(1);
+                if g.first_pass == 0 {
+                    g.next_due = g.next_due.max(now) + std::mem::take(&mut g.owed);
+                }
                 return;
             }
             // Each GPU against each peer in turn; a peer that must be left alone is passed
@@ -749,7 +841,9 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
             g.next_due = now + retry;
             return;
         }
-        let t0 = Instant::now();
+        // The run starts at `now` (the poll's moment); `wall` only measures the call, for a
+        // backend that does not say how long it held the GPU.
+        let wall = Instant::now();
         let result = match peer {
             Some(j) => {
                 let peer_id = gpus[j].id.clone();
@@ -760,7 +854,8 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         if let Some(rss) = self.backend.worker_peak_rss_bytes() {
             self.worker_peak_rss = Some(self.worker_peak_rss.unwrap_or(0).max(rss));
         }
-        let took = self.backend.held_for().unwrap_or_else(|| t0.elapsed());
+        let took = self.backend.held_for().unwrap_or_else(|| wall.elapsed());
+        let end = now + took.max(wall.elapsed());
         let g = &mut gpus[i];
         g.busy += took;
         g.durations
@@ -780,7 +875,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
                 let r = LastResult {
                     value: v,
                     at: SystemTime::now(),
-                    measured: Instant::now(),
+                    measured: end,
                 };
                 match peer {
                     Some(j) => g.pairs.insert(j, r),
@@ -818,13 +913,13 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
             }
         }
         g.next_probe = (g.next_probe + 1) % probes.len();
-        let pause = took.div_f64(self.settings.duty_cycle);
-        let rest = t0 + took.max(t0.elapsed()) + pause;
-        g.next_due = rest;
-        // The peer was held as long: it rests as long, within the same duty cycle.
+        let duty = self.settings.duty_cycle;
+        g.rest_after(took, end, duty, true);
+        // The peer was held as long: it rests as long (after any rest it already had), on
+        // its own budget.
         if let Some(p) = peer.and_then(|j| gpus.get_mut(j)) {
             p.busy += took;
-            p.next_due = p.next_due.max(rest);
+            p.rest_after(took, end, duty, false);
             if polite {
                 p.idle_since = None;
             }
@@ -838,24 +933,29 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
             return false;
         };
         let gpus = self.gpus.as_deref().unwrap_or_default();
+        // Look again when the first GPU in the way would allow it (the end of its settle
+        // window, or the skip retry), as nccl_allreduce does.
         let busy = gpus
             .iter()
-            .any(|g| skip_of(&self.settings, g, now).is_some());
+            .filter_map(|g| skip_of(&self.settings, g, now))
+            .map(|(_, retry)| retry)
+            .max();
         let allowed = self.settings.storage_paths.clone();
         let bytes = self.settings.storage_read_bytes;
         let s = &mut self.storage[k];
-        if busy {
+        if let Some(retry) = busy {
             *s.runs.entry("skipped_busy").or_default() += 1;
-            s.next_due = now + SKIP_RETRY;
+            s.next_due = now + retry;
             return true;
         }
-        let t0 = Instant::now();
+        let wall = Instant::now();
         let result = self.backend.read_storage(&s.path, &allowed, bytes);
-        let took = self.backend.held_for().unwrap_or_else(|| t0.elapsed());
+        let took = self.backend.held_for().unwrap_or_else(|| wall.elapsed());
+        let end = now + took.max(wall.elapsed());
         match result {
             Ok(r) => {
                 *s.runs.entry("ok").or_default() += 1;
-                s.last = Some((r.bytes_per_second, r.direct, Instant::now()));
+                s.last = Some((r.bytes_per_second, r.direct, end));
             }
             Err(e) => {
                 let outcome = outcome_of(&e);
@@ -882,8 +982,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         if s.last.is_some() {
             s.failures = 0;
         }
-        s.next_due = t0
-            + took.max(t0.elapsed())
+        s.next_due = end
             + took
                 .div_f64(self.settings.duty_cycle)
                 .max(storage_backoff(s.failures));
@@ -919,13 +1018,8 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         let Some(gpus) = self.gpus.as_mut() else {
             return false;
         };
-        let members: Vec<usize> = match &self.settings.nccl_gpus {
-            Some(list) => list
-                .iter()
-                .filter_map(|o| gpus.iter().position(|g| g.id.ordinal == *o))
-                .collect(),
-            None => (0..gpus.len()).collect(),
-        };
+        let ordinals: Vec<usize> = gpus.iter().map(|g| g.id.ordinal).collect();
+        let members = nccl_members(&self.settings, &ordinals);
         if members.len() < 2 {
             // Not this node's probe (one GPU, or the listed ones are missing).
             return false;
@@ -942,21 +1036,23 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         let ids: Vec<GpuId> = members.iter().map(|&i| gpus[i].id.clone()).collect();
         let whole_node = members.len() == gpus.len();
         self.nccl.expected = expected_nccl_bus_bandwidth(&ids, whole_node);
-        let t0 = Instant::now();
+        let wall = Instant::now();
         let result = self.backend.run_nccl(&ids, self.settings.nccl_max_bytes);
         if let Some(rss) = self.backend.worker_peak_rss_bytes() {
             self.worker_peak_rss = Some(self.worker_peak_rss.unwrap_or(0).max(rss));
         }
-        let took = self.backend.held_for().unwrap_or_else(|| t0.elapsed());
-        let pause = took.div_f64(self.settings.duty_cycle);
-        let rest = t0 + took.max(t0.elapsed()) + pause;
+        let took = self.backend.held_for().unwrap_or_else(|| wall.elapsed());
+        let end = now + took.max(wall.elapsed());
+        // Its own share of its GPUs' budget ([`NODE_SHARE`]).
+        let pause = took.div_f64(self.settings.duty_cycle * NODE_SHARE);
+        let rest = end + pause;
         let mut retry = None;
         match result {
             Ok(r) => {
                 *runs.entry("ok").or_default() += 1;
                 // Fresh for three of its rounds, as the GPU probes' results.
                 let max_age = (took + pause).max(SKIP_RETRY) * MAX_AGE_ROUNDS;
-                self.nccl.last = Some((r, Instant::now(), max_age));
+                self.nccl.last = Some((r, end, max_age));
             }
             Err(e) => {
                 let outcome = match outcome_of(&e) {
@@ -983,11 +1079,12 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
             return true;
         }
         self.nccl.next_due = Some(rest);
-        // Every GPU of the set was held as long: each rests as long.
+        // Every GPU of the set was held as long, on the all-reduce's share of its budget: it
+        // is free for its own probes once the run ends, not after the all-reduce's rest.
         for &i in &members {
             let g = &mut gpus[i];
             g.busy += took;
-            g.next_due = g.next_due.max(rest);
+            g.next_due = g.next_due.max(end);
         }
         true
     }
@@ -1204,7 +1301,8 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
             .values()
             .map(|h| h.mean().unwrap_or(0.0))
             .fold(0.0, f64::max);
-        let pace = Duration::from_secs_f64(per_run / self.settings.duty_cycle).max(SKIP_RETRY);
+        let pace =
+            Duration::from_secs_f64(per_run / (self.settings.duty_cycle * g.share)).max(SKIP_RETRY);
         pace * self.probes.len() as u32
     }
 }
@@ -1215,10 +1313,6 @@ impl<B: Backend, U: UtilizationView> Source for ProbeSource<B, U> {
     }
 
     fn poll(&mut self) -> Result<PollOutput, PollError> {
-        let now = Instant::now();
-        self.discover(now)?;
-        self.observe(now);
-        self.step(now);
-        Ok(PollOutput::samples(self.samples(Instant::now())))
+        self.poll_at(Instant::now())
     }
 }

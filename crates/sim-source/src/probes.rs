@@ -278,11 +278,17 @@ mod tests {
             s.poll().unwrap();
         }
         let out = s.poll().unwrap().samples;
-        let measured: Vec<_> = out
+        let mut measured: Vec<_> = out
             .iter()
-            .filter(|x| x.metric == Metric::ProbeGemm)
+            .filter(|x| {
+                matches!(
+                    x.metric,
+                    Metric::ProbeGemm | Metric::ProbeBandwidth | Metric::ProbeLaunchLatency
+                )
+            })
             .map(|x| x.label_values()[0].to_string())
             .collect();
+        measured.dedup();
         assert_eq!(measured, ["7"]);
         let skipped = out.iter().find(|x| {
             x.metric == Metric::ProbeRuns
@@ -295,7 +301,9 @@ mod tests {
 
     #[test]
     fn probes_measure_what_the_simulator_says_at_the_pace_of_real_ones() {
-        // With busy GPUs allowed, each GPU is probed in turn, one probe per poll.
+        // With busy GPUs allowed, each GPU is probed in turn, one probe per poll: the first
+        // pass runs each GPU's two kinds one after the other (GPUs 0-3 start with the GEMM,
+        // 4-7 with the copy), the second once the first has held the GPU its 330 ms.
         let cfg = ScheduleSettings {
             busy_threshold: 1.0,
             probes: dgx_pixels_probes::probe::parse_list("gemm_bf16,copy_h2d").unwrap(),
@@ -305,6 +313,10 @@ mod tests {
         let started = Instant::now() - Duration::from_secs(60);
         let mut s = source(cfg, node("dgx-h100"), started).unwrap();
         let mut out = Vec::new();
+        for _ in 0..8 {
+            out = s.poll().unwrap().samples;
+        }
+        std::thread::sleep(Duration::from_millis(340));
         for _ in 0..8 {
             out = s.poll().unwrap().samples;
         }
@@ -336,18 +348,24 @@ mod tests {
             .value;
             assert!((0.3..0.9).contains(&fraction), "{fraction}");
         }
-        // The simulated run held the GPU for the modelled time: the histogram has it, and the
-        // next probe of a GPU waits held / duty cycle (330 ms / 0.005 = 66 s).
+        // The simulated run held the GPU for the modelled time: the histogram has it, and
+        // after its first pass a GPU rests the pass's runs' rests (each held / duty cycle,
+        // 330 ms / 0.005 = 66 s).
         let sum = out
             .iter()
             .find(|x| x.metric == Metric::ProbeDuration && x.label_values()[0] == "0")
             .map(|x| x.value);
         assert!(sum.is_some());
+        let ok = |out: &[Sample]| -> f64 {
+            out.iter()
+                .filter(|x| x.metric == Metric::ProbeRuns && x.label_values()[3] == "ok")
+                .map(|x| x.value)
+                .sum()
+        };
+        assert_eq!(ok(&out), 16.0, "each GPU's first pass");
+        std::thread::sleep(Duration::from_millis(340));
         let again = s.poll().unwrap().samples;
-        assert!(
-            find(&again, Metric::ProbeBandwidth, &["0"]).is_none(),
-            "not due yet"
-        );
+        assert_eq!(ok(&again), 16.0, "not due yet");
     }
 
     #[test]
@@ -361,12 +379,17 @@ mod tests {
             s.poll().unwrap();
         }
         let out = s.poll().unwrap().samples;
-        let lost = out.iter().find(|x| {
-            x.metric == Metric::ProbeRuns
-                && x.label_values()[0] == "3"
-                && x.label_values()[3] == "skipped_no_utilization"
-        });
-        assert_eq!(lost.map(|x| x.value), Some(1.0));
+        // Counted against the kind its rotation was at, whichever that is.
+        let lost: f64 = out
+            .iter()
+            .filter(|x| {
+                x.metric == Metric::ProbeRuns
+                    && x.label_values()[0] == "3"
+                    && x.label_values()[3] == "skipped_no_utilization"
+            })
+            .map(|x| x.value)
+            .sum();
+        assert_eq!(lost, 1.0);
     }
 
     fn s_gpus(s: &mut ProbeSource<SimBackend, SimUtilization>) -> Vec<String> {
