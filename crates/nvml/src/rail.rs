@@ -407,12 +407,6 @@ pub fn nearest_all<'a>(gpu: &Path, nics: &'a [Nic]) -> (usize, Vec<&'a Nic>) {
     (best, tied)
 }
 
-/// The nearest NIC when one alone is nearest; under a tie, the first by name (as before issue
-/// 43: kept for callers that want any nearest NIC; the daemon pairs ties with [`paired`]).
-pub fn nearest<'a>(gpu: &Path, nics: &'a [Nic]) -> Option<&'a Nic> {
-    nearest_all(gpu, nics).1.into_iter().next()
-}
-
 /// The rail NIC of the GPU at `gpu`, `gpus` the other GPUs near it (canonical paths; `gpu`
 /// itself may be among them). One NIC nearest: that one. Several tied (one switch holding m
 /// GPUs and n NICs, as on DGX A100): the GPUs that tie on the same NICs, ordered by PCI
