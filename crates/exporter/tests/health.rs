@@ -998,6 +998,98 @@ fn a_gpu_whose_rail_port_is_down_is_degraded_until_it_is_up() {
     assert!(gpu_is(&body, 1, HEALTHY), "{body}");
 }
 
+/// Issue 43, item 2: two GPUs and two NICs behind one PCIe switch (DGX A100's layout): GPU 1's
+/// rail is the second NIC, so mlx5_1 going down degrades GPU 1, not GPU 0 (before, both GPUs
+/// got mlx5_0 and mlx5_1 belonged to none: nothing fired). Then `[nvml.rails]` pins GPU 0 to
+/// mlx5_1, and a pin that is no PCI address is refused naming the file and the key.
+#[test]
+fn the_second_nic_of_a_shared_switch_reaches_the_second_gpu() {
+    use dgx_pixels_nvml::rail::fake;
+    let sysfs = tempfile::tempdir().unwrap();
+    let root = sysfs.path();
+    // The fake NVML's dgx-h100 GPUs 0 and 1 are at 18:00.0 and 2a:00.0.
+    fake::dgx_a100_switch(
+        root,
+        "10",
+        ["0000:18:00.0", "0000:2a:00.0"],
+        [("mlx5_0", "0000:1c:00.0"), ("mlx5_1", "0000:2d:00.0")],
+    );
+    fake::set_port(root, "mlx5_1", "1: DOWN", "3: Disabled");
+    let run = |extra: &str| {
+        let mut config = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+        let text = CONFIG.replace(
+            "[nvml]\n",
+            &format!("[nvml]\nsysfs = {:?}\n", root.to_str().unwrap()),
+        ) + extra;
+        config.write_all(text.as_bytes()).unwrap();
+        let d = start_with_env(
+            &[
+                "--nvml.library",
+                fake_nvml_library(),
+                "--config.file",
+                config.path().to_str().unwrap(),
+                "--metrics.detail",
+                "full",
+            ],
+            &[
+                ("FAKE_NVML_SCENARIO", "dgx-h100"),
+                ("FAKE_NVML_TIME", "100"),
+                ("FAKE_NVML_PCIE_DELAY_MS", "0"),
+            ],
+        );
+        (d, config)
+    };
+    let gpu_is = |b: &str, gpu: usize, want: Verdict| verdict(b, gpu) == Some(owned(want));
+    let degraded = ("degraded", "check_hardware", "rail_port_down");
+    let up = |body: &str, gpu: &str, device: &str| {
+        value(
+            body,
+            "dgx_pixels_gpu_rail_port_up",
+            &[("gpu", gpu), ("device", device), ("port", "1")],
+        )
+    };
+    let (d, _config) = run("");
+    let (body, _) = wait_until(d.port, Duration::from_secs(15), |b| {
+        gpu_is(b, 1, degraded) && gpu_is(b, 0, HEALTHY)
+    });
+    assert!(gpu_is(&body, 1, degraded), "{body}");
+    assert!(gpu_is(&body, 0, HEALTHY), "{body}");
+    assert_eq!(up(&body, "0", "mlx5_0"), Some(1.0));
+    assert_eq!(up(&body, "1", "mlx5_1"), Some(0.0));
+    assert_eq!(series(&body, "dgx_pixels_gpu_rail_port_up").len(), 2);
+    drop(d);
+    // Pinned: GPU 0 to the down NIC, GPU 1 to the other.
+    let pins = "[nvml.rails]\n\"0000:18:00.0\" = \"mlx5_1\"\n\"00000000:2A:00.0\" = \"mlx5_0\"\n";
+    let (d, _config) = run(pins);
+    let (body, _) = wait_until(d.port, Duration::from_secs(15), |b| {
+        gpu_is(b, 0, degraded) && gpu_is(b, 1, HEALTHY)
+    });
+    assert!(gpu_is(&body, 0, degraded), "{body}");
+    assert!(gpu_is(&body, 1, HEALTHY), "{body}");
+    assert_eq!(up(&body, "0", "mlx5_1"), Some(0.0));
+    assert_eq!(up(&body, "1", "mlx5_0"), Some(1.0));
+    drop(d);
+    // A pin that is no PCI address: refused at start, naming the file and the key.
+    let mut bad = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+    bad.write_all(b"[nvml.rails]\ngpu0 = \"mlx5_0\"\n").unwrap();
+    let out = std::process::Command::new(BIN)
+        .args([
+            "--config.file",
+            bad.path().to_str().unwrap(),
+            "--web.listen-address",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&bad.path().display().to_string())
+            && err.contains("nvml.rails.\"gpu0\": is no PCI address"),
+        "{err}"
+    );
+}
+
 /// Issue 42, item 2: a FIFO in a rail NIC's sysfs tree (every GPU's poll thread opened every
 /// NIC's files blocking: all 8 GPUs went `gpu_up 0`, unhealthy, reboot) costs nothing now:
 /// every GPU stays up and healthy, and the NIC's other files and the other NIC are still read.

@@ -178,7 +178,7 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         reason: "rail_port_down",
-        condition: "a port of the GPU's rail NIC (the InfiniBand / RoCE NIC nearest to it by PCIe topology) is down: multi-node jobs on the GPU stall",
+        condition: "a port of the GPU's rail NIC (the InfiniBand / RoCE NIC paired with it by PCIe topology, ties on a shared switch in address order, or pinned by `[nvml.rails]`: \"Rail NICs\" below) is down: multi-node jobs on the GPU stall",
         outcome: Outcome::Fixed(Verdict::Degraded, Action::CheckHardware),
         clears: Clears::WhenReadingClears,
         source: "`dgx_pixels_gpu_rail_port_up` = 0",
@@ -213,7 +213,7 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         reason: "nccl_bus_bandwidth_low",
-        condition: "node level: the `nccl_allreduce` probe's last bus bandwidth at its largest message size is under half the ring figure expected of the node's GPUs (docs/probes.md, \"Expected NCCL bus bandwidth\"): the fabric carries far less than it should (a degraded NVLink or NVSwitch); served as `dgx_pixels_node_health_action_info`, where the probe has measured. The node's P2P worst peers and NVLink series say which GPU",
+        condition: "node level: the `nccl_allreduce` probe's last bus bandwidth at its largest message size is under half the ring figure expected of the node's GPUs (docs/probes.md, \"Expected NCCL bus bandwidth\": a measured figure, H100 and H200 only; other parts have none and this rule does not hold for them): the fabric carries far less than it should (a degraded NVLink or NVSwitch); served as `dgx_pixels_node_health_action_info`, where the probe has measured. The node's P2P worst peers and NVLink series say which GPU",
         outcome: Outcome::Fixed(Verdict::Degraded, Action::CheckHardware),
         clears: Clears::WhenReadingClears,
         source: "`dgx_pixels_probe_nccl_largest_bus_bandwidth_bytes_per_second` < 0.5 x `dgx_pixels_probe_nccl_expected_bus_bandwidth_bytes_per_second`",
@@ -477,6 +477,31 @@ pub fn markdown() -> String {
          keeps a condition already latched until it clears. The policy in force is served as \
          `dgx_pixels_exporter_xid_policy_info{codes,policy}` (one series per entry, none \
          without a policy) and shown on the status page.\n",
+    );
+    out.push_str(
+        "\n## Rail NICs\n\n\
+         Each GPU's rail NIC (`rail_port_down`, `rail_port_slow`) is read from sysfs \
+         (`[nvml] sysfs`): the InfiniBand / RoCE NIC under `class/infiniband` whose PCI path \
+         shares the longest prefix with the GPU's, past the PCI root (a NIC under another root \
+         complex is no rail of the GPU). Where several NICs share that longest prefix (DGX A100: \
+         two GPUs and two NICs behind one PCIe switch, `nvidia-smi topo -m` showing GPU0 and \
+         GPU1 PXB to both mlx5_0 and mlx5_1), the GPUs under that switch that tie on the same \
+         NICs are paired with them in order: the k-th GPU by PCI address with the k-th NIC by \
+         PCI address (with m GPUs and n NICs, GPU k gets NIC k x n / m; NICs beyond the GPUs \
+         belong to none). GPUs are told from other functions by their `class` (display or 3D \
+         controller) and `vendor` (0x10de) files; where one of the switch's functions does not \
+         answer, the tied GPUs get no rail series rather than maybe another GPU's NIC. One NIC \
+         per GPU on its own switch (DGX H100) needs no tie. Where the PCIe topology \
+         pairs nothing (GB200: the GPUs hang off Grace, the NICs off other root complexes) or \
+         pairs wrongly, `[nvml.rails]` pins GPUs to NICs by name, which wins over the topology:\n\n\
+         ```toml\n\
+         [nvml.rails]\n\
+         \"0000:07:00.0\" = \"mlx5_0\"   # the GPU's PCI address (NVML's 00000000:07:00.0 too)\n\
+         \"0000:0f:00.0\" = \"mlx5_1\"\n\
+         ```\n\n\
+         At most 64 pins; an address that is not one, a GPU pinned twice or a NIC name that is \
+         not one (1 to 64 letters, digits, `_`, `-`, `.`) is refused at start with the file and \
+         the key. A pinned NIC that does not exist gives the GPU no rail series.\n",
     );
     out.push_str(
         "\n## Allocated but idle\n\n\

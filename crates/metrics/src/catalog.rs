@@ -248,7 +248,7 @@ define_catalog! {
     GpuPlatformInfo => Gauge None "dgx_pixels_gpu_platform_info" ["gpu", "uuid", "chassis_serial", "slot", "tray", "host_id", "module_id"] ["nvml", "sim"]
         "Where the GPU sits (nvmlDeviceGetPlatformInfo, struct v2): the serial number of its chassis (rack), its slot number, the compute tray's index, the host id within the tray and the GPU module's id, value 1; absent where the driver does not report it (not rack-scale parts, drivers before the v2 struct). Group by chassis_serial for racks, and with dgx_pixels_gpu_fabric_info's clique_id for NVLink domains.";
     GpuRailPortUp => Gauge None "dgx_pixels_gpu_rail_port_up" ["gpu", "uuid", "device", "port"] ["nvml", "sim"]
-        "1 while the port of the GPU's rail NIC (the InfiniBand / RoCE NIC nearest to it by PCIe topology, from sysfs class/infiniband) is active with its physical link up, else 0; absent where the GPU has no NIC under its PCIe root complex. The health rule rail_port_down reads it.";
+        "1 while the port of the GPU's rail NIC (the InfiniBand / RoCE NIC paired with it by PCIe topology, ties on a shared switch in PCI address order, or pinned by [nvml.rails]; from sysfs class/infiniband; docs/health.md, \"Rail NICs\") is active with its physical link up, else 0; absent where the GPU has no NIC under its PCIe root complex. The health rule rail_port_down reads it.";
     GpuRailPortRate => Gauge BytesPerSecond "dgx_pixels_gpu_rail_port_rate_bytes_per_second" ["gpu", "uuid", "device", "port"] ["nvml", "sim"]
         "Rate the GPU's rail NIC port trained to (sysfs ports/N/rate; 400 Gb/s is 50e9). The health rule rail_port_slow compares it with the node's fastest rail port up.";
     GpuRailLinkDowned => Counter None "dgx_pixels_gpu_rail_link_downed_total" ["gpu", "uuid", "device", "port"] ["nvml", "sim"]
@@ -388,7 +388,7 @@ define_catalog! {
     ProbeP2pWorstBandwidth => Gauge BytesPerSecond "dgx_pixels_probe_p2p_worst_bandwidth_bytes_per_second" ["gpu", "uuid", "peer_gpu"] ["probes"]
         "Lowest GPU-to-GPU copy bandwidth from this GPU among its measured peers (the p2p_copy probe: peer access enabled, one direction, each peer in turn), and which peer that is (peer_gpu, the peer's gpu label): a degraded NVLink shows as the GPU that is the others' worst peer. One series per GPU.";
     ProbeP2pBandwidth => Gauge BytesPerSecond "dgx_pixels_probe_p2p_bandwidth_bytes_per_second" ["gpu", "uuid", "peer_gpu"] ["probes"]
-        "Last GPU-to-GPU copy bandwidth from this GPU to peer_gpu (the p2p_copy probe), per pair. Full detail only.";
+        "Last GPU-to-GPU copy bandwidth from this GPU to peer_gpu (the p2p_copy probe), per pair (n - 1 series per GPU while p2p_copy is on): the alert DgxPixelsP2pBandwidthLow compares each pair with the node's median pair.";
     ProbeStorageRead => Gauge BytesPerSecond "dgx_pixels_probe_storage_read_bytes_per_second" ["path", "direct"] ["probes"]
         "Last sequential read throughput of a configured storage path (the storage_read node probe, [probes] storage_paths): a bounded read at idle I/O priority while the node's GPUs are idle; direct is true where the page cache was bypassed (O_DIRECT), false where the filesystem refused it and the read may have come from memory.";
     ProbeStorageRuns => Counter None "dgx_pixels_probe_storage_runs_total" ["path", "outcome"] ["probes"]
@@ -400,7 +400,7 @@ define_catalog! {
     ProbeNcclLargestBusBandwidth => Gauge BytesPerSecond "dgx_pixels_probe_nccl_largest_bus_bandwidth_bytes_per_second" [] ["probes"]
         "Last NCCL all-reduce bus bandwidth at the largest message size (nccl_max_bytes): the node's fabric figure the expected values and alerts compare (the nccl_allreduce node probe).";
     ProbeNcclExpectedBusBandwidth => Gauge BytesPerSecond "dgx_pixels_probe_nccl_expected_bus_bandwidth_bytes_per_second" [] ["probes"]
-        "The NCCL all-reduce bus bandwidth expected of this node's GPUs in a ring (H100/H200 370 GB/s, A100 SXM4 205 GB/s, B200 740 GB/s; docs/probes.md, \"Expected NCCL bus bandwidth\"), once nccl_allreduce has run on the node's whole 8-GPU NVSwitch baseboard of one part with a published figure (none for a subset or another GPU count); the recording rules compare the largest size's bus bandwidth with it.";
+        "The NCCL all-reduce bus bandwidth expected of this node's GPUs in a ring (H100/H200 370 GB/s, measured by nccl-tests; docs/probes.md, \"Expected NCCL bus bandwidth\"), once nccl_allreduce has run on the node's whole 8-GPU NVSwitch baseboard of one part with a measured figure (none for A100 or B200, none for a subset or another GPU count); the recording rules compare the largest size's bus bandwidth with it.";
     ProbeNcclGpus => Gauge None "dgx_pixels_probe_nccl_gpus" [] ["probes"]
         "GPUs in the last measured NCCL all-reduce (the bus bandwidth's n).";
     ProbeNcclRuns => Counter None "dgx_pixels_probe_nccl_runs_total" ["outcome"] ["probes"]

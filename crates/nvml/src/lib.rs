@@ -128,6 +128,11 @@ pub struct NvmlOptions {
     /// `sysfs`: where sysfs is mounted, read for the rail NICs (`class/infiniband`) and the
     /// PCIe topology that maps each to its nearest GPU (`bus/pci/devices`); default `/sys`.
     pub sysfs: PathBuf,
+    /// `[nvml.rails]`: GPU-to-NIC pins, a GPU's PCI address (`"0000:07:00.0"`, NVML's
+    /// `"00000000:07:00.0"` too) to its rail NIC's name under `class/infiniband`
+    /// (`"mlx5_0"`); a pinned GPU gets that NIC whatever the PCIe topology says (docs/health.md,
+    /// `rail_port_down`). Default: none, every rail by topology.
+    pub rails: BTreeMap<String, String>,
     /// Read the profiling families through GPM where the GPU has it (not a key: the daemon
     /// turns it off when DCGM provides every one of [`GPM_FAMILIES`]); default true.
     #[serde(skip)]
@@ -187,6 +192,7 @@ impl Default for NvmlOptions {
             xid_quiet_period: XidIncidents::DEFAULT_QUIET,
             procfs: PathBuf::from("/proc"),
             sysfs: PathBuf::from("/sys"),
+            rails: BTreeMap::new(),
             profiling: true,
             power_sample_interval: DEFAULT_POWER_SAMPLE_INTERVAL,
             power_window: DEFAULT_POWER_WINDOW,
@@ -414,10 +420,10 @@ impl NvmlSource {
             activity_top_k: self.options.process_activity_top_k,
             procfs: self.options.procfs.clone(),
             // A scan serves every GPU's slow reading of one interval.
-            rails: Arc::new(rail::Rails::new(
-                self.options.sysfs.clone(),
-                self.options.slow_interval / 2,
-            )),
+            rails: Arc::new(
+                rail::Rails::new(self.options.sysfs.clone(), self.options.slow_interval / 2)
+                    .with_pins(&self.options.rails),
+            ),
             counters_every_poll: self.options.counters_every_poll,
         };
         let workers: Vec<Worker> = (0..count)

@@ -6,6 +6,11 @@ use dgx_pixels_settings::{check_max, check_min, SettingError, MAX_PERIOD};
 
 use crate::NvmlOptions;
 
+/// Most `[nvml.rails]` pins (a node has a few dozen GPUs at most).
+pub const MAX_RAIL_PINS: usize = 64;
+/// Longest NIC name in a pin (the kernel's device names are at most 64 bytes).
+pub const MAX_NIC_NAME: usize = 64;
+
 /// Most processes per GPU with activity series of their own.
 pub const MAX_ACTIVITY_TOP_K: usize = 16;
 
@@ -53,6 +58,49 @@ impl NvmlOptions {
                 format!("{} is outside 1s to 10m", fmt(window)),
             ));
         }
+        self.validate_rails()
+    }
+
+    /// `[nvml.rails]`: at most [`MAX_RAIL_PINS`] pins, each a PCI address (`0000:07:00.0` or
+    /// NVML's `00000000:07:00.0`) to a NIC name of letters, digits, `_`, `-` and `.`; one GPU
+    /// pinned once however its address is spelled.
+    fn validate_rails(&self) -> Result<(), SettingError> {
+        if self.rails.len() > MAX_RAIL_PINS {
+            return Err(SettingError::new(
+                "nvml.rails",
+                format!("{} pins; at most {MAX_RAIL_PINS}", self.rails.len()),
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (gpu, nic) in &self.rails {
+            // Shown escaped and cut: the key is the operator's text, maybe a mistake.
+            let shown: String = gpu.chars().take(40).collect();
+            let key = format!("nvml.rails.{shown:?}");
+            let Some(address) = crate::rail::short_address(gpu) else {
+                return Err(SettingError::new(
+                    key,
+                    "is no PCI address; write the GPU's as NVML or lspci -D shows it, e.g. \"0000:07:00.0\"",
+                ));
+            };
+            if !seen.insert(address) {
+                return Err(SettingError::new(key, "pins a GPU pinned already"));
+            }
+            let name_ok = (1..=MAX_NIC_NAME).contains(&nic.len())
+                && nic
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+                && nic != "."
+                && nic != "..";
+            if !name_ok {
+                return Err(SettingError::new(
+                    key,
+                    format!(
+                        "{:?} is no NIC name (class/infiniband's, e.g. \"mlx5_0\": 1 to {MAX_NIC_NAME} letters, digits, '_', '-', '.')",
+                        nic.chars().take(MAX_NIC_NAME + 1).collect::<String>()
+                    ),
+                ));
+            }
+        }
         Ok(())
     }
 }
@@ -60,6 +108,55 @@ impl NvmlOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 43, item 2: `[nvml.rails]` pins are checked, and the error names the key.
+    #[test]
+    fn rail_pins_are_checked() {
+        let min = Duration::from_secs(1);
+        let with = |pins: &[(&str, &str)]| NvmlOptions {
+            rails: pins
+                .iter()
+                .map(|(g, n)| (g.to_string(), n.to_string()))
+                .collect(),
+            ..NvmlOptions::default()
+        };
+        assert!(
+            with(&[("0000:07:00.0", "mlx5_0"), ("00000000:0F:00.0", "mlx5_1")])
+                .validate(min)
+                .is_ok()
+        );
+        for (pins, want) in [
+            (
+                vec![("gpu0", "mlx5_0")],
+                "nvml.rails.\"gpu0\": is no PCI address",
+            ),
+            (
+                vec![("0000:07:00.0", "")],
+                "nvml.rails.\"0000:07:00.0\": \"\" is no NIC name",
+            ),
+            (vec![("0000:07:00.0", "../mlx5_0")], "is no NIC name"),
+            (vec![("0000:07:00.0", "..")], "is no NIC name"),
+            (
+                vec![("0000:07:00.0", "mlx5_0"), ("00000000:07:00.0", "mlx5_1")],
+                "pins a GPU pinned already",
+            ),
+        ] {
+            let e = with(&pins).validate(min).unwrap_err().to_string();
+            assert!(e.contains(want), "{pins:?}: {e}");
+        }
+        let many: Vec<(String, String)> = (0..=MAX_RAIL_PINS)
+            .map(|i| (format!("0000:{i:02x}:00.0"), "mlx5_0".to_string()))
+            .collect();
+        let o = NvmlOptions {
+            rails: many.into_iter().collect(),
+            ..NvmlOptions::default()
+        };
+        assert!(o
+            .validate(min)
+            .unwrap_err()
+            .to_string()
+            .contains("at most 64"));
+    }
 
     #[test]
     fn process_activity_top_k_is_bounded() {

@@ -224,11 +224,6 @@ pub static POLICIES: &[Entry] = &[
         why: "the bus bandwidth at each size is the same figure times 2(n-1)/n",
     },
     Entry {
-        metric: Metric::ProbeP2pBandwidth,
-        policy: Policy::FullOnly,
-        why: "one series per pair (n - 1 per GPU); dgx_pixels_probe_p2p_worst_bandwidth_bytes_per_second serves each GPU's worst peer",
-    },
-    Entry {
         metric: Metric::ProbeDuration,
         policy: Policy::FullOnly,
         why: "a histogram per probe and GPU; the duty cycle says how much GPU time probes take",
