@@ -54,6 +54,10 @@ pub struct Config {
     /// Whether `nvmlDeviceGetGpuFabricInfoV` knows struct v3 (`FAKE_NVML_FABRIC_V3=0`: it
     /// answers `ARGUMENT_VERSION_MISMATCH` to v3 and serves v2, as drivers before v3 do).
     pub fabric_v3: bool,
+    /// Whether Blackwell GPUs also answer the legacy `nvmlDeviceGetNvLinkErrorCounter`
+    /// (`FAKE_NVML_NVLINK_LEGACY=1`, 0 for every type: they count in the NVLink 5 fields), as
+    /// a driver might; by default they answer `NOT_SUPPORTED`.
+    pub nvlink_legacy_on_blackwell: bool,
 }
 
 /// The scopes (`scopeId`) in which Blackwell GPUs answer the NVLink 5 error counter fields.
@@ -253,7 +257,14 @@ impl Config {
             Some("0") => false,
             Some(v) => return Err(bad("FAKE_NVML_FABRIC_V3", v, "expected 0 or 1")),
         };
+        let nvlink_legacy_on_blackwell =
+            match get("FAKE_NVML_NVLINK_LEGACY").as_deref().map(str::trim) {
+                None | Some("0") => false,
+                Some("1") => true,
+                Some(v) => return Err(bad("FAKE_NVML_NVLINK_LEGACY", v, "expected 0 or 1")),
+            };
         Ok(Config {
+            nvlink_legacy_on_blackwell,
             nvlink5_scope,
             fabric_v3,
             process_utilization,
@@ -305,6 +316,7 @@ mod tests {
         assert_eq!((c.gpm, c.gpm_fail_gpu), (Gpm::On, None));
         assert_eq!(c.cuda_state_dir, None);
         assert_eq!((c.nvlink5_scope, c.fabric_v3), (Nvlink5Scope::Both, true));
+        assert!(!c.nvlink_legacy_on_blackwell);
     }
 
     #[test]
