@@ -624,6 +624,153 @@ mod tests {
         );
     }
 
+    /// DCGM 3's spelling, DCGM 4's, and the id, written out from docs/shared reference
+    /// dcgm.md's field table (DCGM 3.3.9 and 4.6 headers), not from this file's constants:
+    /// issue 43 found the alias test comparing the table with itself.
+    const DCGM_3_AND_4: [(&str, &str, u16); 25] = [
+        ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL_RATIO", 203),
+        (
+            "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+            112,
+        ),
+        (
+            "DCGM_FI_DEV_MEMORY_TEMP",
+            "DCGM_FI_DEV_MEMORY_TEMP_CELSIUS",
+            140,
+        ),
+        ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_TEMP_CELSIUS", 150),
+        (
+            "DCGM_FI_DEV_POWER_USAGE",
+            "DCGM_FI_DEV_BOARD_POWER_WATTS",
+            155,
+        ),
+        (
+            "DCGM_FI_DEV_POWER_USAGE_INSTANT",
+            "DCGM_FI_DEV_BOARD_POWER_RAW_WATTS",
+            157,
+        ),
+        ("DCGM_FI_DEV_PSTATE", "DCGM_FI_DEV_GPU_PSTATE", 190),
+        (
+            "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+            "DCGM_FI_DEV_PCIE_REPLAY_TOTAL",
+            202,
+        ),
+        ("DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_XID_ERROR", 230),
+        (
+            "DCGM_FI_DEV_FB_USED_PERCENT",
+            "DCGM_FI_DEV_FB_USED_RATIO",
+            254,
+        ),
+        (
+            "DCGM_FI_DEV_RETIRED_SBE",
+            "DCGM_FI_DEV_PAGE_RETIRED_SBE_TOTAL",
+            390,
+        ),
+        (
+            "DCGM_FI_DEV_RETIRED_DBE",
+            "DCGM_FI_DEV_PAGE_RETIRED_DBE_TOTAL",
+            391,
+        ),
+        (
+            "DCGM_FI_DEV_RETIRED_PENDING",
+            "DCGM_FI_DEV_PAGE_RETIRED_PENDING",
+            392,
+        ),
+        (
+            "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+            "DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL",
+            393,
+        ),
+        (
+            "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+            "DCGM_FI_DEV_ROW_REMAP_CORRECTABLE_TOTAL",
+            394,
+        ),
+        (
+            "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+            "DCGM_FI_DEV_ROW_REMAP_FAILED",
+            395,
+        ),
+        (
+            "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+            "DCGM_FI_DEV_NVLINK_THROUGHPUT_TOTAL",
+            449,
+        ),
+        (
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+            "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO",
+            1001,
+        ),
+        ("DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_SM_UTIL_RATIO", 1002),
+        (
+            "DCGM_FI_PROF_SM_OCCUPANCY",
+            "DCGM_FI_PROF_SM_OCCUPANCY_RATIO",
+            1003,
+        ),
+        (
+            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+            "DCGM_FI_PROF_TENSOR_UTIL_RATIO",
+            1004,
+        ),
+        (
+            "DCGM_FI_PROF_DRAM_ACTIVE",
+            "DCGM_FI_PROF_DRAM_UTIL_RATIO",
+            1005,
+        ),
+        (
+            "DCGM_FI_PROF_PIPE_FP64_ACTIVE",
+            "DCGM_FI_PROF_FP64_UTIL_RATIO",
+            1006,
+        ),
+        (
+            "DCGM_FI_PROF_PIPE_FP32_ACTIVE",
+            "DCGM_FI_PROF_FP32_UTIL_RATIO",
+            1007,
+        ),
+        (
+            "DCGM_FI_PROF_PIPE_FP16_ACTIVE",
+            "DCGM_FI_PROF_FP16_UTIL_RATIO",
+            1008,
+        ),
+    ];
+
+    /// Every pair of the independent list: both spellings name the same known field, the old
+    /// one being its name, with the id the reference gives; the alias table holds exactly
+    /// these pairs; a field list of all 25 in either spelling reads the same.
+    #[test]
+    fn all_25_dcgm_4_names_match_an_independent_list_of_both_spellings() {
+        let mut old_list = String::new();
+        let mut new_list = String::new();
+        for (old, new, id) in DCGM_3_AND_4 {
+            let o = by_name(old).unwrap_or_else(|| panic!("{old}"));
+            let n = by_name(new).unwrap_or_else(|| panic!("{new}"));
+            assert_eq!((o.id, n.id), (id, id), "{old} / {new}");
+            assert_eq!(o.name, old, "{new}: the old spelling is the field's name");
+            // As dcgm-exporter's default list types them.
+            let kind = if [202, 390, 391, 393, 394, 449].contains(&id) {
+                "counter"
+            } else {
+                "gauge"
+            };
+            old_list.push_str(&format!("{old}, {kind}, x\n"));
+            new_list.push_str(&format!("{new}, {kind}, x\n"));
+        }
+        let mut listed: Vec<(&str, u16)> =
+            DCGM_3_AND_4.iter().map(|(_, n, id)| (*n, *id)).collect();
+        let mut table = ALIASES.to_vec();
+        listed.sort();
+        table.sort();
+        assert_eq!(table, listed);
+        let (a, b) = (
+            parse_field_list(&old_list, "old.csv").unwrap(),
+            parse_field_list(&new_list, "new.csv").unwrap(),
+        );
+        assert_eq!(a.fields.len(), 25);
+        assert_eq!(a, b);
+        assert!(b.skipped.is_empty(), "{:?}", b.skipped);
+    }
+
     /// A field list written with DCGM 4's names reads as the same fields, under the same
     /// names, as the old spelling; every alias names a known field, once.
     #[test]

@@ -785,10 +785,21 @@ mod tests {
 
     #[test]
     fn messages_are_one_bounded_line() {
+        // NPD's default max_output_length is 80 bytes: written out here, not the constant
+        // under test (issue 43: the test compared the constant with itself).
+        const NPD_MAX_OUTPUT_LENGTH: usize = 80;
         let long = "é".repeat(100) + "\nsecond";
         let line = one_line(&long);
-        assert!(line.len() <= MAX_MESSAGE && !line.contains('\n'), "{line}");
-        assert!(line.ends_with("..."));
+        // 38 two-byte characters (76 bytes: 77 would split one) and the ellipsis.
+        assert_eq!(line, "é".repeat(38) + "...");
+        assert!(line.len() <= NPD_MAX_OUTPUT_LENGTH);
+        // A long ASCII message fills the line exactly; a short one is kept whole.
+        let line = one_line(&format!("GPU 3: {}\tend", "x".repeat(200)));
+        assert_eq!(line.len(), NPD_MAX_OUTPUT_LENGTH);
+        assert_eq!(line, format!("GPU 3: {}...", "x".repeat(70)));
+        let short = "x".repeat(NPD_MAX_OUTPUT_LENGTH);
+        assert_eq!(one_line(&short), short);
+        assert_eq!(one_line("a\nb"), "a b");
     }
 
     #[test]

@@ -47,6 +47,39 @@ pub struct Config {
     /// Whether GPUs list MPS clients (`FAKE_NVML_MPS=0`: `nvmlDeviceGetMPSComputeRunningProcesses_v3`
     /// answers `NOT_SUPPORTED`, as drivers without it do).
     pub mps: bool,
+    /// Which scopes of the NVLink 5 error counter fields Blackwell GPUs answer
+    /// (`FAKE_NVML_NVLINK5_SCOPE`); the other is answered `NOT_SUPPORTED`, as a driver that
+    /// reads them only one way would.
+    pub nvlink5_scope: Nvlink5Scope,
+    /// Whether `nvmlDeviceGetGpuFabricInfoV` knows struct v3 (`FAKE_NVML_FABRIC_V3=0`: it
+    /// answers `ARGUMENT_VERSION_MISMATCH` to v3 and serves v2, as drivers before v3 do).
+    pub fabric_v3: bool,
+    /// Whether Blackwell GPUs also answer the legacy `nvmlDeviceGetNvLinkErrorCounter`
+    /// (`FAKE_NVML_NVLINK_LEGACY=1`, 0 for every type: they count in the NVLink 5 fields), as
+    /// a driver might; by default they answer `NOT_SUPPORTED`.
+    pub nvlink_legacy_on_blackwell: bool,
+}
+
+/// The scopes (`scopeId`) in which Blackwell GPUs answer the NVLink 5 error counter fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nvlink5Scope {
+    /// `both`: per link and for all links (`UINT_MAX`).
+    Both,
+    /// `aggregate`: only for all links; per link is refused.
+    Aggregate,
+    /// `link`: only per link; all links is refused.
+    Link,
+}
+
+impl Nvlink5Scope {
+    /// Whether a field asked with `scope` is answered (`u32::MAX`: all links).
+    pub fn answers(self, scope: u32) -> bool {
+        match self {
+            Nvlink5Scope::Both => true,
+            Nvlink5Scope::Aggregate => scope == u32::MAX,
+            Nvlink5Scope::Link => scope != u32::MAX,
+        }
+    }
 }
 
 /// What GPM-capable GPUs do (`FAKE_NVML_GPM`).
@@ -207,7 +240,33 @@ impl Config {
             Some("0") => false,
             Some(v) => return Err(bad("FAKE_NVML_MPS", v, "expected 0 or 1")),
         };
+        let nvlink5_scope = match get("FAKE_NVML_NVLINK5_SCOPE").as_deref().map(str::trim) {
+            None | Some("both") => Nvlink5Scope::Both,
+            Some("aggregate") => Nvlink5Scope::Aggregate,
+            Some("link") => Nvlink5Scope::Link,
+            Some(v) => {
+                return Err(bad(
+                    "FAKE_NVML_NVLINK5_SCOPE",
+                    v,
+                    "expected both, aggregate or link",
+                ))
+            }
+        };
+        let fabric_v3 = match get("FAKE_NVML_FABRIC_V3").as_deref().map(str::trim) {
+            None | Some("1") => true,
+            Some("0") => false,
+            Some(v) => return Err(bad("FAKE_NVML_FABRIC_V3", v, "expected 0 or 1")),
+        };
+        let nvlink_legacy_on_blackwell =
+            match get("FAKE_NVML_NVLINK_LEGACY").as_deref().map(str::trim) {
+                None | Some("0") => false,
+                Some("1") => true,
+                Some(v) => return Err(bad("FAKE_NVML_NVLINK_LEGACY", v, "expected 0 or 1")),
+            };
         Ok(Config {
+            nvlink_legacy_on_blackwell,
+            nvlink5_scope,
+            fabric_v3,
             process_utilization,
             mps,
             latency,
@@ -256,6 +315,27 @@ mod tests {
         assert_eq!((c.kmsg, c.xid_events), (None, true));
         assert_eq!((c.gpm, c.gpm_fail_gpu), (Gpm::On, None));
         assert_eq!(c.cuda_state_dir, None);
+        assert_eq!((c.nvlink5_scope, c.fabric_v3), (Nvlink5Scope::Both, true));
+        assert!(!c.nvlink_legacy_on_blackwell);
+    }
+
+    #[test]
+    fn nvlink5_scope_and_fabric_modes() {
+        let c = parse(&[
+            ("FAKE_NVML_NVLINK5_SCOPE", "aggregate"),
+            ("FAKE_NVML_FABRIC_V3", "0"),
+        ])
+        .unwrap();
+        assert_eq!(
+            (c.nvlink5_scope, c.fabric_v3),
+            (Nvlink5Scope::Aggregate, false)
+        );
+        assert!(c.nvlink5_scope.answers(u32::MAX) && !c.nvlink5_scope.answers(3));
+        let c = parse(&[("FAKE_NVML_NVLINK5_SCOPE", "link")]).unwrap();
+        assert!(!c.nvlink5_scope.answers(u32::MAX) && c.nvlink5_scope.answers(3));
+        let e = parse(&[("FAKE_NVML_NVLINK5_SCOPE", "per-link")]).unwrap_err();
+        assert_eq!(e.variable, "FAKE_NVML_NVLINK5_SCOPE");
+        assert!(parse(&[("FAKE_NVML_FABRIC_V3", "yes")]).is_err());
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::ffi::c_int;
 use dgx_pixels_sim::labels::NvlinkErrorType;
 use dgx_pixels_sim::{GpuReadout, GpuStatic};
 
+use crate::config::Nvlink5Scope;
 use crate::device::{celsius, ecc_count, millijoules, milliwatts, nvlink_links, whole};
 use crate::state::{self, device_call, nvml_fn, Access};
 use crate::types::*;
@@ -68,11 +69,29 @@ fn nvlink_kib(gpu: &GpuStatic, total_bytes: Option<f64>, scope: u32) -> Answer {
     Answer::Ulonglong(total_bytes / u64::from(links) / 1024)
 }
 
-/// An NVLink 5 error counter of link `scope`: `NOT_SUPPORTED` on parts without them (before
-/// Blackwell), `INVALID_ARGUMENT` for a link the GPU does not have.
-fn nvlink_count(gpu: &GpuStatic, r: &GpuReadout, kind: NvlinkErrorType, scope: u32) -> Answer {
-    if !gpu.nvlink_error_types().contains(&kind) {
+/// An NVLink 5 error counter of link `scope`, or of every link (`SCOPE_ALL_LINKS`, their sum):
+/// `NOT_SUPPORTED` on parts without them (before Blackwell) and in a scope the driver refuses
+/// (`FAKE_NVML_NVLINK5_SCOPE`), `INVALID_ARGUMENT` for a link the GPU does not have.
+fn nvlink_count(
+    gpu: &GpuStatic,
+    r: &GpuReadout,
+    kind: NvlinkErrorType,
+    scope: u32,
+    scopes: Nvlink5Scope,
+) -> Answer {
+    if !gpu.nvlink_error_types().contains(&kind) || !scopes.answers(scope) {
         return Answer::Error(ERROR_NOT_SUPPORTED);
+    }
+    if scope == SCOPE_ALL_LINKS {
+        let mut counts = r
+            .nvlinks
+            .iter()
+            .filter_map(|l| l.errors.get(kind))
+            .peekable();
+        if counts.peek().is_none() {
+            return Answer::Error(ERROR_NOT_SUPPORTED);
+        }
+        return Answer::Ulonglong(counts.map(whole).sum());
     }
     match r.nvlinks.iter().find(|l| l.link == scope) {
         Some(l) => l
@@ -85,14 +104,15 @@ fn nvlink_count(gpu: &GpuStatic, r: &GpuReadout, kind: NvlinkErrorType, scope: u
     }
 }
 
-/// The answer for field `id` with `scope` from a GPU's static facts and reading, and its
-/// instantaneous power where it answers that field.
+/// The answer for field `id` with `scope` from a GPU's static facts and reading, its
+/// instantaneous power where it answers that field, and the NVLink 5 scopes the driver answers.
 pub fn answer(
     gpu: &GpuStatic,
     r: &GpuReadout,
     power_instant: Option<f64>,
     id: u32,
     scope: u32,
+    scopes: Nvlink5Scope,
 ) -> Answer {
     let ecc = |e: u32, c: u32| match ecc_count(r, e, c) {
         Ok(v) => Answer::Ulonglong(v),
@@ -141,7 +161,7 @@ pub fn answer(
                 Answer::Uint(a.to_nvml())
             }),
         _ => match FI_DEV_NVLINK_COUNT_ERRORS.iter().find(|(f, _)| *f == id) {
-            Some((_, kind)) => nvlink_count(gpu, r, *kind, scope),
+            Some((_, kind)) => nvlink_count(gpu, r, *kind, scope, scopes),
             None => Answer::Error(ERROR_NOT_SUPPORTED),
         },
     }
@@ -181,12 +201,13 @@ nvml_fn! {
         // What the asked fields cost the GPU, outside the driver lock like every call's latency.
         crate::latency::delay_fields(values.iter().map(|v| v.field_id));
         let timestamp = i64::try_from(state::unix_micros()).unwrap_or(i64::MAX);
+        let scopes = state::with_driver(|d, _| Ok(d.config.nvlink5_scope))?;
         device_call(device, Access::Reading, |dev| {
             let r = dev.r()?;
             for v in values.iter_mut() {
                 let a = match dev.handle.mig {
                     Some(_) => Answer::Error(ERROR_NOT_SUPPORTED),
-                    None => answer(dev.gpu, r, dev.power_instant_watts, v.field_id, v.scope_id),
+                    None => answer(dev.gpu, r, dev.power_instant_watts, v.field_id, v.scope_id, scopes),
                 };
                 store(v, a, timestamp);
             }

@@ -30,6 +30,9 @@
 //! | `FAKE_NVML_POWER_INSTANT` | `0`: GPUs answer `NOT_SUPPORTED` for `NVML_FI_DEV_POWER_INSTANT` (186), as GPUs and drivers without the field do. | `1` |
 //! | `FAKE_NVML_CUDA_STATE_DIR` | The fake CUDA driver's `FAKE_CUDA_STATE_DIR` (crates/fake-cuda): `nvmlDeviceGetComputeRunningProcesses` (`_v2`, `_v3`) of a whole GPU also lists every process with a live context on it there, with the device memory it holds, as the real driver lists CUDA processes; a dead process's file is ignored (the driver frees its context). | unset |
 //! | `FAKE_NVML_COMPUTE_MODE` | `INDEX=MODE,...`: the compute mode `nvmlDeviceGetComputeMode` answers for those GPUs (`default`, `exclusive_thread`, `prohibited`, `exclusive_process`); read at every call, not only at init. | every GPU `default` |
+//! | `FAKE_NVML_NVLINK5_SCOPE` | The scopes in which Blackwell GPUs answer the NVLink 5 error counter fields: `both` (per link and `UINT_MAX`, all links), `aggregate` (refuses per link: those entries answer `NOT_SUPPORTED`), `link` (refuses `UINT_MAX`). | `both` |
+//! | `FAKE_NVML_NVLINK_LEGACY` | `1`: Blackwell GPUs also answer `nvmlDeviceGetNvLinkErrorCounter` (0 for every type), as a driver might, so the exporter's one-set rule is tested. | `0` |
+//! | `FAKE_NVML_FABRIC_V3` | `0`: `nvmlDeviceGetGpuFabricInfoV` refuses struct v3 (`ARGUMENT_VERSION_MISMATCH`) and serves v2, as a driver from before v3. | `1` |
 //! | `FAKE_NVML_UNINITIALIZED` | `FROM:TO` scenario seconds: a driver reset. In the window every call (init too) returns `NVML_ERROR_UNINITIALIZED`; a session opened before it stays uninitialized afterwards, until a new `nvmlInit_v2` (which works once the window is over). | unset |
 //!
 //! The loaded scenario and its clock live for the whole process: a later init with the same
@@ -67,9 +70,11 @@
 //!   the links (`scopeId` = link) or give the total (`scopeId` = `UINT_MAX`), in KiB. Error
 //!   counters: `nvmlDeviceGetNvLinkErrorCounter` up to Hopper (`NOT_SUPPORTED` on Blackwell, as
 //!   its driver answers), the NVLink 5 fields 208, 211, 212, 214, 219 and 221 per link
-//!   (`scopeId` = link) on Blackwell (`NOT_SUPPORTED` before), from the simulator's counters.
+//!   (`scopeId` = link) and for the GPU (`scopeId` = `UINT_MAX`, the links' sum) on Blackwell
+//!   (`NOT_SUPPORTED` before, and in a scope `FAKE_NVML_NVLINK5_SCOPE` refuses), from the
+//!   simulator's counters.
 //! - NVLink fabric: `nvmlDeviceGetGpuFabricInfoV` answers struct v2 or v3 (else
-//!   `ARGUMENT_VERSION_MISMATCH`) from the simulator's fabric readout; Hopper and Blackwell
+//!   `ARGUMENT_VERSION_MISMATCH`; v2 only with `FAKE_NVML_FABRIC_V3=0`) from the simulator's fabric readout; Hopper and Blackwell
 //!   without a fabric answer state `NOT_SUPPORTED`, older parts the error `NOT_SUPPORTED`.
 //! - Platform: `nvmlDeviceGetPlatformInfo` answers struct v2 (else `ARGUMENT_VERSION_MISMATCH`)
 //!   from the scenario's `platform_*` keys (`gb200-nvl72-tray`); `NOT_SUPPORTED` without them.

@@ -1077,8 +1077,18 @@ fn fabric_structs_are_nvidia_ml_py_layouts() {
         std::mem::offset_of!(nvmlGpuFabricInfo_v3_t, healthSummary),
         36
     );
-    assert_eq!(36 | (2 << 24), 0x0200_0024);
-    assert_eq!(40 | (3 << 24), 0x0300_0028);
+    // The version words as NVML builds them from these structs (`sizeof | v << 24`) are
+    // nvidia-ml-py's `nvmlGpuFabricInfo_v2`/`_v3`, in its decimal (issue 43: this compared
+    // two spellings of one literal).
+    let version = |size: usize, v: u32| u32::try_from(size).unwrap() | v << 24;
+    assert_eq!(
+        version(std::mem::size_of::<nvmlGpuFabricInfo_v2_t>(), 2),
+        33_554_468
+    );
+    assert_eq!(
+        version(std::mem::size_of::<nvmlGpuFabricInfo_v3_t>(), 3),
+        50_331_688
+    );
 }
 
 child_test!(
@@ -1177,8 +1187,10 @@ fn platform_structs_are_nvidia_ml_py_layouts() {
     assert_eq!(offset_of!(nvmlPlatformInfo_v2_t, hostId), 38);
     assert_eq!(offset_of!(nvmlPlatformInfo_v2_t, peerType), 39);
     assert_eq!(offset_of!(nvmlPlatformInfo_v2_t, moduleId), 40);
-    assert_eq!(44 | (1 << 24), 0x0100_002c);
-    assert_eq!(44 | (2 << 24), 0x0200_002c);
+    // nvidia-ml-py's `nvmlPlatformInfo_v1`/`_v2`, in its decimal, from these structs' sizes.
+    let version = |size: usize, v: u32| u32::try_from(size).unwrap() | v << 24;
+    assert_eq!(version(size_of::<nvmlPlatformInfo_v1_t>(), 1), 16_777_260);
+    assert_eq!(version(size_of::<nvmlPlatformInfo_v2_t>(), 2), 33_554_476);
 }
 
 child_test!(

@@ -304,7 +304,7 @@ define_catalog! {
     NvlinkLinksUp => Gauge None "dgx_pixels_nvlink_links_up" ["gpu", "uuid"] ["nvml", "sim"]
         "NVLink links of the GPU that are active; below dgx_pixels_nvlink_links when a link is down (dgx_pixels_nvlink_link_down names it).";
     NvlinkErrors => Counter None "dgx_pixels_nvlink_errors_total" ["gpu", "uuid", "error_type"] ["nvml", "sim"]
-        "NVLink errors over all links of the GPU, per type (replay, recovery, crc_flit, crc_data, receive, link_integrity, transmit_discard, recovery_failed, effective, symbol): the first four up to Hopper, the NVLink 5 counters (NVML field values) in their place on Blackwell; dgx_pixels_nvlink_link_errors_total names the links.";
+        "NVLink errors over all links of the GPU, per type (replay, recovery, crc_flit, crc_data, receive, link_integrity, transmit_discard, recovery_failed, effective, symbol): the first four up to Hopper; on a GPU that answers the NVLink 5 counters (NVML field values, Blackwell) those six and not the first four. The total is the driver's own for the GPU (NVML's aggregate scope, as DCGM reads it) where it answers one, else the sum of the links' counters; dgx_pixels_nvlink_link_errors_total names the links where the driver answers per link.";
     NvlinkLinkDown => Gauge None "dgx_pixels_nvlink_link_down" ["gpu", "uuid", "link"] ["nvml", "sim"]
         "1 for each NVLink link that is down now; links that are up have no series (an 18-link GPU would otherwise serve 18 ones; see docs/metrics.md, \"Series budget\").";
     NvlinkLinkErrors => Counter None "dgx_pixels_nvlink_link_errors_total" ["gpu", "uuid", "link", "error_type"] ["nvml", "sim"]
@@ -376,7 +376,7 @@ define_catalog! {
     SourceSeriesDropped => Counter None "dgx_pixels_source_series_dropped_total" ["source", "family"] ["kubernetes", "hpc"]
         "Series of a family whose labels come from outside (pods from the kubelet, jobs from HPC job files) that the source left out because the family was over its cap, added on each poll that was over it (a rate above 0: the cap holds now). kubernetes: dgx_pixels_gpu_pod_info, at most 64 holders per device and 1024 in all; hpc: dgx_pixels_gpu_hpc_job_info, at most 16 jobs per device and 1024 in all. Zeros included, so a rate sees the first drop.";
     NvmlCalls => Counter None "dgx_pixels_nvml_calls_total" ["function"] ["nvml"]
-        "Calls the nvml source made to each NVML function (its poll, GPM and power sampling threads; not the XID event wait, which blocks by design); nvmlDeviceGetFieldValues is split by batch (poll, slow, power instant, nvlink: the NVLink 5 error counters). Full detail only.";
+        "Calls the nvml source made to each NVML function (its poll, GPM and power sampling threads; not the XID event wait, which blocks by design); nvmlDeviceGetFieldValues is split by batch (poll, slow, power instant, nvlink: the NVLink 5 error counters of the GPU, nvlink per link: the same per link). Full detail only.";
     NvmlCallSeconds => Counter Seconds "dgx_pixels_nvml_call_seconds_total" ["function"] ["nvml"]
         "Wall time the nvml source spent in each NVML function, as counted by dgx_pixels_nvml_calls_total: over it, the mean time per call, which names the calls that cost a poll its time. Full detail only.";
     ProbeGemm => Gauge Flops "dgx_pixels_probe_gemm_flops" ["gpu", "uuid", "probe"] ["probes"]

@@ -223,8 +223,11 @@ pub fn push_gpu_samples(id: &GpuIdentity, r: &GpuReadout, out: &mut Vec<Sample>)
         labelled(Metric::NvlinkLinksUp, &[], up as f64);
         for kind in NvlinkErrorType::ALL {
             let per_link = r.nvlinks.iter().filter_map(|l| l.errors.get(kind));
-            // Absent when no link reads this type; a sum of what the links report otherwise.
-            let total = per_link.fold(None, |acc: Option<f64>, v| Some(acc.unwrap_or(0.0) + v));
+            // The driver's total for the whole GPU where it answers one; else absent when no
+            // link reads this type, a sum of what the links report otherwise.
+            let total = r.nvlink_errors.get(kind).or_else(|| {
+                per_link.fold(None, |acc: Option<f64>, v| Some(acc.unwrap_or(0.0) + v))
+            });
             if let Some(total) = total {
                 labelled(Metric::NvlinkErrors, &[kind.as_str()], total);
             }
@@ -394,6 +397,39 @@ mod tests {
             ]
         );
         assert_eq!(find(&out, Metric::GpuEccErrors).len(), 4);
+    }
+
+    #[test]
+    fn the_drivers_gpu_total_is_served_where_it_answers_one() {
+        // Blackwell with a driver that answers the NVLink 5 counters for the GPU as a whole
+        // (aggregate scope) and not per link: the totals are served, no link is named.
+        let link = |link| NvlinkReadout {
+            link,
+            up: true,
+            errors: NvlinkErrors {
+                symbol: Some(1.0),
+                ..Default::default()
+            },
+        };
+        let r = GpuReadout {
+            up: true,
+            nvlinks: vec![link(0), link(1)],
+            nvlink_errors: NvlinkErrors {
+                receive: Some(7.0),
+                symbol: Some(40.0),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        push_gpu_samples(&id(), &r, &mut out);
+        let totals: Vec<(&str, f64)> = find(&out, Metric::NvlinkErrors)
+            .iter()
+            .map(|s| (s.label_values()[2], s.value))
+            .collect();
+        // The driver's 40 symbol errors, not the links' 2; receive with no link reading it.
+        assert_eq!(totals, [("receive", 7.0), ("symbol", 40.0)]);
+        assert_eq!(find(&out, Metric::NvlinkLinkErrors).len(), 2);
     }
 
     #[test]

@@ -73,8 +73,11 @@ functions! {
     MigDeviceHandleByIndex => "nvmlDeviceGetMigDeviceHandleByIndex",
     // Every slow_interval.
     FieldValuesSlow => "nvmlDeviceGetFieldValues(slow)",
-    // The NVLink 5 error counters, per link (Blackwell; asked once elsewhere).
+    // The NVLink 5 error counters of the whole GPU (aggregate scope; Blackwell, a refusal
+    // asked again after a growing pause, see nvlink5.rs).
     FieldValuesNvlink => "nvmlDeviceGetFieldValues(nvlink)",
+    // The same counters per link, where the driver answers them.
+    FieldValuesNvlinkPerLink => "nvmlDeviceGetFieldValues(nvlink per link)",
     PcieThroughput => "nvmlDeviceGetPcieThroughput",
     NvLinkState => "nvmlDeviceGetNvLinkState",
     NvLinkErrorCounter => "nvmlDeviceGetNvLinkErrorCounter",

@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use dgx_pixels_metrics::gpu::{
     cap_activity, cuda_version_string, ActivityScope, ClockReadout, EccTotals, FabricReadout,
-    GpuIdentity, GpuReadout, MigReadout, NvlinkReadout, PlatformReadout, ProcessActivity,
-    ProcessReadout, ProcessUtilization, RailPortReadout, RemappedRowsReadout, RetiredPages,
+    GpuIdentity, GpuReadout, MigReadout, NvlinkErrors, NvlinkReadout, PlatformReadout,
+    ProcessActivity, ProcessReadout, ProcessUtilization, RailPortReadout, RemappedRowsReadout,
+    RetiredPages,
 };
 use dgx_pixels_metrics::labels::{NvlinkErrorType, ThrottleReason, ViolationPolicy};
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
@@ -121,6 +122,8 @@ struct Slow {
     pcie_tx: Option<f64>,
     pcie_rx: Option<f64>,
     nvlinks: Vec<NvlinkReadout>,
+    /// The GPU's NVLink 5 totals (aggregate scope), where answered.
+    nvlink_errors: NvlinkErrors,
     violations: Vec<(ViolationPolicy, f64)>,
     ecc_enabled: Option<bool>,
     retired_pages: Option<RetiredPages>,
@@ -166,12 +169,14 @@ pub struct GpuReader {
     nvlink_support: NvlinkSupport,
 }
 
-/// What a GPU said of its NVLink error counters: a "not supported" is not asked again (a
-/// Blackwell GPU would otherwise answer 72 legacy calls "not supported" every slow reading).
+/// What a GPU said of its NVLink error counters: the legacy call's "not supported" is not
+/// asked again (a Blackwell GPU would otherwise answer 72 legacy calls "not supported" every
+/// slow reading), nor is the legacy call on a GPU that answered the NVLink 5 counters.
 #[derive(Debug, Default, Clone, Copy)]
 struct NvlinkSupport {
     /// The per-link error counter call answered link 0 "not supported" for every type.
     legacy_unsupported: bool,
+    /// The NVLink 5 counters' scopes, asked again after a refusal (see `nvlink5.rs`).
     nvlink5: crate::nvlink5::Support,
 }
 

@@ -21,7 +21,8 @@
 //! - every [`NvmlOptions::slow_interval`]: the energy and PCIe replay counters (one field-values
 //!   call; the total energy alone costs 2.5 ms per read on an H200), PCIe throughput (the driver
 //!   samples it for ~20 ms per direction; not read while GPM measures it), NVLink per-link state
-//!   and errors, violation times, ECC mode, retired pages and the MIG layout.
+//!   and errors (on Blackwell the NVLink 5 counters for the GPU and per link, see `nvlink5.rs`),
+//!   violation times, ECC mode, retired pages and the MIG layout.
 //!
 //! Every NVML call is counted and timed per function (`calls.rs`; served at full detail, and
 //! [`call_stats`] for the benches).

@@ -1,6 +1,7 @@
-//! Against the fake libnvidia-ml on a Hopper node (dgx-h100): the NVLink 5 fields are asked
-//! once per GPU, answered "not supported" and not asked again, and the legacy counters are
-//! served as before.
+//! Against the fake libnvidia-ml on a Hopper node (dgx-h100): the NVLink 5 fields, answered
+//! "not supported" in both scopes, are asked again after 2, then 4 ... slow readings (never
+//! given up for good, and cheap where they never answer), and the legacy counters are served
+//! as before.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -19,7 +20,7 @@ fn calls(function: &str) -> u64 {
 
 // One test in this file: the fake reads its environment at init, for this process.
 #[test]
-fn hopper_is_asked_for_nvlink5_counters_once() {
+fn hopper_is_asked_for_nvlink5_counters_after_growing_pauses() {
     let lib = common::fake_library();
     std::env::set_var("FAKE_NVML_SCENARIO", "dgx-h100");
     std::env::set_var("FAKE_NVML_TIME", "60");
@@ -32,13 +33,15 @@ fn hopper_is_asked_for_nvlink5_counters_once() {
         profiling: false,
         ..NvmlOptions::default()
     });
-    let polls = 3;
+    // Asked at readings 1 and 4 (then 9, after 4 skipped).
+    let polls = 8;
     let mut out = Vec::new();
     for _ in 0..polls {
         out = s.poll().unwrap().samples;
     }
     let gpus = 8;
-    assert_eq!(calls("nvmlDeviceGetFieldValues(nvlink)"), gpus);
+    assert_eq!(calls("nvmlDeviceGetFieldValues(nvlink)"), 2 * gpus);
+    assert_eq!(calls("nvmlDeviceGetFieldValues(nvlink per link)"), 2 * gpus);
     // 18 links x 4 types, every slow reading.
     assert_eq!(
         calls("nvmlDeviceGetNvLinkErrorCounter"),

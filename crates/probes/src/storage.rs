@@ -240,11 +240,15 @@ fn set_direct(f: &File) -> std::io::Result<bool> {
 }
 
 /// Reads up to `bytes` of `f` from its start through an aligned buffer; the bytes read and
-/// the seconds it took.
-fn timed_read(f: &mut File, bytes: u64) -> std::io::Result<(u64, f64)> {
+/// the seconds it took by `now` (the clock: `Instant::now`, a controlled one in tests).
+fn timed_read(
+    f: &mut (impl Read + Seek),
+    bytes: u64,
+    mut now: impl FnMut() -> Instant,
+) -> std::io::Result<(u64, f64)> {
     f.seek(SeekFrom::Start(0))?;
     let mut buf = Aligned::new(CHUNK).map_err(|e| std::io::Error::other(e.to_string()))?;
-    let started = Instant::now();
+    let started = now();
     let mut read = 0u64;
     while read < bytes {
         let want = ((bytes - read).min(CHUNK as u64) as usize).next_multiple_of(ALIGN);
@@ -256,7 +260,12 @@ fn timed_read(f: &mut File, bytes: u64) -> std::io::Result<(u64, f64)> {
         };
         read += n as u64;
     }
-    Ok((read, started.elapsed().as_secs_f64()))
+    Ok((read, now().duration_since(started).as_secs_f64()))
+}
+
+/// Bytes per second of `read` bytes in `seconds`; `None` for nothing read or no time taken.
+fn throughput(read: u64, seconds: f64) -> Option<f64> {
+    (read > 0 && seconds > 0.0).then(|| read as f64 / seconds)
 }
 
 /// Reads up to `bytes` of the file `path` (one of `allowed`, resolved paths, see [`resolve`];
@@ -322,17 +331,17 @@ pub fn read_throughput(
         // SAFETY: a valid descriptor; advice only.
         unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
     }
-    let (read, seconds) = timed_read(&mut f, bytes).map_err(|e| io(&file, e))?;
-    if read == 0 || seconds <= 0.0 {
+    let (read, seconds) = timed_read(&mut f, bytes, Instant::now).map_err(|e| io(&file, e))?;
+    let Some(bytes_per_second) = throughput(read, seconds) else {
         return Err(ProbeError::Io(format!(
             "storage_read: {} is empty",
             file.display()
         )));
-    }
+    };
     Ok(StorageRead {
         file,
         bytes: read,
-        bytes_per_second: read as f64 / seconds,
+        bytes_per_second,
         direct,
     })
 }
@@ -383,6 +392,25 @@ mod tests {
             .collect();
         names.sort();
         names
+    }
+
+    /// Issue 43: the formula, on known bytes and a controlled clock (a test asserting only
+    /// `> 0` passed with it inverted).
+    #[test]
+    fn throughput_is_the_bytes_read_over_the_seconds_taken() {
+        let data = vec![3u8; 3 * MIN_READ_BYTES as usize];
+        let mut f = std::io::Cursor::new(data);
+        let t0 = Instant::now();
+        // The clock reads t0 when the read starts and 2 s later when it ends.
+        let mut ticks = [t0, t0 + std::time::Duration::from_secs(2)].into_iter();
+        let clock = || ticks.next().unwrap();
+        // Asked for more than there is: read to the end.
+        let (read, seconds) = timed_read(&mut f, 4 * MIN_READ_BYTES, clock).unwrap();
+        assert_eq!((read, seconds), (3 * MIN_READ_BYTES, 2.0));
+        assert_eq!(throughput(read, seconds), Some(1.5 * MIN_READ_BYTES as f64));
+        assert_eq!(throughput(1000, 0.5), Some(2000.0));
+        assert_eq!(throughput(0, 1.0), None);
+        assert_eq!(throughput(1000, 0.0), None);
     }
 
     #[test]

@@ -439,6 +439,10 @@ pub struct GpuReadout {
     pub rail_ports: Vec<RailPortReadout>,
     /// NVLink links the GPU has.
     pub nvlinks: Vec<NvlinkReadout>,
+    /// NVLink error counters the driver answers for the GPU as a whole (NVML's aggregate
+    /// scope, as DCGM reads the NVLink 5 ones). A type left out here is served as the sum of
+    /// the links' counters of that type.
+    pub nvlink_errors: NvlinkErrors,
     /// Number of compute processes, where the GPU reports them.
     pub process_count: Option<usize>,
     /// The processes to export (the caller bounds how many).

@@ -19,9 +19,9 @@ use crate::{GpuState, Node};
 /// peer copy reaches: a parameter of the simulated node that shapes its figures, no sourced
 /// fact and no threshold. No rule or alert compares with it (issue 43): `p2p_copy` results are
 /// judged against the node's own pairs (deploy/prometheus, docs/probes.md).
-pub const P2P_EFFICIENCY_MODEL: f64 = 0.85;
+pub const P2P_EFFICIENCY_MODEL: f64 = 0.85; // fact: sim.p2p-efficiency-model
 /// The simulator's model of the share of the PCIe line rate a peer copy over PCIe reaches.
-const PCIE_P2P_EFFICIENCY_MODEL: f64 = 0.80;
+const PCIE_P2P_EFFICIENCY_MODEL: f64 = 0.80; // fact: sim.pcie-p2p-efficiency-model
 /// Noise stream of peer copy values (the benchmarks' streams are 0x200 and up).
 const S_PEER: u64 = 0x300;
 /// Values a run measures, and the time it holds both GPUs: two contexts, one iteration of

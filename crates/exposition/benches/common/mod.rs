@@ -97,6 +97,7 @@ pub fn snapshot(gpus: u32) -> Snapshot {
                     errors: NvlinkErrorType::ALL.map(|e| (e, 0.0)).into_iter().collect(),
                 })
                 .collect(),
+            nvlink_errors: Default::default(),
             process_count: Some(1),
             processes: vec![ProcessReadout {
                 pid: 20_000 + i,

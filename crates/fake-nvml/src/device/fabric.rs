@@ -54,7 +54,8 @@ nvml_fn! {
         }
         // SAFETY: non-null; the caller's struct holds at least the version field.
         let version: c_uint = unsafe { info.cast::<c_uint>().read_unaligned() };
-        if version != GPU_FABRIC_INFO_V2_VERSION && version != GPU_FABRIC_INFO_V3_VERSION {
+        let v3 = crate::state::with_driver(|d, _| Ok(d.config.fabric_v3))?;
+        if version != GPU_FABRIC_INFO_V2_VERSION && (version != GPU_FABRIC_INFO_V3_VERSION || !v3) {
             return Err(ERROR_ARGUMENT_VERSION_MISMATCH);
         }
         let v = reading(device, |dev, r| {

@@ -119,6 +119,7 @@ nvml_fn! {
     /// NVLink error counters of the readout; the ECC data counter (4), which the exporter does
     /// not read, is 0.
     fn nvmlDeviceGetNvLinkErrorCounter(device: Device, link: c_uint, counter: c_uint, counter_value: *mut c_ulonglong) {
+        let legacy_everywhere = crate::state::with_driver(|d, _| Ok(d.config.nvlink_legacy_on_blackwell))?;
         // SAFETY: forwarded caller contract.
         unsafe {
             read_into(device, counter_value, |dev, r| {
@@ -127,9 +128,9 @@ nvml_fn! {
                     return Err(ERROR_INVALID_ARGUMENT);
                 }
                 // Blackwell's driver answers this call "not supported": its NVLink 5 counters
-                // are field values (fields.rs).
+                // are field values (fields.rs). Unless told to answer 0, as a driver might.
                 if !dev.gpu.nvlink_error_types().contains(&NvlinkErrorType::Replay) {
-                    return Err(ERROR_NOT_SUPPORTED);
+                    return if legacy_everywhere { Ok(0) } else { Err(ERROR_NOT_SUPPORTED) };
                 }
                 let Some(kind) = NvlinkErrorType::LEGACY.get(counter as usize) else {
                     return Ok(0);

@@ -103,13 +103,14 @@ do not count (they need two samples): take rates from the per-GPU totals that ar
 and use the sparse series to find the part.
 
 - **NVLink**: per GPU, `dgx_pixels_nvlink_links`, `dgx_pixels_nvlink_links_up` and
-  `dgx_pixels_nvlink_errors_total{error_type}` (summed over the links). Per link, only what is
+  `dgx_pixels_nvlink_errors_total{error_type}` (the driver's total for the GPU where it answers
+  one, else summed over the links). Per link, only what is
   wrong: `dgx_pixels_nvlink_link_down{link}` (1) while a link is down, and
   `dgx_pixels_nvlink_link_errors_total{link,error_type}` once that link has counted errors of that
   type (in both profiles; NVLink 5 symbol errors, which forward error correction corrects on
   every healthy link, per link only at full detail). An 18-link GPU serves 6 NVLink series
-  instead of 90 (also on Blackwell, whose NVLink 5 types replace the four legacy ones: four
-  totals by default, six at full detail).
+  instead of 90 (also on Blackwell, whose NVLink 5 types replace the four legacy ones, never
+  both on one GPU: four totals by default, six at full detail).
 - **Probes**: the daemon rotates through `gemm_bf16`, `copy_d2d`, `copy_h2d` and
   `launch_latency` unless `[probes] probes` names others (`all` adds the fp16, tf32, fp32 and
   fp64 GEMMs and `copy_d2h`); each probe costs a GPU two series (result and fraction of peak),

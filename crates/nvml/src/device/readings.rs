@@ -45,9 +45,11 @@ pub(super) fn read_slow(
             Err(_) => break,
         };
         let mut not_supported = 0;
+        // An NVLink 5 GPU's counters are the NVLink 5 ones: the legacy call is not asked.
+        let legacy = !nvlink_support.legacy_unsupported && !nvlink_support.nvlink5.nvlink5;
         let errors = NVLINK_ERRORS
             .iter()
-            .filter(|_| !nvlink_support.legacy_unsupported)
+            .filter(|_| legacy)
             .filter_map(|(counter, name)| {
                 let r = timed(F::NvLinkErrorCounter, || l.error_counter(*counter));
                 if matches!(r, Err(NvmlError::NotSupported)) {
@@ -58,7 +60,7 @@ pub(super) fn read_slow(
                     .map(|v| (*name, v as f64))
             })
             .collect();
-        if link == 0 && not_supported == NVLINK_ERRORS.len() {
+        if legacy && link == 0 && not_supported == NVLINK_ERRORS.len() {
             debug!(
                 gpu = check.index,
                 "no NVLink error counter call; not asked again"
@@ -67,7 +69,7 @@ pub(super) fn read_slow(
         }
         nvlinks.push(NvlinkReadout { link, up, errors });
     }
-    read_nvlink5(nvml, dev, check, nvlink_support, &mut nvlinks);
+    let nvlink_errors = read_nvlink5(nvml, dev, check, nvlink_support, &mut nvlinks);
     let violations = VIOLATION_POLICIES
         .iter()
         .filter_map(|(policy, name)| {
@@ -121,6 +123,7 @@ pub(super) fn read_slow(
         pcie_tx,
         pcie_rx,
         nvlinks,
+        nvlink_errors,
         violations,
         ecc_enabled,
         retired_pages,
@@ -284,37 +287,39 @@ fn printable(bytes: &[u8]) -> String {
         .collect()
 }
 
-/// The NVLink 5 counters of the links found, into their errors, unless the GPU said it has
-/// none (see `nvlink5.rs`).
+/// The NVLink 5 counters of a GPU with links: its totals (returned) and those of the links
+/// found (into their errors), in the scopes due (see `nvlink5.rs`). Where the GPU answers
+/// them, they replace the legacy types: one set of NVLink error types per GPU.
 fn read_nvlink5(
     nvml: &Nvml,
     dev: &Device<'_>,
     check: &mut Check<'_>,
     support: &mut NvlinkSupport,
     nvlinks: &mut [NvlinkReadout],
-) {
-    if nvlinks.is_empty() || support.nvlink5 == crate::nvlink5::Support::No {
-        return;
+) -> NvlinkErrors {
+    if nvlinks.is_empty() {
+        return NvlinkErrors::default();
     }
-    let mut errors: Vec<_> = nvlinks.iter().map(|l| l.errors).collect();
+    let mut errors = vec![NvlinkErrors::default(); nvlinks.len()];
     // SAFETY: the handle is only passed back to NVML while `dev` is alive.
     let handle = unsafe { dev.handle() };
-    match crate::nvlink5::read(nvml, handle, &mut errors) {
-        Ok(crate::nvlink5::Support::No) => {
-            debug!(
-                gpu = check.index,
-                "no NVLink 5 error counters; not asked again"
-            );
-            support.nvlink5 = crate::nvlink5::Support::No;
-        }
-        Ok(s) => {
-            support.nvlink5 = s;
-            for (l, e) in nvlinks.iter_mut().zip(errors) {
-                l.errors = e;
+    match crate::nvlink5::read(nvml, handle, &mut support.nvlink5, &mut errors) {
+        Ok(reading) => {
+            if support.nvlink5.nvlink5 {
+                // The first reading of an NVLink 5 GPU also asked the legacy call: drop it.
+                for (l, e) in nvlinks.iter_mut().zip(errors) {
+                    l.errors = e;
+                }
             }
+            if !reading.answered {
+                // Logged once; the scopes are asked again later (see `nvlink5.rs`).
+                check.get::<()>("nvlink5_counters", Err(NvmlError::NotSupported));
+            }
+            reading.totals
         }
         Err(e) => {
             check.get::<()>("nvlink5_field_values", Err(e));
+            NvlinkErrors::default()
         }
     }
 }
@@ -539,6 +544,7 @@ pub(super) fn read_fast(
         nvlink_transmit_bytes: f.nvlink_tx_kib.map(|k| k * 1024.0),
         nvlink_receive_bytes: f.nvlink_rx_kib.map(|k| k * 1024.0),
         nvlinks: slow.nvlinks.clone(),
+        nvlink_errors: slow.nvlink_errors,
         fabric: slow.fabric.clone(),
         platform: slow.platform.clone(),
         rail_ports: slow.rail.clone(),

@@ -265,6 +265,8 @@ impl GpuSim {
                         .collect(),
                 })
                 .collect(),
+            // The links' counters are the model's; their sum is the GPU's.
+            nvlink_errors: Default::default(),
             process_count: Some(processes.len()),
             processes,
             // The source picks which processes get activity series (each one's is in
