@@ -111,8 +111,9 @@ fn shape(exposition: &str) -> BTreeSet<String> {
 fn the_simulated_dgx_h100_serves_the_same_series() {
     let want = std::fs::read_to_string(pinned("simulate-dgx-h100-series.txt")).unwrap_or_default();
     let d = start(&["--simulate", "dgx-h100"]);
-    // Probe results (after the 10 s settle window) and the job-level trace series (after the
-    // first drop's analysis) come last; the set is steady from about 20 s on.
+    // Probe results (after the 10 s settle window, every default kind in the first pass) and
+    // the job-level trace series (after the first drop's analysis) come last; the set is
+    // steady from about 30 s on.
     let deadline = Instant::now() + Duration::from_secs(90);
     let mut last;
     loop {
@@ -122,8 +123,12 @@ fn the_simulated_dgx_h100_serves_the_same_series() {
             + "\n=== metadata\n"
             + &metadata.into_iter().collect::<Vec<_>>().join("\n")
             + "\n";
+        // The first pass reaches every default probe kind (issue 44): GEMM, the copies'
+        // bandwidth and the launch latency all come within it.
         let steady = last.contains("dgx_pixels_trace_job_complete{trace_job}")
-            && last.contains("dgx_pixels_probe_gemm_flops{");
+            && last.contains("dgx_pixels_probe_gemm_flops{")
+            && last.contains("dgx_pixels_probe_bandwidth_bytes_per_second{")
+            && last.contains("dgx_pixels_probe_launch_latency_seconds{");
         if (steady && std::env::var_os("PIN_UPDATE").is_some()) || last == want {
             break;
         }
