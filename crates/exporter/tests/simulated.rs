@@ -152,9 +152,15 @@ fn probe_results_are_the_simulators_benchmarks_at_the_time_they_ran() {
         "--collector.probes.interval",
         "100ms",
     ]);
+    // GPU 0's own copy (the first pass starts the GPUs at staggered kinds: another GPU's
+    // copy_h2d comes first).
     let (body, _) = wait_until(d.port, Duration::from_secs(15), |b| {
-        b.contains("probe=\"copy_h2d\"")
-            && b.contains("dgx_pixels_probe_bandwidth_bytes_per_second{")
+        value(
+            b,
+            "dgx_pixels_probe_bandwidth_bytes_per_second",
+            &[("gpu", "0"), ("probe", "copy_h2d")],
+        )
+        .is_some()
     });
     let mut n = node();
     let g = n.gpu(0).unwrap().clone();
