@@ -906,25 +906,13 @@ fn a_discovered_gpu_count_is_kept_across_a_restart() {
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "gpus many\n");
 }
 
-/// Issue 32, item 3: a GPU whose rail NIC port is down is degraded (`rail_port_down`) while
-/// it is down, through the real binary: the fake NVML's dgx-h100 GPUs and a fake sysfs tree
-/// (`[nvml] sysfs`) that puts mlx5_0 beside GPU 0 and mlx5_1 beside GPU 1 (GPUs 2-7 have no
-/// NIC under their root complex: no rail, healthy).
-#[test]
-fn a_gpu_whose_rail_port_is_down_is_degraded_until_it_is_up() {
+/// A fake sysfs tree under `root` that puts mlx5_0 beside GPU 0 (port 1 in `first`: state,
+/// physical state) and mlx5_1, active, beside GPU 1; GPUs 2-7 have no NIC under their root
+/// complex.
+fn two_rails(root: &std::path::Path, first: (&str, &str)) {
     use dgx_pixels_nvml::rail::fake;
-    let sysfs = tempfile::tempdir().unwrap();
-    let root = sysfs.path();
     fake::gpu(root, "17", "01", "0000:18:00.0");
-    fake::nic(
-        root,
-        "mlx5_0",
-        "17",
-        "01",
-        "0000:19:00.0",
-        "1: DOWN",
-        "3: Disabled",
-    );
+    fake::nic(root, "mlx5_0", "17", "01", "0000:19:00.0", first.0, first.1);
     fake::gpu(root, "29", "01", "0000:2a:00.0");
     fake::nic(
         root,
@@ -935,6 +923,11 @@ fn a_gpu_whose_rail_port_is_down_is_degraded_until_it_is_up() {
         "4: ACTIVE",
         "5: LinkUp",
     );
+}
+
+/// The fake NVML's dgx-h100 at full detail, reading the fake sysfs tree at `root`; the config
+/// file lives as long as the second value.
+fn start_on_sysfs(root: &std::path::Path) -> (common::Daemon, tempfile::NamedTempFile) {
     let mut config = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
     let text = CONFIG.replace(
         "[nvml]\n",
@@ -956,6 +949,20 @@ fn a_gpu_whose_rail_port_is_down_is_degraded_until_it_is_up() {
             ("FAKE_NVML_PCIE_DELAY_MS", "0"),
         ],
     );
+    (d, config)
+}
+
+/// Issue 32, item 3: a GPU whose rail NIC port is down is degraded (`rail_port_down`) while
+/// it is down, through the real binary: the fake NVML's dgx-h100 GPUs and a fake sysfs tree
+/// (`[nvml] sysfs`) that puts mlx5_0 beside GPU 0 and mlx5_1 beside GPU 1 (GPUs 2-7 have no
+/// NIC under their root complex: no rail, healthy).
+#[test]
+fn a_gpu_whose_rail_port_is_down_is_degraded_until_it_is_up() {
+    use dgx_pixels_nvml::rail::fake;
+    let sysfs = tempfile::tempdir().unwrap();
+    let root = sysfs.path();
+    two_rails(root, ("1: DOWN", "3: Disabled"));
+    let (d, _config) = start_on_sysfs(root);
     let gpu_is = |b: &str, gpu: usize, want: Verdict| verdict(b, gpu) == Some(owned(want));
     let degraded = ("degraded", "check_hardware", "rail_port_down");
     let (body, _) = wait_until(d.port, Duration::from_secs(15), |b| {
@@ -1095,29 +1102,9 @@ fn the_second_nic_of_a_shared_switch_reaches_the_second_gpu() {
 /// every GPU stays up and healthy, and the NIC's other files and the other NIC are still read.
 #[test]
 fn a_fifo_in_a_rail_nic_tree_stalls_no_gpu() {
-    use dgx_pixels_nvml::rail::fake;
     let sysfs = tempfile::tempdir().unwrap();
     let root = sysfs.path();
-    fake::gpu(root, "17", "01", "0000:18:00.0");
-    fake::nic(
-        root,
-        "mlx5_0",
-        "17",
-        "01",
-        "0000:19:00.0",
-        "4: ACTIVE",
-        "5: LinkUp",
-    );
-    fake::gpu(root, "29", "01", "0000:2a:00.0");
-    fake::nic(
-        root,
-        "mlx5_1",
-        "29",
-        "01",
-        "0000:2b:00.0",
-        "4: ACTIVE",
-        "5: LinkUp",
-    );
+    two_rails(root, ("4: ACTIVE", "5: LinkUp"));
     let counter = root.join("class/infiniband/mlx5_0/ports/1/counters/link_downed");
     std::fs::remove_file(&counter).unwrap();
     assert!(std::process::Command::new("mkfifo")
@@ -1125,27 +1112,7 @@ fn a_fifo_in_a_rail_nic_tree_stalls_no_gpu() {
         .status()
         .unwrap()
         .success());
-    let mut config = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
-    let text = CONFIG.replace(
-        "[nvml]\n",
-        &format!("[nvml]\nsysfs = {:?}\n", root.to_str().unwrap()),
-    );
-    config.write_all(text.as_bytes()).unwrap();
-    let d = start_with_env(
-        &[
-            "--nvml.library",
-            fake_nvml_library(),
-            "--config.file",
-            config.path().to_str().unwrap(),
-            "--metrics.detail",
-            "full",
-        ],
-        &[
-            ("FAKE_NVML_SCENARIO", "dgx-h100"),
-            ("FAKE_NVML_TIME", "100"),
-            ("FAKE_NVML_PCIE_DELAY_MS", "0"),
-        ],
-    );
+    let (d, _config) = start_on_sysfs(root);
     let all_healthy =
         |b: &str| (0..8).all(|g| verdict(b, g) == Some(owned(HEALTHY))) && b.contains("mlx5_1");
     let (body, _) = wait_until(d.port, Duration::from_secs(15), all_healthy);
