@@ -280,3 +280,69 @@ fn the_gb200_tray_shows_fabric_and_rail_state_per_gpu() {
         4
     );
 }
+
+/// Issue 44: once the simulated node's probes have run, each GPU's row is followed by its probe
+/// state and last results as /metrics serves them, and the node's NCCL all-reduce and storage
+/// read show below the GPUs.
+#[test]
+fn the_page_shows_each_gpus_probes_and_the_nodes_nccl_and_storage() {
+    let d = start(&["--simulate", "dgx-h100"]);
+    let (_, waited) = wait_until(d.port, Duration::from_secs(60), |b| {
+        b.contains("dgx_pixels_probe_nccl_largest_bus_bandwidth_bytes_per_second ")
+            && b.contains("dgx_pixels_probe_storage_read_bytes_per_second{")
+            && b.contains("dgx_pixels_probe_gemm_flops{")
+    });
+    assert!(
+        waited < Duration::from_secs(60),
+        "no NCCL, storage and GEMM result in 60 s"
+    );
+    let states = |metrics: &str| -> Vec<String> {
+        (0..8)
+            .map(|i| {
+                series(metrics, "dgx_pixels_probe_gpu_state_info")
+                    .into_iter()
+                    .find(|l| l.contains(&format!("gpu=\"{i}\"")))
+                    .and_then(|l| l.split("state=\"").nth(1))
+                    .map(|r| r.split('"').next().unwrap().to_string())
+                    .unwrap()
+            })
+            .collect()
+    };
+    // The page against /metrics read before and after it: a probe attempt between them may
+    // change a state, so try until both reads agree.
+    let mut page = String::new();
+    for attempt in 0.. {
+        let before = states(&text(d.port));
+        page = String::from_utf8(get(d.port, "/", &[]).2).unwrap();
+        if before != states(&text(d.port)) && attempt < 20 {
+            continue;
+        }
+        assert_eq!(page.matches("<tr class=\"probes\"").count(), 8, "{page}");
+        for (i, state) in before.iter().enumerate() {
+            let start = page.find(&format!("id=\"probes-{i}\"")).unwrap();
+            let row = &page[start..start + page[start..].find("</tr>").unwrap()];
+            assert!(
+                row.starts_with(&format!("id=\"probes-{i}\" data-state=\"{state}\">")),
+                "GPU {i}: {row}"
+            );
+            assert!(row.contains("<span class=\"probe-state "), "GPU {i}: {row}");
+        }
+        break;
+    }
+    // At least one GEMM result with its fraction of the H100's peak.
+    assert!(page.contains("TFLOP/s ("), "{page}");
+    assert!(page.contains("% of peak)"), "{page}");
+    assert!(
+        page.contains("<p id=\"nccl\">NCCL all-reduce: <b>"),
+        "{page}"
+    );
+    assert!(
+        page.contains(" over 8 GPUs (expected 370.0 GB/s: "),
+        "{page}"
+    );
+    assert!(
+        page.contains("<span class=\"storage-path\" data-path=\""),
+        "{page}"
+    );
+    assert!(page.contains("<p id=\"probe-states\">GPUs by probe state: "));
+}

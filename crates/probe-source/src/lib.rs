@@ -1208,6 +1208,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
                         .unwrap_or(0.0);
                 out.push(Sample::of(key, Metric::ProbeLastRun, [name], ts));
             }
+            out.push(Sample::of(key, Metric::ProbeGpuState, [g.state], 1.0));
             self.pair_samples(gpus, g, now, &mut out);
             for kind in &self.probes {
                 for outcome in OUTCOMES {

@@ -4,7 +4,7 @@
 use std::fmt::{self, Write as _};
 use std::time::{Duration, SystemTime};
 
-use super::view::{GpuView, NodeView, SourceState, SourceView};
+use super::view::{GpuProbes, GpuView, NodeProbes, NodeView, ProbeUnit, SourceState, SourceView};
 use super::PageContext;
 
 /// Text written HTML-escaped (`&`, `<`, `>`, `"`, `'`), for element content and quoted
@@ -45,7 +45,7 @@ th{background:#eef0f3;font-weight:600}td.num{text-align:right;font-variant-numer
 td.err{white-space:normal;max-width:48em;font-family:ui-monospace,monospace;font-size:12px}\
 .healthy,.up{color:#137333;font-weight:600}.degraded{color:#a15c00;font-weight:600}\
 .unhealthy,.down,.lost{color:#b3261e;font-weight:700}.unknown,.pending,.muted{color:#6b7280}\
-.act{color:#b3261e;font-weight:600}tr.mig td,tr.links td{color:#555;font-size:12px;border-bottom-style:dotted}\
+.act{color:#b3261e;font-weight:600}tr.mig td,tr.links td,tr.probes td{color:#555;font-size:12px;border-bottom-style:dotted}\
 .bar{display:inline-block;width:60px;height:8px;background:#e3e6ea;margin-right:6px}\
 .bar span{display:block;height:8px;background:#3b82f6}\
 footer{color:#6b7280;font-size:12px;margin:14px 0}";
@@ -83,6 +83,7 @@ pub fn document(view: &NodeView<'_>, generation: u64, ctx: &PageContext<'_>) -> 
     header(&mut out, view, ctx);
     gpus(&mut out, view);
     xid_policy(&mut out, &view.xid_policy);
+    node_probes(&mut out, &view.probes);
     sources(&mut out, &view.sources, ctx.now);
     put!(
         out,
@@ -214,6 +215,7 @@ fn gpu_row(out: &mut String, gpu: &GpuView<'_>) {
         One(gpu.temperature, "°C"),
     );
     links(out, gpu);
+    probes(out, gpu.index, &gpu.probes);
     for m in &gpu.mig {
         put!(
             out,
@@ -288,6 +290,171 @@ fn links(out: &mut String, gpu: &GpuView<'_>) {
         out.push_str("</span>");
     }
     out.push_str("</td></tr>");
+}
+
+/// What a probe state means, in words, and its colour class.
+fn probe_state(state: &str) -> (&'static str, Option<&'static str>) {
+    match state {
+        "measured" => ("up", Some("probed")),
+        "pending" => ("pending", Some("pending (not tried yet)")),
+        "busy" => ("pending", Some("skipped: busy")),
+        "settling" => (
+            "pending",
+            Some("skipped: settling (not idle long enough yet)"),
+        ),
+        "held" => ("pending", Some("skipped: held by a pod or job")),
+        "in_use" => ("pending", Some("skipped: another process is on it")),
+        "mig" => ("pending", Some("skipped: MIG mode")),
+        "compute_mode" => ("pending", Some("skipped: compute mode")),
+        "no_utilization" => ("pending", Some("skipped: no utilization reading")),
+        "contended" => (
+            "down",
+            Some("contended (another process ran: result discarded)"),
+        ),
+        "failed" => ("down", Some("failed")),
+        _ => ("unknown", None),
+    }
+}
+
+/// The row under a GPU with its probe state and last results, where the probes serve any.
+fn probes(out: &mut String, index: u32, p: &GpuProbes<'_>) {
+    if p.is_empty() {
+        return;
+    }
+    let state = p.state.unwrap_or(ABSENT);
+    let (class, words) = probe_state(state);
+    put!(
+        out,
+        "<tr class=\"probes\" id=\"probes-{index}\" data-state=\"{s}\"><td></td>\
+         <td colspan=\"9\">probes <span class=\"probe-state {class}\">{w}</span>",
+        s = Esc(state),
+        w = Esc(words.unwrap_or(state)),
+    );
+    for r in &p.results {
+        put!(
+            out,
+            " · <span class=\"probe\" data-probe=\"{name}\">{name} {}",
+            Rate(r.unit, r.value),
+            name = Esc(r.probe),
+        );
+        if let Some(f) = p.peak_fraction(r.probe) {
+            put!(out, " ({:.0}% of peak)", f * 100.0);
+        }
+        out.push_str("</span>");
+    }
+    if let Some((peer, bps)) = p.p2p_worst {
+        put!(
+            out,
+            " · <span class=\"probe\" data-probe=\"p2p_copy\">p2p_copy worst peer GPU {} {}",
+            Esc(peer),
+            Rate(ProbeUnit::BytesPerSecond, bps),
+        );
+        if let Some(f) = p.peak_fraction("p2p_copy") {
+            put!(out, " ({:.0}% of NVLink)", f * 100.0);
+        }
+        out.push_str("</span>");
+    }
+    for (probe, outcome, n) in &p.failures {
+        put!(
+            out,
+            " · <span class=\"act probe-failure\">{} {} {n:.0}×</span>",
+            Esc(probe),
+            Esc(outcome),
+        );
+    }
+    out.push_str("</td></tr>");
+}
+
+/// The node's probes: GPUs by probe state, the NCCL all-reduce and the storage reads.
+fn node_probes(out: &mut String, p: &NodeProbes<'_>) {
+    if p.is_empty() {
+        return;
+    }
+    out.push_str("<h2>Node probes</h2><p id=\"probe-states\">GPUs by probe state: ");
+    if p.gpus_by_state.is_empty() {
+        out.push_str(ABSENT);
+    }
+    for (i, (state, n)) in p.gpus_by_state.iter().enumerate() {
+        let sep = if i == 0 { "" } else { " · " };
+        put!(out, "{sep}{} <b>{n:.0}</b>", Esc(state));
+    }
+    out.push_str("</p><p id=\"nccl\">NCCL all-reduce: ");
+    match p.nccl_largest {
+        None => put!(out, "<span class=\"muted\">no result</span>"),
+        Some(busbw) => {
+            put!(
+                out,
+                "<b>{}</b> bus bandwidth at the largest size",
+                Rate(ProbeUnit::BytesPerSecond, busbw)
+            );
+            if let Some(n) = p.nccl_gpus {
+                put!(out, " over {n:.0} GPUs");
+            }
+            if let Some(e) = p.nccl_expected.filter(|e| *e > 0.0) {
+                put!(
+                    out,
+                    " (expected {}: {:.0}%)",
+                    Rate(ProbeUnit::BytesPerSecond, e),
+                    busbw / e * 100.0
+                );
+            }
+        }
+    }
+    for (bytes, busbw) in &p.nccl_sizes {
+        put!(
+            out,
+            " · <span class=\"nccl-size\">{} B {}</span>",
+            Esc(bytes),
+            Rate(ProbeUnit::BytesPerSecond, *busbw)
+        );
+    }
+    for (outcome, n) in &p.nccl_failures {
+        put!(
+            out,
+            " · <span class=\"act\">{} {n:.0}×</span>",
+            Esc(outcome)
+        );
+    }
+    out.push_str("</p><p id=\"storage\">Storage read: ");
+    if p.storage.is_empty() {
+        put!(out, "<span class=\"muted\">no result</span>");
+    }
+    for (i, s) in p.storage.iter().enumerate() {
+        let sep = if i == 0 { "" } else { " · " };
+        put!(
+            out,
+            "{sep}<span class=\"storage-path\" data-path=\"{path}\">{path} <b>{}</b>{}</span>",
+            Rate(ProbeUnit::BytesPerSecond, s.bytes_per_second),
+            if s.direct == "true" {
+                " (direct)"
+            } else {
+                " (page cache not bypassed)"
+            },
+            path = Esc(s.path),
+        );
+    }
+    for (path, outcome, n) in &p.storage_failures {
+        put!(
+            out,
+            " · <span class=\"act\">{} {} {n:.0}×</span>",
+            Esc(path),
+            Esc(outcome)
+        );
+    }
+    out.push_str("</p>");
+}
+
+/// A probe result in the unit people read it in: TFLOP/s, GB/s, µs.
+struct Rate(ProbeUnit, f64);
+
+impl fmt::Display for Rate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            ProbeUnit::Flops => write!(f, "{:.1} TFLOP/s", self.1 / 1e12),
+            ProbeUnit::BytesPerSecond => write!(f, "{:.1} GB/s", self.1 / 1e9),
+            ProbeUnit::Seconds => write!(f, "{:.1} µs", self.1 * 1e6),
+        }
+    }
 }
 
 /// The first 8 characters of a UUID: enough to tell clusters apart on one page.

@@ -48,8 +48,8 @@ mod view;
 
 pub use html::Esc;
 pub use view::{
-    view, BuildFacts, FabricView, GpuView, Health, MigView, NodeView, RailView, SourceState,
-    SourceView,
+    view, BuildFacts, FabricView, GpuProbes, GpuView, Health, MigView, NodeProbes, NodeView,
+    ProbeResult, ProbeUnit, RailView, SourceState, SourceView, StorageView,
 };
 
 /// The health collector's series as the page reads them: the one place to edit should they

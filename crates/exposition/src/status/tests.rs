@@ -421,3 +421,163 @@ fn fabric_and_rail_state_show_under_each_gpu_that_has_them() {
     ));
     assert!(!page.contains("id=\"links-2\""));
 }
+
+/// The probes source's series of a node with two GPUs: GPU 0 measured (a GEMM, a copy, the
+/// launch latency, its worst peer, a contended run), GPU 1 held by a job; the node's NCCL
+/// all-reduce and a storage read.
+fn probes_output(label: &str) -> Vec<Sample> {
+    let g0 = Arc::new(DeviceKey::gpu(
+        0,
+        "GPU-00000000-1111-2222-3333-444444444444",
+    ));
+    let g1 = Arc::new(DeviceKey::gpu(
+        1,
+        "GPU-00000001-1111-2222-3333-444444444444",
+    ));
+    vec![
+        Sample::new(Metric::ProbeGpus, ["measured"], 1.0),
+        Sample::new(Metric::ProbeGpus, ["pending"], 0.0),
+        Sample::new(Metric::ProbeGpus, ["held"], 1.0),
+        Sample::of(&g0, Metric::ProbeGpuState, ["measured"], 1.0),
+        Sample::of(&g0, Metric::ProbeGemm, ["gemm_bf16"], 738.6e12),
+        Sample::of(&g0, Metric::ProbePeakFraction, ["gemm_bf16"], 0.7467),
+        Sample::of(&g0, Metric::ProbeBandwidth, ["copy_h2d"], 54.03e9),
+        Sample::of(&g0, Metric::ProbeLaunchLatency, [""; 0], 4.2e-6),
+        Sample::of(&g0, Metric::ProbeP2pWorstBandwidth, ["1"], 362.5e9),
+        Sample::of(&g0, Metric::ProbePeakFraction, ["p2p_copy"], 0.806),
+        Sample::of(&g0, Metric::ProbeRuns, ["gemm_fp16", "contended"], 2.0),
+        Sample::of(&g0, Metric::ProbeRuns, ["gemm_fp16", "ok"], 3.0),
+        Sample::of(&g0, Metric::ProbeRuns, ["gemm_fp16", "skipped_held"], 9.0),
+        Sample::of(&g1, Metric::ProbeGpuState, [label], 1.0),
+        Sample::new(Metric::ProbeNcclGpus, [""; 0], 8.0),
+        Sample::new(Metric::ProbeNcclLargestBusBandwidth, [""; 0], 374.0e9),
+        Sample::new(Metric::ProbeNcclExpectedBusBandwidth, [""; 0], 370.0e9),
+        Sample::new(Metric::ProbeNcclBusBandwidth, ["1073741824"], 374.0e9),
+        Sample::new(Metric::ProbeNcclBusBandwidth, ["4194304"], 120.0e9),
+        Sample::new(Metric::ProbeNcclRuns, ["ok"], 4.0),
+        Sample::new(Metric::ProbeNcclRuns, ["skipped_busy"], 7.0),
+        Sample::new(Metric::ProbeStorageRead, ["/raid", "true"], 6.5e9),
+        Sample::new(Metric::ProbeStorageRuns, ["/raid", "ok"], 2.0),
+        Sample::new(Metric::ProbeStorageRuns, ["/raid", "timeout"], 1.0),
+    ]
+}
+
+fn probes_store() -> SnapshotStore {
+    SnapshotStore::new(&["nvml", "probes"], vec![], EncodeOptions::default())
+}
+
+#[test]
+fn each_gpu_shows_its_probe_state_and_results_and_the_node_its_nccl_and_storage() {
+    let s = probes_store();
+    let mut nvml = gpu(0, None);
+    nvml.extend(gpu(1, None));
+    s.publish(up("nvml", nvml));
+    s.publish(up("probes", probes_output("held")));
+    let page = render(&s.current(), &ctx());
+    assert_eq!(rows(&page, "probes"), 2, "{page}");
+    let row = |i: u32| {
+        let start = page.find(&format!("id=\"probes-{i}\"")).unwrap();
+        page[start..start + page[start..].find("</tr>").unwrap()].to_string()
+    };
+    let r0 = row(0);
+    assert!(
+        r0.starts_with("id=\"probes-0\" data-state=\"measured\">"),
+        "{r0}"
+    );
+    assert!(
+        r0.contains("<span class=\"probe-state up\">probed</span>"),
+        "{r0}"
+    );
+    // By probe name, each with its own fraction of peak, the worst peer last.
+    let order = [
+        "copy_h2d 54.0",
+        "gemm_bf16 738.6",
+        "launch_latency 4.2",
+        "p2p_copy worst",
+    ];
+    let at: Vec<usize> = order.iter().map(|o| r0.find(o).unwrap()).collect();
+    assert!(at.windows(2).all(|w| w[0] < w[1]), "{r0}");
+    assert!(r0.contains("gemm_bf16 738.6 TFLOP/s (75% of peak)"), "{r0}");
+    assert!(r0.contains("launch_latency 4.2 µs"), "{r0}");
+    assert!(
+        r0.contains("p2p_copy worst peer GPU 1 362.5 GB/s (81% of NVLink)"),
+        "{r0}"
+    );
+    assert!(
+        !r0.contains("copy_h2d 54.0 GB/s ("),
+        "no peak fraction served for it"
+    );
+    // A collision is listed; skips and oks are not (the state says why it was not probed).
+    assert!(r0.contains("<span class=\"act probe-failure\">gemm_fp16 contended 2×</span>"));
+    assert!(!r0.contains("skipped_held") && !r0.contains(" ok "), "{r0}");
+    let r1 = row(1);
+    assert!(r1.contains("data-state=\"held\""), "{r1}");
+    assert!(r1.contains("<span class=\"probe-state pending\">skipped: held by a pod or job</span>"));
+    assert!(!r1.contains("class=\"probe\""), "GPU 1 has no result: {r1}");
+    // The node: states with GPUs in them, NCCL with every size, storage.
+    assert!(
+        page.contains(
+            "<p id=\"probe-states\">GPUs by probe state: measured <b>1</b> · held <b>1</b></p>"
+        ),
+        "{page}"
+    );
+    assert!(page.contains(
+        "<p id=\"nccl\">NCCL all-reduce: <b>374.0 GB/s</b> bus bandwidth at the largest size \
+         over 8 GPUs (expected 370.0 GB/s: 101%) · <span class=\"nccl-size\">4194304 B 120.0 GB/s</span> \
+         · <span class=\"nccl-size\">1073741824 B 374.0 GB/s</span></p>"
+    ), "{page}");
+    assert!(page.contains(
+        "<p id=\"storage\">Storage read: <span class=\"storage-path\" data-path=\"/raid\">/raid \
+         <b>6.5 GB/s</b> (direct)</span> · <span class=\"act\">/raid timeout 1×</span></p>"
+    ), "{page}");
+}
+
+#[test]
+fn a_down_probes_source_shows_no_probe_state_or_result() {
+    let s = probes_store();
+    s.publish(up("nvml", gpu(0, None)));
+    let mut down = up("probes", probes_output("held"));
+    down.health.up = false;
+    down.health.errors = 1;
+    s.publish(down);
+    let page = render(&s.current(), &ctx());
+    assert_eq!(rows(&page, "gpu"), 1);
+    assert_eq!(rows(&page, "probes"), 0, "{page}");
+    assert!(!page.contains("Node probes"), "{page}");
+    // Without the probes source at all: the same.
+    let s = store(vec![], None);
+    s.publish(up("nvml", gpu(0, None)));
+    let page = render(&s.current(), &ctx());
+    assert!(!page.contains("probes-0") && !page.contains("Node probes"));
+}
+
+#[test]
+fn probe_labels_are_escaped() {
+    let hostile = "<script>alert('x')</script>&\"";
+    let s = probes_store();
+    let key = Arc::new(DeviceKey::gpu(0, "GPU-0"));
+    let mut out = probes_output(hostile);
+    out.extend([
+        Sample::of(&key, Metric::ProbeGemm, [hostile], 1e12),
+        Sample::of(&key, Metric::ProbeP2pWorstBandwidth, [hostile], 1e9),
+        Sample::of(&key, Metric::ProbeRuns, [hostile, hostile], 1.0),
+        Sample::new(Metric::ProbeGpus, [hostile], 1.0),
+        Sample::new(Metric::ProbeNcclBusBandwidth, [hostile], 1e9),
+        Sample::new(Metric::ProbeNcclRuns, [hostile], 1.0),
+        Sample::new(Metric::ProbeStorageRead, [hostile, hostile], 1e9),
+        Sample::new(Metric::ProbeStorageRuns, [hostile, hostile], 1.0),
+    ]);
+    s.publish(up("probes", out));
+    let page = render(&s.current(), &ctx());
+    assert!(page.contains("Node probes"), "{page}");
+    assert!(!page.contains("<script"), "{page}");
+    assert!(!page.contains("'x'"));
+    // The held GPU's unknown state, as its words and its attribute, escaped.
+    assert!(
+        page.contains(
+            "data-state=\"&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&quot;\"><td></td>"
+        ),
+        "{page}"
+    );
+    assert!(page.contains("<span class=\"probe-state unknown\">&lt;script&gt;"));
+}

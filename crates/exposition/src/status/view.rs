@@ -24,6 +24,102 @@ pub struct NodeView<'g> {
     /// The health collector's XID policy in force (`codes`, `policy`), by code; empty without
     /// one.
     pub xid_policy: Vec<(&'g str, &'g str)>,
+    /// The node-level probes' results and the GPUs by probe state.
+    pub probes: NodeProbes<'g>,
+}
+
+/// What the probes serve about the node as a whole: the NCCL all-reduce, the storage reads,
+/// and how many GPUs are in each state. Empty when the probes source serves nothing.
+#[derive(Debug, Default, PartialEq)]
+pub struct NodeProbes<'g> {
+    /// `dgx_pixels_probe_gpus`: (state, GPUs), for the states with at least one GPU.
+    pub gpus_by_state: Vec<(&'g str, f64)>,
+    /// `dgx_pixels_probe_nccl_largest_bus_bandwidth_bytes_per_second`.
+    pub nccl_largest: Option<f64>,
+    /// `dgx_pixels_probe_nccl_expected_bus_bandwidth_bytes_per_second`.
+    pub nccl_expected: Option<f64>,
+    /// `dgx_pixels_probe_nccl_gpus`: the all-reduce's n.
+    pub nccl_gpus: Option<f64>,
+    /// `dgx_pixels_probe_nccl_bus_bandwidth_bytes_per_second`: (`message_bytes`, bus
+    /// bandwidth), by message size.
+    pub nccl_sizes: Vec<(&'g str, f64)>,
+    /// `dgx_pixels_probe_nccl_runs_total` failures and collisions that counted: (outcome, runs).
+    pub nccl_failures: Vec<(&'g str, f64)>,
+    /// `dgx_pixels_probe_storage_read_bytes_per_second`: one per path.
+    pub storage: Vec<StorageView<'g>>,
+    /// `dgx_pixels_probe_storage_runs_total` failures that counted: (path, outcome, runs).
+    pub storage_failures: Vec<(&'g str, &'g str, f64)>,
+}
+
+impl NodeProbes<'_> {
+    /// Whether the probes serve anything about the node.
+    pub fn is_empty(&self) -> bool {
+        *self == NodeProbes::default()
+    }
+}
+
+/// The last storage read of a path.
+#[derive(Debug, PartialEq)]
+pub struct StorageView<'g> {
+    /// The `path` label.
+    pub path: &'g str,
+    /// The `direct` label: `true` where the page cache was bypassed.
+    pub direct: &'g str,
+    /// Read throughput, bytes per second.
+    pub bytes_per_second: f64,
+}
+
+/// What the probes found on a GPU and last measured on it, from the probes source's series.
+#[derive(Debug, Default, PartialEq)]
+pub struct GpuProbes<'g> {
+    /// `state` of `dgx_pixels_probe_gpu_state_info`: what its last attempt found.
+    pub state: Option<&'g str>,
+    /// Each fresh result: `probe` and its value (flops for GEMMs, bytes per second for copies,
+    /// seconds for the launch latency), by probe.
+    pub results: Vec<ProbeResult<'g>>,
+    /// `dgx_pixels_probe_p2p_worst_bandwidth_bytes_per_second`: (`peer_gpu`, bytes per second).
+    pub p2p_worst: Option<(&'g str, f64)>,
+    /// `dgx_pixels_probe_peak_fraction_ratio`: (`probe`, fraction of the part's peak).
+    pub peak_fractions: Vec<(&'g str, f64)>,
+    /// `dgx_pixels_probe_runs_total`: failures and collisions that counted (no `ok`, no skip): (probe, outcome, runs).
+    pub failures: Vec<(&'g str, &'g str, f64)>,
+}
+
+impl GpuProbes<'_> {
+    /// Whether the probes serve anything about this GPU.
+    pub fn is_empty(&self) -> bool {
+        *self == GpuProbes::default()
+    }
+
+    /// The fraction of peak served for `probe`.
+    pub fn peak_fraction(&self, probe: &str) -> Option<f64> {
+        self.peak_fractions
+            .iter()
+            .find(|(p, _)| *p == probe)
+            .map(|(_, f)| *f)
+    }
+}
+
+/// One probe result of a GPU.
+#[derive(Debug, PartialEq)]
+pub struct ProbeResult<'g> {
+    /// The `probe` label (`gemm_bf16`, `copy_h2d`, ...), `launch_latency` for the latency.
+    pub probe: &'g str,
+    /// What the value counts.
+    pub unit: ProbeUnit,
+    /// The value in that unit.
+    pub value: f64,
+}
+
+/// What a probe result counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeUnit {
+    /// Floating-point operations per second.
+    Flops,
+    /// Bytes per second.
+    BytesPerSecond,
+    /// Seconds.
+    Seconds,
 }
 
 /// The labels of `dgx_pixels_exporter_build_info`.
@@ -77,6 +173,8 @@ pub struct GpuView<'g> {
     pub fabric: Option<FabricView<'g>>,
     /// The ports of the GPU's rail NIC, by device and port.
     pub rail: Vec<RailView<'g>>,
+    /// Its probe state and results.
+    pub probes: GpuProbes<'g>,
 }
 
 /// A GPU's place and state in its NVLink fabric.
@@ -235,6 +333,10 @@ pub fn view(generation: &Generation) -> NodeView<'_> {
             .sort_by_key(|m| (m.gpu_instance, m.compute_instance));
         gpu.rail
             .sort_by(|a, b| (a.device, a.port).cmp(&(b.device, b.port)));
+        gpu.probes.results.sort_by(|a, b| a.probe.cmp(b.probe));
+        gpu.probes
+            .failures
+            .sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
     }
     let build = generation
         .statics()
@@ -280,13 +382,73 @@ pub fn view(generation: &Generation) -> NodeView<'_> {
     // By first code: "9" before "13-20".
     xid_policy
         .sort_by_key(|(codes, _)| codes.split('-').next().and_then(|c| c.parse::<u32>().ok()));
+    let probes = node_probes(generation);
     NodeView {
         build,
         node,
         gpus,
         sources,
         xid_policy,
+        probes,
     }
+}
+
+/// A run outcome the page lists: a failure or a collision. A skip is the probes being polite
+/// (the state says which), and `ok` is the result itself.
+fn is_failure(outcome: &str) -> bool {
+    outcome != "ok" && !outcome.starts_with("skipped_")
+}
+
+/// The node-level probe series of the served samples (no `gpu` label: not in the device view).
+fn node_probes(generation: &Generation) -> NodeProbes<'_> {
+    let mut p = NodeProbes::default();
+    let samples = generation
+        .snapshots()
+        .iter()
+        .filter_map(|s| s.served())
+        .flat_map(|o| &o.samples);
+    for s in samples {
+        let v = s.value;
+        match s.metric {
+            Metric::ProbeGpus if v > 0.0 => {
+                if let Some(state) = s.label("state") {
+                    p.gpus_by_state.push((state, v));
+                }
+            }
+            Metric::ProbeNcclLargestBusBandwidth => keep(&mut p.nccl_largest, v),
+            Metric::ProbeNcclExpectedBusBandwidth => keep(&mut p.nccl_expected, v),
+            Metric::ProbeNcclGpus => keep(&mut p.nccl_gpus, v),
+            Metric::ProbeNcclBusBandwidth if v.is_finite() => {
+                p.nccl_sizes
+                    .push((s.label("message_bytes").unwrap_or_default(), v));
+            }
+            Metric::ProbeNcclRuns if v > 0.0 => {
+                if let Some(outcome) = s.label("outcome").filter(|o| is_failure(o)) {
+                    p.nccl_failures.push((outcome, v));
+                }
+            }
+            Metric::ProbeStorageRead if v.is_finite() => p.storage.push(StorageView {
+                path: s.label("path").unwrap_or_default(),
+                direct: s.label("direct").unwrap_or_default(),
+                bytes_per_second: v,
+            }),
+            Metric::ProbeStorageRuns if v > 0.0 => {
+                let outcome = s.label("outcome").unwrap_or_default();
+                if is_failure(outcome) {
+                    p.storage_failures
+                        .push((s.label("path").unwrap_or_default(), outcome, v));
+                }
+            }
+            _ => {}
+        }
+    }
+    // Smallest message first, as nccl-tests prints them.
+    p.nccl_sizes
+        .sort_by_key(|(bytes, _)| bytes.parse::<u64>().unwrap_or(u64::MAX));
+    p.storage.sort_by(|a, b| a.path.cmp(b.path));
+    p.storage_failures
+        .sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    p
 }
 
 /// The first served value of a reading wins (one source owns a reading; should two serve it,
@@ -339,6 +501,28 @@ impl<'g> GpuView<'g> {
                     keep(&mut r.rate, v);
                 }
             }
+            Metric::ProbeGpuState if v == 1.0 => {
+                self.probes.state = self.probes.state.or(sample.label("state"));
+            }
+            Metric::ProbeGemm => self.probe_result(sample, ProbeUnit::Flops),
+            Metric::ProbeBandwidth => self.probe_result(sample, ProbeUnit::BytesPerSecond),
+            Metric::ProbeLaunchLatency => self.probe_result(sample, ProbeUnit::Seconds),
+            Metric::ProbeP2pWorstBandwidth if v.is_finite() => {
+                let peer = sample.label("peer_gpu").unwrap_or_default();
+                self.probes.p2p_worst = self.probes.p2p_worst.or(Some((peer, v)));
+            }
+            Metric::ProbePeakFraction if v.is_finite() => {
+                if let Some(probe) = sample.label("probe") {
+                    self.probes.peak_fractions.push((probe, v));
+                }
+            }
+            Metric::ProbeRuns if v > 0.0 => {
+                let outcome = sample.label("outcome").unwrap_or_default();
+                if is_failure(outcome) {
+                    let probe = sample.label("probe").unwrap_or_default();
+                    self.probes.failures.push((probe, outcome, v));
+                }
+            }
             health_series::STATE => {
                 let health = self.health.get_or_insert_with(Health::default);
                 if v == 1.0 && health.state.is_none() {
@@ -358,6 +542,22 @@ impl<'g> GpuView<'g> {
 }
 
 impl<'g> GpuView<'g> {
+    /// Adds a probe result; the latency has no `probe` label, it is the launch_latency probe.
+    fn probe_result(&mut self, sample: &'g Sample, unit: ProbeUnit) {
+        if !sample.value.is_finite() {
+            return;
+        }
+        let probe = sample.label("probe").unwrap_or("launch_latency");
+        if self.probes.results.iter().any(|r| r.probe == probe) {
+            return;
+        }
+        self.probes.results.push(ProbeResult {
+            probe,
+            unit,
+            value: sample.value,
+        });
+    }
+
     /// The rail port `sample` is about, added when first seen.
     fn rail_port(&mut self, sample: &'g Sample) -> Option<&mut RailView<'g>> {
         let device = sample.label("device").unwrap_or_default();
