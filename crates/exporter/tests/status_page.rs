@@ -286,7 +286,8 @@ fn the_gb200_tray_shows_fabric_and_rail_state_per_gpu() {
 /// read show below the GPUs.
 #[test]
 fn the_page_shows_each_gpus_probes_and_the_nodes_nccl_and_storage() {
-    let d = start(&["--simulate", "dgx-h100"]);
+    // Full detail: /metrics serves the per-GPU state the page shows in every profile.
+    let d = start(&["--simulate", "dgx-h100", "--metrics.detail", "full"]);
     let (_, waited) = wait_until(d.port, Duration::from_secs(60), |b| {
         b.contains("dgx_pixels_probe_nccl_largest_bus_bandwidth_bytes_per_second ")
             && b.contains("dgx_pixels_probe_storage_read_bytes_per_second{")

@@ -418,7 +418,7 @@ define_catalog! {
     ProbeGpus => Gauge None "dgx_pixels_probe_gpus" ["state"] ["probes"]
         "GPUs by what their last probe attempt found: measured, pending (not tried yet), busy, settling, held, in_use, mig, compute_mode, no_utilization, contended, failed. Tells \"probes on, all GPUs busy\" from \"probes broken\".";
     ProbeGpuState => Gauge None "dgx_pixels_probe_gpu_state_info" ["gpu", "uuid", "state"] ["probes"]
-        "One series (value 1) per GPU naming what its last probe attempt found, a state of dgx_pixels_probe_gpus (measured, pending, busy, settling, held, in_use, mig, compute_mode, no_utilization, contended, failed): which GPU the count is about, as the status page shows it.";
+        "One series (value 1) per GPU naming what its last probe attempt found, a state of dgx_pixels_probe_gpus (measured, pending, busy, settling, held, in_use, mig, compute_mode, no_utilization, contended, failed): which GPU the count is about. Full detail only; the status page shows it in every profile.";
     ProbeDuration => Histogram Seconds "dgx_pixels_probe_duration_seconds" ["gpu", "uuid", "probe"] ["probes"]
         "Wall time the GPU was held by one probe run, context setup included.";
     ProbeDutyCycle => Gauge Ratio "dgx_pixels_probe_duty_cycle_ratio" ["gpu", "uuid"] ["probes"]

@@ -234,6 +234,11 @@ pub static POLICIES: &[Entry] = &[
         why: "results older than three probe rounds are dropped, so a served result is recent",
     },
     Entry {
+        metric: Metric::ProbeGpuState,
+        policy: Policy::FullOnly,
+        why: "dgx_pixels_probe_gpus counts the GPUs per state for the fleet; which GPU is in which state is drill-down, and the status page shows it whatever the profile (it reads what the sources publish)",
+    },
+    Entry {
         metric: Metric::ProbeDutyCycle,
         policy: Policy::FullOnly,
         why: "bounded by [probes] duty_cycle; the probe source's own poll metrics say it runs",
