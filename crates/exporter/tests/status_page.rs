@@ -283,11 +283,26 @@ fn the_gb200_tray_shows_fabric_and_rail_state_per_gpu() {
 
 /// Issue 44: once the simulated node's probes have run, each GPU's row is followed by its probe
 /// state and last results as /metrics serves them, and the node's NCCL all-reduce and storage
-/// read show below the GPUs.
+/// read show below the GPUs. Four idle simulated H100s (the demo's job holds every GPU of
+/// dgx-h100, so its node probes wait for an idle node) with NCCL and a (modelled) storage path.
 #[test]
 fn the_page_shows_each_gpus_probes_and_the_nodes_nccl_and_storage() {
+    let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/p2p-node.toml");
+    let config = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        config.path(),
+        "[probes]\nsettle = \"0s\"\nnccl_allreduce = true\nstorage_paths = [\"/raid\"]\n",
+    )
+    .unwrap();
     // Full detail: /metrics serves the per-GPU state the page shows in every profile.
-    let d = start(&["--simulate", "dgx-h100", "--metrics.detail", "full"]);
+    let d = start(&[
+        "--simulate",
+        scenario,
+        "--config.file",
+        config.path().to_str().unwrap(),
+        "--metrics.detail",
+        "full",
+    ]);
     let (_, waited) = wait_until(d.port, Duration::from_secs(60), |b| {
         b.contains("dgx_pixels_probe_nccl_largest_bus_bandwidth_bytes_per_second ")
             && b.contains("dgx_pixels_probe_storage_read_bytes_per_second{")
@@ -298,7 +313,7 @@ fn the_page_shows_each_gpus_probes_and_the_nodes_nccl_and_storage() {
         "no NCCL, storage and GEMM result in 60 s"
     );
     let states = |metrics: &str| -> Vec<String> {
-        (0..8)
+        (0..4)
             .map(|i| {
                 series(metrics, "dgx_pixels_probe_gpu_state_info")
                     .into_iter()
@@ -318,7 +333,7 @@ fn the_page_shows_each_gpus_probes_and_the_nodes_nccl_and_storage() {
         if before != states(&text(d.port)) && attempt < 20 {
             continue;
         }
-        assert_eq!(page.matches("<tr class=\"probes\"").count(), 8, "{page}");
+        assert_eq!(page.matches("<tr class=\"probes\"").count(), 4, "{page}");
         for (i, state) in before.iter().enumerate() {
             let start = page.find(&format!("id=\"probes-{i}\"")).unwrap();
             let row = &page[start..start + page[start..].find("</tr>").unwrap()];
@@ -337,10 +352,9 @@ fn the_page_shows_each_gpus_probes_and_the_nodes_nccl_and_storage() {
         page.contains("<p id=\"nccl\">NCCL all-reduce: <b>"),
         "{page}"
     );
-    assert!(
-        page.contains(" over 8 GPUs (expected 370.0 GB/s: "),
-        "{page}"
-    );
+    // Four GPUs are no whole baseboard: no expected figure (the unit tests show one).
+    assert!(page.contains(" over 4 GPUs"), "{page}");
+    assert!(!page.contains("(expected "), "{page}");
     assert!(
         page.contains("<span class=\"storage-path\" data-path=\""),
         "{page}"
