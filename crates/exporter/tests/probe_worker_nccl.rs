@@ -8,8 +8,7 @@
 
 mod common;
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use common::{
@@ -229,29 +228,22 @@ fn nccl_warnings_on_stdout_leave_the_reply_intact() {
         target_seconds: 0.02,
     });
     let state = tempfile::tempdir().unwrap();
-    let mut child = Command::new(BIN)
-        .args(["probe-worker", "--nvml-library", fake_nvml_library()])
-        .env("FAKE_NVML_SCENARIO", SCENARIO)
-        .env("FAKE_NVML_TIME", TIME)
-        .env("FAKE_CUDA_SCENARIO", SCENARIO)
-        .env("FAKE_CUDA_TIME", TIME)
-        .env("FAKE_CUDA_STATE_DIR", state.path())
-        .env("FAKE_NVML_CUDA_STATE_DIR", state.path())
-        .env("LD_LIBRARY_PATH", fake_cuda_nccl_dir())
-        .env("FAKE_NCCL_STDOUT_WARN", "1")
-        .env("NCCL_DEBUG", "WARN")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(&serde_json::to_vec(&req).unwrap())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let state_dir = state.path().to_str().unwrap();
+    let out = common::probe_worker(
+        fake_nvml_library(),
+        &serde_json::to_vec(&req).unwrap(),
+        &[
+            ("FAKE_NVML_SCENARIO", SCENARIO),
+            ("FAKE_NVML_TIME", TIME),
+            ("FAKE_CUDA_SCENARIO", SCENARIO),
+            ("FAKE_CUDA_TIME", TIME),
+            ("FAKE_CUDA_STATE_DIR", state_dir),
+            ("FAKE_NVML_CUDA_STATE_DIR", state_dir),
+            ("LD_LIBRARY_PATH", fake_cuda_nccl_dir().to_str().unwrap()),
+            ("FAKE_NCCL_STDOUT_WARN", "1"),
+            ("NCCL_DEBUG", "WARN"),
+        ],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     let reply: WorkerReply = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}{stderr}", String::from_utf8_lossy(&out.stdout)));
@@ -355,25 +347,17 @@ fn the_worker_leaves_every_gpu_alone_when_one_is_in_use() {
         iterations: 3,
         target_seconds: 0.02,
     });
-    let mut child = Command::new(BIN)
-        .args(["probe-worker", "--nvml-library", fake_nvml_library()])
-        .env("FAKE_NVML_SCENARIO", "dgx-h100")
-        .env("FAKE_NVML_TIME", "60")
-        .env("FAKE_CUDA_SCENARIO", "dgx-h100")
-        .env("FAKE_CUDA_TIME", "60")
-        .env("LD_LIBRARY_PATH", fake_cuda_nccl_dir())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(&serde_json::to_vec(&req).unwrap())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = common::probe_worker(
+        fake_nvml_library(),
+        &serde_json::to_vec(&req).unwrap(),
+        &[
+            ("FAKE_NVML_SCENARIO", "dgx-h100"),
+            ("FAKE_NVML_TIME", "60"),
+            ("FAKE_CUDA_SCENARIO", "dgx-h100"),
+            ("FAKE_CUDA_TIME", "60"),
+            ("LD_LIBRARY_PATH", fake_cuda_nccl_dir().to_str().unwrap()),
+        ],
+    );
     let reply: WorkerReply = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
     assert!(

@@ -251,8 +251,9 @@ pub fn trace_report<P: AsRef<std::ffi::OsStr>>(paths: &[P]) -> serde_json::Value
 pub fn probe_worker(nvml: &str, input: &[u8], env: &[(&str, &str)]) -> std::process::Output {
     let mut child = Command::new(BIN)
         .args(["probe-worker", "--nvml-library", nvml])
-        .envs(env.iter().copied())
+        // No CUDA or NCCL from the host unless `env` names a directory of fakes.
         .env("LD_LIBRARY_PATH", "/nonexistent")
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
