@@ -925,14 +925,17 @@ fn two_rails(root: &std::path::Path, first: (&str, &str)) {
     );
 }
 
-/// The fake NVML's dgx-h100 at full detail, reading the fake sysfs tree at `root`; the config
-/// file lives as long as the second value.
-fn start_on_sysfs(root: &std::path::Path) -> (common::Daemon, tempfile::NamedTempFile) {
+/// The fake NVML's dgx-h100 at full detail, reading the fake sysfs tree at `root`, with
+/// `extra` appended to the config; the config file lives as long as the second value.
+fn start_on_sysfs(
+    root: &std::path::Path,
+    extra: &str,
+) -> (common::Daemon, tempfile::NamedTempFile) {
     let mut config = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
     let text = CONFIG.replace(
         "[nvml]\n",
         &format!("[nvml]\nsysfs = {:?}\n", root.to_str().unwrap()),
-    );
+    ) + extra;
     config.write_all(text.as_bytes()).unwrap();
     let d = start_with_env(
         &[
@@ -962,7 +965,7 @@ fn a_gpu_whose_rail_port_is_down_is_degraded_until_it_is_up() {
     let sysfs = tempfile::tempdir().unwrap();
     let root = sysfs.path();
     two_rails(root, ("1: DOWN", "3: Disabled"));
-    let (d, _config) = start_on_sysfs(root);
+    let (d, _config) = start_on_sysfs(root, "");
     let gpu_is = |b: &str, gpu: usize, want: Verdict| verdict(b, gpu) == Some(owned(want));
     let degraded = ("degraded", "check_hardware", "rail_port_down");
     let (body, _) = wait_until(d.port, Duration::from_secs(15), |b| {
@@ -1022,30 +1025,7 @@ fn the_second_nic_of_a_shared_switch_reaches_the_second_gpu() {
         [("mlx5_0", "0000:1c:00.0"), ("mlx5_1", "0000:2d:00.0")],
     );
     fake::set_port(root, "mlx5_1", "1: DOWN", "3: Disabled");
-    let run = |extra: &str| {
-        let mut config = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
-        let text = CONFIG.replace(
-            "[nvml]\n",
-            &format!("[nvml]\nsysfs = {:?}\n", root.to_str().unwrap()),
-        ) + extra;
-        config.write_all(text.as_bytes()).unwrap();
-        let d = start_with_env(
-            &[
-                "--nvml.library",
-                fake_nvml_library(),
-                "--config.file",
-                config.path().to_str().unwrap(),
-                "--metrics.detail",
-                "full",
-            ],
-            &[
-                ("FAKE_NVML_SCENARIO", "dgx-h100"),
-                ("FAKE_NVML_TIME", "100"),
-                ("FAKE_NVML_PCIE_DELAY_MS", "0"),
-            ],
-        );
-        (d, config)
-    };
+    let run = |extra: &str| start_on_sysfs(root, extra);
     let gpu_is = |b: &str, gpu: usize, want: Verdict| verdict(b, gpu) == Some(owned(want));
     let degraded = ("degraded", "check_hardware", "rail_port_down");
     let up = |body: &str, gpu: &str, device: &str| {
@@ -1112,7 +1092,7 @@ fn a_fifo_in_a_rail_nic_tree_stalls_no_gpu() {
         .status()
         .unwrap()
         .success());
-    let (d, _config) = start_on_sysfs(root);
+    let (d, _config) = start_on_sysfs(root, "");
     let all_healthy =
         |b: &str| (0..8).all(|g| verdict(b, g) == Some(owned(HEALTHY))) && b.contains("mlx5_1");
     let (body, _) = wait_until(d.port, Duration::from_secs(15), all_healthy);
