@@ -65,6 +65,10 @@ NO_DATA_ON_FLEET = {
                                                   "its promtool test fires it",
     "alert DgxPixelsStorageReadBelowTarget": "node-01's simulated /data reads at 12 GB/s, over "
                                              "the 8 GB/s target; its promtool test fires it",
+    "alert DgxPixelsP2pBandwidthLow": "node-relative since issue 43: it fires for a pair under "
+                                      "0.8 of the node's median pair, and node-01's NVLink pairs "
+                                      "all read alike; its promtool tests fire it (one slow pair) "
+                                      "and keep it quiet (all pairs equally slow)",
 }
 
 failures = []
