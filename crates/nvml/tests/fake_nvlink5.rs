@@ -8,23 +8,12 @@
 mod common;
 
 use common::{calls, nvlink5_totals, nvlink_errors, nvlink_link_errors};
-use dgx_pixels_metrics::Source;
 
 // One test in this file: the fake reads its environment at init, for this process.
 #[test]
 fn blackwell_serves_the_nvlink5_counters_of_the_gpu_and_its_links() {
-    let lib = common::fake_library();
-    let path = common::b200_with_symbol_errors("nvlink5");
-    std::env::set_var("FAKE_NVML_SCENARIO", &path);
-    std::env::set_var("FAKE_NVML_TIME", "60");
-    std::env::set_var("FAKE_NVML_PCIE_DELAY_MS", "0");
-    let mut s = common::every_poll_slow(lib);
     let polls = 3;
-    let mut out = Vec::new();
-    for _ in 0..polls {
-        out = s.poll().unwrap().samples;
-    }
-    std::fs::remove_file(&path).unwrap();
+    let out = common::b200_after_polls("nvlink5", &[], polls);
     let gpus = 8;
     assert_eq!(nvlink_errors(&out, "0"), nvlink5_totals(9.0));
     assert_eq!(nvlink_errors(&out, "1"), nvlink5_totals(0.0));

@@ -89,3 +89,30 @@ pub fn nvlink5_totals(symbol: f64) -> Vec<(&'static str, f64)> {
         ("symbol", symbol),
     ]
 }
+
+/// The last of `polls` polls of the fake dgx-b200 with symbol errors (scenario file `name`),
+/// every reading slow, with the fake's environment `env` (`FAKE_NVML_NVLINK5_SCOPE`, ...) on top
+/// of a fixed clock and no PCIe delay. For one test per process: the fake reads its environment
+/// at init.
+pub fn b200_after_polls(
+    name: &str,
+    env: &[(&str, &str)],
+    polls: u64,
+) -> Vec<dgx_pixels_metrics::Sample> {
+    use dgx_pixels_metrics::Source;
+    let lib = fake_library();
+    let path = b200_with_symbol_errors(name);
+    std::env::set_var("FAKE_NVML_SCENARIO", &path);
+    for (k, v) in env {
+        std::env::set_var(k, v);
+    }
+    std::env::set_var("FAKE_NVML_TIME", "60");
+    std::env::set_var("FAKE_NVML_PCIE_DELAY_MS", "0");
+    let mut s = every_poll_slow(lib);
+    let mut out = Vec::new();
+    for _ in 0..polls {
+        out = s.poll().unwrap().samples;
+    }
+    std::fs::remove_file(&path).unwrap();
+    out
+}
