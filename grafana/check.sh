@@ -10,10 +10,10 @@
 #   5. a real Prometheus with the recording rules loaded scrapes a fleet of built-in scenarios
 #      (dgx-h100 with its image-generation workload, its [cost] table, DCGM profiling and
 #      probes; dgx-a100-mig; fault-xid-storm with a finished evaluation job in a textfile;
-#      fault-gpu-lost; a GB200 NVL72 tray; an idle node with a GPU held by an HPC job) and every query returns at least one series, but for the panels
-#      grafana/tests/check.py lists with the reason, which must leave at least 95% of the
-#      queries with data (with "All" selected, then with one node and GPU); a misspelt metric
-#      must fail it.
+#      fault-gpu-lost; a GB200 NVL72 tray; an idle node with a GPU held by an HPC job; a DGX
+#      Spark node that stops once scraped) and every query returns at least one series with
+#      "All" selected, no exception; then with one node and GPU selected, but for the panels
+#      grafana/tests/check.py lists with the node they are about; a misspelt metric must fail it.
 # Usage: grafana/check.sh PATH/TO/dgx-pixels-exporter   (tools from scripts/install-test-tools.sh)
 set -euo pipefail
 BIN=$(realpath "${1:?usage: $0 EXPORTER_BINARY}")
@@ -125,6 +125,9 @@ mkdir -p "$work/jobs" && echo 7001 >"$work/jobs/1"
 printf '[health]\nidle_after = "1s"\n' >"$work/idle.toml"
 start_exporter idle-sim --simulate tests/e2e/idle-scenario.toml --config.file "$work/idle.toml" \
   --hpc.job-mapping-dir "$work/jobs"
+# A node that goes away once scraped, for "GPUs that stopped reporting" (stopped below).
+start_exporter gone-sim --simulate dgx-spark
+gone_pid=${pids[-1]}
 
 PROM_PORT=$(free_port)
 {
@@ -138,6 +141,14 @@ PROM_PORT=$(free_port)
   --web.listen-address="127.0.0.1:$PROM_PORT" >"$work/prometheus.log" 2>&1 &
 pids+=($!)
 wait_for "http://127.0.0.1:$PROM_PORT/-/ready" 30 || fail "prometheus not ready"
+# gone-sim stops once Prometheus has its GPU: the next scrape fails and its series go stale.
+gone_query="http://127.0.0.1:$PROM_PORT/api/v1/query?query=dgx_pixels_gpu_up%7Bnode%3D%22gone-sim%22%7D"
+deadline=$((SECONDS + 30))
+until curl -sf "$gone_query" | grep -q '"node":"gone-sim"'; do
+  [ $SECONDS -lt $deadline ] || fail "Prometheus never scraped gone-sim"
+  sleep 0.5
+done
+kill "$gone_pid"
 # fault-gpu-lost loses GPU 3 at 30 s and fault-xid-storm has its ECC error at 45 s.
 python3 grafana/tests/check.py live --timeout 90 "http://127.0.0.1:$PROM_PORT" "${dashboards[@]}" \
   || fail "a dashboard query returned no data"

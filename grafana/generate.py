@@ -505,8 +505,9 @@ def system_health():
     d.panel("stat", "Row remap failures / pending",
             "GPUs whose row remapping failed (need service) and GPUs waiting for a reset to "
             "remap rows.",
-            [q(f"sum(dgx_pixels_gpu_remapped_rows_failure{g})", "failed"),
-             q(f"sum(dgx_pixels_gpu_remapped_rows_pending{g})", "pending")],
+            # Both flags are served only while set (value 1) by default: none served is 0.
+            [q(f"count(dgx_pixels_gpu_remapped_rows_failure{g} == 1) or vector(0)", "failed"),
+             q(f"count(dgx_pixels_gpu_remapped_rows_pending{g} == 1) or vector(0)", "pending")],
             w=4, h=4, unit="short", thresholds=steps(GREEN, (1, RED)))
     d.panel("stat", "Exporter sources down",
             "Exporter sources (sim, nvml, dcgm, textfile, probes, ...) whose last poll failed.",

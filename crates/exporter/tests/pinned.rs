@@ -111,9 +111,9 @@ fn shape(exposition: &str) -> BTreeSet<String> {
 fn the_simulated_dgx_h100_serves_the_same_series() {
     let want = std::fs::read_to_string(pinned("simulate-dgx-h100-series.txt")).unwrap_or_default();
     let d = start(&["--simulate", "dgx-h100"]);
-    // Probe results (after the 10 s settle window, every default kind in the first pass) and
-    // the job-level trace series (after the first drop's analysis) come last; the set is
-    // steady from about 30 s on.
+    // Probe results (after the 10 s settle window, every kind in the first pass), the
+    // job-level trace series (after the first drop's analysis) and the job's processes (from
+    // 30 s) come last; the set is steady from about 35 s on.
     let deadline = Instant::now() + Duration::from_secs(90);
     let mut last;
     loop {
@@ -123,12 +123,16 @@ fn the_simulated_dgx_h100_serves_the_same_series() {
             + "\n=== metadata\n"
             + &metadata.into_iter().collect::<Vec<_>>().join("\n")
             + "\n";
-        // The first pass reaches every default probe kind (issue 44): GEMM, the copies'
-        // bandwidth and the launch latency all come within it.
+        // The first pass reaches every probe kind in the node's idle first 30 s (issue 44),
+        // the pair probe and the node probes included; the job's processes come after it.
         let steady = last.contains("dgx_pixels_trace_job_complete{trace_job}")
             && last.contains("dgx_pixels_probe_gemm_flops{")
             && last.contains("dgx_pixels_probe_bandwidth_bytes_per_second{")
-            && last.contains("dgx_pixels_probe_launch_latency_seconds{");
+            && last.contains("dgx_pixels_probe_launch_latency_seconds{")
+            && last.contains("dgx_pixels_probe_p2p_worst_bandwidth_bytes_per_second{")
+            && last.contains("dgx_pixels_probe_storage_read_bytes_per_second{")
+            && last.contains("dgx_pixels_probe_nccl_largest_bus_bandwidth_bytes_per_second")
+            && last.contains("dgx_pixels_process_memory_used_bytes{");
         if (steady && std::env::var_os("PIN_UPDATE").is_some()) || last == want {
             break;
         }

@@ -98,9 +98,8 @@ fn a_gpu_with_another_process_is_refused() {
         let reply = run(SCENARIO, gpu, &[]);
         assert_eq!(skip_of(&reply), Some(Skip::InUse), "{reply:?}");
     }
-    // The same GPUs before the job started are free (frozen time 0 is in the job, so use the
-    // built-in dgx-h100 for a busy one instead).
-    let reply = run("dgx-h100", 5, &[]);
+    // The built-in dgx-h100 at 60 s, in training (its first 35 s are between jobs).
+    let reply = run("dgx-h100", 5, &[("FAKE_NVML_TIME", "60")]);
     assert_eq!(skip_of(&reply), Some(Skip::InUse), "{reply:?}");
 }
 

@@ -124,9 +124,9 @@ fn a_simulated_node_serves_the_traces_of_its_eight_ranks_equal_to_trace_analyze(
         let process = series(&body, "dgx_pixels_process_memory_used_bytes")
             .into_iter()
             .find(|l| l.contains(&format!("pid=\"{pid}\"")));
-        // dgx-h100's GPU 7 joins the job 45 s into the cycle: until then it has no process
-        // (the scenario's idle window for the probes), so rank 7's pid joins nothing yet.
-        let joined_late = rank == "7" && took < Duration::from_secs(44);
+        // dgx-h100's GPU 7 joins the job 50 s into the cycle, 15 s after the others: until
+        // then it has no process, so rank 7's pid joins nothing yet.
+        let joined_late = rank == "7" && took < Duration::from_secs(50);
         match process {
             Some(process) => assert!(process.contains(&format!("gpu=\"{rank}\"")), "{process}"),
             None if joined_late => assert!(
@@ -151,11 +151,33 @@ fn a_simulated_node_serves_the_traces_of_its_eight_ranks_equal_to_trace_analyze(
     drop(d);
 }
 
+/// dgx-h100's job starts 30 s in (its traces with it); fault-ecc's at once.
+#[test]
+fn the_first_drop_comes_when_the_job_starts() {
+    let root = tempfile::tempdir().unwrap();
+    let d = start(&[
+        "--simulate",
+        "dgx-h100",
+        "--simulate.trace-directory",
+        root.path().to_str().unwrap(),
+    ]);
+    let first = root.path().join(JOB).join("rank7.step0_memory.pickle");
+    std::thread::sleep(Duration::from_secs(20));
+    assert!(!first.exists(), "a trace of a job that has not started");
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while !first.exists() {
+        assert!(Instant::now() < deadline, "no drop once the job started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(d);
+}
+
 #[test]
 fn the_private_trace_directory_lives_under_tmpdir_and_goes_at_exit() {
+    const JOB: &str = "simulated-fault-ecc";
     let tmp = tempfile::tempdir().unwrap();
     let d = start_with_env(
-        &["--simulate", "dgx-h100"],
+        &["--simulate", "fault-ecc"],
         &[("TMPDIR", tmp.path().to_str().unwrap())],
     );
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -480,6 +480,9 @@ struct GpuState {
     /// reading says otherwise) and the uuid.
     key: Arc<DeviceKey>,
     next_due: Instant,
+    /// Its rotation: every enabled kind once, in the order it runs them (the first pass
+    /// reorders what is left of it, [`first_pass_pick`]).
+    order: Vec<ProbeKind>,
     next_probe: usize,
     results: BTreeMap<ProbeKind, LastResult>,
     /// The pair probe's last result from this GPU to each peer, by the peer's position.
@@ -529,6 +532,34 @@ impl GpuState {
         } else {
             self.next_due = from + pause + std::mem::take(&mut self.owed);
         }
+    }
+}
+
+/// Whether `g` has a result of `kind` (for `p2p_copy`, with any peer).
+fn has_result(g: &GpuState, kind: ProbeKind) -> bool {
+    if kind.needs_peer() {
+        !g.pairs.is_empty()
+    } else {
+        g.results.contains_key(&kind)
+    }
+}
+
+/// Moves to the front of what is left of GPU `i`'s first pass the kind the fewest GPUs of the
+/// node have a result of (the earliest in its rotation on a tie), so that the node's first
+/// runs reach every kind within K of them, not K + N - 1 (issue 44: the simulated node's
+/// first minute shows every probe). A pair kind waits while no peer may be probed.
+fn first_pass_pick(settings: &ScheduleSettings, gpus: &mut [GpuState], i: usize, now: Instant) {
+    let n = gpus.len();
+    let k = gpus[i].order.len();
+    let left = gpus[i].first_pass.min(k);
+    let peer_free = (0..n).any(|j| j != i && skip_of(settings, &gpus[j], now).is_none());
+    let start = gpus[i].next_probe;
+    let best = (0..left)
+        .map(|j| (j, gpus[i].order[(start + j) % k]))
+        .filter(|(_, kind)| peer_free || !kind.needs_peer())
+        .min_by_key(|(j, kind)| (gpus.iter().filter(|g| has_result(g, *kind)).count(), *j));
+    if let Some((j, _)) = best {
+        gpus[i].order.swap(start % k, (start + j) % k);
     }
 }
 
@@ -708,7 +739,9 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
                             id,
                             next_due: now,
                             // Staggered starts: the first runs on the node are of distinct
-                            // kinds, every kind within K + N - 1 of them.
+                            // kinds (and the first pass prefers kinds the node has no result
+                            // of yet).
+                            order: self.probes.clone(),
                             next_probe: i * k / n.max(1),
                             results: BTreeMap::new(),
                             pairs: BTreeMap::new(),
@@ -794,7 +827,10 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
             return;
         };
         self.cursor = (i + 1) % n.max(1);
-        let kind = probes[gpus[i].next_probe % probes.len()];
+        if gpus[i].first_pass > 0 {
+            first_pass_pick(&self.settings, gpus, i, now);
+        }
+        let kind = gpus[i].order[gpus[i].next_probe % probes.len()];
         {
             let g = &mut gpus[i];
             if let Some((gpu, _)) = g.reading {

@@ -49,6 +49,10 @@ pub struct ProbesSettings {
     pub nccl_max_bytes: Option<u64>,
 }
 
+/// The local NVMe array a simulated node's `storage_read` probe reads unless `[probes]
+/// storage_paths` says otherwise: where a DGX mounts its local RAID 0 of NVMe drives.
+pub const SIMULATED_STORAGE_PATH: &str = "/raid";
+
 /// Default `[probes] worker_timeout`: a context, cuBLAS and four iterations take 1-3 s on a
 /// real GPU; the deadline is for a hung one.
 pub const DEFAULT_WORKER_TIMEOUT: Duration = Duration::from_secs(20);
@@ -126,6 +130,19 @@ impl ProbesSettings {
         Ok(s)
     }
 
+    /// The schedule of a simulated node (`--simulate`): what `[probes]` sets, and for what it
+    /// leaves unset the demo's defaults instead of a real node's, so that the first minute shows
+    /// every probe: every probe kind, `nccl_allreduce` on, and `storage_read` of the simulated
+    /// local NVMe array [`SIMULATED_STORAGE_PATH`] (a name only: nothing of the host is read).
+    pub fn simulated_schedule(&self) -> Result<ScheduleSettings, ProbesSettingsError> {
+        let mut s = self.clone();
+        s.probes.get_or_insert_with(|| "all".into());
+        s.nccl_allreduce.get_or_insert(true);
+        s.storage_paths
+            .get_or_insert_with(|| vec![SIMULATED_STORAGE_PATH.into()]);
+        s.schedule()
+    }
+
     /// `worker_timeout` or its default, checked.
     pub fn worker_timeout(&self) -> Result<Duration, SettingError> {
         timeout_in_range(
@@ -175,5 +192,28 @@ mod tests {
         let e = s.nccl_timeout().unwrap_err().to_string();
         assert!(e.contains("probes.nccl_timeout"), "{e}");
         assert!(s.schedule().is_err());
+    }
+
+    #[test]
+    fn a_simulated_node_runs_every_probe_unless_the_table_says_otherwise() {
+        let all = ProbesSettings::default().simulated_schedule().unwrap();
+        assert_eq!(all.probes, dgx_pixels_probes::ProbeKind::ALL);
+        assert!(all.nccl_allreduce);
+        assert_eq!(all.storage_paths, [std::path::PathBuf::from("/raid")]);
+        // A real node's defaults are the lean ones.
+        let real = ProbesSettings::default().schedule().unwrap();
+        assert_eq!(real.probes, dgx_pixels_probes::ProbeKind::DAEMON_DEFAULT);
+        assert!(!real.nccl_allreduce && real.storage_paths.is_empty());
+        // What the table sets wins, in simulation too.
+        let set = ProbesSettings {
+            probes: Some("gemm_bf16".into()),
+            nccl_allreduce: Some(false),
+            storage_paths: Some(Vec::new()),
+            ..ProbesSettings::default()
+        }
+        .simulated_schedule()
+        .unwrap();
+        assert_eq!(set.probes, [dgx_pixels_probes::ProbeKind::GemmBf16]);
+        assert!(!set.nccl_allreduce && set.storage_paths.is_empty());
     }
 }

@@ -79,6 +79,22 @@ pub static PEAKS: &[Peaks] = &[
         fp64: 19.5 * T,              // fact: peak.a100-pcie-80gb.fp64
         memory_bandwidth: 1.935 * T, // fact: peak.a100-pcie-80gb.memory
     },
+    Peaks {
+        names: &["NVIDIA B200"],
+        bf16: 2250.0 * T,          // fact: peak.b200.bf16
+        tf32: 1100.0 * T,          // fact: peak.b200.tf32
+        fp32: 75.0 * T,            // fact: peak.b200.fp32
+        fp64: 37.0 * T,            // fact: peak.b200.fp64
+        memory_bandwidth: 7.7 * T, // fact: peak.b200.memory
+    },
+    Peaks {
+        names: &["NVIDIA GB200"],
+        bf16: 2500.0 * T,          // fact: peak.gb200.bf16
+        tf32: 1250.0 * T,          // fact: peak.gb200.tf32
+        fp32: 80.0 * T,            // fact: peak.gb200.fp32
+        fp64: 40.0 * T,            // fact: peak.gb200.fp64
+        memory_bandwidth: 8.0 * T, // fact: peak.gb200.memory
+    },
 ];
 
 /// NVLink bandwidth of one GPU in one direction (half the data sheets' bidirectional figure),
@@ -86,7 +102,7 @@ pub static PEAKS: &[Peaks] = &[
 /// NVLink, or with a bridge that joins only a pair (PCIe cards), have no entry. Sources, in
 /// docs/probes.md ("Expected P2P bandwidth"): the A100 data sheet (NVLink 600 GB/s, SXM4),
 /// the H100 data sheet (900 GB/s, SXM5), the H200 data sheet (900 GB/s, SXM) and the
-/// HGX/DGX B200 data sheets (fifth-generation NVLink, 1.8 TB/s per GPU).
+/// HGX/DGX B200 and GB200 NVL72 data sheets (fifth-generation NVLink, 1.8 TB/s per GPU).
 pub static NVLINK_PER_DIRECTION: &[(&[&str], f64)] = &[
     (
         &[
@@ -99,6 +115,7 @@ pub static NVLINK_PER_DIRECTION: &[(&[&str], f64)] = &[
     ),
     (&["NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-40GB"], 300e9), // fact: nvlink.per-direction.a100
     (&["NVIDIA B200"], 900e9),                                    // fact: nvlink.per-direction.b200
+    (&["NVIDIA GB200"], 900e9), // fact: nvlink.per-direction.gb200
 ];
 
 /// The per-direction NVLink bandwidth of `model` ([`NVLINK_PER_DIRECTION`]).

@@ -657,7 +657,7 @@ mod tests {
     #[test]
     fn the_simulated_workload_follows_the_gpus_energy_and_clocks() {
         let mut s = SimSource::new(node("dgx-h100"));
-        s.started = Instant::now() - Duration::from_secs(60);
+        s.started = Instant::now() - Duration::from_secs(120);
         let families = s.poll().unwrap().external;
         let fam = |name: &str| families.iter().find(|f| f.name == name).unwrap();
         let images = fam(IMAGES);

@@ -271,9 +271,10 @@ mod tests {
 
     #[test]
     fn busy_gpus_are_left_alone_as_on_hardware() {
-        // dgx-h100 trains on GPUs 0-6 from the start (GPU 7 joins at 45 s): those are
-        // skipped as busy, the idle one is measured.
-        let mut s = source(settings(), node("dgx-h100"), Instant::now()).unwrap();
+        // dgx-h100 40 s into its cycle: its job runs on GPUs 0-6 from 30 s (GPU 7 joins at
+        // 50 s): those are skipped as busy, the idle one is measured.
+        let started = Instant::now() - Duration::from_secs(40);
+        let mut s = source(settings(), node("dgx-h100"), started).unwrap();
         for _ in 0..8 {
             s.poll().unwrap();
         }

@@ -117,6 +117,29 @@ const RATES: &[Rates] = &[
         flop_per_clock: Some([221_184.0, 110_592.0, 13_824.0, 13_824.0]),
         memory_bus_bytes: 640.0,
     },
+    // NVIDIA publishes no SM count or per-SM rate for Blackwell parts: the data sheets' dense
+    // peaks (docs/facts.md, peak.b200.* and peak.gb200.*) over the maximum SM clock of the
+    // built-in scenarios (1,965 MHz B200, 2,062 MHz GB200); 8 HBM3e stacks of 1024 bits.
+    Rates {
+        names: &["NVIDIA B200"],
+        flop_per_clock: Some([
+            2.25e15 / 1.965e9,
+            1.1e15 / 1.965e9,
+            75e12 / 1.965e9,
+            37e12 / 1.965e9,
+        ]),
+        memory_bus_bytes: 1024.0,
+    },
+    Rates {
+        names: &["NVIDIA GB200"],
+        flop_per_clock: Some([
+            2.5e15 / 2.062e9,
+            1.25e15 / 2.062e9,
+            80e12 / 2.062e9,
+            40e12 / 2.062e9,
+        ]),
+        memory_bus_bytes: 1024.0,
+    },
     Rates {
         names: &["NVIDIA GB10"],
         flop_per_clock: None,

@@ -655,6 +655,16 @@ impl Scenario {
     pub fn repeat_after(&self) -> Option<Duration> {
         self.repeat_after
     }
+
+    /// When the workload first puts a GPU to work (the start of the first phase with a
+    /// utilization above 0): a simulated job's processes, and its profiler traces, exist from
+    /// then on. Zero for a scenario without phases.
+    pub fn job_starts_at(&self) -> Duration {
+        self.phases
+            .iter()
+            .find(|p| p.utilization > 0.0)
+            .map_or(Duration::ZERO, |p| p.start)
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -71,6 +71,9 @@ pub struct SimulatedJob {
     /// The host process id of each rank: the simulated node's process on GPU N, so the
     /// traces join to `dgx_pixels_process_memory_used_bytes` by pid as a real job's do.
     pub process_ids: Vec<u32>,
+    /// Time before the first drop: a profiler window ends after the job has run for a while
+    /// (a simulated node whose job starts later waits for it).
+    pub first_drop_after: Duration,
     /// Time between two drops.
     pub period: Duration,
     /// Drops kept on disk.
@@ -88,7 +91,8 @@ pub struct SimulatedTraces {
 }
 
 impl SimulatedTraces {
-    /// Creates the directory and starts the writer; the first drop is written at once.
+    /// Creates the directory and starts the writer; the first drop is written after
+    /// `first_drop_after`.
     pub fn start(job: SimulatedJob) -> std::io::Result<SimulatedTraces> {
         let (root, temp) = match &job.directory {
             Some(d) => {
@@ -158,8 +162,24 @@ impl Writer {
         self.stop.load(Ordering::Relaxed)
     }
 
+    /// Waits `wait` or until stopped.
+    fn sleep(&self, wait: Duration) {
+        // checked: a wait past the clock's range lasts until stopped, never panics.
+        let until = std::time::Instant::now().checked_add(wait);
+        while !self.stopped() {
+            let left = until.map_or(Duration::MAX, |u| {
+                u.saturating_duration_since(std::time::Instant::now())
+            });
+            if left.is_zero() {
+                break;
+            }
+            std::thread::park_timeout(left);
+        }
+    }
+
     fn run(mut self) {
         let mut step: u64 = 0;
+        self.sleep(self.job.first_drop_after);
         while !self.stopped() {
             match self.write_drop(step) {
                 Ok(files) => self.written.push_back(files),
@@ -171,17 +191,7 @@ impl Writer {
                 }
             }
             step += 1;
-            // checked: a period past the clock's range waits until stopped, never panics.
-            let until = std::time::Instant::now().checked_add(self.job.period);
-            while !self.stopped() {
-                let left = until.map_or(Duration::MAX, |u| {
-                    u.saturating_duration_since(std::time::Instant::now())
-                });
-                if left.is_zero() {
-                    break;
-                }
-                std::thread::park_timeout(left);
-            }
+            self.sleep(self.job.period);
         }
         // A directory chosen by the operator keeps nothing of ours.
         for f in self.written.drain(..).flatten() {
@@ -262,6 +272,37 @@ mod tests {
         v
     }
 
+    /// A job that starts later drops nothing before it (its ranks' processes do not exist
+    /// yet), then drops as usual.
+    #[test]
+    fn the_first_drop_waits_for_the_job() {
+        let chosen = tempfile::tempdir().unwrap();
+        let started = std::time::Instant::now();
+        let sim = SimulatedTraces::start(SimulatedJob {
+            directory: Some(chosen.path().to_path_buf()),
+            name: "late".into(),
+            ranks: 2,
+            process_ids: Vec::new(),
+            first_drop_after: Duration::from_millis(500),
+            period: Duration::from_millis(20),
+            keep: 2,
+        })
+        .unwrap();
+        let first = chosen
+            .path()
+            .join("simulated-late/rank1.step0_memory.pickle");
+        let deadline = started + Duration::from_secs(60);
+        while !first.exists() {
+            assert!(std::time::Instant::now() < deadline, "no first drop");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(
+            started.elapsed() >= Duration::from_millis(500),
+            "dropped before the job"
+        );
+        drop(sim);
+    }
+
     #[test]
     fn drops_marked_traces_of_every_rank_keeps_a_bounded_number_and_cleans_up() {
         let job = SimulatedJob {
@@ -269,6 +310,7 @@ mod tests {
             name: "llm".into(),
             ranks: 8,
             process_ids: Vec::new(),
+            first_drop_after: Duration::ZERO,
             period: Duration::from_millis(20),
             keep: 2,
         };
@@ -292,6 +334,7 @@ mod tests {
             name: "llm".into(),
             ranks: 8,
             process_ids: Vec::new(),
+            first_drop_after: Duration::ZERO,
             period: Duration::from_millis(20),
             keep: 2,
         };
@@ -356,6 +399,7 @@ mod tests {
             name: "llm".into(),
             ranks: 2,
             process_ids: Vec::new(),
+            first_drop_after: Duration::ZERO,
             period: Duration::from_millis(20),
             keep: 2,
         };

@@ -5,7 +5,8 @@
 //! config file). In `--simulate` mode the same scheduler runs over the simulator instead
 //! (`dgx_pixels_sim_source::probes`), on unless turned off: its results are what the
 //! simulator's benchmark model says a probe would measure (see docs/architecture.md, "The
-//! simulated node").
+//! simulated node"), and what `[probes]` leaves unset takes the demo's defaults (every probe
+//! kind, `nccl_allreduce`, `storage_read` of `/raid`: `ProbesSettings::simulated_schedule`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,6 +33,9 @@ pub type Options = ProbesSettings;
 impl TableOptions for ProbesSettings {
     fn check(&self, settings: &Settings) -> Result<(), ConfigError> {
         self.schedule()?;
+        if settings.simulation.scenario.is_some() {
+            self.simulated_schedule()?;
+        }
         // A worker must be killed before the poll that waits for it overruns its own
         // deadline (the runner would serve the probes source down for a hang the worker
         // timeout handles).
@@ -84,7 +88,7 @@ pub const COLLECTOR: Collector = Collector {
 fn build(ctx: &BuildContext<'_>) -> Result<Built> {
     match ctx.simulated {
         Some(sim) => Ok(Some(Box::new(dgx_pixels_sim_source::probes::source(
-            options(ctx.settings).schedule()?,
+            options(ctx.settings).simulated_schedule()?,
             Node::new(sim.scenario.clone()),
             sim.started,
         )?))),

@@ -101,6 +101,9 @@ fn build(ctx: &BuildContext<'_>) -> Result<Built> {
 /// simulated nodes are told apart (`trace_job="simulated-dgx-h100"`). A directory the operator
 /// chose must work; without a writable `$TMPDIR` (a read-only root filesystem without an
 /// emptyDir) the node runs without simulated traces rather than not at all.
+/// How long the simulated job runs before its first profiler window ends and is dropped.
+const FIRST_DROP_INTO_JOB: std::time::Duration = std::time::Duration::from_secs(1);
+
 fn start_simulated(settings: &Settings, scenario: &Scenario) -> Result<Option<SimulatedTraces>> {
     let sim = &settings.simulation;
     let name: String = scenario
@@ -122,6 +125,9 @@ fn start_simulated(settings: &Settings, scenario: &Scenario) -> Result<Option<Si
         process_ids: (0..scenario.gpus().len() as u64)
             .map(dgx_pixels_sim::process_id)
             .collect(),
+        // The first drop once the job has run for a few seconds (its processes exist, so the
+        // ranks' pids join them), not during the scenario's idle start.
+        first_drop_after: scenario.job_starts_at() + FIRST_DROP_INTO_JOB,
         period: sim.trace_period(),
         keep: DEFAULT_KEEP,
     };

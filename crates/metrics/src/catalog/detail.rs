@@ -99,6 +99,16 @@ pub static POLICIES: &[Entry] = &[
         why: "only a GPU whose XIDs nobody observes (value 0); the health verdict reads it either way",
     },
     Entry {
+        metric: Metric::GpuRemappedRowsFailure,
+        policy: Policy::NonZero,
+        why: "only a GPU whose row remapping failed (value 1, a service case); the health verdict reads it either way",
+    },
+    Entry {
+        metric: Metric::GpuRemappedRowsPending,
+        policy: Policy::NonZero,
+        why: "only a GPU with a remap waiting for its reset (value 1); the health verdict reads it either way",
+    },
+    Entry {
         metric: Metric::GpuStaleReadings,
         policy: Policy::NonZero,
         why: "only while a source left stale readings out",

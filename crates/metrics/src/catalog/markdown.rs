@@ -82,8 +82,8 @@ bill. The exporter serves one of two profiles, `--metrics.detail` (`[metrics] de
   series per GPU, a MIG instance counting as a GPU of its own, without the families a job
   reports (workload, quality, traces: they grow with what the job writes), and with as many
   processes and XID codes as the built-in scenarios show (one process per GPU or MIG instance,
-  two on `dgx-a100-mig`'s time-sliced GPU 4, which serves exactly 60, and two on its MPS-shared
-  GPU 5; one XID code at a time):
+  two on `dgx-a100-mig`'s time-sliced GPU 4 and two on its MPS-shared GPU 5; one XID code at a
+  time; 59 the most any GPU of a built-in scenario serves, 2026-12-02):
   `crates/exporter/tests/series_budget.rs` holds every built-in scenario through its faults,
   with DCGM profiling and probes, and the fake NVML, to it. Each further process adds one
   series, and on a shared GPU one more while it is among the top K by activity
@@ -113,8 +113,13 @@ and use the sparse series to find the part.
   both on one GPU: four totals by default, six at full detail).
 - **Probes**: the daemon rotates through `gemm_bf16`, `copy_d2d`, `copy_h2d` and
   `launch_latency` unless `[probes] probes` names others (`all` adds the fp16, tf32, fp32 and
-  fp64 GEMMs and `copy_d2h`); each probe costs a GPU two series (result and fraction of peak),
-  and a third once it has failed.
+  fp64 GEMMs, `copy_d2h` and `p2p_copy`); each probe costs a GPU two series (result and
+  fraction of peak; one for host copies and launch latency, which have no published peak),
+  and a third once it has failed; `p2p_copy` costs n + 1 on an n-GPU node (the worst peer,
+  its fraction and each of the n - 1 pairs). A simulated node runs every kind unless `[probes]`
+  says otherwise, to show them all (issue 44): at most 75 series per GPU on every built-in
+  scenario that way (72 measured), the same test's other half; the 60 above is a real
+  node's default.
 - **Node probes** (opt-in, node level, not per GPU): `storage_read` costs one series per
   configured path (its throughput; its five outcome counters at full detail, failures in both
   profiles once they happen); `nccl_allreduce` costs 6 series per node (the bus bandwidth at
@@ -150,6 +155,7 @@ everything, the job's trace series and the exporter's own included.
 | simulated DGX H100 | full | 197 | 2,143 | 2.14 M |
 | fake NVML, DGX H100 (NVML with GPM profiling and fast power) | default | 51 | 481 | 0.48 M |
 | fake NVML, DGX H100 | full | 93 | 845 | 0.85 M |
+| simulated DGX H100 with a simulated node's own probe defaults (every kind, `p2p_copy`, NCCL, `/raid`; issue 44, 2026-12-02, `series_budget.rs`, most of any GPU over 45 s; 72 on `gb200-nvl72-tray`, the most of any scenario) | default | 68 | - | - |
 | the previous build (4df81c2), simulated, its default (all 9 probes) | - | 245 | 2,084 | 2.08 M |
 | the previous build (4df81c2), fake NVML (no GPM) | - | 68 | 575 | 0.58 M |
 
