@@ -96,8 +96,8 @@ wait_for "http://127.0.0.1:$PROM_PORT/-/ready" 30 || fail "prometheus not ready"
 started=$SECONDS
 
 passed=0 failed=0
-check() { # NAME EXPR EXPECTED
-  local deadline=$((SECONDS + 20)) got
+check() { # NAME EXPR EXPECTED [TIMEOUT_S]
+  local deadline=$((SECONDS + ${4:-20})) got
   while :; do
     got=$(query "$2")
     [ "$got" = "$3" ] && { echo "ok: $1 ($2 = $got)"; passed=$((passed + 1)); return; }
@@ -124,10 +124,13 @@ text_series=$(curl -sf "http://127.0.0.1:$TF_PORT/metrics" | grep -vc '^#')
 check "every textfile series ingested from OpenMetrics" 'scrape_samples_scraped{job="dgx-textfile"}' "$text_series"
 check "simulated workload on 4 GPUs" 'count(dgx_pixels_workload_images_generated_total{job="dgx-sim"})' 4
 check "cost gauges" 'dgx_pixels_cost_power_usage_effectiveness{job="dgx-sim"}' 1.25
-check "rules loaded" 'count(gpu:dgx_pixels_workload_energy_per_image_joules:rate5m{job="dgx-sim"})' 4
+# dgx-h100's job starts 30 s in (its first 30 s are between jobs): images, and so energy per
+# image, from then on.
+check "rules loaded" 'count(gpu:dgx_pixels_workload_energy_per_image_joules:rate5m{job="dgx-sim"})' 4 60
 
-# Let the 30s windows fill, then compare the recorded values with the raw samples.
-while [ $((SECONDS - started)) -lt 40 ]; do sleep 1; done
+# Let the 30s windows fill with the job running, then compare the recorded values with the raw
+# samples.
+while [ $((SECONDS - started)) -lt 70 ]; do sleep 1; done
 python3 - "$PROM_PORT" <<'PY' || failed=$((failed + 1))
 import json, sys, urllib.parse, urllib.request
 

@@ -129,6 +129,9 @@ fn the_simulated_node_serves_at_most_60_series_per_gpu_and_full_detail_serves_th
     assert!(!default.contains("counter=\"aggregate\""));
     assert!(!default.contains("dgx_pixels_gpu_bar1_used_bytes{"));
     assert!(!default.contains("outcome=\"ok\""));
+    // The row-remap flags only while set (none on this healthy node).
+    assert!(!default.contains("dgx_pixels_gpu_remapped_rows_pending{"));
+    assert!(!default.contains("dgx_pixels_gpu_remapped_rows_failure{"));
 
     let full = simulated("full");
     let full_counts = per_gpu(&full);
@@ -147,6 +150,8 @@ fn the_simulated_node_serves_at_most_60_series_per_gpu_and_full_detail_serves_th
         "dgx_pixels_pcie_link_max_width{",
         "dgx_pixels_probe_duration_seconds_bucket{",
         "outcome=\"ok\"",
+        "dgx_pixels_gpu_remapped_rows_pending{",
+        "dgx_pixels_gpu_remapped_rows_failure{",
     ] {
         assert!(full.contains(needle), "full detail lacks {needle}");
     }

@@ -109,7 +109,6 @@ fn profiling_and_probes_are_on_by_default_and_serve_the_simulators_values() {
 /// published peaks, the simulated job's communication from its traces, the verdicts and the
 /// prices.
 const FIRST_MINUTE: &[&str] = &[
-    "dgx_pixels_probe_gemm_flops{gpu=\"", // each precision: below
     "dgx_pixels_probe_launch_latency_seconds{",
     "dgx_pixels_probe_p2p_worst_bandwidth_bytes_per_second{",
     "dgx_pixels_probe_p2p_bandwidth_bytes_per_second{",
