@@ -14,7 +14,7 @@ FLEET_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # alerts data: training and MIG nodes, a GB200 NVL72 tray with lasting fabric and rail faults
 # and an expected GPU count it misses (node-07), a GB10 serving an LLM
 # (a textfile writer, below), one node per fault scenario, idle nodes (one with a GPU held by an
-# HPC job, one whose kubelet socket is missing), a node with probes on busy GPUs, a finished
+# HPC job, one whose kubelet socket is missing), a node probing P2P pairs in its idle window, a finished
 # evaluation job and a broken textfile. node-20 is the one fleet.sh stops before comparing.
 FLEET_NODES=(
   "node-01|dgx-h100|probes"
@@ -46,10 +46,11 @@ fleet_scenario() { # SCENARIO N
 fleet_role_args() { # ROLE
   case $1 in
     probes)
-      # The opt-in probes too, so their rules have data: P2P first in each GPU's turn (a pair
-      # per GPU within the run), NCCL across the node and a storage path (simulated: nothing of
-      # the host is read).
-      printf '[probes]\nbusy_threshold = 1.0\nsettle = "0s"\nduty_cycle = 0.2\nprobes = "p2p_copy,gemm_bf16,copy_d2d,copy_h2d"\nnccl_allreduce = true\nstorage_paths = ["/data"]\n' \
+      # The pair probe alone in the node's idle window (its first 30 s; the job's process then
+      # makes every GPU `skipped_in_use`, as on hardware), so each GPU gets a pair within it and
+      # the node-median P2P rule has its six; NCCL across the node and a storage path
+      # (simulated: nothing of the host is read). The other H100 nodes run every kind.
+      printf '[probes]\nsettle = "0s"\nduty_cycle = 0.2\nprobes = "p2p_copy"\nnccl_allreduce = true\nstorage_paths = ["/data"]\n' \
         >"$work/probes.toml"
       echo "--config.file $work/probes.toml --collector.probes.interval 1s" ;;
     textfile)

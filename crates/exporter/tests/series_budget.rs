@@ -226,9 +226,10 @@ fn every_builtin_scenario_with_every_probe_kind_serves_at_most_75_series_per_gpu
             assert!(*n <= DEMO_PER_GPU, "{name}: {gpu} served {n} series");
         }
     }
-    // Every kind did run: the 8-GPU nodes' GPUs serve more than a real node's default allows.
+    // Every kind did run (in the 30 s between jobs; the job's process then leaves the GPUs
+    // alone, as on hardware): the GPUs probed most serve more than a real node's default allows.
     let h100 = &most.iter().find(|m| m.0 == "dgx-h100").unwrap().1;
-    assert!(h100.values().all(|n| *n > PER_GPU), "{h100:?}");
+    assert!(h100.values().any(|n| *n > PER_GPU), "{h100:?}");
 }
 
 /// The self-metric counts what is served, family by family, itself included.

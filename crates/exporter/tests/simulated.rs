@@ -162,7 +162,7 @@ fn first_minute_missing(body: &str) -> Vec<String> {
 /// profile), serves within 60 s an `ok` result of every probe kind the product has, with the
 /// fractions of the peaks, the simulated job's trace communication, verdicts and prices; the
 /// node's first 30 s are between jobs, when the first pass runs every kind. Once the job runs,
-/// its GPUs say why they have no new result (`busy`) and none is `pending`. The NCCL figure
+/// its GPUs say why they have no new result (`in_use`: its process) and none is `pending`. The NCCL figure
 /// expected of the node is served where the table has one (H100), and NVIDIA's all-reduce
 /// on 8 simulated H100s reads near it.
 #[test]
@@ -215,13 +215,14 @@ fn every_demo_scenario_shows_every_probe_kind_traces_verdicts_and_prices_within_
     )
     .is_empty());
 
-    // After the window: the job's GPUs are busy, and say so.
+    // After the window: the job's process is on its GPUs (the daemon's device view says so, as
+    // on hardware), and they say why they are left alone.
     let d = &runs.iter().find(|r| r.0 == "dgx-h100").unwrap().3;
     let (late, took) = wait_until(d.port, Duration::from_secs(60), |b| {
-        value(b, "dgx_pixels_probe_gpus", &[("state", "busy")]).is_some_and(|v| v >= 7.0)
+        value(b, "dgx_pixels_probe_gpus", &[("state", "in_use")]).is_some_and(|v| v >= 7.0)
     });
     let state = |s: &str| value(&late, "dgx_pixels_probe_gpus", &[("state", s)]).unwrap();
-    assert!(state("busy") >= 7.0, "after {took:?}: {late}");
+    assert!(state("in_use") >= 7.0, "after {took:?}: {late}");
     assert_eq!(state("pending"), 0.0);
     assert!(
         started.elapsed() >= Duration::from_secs(29),

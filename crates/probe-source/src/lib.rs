@@ -65,6 +65,10 @@ pub const DEFAULT_BUSY_THRESHOLD: f64 = 0.05;
 pub const DEFAULT_MEMORY_LIMIT_BYTES: u64 = 1 << 30;
 /// How long to wait before trying a skipped GPU again.
 pub const SKIP_RETRY: Duration = Duration::from_secs(30);
+/// How long to wait before looking again at a GPU without a utilization reading: sooner than
+/// [`SKIP_RETRY`], since at the daemon's start every GPU is without one until the first NVML
+/// poll, and a look costs nothing (no worker).
+pub const NO_READING_RETRY: Duration = Duration::from_secs(5);
 /// How long to wait before looking for CUDA again after it was unavailable.
 pub const UNAVAILABLE_RETRY: Duration = Duration::from_secs(60);
 /// Buckets of the probe duration histogram, seconds.
@@ -159,7 +163,7 @@ fn skip_of(
         .unwrap_or_default();
     let occupancy = g.occupancy;
     match g.reading {
-        None => Some(("skipped_no_utilization", SKIP_RETRY)),
+        None => Some(("skipped_no_utilization", NO_READING_RETRY)),
         Some(_) if occupancy.held => Some(("skipped_held", SKIP_RETRY)),
         Some(_) if occupancy.processes > 0 => Some(("skipped_in_use", SKIP_RETRY)),
         Some(_) if occupancy.mig => Some(("skipped_mig", SKIP_RETRY)),

@@ -1,8 +1,9 @@
 //! The `probes` collector of a simulated node: the real probe scheduler
 //! ([`ProbeSource`]: the same politeness rules, cadence, families and labels as on hardware)
 //! over a backend that asks the simulator what each probe would measure
-//! ([`Node::benchmark`]; [`Node::peer_benchmark`] for the pair probe, `p2p_copy`), and the
-//! simulator's utilization to decide which GPUs are busy.
+//! ([`Node::benchmark`]; [`Node::peer_benchmark`] for the pair probe, `p2p_copy`). The daemon
+//! reads which GPUs to leave alone from its device view ([`source_over`]), as on hardware; the
+//! simulator's own utilization ([`SimUtilization`]) serves tests of the model alone.
 //!
 //! A simulated run answers at once but reports the time a real one holds the GPU
 //! ([`Backend::held_for`]), so the duty cycle and the duration histogram are those of real
@@ -191,12 +192,32 @@ impl UtilizationView for SimUtilization {
 }
 
 /// The simulated probes source over `node` on `schedule` (`[probes]`), whose scenario time
-/// started at `started` (the simulated node's own start, so both read the same moment).
+/// started at `started` (the simulated node's own start, so both read the same moment), with
+/// the daemon's checks reading `view`: the daemon's device view, as on hardware, so a GPU the
+/// job's process is on is `skipped_in_use` and one a pod or HPC job holds `skipped_held`
+/// (never a number measured under the job's load, which a real worker would discard).
+pub fn source_over<U: UtilizationView>(
+    schedule: ScheduleSettings,
+    node: Node,
+    started: Instant,
+    view: U,
+) -> Result<ProbeSource<SimBackend, U>, ProbeError> {
+    let (backend, _) = backend(node, started);
+    ProbeSource::new(backend, view, schedule)
+}
+
+/// As [`source_over`] with the simulator's own utilization as the view (no holders, no
+/// processes): the model alone, busy GPUs probed where `busy_threshold` lets them.
 pub fn source(
     schedule: ScheduleSettings,
     node: Node,
     started: Instant,
 ) -> Result<ProbeSource<SimBackend, SimUtilization>, ProbeError> {
+    let (backend, shared) = backend(node, started);
+    ProbeSource::new(backend, SimUtilization(shared), schedule)
+}
+
+fn backend(node: Node, started: Instant) -> (SimBackend, Handle) {
     let index = (0..node.gpu_count())
         .filter_map(|i| Some((node.gpu(i)?.uuid.clone(), i)))
         .collect();
@@ -209,7 +230,7 @@ pub fn source(
         shared: Arc::clone(&shared),
         held: None,
     };
-    ProbeSource::new(backend, SimUtilization(shared), schedule)
+    (backend, shared)
 }
 
 #[cfg(test)]

@@ -87,10 +87,12 @@ pub const COLLECTOR: Collector = Collector {
 
 fn build(ctx: &BuildContext<'_>) -> Result<Built> {
     match ctx.simulated {
-        Some(sim) => Ok(Some(Box::new(dgx_pixels_sim_source::probes::source(
+        // The daemon's checks read the device view, as on hardware (held, in use, MIG).
+        Some(sim) => Ok(Some(Box::new(dgx_pixels_sim_source::probes::source_over(
             options(ctx.settings).simulated_schedule()?,
             Node::new(sim.scenario.clone()),
             sim.started,
+            ViewUtilization(ctx.views()),
         )?))),
         None => source(ctx.settings, ctx.views()).map(Some),
     }
