@@ -42,6 +42,7 @@ NO_DATA_ON_ONE_GPU = {
     ("dgx-pixels-system-health", "XID errors"): "XIDs happen on the xid-storm-sim node",
     ("dgx-pixels-fleet", "Top 10 GPUs by XID errors"): "XIDs happen on the xid-storm-sim node",
     ("dgx-pixels-fleet", "Lost GPUs"): "the lost GPU is on the gpu-lost-sim node",
+    ("dgx-pixels-fleet", "GPUs that stopped reporting"): "the node that stops is gone-sim",
     ("dgx-pixels-system-health", "Textfiles"): "the textfile is on the xid-storm-sim node",
     ("dgx-pixels-fleet", "Nodes with an unhealthy GPU"): "GPU 0 of dgx-h100-sim is healthy",
     ("dgx-pixels-fleet", "GPUs by recommended action"): "GPU 0 of dgx-h100-sim needs none",
