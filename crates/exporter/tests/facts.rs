@@ -1,6 +1,8 @@
 //! docs/facts.md and the code hold each other both ways (issue 43): every constant tagged
 //! `// fact: ID` has a row with the same value, every row has exactly one tagged constant,
-//! and every row has a kind and a source (a row of kind `ours` says why it is safe).
+//! and every row has a kind and a source (a row of kind `ours` says why it is safe). The
+//! Prometheus rules' thresholds are tagged `# fact: ID` on their line the same way (a PromQL
+//! comment inside a multi-line expression, a YAML comment after a one-line one).
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
@@ -44,15 +46,43 @@ fn value(code: &str) -> Option<f64> {
         .product::<Option<f64>>()
 }
 
-/// `id -> (value, where)` of every tagged constant.
+/// The value of a rule threshold's line: its last number (`... peer_median_ratio < 0.8`,
+/// `(count by (model) (x) >= 3)`).
+fn rule_value(code: &str) -> Option<f64> {
+    code.split(|c: char| c.is_whitespace() || "()".contains(c))
+        .rfind(|t| !t.is_empty())?
+        .parse()
+        .ok()
+}
+
+/// The shipped Prometheus rule files (the Helm chart's copies are checked equal to them by
+/// scripts/check-deploy.sh, so they are not read twice).
+fn rule_files() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root().join("deploy/prometheus/rules"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yml" || e == "yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// `id -> (value, where)` of every tagged constant and rule threshold.
 fn tagged() -> BTreeMap<String, Vec<(Option<f64>, String)>> {
     let mut files = Vec::new();
     sources(&root().join("crates"), &mut files);
+    files.extend(rule_files());
     let mut tags: BTreeMap<String, Vec<(Option<f64>, String)>> = BTreeMap::new();
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
+        let rules = file.extension().is_some_and(|e| e != "rs");
+        let (tag, value): (&str, fn(&str) -> Option<f64>) = if rules {
+            ("# fact: ", rule_value)
+        } else {
+            ("// fact: ", value)
+        };
         for (i, line) in text.lines().enumerate() {
-            let Some((code, id)) = line.split_once("// fact: ") else {
+            let Some((code, id)) = line.split_once(tag) else {
                 continue;
             };
             // An id is lower-case words, digits, dots and dashes (this file's own mentions of
@@ -141,6 +171,29 @@ fn every_row_has_a_kind_and_a_source_and_heuristics_say_why_they_are_safe() {
             );
         }
     }
+}
+
+#[test]
+fn the_rules_thresholds_are_tagged() {
+    let tags = tagged();
+    for id in ["nccl.peer-median-low", "nccl.peer-group-min-nodes"] {
+        let places = tags.get(id).map(Vec::as_slice).unwrap_or_default();
+        assert!(
+            places
+                .iter()
+                .any(|(_, at)| at.starts_with("deploy/prometheus/rules/")),
+            "{id}: not tagged in deploy/prometheus/rules: {places:?}"
+        );
+    }
+    assert_eq!(
+        rule_value("instance:x:peer_median_ratio < 0.8  "),
+        Some(0.8)
+    );
+    assert_eq!(
+        rule_value("          (count by (model, nccl_gpus) (x) >= 3)  "),
+        Some(3.0)
+    );
+    assert_eq!(rule_value("      - record: a:b:c"), None);
 }
 
 #[test]
