@@ -90,6 +90,12 @@
 //!   averaged over that interval, weighted by each 100 ms step's share, in GPM's units (percent,
 //!   MiB/s). Struct versions are checked (`ARGUMENT_VERSION_MISMATCH`), each metric has its own
 //!   return code, and at most 4096 sample buffers live at once (`NVML_ERROR_MEMORY` beyond).
+//! - Process utilization (`nvmlDeviceGetProcessUtilization`; see `process_samples`): each GPU
+//!   keeps a sample buffer as the real driver does, one sample per process every 200 ms with its
+//!   own timestamp, the last 20 s kept, history from before the first call included (on a
+//!   frozen clock the scenario ran up to `FAKE_NVML_TIME` and stands there since); a call
+//!   answers the samples newer than its `lastSeenTimeStamp`, so the first (0) is the whole
+//!   buffer. A size query's fill call answers from the buffer the size query counted.
 //! - No panic crosses the C boundary: each export runs under `catch_unwind` and a panic answers
 //!   `NVML_ERROR_UNKNOWN`.
 #![deny(missing_docs)]
@@ -106,6 +112,7 @@ mod gpm;
 mod kmsg;
 mod latency;
 mod mig;
+mod process_samples;
 mod processes;
 mod state;
 mod system;

@@ -1,9 +1,13 @@
 //! Running processes, per-process utilization, and accounting (disabled).
 
 use std::ffi::{c_uint, c_ulonglong};
+use std::time::Duration;
 
+use dgx_pixels_sim::{GpuReadout, GpuState, Node, Scenario};
+
+use crate::config::ClockMode;
 use crate::device::{percent, whole};
-use crate::state::{self, device_call, nvml_fn, out, Access, Dev};
+use crate::state::{self, device_call, nvml_fn, out, Access, Dev, Driver};
 use crate::types::*;
 
 /// The compute processes a handle sees: all of the GPU's, or those of one MIG instance. On a
@@ -175,54 +179,107 @@ nvml_fn! {
     }
 }
 
+/// The processes' samples in reading `r` (percent, unstamped): each process of a time-sliced
+/// GPU its share, any other process its GPU's (or MIG instance's) activity.
+fn samples_of(r: &GpuReadout) -> Vec<ProcessUtilizationSample> {
+    // A utilization the readout lacks counts as idle.
+    let pct = |v: Option<f64>| percent(v.unwrap_or(0.0));
+    r.processes
+        .iter()
+        .map(|p| {
+            // A time-sliced GPU's processes each have their own share (the simulator's).
+            if let Some(u) = p.utilization {
+                return ProcessUtilizationSample {
+                    pid: p.pid,
+                    time_stamp: 0,
+                    sm_util: percent(u.sm),
+                    mem_util: percent(u.memory),
+                    enc_util: percent(u.encoder),
+                    dec_util: percent(u.decoder),
+                };
+            }
+            let activity = r
+                .mig
+                .iter()
+                .find(|m| Some(m.gpu_instance) == p.gpu_instance)
+                .map_or(r.utilization_ratio, |m| m.graphics_engine_active_ratio);
+            ProcessUtilizationSample {
+                pid: p.pid,
+                time_stamp: 0,
+                sm_util: pct(activity),
+                mem_util: pct(r.memory_utilization_ratio),
+                enc_util: pct(r.encoder_utilization_ratio),
+                dec_util: pct(r.decoder_utilization_ratio),
+            }
+        })
+        .collect()
+}
+
+/// The scenario time of sample tick `tick_us` (wall clock), read at wall time `now_us` and
+/// scenario time `now`: on a running clock as far before `now` as the tick is before `now_us`.
+/// A frozen clock has stood at `now` since the buffer was first read (`since_us`) and ran
+/// before: the GPU's history from before the caller started, as a real driver's buffer holds
+/// it. `None` for a tick before the scenario began (no sample).
+fn tick_time(
+    frozen: bool,
+    now: Duration,
+    now_us: u64,
+    since_us: u64,
+    tick_us: u64,
+) -> Option<Duration> {
+    let back = if frozen { since_us } else { now_us }.saturating_sub(tick_us);
+    now.checked_sub(Duration::from_micros(back))
+}
+
+/// GPU `gpu`'s samples newer than `last_seen` from its buffer, brought up to date from the
+/// samples' own copy of the node (a size query's fill call excepted, see `process_samples`).
+fn buffered(
+    d: &mut Driver,
+    gpu: usize,
+    now: Duration,
+    size_query: bool,
+    last_seen: u64,
+) -> Result<Vec<ProcessUtilizationSample>, NvmlReturn> {
+    let now_us = state::unix_micros();
+    let frozen = matches!(d.config.clock, ClockMode::Frozen(_));
+    let node = match d.process_node.as_mut() {
+        Some(n) => n,
+        None => {
+            let scenario = Scenario::load(&d.config.scenario).map_err(|_| ERROR_UNKNOWN)?;
+            d.process_node.insert(Node::new(scenario))
+        }
+    };
+    let buffer = d.process_samples.entry(gpu).or_default();
+    let since_us = buffer.since_us().unwrap_or(now_us);
+    Ok(buffer.answer(now_us, size_query, last_seen, |tick| {
+        match tick_time(frozen, now, now_us, since_us, tick).and_then(|t| node.reading(gpu, t)) {
+            Some(GpuState::Ok(r)) => samples_of(&r.readout),
+            // Before the scenario, or the GPU was lost: no sample.
+            _ => Vec::new(),
+        }
+    }))
+}
+
 nvml_fn! {
-    /// Per-process utilization (percent): each process of a time-sliced GPU its share, any
-    /// other process its GPU's (or MIG instance's) activity; one sample per process, stamped
-    /// now (so newer than any `last_seen_time_stamp` the caller got before). `NOT_FOUND` when there is
-    /// no sample, as in NVML.
+    /// Per-process utilization (percent) from the GPU's sample buffer (`process_samples`: one
+    /// sample per process every 200 ms, each stamped with its own time, the last 20 s kept,
+    /// history from before the first call included): those newer than
+    /// `last_seen_time_stamp` (0: the whole buffer). `NOT_FOUND` when there is no such sample,
+    /// as in NVML.
     fn nvmlDeviceGetProcessUtilization(device: Device, utilization: *mut ProcessUtilizationSample, process_samples_count: *mut c_uint, last_seen_time_stamp: c_ulonglong) {
         if process_samples_count.is_null() {
             return Err(ERROR_INVALID_ARGUMENT);
         }
-        let now_us = state::unix_micros();
         let answers = state::with_driver(|d, _| Ok(d.config.process_utilization))?;
-        let samples = device_call(device, Access::Reading, |dev| {
+        // Session, handle, hang and lost-GPU checks, as for every reading.
+        let gpu = device_call(device, Access::Reading, |dev| {
             if dev.handle.mig.is_some() || !answers {
                 return Err(ERROR_NOT_SUPPORTED);
             }
-            let r = dev.r()?;
-            // A utilization the readout lacks counts as idle.
-            let pct = |v: Option<f64>| percent(v.unwrap_or(0.0));
-            Ok(r.processes
-                .iter()
-                .map(|p| {
-                    // A time-sliced GPU's processes each have their own share (the simulator's).
-                    if let Some(u) = p.utilization {
-                        return ProcessUtilizationSample {
-                            pid: p.pid,
-                            time_stamp: now_us,
-                            sm_util: percent(u.sm),
-                            mem_util: percent(u.memory),
-                            enc_util: percent(u.encoder),
-                            dec_util: percent(u.decoder),
-                        };
-                    }
-                    let activity = r
-                        .mig
-                        .iter()
-                        .find(|m| Some(m.gpu_instance) == p.gpu_instance)
-                        .map_or(r.utilization_ratio, |m| m.graphics_engine_active_ratio);
-                    ProcessUtilizationSample {
-                        pid: p.pid,
-                        time_stamp: now_us,
-                        sm_util: pct(activity),
-                        mem_util: pct(r.memory_utilization_ratio),
-                        enc_util: pct(r.encoder_utilization_ratio),
-                        dec_util: pct(r.decoder_utilization_ratio),
-                    }
-                })
-                .filter(|s| s.time_stamp > last_seen_time_stamp)
-                .collect::<Vec<_>>())
+            Ok(dev.handle.gpu)
+        })?;
+        let samples = state::with_driver(|d, now| {
+            buffered(d, gpu, now, utilization.is_null(), last_seen_time_stamp)
         })?;
         if samples.is_empty() {
             return Err(ERROR_NOT_FOUND);

@@ -209,6 +209,12 @@ pub struct Driver {
     pub kmsg: crate::kmsg::Printed,
     /// GPM's own copy of the node, loaded at the first metrics request (see `gpm`).
     pub gpm: Option<Node>,
+    /// The process-utilization samples' own copy of the node, read forward from a window
+    /// before the first request (see `processes`), so the buffer's history never takes the
+    /// readings' node back.
+    pub process_node: Option<Node>,
+    /// Each GPU's process-utilization sample buffer, by index.
+    pub process_samples: HashMap<usize, crate::process_samples::SampleBuffer>,
 }
 
 /// A device call's view of its GPU.
@@ -254,6 +260,8 @@ impl Driver {
             events: Registry::default(),
             kmsg: Default::default(),
             gpm: None,
+            process_node: None,
+            process_samples: HashMap::new(),
         })
     }
 

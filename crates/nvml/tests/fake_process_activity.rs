@@ -27,6 +27,8 @@ fn sm_activity(options: NvmlOptions) -> (Vec<(u32, String, f64)>, Vec<Sample>) {
         !first.iter().any(|x| x.metric == Metric::ProcessUtilization),
         "activity served from the first answer"
     );
+    // NVML samples each process every 200 ms: the next answer has a sample the first had not.
+    std::thread::sleep(Duration::from_millis(250));
     let out = s.poll().unwrap().samples;
     let sm = out
         .iter()
