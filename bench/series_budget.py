@@ -24,7 +24,10 @@ import time
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-JOB_FAMILIES = ("dgx_pixels_workload_", "dgx_pixels_trace_", "dgx_pixels_quality_")
+JOB_FAMILIES = ("dgx_pixels_workload_", "dgx_pixels_trace_", "dgx_pixels_quality_",
+                # The holders' series: three per pod or job on the GPU (docs/metrics.md).
+                "dgx_pixels_gpu_pod_info", "dgx_pixels_gpu_hpc_job_info",
+                "dgx_pixels_gpu_allocated_idle_")
 PROBE_RESULTS = ("dgx_pixels_probe_gemm_flops{", "dgx_pixels_probe_bandwidth_bytes_per_second{",
                  "dgx_pixels_probe_launch_latency_seconds{")
 

@@ -26,6 +26,8 @@ const WAIT: Duration = Duration::from_secs(60);
 
 /// Families a job reports (textfiles, the simulated workload, profiler traces): their series
 /// are the job's, not the exporter's per-GPU telemetry, and grow with what the job writes.
+/// And the holders' series, three per pod or job on the GPU ([`HOLDER_FAMILIES`]), which
+/// [`per_gpu`] counts apart.
 fn jobs_family(name: &str) -> bool {
     [
         "dgx_pixels_workload_",
@@ -34,6 +36,43 @@ fn jobs_family(name: &str) -> bool {
     ]
     .iter()
     .any(|p| name.starts_with(p))
+        || HOLDER_FAMILIES.contains(&name)
+}
+
+/// One series each per holder of a GPU (docs/metrics.md, "Series budget").
+const HOLDER_FAMILIES: &[&str] = &[
+    "dgx_pixels_gpu_pod_info",
+    "dgx_pixels_gpu_hpc_job_info",
+    "dgx_pixels_gpu_allocated_idle_seconds_total",
+    "dgx_pixels_gpu_allocated_idle_energy_joules_total",
+];
+
+/// The holders' series of each GPU uuid, and the holders (pod or job label values) they name.
+fn holder_series(body: &str) -> BTreeMap<String, (usize, std::collections::BTreeSet<String>)> {
+    let mut out: BTreeMap<String, (usize, std::collections::BTreeSet<String>)> = BTreeMap::new();
+    let label = |line: &str, name: &str| {
+        line.split(&format!("{name}=\""))
+            .nth(1)
+            .map(|rest| rest.split('"').next().unwrap_or_default().to_string())
+    };
+    for line in body.lines().filter(|l| !l.starts_with('#')) {
+        let name = line.split(['{', ' ']).next().unwrap_or_default();
+        if !HOLDER_FAMILIES.contains(&name) {
+            continue;
+        }
+        if let Some(uuid) = label(line, "uuid") {
+            let e = out.entry(uuid).or_default();
+            e.0 += 1;
+            let holder = [label(line, "pod"), label(line, "hpc_job")]
+                .into_iter()
+                .flatten()
+                .filter(|v| !v.is_empty())
+                .collect::<Vec<_>>()
+                .join("/");
+            e.1.insert(holder);
+        }
+    }
+    out
 }
 
 /// Sample lines per GPU uuid, without the jobs' families. A MIG instance counts as a GPU of its
@@ -174,9 +213,14 @@ fn most_per_gpu(
                     let mut most: BTreeMap<String, usize> = BTreeMap::new();
                     let until = std::time::Instant::now() + window;
                     while std::time::Instant::now() < until {
-                        for (gpu, n) in per_gpu(&text(d.port)) {
+                        let body = text(d.port);
+                        for (gpu, n) in per_gpu(&body) {
                             let m = most.entry(gpu).or_default();
                             *m = (*m).max(n);
+                        }
+                        // The holders' series, counted apart: three per holder.
+                        for (gpu, (n, holders)) in holder_series(&body) {
+                            assert!(n <= 3 * holders.len(), "{name}: {gpu}: {n} for {holders:?}");
                         }
                         std::thread::sleep(Duration::from_millis(400));
                     }

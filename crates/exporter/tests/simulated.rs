@@ -106,8 +106,9 @@ fn profiling_and_probes_are_on_by_default_and_serve_the_simulators_values() {
 /// What the first minute of a demo node must show (issue 44), each as a served line's prefix:
 /// an `ok` result of every probe kind (GEMM per precision, the three copies, launch latency,
 /// GPU-to-GPU, the NCCL all-reduce's bus bandwidth, the storage read), the fractions of the
-/// published peaks, the simulated job's communication from its traces, the verdicts and the
-/// prices.
+/// published peaks, the simulated job's communication from its traces, the verdicts, the
+/// prices, and the waste of the GPU the job holds while its late rank leaves it idle (checked
+/// for a count above 0 by [`first_minute_missing`]).
 const FIRST_MINUTE: &[&str] = &[
     "dgx_pixels_probe_launch_latency_seconds{",
     "dgx_pixels_probe_p2p_worst_bandwidth_bytes_per_second{",
@@ -119,6 +120,7 @@ const FIRST_MINUTE: &[&str] = &[
     "dgx_pixels_trace_exposed_communication_seconds_total{",
     "dgx_pixels_gpu_health_state{",
     "dgx_pixels_cost_electricity_price_per_joule{",
+    "dgx_pixels_gpu_hpc_job_info{",
 ];
 
 /// The probe kinds whose result carries a `probe` label, each with the family it is in.
@@ -155,6 +157,22 @@ fn first_minute_missing(body: &str) -> Vec<String> {
             missing.push(format!("{family}{{{label}}}"));
         }
     }
+    // Waste: idle time counted (not only the counter at 0) under the scenario's HPC job.
+    let wasted = |name: &str| {
+        series(body, name)
+            .iter()
+            .filter(|l| !l.contains("hpc_job=\"\""))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .any(|v| v > 0.0)
+    };
+    for name in [
+        "dgx_pixels_gpu_allocated_idle_seconds_total",
+        "dgx_pixels_gpu_allocated_idle_energy_joules_total",
+    ] {
+        if !wasted(name) {
+            missing.push(format!("{name} > 0"));
+        }
+    }
     missing
 }
 
@@ -162,7 +180,7 @@ fn first_minute_missing(body: &str) -> Vec<String> {
 /// profile), serves within 60 s an `ok` result of every probe kind the product has, with the
 /// fractions of the peaks, the simulated job's trace communication, verdicts and prices; the
 /// node's first 30 s are between jobs, when the first pass runs every kind. Once the job runs,
-/// its GPUs say why they have no new result (`in_use`: its process) and none is `pending`. The NCCL figure
+/// its GPUs say why they have no new result (`held`: its HPC job) and none is `pending`. The NCCL figure
 /// expected of the node is served where the table has one (H100), and NVIDIA's all-reduce
 /// on 8 simulated H100s reads near it.
 #[test]
@@ -190,6 +208,16 @@ fn every_demo_scenario_shows_every_probe_kind_traces_verdicts_and_prices_within_
     }
     let body = |name: &str| &runs.iter().find(|r| r.0 == name).unwrap().1;
     let h100 = body("dgx-h100");
+    // The waste is the late rank's: job 4242 holds GPU 7 idle until 50 s; the others work.
+    let idle = |gpu: &str| {
+        value(
+            h100,
+            "dgx_pixels_gpu_allocated_idle_seconds_total",
+            &[("gpu", gpu), ("hpc_job", "4242")],
+        )
+    };
+    assert!(idle("7").is_some_and(|s| s >= 5.0), "{:?}", idle("7"));
+    assert_eq!(idle("0"), Some(0.0));
     let expected = value(
         h100,
         "dgx_pixels_probe_nccl_expected_bus_bandwidth_bytes_per_second",
@@ -215,14 +243,15 @@ fn every_demo_scenario_shows_every_probe_kind_traces_verdicts_and_prices_within_
     )
     .is_empty());
 
-    // After the window: the job's process is on its GPUs (the daemon's device view says so, as
-    // on hardware), and they say why they are left alone.
+    // After the window: the job holds its GPUs (its HPC job, as job files would say; its
+    // process is on them too), the daemon's device view says so, as on hardware, and they say
+    // why they are left alone.
     let d = &runs.iter().find(|r| r.0 == "dgx-h100").unwrap().3;
     let (late, took) = wait_until(d.port, Duration::from_secs(60), |b| {
-        value(b, "dgx_pixels_probe_gpus", &[("state", "in_use")]).is_some_and(|v| v >= 7.0)
+        value(b, "dgx_pixels_probe_gpus", &[("state", "held")]).is_some_and(|v| v >= 7.0)
     });
     let state = |s: &str| value(&late, "dgx_pixels_probe_gpus", &[("state", s)]).unwrap();
-    assert!(state("in_use") >= 7.0, "after {took:?}: {late}");
+    assert!(state("held") >= 7.0, "after {took:?}: {late}");
     assert_eq!(state("pending"), 0.0);
     assert!(
         started.elapsed() >= Duration::from_secs(29),

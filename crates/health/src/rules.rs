@@ -520,7 +520,12 @@ pub fn markdown() -> String {
          recording rules `pod:dgx_pixels_gpu_allocated_idle_hours:increase1h` and \
          `pod:dgx_pixels_gpu_allocated_idle_cost:increase1h` (with a `[cost]` table) turn them \
          into wasted GPU-hours and money per pod and job; the alert `DgxPixelsGpuAllocatedIdle` \
-         names the pod or job that has held an idle GPU for 30 minutes.\n",
+         names the pod or job that has held an idle GPU for 30 minutes.\n\n\
+         On a simulated node the demo scenarios' training job is an HPC job (the scenario's \
+         `hpc_job_id`, a new id each cycle) that holds every GPU from the job's start, as a Slurm \
+         prolog's job files would say, and `idle_after` defaults to 10 s: the rank that joins \
+         late (GPU 7 of `dgx-h100` idles from 30 to 50 s) shows as waste within the first \
+         minute.\n",
     );
     out
 }

@@ -23,7 +23,7 @@ use dgx_pixels_metrics::gpu::{
     cap_activity, push_gpu_samples, ActivityScope, GpuIdentity, GpuReadout, ProcessActivity,
     XidIncidents, DEFAULT_TOP_K,
 };
-use dgx_pixels_metrics::{DeviceKey, Metric, XidLedger, XidOrigin};
+use dgx_pixels_metrics::{DeviceKey, DeviceRef, Holder, Metric, XidLedger, XidOrigin};
 use dgx_pixels_metrics::{
     ExternalFamilies, ExternalFamily, ExternalKind, ExternalSample, PollError, PollOutput, Sample,
     Source,
@@ -412,10 +412,21 @@ impl Source for SimSource {
             }
             external = Arc::new(w.families(&self.identities, &live));
         }
+        // The scenario's HPC job holds every GPU while it runs, as the job files a Slurm prolog
+        // writes would say (the `hpc` collector's convention): the holder that the allocated but
+        // idle counters and the hpc_job labels need.
+        let attribution = self.node.scenario().hpc_job_at(t).map(|job| {
+            let held = self
+                .identities
+                .iter()
+                .map(|id| (DeviceRef::Uuid(id.uuid.clone()), Holder::Job(job.clone())))
+                .collect();
+            Arc::new(held)
+        });
         Ok(PollOutput {
             samples: out,
             external,
-            attribution: None,
+            attribution,
         })
     }
 }

@@ -124,6 +124,7 @@ struct RawNode {
 #[serde(deny_unknown_fields)]
 struct RawWorkload {
     repeat_after_s: Option<f64>,
+    hpc_job_id: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -560,6 +561,8 @@ pub struct Scenario {
     cuda_driver_version: u32,
     pub(crate) ambient_celsius: f64,
     pub(crate) repeat_after: Option<Duration>,
+    /// `[workload] hpc_job_id`: the job of the first cycle (each cycle's job is the next id).
+    pub(crate) hpc_job_id: Option<u64>,
     pub(crate) gpus: Vec<GpuStatic>,
     pub(crate) models: Vec<GpuModel>,
     /// Sorted by start time (stable).
@@ -664,6 +667,24 @@ impl Scenario {
             .iter()
             .find(|p| p.utilization > 0.0)
             .map_or(Duration::ZERO, |p| p.start)
+    }
+
+    /// The HPC job that holds every GPU at `t`, as a Slurm prolog would name it in the job
+    /// files: `[workload] hpc_job_id` plus the number of the cycle (each cycle runs a new job),
+    /// from the cycle's [`Scenario::job_starts_at`] to its end. `None` between jobs and in a
+    /// scenario without the key. A late rank's GPU is held from the job's start, idle or not:
+    /// the allocated but idle time the health collector counts.
+    pub fn hpc_job_at(&self, t: Duration) -> Option<String> {
+        let first = self.hpc_job_id?;
+        let (cycle, within) = match self.repeat_after {
+            Some(period) if !period.is_zero() => {
+                let n = t.as_nanos() / period.as_nanos();
+                let into = t.as_nanos() - n * period.as_nanos();
+                (u64::try_from(n).ok()?, into)
+            }
+            _ => (0, t.as_nanos()),
+        };
+        (within >= self.job_starts_at().as_nanos()).then(|| first.saturating_add(cycle).to_string())
     }
 }
 

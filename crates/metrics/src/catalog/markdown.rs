@@ -80,7 +80,10 @@ bill. The exporter serves one of two profiles, `--metrics.detail` (`[metrics] de
 - **`default`**: what an SRE needs at fleet scale. Every series a shipped rule, alert or dashboard
   panel reads is in it; per-part detail is served only while it says something. At most 60
   series per GPU, a MIG instance counting as a GPU of its own, without the families a job
-  reports (workload, quality, traces: they grow with what the job writes), and with as many
+  reports (workload, quality, traces: they grow with what the job writes) and the holders'
+  series (`dgx_pixels_gpu_pod_info` or `dgx_pixels_gpu_hpc_job_info` and the two allocated but
+  idle counters: three per pod or job that holds the GPU, held to that by the same test), and
+  with as many
   processes and XID codes as the built-in scenarios show (one process per GPU or MIG instance,
   two on `dgx-a100-mig`'s time-sliced GPU 4 and two on its MPS-shared GPU 5; one XID code at a
   time; 59 the most any GPU of a built-in scenario serves, 2026-12-02):

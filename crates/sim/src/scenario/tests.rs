@@ -39,3 +39,17 @@ fn bus_ids() {
     assert!(!valid_bus_id("0000:18:00.0"));
     assert!(valid_bus_id(&default_bus_id(3)));
 }
+
+#[test]
+fn the_hpc_job_holds_every_gpu_from_the_jobs_start_with_a_new_id_each_cycle() {
+    let s = Scenario::builtin("dgx-h100").unwrap();
+    let at = |secs: u64| s.hpc_job_at(Duration::from_secs(secs));
+    assert_eq!(at(0), None, "between jobs");
+    assert_eq!(at(29), None);
+    assert_eq!(at(30).as_deref(), Some("4242"));
+    assert_eq!(at(479).as_deref(), Some("4242"));
+    assert_eq!(at(480 + 29), None, "the next cycle's gap");
+    assert_eq!(at(480 + 30).as_deref(), Some("4243"));
+    let no_key = Scenario::builtin("fault-health").unwrap();
+    assert_eq!(no_key.hpc_job_at(Duration::from_secs(100)), None);
+}

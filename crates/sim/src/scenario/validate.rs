@@ -201,6 +201,7 @@ pub(super) fn validate(ctx: &Ctx<'_>, raw: RawScenario) -> Result<Scenario, Scen
         cuda_driver_version: node.cuda_driver_version.unwrap_or(12040),
         ambient_celsius: ambient,
         repeat_after,
+        hpc_job_id: raw.workload.hpc_job_id,
         gpus,
         models,
         phases,
