@@ -48,7 +48,6 @@ NO_DATA_ON_ONE_GPU = {
     ("dgx-pixels-fleet", "GPUs by recommended action"): "GPU 0 of dgx-h100-sim needs none",
     ("dgx-pixels-fleet", "GPUs that need action"): "GPU 0 of dgx-h100-sim needs none",
     ("dgx-pixels-fleet", "XID incidents"): "XIDs happen on the xid-storm-sim node",
-    ("dgx-pixels-fleet", "Wasted GPU-hours by holder"): "the held idle GPU is on idle-sim",
     ("dgx-pixels-fleet", "GPUs by NVLink domain"): "the NVLink fabric is on gb200-tray-sim",
     ("dgx-pixels-fleet", "Racks and trays"): "the rack-scale platform is on gb200-tray-sim",
     ("dgx-pixels-fleet", "Verdicts by NVLink domain"): "the NVLink fabric is on gb200-tray-sim",
