@@ -866,7 +866,10 @@ def fleet():
     d.panel("table", "GPUs that stopped reporting",
             "GPUs that reported in the last hour but have no dgx_pixels_gpu_up now: the exporter "
             "or the node is gone, or the GPU vanished from the driver.",
-            [q(f"max_over_time(dgx_pixels_gpu_up{g}[1h]) unless dgx_pixels_gpu_up{g}",
+            # Matched on the GPU alone: a job that starts or ends changes the series' holder
+            # labels, and the GPU has not stopped reporting.
+            [q(f"max_over_time(dgx_pixels_gpu_up{g}[1h]) "
+               f"unless on (job, instance, gpu, uuid) dgx_pixels_gpu_up{g}",
                instant=True, fmt="table")],
             transformations=[{"id": "organize", "options": {
                 "excludeByName": {"Time": True, "__name__": True, "Value": True},
