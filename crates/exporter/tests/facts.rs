@@ -176,7 +176,14 @@ fn every_row_has_a_kind_and_a_source_and_heuristics_say_why_they_are_safe() {
 #[test]
 fn the_rules_thresholds_are_tagged() {
     let tags = tagged();
-    for id in ["nccl.peer-median-low", "nccl.peer-group-min-nodes"] {
+    for id in [
+        "nccl.peer-median-low",
+        "nccl.peer-group-min-nodes",
+        "nccl.expected-low",
+        "p2p.pair-node-median-low",
+        "p2p.node-min-pairs",
+        "probe.peak-fraction-low",
+    ] {
         let places = tags.get(id).map(Vec::as_slice).unwrap_or_default();
         assert!(
             places
