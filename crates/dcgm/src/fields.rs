@@ -550,8 +550,10 @@ pub fn markdown() -> String {
         "\nA field list may use the names DCGM 4 gave these fields (dcgm-exporter 4.x writes \
          them): each is the same field id as the old name in the table, so the same value in \
          the same unit, exported as the table says: a name ending in `_RATIO` keeps the unit of \
-         its id (`DCGM_FI_DEV_GPU_UTIL_RATIO` is field 203, a percentage, converted like \
-         `DCGM_FI_DEV_GPU_UTIL`).\n\n\
+         its id (`DCGM_FI_DEV_GPU_UTIL_RATIO` is field 203 in DCGM 4's own field table, \
+         `dcgm_fields.py`, a percentage, converted like `DCGM_FI_DEV_GPU_UTIL`). Contested: a \
+         description of DCGM 4.7 lists a ratio 0-1 of type double under a new id, 1613, which \
+         this table does not read; issue 47 settles it against DCGM 4.7's own headers.\n\n\
          | DCGM 4 name | Id | Old name |\n|---|---|---|\n",
     );
     for (alias, id) in ALIASES {
