@@ -8,6 +8,7 @@
 //!
 //! The simulator itself (`dgx-pixels-sim`) knows nothing of metrics; this crate maps it onto
 //! the exporter's catalog, and the binary only wires it (`--simulate`).
+#![deny(missing_docs)]
 
 pub mod node;
 pub mod power;

@@ -38,6 +38,7 @@
 //! let output = source.poll()?; // what the background analysis has finished so far
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+#![deny(missing_docs)]
 
 pub mod analyzer;
 mod error;

@@ -26,6 +26,7 @@
 //! leave the exporter's own workers out.
 //!
 //! Linux only: the exporter runs on Linux GPU nodes.
+#![deny(missing_docs)]
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
