@@ -47,16 +47,24 @@ const HOLDER_FAMILIES: &[&str] = &[
     "dgx_pixels_gpu_allocated_idle_energy_joules_total",
 ];
 
+/// The value of label `name` in sample line `line`.
+fn label(line: &str, name: &str) -> Option<String> {
+    line.split(&format!("{name}=\""))
+        .nth(1)
+        .map(|rest| rest.split('"').next().unwrap_or_default().to_string())
+}
+
+/// Each sample line of an exposition with its metric name.
+fn sample_lines(body: &str) -> impl Iterator<Item = (&str, &str)> {
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| (l.split(['{', ' ']).next().unwrap_or_default(), l))
+}
+
 /// The holders' series of each GPU uuid, and the holders (pod or job label values) they name.
 fn holder_series(body: &str) -> BTreeMap<String, (usize, std::collections::BTreeSet<String>)> {
     let mut out: BTreeMap<String, (usize, std::collections::BTreeSet<String>)> = BTreeMap::new();
-    let label = |line: &str, name: &str| {
-        line.split(&format!("{name}=\""))
-            .nth(1)
-            .map(|rest| rest.split('"').next().unwrap_or_default().to_string())
-    };
-    for line in body.lines().filter(|l| !l.starts_with('#')) {
-        let name = line.split(['{', ' ']).next().unwrap_or_default();
+    for (name, line) in sample_lines(body) {
         if !HOLDER_FAMILIES.contains(&name) {
             continue;
         }
@@ -79,13 +87,7 @@ fn holder_series(body: &str) -> BTreeMap<String, (usize, std::collections::BTree
 /// own: series of one (a `gpu_instance` label not empty) count under `uuid/gpu_instance`.
 fn per_gpu(body: &str) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
-    let label = |line: &str, name: &str| {
-        line.split(&format!("{name}=\""))
-            .nth(1)
-            .map(|rest| rest.split('"').next().unwrap_or_default().to_string())
-    };
-    for line in body.lines().filter(|l| !l.starts_with('#')) {
-        let name = line.split(['{', ' ']).next().unwrap_or_default();
+    for (name, line) in sample_lines(body) {
         if jobs_family(name) {
             continue;
         }

@@ -32,9 +32,7 @@ fn served(out: &[dgx_pixels_metrics::Sample], metric: Metric, gpu: &str) -> Opti
 #[test]
 fn per_function_seconds_name_the_slow_call_and_energy_is_a_slow_reading_served_every_poll() {
     let lib = common::fake_library();
-    std::env::set_var("FAKE_NVML_SCENARIO", "dgx-h100");
-    std::env::set_var("FAKE_NVML_TIME", "60");
-    std::env::set_var("FAKE_NVML_PCIE_DELAY_MS", "0");
+    common::frozen_at("dgx-h100", "60");
     // Temperature 20 ms per call, the energy field 30 ms, every other call at the fake's speed.
     std::env::set_var(
         "FAKE_NVML_LATENCY",

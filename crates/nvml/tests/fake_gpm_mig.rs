@@ -20,10 +20,7 @@ const SCENARIO: &str = concat!(
 #[test]
 fn each_mig_instance_gets_its_profiling_ratios_from_gpm() {
     let lib = common::fake_library();
-    // One test in this file: the fake reads its environment at init, for this process.
-    std::env::set_var("FAKE_NVML_SCENARIO", SCENARIO);
-    std::env::set_var("FAKE_NVML_TIME", "60");
-    std::env::set_var("FAKE_NVML_PCIE_DELAY_MS", "0");
+    common::frozen_at(SCENARIO, "60");
     let mut s = NvmlSource::with_options(NvmlOptions {
         library: Some(lib),
         gpu_deadline: Duration::from_secs(10),

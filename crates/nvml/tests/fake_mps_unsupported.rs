@@ -13,10 +13,7 @@ use dgx_pixels_nvml::{call_stats, NvmlOptions, NvmlSource};
 #[test]
 fn a_gpu_without_the_mps_call_is_asked_once() {
     let lib = common::fake_library();
-    // One test in this file: the fake reads its environment at init, for this process.
-    std::env::set_var("FAKE_NVML_SCENARIO", "dgx-a100-mig");
-    std::env::set_var("FAKE_NVML_TIME", "60");
-    std::env::set_var("FAKE_NVML_PCIE_DELAY_MS", "0");
+    common::frozen_at("dgx-a100-mig", "60");
     std::env::set_var("FAKE_NVML_MPS", "0");
     let mut s = NvmlSource::with_options(NvmlOptions {
         library: Some(lib),

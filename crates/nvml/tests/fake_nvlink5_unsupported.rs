@@ -22,9 +22,7 @@ fn calls(function: &str) -> u64 {
 #[test]
 fn hopper_is_asked_for_nvlink5_counters_after_growing_pauses() {
     let lib = common::fake_library();
-    std::env::set_var("FAKE_NVML_SCENARIO", "dgx-h100");
-    std::env::set_var("FAKE_NVML_TIME", "60");
-    std::env::set_var("FAKE_NVML_PCIE_DELAY_MS", "0");
+    common::frozen_at("dgx-h100", "60");
     let mut s = NvmlSource::with_options(NvmlOptions {
         library: Some(lib),
         gpu_deadline: Duration::from_secs(10),

@@ -44,10 +44,7 @@ fn sm_activity(options: NvmlOptions) -> (Vec<(u32, String, f64)>, Vec<Sample>) {
 #[test]
 fn shared_gpus_serve_the_top_k_processes_and_the_rest_as_other() {
     let lib = common::fake_library();
-    // One test in this file: the fake reads its environment at init, for this process.
-    std::env::set_var("FAKE_NVML_SCENARIO", "dgx-a100-mig");
-    std::env::set_var("FAKE_NVML_TIME", "60");
-    std::env::set_var("FAKE_NVML_PCIE_DELAY_MS", "0");
+    common::frozen_at("dgx-a100-mig", "60");
     let options = || NvmlOptions {
         library: Some(lib.clone()),
         ..NvmlOptions::default()

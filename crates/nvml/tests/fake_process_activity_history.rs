@@ -29,10 +29,7 @@ fn gpu4_sm(out: &[Sample]) -> Vec<(String, f64)> {
 #[test]
 fn activity_from_before_the_source_started_is_never_served() {
     let lib = common::fake_library();
-    // One test in this file: the fake reads its environment at init, for this process.
-    std::env::set_var("FAKE_NVML_SCENARIO", "dgx-a100-mig");
-    std::env::set_var("FAKE_NVML_TIME", "310");
-    std::env::set_var("FAKE_NVML_PCIE_DELAY_MS", "0");
+    common::frozen_at("dgx-a100-mig", "310");
 
     // The premise: the buffer a first answer gives holds GPU 4's evaluation (290-300 s) as
     // well as its training, one sample per process every 200 ms, each with its own stamp.

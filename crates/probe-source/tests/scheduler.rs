@@ -787,3 +787,27 @@ fn issue_44_the_all_reduce_and_the_gpu_probes_share_the_duty_budget() {
         assert!(ratio <= duty * 1.05, "GPU {g}: {ratio}");
     }
 }
+
+/// At the daemon's start no GPU has a reading yet (NVML's first poll has not published): a
+/// GPU skipped for that is looked at again after `NO_READING_RETRY` (5 s), not the 30 s of the
+/// other skips, so the first probes do not wait half a minute for nothing.
+#[test]
+fn a_gpu_without_a_reading_yet_is_looked_at_again_within_seconds() {
+    use dgx_pixels_probe_source::{NO_READING_RETRY, SKIP_RETRY};
+    assert!(NO_READING_RETRY < SKIP_RETRY);
+    let (mut s, log, view) = scripted(Duration::ZERO, vec![]);
+    view.util.0.lock().unwrap().clear();
+    let out = s.poll().unwrap().samples;
+    assert_eq!(state(&out, "no_utilization"), 1.0);
+    // The reading arrives; the GPU waits out its retry, then is probed.
+    view.util.0.lock().unwrap().insert("GPU-a".into(), (0, 0.0));
+    s.poll().unwrap();
+    assert!(log.0.lock().unwrap().is_empty(), "not asked again at once");
+    std::thread::sleep(NO_READING_RETRY + Duration::from_millis(200));
+    s.poll().unwrap();
+    assert_eq!(
+        log.0.lock().unwrap().len(),
+        1,
+        "probed once its retry passed"
+    );
+}

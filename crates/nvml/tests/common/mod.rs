@@ -23,6 +23,15 @@ pub fn fake_library() -> PathBuf {
     dir.join("libfake_nvml.so")
 }
 
+/// Sets the fake driver's environment for this process: scenario `scenario` (a built-in name
+/// or a file) frozen at `time_s` seconds, PCIe counters without their delay. The fake reads its
+/// environment once, at init: one test per file that calls this.
+pub fn frozen_at(scenario: impl AsRef<std::ffi::OsStr>, time_s: &str) {
+    std::env::set_var("FAKE_NVML_SCENARIO", scenario);
+    std::env::set_var("FAKE_NVML_TIME", time_s);
+    std::env::set_var("FAKE_NVML_PCIE_DELAY_MS", "0");
+}
+
 /// An NVML source on the fake driver `lib` taking its slow readings at every poll, as the
 /// NVLink and fabric tests want them.
 pub fn every_poll_slow(lib: PathBuf) -> dgx_pixels_nvml::NvmlSource {
