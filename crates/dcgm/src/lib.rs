@@ -35,6 +35,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod collector;
 mod connect;
 mod settings;
 pub use settings::DcgmSettings;

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use clap::{Arg, ArgAction, ArgMatches, Command, FromArgMatches, Parser, Subcommand};
 
-use crate::collectors::COLLECTORS;
-use crate::config::{parse_duration, LogFormat, MetricsDetail, DEFAULT_LISTEN_ADDRESS};
+use crate::collectors::{Flag, FlagKind, COLLECTORS};
+use dgx_pixels_settings::parse_duration;
+use serde::Deserialize;
 
 const ABOUT: &str = "GPU telemetry exporter for Prometheus: every GPU of the node (or of a \
 simulated node) through NVML and DCGM, its health verdict and kernel-log XIDs, CUDA probes on \
@@ -130,7 +131,7 @@ pub enum Commands {
     /// (docs/deploy.md). Give it the daemon's flags (--config.file, --web.config.file, ...)
     /// before the subcommand, so that it finds the listener, TLS and the metrics path.
     #[command(name = "npd-check")]
-    NpdCheck(crate::npd_check::NpdCheckArgs),
+    NpdCheck(NpdCheckArgs),
     /// Internal: one probe run (or GPU discovery) in a short-lived worker process, started by
     /// the daemon's probes collector; reads a JSON request on stdin, answers on stdout.
     #[command(name = "probe-worker", hide = true)]
@@ -166,8 +167,123 @@ pub struct CollectorFlags {
     pub timeout: Option<Duration>,
 }
 
+/// Default listen address: all interfaces, port 9403 (dcgm-exporter has 9400 and
+/// nvidia_gpu_exporter 9835, so both can run beside us during a migration).
+pub const DEFAULT_LISTEN_ADDRESS: &str = ":9403";
+/// Log line formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// key=value pairs.
+    #[default]
+    Logfmt,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The series budget's profile (`[metrics] detail`, `--metrics.detail`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum MetricsDetail {
+    /// What an SRE needs at fleet scale (docs/metrics.md, "Series budget").
+    #[default]
+    Default,
+    /// Every series every source reads.
+    Full,
+}
+
+impl MetricsDetail {
+    /// The encoder's profile.
+    pub fn profile(self) -> dgx_pixels_metrics::catalog::Detail {
+        match self {
+            MetricsDetail::Default => dgx_pixels_metrics::catalog::Detail::Default,
+            MetricsDetail::Full => dgx_pixels_metrics::catalog::Detail::Full,
+        }
+    }
+}
+
+/// From which verdict on a GPU is a problem (exit 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProblemAt {
+    /// Only an unhealthy GPU (the `GpuUnhealthy` condition).
+    Unhealthy,
+    /// A degraded GPU too (a `GpuDegraded` condition).
+    Degraded,
+}
+
+/// The subcommand's own flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct NpdCheckArgs {
+    /// Which verdict makes a problem (exit 1): unhealthy, or degraded and worse.
+    #[arg(long, value_enum, default_value = "unhealthy")]
+    pub problem_at: ProblemAt,
+    /// Address of the exporter, HOST:PORT (a name too, such as the chart's node-local Service)
+    /// [default: the daemon's web.listen_address, on the loopback address when it listens on
+    /// all addresses].
+    #[arg(long, value_name = "HOST:PORT")]
+    pub address: Option<String>,
+    /// User for basic auth, when the web config file asks for it.
+    #[arg(long, value_name = "USER")]
+    pub username: Option<String>,
+    /// File holding that user's password (one line; a trailing newline is ignored).
+    #[arg(long, value_name = "PATH", requires = "username")]
+    pub password_file: Option<PathBuf>,
+    /// Client certificate (PEM, the chain the exporter's client_ca_file verifies), when the web
+    /// config requires or verifies client certificates.
+    #[arg(long, value_name = "PATH", requires = "client_key")]
+    pub client_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, value_name = "PATH", requires = "client_cert")]
+    pub client_key: Option<PathBuf>,
+    /// Time allowed for the whole check, within NPD's own plugin timeout.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_timeout)]
+    pub timeout: Duration,
+}
+
+fn parse_timeout(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_millis(100) || d > Duration::from_secs(300) {
+        return Err(format!("{s:?} is outside 100ms to 5m"));
+    }
+    Ok(d)
+}
+
 pub(crate) fn duration_arg(s: &str) -> Result<Duration, String> {
     parse_duration(s)
+}
+
+/// The clap argument of a collector's flag.
+fn flag_arg(flag: &Flag) -> Arg {
+    let arg = Arg::new(flag.name)
+        .long(flag.name)
+        .value_name(flag.value_name)
+        .help(flag.help_with_default())
+        .display_order(flag.order);
+    match flag.kind {
+        FlagKind::Path => arg.value_parser(clap::value_parser!(PathBuf)),
+        FlagKind::Paths => arg
+            .value_parser(clap::value_parser!(PathBuf))
+            .action(ArgAction::Append),
+        FlagKind::Text => arg,
+        FlagKind::Duration => arg.value_parser(duration_arg),
+        FlagKind::Count => arg.value_parser(clap::value_parser!(u64)),
+    }
+}
+
+/// The override a collector flag's given value makes, if given.
+fn flag_value(flag: &Flag, m: &ArgMatches) -> Option<config::Value> {
+    let path = |p: &PathBuf| p.display().to_string();
+    match flag.kind {
+        FlagKind::Path => m.get_one::<PathBuf>(flag.name).map(|p| path(p).into()),
+        FlagKind::Paths => m
+            .get_many::<PathBuf>(flag.name)
+            .map(|ps| ps.map(path).collect::<Vec<_>>().into()),
+        FlagKind::Text => m.get_one::<String>(flag.name).map(|s| s.clone().into()),
+        FlagKind::Duration => m
+            .get_one::<Duration>(flag.name)
+            .map(|d| humantime::format_duration(*d).to_string().into()),
+        FlagKind::Count => m.get_one::<u64>(flag.name).map(|n| (*n).into()),
+    }
 }
 
 /// The full command, with the registry's flags added.
@@ -175,7 +291,7 @@ pub fn command() -> Command {
     let mut cmd = <Cli as clap::CommandFactory>::command();
     // Each collector's own flags, among the daemon's (by their display order).
     for flag in COLLECTORS.iter().flat_map(|c| c.flags) {
-        cmd = cmd.arg(flag.arg());
+        cmd = cmd.arg(flag_arg(flag));
     }
     for c in COLLECTORS {
         let on = format!("collector.{}", c.name);
@@ -271,7 +387,7 @@ where
     cli.collector_options = COLLECTORS
         .iter()
         .flat_map(|c| c.flags)
-        .filter_map(|f| Some((f.key, f.value(&matches)?)))
+        .filter_map(|f| Some((f.key, flag_value(f, &matches)?)))
         .collect();
     Ok(cli)
 }

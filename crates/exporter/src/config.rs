@@ -12,47 +12,15 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
+use dgx_pixels_registry::{Check, Collector, Timing};
+
+pub use crate::cli::{LogFormat, MetricsDetail, DEFAULT_LISTEN_ADDRESS};
 use crate::collectors::{self, COLLECTORS};
 
-/// Default listen address: all interfaces, port 9403 (dcgm-exporter has 9400 and
-/// nvidia_gpu_exporter 9835, so both can run beside us during a migration).
-pub const DEFAULT_LISTEN_ADDRESS: &str = ":9403";
 /// Environment variable prefix.
 pub const ENV_PREFIX: &str = "DGX_PIXELS";
 /// Largest accepted `web.max_requests` and `web.max_connections`.
 pub const MAX_HTTP_LIMIT: usize = 1 << 20;
-
-/// Log line formats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    /// key=value pairs.
-    #[default]
-    Logfmt,
-    /// One JSON object per line.
-    Json,
-}
-
-/// The series budget's profile (`[metrics] detail`, `--metrics.detail`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum MetricsDetail {
-    /// What an SRE needs at fleet scale (docs/metrics.md, "Series budget").
-    #[default]
-    Default,
-    /// Every series every source reads.
-    Full,
-}
-
-impl MetricsDetail {
-    /// The encoder's profile.
-    pub fn profile(self) -> dgx_pixels_metrics::catalog::Detail {
-        match self {
-            MetricsDetail::Default => dgx_pixels_metrics::catalog::Detail::Default,
-            MetricsDetail::Full => dgx_pixels_metrics::catalog::Detail::Full,
-        }
-    }
-}
 
 /// `[metrics]`: what the exposition serves.
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq)]
@@ -80,13 +48,7 @@ impl From<dgx_pixels_settings::SettingError> for ConfigError {
     }
 }
 
-impl From<dgx_pixels_probe_source::settings::ProbesSettingsError> for ConfigError {
-    fn from(e: dgx_pixels_probe_source::settings::ProbesSettingsError) -> ConfigError {
-        ConfigError(e.to_string())
-    }
-}
-
-pub use dgx_pixels_settings::{parse_duration, MAX_PERIOD};
+pub use dgx_pixels_settings::MAX_PERIOD;
 
 /// `[web]`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -164,34 +126,7 @@ pub struct CollectorSettings {
     pub timeout: Option<Duration>,
 }
 
-/// `[simulation]`.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct SimulationSettings {
-    /// Built-in scenario name or scenario file; unset = real GPUs.
-    pub scenario: Option<String>,
-    /// Poll interval of the simulated node.
-    #[serde(deserialize_with = "dgx_pixels_settings::optional_duration")]
-    pub interval: Option<Duration>,
-    /// Whether the simulated node runs its training job, whose traces the trace collector
-    /// analyses [default: true]; false leaves the collector to `--trace.directory` alone.
-    pub traces: Option<bool>,
-    /// Where the simulated training job drops its profiler traces (a `simulated-training`
-    /// directory inside it); unset = a private temporary directory under `$TMPDIR`, removed
-    /// at exit.
-    pub trace_directory: Option<PathBuf>,
-    /// Time between two of the simulated job's trace drops [default: 30s].
-    #[serde(deserialize_with = "dgx_pixels_settings::optional_duration")]
-    pub trace_period: Option<Duration>,
-}
-
-impl SimulationSettings {
-    /// `trace_period` or its default.
-    pub fn trace_period(&self) -> Duration {
-        self.trace_period
-            .unwrap_or(dgx_pixels_trace_source::DEFAULT_PERIOD)
-    }
-}
+pub use dgx_pixels_registry::SimulationSettings;
 
 /// `[path]`: where host filesystems are mounted (node_exporter's `--path.*`).
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
@@ -291,7 +226,7 @@ impl CostSettings {
 ///
 /// Unknown top-level keys are refused by [`Settings::from_toml`] and
 /// [`Settings::from_config`], which know the collectors' table names; serde alone does not.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct Settings {
     /// Adds `node="..."` to every series when set.
@@ -311,8 +246,24 @@ pub struct Settings {
     /// Cost model; absent = no cost gauges.
     pub cost: Option<CostSettings>,
     /// Each collector's own table (`[nvml]`, `[trace]`, ...), typed by its crate.
-    #[serde(skip)]
+    #[serde(skip, default = "collectors::default_tables")]
     pub tables: collectors::Tables,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            node_name: None,
+            web: WebSettings::default(),
+            metrics: MetricsSettings::default(),
+            log: LogSettings::default(),
+            simulation: SimulationSettings::default(),
+            path: PathSettings::default(),
+            collector: BTreeMap::new(),
+            cost: None,
+            tables: collectors::default_tables(),
+        }
+    }
 }
 
 /// The daemon's own top-level keys, in the order of [`Settings`].
@@ -401,17 +352,24 @@ impl Settings {
         }
         let mut settings: Settings = config.clone().try_deserialize().map_err(err)?;
         for c in COLLECTORS {
-            if let Some(table) = &c.table {
-                if let Some(options) = table.read_config(config, c.name).map_err(err)? {
-                    settings.tables.set(c.name, options);
-                }
-            }
+            let Some(table) = &c.table else { continue };
+            // The table is deserialized by its own crate's type, from the layered value.
+            let value = match config.get::<config::Value>(c.name) {
+                Ok(value) => value,
+                Err(config::ConfigError::NotFound(_)) => continue,
+                Err(e) => return Err(err(e)),
+            };
+            let mut value = <dyn erased_serde::Deserializer>::erase(value);
+            let options = table
+                .deserialize(&mut value)
+                .map_err(|e| ConfigError(format!("configuration: {e} for key `{}`", c.name)))?;
+            settings.tables.set(c.name, options);
         }
         Ok(settings)
     }
 }
 
-pub use collectors::{MIN_INTERVAL, MIN_TIMEOUT};
+pub use dgx_pixels_registry::{MIN_INTERVAL, MIN_TIMEOUT};
 
 /// Longest label value taken from configuration (`node_name`, a scenario's name): each is
 /// repeated on many series, so a huge one would multiply into every scrape.
@@ -422,7 +380,7 @@ impl Settings {
     /// Tests look collectors up by name; the daemon asks the descriptors.
     #[cfg(test)]
     pub fn collector_enabled(&self, name: &str) -> bool {
-        collectors::find(name).is_some_and(|c| c.enabled(self, false))
+        collectors::find(name).is_some_and(|c| self.runs(c, false))
     }
 
     /// Whether collector `name` runs on a simulated node. Its descriptor says when that
@@ -432,19 +390,48 @@ impl Settings {
     /// simulation; see docs/architecture.md).
     #[cfg(test)]
     pub fn simulated_collector_enabled(&self, name: &str) -> bool {
-        collectors::find(name).is_some_and(|c| c.enabled(self, true))
+        collectors::find(name).is_some_and(|c| self.runs(c, true))
     }
 
     /// Interval and deadline of collector `name` (its registered defaults unless configured).
     #[cfg(test)]
     pub fn collector_timing(&self, name: &str) -> (Duration, Duration) {
         collectors::find(name).map_or(
-            (collectors::DEFAULT_INTERVAL, collectors::DEFAULT_TIMEOUT),
+            (
+                dgx_pixels_registry::DEFAULT_INTERVAL,
+                dgx_pixels_registry::DEFAULT_TIMEOUT,
+            ),
             |c| {
-                let t = c.timing(self);
+                let t = self.timing(c);
                 (t.interval, t.timeout)
             },
         )
+    }
+
+    /// Whether collector `c` runs, on a simulated node or on real GPUs: as configured, else
+    /// its descriptor's default.
+    pub fn runs(&self, c: &Collector, simulated: bool) -> bool {
+        c.enabled(
+            self.collector.get(c.name).and_then(|s| s.enabled),
+            simulated,
+        )
+    }
+
+    /// Collector `c`'s interval and deadline: configured, else its defaults. The simulated
+    /// node's interval is `[simulation] interval`.
+    pub fn timing(&self, c: &Collector) -> Timing {
+        let own = self.collector.get(c.name);
+        let daemon = if c.name == collectors::sim::COLLECTOR.name {
+            self.simulation.interval
+        } else {
+            None
+        };
+        Timing {
+            interval: daemon
+                .or(own.and_then(|s| s.interval))
+                .unwrap_or(c.default_interval),
+            timeout: own.and_then(|s| s.timeout).unwrap_or(c.default_timeout),
+        }
     }
 
     /// The socket address to bind.
@@ -530,8 +517,17 @@ impl Settings {
         ] {
             check_max(key, d, MAX_PERIOD)?;
         }
-        for (_, options) in self.tables.iter() {
-            options.check_options(self)?;
+        let simulated = self.simulation.scenario.is_some();
+        for c in COLLECTORS {
+            if let Some(options) = self.tables.get(c.name) {
+                let check = Check {
+                    simulated,
+                    timing: self.timing(c),
+                };
+                options
+                    .validate_options(&check)
+                    .map_err(|e| ConfigError(e.to_string()))?;
+            }
         }
         // A drop is 8 traces of a few hundred kB: faster than a second is no demo, only CPU.
         check_min(
@@ -587,7 +583,6 @@ impl Settings {
 mod files;
 mod sources;
 
-pub use files::read_field_list;
 use files::{check_max, check_min};
 pub use sources::{environment, resolve};
 

@@ -1,7 +1,7 @@
 //! The `exporter` source: what the HTTP layer refused and how web config reloads went, read from
 //! counters the server keeps, published like any other source's samples.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use dgx_pixels_metrics::{Metric, PollError, PollOutput, Sample, Source};
@@ -14,7 +14,7 @@ pub struct HttpSource {
     /// Scrapes refused by `--web.max-requests`.
     pub rejected_scrapes: Arc<AtomicU64>,
     /// Outcomes of config reloads (SIGHUP).
-    pub config_reloads: Arc<crate::reload::ReloadCounters>,
+    pub config_reloads: Arc<ReloadCounters>,
 }
 
 impl Source for HttpSource {
@@ -57,5 +57,50 @@ impl Source for HttpSource {
         ));
         out.extend(self.config_reloads.samples());
         Ok(PollOutput::samples(out))
+    }
+}
+
+/// Reload outcomes, for `dgx_pixels_exporter_config_reloads_total`.
+#[derive(Debug)]
+pub struct ReloadCounters {
+    ok: AtomicU64,
+    failed: AtomicU64,
+    last_ok: AtomicBool,
+}
+
+impl Default for ReloadCounters {
+    fn default() -> Self {
+        ReloadCounters {
+            ok: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            last_ok: AtomicBool::new(true),
+        }
+    }
+}
+
+impl ReloadCounters {
+    /// Counts a reload's outcome.
+    pub fn record(&self, ok: bool) {
+        let counter = if ok { &self.ok } else { &self.failed };
+        counter.fetch_add(1, Ordering::Relaxed);
+        self.last_ok.store(ok, Ordering::Relaxed);
+    }
+
+    /// The counter and gauge samples.
+    pub fn samples(&self) -> [Sample; 3] {
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
+        [
+            Sample::new(Metric::ExporterConfigReloads, ["success"], n(&self.ok)),
+            Sample::new(Metric::ExporterConfigReloads, ["failure"], n(&self.failed)),
+            Sample::new(
+                Metric::ExporterConfigLastReloadSuccessful,
+                [] as [&str; 0],
+                if self.last_ok.load(Ordering::Relaxed) {
+                    1.0
+                } else {
+                    0.0
+                },
+            ),
+        ]
     }
 }

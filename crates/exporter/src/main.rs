@@ -4,6 +4,7 @@
 //! registry or the simulator, their runner threads, and the HTTP server. See
 //! docs/architecture.md for the data flow.
 
+mod app_state;
 mod cli;
 mod collectors;
 mod config;
@@ -11,6 +12,7 @@ mod http_source;
 mod logging;
 mod npd_check;
 mod ownership;
+mod plan;
 mod probe_worker;
 mod reload;
 mod runner;
@@ -22,21 +24,19 @@ mod worker_io;
 #[cfg(test)]
 mod fuzz_tests;
 
-use std::collections::{HashMap, HashSet};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use dgx_pixels_exposition::{EncodeOptions, SnapshotStore};
-use dgx_pixels_metrics::{Metric, Sample, Source};
-use dgx_pixels_sim::Scenario;
+use dgx_pixels_metrics::Source;
 use dgx_pixels_web::WebState;
 use tokio::sync::Semaphore;
 
 use crate::cli::{Commands, DocsCommand};
-use crate::collectors::Fingerprint;
 use crate::config::Settings;
+use crate::plan::{BuiltSource, Plan};
 use crate::runner::{Runners, Timing};
 
 /// Time allowed for in-flight scrapes after SIGTERM/SIGINT; the whole shutdown stays under 1 s.
@@ -125,10 +125,8 @@ fn main() -> ExitCode {
     let started = runtime.block_on(async {
         let lasting = Arc::new(collectors::Lasting::with_web(Arc::clone(&web)));
         let config_error = |e: anyhow::Error| StartError::Config(format!("{e:#}"));
-        let plan = plan(&settings).map_err(config_error)?;
-        let built = plan
-            .build(&settings, &lasting, |_| true)
-            .map_err(config_error)?;
+        let plan = plan::plan(&settings).map_err(config_error)?;
+        let built = plan.build(&lasting, |_| true).map_err(config_error)?;
         let listener = dgx_pixels_web::listen(&settings.web.listen_address)
             .await
             .map_err(|e| StartError::Other(format!("{e:#}")))?;
@@ -181,253 +179,6 @@ fn startup_error(e: StartError) -> ExitCode {
     ExitCode::from(code)
 }
 
-/// What the settings ask for, decided from the settings alone: every planned source with its
-/// timing and fingerprint, the mode and scenario for build info, the cost model, and what the
-/// builds share (the loaded scenario, the DCGM fields). Planning reads the scenario and the
-/// DCGM field list but builds no source: a reload compares fingerprints and builds only what
-/// changed ([`Plan::build`]).
-struct Plan {
-    planned: Vec<Planned>,
-    mode: &'static str,
-    scenario: String,
-    /// The cost model in force: the config file's, else a simulated scenario's.
-    cost: Option<config::CostSettings>,
-    /// The scenario of `--simulate`, and the families its workload serves (textfiles may not).
-    simulation: Option<(Scenario, &'static [&'static str])>,
-    /// What planning read from the files the settings name (the DCGM fields to watch).
-    planning: collectors::Planning,
-    /// Series DCGM provides, dropped from collectors that yield owned series.
-    owned: HashSet<ownership::Owned>,
-}
-
-/// One source the settings ask for.
-struct Planned {
-    collector: &'static collectors::Collector,
-    timing: Timing,
-    fingerprint: Fingerprint,
-}
-
-/// A built source, named by its descriptor.
-struct BuiltSource {
-    source: Box<dyn Source>,
-    timing: Timing,
-    /// Whether it only derives from the others (health) or reads nothing (exporter).
-    derived: bool,
-}
-
-/// Plans the sources `settings` ask for: the simulated node (under `--simulate`), every
-/// enabled collector of the registry, and the exporter's own source.
-fn plan(settings: &Settings) -> Result<Plan> {
-    let simulation = match &settings.simulation.scenario {
-        Some(name) => Some(load_scenario(name)?),
-        None => None,
-    };
-    let simulated = simulation.is_some();
-    let mut cost = settings.cost.clone();
-    let mut scenario_name = String::new();
-    if let Some((scenario, _)) = &simulation {
-        scenario_name = scenario.name().to_string();
-        // The config file's [cost] wins over the scenario's.
-        if let (None, Some(table)) = (&cost, scenario.cost()) {
-            cost = Some(config::CostSettings::from_scenario(&scenario_name, table)?);
-        }
-    }
-    // Series DCGM provides on real GPUs; the samples of them from collectors that yield owned
-    // series (NVML, probes) are dropped (see ownership.rs).
-    let dcgm_fields = if !simulated && collectors::dcgm::COLLECTOR.enabled(settings, false) {
-        let (fields, notes) = ownership::dcgm_fields(settings)?;
-        for note in notes {
-            tracing::info!("dcgm field list: {note}");
-        }
-        Some(fields)
-    } else {
-        None
-    };
-    let owned = dcgm_fields
-        .iter()
-        .flatten()
-        .filter_map(ownership::series_of)
-        .collect();
-    let planning = collectors::Planning { dcgm_fields };
-    let planned = collectors::all()
-        .filter(|c| c.enabled(settings, simulated))
-        .map(|c| Planned {
-            collector: c,
-            timing: c.timing(settings),
-            fingerprint: c.fingerprint(settings, &planning),
-        })
-        .collect();
-    Ok(Plan {
-        planned,
-        mode: if simulated { "simulated" } else { "hardware" },
-        scenario: scenario_name,
-        cost,
-        simulation,
-        planning,
-        owned,
-    })
-}
-
-impl Plan {
-    /// Each planned source's fingerprint, by name.
-    fn fingerprints(&self) -> HashMap<&'static str, &Fingerprint> {
-        self.planned
-            .iter()
-            .map(|p| (p.collector.name, &p.fingerprint))
-            .collect()
-    }
-
-    /// Builds the planned sources `wanted` accepts, in plan order; a descriptor that has
-    /// nothing to run builds nothing.
-    fn build(
-        &self,
-        settings: &Settings,
-        lasting: &collectors::Lasting,
-        wanted: impl Fn(&str) -> bool,
-    ) -> Result<Vec<BuiltSource>> {
-        // A new simulated node starts its scenario now; a source rebuilt alone keeps the
-        // running node's clock.
-        let running_clock = *lasting
-            .simulation_started
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let new_node = wanted(collectors::sim::COLLECTOR.name) || running_clock.is_none();
-        let started = match running_clock {
-            Some(t) if !new_node => t,
-            _ => std::time::Instant::now(),
-        };
-        let simulated =
-            self.simulation
-                .as_ref()
-                .map(|(scenario, reserved)| collectors::Simulated {
-                    scenario: scenario.clone(),
-                    started,
-                    reserved_families: reserved,
-                });
-        let mut built = Vec::new();
-        for p in self.planned.iter().filter(|p| wanted(p.collector.name)) {
-            let c = p.collector;
-            let ctx = collectors::BuildContext {
-                settings,
-                timing: p.timing,
-                simulated: simulated.as_ref(),
-                dcgm_fields: self.planning.dcgm_fields.as_deref().unwrap_or_default(),
-                xid_ledger: &lasting.xid_ledger,
-                lasting,
-            };
-            let Some(source) = (c.build)(&ctx)? else {
-                continue;
-            };
-            let source: Box<dyn Source> = if c.yields_owned_series && !self.owned.is_empty() {
-                Box::new(ownership::Without::new(source, self.owned.clone()))
-            } else {
-                source
-            };
-            built.push(BuiltSource {
-                source: Box::new(collectors::Named::new(c.name, source)),
-                timing: p.timing,
-                derived: c.derived,
-            });
-        }
-        // Kept only once every build succeeded: a failed reload leaves the running node's.
-        if simulated.is_some() && new_node {
-            *lasting
-                .simulation_started
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(started);
-        }
-        Ok(built)
-    }
-}
-
-/// Loads the scenario of `--simulate`, with the families its workload serves.
-fn load_scenario(name: &str) -> Result<(Scenario, &'static [&'static str])> {
-    let scenario = Scenario::load(name).map_err(|e| anyhow::anyhow!("{e}"))?;
-    // Its name is a label value of build info: bounded like every label from configuration.
-    if scenario.name().len() > config::MAX_LABEL_VALUE_BYTES {
-        anyhow::bail!(
-            "scenario {name}: its name is {} bytes, over the {} byte limit of a label value",
-            scenario.name().len(),
-            config::MAX_LABEL_VALUE_BYTES
-        );
-    }
-    let reserved_families = match dgx_pixels_sim::ImageGeneration::for_scenario(scenario.name()) {
-        Some(_) => dgx_pixels_sim_source::SIMULATED_FAMILIES,
-        None => &[],
-    };
-    Ok((scenario, reserved_families))
-}
-
-/// Settings a simulated node does not use (it has no NVML, DCGM or CUDA library to load;
-/// `--collector.dcgm` and `--collector.probes` select its simulated profiling and probes).
-fn simulation_ignores(settings: &Settings) -> Vec<&'static str> {
-    [
-        (
-            "--dcgm.library",
-            collectors::dcgm::options(settings).library.is_some(),
-        ),
-        (
-            "--dcgm.hostengine",
-            collectors::dcgm::options(settings).hostengine.is_some(),
-        ),
-        (
-            "--nvml.library",
-            collectors::nvml::options(settings).library.is_some(),
-        ),
-    ]
-    .into_iter()
-    .filter_map(|(flag, set)| set.then_some(flag))
-    .collect()
-}
-
-pub(crate) fn node_label(settings: &Settings) -> Vec<(String, String)> {
-    settings
-        .node_name
-        .iter()
-        .filter(|n| !n.is_empty())
-        .map(|n| ("node".to_string(), n.clone()))
-        .collect()
-}
-
-/// The `dgx_pixels_cost_*` gauges of the cost model in force (none without one).
-fn cost_samples(cost: Option<&config::CostSettings>) -> Vec<Sample> {
-    let Some(cost) = cost else {
-        return Vec::new();
-    };
-    let currency = [cost.currency.as_str()];
-    vec![
-        Sample::new(
-            Metric::CostElectricityPrice,
-            currency,
-            cost.price_per_joule(),
-        ),
-        Sample::new(
-            Metric::CostPowerUsageEffectiveness,
-            [] as [&str; 0],
-            cost.pue,
-        ),
-        Sample::new(
-            Metric::CostGpuAmortization,
-            currency,
-            cost.gpu_amortization_per_second(),
-        ),
-    ]
-}
-
-fn build_info(mode: &str, scenario: &str) -> Sample {
-    Sample::new(
-        Metric::ExporterBuildInfo,
-        [
-            env!("CARGO_PKG_VERSION"),
-            env!("EXPORTER_BUILD_REVISION"),
-            env!("EXPORTER_BUILD_RUSTC_VERSION"),
-            mode,
-            scenario,
-        ],
-        1.0,
-    )
-}
-
 async fn run(
     cli: cli::Cli,
     settings: Settings,
@@ -441,7 +192,7 @@ async fn run(
         tracing::warn!("no source enabled: only the exporter's own metrics will be served");
     }
     if plan.mode == "simulated" {
-        let ignored = simulation_ignores(&settings);
+        let ignored = plan::simulation_ignores(&settings);
         if !ignored.is_empty() {
             tracing::warn!(
                 ignored = %ignored.join(","),
@@ -463,16 +214,16 @@ async fn run(
 
     let names: Vec<&str> = sources.iter().map(|(s, _)| s.name()).collect();
     let options = EncodeOptions {
-        const_labels: node_label(&settings),
+        const_labels: plan::node_label(&settings),
         detail: settings.metrics.detail.profile(),
     };
-    let mut statics = vec![build_info(mode, &scenario)];
-    statics.extend(cost_samples(cost.as_ref()));
+    let mut statics = vec![plan::build_info(mode, &scenario)];
+    statics.extend(plan::cost_samples(cost.as_ref()));
     let store = Arc::new(SnapshotStore::new(&names, statics, options));
     // The derived collectors (health, kmsg's GPU directory, the probe scheduler) read the
     // device views of the store they publish into.
-    lasting.views.attach(Arc::clone(&store));
-    let state = Arc::new(server::AppState {
+    lasting.store_views.attach(Arc::clone(&store));
+    let state = Arc::new(app_state::AppState {
         store: Arc::clone(&store),
         telemetry_path: settings.web.telemetry_path.clone(),
         scrape_slots: arc_swap::ArcSwapOption::new(

@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,7 +29,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 
-use crate::cli::Cli;
+use crate::cli::{Cli, NpdCheckArgs, ProblemAt};
 use crate::config;
 
 /// Longest message: NPD's default `max_output_length` (it cuts longer ones itself).
@@ -40,52 +40,6 @@ const MAX_RESPONSE_BYTES: usize = 32 << 20;
 const MAX_PASSWORD_BYTES: u64 = 4096;
 /// Longest client certificate or key file read (a chain of a few certificates).
 const MAX_CLIENT_PEM_BYTES: u64 = 256 << 10;
-
-/// From which verdict on a GPU is a problem (exit 1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ProblemAt {
-    /// Only an unhealthy GPU (the `GpuUnhealthy` condition).
-    Unhealthy,
-    /// A degraded GPU too (a `GpuDegraded` condition).
-    Degraded,
-}
-
-/// The subcommand's own flags.
-#[derive(Debug, Clone, clap::Args)]
-pub struct NpdCheckArgs {
-    /// Which verdict makes a problem (exit 1): unhealthy, or degraded and worse.
-    #[arg(long, value_enum, default_value = "unhealthy")]
-    pub problem_at: ProblemAt,
-    /// Address of the exporter, HOST:PORT (a name too, such as the chart's node-local Service)
-    /// [default: the daemon's web.listen_address, on the loopback address when it listens on
-    /// all addresses].
-    #[arg(long, value_name = "HOST:PORT")]
-    pub address: Option<String>,
-    /// User for basic auth, when the web config file asks for it.
-    #[arg(long, value_name = "USER")]
-    pub username: Option<String>,
-    /// File holding that user's password (one line; a trailing newline is ignored).
-    #[arg(long, value_name = "PATH", requires = "username")]
-    pub password_file: Option<PathBuf>,
-    /// Client certificate (PEM, the chain the exporter's client_ca_file verifies), when the web
-    /// config requires or verifies client certificates.
-    #[arg(long, value_name = "PATH", requires = "client_key")]
-    pub client_cert: Option<PathBuf>,
-    /// The client certificate's private key (PEM).
-    #[arg(long, value_name = "PATH", requires = "client_cert")]
-    pub client_key: Option<PathBuf>,
-    /// Time allowed for the whole check, within NPD's own plugin timeout.
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_timeout)]
-    pub timeout: Duration,
-}
-
-fn parse_timeout(s: &str) -> Result<Duration, String> {
-    let d = config::parse_duration(s)?;
-    if d < Duration::from_millis(100) || d > Duration::from_secs(300) {
-        return Err(format!("{s:?} is outside 100ms to 5m"));
-    }
-    Ok(d)
-}
 
 /// The answer: exit status and message.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,63 +11,24 @@
 //! a reload that changes them says so and applies the rest.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
 use dgx_pixels_exposition::{EncodeOptions, SnapshotStore};
-use dgx_pixels_metrics::{Metric, Sample};
 use tokio::sync::Semaphore;
 
+use crate::app_state::AppState;
 use crate::cli::Cli;
-use crate::collectors::Fingerprint;
 use crate::config::{self, Settings};
+use crate::http_source::ReloadCounters;
 use crate::logging::LevelHandle;
 use crate::runner::Runners;
-use crate::server::AppState;
+use dgx_pixels_registry::Fingerprint;
 
 /// How long a reload waits for a replaced source's thread (one stuck in a library call is left
 /// behind; it never publishes again).
 const STOP_GRACE: Duration = Duration::from_secs(1);
-
-/// Reload outcomes, for `dgx_pixels_exporter_config_reloads_total`.
-#[derive(Debug)]
-pub struct ReloadCounters {
-    ok: AtomicU64,
-    failed: AtomicU64,
-    last_ok: AtomicBool,
-}
-
-impl Default for ReloadCounters {
-    fn default() -> Self {
-        ReloadCounters {
-            ok: AtomicU64::new(0),
-            failed: AtomicU64::new(0),
-            last_ok: AtomicBool::new(true),
-        }
-    }
-}
-
-impl ReloadCounters {
-    /// The counter and gauge samples.
-    pub fn samples(&self) -> [Sample; 3] {
-        let n = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
-        [
-            Sample::new(Metric::ExporterConfigReloads, ["success"], n(&self.ok)),
-            Sample::new(Metric::ExporterConfigReloads, ["failure"], n(&self.failed)),
-            Sample::new(
-                Metric::ExporterConfigLastReloadSuccessful,
-                [] as [&str; 0],
-                if self.last_ok.load(Ordering::Relaxed) {
-                    1.0
-                } else {
-                    0.0
-                },
-            ),
-        ]
-    }
-}
 
 /// What a reload may change.
 pub struct Live {
@@ -92,16 +53,14 @@ impl Live {
     pub fn reload(&mut self) {
         match self.try_reload() {
             Ok(restarted) => {
-                self.counters.ok.fetch_add(1, Ordering::Relaxed);
-                self.counters.last_ok.store(true, Ordering::Relaxed);
+                self.counters.record(true);
                 tracing::info!(
                     restarted_sources = %restarted.join(","),
                     "config reloaded"
                 );
             }
             Err(e) => {
-                self.counters.failed.fetch_add(1, Ordering::Relaxed);
-                self.counters.last_ok.store(false, Ordering::Relaxed);
+                self.counters.record(false);
                 tracing::error!("config reload failed; the previous config stays in force: {e:#}");
             }
         }
@@ -113,14 +72,14 @@ impl Live {
         let new = config::resolve(&self.cli, env).map_err(|e| anyhow!("{e}"))?;
         crate::logging::parse(&new.log.level).map_err(|e| anyhow!(e))?;
         new.listen_addr().map_err(|e| anyhow!("{e}"))?;
-        let plan = crate::plan(&new)?;
+        let plan = crate::plan::plan(&new)?;
         let runners = self
             .runners
             .as_mut()
             .ok_or_else(|| anyhow!("the exporter is shutting down"))?;
         let running = runners.names();
         let (stop, start) = decide(&running, &self.fingerprints, &plan.fingerprints());
-        let built = plan.build(&new, &self.lasting, |n| start.contains(&n))?;
+        let built = plan.build(&self.lasting, |n| start.contains(&n))?;
 
         for what in needs_restart(&self.settings, &new) {
             tracing::warn!("{what} changed: it takes effect at the next restart; the rest of the config is applied now");
@@ -141,13 +100,13 @@ impl Live {
         }
         let mut names: Vec<&str> = running.into_iter().filter(|n| !stop.contains(n)).collect();
         names.extend(built.iter().map(|b| b.source.name()));
-        let mut statics = vec![crate::build_info(plan.mode, &plan.scenario)];
-        statics.extend(crate::cost_samples(plan.cost.as_ref()));
+        let mut statics = vec![crate::plan::build_info(plan.mode, &plan.scenario)];
+        statics.extend(crate::plan::cost_samples(plan.cost.as_ref()));
         self.store.reconfigure(
             &names,
             statics,
             EncodeOptions {
-                const_labels: crate::node_label(&new),
+                const_labels: crate::plan::node_label(&new),
                 detail: new.metrics.detail.profile(),
             },
         );
@@ -253,22 +212,12 @@ mod tests {
         );
         let before: HashMap<&'static str, Fingerprint> = ["nvml", "health", "textfile", "exporter"]
             .into_iter()
-            .map(|n| {
-                (
-                    n,
-                    c(n).fingerprint(&old, &crate::collectors::Planning::default()),
-                )
-            })
+            .map(|n| (n, crate::plan::fingerprint(c(n), &old)))
             .collect();
         let after_fp: Vec<(&'static str, Fingerprint)> =
             ["nvml", "health", "kubernetes", "exporter"]
                 .into_iter()
-                .map(|n| {
-                    (
-                        n,
-                        c(n).fingerprint(&new, &crate::collectors::Planning::default()),
-                    )
-                })
+                .map(|n| (n, crate::plan::fingerprint(c(n), &new)))
                 .collect();
         let after: HashMap<&'static str, &Fingerprint> =
             after_fp.iter().map(|(n, f)| (*n, f)).collect();
@@ -291,12 +240,12 @@ mod tests {
         new.node_name = Some("n1".into());
         new.log.level = "debug".into();
         assert_eq!(
-            c("nvml").fingerprint(&old, &crate::collectors::Planning::default()),
-            c("nvml").fingerprint(&new, &crate::collectors::Planning::default())
+            crate::plan::fingerprint(c("nvml"), &old),
+            crate::plan::fingerprint(c("nvml"), &new)
         );
         assert_ne!(
-            c("textfile").fingerprint(&old, &crate::collectors::Planning::default()),
-            c("textfile").fingerprint(&new, &crate::collectors::Planning::default()),
+            crate::plan::fingerprint(c("textfile"), &old),
+            crate::plan::fingerprint(c("textfile"), &new),
             "textfile reserves the node label"
         );
         let mut faster = old.clone();
@@ -308,12 +257,12 @@ mod tests {
             },
         );
         assert_ne!(
-            c("nvml").fingerprint(&old, &crate::collectors::Planning::default()),
-            c("nvml").fingerprint(&faster, &crate::collectors::Planning::default())
+            crate::plan::fingerprint(c("nvml"), &old),
+            crate::plan::fingerprint(c("nvml"), &faster)
         );
         assert_eq!(
-            c("dcgm").fingerprint(&old, &crate::collectors::Planning::default()),
-            c("dcgm").fingerprint(&faster, &crate::collectors::Planning::default())
+            crate::plan::fingerprint(c("dcgm"), &old),
+            crate::plan::fingerprint(c("dcgm"), &faster)
         );
         let mut probes = old.clone();
         probes.tables.set(
@@ -324,12 +273,12 @@ mod tests {
             }),
         );
         assert_ne!(
-            c("probes").fingerprint(&old, &crate::collectors::Planning::default()),
-            c("probes").fingerprint(&probes, &crate::collectors::Planning::default())
+            crate::plan::fingerprint(c("probes"), &old),
+            crate::plan::fingerprint(c("probes"), &probes)
         );
         assert_eq!(
-            c("nvml").fingerprint(&old, &crate::collectors::Planning::default()),
-            c("nvml").fingerprint(&probes, &crate::collectors::Planning::default())
+            crate::plan::fingerprint(c("nvml"), &old),
+            crate::plan::fingerprint(c("nvml"), &probes)
         );
     }
 }

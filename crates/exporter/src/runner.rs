@@ -73,14 +73,7 @@ struct Slot {
     state: Mutex<State>,
 }
 
-/// Timing of one source.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Timing {
-    /// Time between poll starts.
-    pub interval: Duration,
-    /// Deadline of one poll.
-    pub timeout: Duration,
-}
+pub use dgx_pixels_registry::Timing;
 
 /// One running source: its thread and its own stop signal, so it can be replaced alone.
 #[derive(Debug)]

@@ -1,11 +1,8 @@
 //! The HTTP server: `/metrics` (or the configured path) serves the cached bytes of the current
 //! snapshot generation; `/-/healthy`, `/-/ready` and the status page at `/` (`status_page.rs`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
-use arc_swap::ArcSwapOption;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -13,31 +10,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use bytes::Bytes;
-use dgx_pixels_exposition::{Format, SnapshotStore};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use dgx_pixels_exposition::Format;
 
-use crate::status_page::{self, PageCache};
-
-/// What the handlers share.
-#[derive(Debug)]
-pub struct AppState {
-    /// The snapshot store sources publish into.
-    pub store: Arc<SnapshotStore>,
-    /// The metrics path, for the status page's link.
-    pub telemetry_path: String,
-    /// Caps concurrent scrapes and status pages; `None` = unlimited. Swapped by a config
-    /// reload (requests in flight keep the permit of the semaphore they started with).
-    pub scrape_slots: ArcSwapOption<Semaphore>,
-    /// When the server started, for the status page's uptime.
-    pub started: Instant,
-    /// The status page of the current generation and second.
-    pub page: PageCache,
-    /// Scrapes (and status pages) refused because `scrape_slots` were all taken.
-    pub rejected_scrapes: Arc<AtomicU64>,
-    /// Held while a generation is encoded: concurrent first scrapes wait here, without a
-    /// thread each, and then find the bytes cached.
-    pub encoding: tokio::sync::Mutex<()>,
-}
+use crate::app_state::{scrape_permit, AppState};
+use crate::status_page;
 
 /// The router.
 pub fn router(state: Arc<AppState>) -> Router {
@@ -86,32 +62,6 @@ pub fn negotiate_format(accept: Option<&str>) -> Format {
 /// Whether the client accepts a gzip body.
 pub fn accepts_gzip(accept_encoding: Option<&str>) -> bool {
     accept_encoding.is_some_and(|h| quality_of(h, |c| c == "gzip") > 0.0)
-}
-
-/// Every `--web.max-requests` slot was taken: answered 503.
-#[derive(Debug)]
-pub(crate) struct SlotsTaken;
-
-impl IntoResponse for SlotsTaken {
-    fn into_response(self) -> Response {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "too many concurrent scrapes (--web.max-requests)\n",
-        )
-            .into_response()
-    }
-}
-
-/// One of the `--web.max-requests` slots (`None`: unlimited), counted as refused when none is
-/// free.
-pub(crate) fn scrape_permit(state: &AppState) -> Result<Option<OwnedSemaphorePermit>, SlotsTaken> {
-    let Some(sem) = state.scrape_slots.load_full() else {
-        return Ok(None);
-    };
-    sem.try_acquire_owned().map(Some).map_err(|_| {
-        state.rejected_scrapes.fetch_add(1, Ordering::Relaxed);
-        SlotsTaken
-    })
 }
 
 async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
@@ -188,6 +138,11 @@ async fn ready(State(state): State<Arc<AppState>>) -> Response {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::app_state::PageCache;
+    use arc_swap::ArcSwapOption;
+    use dgx_pixels_exposition::SnapshotStore;
+    use std::time::Instant;
+    use tokio::sync::Semaphore;
 
     #[test]
     fn prometheus_gets_openmetrics_and_curl_gets_text() {

@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use dgx_pixels_exposition::status::{render, PageContext};
 
-use crate::server::{scrape_permit, AppState};
+use crate::app_state::{scrape_permit, AppState, Rendered};
 
 /// The page reloads itself this often.
 pub const REFRESH: Duration = Duration::from_secs(10);
@@ -28,17 +28,6 @@ pub const CONTENT_TYPE: &str = "text/html; charset=utf-8";
 /// navigations, which this does not restrict.
 const CONTENT_SECURITY_POLICY: &str =
     "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
-
-/// The last page rendered, with the generation and the second it shows.
-#[derive(Debug, Default)]
-pub struct PageCache(tokio::sync::Mutex<Option<Rendered>>);
-
-#[derive(Debug)]
-struct Rendered {
-    generation: u64,
-    second: u64,
-    body: Bytes,
-}
 
 /// `GET /`.
 pub async fn page(State(state): State<Arc<AppState>>) -> Response {

@@ -34,6 +34,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod collector;
 pub mod expected;
 mod facts;
 mod settings;

@@ -30,6 +30,7 @@
 
 use std::path::PathBuf;
 
+pub mod collector;
 pub mod parse;
 pub mod reader;
 mod source;

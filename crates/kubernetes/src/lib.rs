@@ -20,6 +20,7 @@
 
 pub mod cap;
 pub mod checkpoint;
+pub mod collector;
 pub mod hpc;
 mod settings;
 pub use settings::{HpcSettings, KubernetesSettings};

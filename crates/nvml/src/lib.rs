@@ -49,6 +49,7 @@
 
 mod calls;
 mod cgroup;
+pub mod collector;
 mod device;
 mod fields;
 mod gpm;

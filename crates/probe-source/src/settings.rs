@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use dgx_pixels_registry::{Check, TableOptions};
 use dgx_pixels_settings::SettingError;
 use serde::Deserialize;
 
@@ -174,6 +175,51 @@ fn timeout_in_range(key: &str, d: Duration) -> Result<Duration, SettingError> {
         ));
     }
     Ok(d)
+}
+
+impl TableOptions for ProbesSettings {
+    /// The schedule it makes (the simulated one too on a simulated node), and worker deadlines
+    /// inside the poll's: a worker must be killed before the poll that waits for it overruns
+    /// its own deadline (the runner would serve the probes source down for a hang the worker
+    /// timeout handles).
+    fn validate(&self, check: &Check) -> Result<(), SettingError> {
+        self.schedule().map_err(keyed)?;
+        if check.simulated {
+            self.simulated_schedule().map_err(keyed)?;
+        }
+        let deadline = check.timing.timeout;
+        let mut workers = vec![("probes.worker_timeout", self.worker_timeout()?)];
+        // The NCCL deadline matters only when its probe runs (a short poll deadline with the
+        // probe off stays valid).
+        if self.nccl_allreduce == Some(true) {
+            workers.push(("probes.nccl_timeout", self.nccl_timeout()?));
+        }
+        for (key, worker) in workers {
+            if worker >= deadline {
+                return Err(SettingError::new(
+                    key,
+                    format!(
+                        "{} must be shorter than collector.probes.timeout ({})",
+                        humantime::format_duration(worker),
+                        humantime::format_duration(deadline)
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The refusal as a [`SettingError`]: the scheduler's own checks say `probes.KEY: why`.
+fn keyed(e: ProbesSettingsError) -> SettingError {
+    match e {
+        ProbesSettingsError::Setting(e) => e,
+        ProbesSettingsError::Schedule(ProbeError::Config(m)) => match m.split_once(": ") {
+            Some((key, why)) if key.starts_with("probes.") => SettingError::new(key, why),
+            _ => SettingError::new("probes", m),
+        },
+        ProbesSettingsError::Schedule(e) => SettingError::new("probes", e.to_string()),
+    }
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod collector;
 mod file;
 mod merge;
 pub mod parse;

@@ -167,6 +167,20 @@ impl Default for TraceOptions {
     }
 }
 
+impl dgx_pixels_registry::TableOptions for TraceOptions {
+    fn validate(
+        &self,
+        _: &dgx_pixels_registry::Check,
+    ) -> Result<(), dgx_pixels_registry::SettingError> {
+        TraceOptions::validate(self).map_err(|e| match e {
+            TraceSourceError::Setting { key, why } => {
+                dgx_pixels_registry::SettingError::new(format!("trace.{key}"), why)
+            }
+            other => dgx_pixels_registry::SettingError::new("trace", other.to_string()),
+        })
+    }
+}
+
 impl TraceOptions {
     /// Checks the values; the error names the key (`trace.KEY: why`).
     pub fn validate(&self) -> Result<(), TraceSourceError> {

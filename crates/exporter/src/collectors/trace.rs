@@ -24,20 +24,10 @@ use dgx_pixels_trace_source::{
 };
 use dgx_pixels_worker::{Limits, Request, WorkerError};
 
-use super::{
-    BuildContext, Built, Collector, Flag, FlagDefault, FlagKind, Planning, RestartKey, Table,
-    TableOptions, DEFAULT_TIMEOUT,
+use dgx_pixels_registry::{
+    BuildContext, Built, Collector, Flag, FlagDefault, FlagKind, RestartKey, Shared,
+    SimulationSettings, Table, DEFAULT_TIMEOUT,
 };
-use crate::config::{ConfigError, Settings};
-
-/// `[trace]`: the trace source's own options.
-pub type Options = TraceOptions;
-
-impl TableOptions for TraceOptions {
-    fn check(&self, _: &Settings) -> Result<(), ConfigError> {
-        self.validate().map_err(|e| ConfigError(e.to_string()))
-    }
-}
 
 const FLAGS: &[Flag] = &[Flag {
     name: "trace.directory",
@@ -57,21 +47,21 @@ pub const COLLECTOR: Collector = Collector {
     // Also the period of the directory listing: a file is analysed once stable across two.
     default_interval: Duration::from_secs(5),
     default_timeout: DEFAULT_TIMEOUT,
-    interval_setting: None,
     help: "training efficiency from the PyTorch profiler traces in --trace.directory, analysed in the background at low priority ([trace]); off unless enabled; on a simulated node, over the traces of its simulated job",
     yields_owned_series: false,
     derived: false,
-    table: Some(Table::of::<Options>()),
+    table: Some(Table::of::<TraceOptions>()),
     flags: FLAGS,
+    prepare: None,
     build,
     shared_inputs,
 };
 
 fn build(ctx: &BuildContext<'_>) -> Result<Built> {
-    let mut options = ctx.settings.options::<TraceOptions>(&COLLECTOR).clone();
+    let mut options = ctx.options::<TraceOptions>().clone();
     let simulated = match ctx.simulated {
-        Some(node) if ctx.settings.simulation.traces != Some(false) => {
-            start_simulated(ctx.settings, &node.scenario)?
+        Some(node) if ctx.shared.simulation.traces != Some(false) => {
+            start_simulated(&ctx.shared.simulation, &node.scenario)?
         }
         _ => None,
     };
@@ -87,7 +77,7 @@ fn build(ctx: &BuildContext<'_>) -> Result<Built> {
         ));
     }
     let analyzer = Arc::new(WorkerAnalyzer::new(&options)?);
-    let handoff = ctx.kept::<Handoff>(COLLECTOR.name);
+    let handoff = ctx.kept::<Handoff>();
     let source = TraceSource::start_with(options, ctx.timing.interval, analyzer, Some(handoff))
         .map_err(|e| anyhow!(e))?;
     Ok(Some(Box::new(Traces {
@@ -104,8 +94,10 @@ fn build(ctx: &BuildContext<'_>) -> Result<Built> {
 /// How long the simulated job runs before its first profiler window ends and is dropped.
 const FIRST_DROP_INTO_JOB: std::time::Duration = std::time::Duration::from_secs(1);
 
-fn start_simulated(settings: &Settings, scenario: &Scenario) -> Result<Option<SimulatedTraces>> {
-    let sim = &settings.simulation;
+fn start_simulated(
+    sim: &SimulationSettings,
+    scenario: &Scenario,
+) -> Result<Option<SimulatedTraces>> {
     let name: String = scenario
         .name()
         .chars()
@@ -128,7 +120,9 @@ fn start_simulated(settings: &Settings, scenario: &Scenario) -> Result<Option<Si
         // The first drop once the job has run for a few seconds (its processes exist, so the
         // ranks' pids join them), not during the scenario's idle start.
         first_drop_after: scenario.job_starts_at() + FIRST_DROP_INTO_JOB,
-        period: sim.trace_period(),
+        period: sim
+            .trace_period
+            .unwrap_or(dgx_pixels_trace_source::DEFAULT_PERIOD),
         keep: DEFAULT_KEEP,
     };
     match (SimulatedTraces::start(job), &sim.trace_directory) {
@@ -269,7 +263,7 @@ fn worker_failure(e: &WorkerError) -> AnalysisFailure {
 
 /// On a simulated node, its scenario (the job's ranks and name) and `[simulation]`'s trace
 /// keys.
-fn shared_inputs(s: &Settings, _: &Planning) -> RestartKey {
+fn shared_inputs(s: &Shared) -> RestartKey {
     Box::new((
         s.simulation.scenario.clone(),
         s.simulation.traces,

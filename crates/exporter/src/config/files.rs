@@ -16,18 +16,6 @@ pub(super) fn check_max(key: &str, d: Option<Duration>, max: Duration) -> Result
     Ok(dgx_pixels_settings::check_max(key, d, max)?)
 }
 
-/// Reads and parses `dcgm.field_list`.
-pub fn read_field_list(path: &Path) -> Result<dgx_pixels_dcgm::fields::FieldList, ConfigError> {
-    let text = read_text(path).map_err(|e| {
-        ConfigError(format!(
-            "dcgm.field_list: cannot read {}: {e}",
-            path.display()
-        ))
-    })?;
-    dgx_pixels_dcgm::fields::parse_field_list(&text, &path.display().to_string())
-        .map_err(|e| ConfigError(format!("dcgm.field_list: {e}")))
-}
-
 /// Line (1-based) of byte `offset` in `text`.
 pub(super) fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].matches('\n').count() + 1

@@ -1,6 +1,7 @@
 use super::sources::*;
 use super::*;
 use crate::cli::parse_from;
+use dgx_pixels_settings::parse_duration;
 use std::io::Write;
 use std::path::Path;
 
@@ -19,31 +20,33 @@ trait Tables {
 
 impl Tables for Settings {
     fn probes(&self) -> &dgx_pixels_probe_source::settings::ProbesSettings {
-        self.options(&crate::collectors::probes::COLLECTOR)
+        self.tables.get_as(&crate::collectors::probes::COLLECTOR)
     }
     fn kubernetes(&self) -> &dgx_pixels_kubernetes::KubernetesSettings {
-        self.options(&crate::collectors::kubernetes::COLLECTOR)
+        self.tables
+            .get_as(&dgx_pixels_kubernetes::collector::KUBERNETES)
     }
     fn hpc(&self) -> &dgx_pixels_kubernetes::HpcSettings {
-        self.options(&crate::collectors::hpc::COLLECTOR)
+        self.tables.get_as(&dgx_pixels_kubernetes::collector::HPC)
     }
     fn textfile(&self) -> &dgx_pixels_textfile::TextfileOptions {
-        self.options(&crate::collectors::textfile::COLLECTOR)
+        self.tables
+            .get_as(&dgx_pixels_textfile::collector::COLLECTOR)
     }
     fn health(&self) -> &dgx_pixels_health::HealthSettings {
-        self.options(&crate::collectors::health::COLLECTOR)
+        self.tables.get_as(&dgx_pixels_health::collector::COLLECTOR)
     }
     fn nvml(&self) -> &dgx_pixels_nvml::NvmlOptions {
-        self.options(&crate::collectors::nvml::COLLECTOR)
+        self.tables.get_as(&dgx_pixels_nvml::collector::COLLECTOR)
     }
     fn dcgm(&self) -> &dgx_pixels_dcgm::DcgmSettings {
-        self.options(&crate::collectors::dcgm::COLLECTOR)
+        self.tables.get_as(&dgx_pixels_dcgm::collector::COLLECTOR)
     }
     fn kmsg(&self) -> &dgx_pixels_kmsg::KmsgOptions {
-        self.options(&crate::collectors::kmsg::COLLECTOR)
+        self.tables.get_as(&dgx_pixels_kmsg::collector::COLLECTOR)
     }
     fn trace(&self) -> &dgx_pixels_trace_source::TraceOptions {
-        self.options(&crate::collectors::trace::COLLECTOR)
+        self.tables.get_as(&crate::collectors::trace::COLLECTOR)
     }
 }
 
@@ -198,8 +201,8 @@ fn defaults_apply_without_any_input() {
     assert_eq!(
         s.collector_timing("nvml"),
         (
-            crate::collectors::DEFAULT_INTERVAL,
-            crate::collectors::DEFAULT_TIMEOUT
+            dgx_pixels_registry::DEFAULT_INTERVAL,
+            dgx_pixels_registry::DEFAULT_TIMEOUT
         )
     );
 }

@@ -1,5 +1,6 @@
-//! The `kmsg` collector: GPU XIDs, NVSwitch SXids and lost GPUs from the kernel log
-//! (`--kmsg.path`, default `/dev/kmsg`), off by default on real GPUs and on a simulated node.
+//! The `kmsg` collector's descriptor: GPU XIDs, NVSwitch SXids and lost GPUs from the kernel
+//! log (`--kmsg.path`, default `/dev/kmsg`), off by default on real GPUs and on a simulated
+//! node.
 //!
 //! Why opt-in: reading `/dev/kmsg` takes more privilege than the rest of the exporter
 //! (`CAP_SYSLOG` or root where `kernel.dmesg_restrict=1`, the default on most distributions;
@@ -13,24 +14,16 @@
 //! seen by both counts once. GPUs are found by PCI address in the current generation's device
 //! view (from `dgx_pixels_gpu_info`), as the probes find utilization there.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
-use dgx_pixels_kmsg::{KmsgSource, Progresses, ViewDirectory};
-
-use super::{
-    no_shared_inputs as shared_inputs, BuildContext, Built, Collector, Flag, FlagDefault, FlagKind,
-    Table, TableOptions, DEFAULT_INTERVAL, DEFAULT_TIMEOUT,
+use dgx_pixels_registry::{
+    no_shared_inputs, BuildContext, Built, Collector, Flag, FlagDefault, FlagKind, Table,
+    TableOptions, DEFAULT_INTERVAL, DEFAULT_TIMEOUT,
 };
-use crate::config::{ConfigError, Settings};
 
-/// `[kmsg]`: the kmsg crate's own options (`path`, `state_directory`, `boot_id_path`).
-pub type Options = dgx_pixels_kmsg::KmsgOptions;
+use crate::{KmsgOptions, KmsgSource, Progresses, ViewDirectory};
 
-impl TableOptions for dgx_pixels_kmsg::KmsgOptions {
-    fn check(&self, _: &Settings) -> Result<(), ConfigError> {
-        Ok(())
-    }
-}
+impl TableOptions for KmsgOptions {}
 
 const FLAGS: &[Flag] = &[
     Flag {
@@ -38,7 +31,7 @@ const FLAGS: &[Flag] = &[
         key: "kmsg.path",
         value_name: "PATH",
         help: "The kernel log read by the kmsg collector (--collector.kmsg): /dev/kmsg, or a file or FIFO of lines in its format",
-        default: FlagDefault::Says(|| Options::default().path.display().to_string()),
+        default: FlagDefault::Says(|| KmsgOptions::default().path.display().to_string()),
         kind: FlagKind::Path,
         order: 180,
     },
@@ -48,7 +41,7 @@ const FLAGS: &[Flag] = &[
         value_name: "DIR",
         help: "Where the kmsg collector keeps its state file (the last kernel-log record counted per boot), so a restart counts nothing twice",
         default: FlagDefault::Says(|| {
-            Options::default()
+            KmsgOptions::default()
                 .state_directory
                 .map(|d| d.display().to_string())
                 .unwrap_or_default()
@@ -65,23 +58,23 @@ pub const COLLECTOR: Collector = Collector {
     enabled_in_simulation: false,
     default_interval: DEFAULT_INTERVAL,
     default_timeout: DEFAULT_TIMEOUT,
-    interval_setting: None,
     help: "GPU XIDs, NVSwitch SXids and lost GPUs from the kernel log (--kmsg.path, default /dev/kmsg; needs CAP_SYSLOG where kernel.dmesg_restrict=1, see docs/kmsg.md)",
     yields_owned_series: false,
     derived: false,
-    table: Some(Table::of::<Options>()),
+    table: Some(Table::of::<KmsgOptions>()),
     flags: FLAGS,
+    prepare: None,
     build,
-    shared_inputs,
+    shared_inputs: no_shared_inputs,
 };
 
 fn build(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
     // What the sources on each path read so far, kept across reloads that restart them or
     // switch the path away and back.
-    let progress = ctx.kept::<Mutex<Progresses>>(COLLECTOR.name);
+    let progress = ctx.kept::<Mutex<Progresses>>();
     Ok(Some(Box::new(KmsgSource::new(
-        ctx.settings.options::<Options>(&COLLECTOR).clone(),
-        Arc::clone(ctx.xid_ledger),
+        ctx.options::<KmsgOptions>().clone(),
+        ctx.xid_ledger(),
         Box::new(ViewDirectory(ctx.views())),
         progress,
     ))))

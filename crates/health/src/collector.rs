@@ -1,30 +1,22 @@
-//! The `health` collector: a verdict and recommended action per GPU, from the rules of
-//! docs/health.md over what the other sources serve, and the idle time of GPUs that a pod or
-//! job holds but leaves idle (`dgx_pixels_health::HealthSource`, reading the current
-//! generation's device view). On by default, also on a simulated node: it reads no device and
-//! needs no privilege.
+//! The `health` collector's descriptor: a verdict and recommended action per GPU, from the
+//! rules of docs/health.md over what the other sources serve, and the idle time of GPUs that a
+//! pod or job holds but leaves idle ([`HealthSource`], reading the current generation's device
+//! view). On by default, also on a simulated node: it reads no device and needs no privilege.
 
 use std::time::Duration;
 
-use anyhow::Result;
-use dgx_pixels_health::{HealthMemory, HealthSource};
-
-use super::{
-    no_shared_inputs as shared_inputs, BuildContext, Built, Collector, Flag, Table, TableOptions,
+use dgx_pixels_registry::{
+    no_shared_inputs, BuildContext, Built, Check, Collector, SettingError, Table, TableOptions,
     DEFAULT_INTERVAL, DEFAULT_TIMEOUT,
 };
-use crate::config::{ConfigError, Settings};
 
-/// `[health]`.
-pub type Options = dgx_pixels_health::HealthSettings;
+use crate::{HealthMemory, HealthSettings, HealthSource};
 
-impl TableOptions for dgx_pixels_health::HealthSettings {
-    fn check(&self, _: &Settings) -> Result<(), ConfigError> {
-        Ok(self.validate()?)
+impl TableOptions for HealthSettings {
+    fn validate(&self, _: &Check) -> Result<(), SettingError> {
+        HealthSettings::validate(self)
     }
 }
-
-const FLAGS: &[Flag] = &[];
 
 /// The descriptor.
 pub const COLLECTOR: Collector = Collector {
@@ -33,15 +25,15 @@ pub const COLLECTOR: Collector = Collector {
     enabled_in_simulation: true,
     default_interval: DEFAULT_INTERVAL,
     default_timeout: DEFAULT_TIMEOUT,
-    interval_setting: None,
     help: "a health verdict and recommended action per GPU from the rules of docs/health.md over the other sources' readings, and the idle time of GPUs held by pods or jobs ([health])",
     yields_owned_series: false,
     // It judges what the others read: alone it has nothing to say.
     derived: true,
-    table: Some(Table::of::<Options>()),
-    flags: FLAGS,
+    table: Some(Table::of::<HealthSettings>()),
+    flags: &[],
+    prepare: None,
     build,
-    shared_inputs,
+    shared_inputs: no_shared_inputs,
 };
 
 /// A simulated node's `[health] idle_after` where the config leaves it unset: the demo's late
@@ -49,8 +41,8 @@ pub const COLLECTOR: Collector = Collector {
 /// node's 10 minutes would never count, and the demo shows its waste within a minute.
 pub const SIMULATED_IDLE_AFTER: Duration = Duration::from_secs(10);
 
-fn build(ctx: &BuildContext<'_>) -> Result<Built> {
-    let mut options: Options = ctx.settings.options::<Options>(&COLLECTOR).clone();
+fn build(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
+    let mut options = ctx.options::<HealthSettings>().clone();
     if ctx.simulated.is_some() && options.idle_after.is_none() {
         options.idle_after = Some(SIMULATED_IDLE_AFTER);
     }
@@ -59,6 +51,6 @@ fn build(ctx: &BuildContext<'_>) -> Result<Built> {
         ctx.views(),
         &options,
         // The verdicts outlive a reload of [health] (a new XID policy).
-        ctx.kept::<HealthMemory>(COLLECTOR.name),
+        ctx.kept::<HealthMemory>(),
     ))))
 }

@@ -1,20 +1,18 @@
-//! The `textfile` collector: workload metrics from the `*.prom` files of a directory, on by
-//! default but running only when `--textfile.directory` is set (also with `--simulate`).
+//! The `textfile` collector's descriptor: workload metrics from the `*.prom` files of a
+//! directory, on by default but running only when `--textfile.directory` is set (also with
+//! `--simulate`).
 
-use dgx_pixels_textfile::TextfileOptions;
-
-use super::{
-    BuildContext, Built, Collector, Flag, FlagDefault, FlagKind, Planning, RestartKey, Table,
-    TableOptions, DEFAULT_INTERVAL, DEFAULT_TIMEOUT,
+use dgx_pixels_metrics::Source;
+use dgx_pixels_registry::{
+    BuildContext, Built, Check, Collector, Flag, FlagDefault, FlagKind, RestartKey, SettingError,
+    Shared, Table, TableOptions, DEFAULT_INTERVAL, DEFAULT_TIMEOUT,
 };
-use crate::config::{ConfigError, Settings};
 
-/// `[textfile]`: the textfile crate's own options.
-pub type Options = TextfileOptions;
+use crate::TextfileOptions;
 
 impl TableOptions for TextfileOptions {
-    fn check(&self, _: &Settings) -> Result<(), ConfigError> {
-        Ok(self.validate()?)
+    fn validate(&self, _: &Check) -> Result<(), SettingError> {
+        TextfileOptions::validate(self)
     }
 }
 
@@ -35,23 +33,24 @@ pub const COLLECTOR: Collector = Collector {
     enabled_in_simulation: true,
     default_interval: DEFAULT_INTERVAL,
     default_timeout: DEFAULT_TIMEOUT,
-    interval_setting: None,
     help: "workload metrics from the *.prom files of --textfile.directory (runs only when it is set, also with --simulate)",
     yields_owned_series: false,
     derived: false,
-    table: Some(Table::of::<Options>()),
+    table: Some(Table::of::<TextfileOptions>()),
     flags: FLAGS,
+    prepare: None,
     build,
     shared_inputs,
 };
 
 fn build(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
-    let settings = ctx.settings;
     // Textfiles may not serve what another source serves: the node label, and the simulated
     // workload's families.
-    let reserved_labels = crate::node_label(settings)
-        .into_iter()
-        .map(|(k, _)| k)
+    let reserved_labels = ctx
+        .shared
+        .node_labels
+        .iter()
+        .map(|(k, _)| k.clone())
         .collect();
     let reserved_families = ctx
         .simulated
@@ -60,13 +59,13 @@ fn build(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
         .map(|s| s.to_string())
         .collect();
     // No source without a directory.
-    Ok(settings
-        .options::<TextfileOptions>(&COLLECTOR)
+    Ok(ctx
+        .options::<TextfileOptions>()
         .source(reserved_labels, reserved_families)
-        .map(|s| Box::new(s) as Box<dyn dgx_pixels_metrics::Source>))
+        .map(|s| Box::new(s) as Box<dyn Source>))
 }
 
 /// The node label it reserves, and the scenario whose families it may not serve.
-fn shared_inputs(s: &Settings, _: &Planning) -> RestartKey {
-    Box::new((s.node_name.clone(), s.simulation.scenario.clone()))
+fn shared_inputs(s: &Shared) -> RestartKey {
+    Box::new((s.node_labels.clone(), s.simulation.scenario.clone()))
 }

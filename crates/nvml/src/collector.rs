@@ -1,28 +1,18 @@
-//! The `nvml` collector: GPU telemetry through NVML, on by default.
+//! The `nvml` collector's descriptor: GPU telemetry through NVML, on by default.
 
-use std::collections::HashSet;
+use std::sync::Arc;
 
-use dgx_pixels_nvml::{NvmlOptions, NvmlSource, GPM_FAMILIES};
-
-use super::{
-    BuildContext, Built, Collector, Flag, FlagDefault, FlagKind, Planning, RestartKey, Table,
-    TableOptions, DEFAULT_INTERVAL, DEFAULT_TIMEOUT, MIN_INTERVAL,
+use dgx_pixels_registry::{
+    BuildContext, Built, Check, Collector, Flag, FlagDefault, FlagKind, RestartKey, SettingError,
+    Shared, Table, TableOptions, DEFAULT_INTERVAL, DEFAULT_TIMEOUT, MIN_INTERVAL,
 };
-use crate::config::{ConfigError, Settings};
 
-/// `[nvml]`: the nvml crate's own options (`library`, `slow_interval`, `processes_per_gpu`,
-/// `xid_quiet_period`, `power_sample_interval`, `power_window`).
-pub type Options = NvmlOptions;
+use crate::{NvmlOptions, NvmlSource, DEFAULT_LIBRARY, GPM_FAMILIES};
 
 impl TableOptions for NvmlOptions {
-    fn check(&self, _: &Settings) -> Result<(), ConfigError> {
-        Ok(self.validate(MIN_INTERVAL)?)
+    fn validate(&self, _: &Check) -> Result<(), SettingError> {
+        NvmlOptions::validate(self, MIN_INTERVAL)
     }
-}
-
-/// The nvml collector's table in `settings`.
-pub fn options(settings: &Settings) -> &NvmlOptions {
-    settings.options(&COLLECTOR)
 }
 
 const FLAGS: &[Flag] = &[
@@ -31,9 +21,7 @@ const FLAGS: &[Flag] = &[
         key: "nvml.library",
         value_name: "PATH",
         help: "Path of libnvidia-ml",
-        default: FlagDefault::Says(|| {
-            format!("{} from the loader's search path", dgx_pixels_nvml::DEFAULT_LIBRARY)
-        }),
+        default: FlagDefault::Says(|| format!("{DEFAULT_LIBRARY} from the loader's search path")),
         kind: FlagKind::Path,
         order: 90,
     },
@@ -60,7 +48,6 @@ const FLAGS: &[Flag] = &[
         order: 92,
     },
 ];
-use crate::ownership;
 
 /// The descriptor.
 pub const COLLECTOR: Collector = Collector {
@@ -70,12 +57,12 @@ pub const COLLECTOR: Collector = Collector {
     enabled_in_simulation: true,
     default_interval: DEFAULT_INTERVAL,
     default_timeout: DEFAULT_TIMEOUT,
-    interval_setting: None,
     help: "GPU telemetry through NVML (libnvidia-ml.so.1, loaded at run time)",
     yields_owned_series: true,
     derived: false,
-    table: Some(Table::of::<Options>()),
+    table: Some(Table::of::<NvmlOptions>()),
     flags: FLAGS,
+    prepare: None,
     build,
     shared_inputs,
 };
@@ -85,36 +72,37 @@ fn build(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
     if ctx.simulated.is_some() {
         return Ok(None);
     }
-    let settings = ctx.settings;
     // One source per series: GPM's profiling families come from DCGM when its fields provide
     // them all (the ownership filter drops NVML's samples of any it provides), so NVML does not
     // spend a GPM read per GPU and poll on series it would drop.
-    let owned: HashSet<ownership::Owned> = ctx
-        .dcgm_fields
-        .iter()
-        .filter_map(ownership::series_of)
-        .collect();
+    let owned = ctx.shared.owned();
     let profiling = GPM_FAMILIES.iter().any(|m| !owned.contains(&(*m, &[][..])));
     Ok(Some(Box::new(
         NvmlSource::with_options(NvmlOptions {
             // Leave the runner's watchdog room: a poll returns before its timeout even when a GPU
             // hangs, and that GPU alone is reported down.
             gpu_deadline: ctx.timing.timeout.mul_f64(0.6),
-            procfs: settings
-                .path
+            procfs: ctx
+                .shared
                 .procfs
                 .clone()
                 .unwrap_or_else(|| NvmlOptions::default().procfs),
             profiling,
-            ..options(settings).clone()
+            ..ctx.options::<NvmlOptions>().clone()
         })
         // XIDs from NVML and from the kernel log (kmsg collector) count once, served here.
-        .with_xid_ledger(std::sync::Arc::clone(ctx.xid_ledger)),
+        .with_xid_ledger(Arc::clone(&ctx.lasting.xid_ledger)),
     )))
 }
 
-/// `[path]`, and the series DCGM takes over (its samples of them are dropped, and GPM is not
-/// read when DCGM takes every profiling family).
-fn shared_inputs(s: &Settings, planning: &Planning) -> RestartKey {
-    Box::new((s.path.clone(), planning.dcgm_fields.clone()))
+/// `[path] procfs`, and the series another collector takes over (their samples are dropped,
+/// and GPM is not read when DCGM takes every profiling family).
+fn shared_inputs(s: &Shared) -> RestartKey {
+    let mut owned: Vec<String> = s
+        .owned()
+        .iter()
+        .map(|(m, labels)| format!("{m:?}{labels:?}"))
+        .collect();
+    owned.sort_unstable();
+    Box::new((s.procfs.clone(), owned))
 }
