@@ -23,8 +23,10 @@ check() {
 
 check dgx-pixels-trace dgx-pixels-metrics clap plotters dgx-pixels-charts indicatif tempfile
 check dgx-pixels-probes dgx-pixels-metrics plotters dgx-pixels-charts clap indicatif
+# The registry is what every collector crate depends on: none of the daemon's machinery.
+check dgx-pixels-registry clap config dgx-pixels-web dgx-pixels-exposition axum tokio
 
 if [ "$status" -eq 0 ]; then
-  echo "check-crate-deps: the engines have none of their forbidden dependencies"
+  echo "check-crate-deps: the engines and the registry have none of their forbidden dependencies"
 fi
 exit "$status"
