@@ -37,10 +37,12 @@
 
 #![deny(missing_docs)]
 
+mod outcome;
 pub mod settings;
 mod view;
 pub mod worker;
 
+pub use outcome::{GpuState, Outcome, NCCL_OUTCOMES, OUTCOMES, STATES, STORAGE_OUTCOMES};
 pub use view::ViewUtilization;
 
 use std::collections::BTreeMap;
@@ -87,54 +89,6 @@ pub const NODE_SHARE: f64 = 0.5;
 /// Default time a GPU must read idle before it is probed.
 pub const DEFAULT_SETTLE: Duration = Duration::from_secs(10);
 
-/// Run outcomes, the `outcome` label values.
-pub const OUTCOMES: &[&str] = &[
-    "ok",
-    "error",
-    "timeout",
-    "crashed",
-    "contended",
-    "skipped_busy",
-    "skipped_no_utilization",
-    "skipped_settling",
-    "skipped_held",
-    "skipped_in_use",
-    "skipped_mig",
-    "skipped_compute_mode",
-];
-
-/// States of a GPU for the probes, the `state` label of `dgx_pixels_probe_gpus`: what its last
-/// attempt found.
-pub const STATES: &[&str] = &[
-    "measured",
-    "pending",
-    "busy",
-    "settling",
-    "held",
-    "in_use",
-    "mig",
-    "compute_mode",
-    "no_utilization",
-    "contended",
-    "failed",
-];
-
-/// The state an outcome leaves a GPU in.
-fn state_of(outcome: &str) -> &'static str {
-    match outcome {
-        "ok" => "measured",
-        "skipped_busy" => "busy",
-        "skipped_settling" => "settling",
-        "skipped_held" => "held",
-        "skipped_in_use" => "in_use",
-        "skipped_mig" => "mig",
-        "skipped_compute_mode" => "compute_mode",
-        "skipped_no_utilization" => "no_utilization",
-        "contended" => "contended",
-        _ => "failed",
-    }
-}
-
 fn settings_storage(paths: &[PathBuf]) -> Vec<StorageState> {
     let now = Instant::now();
     paths
@@ -152,43 +106,24 @@ fn settings_storage(paths: &[PathBuf]) -> Vec<StorageState> {
 
 /// Why `g` must be left alone now and when to look at it again; `None` when it may be
 /// probed. Read from this poll's view of it ([`ProbeSource::observe`]).
-fn skip_of(
-    settings: &ScheduleSettings,
-    g: &GpuState,
-    now: Instant,
-) -> Option<(&'static str, Duration)> {
+fn skip_of(settings: &ScheduleSettings, g: &Gpu, now: Instant) -> Option<(Outcome, Duration)> {
     let idle_for = g
         .idle_since
         .map(|t| now.saturating_duration_since(t))
         .unwrap_or_default();
     let occupancy = g.occupancy;
     match g.reading {
-        None => Some(("skipped_no_utilization", NO_READING_RETRY)),
-        Some(_) if occupancy.held => Some(("skipped_held", SKIP_RETRY)),
-        Some(_) if occupancy.processes > 0 => Some(("skipped_in_use", SKIP_RETRY)),
-        Some(_) if occupancy.mig => Some(("skipped_mig", SKIP_RETRY)),
-        Some((_, u)) if u > settings.busy_threshold => Some(("skipped_busy", SKIP_RETRY)),
+        None => Some((Outcome::SkippedNoUtilization, NO_READING_RETRY)),
+        Some(_) if occupancy.held => Some((Outcome::SkippedHeld, SKIP_RETRY)),
+        Some(_) if occupancy.processes > 0 => Some((Outcome::SkippedInUse, SKIP_RETRY)),
+        Some(_) if occupancy.mig => Some((Outcome::SkippedMig, SKIP_RETRY)),
+        Some((_, u)) if u > settings.busy_threshold => Some((Outcome::SkippedBusy, SKIP_RETRY)),
         // Not idle for long enough yet: look again when it would be.
         Some(_) if idle_for < settings.settle => Some((
-            "skipped_settling",
+            Outcome::SkippedSettling,
             (settings.settle - idle_for).max(Duration::from_millis(100)),
         )),
         Some(_) => None,
-    }
-}
-
-/// The outcome label of a failed run.
-fn outcome_of(e: &ProbeError) -> &'static str {
-    match e {
-        ProbeError::Contended(_) => "contended",
-        ProbeError::Skipped(skip, _) => skip.outcome(),
-        ProbeError::Worker {
-            kind: "timeout", ..
-        } => "timeout",
-        ProbeError::Worker {
-            kind: "crashed", ..
-        } => "crashed",
-        _ => "error",
     }
 }
 
@@ -478,7 +413,7 @@ struct LastResult {
 }
 
 #[derive(Debug)]
-struct GpuState {
+struct Gpu {
     id: GpuId,
     /// The key of the GPU's series: the index the telemetry exports (the CUDA ordinal until a
     /// reading says otherwise) and the uuid.
@@ -493,7 +428,7 @@ struct GpuState {
     pairs: BTreeMap<usize, LastResult>,
     /// Which peer the next pair probe starts looking at (an offset among the others).
     next_peer: usize,
-    runs: BTreeMap<(ProbeKind, &'static str), u64>,
+    runs: BTreeMap<(ProbeKind, Outcome), u64>,
     durations: BTreeMap<ProbeKind, Histogram>,
     busy: Duration,
     /// Own runs left in its first pass (each probe kind once, without rests between).
@@ -512,11 +447,11 @@ struct GpuState {
     /// who else is on it, read once per poll and used by the step.
     reading: Option<(u32, f64)>,
     occupancy: Occupancy,
-    /// What its last attempt found ([`STATES`]).
-    state: &'static str,
+    /// What its last attempt found.
+    state: GpuState,
 }
 
-impl GpuState {
+impl Gpu {
     /// Records that a run held the GPU until `end` for `took` of GPU time (`own`: a run of
     /// its own rather than as a peer) and sets when it may be probed again: `took / (duty_cycle
     /// x share)` after the run, or after the rest it already had to take, so that the rests
@@ -540,7 +475,7 @@ impl GpuState {
 }
 
 /// Whether `g` has a result of `kind` (for `p2p_copy`, with any peer).
-fn has_result(g: &GpuState, kind: ProbeKind) -> bool {
+fn has_result(g: &Gpu, kind: ProbeKind) -> bool {
     if kind.needs_peer() {
         !g.pairs.is_empty()
     } else {
@@ -552,7 +487,7 @@ fn has_result(g: &GpuState, kind: ProbeKind) -> bool {
 /// node have a result of (the earliest in its rotation on a tie), so that the node's first
 /// runs reach every kind within K of them, not K + N - 1 (issue 44: the simulated node's
 /// first minute shows every probe). A pair kind waits while no peer may be probed.
-fn first_pass_pick(settings: &ScheduleSettings, gpus: &mut [GpuState], i: usize, now: Instant) {
+fn first_pass_pick(settings: &ScheduleSettings, gpus: &mut [Gpu], i: usize, now: Instant) {
     let n = gpus.len();
     let k = gpus[i].order.len();
     let left = gpus[i].first_pass.min(k);
@@ -588,7 +523,7 @@ struct StorageState {
     next_due: Instant,
     /// `(bytes per second, direct, when measured)`.
     last: Option<(f64, bool, Instant)>,
-    runs: BTreeMap<&'static str, u64>,
+    runs: BTreeMap<Outcome, u64>,
     /// Runs failed in a row: each doubles the wait before the next ([`storage_backoff`]).
     failures: u32,
 }
@@ -619,7 +554,7 @@ struct NcclState {
     /// The expected bus bandwidth of the set ([`expected_nccl_bus_bandwidth`]), bytes per
     /// second.
     expected: Option<f64>,
-    runs: BTreeMap<&'static str, u64>,
+    runs: BTreeMap<Outcome, u64>,
 }
 
 /// GPUs of the baseboard the expected NCCL figures were measured on: an HGX 8-GPU board, whose
@@ -642,28 +577,6 @@ pub fn expected_nccl_bus_bandwidth(ids: &[GpuId], whole_node: bool) -> Option<f6
         .flatten()
 }
 
-/// Outcomes of `nccl_allreduce`, the `outcome` label of `dgx_pixels_probe_nccl_runs_total`:
-/// the GPU probes' (a skip is the first GPU of the set that had to be left alone) and
-/// `skipped_no_nccl` (no `libnccl.so.2` on the node).
-pub const NCCL_OUTCOMES: &[&str] = &[
-    "ok",
-    "error",
-    "timeout",
-    "crashed",
-    "contended",
-    "skipped_busy",
-    "skipped_no_utilization",
-    "skipped_settling",
-    "skipped_held",
-    "skipped_in_use",
-    "skipped_mig",
-    "skipped_compute_mode",
-    "skipped_no_nccl",
-];
-
-/// Outcomes of `storage_read`, the `outcome` label of `dgx_pixels_probe_storage_runs_total`.
-pub const STORAGE_OUTCOMES: &[&str] = &["ok", "error", "timeout", "crashed", "skipped_busy"];
-
 /// The `probes` source.
 pub struct ProbeSource<B: Backend, U: UtilizationView> {
     backend: B,
@@ -671,7 +584,7 @@ pub struct ProbeSource<B: Backend, U: UtilizationView> {
     settings: ScheduleSettings,
     probes: Vec<ProbeKind>,
     started: Instant,
-    gpus: Option<Vec<GpuState>>,
+    gpus: Option<Vec<Gpu>>,
     unavailable: Option<(Instant, PollError)>,
     cursor: usize,
     /// Whether the last poll's step was a node probe's (`storage_read`, `nccl_allreduce`).
@@ -735,7 +648,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
                 self.gpus = Some(
                     ids.into_iter()
                         .enumerate()
-                        .map(|(i, id)| GpuState {
+                        .map(|(i, id)| Gpu {
                             key: Arc::new(DeviceKey::gpu(
                                 u32::try_from(id.ordinal).unwrap_or(u32::MAX),
                                 id.uuid.as_str(),
@@ -765,7 +678,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
                             idle_since: None,
                             reading: None,
                             occupancy: Occupancy::default(),
-                            state: "pending",
+                            state: GpuState::Pending,
                         })
                         .collect(),
                 );
@@ -877,7 +790,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         if let Some((outcome, retry)) = skip {
             let g = &mut gpus[i];
             *g.runs.entry((kind, outcome)).or_default() += 1;
-            g.state = state_of(outcome);
+            g.state = outcome.state();
             g.next_due = now + retry;
             return;
         }
@@ -910,8 +823,8 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         let mut polite = false;
         match value {
             Ok(v) => {
-                *g.runs.entry((kind, "ok")).or_default() += 1;
-                g.state = state_of("ok");
+                *g.runs.entry((kind, Outcome::Ok)).or_default() += 1;
+                g.state = GpuState::Measured;
                 let r = LastResult {
                     value: v,
                     at: SystemTime::now(),
@@ -924,16 +837,16 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
                 g.last_error = None;
             }
             Err(e) => {
-                let outcome = outcome_of(&e);
+                let outcome = Outcome::of_error(&e);
                 *g.runs.entry((kind, outcome)).or_default() += 1;
-                g.state = state_of(outcome);
-                if outcome.starts_with("skipped_") || outcome == "contended" {
+                g.state = outcome.state();
+                if outcome.is_skip() || outcome == Outcome::Contended {
                     // Polite, not broken: the previous result still describes the GPU until
                     // it ages out. A skip held the GPU for no time; look again later.
-                    tracing::debug!(gpu = g.key.index(), uuid = %g.id.uuid, probe = %kind, outcome, "probe not run: {e}");
+                    tracing::debug!(gpu = g.key.index(), uuid = %g.id.uuid, probe = %kind, outcome = outcome.as_str(), "probe not run: {e}");
                     g.idle_since = None;
                     polite = true;
-                    if outcome.starts_with("skipped_") {
+                    if outcome.is_skip() {
                         g.next_due = now + SKIP_RETRY;
                         return;
                     }
@@ -946,7 +859,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
                     };
                     let msg = e.to_string();
                     if g.last_error.as_deref() != Some(&msg) {
-                        tracing::warn!(gpu = g.key.index(), uuid = %g.id.uuid, probe = %kind, outcome, "probe failed: {msg}");
+                        tracing::warn!(gpu = g.key.index(), uuid = %g.id.uuid, probe = %kind, outcome = outcome.as_str(), "probe failed: {msg}");
                     }
                     g.last_error = Some(msg);
                 }
@@ -984,7 +897,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         let bytes = self.settings.storage_read_bytes;
         let s = &mut self.storage[k];
         if let Some(retry) = busy {
-            *s.runs.entry("skipped_busy").or_default() += 1;
+            *s.runs.entry(Outcome::SkippedBusy).or_default() += 1;
             s.next_due = now + retry;
             return true;
         }
@@ -994,16 +907,11 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         let end = now + took.max(wall.elapsed());
         match result {
             Ok(r) => {
-                *s.runs.entry("ok").or_default() += 1;
+                *s.runs.entry(Outcome::Ok).or_default() += 1;
                 s.last = Some((r.bytes_per_second, r.direct, end));
             }
             Err(e) => {
-                let outcome = outcome_of(&e);
-                let outcome = if STORAGE_OUTCOMES.contains(&outcome) {
-                    outcome
-                } else {
-                    "error"
-                };
+                let outcome = Outcome::of_error(&e).within(STORAGE_OUTCOMES);
                 *s.runs.entry(outcome).or_default() += 1;
                 s.last = None;
                 s.failures = s.failures.saturating_add(1);
@@ -1011,7 +919,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
                 if s.failures.is_power_of_two() {
                     tracing::warn!(
                         path = %s.label,
-                        outcome,
+                        outcome = outcome.as_str(),
                         failures = s.failures,
                         "storage_read failed: {e}; next try in {:?}",
                         storage_backoff(s.failures)
@@ -1089,28 +997,25 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         let mut retry = None;
         match result {
             Ok(r) => {
-                *runs.entry("ok").or_default() += 1;
+                *runs.entry(Outcome::Ok).or_default() += 1;
                 // Fresh for three of its rounds, as the GPU probes' results.
                 let max_age = (took + pause).max(SKIP_RETRY) * MAX_AGE_ROUNDS;
                 self.nccl.last = Some((r, end, max_age));
             }
             Err(e) => {
-                let outcome = match outcome_of(&e) {
-                    o if NCCL_OUTCOMES.contains(&o) => o,
-                    _ => "error",
-                };
+                let outcome = Outcome::of_error(&e).within(NCCL_OUTCOMES);
                 *runs.entry(outcome).or_default() += 1;
-                if outcome == "skipped_no_nccl" {
+                if outcome == Outcome::SkippedNoNccl {
                     tracing::debug!("nccl_allreduce not run: {e}");
                     retry = Some(UNAVAILABLE_RETRY);
-                } else if outcome.starts_with("skipped_") {
-                    tracing::debug!(outcome, "nccl_allreduce not run: {e}");
+                } else if outcome.is_skip() {
+                    tracing::debug!(outcome = outcome.as_str(), "nccl_allreduce not run: {e}");
                     retry = Some(SKIP_RETRY);
-                } else if outcome == "contended" {
+                } else if outcome == Outcome::Contended {
                     tracing::debug!("nccl_allreduce contended: {e}");
                 } else {
                     self.nccl.last = None;
-                    tracing::warn!(outcome, "nccl_allreduce failed: {e}");
+                    tracing::warn!(outcome = outcome.as_str(), "nccl_allreduce failed: {e}");
                 }
             }
         }
@@ -1135,7 +1040,11 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         }
         for outcome in NCCL_OUTCOMES {
             let n = self.nccl.runs.get(outcome).copied().unwrap_or(0);
-            out.push(Sample::new(Metric::ProbeNcclRuns, [*outcome], n as f64));
+            out.push(Sample::new(
+                Metric::ProbeNcclRuns,
+                [outcome.as_str()],
+                n as f64,
+            ));
         }
         if let Some(e) = self.nccl.expected {
             out.push(Sample::new(
@@ -1191,7 +1100,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
                 let n = s.runs.get(outcome).copied().unwrap_or(0);
                 out.push(Sample::new(
                     Metric::ProbeStorageRuns,
-                    [s.label.as_str(), outcome],
+                    [s.label.as_str(), outcome.as_str()],
                     n as f64,
                 ));
             }
@@ -1214,7 +1123,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         }
         for state in STATES {
             let n = gpus.iter().filter(|g| g.state == *state).count();
-            out.push(Sample::new(Metric::ProbeGpus, [*state], n as f64));
+            out.push(Sample::new(Metric::ProbeGpus, [state.as_str()], n as f64));
         }
         let elapsed = now.duration_since(self.started).as_secs_f64();
         for g in gpus {
@@ -1248,7 +1157,12 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
                         .unwrap_or(0.0);
                 out.push(Sample::of(key, Metric::ProbeLastRun, [name], ts));
             }
-            out.push(Sample::of(key, Metric::ProbeGpuState, [g.state], 1.0));
+            out.push(Sample::of(
+                key,
+                Metric::ProbeGpuState,
+                [g.state.as_str()],
+                1.0,
+            ));
             self.pair_samples(gpus, g, now, &mut out);
             for kind in &self.probes {
                 for outcome in OUTCOMES {
@@ -1256,7 +1170,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
                     out.push(Sample::of(
                         key,
                         Metric::ProbeRuns,
-                        [kind.name(), outcome],
+                        [kind.name(), outcome.as_str()],
                         n as f64,
                     ));
                 }
@@ -1279,7 +1193,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
     /// The pair probe's series of `g`: each fresh pair at full detail, the worst peer always.
     /// A GPU meets each peer once per n - 1 of its rounds, so a pair ages out after that many
     /// times the single probes' limit.
-    fn pair_samples(&self, gpus: &[GpuState], g: &GpuState, now: Instant, out: &mut Vec<Sample>) {
+    fn pair_samples(&self, gpus: &[Gpu], g: &Gpu, now: Instant, out: &mut Vec<Sample>) {
         let peers = u32::try_from(gpus.len().saturating_sub(1))
             .unwrap_or(u32::MAX)
             .max(1);
@@ -1336,7 +1250,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
     }
 
     /// Time for one rotation through every probe on `g`, from its recorded durations.
-    fn round_estimate(&self, g: &GpuState) -> Duration {
+    fn round_estimate(&self, g: &Gpu) -> Duration {
         let per_run: f64 = g
             .durations
             .values()
