@@ -1,21 +1,23 @@
 //! The scheduler: [`ProbeSource`] picks at most one due probe per poll, checks that it may
 //! run, runs it on the backend and records what came of it.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use dgx_pixels_metrics::histogram::Histogram;
-use dgx_pixels_metrics::{DeviceKey, PollError, PollErrorKind, PollOutput, Source};
+use dgx_pixels_metrics::{PollError, PollErrorKind, PollOutput, Source};
 use dgx_pixels_probes::probe::ProbeKind;
 use dgx_pixels_probes::stats::summarize;
 use dgx_pixels_probes::ProbeError;
 
-use crate::backend::{Backend, GpuId, Occupancy, UtilizationView};
-use crate::outcome::{GpuState, Outcome, NCCL_OUTCOMES, STORAGE_OUTCOMES};
-use crate::schedule::*;
+use crate::backend::{Backend, GpuId, UtilizationView};
+use crate::outcome::{Outcome, NCCL_OUTCOMES, STORAGE_OUTCOMES};
+use crate::schedule::{
+    storage_backoff, ScheduleSettings, MAX_AGE_ROUNDS, NODE_SHARE, SKIP_RETRY, UNAVAILABLE_RETRY,
+};
 use crate::series::expected_nccl_bus_bandwidth;
-use crate::state::*;
+use crate::state::{
+    first_pass_pick, nccl_members, pick_peer, settings_storage, skip_of, Gpu, NcclState, Recorded,
+    StorageState,
+};
 
 /// The `probes` source.
 pub struct ProbeSource<B: Backend, U: UtilizationView> {
@@ -81,47 +83,18 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
             Ok(ids) => {
                 self.unavailable = None;
                 let n = ids.len();
-                let k = self.probes.len();
                 let ordinals: Vec<usize> = ids.iter().map(|g| g.ordinal).collect();
                 let members = nccl_members(&self.settings, &ordinals);
                 let nccl_on = self.settings.nccl_allreduce && members.len() >= 2;
-                self.gpus = Some(
-                    ids.into_iter()
-                        .enumerate()
-                        .map(|(i, id)| Gpu {
-                            key: Arc::new(DeviceKey::gpu(
-                                u32::try_from(id.ordinal).unwrap_or(u32::MAX),
-                                id.uuid.as_str(),
-                            )),
-                            id,
-                            next_due: now,
-                            // Staggered starts: the first runs on the node are of distinct
-                            // kinds (and the first pass prefers kinds the node has no result
-                            // of yet).
-                            order: self.probes.clone(),
-                            next_probe: i * k / n.max(1),
-                            results: BTreeMap::new(),
-                            pairs: BTreeMap::new(),
-                            next_peer: 0,
-                            runs: BTreeMap::new(),
-                            durations: BTreeMap::new(),
-                            busy: Duration::ZERO,
-                            first_pass: k,
-                            free_holds: 2 * k,
-                            owed: Duration::ZERO,
-                            share: if nccl_on && members.contains(&i) {
-                                1.0 - NODE_SHARE
-                            } else {
-                                1.0
-                            },
-                            last_error: None,
-                            idle_since: None,
-                            reading: None,
-                            occupancy: Occupancy::default(),
-                            state: GpuState::Pending,
-                        })
-                        .collect(),
-                );
+                let gpus = ids.into_iter().enumerate().map(|(i, id)| {
+                    let share = if nccl_on && members.contains(&i) {
+                        1.0 - NODE_SHARE
+                    } else {
+                        1.0
+                    };
+                    Gpu::new(id, i, n, &self.probes, share, now)
+                });
+                self.gpus = Some(gpus.collect());
                 Ok(())
             }
             Err(e) => {
@@ -172,141 +145,53 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
             return;
         }
         self.node_last = false;
-        let probes = self.probes.clone();
+        if let Some(i) = self.next_gpu(now) {
+            self.step_gpu(i, now);
+        }
+    }
+
+    /// The first due GPU from the cursor on; the cursor moves past it.
+    fn next_gpu(&mut self, now: Instant) -> Option<usize> {
+        let gpus = self.gpus.as_ref()?;
+        let n = gpus.len();
+        let i = (0..n)
+            .map(|k| (self.cursor + k) % n)
+            .find(|&i| gpus[i].next_due <= now)?;
+        self.cursor = (i + 1) % n.max(1);
+        Some(i)
+    }
+
+    /// Runs GPU `i`'s next probe, or records why it was left alone.
+    fn step_gpu(&mut self, i: usize, now: Instant) {
+        let Some((kind, peer)) = self.admit(i, now) else {
+            return;
+        };
+        let Some(gpus) = self.gpus.as_ref() else {
+            return;
+        };
+        let gpu = gpus[i].id.clone();
+        let peer_id = peer.map(|j| gpus[j].id.clone());
+        let (result, took, end) = self.timed(now, |b| match &peer_id {
+            Some(p) => b.run_pair(&gpu, p, kind),
+            None => b.run(&gpu, kind),
+        });
+        self.note_worker_rss();
+        let duty = self.settings.duty_cycle;
+        let k = self.probes.len();
         let Some(gpus) = self.gpus.as_mut() else {
             return;
         };
-        let n = gpus.len();
-        let Some(i) = (0..n)
-            .map(|k| (self.cursor + k) % n)
-            .find(|&i| gpus[i].next_due <= now)
-        else {
-            return;
-        };
-        self.cursor = (i + 1) % n.max(1);
-        if gpus[i].first_pass > 0 {
-            first_pass_pick(&self.settings, gpus, i, now);
-        }
-        let kind = gpus[i].order[gpus[i].next_probe % probes.len()];
-        {
-            let g = &mut gpus[i];
-            if let Some((gpu, _)) = g.reading {
-                if g.key.index() != gpu {
-                    g.key = Arc::new(DeviceKey::gpu(gpu, g.id.uuid.as_str()));
-                }
-            }
-        }
-        let mut skip = skip_of(&self.settings, &gpus[i], now);
-        let mut peer = None;
-        if skip.is_none() && kind.needs_peer() {
-            if n < 2 {
-                // Nothing to pair with: the probe does not apply to this node (nor to its
-                // first pass, which it ends if it was the last kind left).
-                let g = &mut gpus[i];
-                g.next_probe = (g.next_probe + 1) % probes.len();
-                g.first_pass = g.first_pass.saturating_sub(1);
-                if g.first_pass == 0 {
-                    g.next_due = g.next_due.max(now) + std::mem::take(&mut g.owed);
-                }
-                return;
-            }
-            // Each GPU against each peer in turn; a peer that must be left alone is passed
-            // over for the next free one, and with none free the GPU waits as the first one
-            // in turn says.
-            let start = gpus[i].next_peer;
-            let candidate = |m: usize| (i + 1 + (start + m) % (n - 1)) % n;
-            match (0..n - 1).find(|&m| skip_of(&self.settings, &gpus[candidate(m)], now).is_none())
-            {
-                Some(m) => {
-                    peer = Some(candidate(m));
-                    gpus[i].next_peer = (start + m + 1) % (n - 1);
-                }
-                None => {
-                    skip = skip_of(&self.settings, &gpus[candidate(0)], now)
-                        .map(|(outcome, _)| (outcome, SKIP_RETRY));
-                }
-            }
-        }
-        if let Some((outcome, retry)) = skip {
-            let g = &mut gpus[i];
-            *g.runs.entry((kind, outcome)).or_default() += 1;
-            g.state = outcome.state();
-            g.next_due = now + retry;
-            return;
-        }
-        // The run starts at `now` (the poll's moment); `wall` only measures the call, for a
-        // backend that does not say how long it held the GPU.
-        let wall = Instant::now();
-        let result = match peer {
-            Some(j) => {
-                let peer_id = gpus[j].id.clone();
-                self.backend.run_pair(&gpus[i].id, &peer_id, kind)
-            }
-            None => self.backend.run(&gpus[i].id, kind),
-        };
-        if let Some(rss) = self.backend.worker_peak_rss_bytes() {
-            self.worker_peak_rss = Some(self.worker_peak_rss.unwrap_or(0).max(rss));
-        }
-        let took = self.backend.held_for().unwrap_or_else(|| wall.elapsed());
-        let end = now + took.max(wall.elapsed());
         let g = &mut gpus[i];
-        g.busy += took;
-        g.durations
-            .entry(kind)
-            .or_insert_with(|| Histogram::new(DURATION_BUCKETS))
-            .observe(took.as_secs_f64());
+        g.count_held(kind, took);
         let value = result.and_then(|v| {
             summarize(&v)
                 .map(|s| s.median)
                 .ok_or_else(|| ProbeError::Cuda("the probe returned no finite value".into()))
         });
-        let mut polite = false;
-        match value {
-            Ok(v) => {
-                *g.runs.entry((kind, Outcome::Ok)).or_default() += 1;
-                g.state = GpuState::Measured;
-                let r = LastResult {
-                    value: v,
-                    at: SystemTime::now(),
-                    measured: end,
-                };
-                match peer {
-                    Some(j) => g.pairs.insert(j, r),
-                    None => g.results.insert(kind, r),
-                };
-                g.last_error = None;
-            }
-            Err(e) => {
-                let outcome = Outcome::of_error(&e);
-                *g.runs.entry((kind, outcome)).or_default() += 1;
-                g.state = outcome.state();
-                if outcome.is_skip() || outcome == Outcome::Contended {
-                    // Polite, not broken: the previous result still describes the GPU until
-                    // it ages out. A skip held the GPU for no time; look again later.
-                    tracing::debug!(gpu = g.key.index(), uuid = %g.id.uuid, probe = %kind, outcome = outcome.as_str(), "probe not run: {e}");
-                    g.idle_since = None;
-                    polite = true;
-                    if outcome.is_skip() {
-                        g.next_due = now + SKIP_RETRY;
-                        return;
-                    }
-                } else {
-                    // A failed probe leaves no result: the previous one no longer describes
-                    // the GPU.
-                    match peer {
-                        Some(j) => g.pairs.remove(&j),
-                        None => g.results.remove(&kind),
-                    };
-                    let msg = e.to_string();
-                    if g.last_error.as_deref() != Some(&msg) {
-                        tracing::warn!(gpu = g.key.index(), uuid = %g.id.uuid, probe = %kind, outcome = outcome.as_str(), "probe failed: {msg}");
-                    }
-                    g.last_error = Some(msg);
-                }
-            }
-        }
-        g.next_probe = (g.next_probe + 1) % probes.len();
-        let duty = self.settings.duty_cycle;
+        let Recorded::Ran { polite } = g.record_run(kind, peer, value, end, now) else {
+            return;
+        };
+        g.next_probe = (g.next_probe + 1) % k;
         g.rest_after(took, end, duty, true);
         // The peer was held as long: it rests as long (after any rest it already had), on
         // its own budget.
@@ -316,6 +201,53 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
             if polite {
                 p.idle_since = None;
             }
+        }
+    }
+
+    /// The kind GPU `i` runs next and its peer for a pair probe, when it may run now.
+    /// Otherwise `None`, the skip recorded (or a pair probe without a peer on the node passed
+    /// over).
+    fn admit(&mut self, i: usize, now: Instant) -> Option<(ProbeKind, Option<usize>)> {
+        let k = self.probes.len();
+        let gpus = self.gpus.as_mut()?;
+        if gpus[i].first_pass > 0 {
+            first_pass_pick(&self.settings, gpus, i, now);
+        }
+        let kind = gpus[i].order[gpus[i].next_probe % k];
+        gpus[i].follow_index();
+        let mut skip = skip_of(&self.settings, &gpus[i], now);
+        let mut peer = None;
+        if skip.is_none() && kind.needs_peer() {
+            if gpus.len() < 2 {
+                gpus[i].pass_over(k, now);
+                return None;
+            }
+            match pick_peer(&self.settings, gpus, i, now) {
+                Ok(j) => peer = Some(j),
+                Err(s) => skip = s,
+            }
+        }
+        if let Some((outcome, retry)) = skip {
+            gpus[i].record_skip(kind, outcome, now + retry);
+            return None;
+        }
+        Some((kind, peer))
+    }
+
+    /// Runs `call` on the backend as of `now`: its result, the GPU time it held and when it
+    /// ended. The run starts at `now` (the poll's moment); the wall clock only measures the
+    /// call, for a backend that does not say how long it held the GPU.
+    fn timed<T>(&mut self, now: Instant, call: impl FnOnce(&mut B) -> T) -> (T, Duration, Instant) {
+        let wall = Instant::now();
+        let result = call(&mut self.backend);
+        let took = self.backend.held_for().unwrap_or_else(|| wall.elapsed());
+        (result, took, now + took.max(wall.elapsed()))
+    }
+
+    /// Keeps the highest peak RSS of the workers so far.
+    fn note_worker_rss(&mut self) {
+        if let Some(rss) = self.backend.worker_peak_rss_bytes() {
+            self.worker_peak_rss = Some(self.worker_peak_rss.unwrap_or(0).max(rss));
         }
     }
 
@@ -335,16 +267,15 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
             .max();
         let allowed = self.settings.storage_paths.clone();
         let bytes = self.settings.storage_read_bytes;
-        let s = &mut self.storage[k];
         if let Some(retry) = busy {
+            let s = &mut self.storage[k];
             *s.runs.entry(Outcome::SkippedBusy).or_default() += 1;
             s.next_due = now + retry;
             return true;
         }
-        let wall = Instant::now();
-        let result = self.backend.read_storage(&s.path, &allowed, bytes);
-        let took = self.backend.held_for().unwrap_or_else(|| wall.elapsed());
-        let end = now + took.max(wall.elapsed());
+        let path = self.storage[k].path.clone();
+        let (result, took, end) = self.timed(now, |b| b.read_storage(&path, &allowed, bytes));
+        let s = &mut self.storage[k];
         match result {
             Ok(r) => {
                 *s.runs.entry(Outcome::Ok).or_default() += 1;
@@ -403,7 +334,7 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         if !self.settings.nccl_allreduce || self.nccl.next_due.is_some_and(|t| t > now) {
             return false;
         }
-        let Some(gpus) = self.gpus.as_mut() else {
+        let Some(gpus) = self.gpus.as_ref() else {
             return false;
         };
         let ordinals: Vec<usize> = gpus.iter().map(|g| g.id.ordinal).collect();
@@ -412,29 +343,25 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
             // Not this node's probe (one GPU, or the listed ones are missing).
             return false;
         }
-        let runs = &mut self.nccl.runs;
         if let Some((outcome, retry)) = members
             .iter()
             .find_map(|&i| skip_of(&self.settings, &gpus[i], now))
         {
-            *runs.entry(outcome).or_default() += 1;
+            *self.nccl.runs.entry(outcome).or_default() += 1;
             self.nccl.next_due = Some(now + retry);
             return true;
         }
         let ids: Vec<GpuId> = members.iter().map(|&i| gpus[i].id.clone()).collect();
         let whole_node = members.len() == gpus.len();
         self.nccl.expected = expected_nccl_bus_bandwidth(&ids, whole_node);
-        let wall = Instant::now();
-        let result = self.backend.run_nccl(&ids, self.settings.nccl_max_bytes);
-        if let Some(rss) = self.backend.worker_peak_rss_bytes() {
-            self.worker_peak_rss = Some(self.worker_peak_rss.unwrap_or(0).max(rss));
-        }
-        let took = self.backend.held_for().unwrap_or_else(|| wall.elapsed());
-        let end = now + took.max(wall.elapsed());
+        let max_bytes = self.settings.nccl_max_bytes;
+        let (result, took, end) = self.timed(now, |b| b.run_nccl(&ids, max_bytes));
+        self.note_worker_rss();
         // Its own share of its GPUs' budget ([`NODE_SHARE`]).
         let pause = took.div_f64(self.settings.duty_cycle * NODE_SHARE);
         let rest = end + pause;
         let mut retry = None;
+        let runs = &mut self.nccl.runs;
         match result {
             Ok(r) => {
                 *runs.entry(Outcome::Ok).or_default() += 1;
@@ -466,8 +393,12 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
         self.nccl.next_due = Some(rest);
         // Every GPU of the set was held as long, on the all-reduce's share of its budget: it
         // is free for its own probes once the run ends, not after the all-reduce's rest.
-        for &i in &members {
-            let g = &mut gpus[i];
+        let gpus = self.gpus.iter_mut().flatten();
+        for g in gpus
+            .enumerate()
+            .filter(|(i, _)| members.contains(i))
+            .map(|(_, g)| g)
+        {
             g.busy += took;
             g.next_due = g.next_due.max(end);
         }

@@ -11,10 +11,11 @@ use dgx_pixels_metrics::histogram::Histogram;
 use dgx_pixels_metrics::DeviceKey;
 use dgx_pixels_probes::nccl::AllReduce;
 use dgx_pixels_probes::probe::ProbeKind;
+use dgx_pixels_probes::ProbeError;
 
 use crate::backend::{GpuId, Occupancy};
 use crate::outcome::{GpuState, Outcome};
-use crate::schedule::{ScheduleSettings, NO_READING_RETRY, SKIP_RETRY};
+use crate::schedule::{ScheduleSettings, DURATION_BUCKETS, NO_READING_RETRY, SKIP_RETRY};
 
 #[derive(Debug)]
 pub(crate) struct LastResult {
@@ -63,6 +64,136 @@ pub(crate) struct Gpu {
 }
 
 impl Gpu {
+    /// GPU `i` of the `n` discovered at `now`, rotating through `probes`, its own probes on
+    /// `share` of the duty cycle.
+    pub(crate) fn new(
+        id: GpuId,
+        i: usize,
+        n: usize,
+        probes: &[ProbeKind],
+        share: f64,
+        now: Instant,
+    ) -> Gpu {
+        let k = probes.len();
+        Gpu {
+            key: Arc::new(DeviceKey::gpu(
+                u32::try_from(id.ordinal).unwrap_or(u32::MAX),
+                id.uuid.as_str(),
+            )),
+            id,
+            next_due: now,
+            // Staggered starts: the first runs on the node are of distinct kinds (and the
+            // first pass prefers kinds the node has no result of yet).
+            order: probes.to_vec(),
+            next_probe: i * k / n.max(1),
+            results: BTreeMap::new(),
+            pairs: BTreeMap::new(),
+            next_peer: 0,
+            runs: BTreeMap::new(),
+            durations: BTreeMap::new(),
+            busy: Duration::ZERO,
+            first_pass: k,
+            free_holds: 2 * k,
+            owed: Duration::ZERO,
+            share,
+            last_error: None,
+            idle_since: None,
+            reading: None,
+            occupancy: Occupancy::default(),
+            state: GpuState::Pending,
+        }
+    }
+
+    /// Keys its series by the index the telemetry exports for it, once a reading says it.
+    pub(crate) fn follow_index(&mut self) {
+        if let Some((gpu, _)) = self.reading {
+            if self.key.index() != gpu {
+                self.key = Arc::new(DeviceKey::gpu(gpu, self.id.uuid.as_str()));
+            }
+        }
+    }
+
+    /// Passes over a pair probe on a node without a second GPU: it does not apply here, nor
+    /// to the first pass, which it ends if it was the last kind left (of `k`).
+    pub(crate) fn pass_over(&mut self, k: usize, now: Instant) {
+        self.next_probe = (self.next_probe + 1) % k;
+        self.first_pass = self.first_pass.saturating_sub(1);
+        if self.first_pass == 0 {
+            self.next_due = self.next_due.max(now) + std::mem::take(&mut self.owed);
+        }
+    }
+
+    /// Records that `kind` was not run: `outcome` says why; look again at `retry_at`.
+    pub(crate) fn record_skip(&mut self, kind: ProbeKind, outcome: Outcome, retry_at: Instant) {
+        *self.runs.entry((kind, outcome)).or_default() += 1;
+        self.state = outcome.state();
+        self.next_due = retry_at;
+    }
+
+    /// Counts `took` of GPU time held by a run of `kind`.
+    pub(crate) fn count_held(&mut self, kind: ProbeKind, took: Duration) {
+        self.busy += took;
+        self.durations
+            .entry(kind)
+            .or_insert_with(|| Histogram::new(DURATION_BUCKETS))
+            .observe(took.as_secs_f64());
+    }
+
+    /// Records what a run of `kind` (with the GPU at `peer` for a pair probe) that ended at
+    /// `end` came to: its value, or the error it met.
+    pub(crate) fn record_run(
+        &mut self,
+        kind: ProbeKind,
+        peer: Option<usize>,
+        value: Result<f64, ProbeError>,
+        end: Instant,
+        now: Instant,
+    ) -> Recorded {
+        let e = match value {
+            Ok(v) => {
+                *self.runs.entry((kind, Outcome::Ok)).or_default() += 1;
+                self.state = GpuState::Measured;
+                let r = LastResult {
+                    value: v,
+                    at: SystemTime::now(),
+                    measured: end,
+                };
+                match peer {
+                    Some(j) => self.pairs.insert(j, r),
+                    None => self.results.insert(kind, r),
+                };
+                self.last_error = None;
+                return Recorded::Ran { polite: false };
+            }
+            Err(e) => e,
+        };
+        let outcome = Outcome::of_error(&e);
+        *self.runs.entry((kind, outcome)).or_default() += 1;
+        self.state = outcome.state();
+        if outcome.is_skip() || outcome == Outcome::Contended {
+            // Polite, not broken: the previous result still describes the GPU until it ages
+            // out. A skip held the GPU for no time; look again later.
+            tracing::debug!(gpu = self.key.index(), uuid = %self.id.uuid, probe = %kind, outcome = outcome.as_str(), "probe not run: {e}");
+            self.idle_since = None;
+            if outcome.is_skip() {
+                self.next_due = now + SKIP_RETRY;
+                return Recorded::Skipped;
+            }
+            return Recorded::Ran { polite: true };
+        }
+        // A failed probe leaves no result: the previous one no longer describes the GPU.
+        match peer {
+            Some(j) => self.pairs.remove(&j),
+            None => self.results.remove(&kind),
+        };
+        let msg = e.to_string();
+        if self.last_error.as_deref() != Some(&msg) {
+            tracing::warn!(gpu = self.key.index(), uuid = %self.id.uuid, probe = %kind, outcome = outcome.as_str(), "probe failed: {msg}");
+        }
+        self.last_error = Some(msg);
+        Recorded::Ran { polite: false }
+    }
+
     /// Records that a run held the GPU until `end` for `took` of GPU time (`own`: a run of
     /// its own rather than as a peer) and sets when it may be probed again: `took / (duty_cycle
     /// x share)` after the run, or after the rest it already had to take, so that the rests
@@ -81,6 +212,41 @@ impl Gpu {
             self.next_due = from;
         } else {
             self.next_due = from + pause + std::mem::take(&mut self.owed);
+        }
+    }
+}
+
+/// What a run left to do after [`Gpu::record_run`].
+pub(crate) enum Recorded {
+    /// The worker left the GPU alone: nothing was held, nobody rests.
+    Skipped,
+    /// It held the GPU (and its peer): they rest. `polite`: it was discarded as contended.
+    Ran {
+        /// Another process used the GPU during the run.
+        polite: bool,
+    },
+}
+
+/// The peer of GPU `i`'s pair probe: each peer in turn, one that must be left alone passed
+/// over for the next free one. With none free, the skip of the first in turn (retried after
+/// [`SKIP_RETRY`]).
+pub(crate) fn pick_peer(
+    settings: &ScheduleSettings,
+    gpus: &mut [Gpu],
+    i: usize,
+    now: Instant,
+) -> Result<usize, Option<(Outcome, Duration)>> {
+    let n = gpus.len();
+    let start = gpus[i].next_peer;
+    let candidate = |m: usize| (i + 1 + (start + m) % (n - 1)) % n;
+    match (0..n - 1).find(|&m| skip_of(settings, &gpus[candidate(m)], now).is_none()) {
+        Some(m) => {
+            gpus[i].next_peer = (start + m + 1) % (n - 1);
+            Ok(candidate(m))
+        }
+        None => {
+            Err(skip_of(settings, &gpus[candidate(0)], now)
+                .map(|(outcome, _)| (outcome, SKIP_RETRY)))
         }
     }
 }
