@@ -309,7 +309,7 @@ impl WorkerBackend {
         let request = WorkerRequest::Run(RunRequest {
             ordinal: gpu.ordinal,
             uuid: gpu.uuid.clone(),
-            probe: kind.name().to_string(),
+            probe: kind,
             sizes: self.sizes.clone(),
             warmup: 1,
             iterations: 3,
