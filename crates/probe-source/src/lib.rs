@@ -34,6 +34,8 @@
 //! CUDA context ends with it: the daemon itself never creates one.
 //!
 //! At most one probe runs per poll, which keeps a poll short against the runner's deadline.
+//!
+//! [`Source`]: dgx_pixels_metrics::Source
 
 #![deny(missing_docs)]
 

@@ -50,12 +50,12 @@ pub(crate) struct Gpu {
     pub(crate) free_holds: usize,
     /// The rests of its first pass, taken together when the pass ends.
     pub(crate) owed: Duration,
-    /// Its own probes' share of the duty cycle (1, or 1 - [`NODE_SHARE`] in the NCCL set).
+    /// Its own probes' share of the duty cycle (1, or 1 - [`NODE_SHARE`](crate::NODE_SHARE) in the NCCL set).
     pub(crate) share: f64,
     pub(crate) last_error: Option<String>,
     /// Since when it has read idle and free (none while it does not).
     pub(crate) idle_since: Option<Instant>,
-    /// This poll's view of it ([`ProbeSource::observe`]): `(exported index, utilization)` and
+    /// This poll's view of it ([`ProbeSource::observe`](crate::ProbeSource::observe)): `(exported index, utilization)` and
     /// who else is on it, read once per poll and used by the step.
     pub(crate) reading: Option<(u32, f64)>,
     pub(crate) occupancy: Occupancy,
@@ -306,7 +306,7 @@ pub(crate) struct StorageState {
     /// `(bytes per second, direct, when measured)`.
     pub(crate) last: Option<(f64, bool, Instant)>,
     pub(crate) runs: BTreeMap<Outcome, u64>,
-    /// Runs failed in a row: each doubles the wait before the next ([`storage_backoff`]).
+    /// Runs failed in a row: each doubles the wait before the next ([`storage_backoff`](crate::storage_backoff)).
     pub(crate) failures: u32,
 }
 
@@ -316,7 +316,7 @@ pub(crate) struct NcclState {
     pub(crate) next_due: Option<Instant>,
     /// The result, when it was measured, and how long it stays fresh.
     pub(crate) last: Option<(AllReduce, Instant, Duration)>,
-    /// The expected bus bandwidth of the set ([`expected_nccl_bus_bandwidth`]), bytes per
+    /// The expected bus bandwidth of the set ([`expected_nccl_bus_bandwidth`](crate::expected_nccl_bus_bandwidth)), bytes per
     /// second.
     pub(crate) expected: Option<f64>,
     pub(crate) runs: BTreeMap<Outcome, u64>,
@@ -338,7 +338,7 @@ pub(crate) fn settings_storage(paths: &[PathBuf]) -> Vec<StorageState> {
 }
 
 /// Why `g` must be left alone now and when to look at it again; `None` when it may be
-/// probed. Read from this poll's view of it ([`ProbeSource::observe`]).
+/// probed. Read from this poll's view of it ([`ProbeSource::observe`](crate::ProbeSource::observe)).
 pub(crate) fn skip_of(
     settings: &ScheduleSettings,
     g: &Gpu,
