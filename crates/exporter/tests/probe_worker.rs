@@ -11,7 +11,7 @@ use std::process::{Command, Output};
 
 use common::{fake_nvml_library, BIN};
 use dgx_pixels_probes::worker::{Peer, RunRequest, Skip, WorkerReply, WorkerRequest};
-use dgx_pixels_probes::ProbeSizes;
+use dgx_pixels_probes::{ProbeKind, ProbeSizes};
 use dgx_pixels_sim::{Node, Scenario};
 
 const SCENARIO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/probe-node.toml");
@@ -32,7 +32,7 @@ fn run(scenario: &str, gpu: usize, env: &[(&str, &str)]) -> WorkerReply {
     let req = WorkerRequest::Run(RunRequest {
         ordinal: gpu,
         uuid: uuid(scenario, gpu),
-        probe: "gemm_bf16".into(),
+        probe: ProbeKind::GemmBf16,
         sizes: ProbeSizes::default(),
         warmup: 1,
         iterations: 3,
@@ -138,7 +138,7 @@ fn a_pair_probe_whose_peer_is_busy_touches_neither_gpu() {
     let req = WorkerRequest::Run(RunRequest {
         ordinal: 2,
         uuid: uuid(SCENARIO, 2),
-        probe: "p2p_copy".into(),
+        probe: ProbeKind::P2pCopy,
         sizes: ProbeSizes::default(),
         warmup: 1,
         iterations: 3,
@@ -161,7 +161,7 @@ fn an_unknown_gpu_is_not_touched() {
     let req = WorkerRequest::Run(RunRequest {
         ordinal: 0,
         uuid: "GPU-00000000-0000-0000-0000-000000000000".into(),
-        probe: "gemm_bf16".into(),
+        probe: ProbeKind::GemmBf16,
         sizes: ProbeSizes::default(),
         warmup: 1,
         iterations: 3,
@@ -181,7 +181,7 @@ fn without_nvml_the_worker_refuses_to_run() {
     let req = WorkerRequest::Run(RunRequest {
         ordinal: 0,
         uuid: uuid(SCENARIO, 2),
-        probe: "gemm_bf16".into(),
+        probe: ProbeKind::GemmBf16,
         sizes: ProbeSizes::default(),
         warmup: 1,
         iterations: 3,

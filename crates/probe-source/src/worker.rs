@@ -11,7 +11,8 @@ use dgx_pixels_probes::storage::StorageRead;
 use dgx_pixels_probes::worker::{
     NcclRequest, Peer, RunRequest, StorageRequest, WorkerReply, WorkerRequest, MAX_REPLY_BYTES,
 };
-use dgx_pixels_probes::{ProbeError, ProbeKind, ProbeSizes};
+use dgx_pixels_probes::{ProbeError, ProbeKind, ProbeSizes, WorkerFailure};
+use dgx_pixels_worker::WorkerError;
 
 use crate::{Backend, GpuId};
 
@@ -102,7 +103,7 @@ impl WorkerBackend {
         };
         self.last = None;
         let done = dgx_pixels_worker::run(&req).map_err(|e| ProbeError::Worker {
-            kind: e.kind(),
+            kind: failure_of(&e),
             message: e.to_string(),
         })?;
         self.last = Some(WorkerCost {
@@ -110,13 +111,25 @@ impl WorkerBackend {
             peak_rss_bytes: done.peak_rss_bytes,
         });
         serde_json::from_slice(&done.output).map_err(|e| ProbeError::Worker {
-            kind: "bad_reply",
+            kind: WorkerFailure::BadReply,
             message: format!(
                 "the probe worker's reply is not understood: {e}; its {} bytes begin \"{}\"",
                 done.output.len(),
                 excerpt(&done.output)
             ),
         })
+    }
+}
+
+/// What kind of failure a worker facility error is.
+fn failure_of(e: &WorkerError) -> WorkerFailure {
+    match e {
+        WorkerError::Spawn { .. } => WorkerFailure::SpawnFailed,
+        WorkerError::TimedOut(_) => WorkerFailure::Timeout,
+        WorkerError::OutputTooLarge(_) => WorkerFailure::OutputTooLarge,
+        WorkerError::Failed { .. } | WorkerError::Io(_) => WorkerFailure::Failed,
+        WorkerError::Signalled { .. } => WorkerFailure::Crashed,
+        WorkerError::Cancelled => WorkerFailure::Cancelled,
     }
 }
 
@@ -165,7 +178,7 @@ fn unexpected(reply: WorkerReply, request: &str) -> ProbeError {
         } => ProbeError::Unavailable(message),
         WorkerReply::Failed { message, .. } => ProbeError::Cuda(message),
         other => ProbeError::Worker {
-            kind: "bad_reply",
+            kind: WorkerFailure::BadReply,
             message: format!("unexpected reply to {request}: {other:?}"),
         },
     }
@@ -296,7 +309,7 @@ impl WorkerBackend {
         let request = WorkerRequest::Run(RunRequest {
             ordinal: gpu.ordinal,
             uuid: gpu.uuid.clone(),
-            probe: kind.name().to_string(),
+            probe: kind,
             sizes: self.sizes.clone(),
             warmup: 1,
             iterations: 3,
@@ -365,7 +378,7 @@ mod tests {
             let mut b = sh(script, second);
             match b.run(&gpu(), ProbeKind::GemmBf16) {
                 Err(ProbeError::Worker { kind: k, message }) => {
-                    assert_eq!(k, kind, "{script}");
+                    assert_eq!(k.as_str(), kind, "{script}");
                     if script.contains("not json") {
                         // The log shows what was printed, escaped.
                         assert!(message.contains("begin \"not json\\n\""), "{message}");
@@ -379,7 +392,8 @@ mod tests {
         let t0 = std::time::Instant::now();
         match b.discover() {
             Err(ProbeError::Worker {
-                kind: "timeout", ..
+                kind: WorkerFailure::Timeout,
+                ..
             }) => {}
             other => panic!("{other:?}"),
         }
@@ -392,7 +406,7 @@ mod tests {
         let script = "cat >/dev/null; printf 'x\\n2024 ERROR forged\\033[2J'; head -c 10000 /dev/zero | tr '\\0' y";
         let mut b = sh(script, Duration::from_secs(5));
         let Err(ProbeError::Worker {
-            kind: "bad_reply",
+            kind: WorkerFailure::BadReply,
             message,
         }) = b.discover()
         else {
@@ -414,7 +428,7 @@ mod tests {
         let mut b = sh(script, Duration::from_secs(1)).with_nccl_timeout(Duration::from_secs(10));
         let gpus = [gpu(), gpu()];
         match b.run_nccl(&gpus, 1 << 20) {
-            Err(ProbeError::Worker { kind, .. }) => assert_eq!(kind, "bad_reply"),
+            Err(ProbeError::Worker { kind, .. }) => assert_eq!(kind, WorkerFailure::BadReply),
             other => panic!("{other:?}"),
         }
         let nccl = WorkerRequest::NcclAllReduce(NcclRequest {
@@ -482,11 +496,41 @@ mod tests {
     fn skip_outcomes_are_distinct_labels() {
         let all = [Skip::InUse, Skip::ComputeMode, Skip::Mig].map(Skip::outcome);
         for o in all {
-            assert!(crate::OUTCOMES.contains(&o), "{o}");
+            assert!(crate::OUTCOMES.iter().any(|x| x.as_str() == o), "{o}");
         }
         assert_eq!(
             all.iter().collect::<std::collections::BTreeSet<_>>().len(),
             3
         );
+    }
+
+    #[test]
+    fn worker_failures_keep_the_facility_kind_names() {
+        let errors = [
+            WorkerError::Spawn {
+                program: "x".into(),
+                source: std::io::Error::other("no"),
+            },
+            WorkerError::TimedOut(Duration::from_secs(1)),
+            WorkerError::OutputTooLarge(1),
+            WorkerError::Failed {
+                code: 3,
+                stderr: String::new(),
+            },
+            WorkerError::Io(std::io::Error::other("no")),
+            WorkerError::Signalled {
+                signal: 11,
+                stderr: String::new(),
+            },
+            WorkerError::Cancelled,
+        ];
+        for e in &errors {
+            assert_eq!(failure_of(e).as_str(), e.kind(), "{e}");
+        }
+        let names: std::collections::BTreeSet<_> = WorkerFailure::ALL
+            .iter()
+            .map(WorkerFailure::as_str)
+            .collect();
+        assert_eq!(names.len(), WorkerFailure::ALL.len());
     }
 }

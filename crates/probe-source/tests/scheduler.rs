@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use dgx_pixels_metrics::{Metric, Sample, Source};
 use dgx_pixels_probe_source::{Backend, GpuId, ProbeSource, ScheduleSettings, UtilizationView};
-use dgx_pixels_probes::{ProbeError, ProbeKind, ProbeSizes};
+use dgx_pixels_probes::{ProbeError, ProbeKind, ProbeSizes, WorkerFailure};
 
 #[derive(Clone, Default)]
 struct Log(Arc<Mutex<Vec<(usize, ProbeKind)>>>);
@@ -483,10 +483,10 @@ fn a_contended_run_is_counted_and_not_served() {
 #[test]
 fn worker_failures_are_their_own_outcomes_and_drop_the_result() {
     for (kind, outcome) in [
-        ("timeout", "timeout"),
-        ("crashed", "crashed"),
-        ("bad_reply", "error"),
-        ("output_too_large", "error"),
+        (WorkerFailure::Timeout, "timeout"),
+        (WorkerFailure::Crashed, "crashed"),
+        (WorkerFailure::BadReply, "error"),
+        (WorkerFailure::OutputTooLarge, "error"),
     ] {
         let (mut s, _, _) = scripted(
             Duration::ZERO,

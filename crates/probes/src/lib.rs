@@ -92,14 +92,65 @@ pub enum ProbeError {
     /// The GPU was left alone.
     #[error("{outcome}: {detail}", outcome = .0.outcome(), detail = .1)]
     Skipped(worker::Skip, String),
-    /// The worker process failed (`kind`: timeout, crashed, output_too_large, bad_reply, ...).
-    #[error("probe worker {kind}: {message}")]
+    /// The worker process failed.
+    #[error("probe worker {kind}: {message}", kind = .kind.as_str())]
     Worker {
-        /// A short name of what happened.
-        kind: &'static str,
+        /// What happened.
+        kind: WorkerFailure,
         /// The details.
         message: String,
     },
+}
+
+/// How a probe worker process failed ([`ProbeError::Worker`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum WorkerFailure {
+    /// It could not be started.
+    SpawnFailed,
+    /// It was killed at its deadline.
+    Timeout,
+    /// It printed more than a reply may hold.
+    OutputTooLarge,
+    /// It exited with a non-zero status (or waiting for it failed).
+    Failed,
+    /// A signal ended it.
+    Crashed,
+    /// The caller cancelled it.
+    Cancelled,
+    /// Its reply was not understood, or did not belong to the request.
+    BadReply,
+}
+
+impl WorkerFailure {
+    /// Every failure kind.
+    pub const ALL: &'static [WorkerFailure] = &[
+        WorkerFailure::SpawnFailed,
+        WorkerFailure::Timeout,
+        WorkerFailure::OutputTooLarge,
+        WorkerFailure::Failed,
+        WorkerFailure::Crashed,
+        WorkerFailure::Cancelled,
+        WorkerFailure::BadReply,
+    ];
+
+    /// Its short stable name, as error messages and logs show it.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            WorkerFailure::SpawnFailed => "spawn_failed",
+            WorkerFailure::Timeout => "timeout",
+            WorkerFailure::OutputTooLarge => "output_too_large",
+            WorkerFailure::Failed => "failed",
+            WorkerFailure::Crashed => "crashed",
+            WorkerFailure::Cancelled => "cancelled",
+            WorkerFailure::BadReply => "bad_reply",
+        }
+    }
+}
+
+impl std::fmt::Display for WorkerFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// What to run in one-shot mode.

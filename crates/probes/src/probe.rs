@@ -131,6 +131,20 @@ impl FromStr for ProbeKind {
     }
 }
 
+/// On the wire (the worker's requests) a probe is its name, as on the command line.
+impl Serialize for ProbeKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for ProbeKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 /// Parses a comma-separated probe list ("all" or empty means every probe).
 pub fn parse_list(s: &str) -> Result<Vec<ProbeKind>, ProbeError> {
     if s.trim().is_empty() || s.trim() == "all" {

@@ -75,8 +75,8 @@ pub struct RunRequest {
     pub ordinal: usize,
     /// The GPU's UUID: the worker refuses to run on an ordinal that is another GPU now.
     pub uuid: String,
-    /// Probe name ([`ProbeKind::name`]).
-    pub probe: String,
+    /// The probe (its [`ProbeKind::name`] on the wire).
+    pub probe: ProbeKind,
     /// Workload sizes.
     pub sizes: ProbeSizes,
     /// Unrecorded iterations.
@@ -307,10 +307,7 @@ fn serve_nccl(req: &NcclRequest, watch: &mut dyn Watch) -> WorkerReply {
 }
 
 fn serve_run(req: &RunRequest, watch: &mut dyn Watch) -> WorkerReply {
-    let kind: ProbeKind = match req.probe.parse() {
-        Ok(k) => k,
-        Err(e) => return failed(e),
-    };
+    let kind = req.probe;
     let peer = match (kind.needs_peer(), &req.peer) {
         (true, Some(p)) if p.uuid != req.uuid => Some(p),
         (true, _) => {
@@ -393,7 +390,7 @@ mod tests {
         let req = WorkerRequest::Run(RunRequest {
             ordinal: 3,
             uuid: "GPU-1".into(),
-            probe: "gemm_bf16".into(),
+            probe: ProbeKind::GemmBf16,
             sizes: ProbeSizes::default(),
             warmup: 1,
             iterations: 3,
@@ -402,13 +399,18 @@ mod tests {
         });
         let text = serde_json::to_string(&req).unwrap();
         assert!(text.starts_with(r#"{"op":"run""#), "{text}");
+        // The probe travels by its name, as before it was typed.
+        assert!(text.contains(r#""probe":"gemm_bf16""#), "{text}");
+        let unknown = text.replace("gemm_bf16", "gemm_int4");
+        let e = serde_json::from_str::<WorkerRequest>(&unknown).unwrap_err();
+        assert!(e.to_string().contains("unknown probe \"gemm_int4\""), "{e}");
         assert_eq!(serde_json::from_str::<WorkerRequest>(&text).unwrap(), req);
         // A pair probe names its peer; a single-GPU request has no peer key at all.
         assert!(!text.contains("peer"), "{text}");
         let WorkerRequest::Run(mut pair) = req else {
             unreachable!()
         };
-        pair.probe = "p2p_copy".into();
+        pair.probe = ProbeKind::P2pCopy;
         pair.peer = Some(Peer {
             ordinal: 5,
             uuid: "GPU-5".into(),
@@ -467,7 +469,7 @@ mod tests {
         WorkerRequest::Run(RunRequest {
             ordinal: 0,
             uuid: "GPU-0".into(),
-            probe: "p2p_copy".into(),
+            probe: ProbeKind::P2pCopy,
             sizes: ProbeSizes::default(),
             warmup: 1,
             iterations: 3,
