@@ -5,9 +5,12 @@
 # catalog rows), builds, and passes its tests (its own, and the binary's registry tests: every
 # flag sets its own table, every catalog source has a descriptor).
 #
-# The scratch copy shares this tree's target directory, so only the workspace's own crates are
-# compiled again (at their new path); no binary of this tree is overwritten (only test
-# harnesses are built there).
+# The scratch copy shares this tree's target directory, so that only the workspace's own crates
+# are compiled again, not every dependency. Cargo names a workspace crate's artifacts by its path
+# relative to the workspace, so the scratch build replaces this tree's artifacts of the crates
+# the diff edits (and their dependents): afterwards the files it edits are touched here, which
+# makes cargo rebuild those crates from this tree's sources at the next build. Only test
+# harnesses are built, so no binary of this tree is replaced in the meantime.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 diff=docs/examples/add-a-collector.diff
@@ -29,7 +32,8 @@ fi
 
 root=$PWD
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/add-a-collector.XXXXXX")
-trap 'rm -rf "$scratch"' EXIT
+# Whatever happens, this tree's edited files become newer than the scratch build's artifacts.
+trap 'rm -rf "$scratch"; grep -Ev "^crates/storage/" <<<"$touched" | xargs -r touch' EXIT
 git ls-files -z | xargs -0 cp --parents -t "$scratch"
 (cd "$scratch" && git apply "$root/$diff")
 # Its crate's tests, the catalog's (naming rules), and the binary's registry tests.

@@ -453,6 +453,20 @@ impl Settings {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_web()?;
+        self.validate_log()?;
+        self.validate_collectors()?;
+        self.validate_simulation()?;
+        self.validate_label_sizes()?;
+        self.validate_connections()?;
+        if let Some(cost) = &self.cost {
+            cost.validate()?;
+        }
+        Ok(())
+    }
+
+    /// The metrics path, the request and connection caps, the listen address.
+    fn validate_web(&self) -> Result<(), ConfigError> {
         let path = &self.web.telemetry_path;
         if !path.starts_with('/') || path == "/" || path.starts_with("/-/") {
             return Err(ConfigError(format!(
@@ -479,6 +493,11 @@ impl Settings {
             }
         }
         self.listen_addr()?;
+        Ok(())
+    }
+
+    /// The log level: a plain level or full tracing directives.
+    fn validate_log(&self) -> Result<(), ConfigError> {
         let level = self.log.level.trim().to_ascii_lowercase();
         let plain = ["error", "warn", "info", "debug", "trace", "off"].contains(&level.as_str());
         // Full tracing directives ("info,dgx_pixels_nvml=debug") are accepted too.
@@ -489,6 +508,11 @@ impl Settings {
                 self.log.level
             )));
         }
+        Ok(())
+    }
+
+    /// `[collector.NAME]` names and timing, the longest periods, and each collector's table.
+    fn validate_collectors(&self) -> Result<(), ConfigError> {
         for (name, c) in &self.collector {
             if collectors::find(name).is_none() {
                 let known: Vec<_> = COLLECTORS.iter().map(|c| c.name).collect();
@@ -529,6 +553,11 @@ impl Settings {
                     .map_err(|e| ConfigError(e.to_string()))?;
             }
         }
+        Ok(())
+    }
+
+    /// The simulated node's shortest periods.
+    fn validate_simulation(&self) -> Result<(), ConfigError> {
         // A drop is 8 traces of a few hundred kB: faster than a second is no demo, only CPU.
         check_min(
             "simulation.trace_period",
@@ -540,6 +569,11 @@ impl Settings {
             self.simulation.interval,
             MIN_INTERVAL,
         )?;
+        Ok(())
+    }
+
+    /// Label values from configuration stay small: each is repeated on many series.
+    fn validate_label_sizes(&self) -> Result<(), ConfigError> {
         if let Some(n) = self
             .node_name
             .as_ref()
@@ -561,6 +595,11 @@ impl Settings {
                 n.len()
             )));
         }
+        Ok(())
+    }
+
+    /// The connection caps agree.
+    fn validate_connections(&self) -> Result<(), ConfigError> {
         if self.web.max_connections == 0 {
             return Err(ConfigError(
                 "web.max_connections: must be at least 1 (it caps open connections; there is no unlimited setting)".into(),
@@ -572,9 +611,6 @@ impl Settings {
                 "web.max_connections_per_client: {per_client} must be between 1 and web.max_connections ({})",
                 self.web.max_connections
             )));
-        }
-        if let Some(cost) = &self.cost {
-            cost.validate()?;
         }
         Ok(())
     }

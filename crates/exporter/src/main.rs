@@ -44,45 +44,8 @@ const SHUTDOWN_GRACE: Duration = Duration::from_millis(800);
 
 fn main() -> ExitCode {
     let cli = cli::parse();
-    if let Some(Commands::Docs {
-        what: DocsCommand::Metrics,
-    }) = &cli.command
-    {
-        print!("{}", dgx_pixels_metrics::catalog::markdown());
-        return ExitCode::SUCCESS;
-    }
-    if let Some(Commands::Probe { what }) = &cli.command {
-        let build = dgx_pixels_tools::probe::Build {
-            version: env!("CARGO_PKG_VERSION"),
-            revision: env!("EXPORTER_BUILD_REVISION"),
-        };
-        return dgx_pixels_tools::probe::run(what, build);
-    }
-    if let Some(Commands::Trace { what }) = &cli.command {
-        return dgx_pixels_tools::trace::run(what);
-    }
-    if let Some(Commands::NpdCheck(args)) = &cli.command {
-        return npd_check::run(&cli, args);
-    }
-    if let Some(Commands::ProbeWorker { nvml_library }) = &cli.command {
-        return probe_worker::run(nvml_library.as_deref());
-    }
-    if let Some(Commands::TraceWorker) = &cli.command {
-        return trace_worker::run();
-    }
-    if let Some(Commands::Docs {
-        what: DocsCommand::DcgmFields,
-    }) = &cli.command
-    {
-        print!("{}", dgx_pixels_dcgm::fields::markdown());
-        return ExitCode::SUCCESS;
-    }
-    if let Some(Commands::Docs {
-        what: DocsCommand::Health,
-    }) = &cli.command
-    {
-        print!("{}", dgx_pixels_health::rules::markdown());
-        return ExitCode::SUCCESS;
+    if let Some(command) = &cli.command {
+        return subcommand(&cli, command);
     }
     let settings =
         match config::environment(std::env::vars_os()).and_then(|env| config::resolve(&cli, env)) {
@@ -160,6 +123,32 @@ fn main() -> ExitCode {
     }
 }
 
+/// Runs a subcommand (everything but the daemon).
+fn subcommand(cli: &cli::Cli, command: &Commands) -> ExitCode {
+    let print = |text: String| {
+        print!("{text}");
+        ExitCode::SUCCESS
+    };
+    match command {
+        Commands::Docs { what } => print(match what {
+            DocsCommand::Metrics => dgx_pixels_metrics::catalog::markdown(),
+            DocsCommand::DcgmFields => dgx_pixels_dcgm::fields::markdown(),
+            DocsCommand::Health => dgx_pixels_health::rules::markdown(),
+        }),
+        Commands::Probe { what } => {
+            let build = dgx_pixels_tools::probe::Build {
+                version: env!("CARGO_PKG_VERSION"),
+                revision: env!("EXPORTER_BUILD_REVISION"),
+            };
+            dgx_pixels_tools::probe::run(what, build)
+        }
+        Commands::Trace { what } => dgx_pixels_tools::trace::run(what),
+        Commands::NpdCheck(args) => npd_check::run(cli, args),
+        Commands::ProbeWorker { nvml_library } => probe_worker::run(nvml_library.as_deref()),
+        Commands::TraceWorker => trace_worker::run(),
+    }
+}
+
 /// Why the exporter did not start serving.
 enum StartError {
     /// A usage or configuration error (flags, environment, files, scenario): exit code 2.
@@ -188,18 +177,7 @@ async fn run(
     lasting: Arc<collectors::Lasting>,
     listener: tokio::net::TcpListener,
 ) -> Result<()> {
-    if built.iter().all(|b| b.derived) {
-        tracing::warn!("no source enabled: only the exporter's own metrics will be served");
-    }
-    if plan.mode == "simulated" {
-        let ignored = plan::simulation_ignores(&settings);
-        if !ignored.is_empty() {
-            tracing::warn!(
-                ignored = %ignored.join(","),
-                "--simulate replaces the GPU libraries: these settings have no effect on a simulated node"
-            );
-        }
-    }
+    warn_about_plan(&settings, &plan, &built);
     let (mode, scenario, cost) = (plan.mode, plan.scenario.clone(), plan.cost.clone());
     let fingerprints = plan
         .planned
@@ -223,18 +201,7 @@ async fn run(
     // The derived collectors (health, kmsg's GPU directory, the probe scheduler) read the
     // device views of the store they publish into.
     lasting.store_views.attach(Arc::clone(&store));
-    let state = Arc::new(app_state::AppState {
-        store: Arc::clone(&store),
-        telemetry_path: settings.web.telemetry_path.clone(),
-        scrape_slots: arc_swap::ArcSwapOption::new(
-            (settings.web.max_requests > 0)
-                .then(|| Arc::new(Semaphore::new(settings.web.max_requests))),
-        ),
-        started: std::time::Instant::now(),
-        page: Default::default(),
-        rejected_scrapes: Arc::clone(&lasting.rejected_scrapes),
-        encoding: Default::default(),
-    });
+    let state = app_state(&settings, Arc::clone(&store), &lasting);
     let runners =
         Runners::start(sources, Arc::clone(&store)).context("cannot start source threads")?;
 
@@ -292,6 +259,43 @@ async fn run(
         runners.stop(Duration::from_millis(100));
     }
     Ok(())
+}
+
+/// Warns about a plan that serves nothing of the GPUs, and about settings a simulated node
+/// ignores.
+fn warn_about_plan(settings: &Settings, plan: &Plan, built: &[BuiltSource]) {
+    if built.iter().all(|b| b.derived) {
+        tracing::warn!("no source enabled: only the exporter's own metrics will be served");
+    }
+    if plan.mode == "simulated" {
+        let ignored = plan::simulation_ignores(settings);
+        if !ignored.is_empty() {
+            tracing::warn!(
+                ignored = %ignored.join(","),
+                "--simulate replaces the GPU libraries: these settings have no effect on a simulated node"
+            );
+        }
+    }
+}
+
+/// What the HTTP handlers share, over `store`.
+fn app_state(
+    settings: &Settings,
+    store: Arc<SnapshotStore>,
+    lasting: &collectors::Lasting,
+) -> Arc<app_state::AppState> {
+    Arc::new(app_state::AppState {
+        store,
+        telemetry_path: settings.web.telemetry_path.clone(),
+        scrape_slots: arc_swap::ArcSwapOption::new(
+            (settings.web.max_requests > 0)
+                .then(|| Arc::new(Semaphore::new(settings.web.max_requests))),
+        ),
+        started: std::time::Instant::now(),
+        page: Default::default(),
+        rejected_scrapes: Arc::clone(&lasting.rejected_scrapes),
+        encoding: Default::default(),
+    })
 }
 
 /// How often the web config file (and the certificate files it names) are checked for changes.

@@ -32,7 +32,41 @@ pub fn resolve(
             .source(Some(env)),
     );
     // The daemon's own flags; each collector's come from its descriptor (below).
-    let overrides: [(&str, Option<config::Value>); 11] = [
+    for (key, value) in daemon_flags(cli) {
+        if let Some(v) = value {
+            b = b.set_override(key, v).map_err(err)?;
+        }
+    }
+    for (key, value) in &cli.collector_options {
+        b = b.set_override(*key, value.clone()).map_err(err)?;
+    }
+    for c in &cli.collectors {
+        let key = |k: &str| format!("collector.{}.{k}", c.name);
+        if let Some(e) = c.enabled {
+            b = b.set_override(key("enabled"), e).map_err(err)?;
+        }
+        if let Some(d) = c.interval {
+            b = b
+                .set_override(key("interval"), humantime::format_duration(d).to_string())
+                .map_err(err)?;
+        }
+        if let Some(d) = c.timeout {
+            b = b
+                .set_override(key("timeout"), humantime::format_duration(d).to_string())
+                .map_err(err)?;
+        }
+    }
+    let config = b
+        .build()
+        .map_err(|e| ConfigError(format!("configuration: {e}")))?;
+    let settings = Settings::from_config(&config)?;
+    settings.validate()?;
+    Ok(settings)
+}
+
+/// The settings key each of the daemon's own flags overrides, with its value when given.
+fn daemon_flags(cli: &Cli) -> [(&'static str, Option<config::Value>); 11] {
+    [
         (
             "web.listen_address",
             cli.listen_address.clone().map(Into::into),
@@ -86,37 +120,7 @@ pub fn resolve(
                 .as_ref()
                 .map(|p| p.display().to_string().into()),
         ),
-    ];
-    for (key, value) in overrides {
-        if let Some(v) = value {
-            b = b.set_override(key, v).map_err(err)?;
-        }
-    }
-    for (key, value) in &cli.collector_options {
-        b = b.set_override(*key, value.clone()).map_err(err)?;
-    }
-    for c in &cli.collectors {
-        let key = |k: &str| format!("collector.{}.{k}", c.name);
-        if let Some(e) = c.enabled {
-            b = b.set_override(key("enabled"), e).map_err(err)?;
-        }
-        if let Some(d) = c.interval {
-            b = b
-                .set_override(key("interval"), humantime::format_duration(d).to_string())
-                .map_err(err)?;
-        }
-        if let Some(d) = c.timeout {
-            b = b
-                .set_override(key("timeout"), humantime::format_duration(d).to_string())
-                .map_err(err)?;
-        }
-    }
-    let config = b
-        .build()
-        .map_err(|e| ConfigError(format!("configuration: {e}")))?;
-    let settings = Settings::from_config(&config)?;
-    settings.validate()?;
-    Ok(settings)
+    ]
 }
 
 /// The `DGX_PIXELS_*` variables of `vars` (e.g. `std::env::vars_os()`). Other variables are

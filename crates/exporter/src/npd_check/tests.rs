@@ -1,4 +1,5 @@
 use super::*;
+use crate::cli::ProblemAt;
 
 fn series(gpu: u32, state: &str, action: &str, reason: &str) -> String {
     format!(
