@@ -31,15 +31,16 @@
 use std::path::PathBuf;
 
 pub mod collector;
+mod directory;
 pub mod parse;
 pub mod reader;
 mod source;
 pub mod state;
 
+pub use directory::{GpuDirectory, KnownGpu, ViewDirectory};
 pub use source::{
-    GpuDirectory, KmsgSource, KnownGpu, Progresses, SharedProgress, Tracked, ViewDirectory,
-    MAX_PATHS, MAX_PENDING_EVENTS, MAX_SEQ, MAX_SEQ_JUMP, READ_BUDGET, REASONS, SEQ_WINDOW,
-    STATE_INTERVAL,
+    KmsgSource, Progresses, SharedProgress, Tracked, MAX_PATHS, MAX_PENDING_EVENTS, MAX_SEQ,
+    MAX_SEQ_JUMP, READ_BUDGET, REASONS, SEQ_WINDOW, STATE_INTERVAL,
 };
 
 /// The kernel log read by default.

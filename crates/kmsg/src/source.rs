@@ -12,9 +12,8 @@ use dgx_pixels_metrics::{
 };
 use tracing::{info, warn};
 
-use dgx_pixels_metrics::view::DeviceViews;
-
-use crate::parse::{classify, parse_record, Event, Malformed, PciAddress};
+use crate::directory::{GpuDirectory, KnownGpu};
+use crate::parse::{classify, parse_record, Event, Malformed};
 use crate::reader::{fingerprint, Kind, Line, Reader};
 use crate::state::{self, Progress, MAX_SERIES};
 use crate::KmsgOptions;
@@ -42,44 +41,6 @@ pub const REASONS: [&str; 14] = [
     "read_error",
     "state_write",
 ];
-
-/// A GPU as the GPU sources see it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KnownGpu {
-    /// Its PCI address.
-    pub pci: PciAddress,
-    /// Its index (`gpu` label).
-    pub index: u32,
-    /// Its uuid.
-    pub uuid: String,
-}
-
-/// Which GPU has which PCI address: the exporter answers with a [`ViewDirectory`].
-pub trait GpuDirectory: Send {
-    /// The GPUs known now; `None` while no GPU source has been read (events wait until then).
-    fn gpus(&self) -> Option<Vec<KnownGpu>>;
-}
-
-/// The GPUs of the current generation's device view that have a PCI address (from the
-/// `dgx_pixels_gpu_info` of every source that is up).
-pub struct ViewDirectory(pub Arc<dyn DeviceViews>);
-
-impl GpuDirectory for ViewDirectory {
-    fn gpus(&self) -> Option<Vec<KnownGpu>> {
-        let view = self.0.current()?;
-        let gpus: Vec<KnownGpu> = view
-            .gpus()
-            .filter_map(|g| {
-                Some(KnownGpu {
-                    pci: g.pci()?,
-                    index: g.index(),
-                    uuid: g.uuid().to_string(),
-                })
-            })
-            .collect();
-        (!gpus.is_empty()).then_some(gpus)
-    }
-}
 
 /// What the readers of each kernel-log path have processed, shared by a source and its
 /// successors after a reload (which builds the new source before stopping the old one), so a
@@ -705,22 +666,4 @@ impl Drop for KmsgSource {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A `/dev/kmsg` record is timed by its kernel timestamp, so one replayed from long ago
-    /// cannot match a fresh NVML event; a file's records are timed when read.
-    #[test]
-    fn records_are_timed_by_the_kernel_clock_on_the_device_only() {
-        let now = Instant::now();
-        let mono = Some(100_000_000); // 100 s since boot
-        let old = logged_at(Kind::CharDevice, 40_000_000, now, mono);
-        assert_eq!(now.duration_since(old), Duration::from_secs(60));
-        assert_eq!(logged_at(Kind::Regular, 40_000_000, now, mono), now);
-        assert_eq!(logged_at(Kind::Fifo, 40_000_000, now, mono), now);
-        // A timestamp from the future (another clock): when it was read.
-        assert_eq!(logged_at(Kind::CharDevice, 200_000_000, now, mono), now);
-        assert_eq!(logged_at(Kind::CharDevice, 1, now, None), now);
-        assert!(monotonic_us().is_some_and(|m| m > 0));
-    }
-}
+mod tests;
