@@ -226,10 +226,6 @@ impl DcgmSource {
 }
 
 impl Source for DcgmSource {
-    fn name(&self) -> &'static str {
-        "dcgm"
-    }
-
     fn poll(&mut self) -> Result<PollOutput, PollError> {
         let now = Instant::now();
         if self.session.is_none() {

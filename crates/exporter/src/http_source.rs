@@ -18,10 +18,6 @@ pub struct HttpSource {
 }
 
 impl Source for HttpSource {
-    fn name(&self) -> &'static str {
-        "exporter"
-    }
-
     fn poll(&mut self) -> Result<PollOutput, PollError> {
         let c = &self.web.counters;
         let n = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;

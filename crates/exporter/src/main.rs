@@ -184,13 +184,15 @@ async fn run(
         .into_iter()
         .map(|p| (p.collector.name, p.fingerprint))
         .collect();
-    let sources: Vec<(Box<dyn Source>, Timing)> =
-        built.into_iter().map(|b| (b.source, b.timing)).collect();
+    let sources: Vec<(&'static str, Box<dyn Source>, Timing)> = built
+        .into_iter()
+        .map(|b| (b.name, b.source, b.timing))
+        .collect();
     let addr = listener
         .local_addr()
         .context("the listening socket has no address")?;
 
-    let names: Vec<&str> = sources.iter().map(|(s, _)| s.name()).collect();
+    let names: Vec<&str> = sources.iter().map(|(name, _, _)| *name).collect();
     let options = EncodeOptions {
         const_labels: plan::node_label(&settings),
         detail: settings.metrics.detail.profile(),

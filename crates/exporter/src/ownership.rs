@@ -36,10 +36,6 @@ impl Without {
 }
 
 impl Source for Without {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-
     /// The inner output, whole, but for the catalog series owned elsewhere.
     fn poll(&mut self) -> Result<PollOutput, PollError> {
         let mut output = self.inner.poll()?;
@@ -59,9 +55,6 @@ mod tests {
     fn series_owned_by_dcgm_never_leave_the_wrapped_source() {
         struct Two;
         impl Source for Two {
-            fn name(&self) -> &'static str {
-                "nvml"
-            }
             fn poll(&mut self) -> Result<PollOutput, PollError> {
                 Ok(PollOutput {
                     samples: vec![
@@ -93,6 +86,5 @@ mod tests {
         assert_eq!(got, [2.0, 4.0], "NVML keeps the clocks DCGM does not read");
         // The rest of the output passes whole (the old decorator lost a channel this way).
         assert_eq!(output.external.len(), 1);
-        assert_eq!(w.name(), "nvml");
     }
 }

@@ -12,7 +12,7 @@ use dgx_pixels_dcgm::DcgmSettings;
 use dgx_pixels_metrics::{Metric, Sample, Source};
 use dgx_pixels_nvml::NvmlOptions;
 use dgx_pixels_registry::{
-    BuildContext, Collector, Fingerprint, Named, PrepareContext, Shared, Simulated, Timing,
+    BuildContext, Collector, Fingerprint, PrepareContext, Shared, Simulated, Timing,
 };
 use dgx_pixels_sim::Scenario;
 
@@ -49,6 +49,8 @@ pub struct Planned {
 
 /// A built source, named by its descriptor.
 pub struct BuiltSource {
+    /// Its descriptor's name: the `source` label.
+    pub name: &'static str,
     /// The source.
     pub source: Box<dyn Source>,
     /// Its interval and deadline.
@@ -184,7 +186,8 @@ impl Plan {
                 source
             };
             built.push(BuiltSource {
-                source: Box::new(Named::new(c.name, source)),
+                name: c.name,
+                source,
                 timing: p.timing,
                 derived: c.derived,
             });

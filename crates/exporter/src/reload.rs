@@ -99,7 +99,7 @@ impl Live {
             runners.remove(name, STOP_GRACE);
         }
         let mut names: Vec<&str> = running.into_iter().filter(|n| !stop.contains(n)).collect();
-        names.extend(built.iter().map(|b| b.source.name()));
+        names.extend(built.iter().map(|b| b.name));
         let mut statics = vec![crate::plan::build_info(plan.mode, &plan.scenario)];
         statics.extend(crate::plan::cost_samples(plan.cost.as_ref()));
         self.store.reconfigure(
@@ -112,8 +112,8 @@ impl Live {
         );
         let mut restarted = Vec::new();
         for b in built {
-            restarted.push(b.source.name());
-            runners.add(b.source, b.timing)?;
+            restarted.push(b.name);
+            runners.add(b.name, b.source, b.timing)?;
         }
         let wanted = plan
             .planned

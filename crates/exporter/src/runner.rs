@@ -97,7 +97,7 @@ pub struct Runners {
 impl Runners {
     /// Starts one thread per source and a watchdog thread.
     pub fn start(
-        sources: Vec<(Box<dyn Source>, Timing)>,
+        sources: Vec<(&'static str, Box<dyn Source>, Timing)>,
         store: Arc<SnapshotStore>,
     ) -> std::io::Result<Runners> {
         let slots: Arc<Mutex<Vec<Arc<Slot>>>> = Arc::default();
@@ -125,14 +125,20 @@ impl Runners {
             watchdog,
             watchdog_stop,
         };
-        for (source, timing) in sources {
-            runners.add(source, timing)?;
+        for (name, source, timing) in sources {
+            runners.add(name, source, timing)?;
         }
         Ok(runners)
     }
 
-    /// Starts one more source. Its name must not be running already (see [`Runners::remove`]).
-    pub fn add(&mut self, source: Box<dyn Source>, timing: Timing) -> std::io::Result<()> {
+    /// Starts one more source under its descriptor's `name` (the `source` label). The name must
+    /// not be running already (see [`Runners::remove`]).
+    pub fn add(
+        &mut self,
+        name: &'static str,
+        source: Box<dyn Source>,
+        timing: Timing,
+    ) -> std::io::Result<()> {
         // A replacement (config reload) carries on its predecessor's counters, so they never
         // go backwards.
         let health = self
@@ -140,11 +146,11 @@ impl Runners {
             .current()
             .snapshots()
             .iter()
-            .find(|s| s.source == source.name())
+            .find(|s| s.source == name)
             .map(|s| s.health.clone())
             .unwrap_or_default();
         let slot = Arc::new(Slot {
-            name: source.name(),
+            name,
             timeout: timing.timeout,
             state: Mutex::new(State {
                 health,
@@ -350,9 +356,6 @@ mod tests {
     }
 
     impl Source for Scripted {
-        fn name(&self) -> &'static str {
-            "scripted"
-        }
         fn poll(&mut self) -> Result<PollOutput, PollError> {
             let n = self.calls.fetch_add(1, Ordering::SeqCst);
             if n == self.hang_on {
@@ -401,6 +404,7 @@ mod tests {
         let calls = Arc::new(AtomicU32::new(0));
         let runners = Runners::start(
             vec![(
+                "scripted",
                 Box::new(Scripted {
                     calls: Arc::clone(&calls),
                     hang_on: 2,
@@ -462,6 +466,7 @@ mod tests {
         let store = scripted_store();
         let runners = Runners::start(
             vec![(
+                "scripted",
                 Box::new(Scripted {
                     calls: Arc::new(AtomicU32::new(0)),
                     hang_on: 0,
@@ -489,9 +494,6 @@ mod tests {
     struct Slowpoke;
 
     impl Source for Slowpoke {
-        fn name(&self) -> &'static str {
-            "slowpoke"
-        }
         fn poll(&mut self) -> Result<PollOutput, PollError> {
             std::thread::sleep(Duration::from_millis(120));
             Ok(vec![Sample::for_gpu(0, "GPU-a", Metric::GpuPower, &[], 1.0)].into())
@@ -537,6 +539,7 @@ mod tests {
         ));
         let runners = Runners::start(
             vec![(
+                "slowpoke",
                 Box::new(Slowpoke),
                 Timing {
                     interval: Duration::from_millis(20),
@@ -558,9 +561,6 @@ mod tests {
     struct Panicking(u32);
 
     impl Source for Panicking {
-        fn name(&self) -> &'static str {
-            "scripted"
-        }
         fn poll(&mut self) -> Result<PollOutput, PollError> {
             self.0 += 1;
             assert!(self.0 != 2, "a bug in the second poll");
@@ -575,8 +575,11 @@ mod tests {
             interval: Duration::from_millis(20),
             timeout: Duration::from_secs(1),
         };
-        let runners =
-            Runners::start(vec![(Box::new(Panicking(0)), timing)], Arc::clone(&store)).unwrap();
+        let runners = Runners::start(
+            vec![("scripted", Box::new(Panicking(0)), timing)],
+            Arc::clone(&store),
+        )
+        .unwrap();
         let after = wait_for(&store, |s| s.health.polls >= 3);
         assert!(after.health.up && after.output.samples.len() == 1);
         assert_eq!(
@@ -589,9 +592,6 @@ mod tests {
     struct Constant(f64);
 
     impl Source for Constant {
-        fn name(&self) -> &'static str {
-            "scripted"
-        }
         fn poll(&mut self) -> Result<PollOutput, PollError> {
             Ok(vec![Sample::for_gpu(0, "GPU-a", Metric::GpuPower, &[], self.0)].into())
         }
@@ -604,8 +604,11 @@ mod tests {
             interval: Duration::from_millis(20),
             timeout: Duration::from_secs(1),
         };
-        let mut runners =
-            Runners::start(vec![(Box::new(Constant(1.0)), timing)], Arc::clone(&store)).unwrap();
+        let mut runners = Runners::start(
+            vec![("scripted", Box::new(Constant(1.0)), timing)],
+            Arc::clone(&store),
+        )
+        .unwrap();
         wait_for(&store, |s| s.health.polls >= 3);
         runners.remove("scripted", Duration::from_secs(1));
         assert!(runners.names().is_empty());
@@ -619,7 +622,9 @@ mod tests {
             interval: Duration::from_secs(10),
             ..timing
         };
-        runners.add(Box::new(Constant(2.0)), slow).unwrap();
+        runners
+            .add("scripted", Box::new(Constant(2.0)), slow)
+            .unwrap();
         let new = wait_for(&store, |s| {
             s.output.samples.first().is_some_and(|x| x.value == 2.0)
         });

@@ -47,7 +47,6 @@ fn build(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
         options.idle_after = Some(SIMULATED_IDLE_AFTER);
     }
     Ok(Some(Box::new(HealthSource::new(
-        COLLECTOR.name,
         ctx.views(),
         &options,
         // The verdicts outlive a reload of [health] (a new XID policy).

@@ -15,7 +15,6 @@ use crate::{HealthSettings, HealthTracker, HeldGpu, IdleTracker};
 
 /// Judges each GPU of the current device view, once per poll.
 pub struct HealthSource {
-    name: &'static str,
     views: Arc<dyn DeviceViews>,
     memory: Arc<HealthMemory>,
     idle: IdleTracker,
@@ -29,10 +28,9 @@ pub struct HealthSource {
 pub struct HealthMemory(Mutex<Option<HealthTracker>>);
 
 impl HealthSource {
-    /// A source named `name` (its collector's) over `views`, with the `[health]` settings and
-    /// the tracker kept in `memory` (created there the first time, reconfigured after).
+    /// A source over `views`, with the `[health]` settings and the tracker kept in `memory`
+    /// (created there the first time, reconfigured after).
     pub fn new(
-        name: &'static str,
         views: Arc<dyn DeviceViews>,
         settings: &HealthSettings,
         memory: Arc<HealthMemory>,
@@ -50,7 +48,6 @@ impl HealthSource {
             }
         }
         HealthSource {
-            name,
             views,
             memory,
             idle: IdleTracker::new(settings.idle_utilization(), settings.idle_after()),
@@ -60,10 +57,6 @@ impl HealthSource {
 }
 
 impl Source for HealthSource {
-    fn name(&self) -> &'static str {
-        self.name
-    }
-
     fn poll(&mut self) -> Result<PollOutput, PollError> {
         let view = self.views.current().ok_or_else(|| {
             PollError::new(

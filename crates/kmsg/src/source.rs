@@ -398,10 +398,6 @@ fn resolve(
 }
 
 impl Source for KmsgSource {
-    fn name(&self) -> &'static str {
-        "kmsg"
-    }
-
     fn poll(&mut self) -> Result<PollOutput, PollError> {
         let shared = Arc::clone(&self.shared);
         let mut guard = shared.lock().unwrap_or_else(PoisonError::into_inner);

@@ -131,10 +131,6 @@ pub fn read_dir(dir: &std::path::Path) -> Result<JobFiles, PollError> {
 }
 
 impl Source for HpcJobSource {
-    fn name(&self) -> &'static str {
-        "hpc"
-    }
-
     fn poll(&mut self) -> Result<PollOutput, PollError> {
         let found = read_dir(&self.dir)?;
         for (name, why) in &found.skipped {

@@ -238,10 +238,6 @@ impl PodResourcesSource {
 }
 
 impl Source for PodResourcesSource {
-    fn name(&self) -> &'static str {
-        "kubernetes"
-    }
-
     fn poll(&mut self) -> Result<PollOutput, PollError> {
         let response = self.list()?;
         let (mut pairs, dropped) = crate::cap::cap(

@@ -160,9 +160,9 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
 /// `poll` may block (library calls); the runner enforces a deadline around it and marks the
 /// source down when it is exceeded. A source that cannot reach its backend returns `Err`
 /// quickly (and does its own retry backoff), so it never spins.
+/// Its name (the `source` label, `--collector.NAME`) is its collector descriptor's, given by
+/// whoever runs it, not the source's own.
 pub trait Source: Send {
-    /// The source's name: the `source` label and the `--collector.NAME` flag.
-    fn name(&self) -> &'static str;
     /// Reads the backend and returns everything this source has to serve: catalog samples,
     /// families outside the catalog, attribution. The runner publishes it whole.
     fn poll(&mut self) -> Result<PollOutput, PollError>;

@@ -470,10 +470,6 @@ impl NvmlSource {
 }
 
 impl Source for NvmlSource {
-    fn name(&self) -> &'static str {
-        "nvml"
-    }
-
     fn poll(&mut self) -> Result<PollOutput, PollError> {
         if self.loaded.is_none() {
             self.load()?;

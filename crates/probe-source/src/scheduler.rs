@@ -407,10 +407,6 @@ impl<B: Backend, U: UtilizationView> ProbeSource<B, U> {
 }
 
 impl<B: Backend, U: UtilizationView> Source for ProbeSource<B, U> {
-    fn name(&self) -> &'static str {
-        "probes"
-    }
-
     fn poll(&mut self) -> Result<PollOutput, PollError> {
         self.poll_at(Instant::now())
     }

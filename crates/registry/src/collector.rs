@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use dgx_pixels_metrics::view::DeviceViews;
-use dgx_pixels_metrics::{Metric, PollError, PollOutput, Source, XidLedger};
+use dgx_pixels_metrics::{Metric, Source, XidLedger};
 use dgx_pixels_sim::Scenario;
 
 use crate::restart::{Fingerprint, RestartKey, Timing};
@@ -287,29 +287,5 @@ impl Lasting {
         let kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
         kept.get(name)
             .and_then(|a| Arc::clone(a).downcast::<T>().ok())
-    }
-}
-
-/// A built source under its descriptor's name: the `source` label, the runner's thread and
-/// the reload's bookkeeping all use the descriptor's name, whatever the source calls itself.
-pub struct Named {
-    name: &'static str,
-    inner: Box<dyn Source>,
-}
-
-impl Named {
-    /// `inner` under `name`.
-    pub fn new(name: &'static str, inner: Box<dyn Source>) -> Named {
-        Named { name, inner }
-    }
-}
-
-impl Source for Named {
-    fn name(&self) -> &'static str {
-        self.name
-    }
-
-    fn poll(&mut self) -> Result<PollOutput, PollError> {
-        self.inner.poll()
     }
 }

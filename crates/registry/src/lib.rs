@@ -19,7 +19,7 @@ mod simulation;
 mod table;
 
 pub use collector::{
-    BuildContext, Built, Check, Collector, Lasting, Named, Owned, PrepareContext, Prepared, Shared,
+    BuildContext, Built, Check, Collector, Lasting, Owned, PrepareContext, Prepared, Shared,
     Simulated,
 };
 pub use flag::{Flag, FlagDefault, FlagKind};

@@ -348,10 +348,6 @@ pub fn push_profile(id: &GpuIdentity, g: &GpuStatic, r: &GpuReading, out: &mut V
 }
 
 impl Source for SimSource {
-    fn name(&self) -> &'static str {
-        "sim"
-    }
-
     fn poll(&mut self) -> Result<PollOutput, PollError> {
         let t = self.started.elapsed();
         if let Some(p) = &mut self.power {

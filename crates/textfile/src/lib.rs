@@ -201,10 +201,6 @@ impl TextfileSource {
 }
 
 impl Source for TextfileSource {
-    fn name(&self) -> &'static str {
-        "textfile"
-    }
-
     fn poll(&mut self) -> Result<PollOutput, PollError> {
         let entries = fs::read_dir(&self.directory).map_err(|e| {
             PollError::new(

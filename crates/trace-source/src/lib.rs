@@ -429,10 +429,6 @@ impl Drop for TraceSource {
 }
 
 impl Source for TraceSource {
-    fn name(&self) -> &'static str {
-        "trace"
-    }
-
     fn poll(&mut self) -> Result<PollOutput, PollError> {
         if self.worker.is_finished() {
             return Err(PollError::new(

@@ -153,10 +153,6 @@ struct Traces {
 }
 
 impl Source for Traces {
-    fn name(&self) -> &'static str {
-        self.source.name()
-    }
-
     fn poll(&mut self) -> Result<PollOutput, PollError> {
         self.source.poll()
     }

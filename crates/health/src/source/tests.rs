@@ -135,16 +135,14 @@ fn two_pods_and_one_job_label_the_job_only() {
 #[test]
 fn a_poll_judges_every_gpu_and_counts_held_ones() {
     let settings = HealthSettings::default();
-    let mut none = HealthSource::new("health", Arc::new(Fixed(None)), &settings, Arc::default());
+    let mut none = HealthSource::new(Arc::new(Fixed(None)), &settings, Arc::default());
     let err = none.poll().unwrap_err();
     assert_eq!(err.kind, PollErrorKind::Uninitialized);
     let mut source = HealthSource::new(
-        "health",
         Arc::new(Fixed(Some(Arc::new(view())))),
         &settings,
         Arc::default(),
     );
-    assert_eq!(source.name(), "health");
     let out = source.poll().unwrap();
     let healthy: Vec<_> = out
         .samples
@@ -208,9 +206,9 @@ fn a_rebuilt_source_keeps_the_verdicts_and_serves_its_policy() {
     };
     let memory: Arc<HealthMemory> = Arc::default();
     let settings = HealthSettings::default();
-    let mut first = HealthSource::new("health", with_xid(0.0), &settings, Arc::clone(&memory));
+    let mut first = HealthSource::new(with_xid(0.0), &settings, Arc::clone(&memory));
     first.poll().unwrap();
-    let mut first = HealthSource::new("health", with_xid(1.0), &settings, Arc::clone(&memory));
+    let mut first = HealthSource::new(with_xid(1.0), &settings, Arc::clone(&memory));
     let out = first.poll().unwrap();
     assert_eq!(state(&out), Some(("reset_gpu".into(), "xid_95".into())));
     assert!(!out
@@ -222,7 +220,7 @@ fn a_rebuilt_source_keeps_the_verdicts_and_serves_its_policy() {
         "[xid_policy]\n\"13\" = \"ignore\"\n\"95\" = { count = 5, window = \"1h\" }\n",
     )
     .unwrap();
-    let mut second = HealthSource::new("health", with_xid(1.0), &settings, Arc::clone(&memory));
+    let mut second = HealthSource::new(with_xid(1.0), &settings, Arc::clone(&memory));
     let out = second.poll().unwrap();
     assert_eq!(
         state(&out),
@@ -238,7 +236,7 @@ fn a_rebuilt_source_keeps_the_verdicts_and_serves_its_policy() {
     policy.sort();
     assert_eq!(policy, [["13", "ignore"], ["95", "5 in 1h"]]);
     // A fresh memory (a restart) would judge the counted XID again, under the new policy.
-    let mut fresh = HealthSource::new("health", with_xid(1.0), &settings, Arc::default());
+    let mut fresh = HealthSource::new(with_xid(1.0), &settings, Arc::default());
     let out = fresh.poll().unwrap();
     assert_eq!(state(&out), Some(("none".into(), "none".into())));
 }
