@@ -18,7 +18,7 @@ use dgx_pixels_metrics::attribution;
 use dgx_pixels_metrics::catalog::{Kind, Metric, MetricDef};
 use dgx_pixels_metrics::device::{DeviceKey, DeviceLabels, Scope};
 use dgx_pixels_metrics::external::ExternalKind;
-use dgx_pixels_metrics::histogram::{INF, SUM};
+use dgx_pixels_metrics::histogram::HistogramPoint;
 use dgx_pixels_metrics::snapshot::Sample;
 use dgx_pixels_metrics::view::Join;
 
@@ -241,7 +241,7 @@ impl<'a> Iterator for Pairs<'a> {
 pub(crate) enum Point<'a> {
     /// Counters, gauges and untyped series.
     Value(f64),
-    Histogram(Box<HistogramPoint<'a>>),
+    Histogram(Box<Histogram<'a>>),
     Summary(Box<SummaryPoint<'a>>),
 }
 
@@ -262,18 +262,20 @@ impl Point<'_> {
 
 /// A histogram series: cumulative buckets in increasing order of their bound, `+Inf` last.
 #[derive(Debug, Default)]
-pub(crate) struct HistogramPoint<'a> {
+pub(crate) struct Histogram<'a> {
     pub buckets: Vec<Bucket<'a>>,
     pub sum: Option<f64>,
     pub count: Option<f64>,
 }
 
-/// One bucket: its bound as written (the classic `le` value) and as a number, and its
-/// cumulative count.
+/// One bucket: its bound, and its cumulative count.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Bucket<'a> {
-    pub le: &'a str,
+    /// The upper bound as a number (`+Inf` is infinity).
     pub bound: f64,
+    /// The bound as its author wrote it, for an external family (see
+    /// [`Family::verbatim_bounds`]); `None` for a catalog one, which the writer spells.
+    pub text: Option<&'a str>,
     pub count: f64,
 }
 
@@ -353,63 +355,46 @@ pub(crate) fn series_counts(families: &[Family<'_>]) -> Vec<Sample> {
     out
 }
 
-/// Rebuilds a histogram row's series from its samples (see `histogram`): bucket samples carry
-/// their bound as the extra label value, the `+Inf` one the count, the [`SUM`] one the sum.
-/// Malformed bounds are skipped; a series without its `+Inf` bucket is dropped.
+/// A histogram row's series, one per sample: its typed point, bounds as numbers (see
+/// `dgx_pixels_metrics::histogram`). The NaN rule: a NaN sum is a blank one, left out.
 fn catalog_histograms<'a>(def: &MetricDef, samples: &[&'a Sample]) -> Vec<Series<'a>> {
-    let n = def.own_labels().len();
-    type Key<'a> = (Option<&'a DeviceKey>, &'a [String]);
-    let mut out: Vec<(Key<'a>, HistogramPoint<'a>)> = Vec::new();
-    for s in samples {
-        let Some((own, [extra])) = s.labels.split_at_checked(n) else {
-            continue;
-        };
-        let extra = extra.as_str();
-        let key = (s.device.as_deref(), own);
-        // A series' samples come together: look at the last one first.
-        let at = match out.iter().rposition(|(k, _)| *k == key) {
-            Some(at) => at,
-            None => {
-                out.push((key, HistogramPoint::default()));
-                out.len() - 1
-            }
-        };
-        let point = &mut out[at].1;
-        if extra == SUM {
-            point.sum = Some(s.value);
-        } else if extra == INF {
-            point.count = Some(s.value);
-            point.buckets.push(Bucket {
-                le: INF,
-                bound: f64::INFINITY,
-                count: s.value,
-            });
-        } else if let Ok(bound) = extra.parse::<f64>() {
-            point.buckets.push(Bucket {
-                le: extra,
-                bound,
-                count: s.value,
-            });
-        }
-    }
-    out.into_iter()
-        .filter_map(|((device, values), point)| {
-            let point = complete(point)?;
+    samples
+        .iter()
+        .filter_map(|s| {
+            let point = s.histogram.as_deref()?;
             Some(Series {
                 labels: Labels::Catalog {
-                    device: device.map(|d| (d, def.scope)),
+                    device: s.device.as_deref().map(|d| (d, def.scope)),
                     names: def.own_labels(),
-                    values,
+                    values: &s.labels,
                     extra: None,
                 },
-                point: Point::Histogram(Box::new(point)),
+                point: Point::Histogram(Box::new(typed(point))),
             })
         })
         .collect()
 }
 
+/// The model's histogram of a reading: its buckets as they are (the sample is well formed:
+/// increasing bounds, `+Inf` last), its sum and its count.
+fn typed(point: &HistogramPoint) -> Histogram<'static> {
+    Histogram {
+        buckets: point
+            .buckets
+            .iter()
+            .map(|&(bound, count)| Bucket {
+                bound,
+                text: None,
+                count: count as f64,
+            })
+            .collect(),
+        sum: Some(point.sum).filter(|s| !s.is_nan()),
+        count: Some(point.count as f64),
+    }
+}
+
 /// The histogram with its buckets in order of their bounds, or `None` without a `+Inf` bucket.
-fn complete(mut point: HistogramPoint<'_>) -> Option<HistogramPoint<'_>> {
+fn complete(mut point: Histogram<'_>) -> Option<Histogram<'_>> {
     if !point.buckets.is_sorted_by(|a, b| a.bound <= b.bound) {
         point.buckets.sort_by(|a, b| a.bound.total_cmp(&b.bound));
     }

@@ -22,7 +22,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::encode::{with_exposition, ExpositionInput};
-use crate::family::{Family, HistogramPoint, Labels, Point, Type};
+use crate::family::{Family, Histogram, Labels, Point, Type};
 use crate::syntax::{escaped, whole};
 use crate::text::{write_family, Syntax};
 use dgx_pixels_metrics::view::DeviceView;
@@ -99,7 +99,7 @@ fn expressible(f: &Family<'_>) -> bool {
 /// A histogram as prometheus-client takes it: `(sum, count)`, when it has a sum, its cumulative
 /// counts are whole, non-negative and never decrease, and its count (if given) is the `+Inf`
 /// bucket's.
-fn integral(h: &HistogramPoint<'_>) -> Option<(f64, u64)> {
+fn integral(h: &Histogram<'_>) -> Option<(f64, u64)> {
     let count = |c: f64| whole(c).and_then(|n| u64::try_from(n).ok());
     let mut previous = 0;
     for b in &h.buckets {
@@ -215,20 +215,20 @@ mod tests {
     use super::*;
     use crate::family::Bucket;
 
-    fn histogram(counts: &[f64], sum: Option<f64>, count: Option<f64>) -> HistogramPoint<'static> {
+    fn histogram(counts: &[f64], sum: Option<f64>, count: Option<f64>) -> Histogram<'static> {
         let mut buckets: Vec<Bucket<'static>> = counts
             .iter()
             .enumerate()
             .map(|(i, c)| Bucket {
-                le: "x",
                 bound: i as f64,
+                text: None,
                 count: *c,
             })
             .collect();
         if let Some(last) = buckets.last_mut() {
             last.bound = f64::INFINITY;
         }
-        HistogramPoint {
+        Histogram {
             buckets,
             sum,
             count,

@@ -10,6 +10,7 @@
 //! [`Format::Text`]: crate::Format::Text
 
 use std::convert::Infallible;
+use std::fmt::Write as _;
 
 use crate::family::{Family, Labels, Point, Type};
 use crate::syntax::{push_escaped, push_value};
@@ -77,8 +78,17 @@ pub(crate) fn write_family(
             Point::Histogram(h) => {
                 pairs.clear();
                 push_pairs(&mut pairs, consts, &s.labels);
+                let mut le = String::new();
                 for b in &h.buckets {
-                    line(out, f.name, "_bucket", &pairs, Some(("le", b.le)), b.count);
+                    le.clear();
+                    match b.text {
+                        Some(text) => le.push_str(text),
+                        None if b.bound == f64::INFINITY => le.push_str("+Inf"),
+                        None => {
+                            let _ = write!(le, "{}", b.bound);
+                        }
+                    }
+                    line(out, f.name, "_bucket", &pairs, Some(("le", &le)), b.count);
                 }
                 if let Some(sum) = h.sum {
                     line(out, f.name, "_sum", &pairs, None, sum);
