@@ -3,9 +3,9 @@
 //!
 //! A [`Family`] is a name, an optional unit, a help text, one [`Type`] and its [`Series`]; a
 //! series is its label pairs (borrowed from the samples: nothing is copied) and its [`Point`]:
-//! one value, a histogram or a summary. The OpenMetrics writer (`openmetrics.rs`) hands every
-//! family prometheus-client can express to it and writes the rest with the small writer
-//! (`text.rs`), which also writes the classic text format from the same families.
+//! one value, a histogram or a summary. The one writer (`writer.rs`) writes them in either
+//! format. A catalog histogram's bounds stay numbers here, as the reading's
+//! [`HistogramPoint`] has them: the writer spells `le` when it writes the line.
 //!
 //! The NaN rule, in one place: the model carries whatever value it is given, and both writers
 //! write NaN as `NaN`. Only the conversion of catalog samples drops NaN, because a NaN catalog
@@ -66,8 +66,6 @@ pub(crate) struct Family<'a> {
     pub name: &'a str,
     /// The OpenMetrics family name (a counter's without `_total`).
     pub openmetrics_name: &'a str,
-    /// `openmetrics_name` without `_<unit>`, as prometheus-client's descriptor takes it.
-    pub openmetrics_base: &'a str,
     pub unit: Option<&'static str>,
     /// Unescaped.
     pub help: &'a str,
@@ -152,23 +150,6 @@ impl<'a> Labels<'a> {
             }
         }
         Ok(())
-    }
-
-    /// Whether the series has no label pairs of its own.
-    pub fn is_empty(&self) -> bool {
-        match *self {
-            Labels::Catalog {
-                device,
-                names,
-                extra,
-                ..
-            } => {
-                device.is_none_or(|(_, scope)| scope == Scope::None)
-                    && names.is_empty()
-                    && extra.is_none_or(|e| e.is_empty())
-            }
-            Labels::External { pairs, skip } => pairs.len() == usize::from(skip.is_some()),
-        }
     }
 
     /// The pairs in the order they are written, as an iterator.
@@ -324,11 +305,10 @@ pub(crate) fn catalog<'a>(mut samples: Vec<&'a Sample>, join: &'a Join, out: &mu
             out.push(Family {
                 name: def.name,
                 openmetrics_name: def.openmetrics_name,
-                openmetrics_base: def.openmetrics_base,
                 unit: def.unit.suffix(),
                 help: def.help,
                 kind: def.kind.into(),
-                // Our own bounds: prometheus-client's spelling of them is the served one.
+                // Our own bounds: the writer spells them (in OpenMetrics, as prometheus-client did).
                 verbatim_bounds: false,
                 series,
             });

@@ -53,7 +53,6 @@ pub(crate) fn external<'a>(
             out.push(Family {
                 name: &f.name,
                 openmetrics_name,
-                openmetrics_base: openmetrics_name,
                 unit: None,
                 help: &f.help,
                 kind,
