@@ -1,14 +1,11 @@
 //! Encoding an exposition: the served snapshots become one family model (`family.rs`), which
-//! OpenMetrics 1.0 (`openmetrics.rs`: prometheus-client, and the small writer for what it cannot
-//! express) and the classic text format 0.0.4 (`text.rs`: the small writer, since
-//! prometheus-client has none) both write.
+//! the one writer (`writer.rs`) writes as OpenMetrics 1.0 or the classic text format 0.0.4.
 
 use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
 use crate::family::{self, Exposition};
-use crate::openmetrics;
-use crate::text::{write_family, Syntax};
+use crate::writer;
 use dgx_pixels_metrics::catalog::{serves, Detail, Metric};
 use dgx_pixels_metrics::snapshot::{Sample, Snapshot};
 use dgx_pixels_metrics::view::DeviceView;
@@ -158,16 +155,11 @@ pub fn encode(input: &ExpositionInput, format: Format) -> String {
 /// Encodes the input in the given format, with `view`: the device view of `input.snapshots`,
 /// whose attribution join labels the device series.
 pub fn encode_with(input: &ExpositionInput, view: &Arc<DeviceView>, format: Format) -> String {
-    match format {
-        Format::Text => with_exposition(input, view, |exposition| {
-            let mut out = String::with_capacity(capacity(input));
-            for f in &exposition.families {
-                write_family(&mut out, f, exposition.consts, Syntax::Text);
-            }
-            out
-        }),
-        Format::OpenMetrics => openmetrics::encode(input, view, capacity(input)),
-    }
+    with_exposition(input, view, |exposition| {
+        let mut out = String::with_capacity(capacity(input));
+        writer::write(&mut out, exposition, format);
+        out
+    })
 }
 
 #[cfg(test)]
@@ -264,7 +256,7 @@ mod tests {
     /// Issue 15: `{}` wrote 1e-300 as a 302-character decimal (`syntax` tests the value writer).
     #[test]
     fn values_are_written_short_in_both_formats_issue_15() {
-        // prometheus-client (the catalog's OpenMetrics samples) writes shortest forms too.
+        // The prometheus-client spelling (the catalog's OpenMetrics samples) is short too.
         let mut i = input(true);
         let tiny = Sample::for_gpu(2, "GPU-c", Metric::GpuPower, &[], 1e-300);
         Arc::make_mut(&mut i.snapshots[0]).output.samples.push(tiny);

@@ -3,9 +3,9 @@
 //!
 //! A [`Family`] is a name, an optional unit, a help text, one [`Type`] and its [`Series`]; a
 //! series is its label pairs (borrowed from the samples: nothing is copied) and its [`Point`]:
-//! one value, a histogram or a summary. The OpenMetrics writer (`openmetrics.rs`) hands every
-//! family prometheus-client can express to it and writes the rest with the small writer
-//! (`text.rs`), which also writes the classic text format from the same families.
+//! one value, a histogram or a summary. The one writer (`writer.rs`) writes them in either
+//! format. A catalog histogram's bounds stay numbers here, as the reading's
+//! [`HistogramPoint`] has them: the writer spells `le` when it writes the line.
 //!
 //! The NaN rule, in one place: the model carries whatever value it is given, and both writers
 //! write NaN as `NaN`. Only the conversion of catalog samples drops NaN, because a NaN catalog
@@ -18,7 +18,7 @@ use dgx_pixels_metrics::attribution;
 use dgx_pixels_metrics::catalog::{Kind, Metric, MetricDef};
 use dgx_pixels_metrics::device::{DeviceKey, DeviceLabels, Scope};
 use dgx_pixels_metrics::external::ExternalKind;
-use dgx_pixels_metrics::histogram::{INF, SUM};
+use dgx_pixels_metrics::histogram::HistogramPoint;
 use dgx_pixels_metrics::snapshot::Sample;
 use dgx_pixels_metrics::view::Join;
 
@@ -66,8 +66,6 @@ pub(crate) struct Family<'a> {
     pub name: &'a str,
     /// The OpenMetrics family name (a counter's without `_total`).
     pub openmetrics_name: &'a str,
-    /// `openmetrics_name` without `_<unit>`, as prometheus-client's descriptor takes it.
-    pub openmetrics_base: &'a str,
     pub unit: Option<&'static str>,
     /// Unescaped.
     pub help: &'a str,
@@ -154,23 +152,6 @@ impl<'a> Labels<'a> {
         Ok(())
     }
 
-    /// Whether the series has no label pairs of its own.
-    pub fn is_empty(&self) -> bool {
-        match *self {
-            Labels::Catalog {
-                device,
-                names,
-                extra,
-                ..
-            } => {
-                device.is_none_or(|(_, scope)| scope == Scope::None)
-                    && names.is_empty()
-                    && extra.is_none_or(|e| e.is_empty())
-            }
-            Labels::External { pairs, skip } => pairs.len() == usize::from(skip.is_some()),
-        }
-    }
-
     /// The pairs in the order they are written, as an iterator.
     pub fn pairs(&self) -> Pairs<'a> {
         match *self {
@@ -241,7 +222,7 @@ impl<'a> Iterator for Pairs<'a> {
 pub(crate) enum Point<'a> {
     /// Counters, gauges and untyped series.
     Value(f64),
-    Histogram(Box<HistogramPoint<'a>>),
+    Histogram(Box<Histogram<'a>>),
     Summary(Box<SummaryPoint<'a>>),
 }
 
@@ -262,18 +243,20 @@ impl Point<'_> {
 
 /// A histogram series: cumulative buckets in increasing order of their bound, `+Inf` last.
 #[derive(Debug, Default)]
-pub(crate) struct HistogramPoint<'a> {
+pub(crate) struct Histogram<'a> {
     pub buckets: Vec<Bucket<'a>>,
     pub sum: Option<f64>,
     pub count: Option<f64>,
 }
 
-/// One bucket: its bound as written (the classic `le` value) and as a number, and its
-/// cumulative count.
+/// One bucket: its bound, and its cumulative count.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Bucket<'a> {
-    pub le: &'a str,
+    /// The upper bound as a number (`+Inf` is infinity).
     pub bound: f64,
+    /// The bound as its author wrote it, for an external family (see
+    /// [`Family::verbatim_bounds`]); `None` for a catalog one, which the writer spells.
+    pub text: Option<&'a str>,
     pub count: f64,
 }
 
@@ -322,11 +305,10 @@ pub(crate) fn catalog<'a>(mut samples: Vec<&'a Sample>, join: &'a Join, out: &mu
             out.push(Family {
                 name: def.name,
                 openmetrics_name: def.openmetrics_name,
-                openmetrics_base: def.openmetrics_base,
                 unit: def.unit.suffix(),
                 help: def.help,
                 kind: def.kind.into(),
-                // Our own bounds: prometheus-client's spelling of them is the served one.
+                // Our own bounds: the writer spells them (in OpenMetrics, as prometheus-client did).
                 verbatim_bounds: false,
                 series,
             });
@@ -353,63 +335,46 @@ pub(crate) fn series_counts(families: &[Family<'_>]) -> Vec<Sample> {
     out
 }
 
-/// Rebuilds a histogram row's series from its samples (see `histogram`): bucket samples carry
-/// their bound as the extra label value, the `+Inf` one the count, the [`SUM`] one the sum.
-/// Malformed bounds are skipped; a series without its `+Inf` bucket is dropped.
+/// A histogram row's series, one per sample: its typed point, bounds as numbers (see
+/// `dgx_pixels_metrics::histogram`). The NaN rule: a NaN sum is a blank one, left out.
 fn catalog_histograms<'a>(def: &MetricDef, samples: &[&'a Sample]) -> Vec<Series<'a>> {
-    let n = def.own_labels().len();
-    type Key<'a> = (Option<&'a DeviceKey>, &'a [String]);
-    let mut out: Vec<(Key<'a>, HistogramPoint<'a>)> = Vec::new();
-    for s in samples {
-        let Some((own, [extra])) = s.labels.split_at_checked(n) else {
-            continue;
-        };
-        let extra = extra.as_str();
-        let key = (s.device.as_deref(), own);
-        // A series' samples come together: look at the last one first.
-        let at = match out.iter().rposition(|(k, _)| *k == key) {
-            Some(at) => at,
-            None => {
-                out.push((key, HistogramPoint::default()));
-                out.len() - 1
-            }
-        };
-        let point = &mut out[at].1;
-        if extra == SUM {
-            point.sum = Some(s.value);
-        } else if extra == INF {
-            point.count = Some(s.value);
-            point.buckets.push(Bucket {
-                le: INF,
-                bound: f64::INFINITY,
-                count: s.value,
-            });
-        } else if let Ok(bound) = extra.parse::<f64>() {
-            point.buckets.push(Bucket {
-                le: extra,
-                bound,
-                count: s.value,
-            });
-        }
-    }
-    out.into_iter()
-        .filter_map(|((device, values), point)| {
-            let point = complete(point)?;
+    samples
+        .iter()
+        .filter_map(|s| {
+            let point = s.histogram.as_deref()?;
             Some(Series {
                 labels: Labels::Catalog {
-                    device: device.map(|d| (d, def.scope)),
+                    device: s.device.as_deref().map(|d| (d, def.scope)),
                     names: def.own_labels(),
-                    values,
+                    values: &s.labels,
                     extra: None,
                 },
-                point: Point::Histogram(Box::new(point)),
+                point: Point::Histogram(Box::new(typed(point))),
             })
         })
         .collect()
 }
 
+/// The model's histogram of a reading: its buckets as they are (the sample is well formed:
+/// increasing bounds, `+Inf` last), its sum and its count.
+fn typed(point: &HistogramPoint) -> Histogram<'static> {
+    Histogram {
+        buckets: point
+            .buckets
+            .iter()
+            .map(|&(bound, count)| Bucket {
+                bound,
+                text: None,
+                count: count as f64,
+            })
+            .collect(),
+        sum: Some(point.sum).filter(|s| !s.is_nan()),
+        count: Some(point.count as f64),
+    }
+}
+
 /// The histogram with its buckets in order of their bounds, or `None` without a `+Inf` bucket.
-fn complete(mut point: HistogramPoint<'_>) -> Option<HistogramPoint<'_>> {
+fn complete(mut point: Histogram<'_>) -> Option<Histogram<'_>> {
     if !point.buckets.is_sorted_by(|a, b| a.bound <= b.bound) {
         point.buckets.sort_by(|a, b| a.bound.total_cmp(&b.bound));
     }

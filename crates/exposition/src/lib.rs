@@ -2,7 +2,7 @@
 //! bytes of `/metrics`.
 //!
 //! Why a crate of its own: the sources need only the interface (`dgx-pixels-metrics`); the
-//! store and the encoders bring prometheus-client, gzip and arc-swap, which only the binary
+//! store and the encoders bring the writer's number formatting, gzip and arc-swap, which only the binary
 //! (and tests of the exposition) should compile.
 //!
 //! - [`SnapshotStore`] holds the latest [`Snapshot`](dgx_pixels_metrics::Snapshot) of each
@@ -13,9 +13,8 @@
 //!   derive from what the others serve (through [`StoreViews`], never the store itself).
 //! - A generation encodes each format at most once, optionally gzipped, and serves the cached
 //!   bytes to every scraper. An encoding joins attribution (the view's) and converts the catalog
-//!   samples and external families into one family model (`family`), which
-//!   [`Format::OpenMetrics`] (prometheus-client, and the small writer for the families it cannot
-//!   express) and the classic [`Format::Text`] (the small writer, `text`) both write.
+//!   samples and external families into one family model (`family`), which one writer
+//!   (`writer`) writes as [`Format::OpenMetrics`] or the classic [`Format::Text`].
 //! - [`status`] renders a generation as the HTML status page at `/`: the same served samples,
 //!   for a person rather than a scraper.
 //!
@@ -37,11 +36,10 @@
 
 pub mod encode;
 mod family;
-mod openmetrics;
 pub mod status;
 pub mod store;
 mod syntax;
-mod text;
+mod writer;
 
 pub use encode::{EncodeOptions, Format};
 pub use store::{Generation, SnapshotStore, StoreViews};

@@ -1,7 +1,6 @@
 //! The lexical pieces both writers share: one escape helper and one value writer, so a label
 //! value, a help text or a number is written the same way in every family and format.
 
-use std::borrow::Cow;
 use std::fmt::Write as _;
 
 /// Escapes `s` for a label value (`quote`: `\\`, `\n` and `"`) or a help text (`\\` and
@@ -29,17 +28,6 @@ pub(crate) fn whole(v: f64) -> Option<i64> {
     (v.fract() == 0.0 && v.abs() < 1e15).then_some(v as i64)
 }
 
-/// `s` escaped as [`push_escaped`] does, borrowed when there is nothing to escape.
-pub(crate) fn escaped(s: &str, quote: bool) -> Cow<'_, str> {
-    if needs_escaping(s, quote) {
-        let mut out = String::with_capacity(s.len() + 8);
-        push_escaped(&mut out, s, quote);
-        Cow::Owned(out)
-    } else {
-        Cow::Borrowed(s)
-    }
-}
-
 fn needs_escaping(s: &str, quote: bool) -> bool {
     s.bytes()
         .any(|b| b == b'\\' || b == b'\n' || (quote && b == b'"'))
@@ -49,8 +37,8 @@ fn needs_escaping(s: &str, quote: bool) -> bool {
 /// `+Inf`, `-Inf`; whole numbers below 1e15 as integers; other numbers in their shortest
 /// round-trip digits, as a plain decimal from 1e-4 to 1e16 (what people and Rust's `{:?}` write
 /// there: `0.003`, at most 22 bytes) and outside that range in whichever of the decimal and the
-/// exponent form is shorter (`1e-300`, not a 302-character decimal). The value writer of the
-/// small writer (`text.rs`); what prometheus-client writes follows the same [`whole`] rule.
+/// exponent form is shorter (`1e-300`, not a 302-character decimal). The writer's value
+/// spelling in the text format (`writer.rs`, its `Spelling::Classic`).
 pub(crate) fn push_value(out: &mut String, v: f64) {
     if v.is_nan() {
         out.push_str("NaN");

@@ -1,12 +1,10 @@
 //! Histograms in the sample model.
 //!
-//! A histogram series travels as plain [`Sample`]s of a [`Kind::Histogram`] catalog row, each
-//! with one label value more than the row names: the upper bound of a bucket (`le`, with the
-//! cumulative count as value; `+Inf` carries the total count) or [`SUM`] (the sum of the
-//! observations). [`Histogram::samples`] builds them; the encoders' family model turns them back
-//! into histogram series (`family.rs`), which each writer writes as `_bucket`/`_sum`/`_count`
-//! lines. Keeping `Sample` unchanged keeps every source and encoder
-//! path that knows nothing of histograms exactly as it was.
+//! A histogram series travels as one [`Sample`] of a [`Kind::Histogram`] catalog row whose
+//! [`histogram`](Sample::histogram) holds a typed [`HistogramPoint`]: bucket bounds as numbers,
+//! cumulative counts, the sum and the count, from the reading to the encoder. Nothing on the way
+//! formats or parses a bound: the one writer spells `le` when it writes the bytes
+//! (`dgx-pixels-exposition`). The sample's own labels are the row's; its value is the count.
 //!
 //! [`Kind::Histogram`]: crate::Kind::Histogram
 
@@ -16,10 +14,53 @@ use crate::catalog::Metric;
 use crate::device::DeviceKey;
 use crate::snapshot::Sample;
 
-/// Extra label value of the sample that carries a histogram's sum.
-pub const SUM: &str = "sum";
-/// Extra label value of the last bucket (its value is the total count).
-pub const INF: &str = "+Inf";
+/// One histogram reading: what a histogram series serves, with its bounds as numbers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistogramPoint {
+    /// `(upper bound, cumulative count)` in increasing order of the bound, `+Inf` last.
+    pub buckets: Vec<(f64, u64)>,
+    /// The sum of the observations.
+    pub sum: f64,
+    /// The number of observations (the `+Inf` bucket's count).
+    pub count: u64,
+}
+
+impl HistogramPoint {
+    /// The point of `counts` per bucket (not cumulative) for the finite `bounds` and one
+    /// `+Inf` bucket after them (extra counts are ignored, missing ones are zero), and `sum`.
+    pub fn from_counts(bounds: &[f64], counts: &[u64], sum: f64) -> HistogramPoint {
+        let mut total = 0u64;
+        let buckets: Vec<(f64, u64)> = bounds
+            .iter()
+            .copied()
+            .chain([f64::INFINITY])
+            .enumerate()
+            .map(|(i, bound)| {
+                total = total.saturating_add(counts.get(i).copied().unwrap_or(0));
+                (bound, total)
+            })
+            .collect();
+        HistogramPoint {
+            buckets,
+            sum,
+            count: total,
+        }
+    }
+
+    /// Whether it can be served: increasing bounds ending in `+Inf`, counts that never
+    /// decrease, and a count that is the `+Inf` bucket's.
+    pub fn is_well_formed(&self) -> bool {
+        let Some(&(last, total)) = self.buckets.last() else {
+            return false;
+        };
+        last == f64::INFINITY
+            && total == self.count
+            && self
+                .buckets
+                .windows(2)
+                .all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1)
+    }
+}
 
 /// Cumulative bucket counts of one histogram, with fixed upper bounds.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,42 +103,20 @@ impl Histogram {
         (n > 0).then(|| self.sum / n as f64)
     }
 
-    /// The samples of this histogram as series `labels` of `metric`, about `device` where the
-    /// row is a device row.
+    /// The reading of this histogram now.
+    pub fn point(&self) -> HistogramPoint {
+        HistogramPoint::from_counts(&self.bounds, &self.counts, self.sum)
+    }
+
+    /// The sample of this histogram as series `labels` of `metric`, about `device` where the
+    /// row is a device row (one sample; a `Vec` so that callers extend their output with it).
     pub fn samples<S: Into<String>>(
         &self,
         device: Option<&Arc<DeviceKey>>,
         metric: Metric,
         labels: impl IntoIterator<Item = S>,
     ) -> Vec<Sample> {
-        let base: Vec<String> = labels.into_iter().map(Into::into).collect();
-        let with = |extra: String| {
-            let mut l = base.clone();
-            l.push(extra);
-            l
-        };
-        let mut out = Vec::with_capacity(self.counts.len() + 1);
-        let mut cumulative = 0;
-        for (i, c) in self.counts.iter().enumerate() {
-            cumulative += c;
-            let le = match self.bounds.get(i) {
-                Some(b) => format!("{b}"),
-                None => INF.to_string(),
-            };
-            out.push(Sample {
-                metric,
-                device: device.cloned(),
-                labels: with(le),
-                value: cumulative as f64,
-            });
-        }
-        out.push(Sample {
-            metric,
-            device: device.cloned(),
-            labels: with(SUM.to_string()),
-            value: self.sum,
-        });
-        out
+        vec![Sample::histogram(device, metric, labels, self.point())]
     }
 }
 
@@ -114,11 +133,35 @@ mod tests {
         assert_eq!(h.count(), 4);
         let key = Arc::new(DeviceKey::gpu(0, "GPU-a"));
         let s = h.samples(Some(&key), Metric::ProbeDuration, ["gemm_bf16"]);
-        let got: Vec<(&str, f64)> = s.iter().map(|s| (s.labels[1].as_str(), s.value)).collect();
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].labels, ["gemm_bf16"]);
+        assert_eq!(s[0].value, 4.0);
+        let point = s[0].histogram.as_deref().unwrap();
         assert_eq!(
-            got,
-            [("0.01", 1.0), ("0.1", 3.0), ("+Inf", 4.0), ("sum", 3.105)]
+            point.buckets,
+            [(0.01, 1), (0.1, 3), (f64::INFINITY, 4)],
+            "bounds stay numbers"
         );
+        assert_eq!((point.sum, point.count), (3.105, 4));
+        assert!(point.is_well_formed());
         assert!(s.iter().all(Sample::is_well_formed));
+    }
+
+    #[test]
+    fn only_increasing_complete_points_are_well_formed() {
+        let ok = HistogramPoint::from_counts(&[1.0, 2.0], &[1, 0, 2], 4.0);
+        assert_eq!(ok.buckets, [(1.0, 1), (2.0, 1), (f64::INFINITY, 3)]);
+        assert!(ok.is_well_formed());
+        let mut no_inf = ok.clone();
+        no_inf.buckets.pop();
+        let mut unsorted = ok.clone();
+        unsorted.buckets.swap(0, 1);
+        let mut decreasing = ok.clone();
+        decreasing.buckets[1].1 = 0;
+        let mut miscounted = ok.clone();
+        miscounted.count = 2;
+        for bad in [no_inf, unsorted, decreasing, miscounted] {
+            assert!(!bad.is_well_formed(), "{bad:?}");
+        }
     }
 }

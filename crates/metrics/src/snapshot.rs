@@ -7,6 +7,7 @@ use crate::attribution::AttributionSet;
 use crate::catalog::Metric;
 use crate::device::{DeviceKey, Scope};
 use crate::external::ExternalFamilies;
+use crate::histogram::HistogramPoint;
 use crate::source::PollErrorKind;
 
 /// One series value: a catalog metric, the device it describes (for a device row), its own
@@ -21,8 +22,11 @@ pub struct Sample {
     pub device: Option<Arc<DeviceKey>>,
     /// Label values, one per own label name of the catalog row.
     pub labels: Vec<String>,
-    /// The value in the metric's base unit.
+    /// The value in the metric's base unit (a histogram's: its count).
     pub value: f64,
+    /// The reading of a [`Kind::Histogram`](crate::Kind::Histogram) row, bounds as numbers
+    /// (see [`histogram`](crate::histogram)); `None` for every other row.
+    pub histogram: Option<Box<HistogramPoint>>,
 }
 
 impl Sample {
@@ -37,6 +41,7 @@ impl Sample {
             device: None,
             labels: labels.into_iter().map(Into::into).collect(),
             value,
+            histogram: None,
         }
     }
 
@@ -52,6 +57,24 @@ impl Sample {
             device: Some(Arc::clone(device)),
             labels: labels.into_iter().map(Into::into).collect(),
             value,
+            histogram: None,
+        }
+    }
+
+    /// The sample of a histogram row: `point` as series `labels`, about `device` where the row
+    /// is a device row. Its value is the point's count.
+    pub fn histogram<S: Into<String>>(
+        device: Option<&Arc<DeviceKey>>,
+        metric: Metric,
+        labels: impl IntoIterator<Item = S>,
+        point: HistogramPoint,
+    ) -> Sample {
+        Sample {
+            metric,
+            device: device.cloned(),
+            labels: labels.into_iter().map(Into::into).collect(),
+            value: point.count as f64,
+            histogram: Some(Box::new(point)),
         }
     }
 
@@ -102,14 +125,18 @@ impl Sample {
     }
 
     /// Whether the sample fits its catalog row: a device key exactly when the row is about a
-    /// device, and one value per own label (the encoders skip samples that do not fit, rather
-    /// than emit a malformed series).
+    /// device, one value per own label, and a well-formed histogram point exactly when the row
+    /// is a histogram (the encoders skip samples that do not fit, rather than emit a malformed
+    /// series).
     pub fn is_well_formed(&self) -> bool {
         let def = self.metric.def();
-        // Histogram samples carry one more value: the bucket bound or "sum" (see `histogram`).
-        let extra = usize::from(def.kind == crate::catalog::Kind::Histogram);
+        let histogram = def.kind == crate::catalog::Kind::Histogram;
         self.device.is_some() == (def.scope != Scope::None)
-            && self.labels.len() == def.own_labels().len() + extra
+            && self.labels.len() == def.own_labels().len()
+            && match &self.histogram {
+                Some(point) => histogram && point.is_well_formed(),
+                None => !histogram,
+            }
     }
 }
 

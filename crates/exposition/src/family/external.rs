@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
-use super::{complete, Bucket, Family, HistogramPoint, Labels, Point, Series, SummaryPoint, Type};
+use super::{complete, Bucket, Family, Histogram, Labels, Point, Series, SummaryPoint, Type};
 use dgx_pixels_metrics::external::{ExternalFamily, ExternalSample};
 
 /// Adds the external families of `sources` (in order) to `out`. A family whose name an earlier
@@ -53,7 +53,6 @@ pub(crate) fn external<'a>(
             out.push(Family {
                 name: &f.name,
                 openmetrics_name,
-                openmetrics_base: openmetrics_name,
                 unit: None,
                 help: &f.help,
                 kind,
@@ -110,7 +109,7 @@ impl<'a> Grouped<'a> {
             let Some(role) = role(family, s, "_bucket", "le") else {
                 continue;
             };
-            let new = || Point::Histogram(Box::<HistogramPoint<'a>>::default());
+            let new = || Point::Histogram(Box::<Histogram<'a>>::default());
             let Point::Histogram(h) = g.series_of(s, &role, new) else {
                 continue;
             };
@@ -119,8 +118,8 @@ impl<'a> Grouped<'a> {
                     // `+Inf` reads as infinity; the textfile parser has checked every bound.
                     if let Ok(bound) = text.parse::<f64>() {
                         h.buckets.push(Bucket {
-                            le: text,
                             bound,
+                            text: Some(text),
                             count: s.value,
                         });
                     }
@@ -294,8 +293,8 @@ mod tests {
         let Point::Histogram(h) = &series[0].point else {
             panic!()
         };
-        let buckets: Vec<_> = h.buckets.iter().map(|b| (b.le, b.count)).collect();
-        assert_eq!(buckets, [("0.5", 2.0), ("+Inf", 4.0)]);
+        let buckets: Vec<_> = h.buckets.iter().map(|b| (b.text, b.count)).collect();
+        assert_eq!(buckets, [(Some("0.5"), 2.0), (Some("+Inf"), 4.0)]);
         assert_eq!((h.sum, h.count), (Some(3.5), Some(4.0)));
         assert_eq!(labels(&series[1].labels), ["a=9"]);
     }

@@ -5,11 +5,11 @@ use std::sync::Arc;
 use super::{PowerSamples, NO_LABELS, POWER_BUCKETS_WATTS};
 use crate::catalog::Metric;
 use crate::device::DeviceKey;
-use crate::histogram;
+use crate::histogram::HistogramPoint;
 use crate::snapshot::Sample;
 
 /// The fast power samples of one GPU: which reading they are, the histogram (8 bounds, `+Inf`,
-/// sum; the encoders add the count) and the window's peak and minimum: 14 series.
+/// sum and count, one typed [`HistogramPoint`]) and the window's peak and minimum: 14 series.
 pub(super) fn push_power_samples(key: &Arc<DeviceKey>, p: &PowerSamples, out: &mut Vec<Sample>) {
     out.push(Sample::of(
         key,
@@ -17,16 +17,11 @@ pub(super) fn push_power_samples(key: &Arc<DeviceKey>, p: &PowerSamples, out: &m
         [p.reading.as_str()],
         1.0,
     ));
-    let bounds = POWER_BUCKETS_WATTS.iter().map(|b| b.to_string());
-    let les = bounds.chain([histogram::INF.to_string()]);
-    for (le, n) in les.zip(p.cumulative()) {
-        out.push(Sample::of(key, Metric::GpuPowerSample, [le], n as f64));
-    }
-    out.push(Sample::of(
-        key,
+    out.push(Sample::histogram(
+        Some(key),
         Metric::GpuPowerSample,
-        [histogram::SUM],
-        p.sum_watts,
+        NO_LABELS,
+        HistogramPoint::from_counts(&POWER_BUCKETS_WATTS, &p.counts, p.sum_watts),
     ));
     for (metric, v) in [
         (Metric::GpuPowerSamplePeak, p.peak_watts),
@@ -59,7 +54,9 @@ mod tests {
         }
     }
 
-    fn series(r: &GpuReadout) -> Vec<(String, Vec<String>, f64)> {
+    type Row = (String, Vec<String>, f64, Option<HistogramPoint>);
+
+    fn series(r: &GpuReadout) -> Vec<Row> {
         let id = GpuIdentity {
             uuid: "GPU-p".into(),
             ..Default::default()
@@ -73,34 +70,56 @@ mod tests {
                     .name
                     .starts_with("dgx_pixels_gpu_power_sample")
             })
-            .map(|s| (s.metric.def().name.to_string(), s.labels.clone(), s.value))
+            .map(|s| {
+                let name = s.metric.def().name.to_string();
+                (
+                    name,
+                    s.labels.clone(),
+                    s.value,
+                    s.histogram.as_deref().cloned(),
+                )
+            })
             .collect()
     }
 
     #[test]
     fn power_samples_are_a_watt_histogram_a_peak_a_minimum_and_the_reading() {
         let got = series(&readout(true));
-        let hist = "dgx_pixels_gpu_power_sample_watts";
-        let le = |b: &str, n: f64| (hist.to_string(), vec![b.to_string()], n);
-        let gauge = |name: &str, v: f64| (name.to_string(), vec![], v);
+        let gauge = |name: &str, v: f64| (name.to_string(), vec![], v, None);
+        let buckets = [
+            100.0,
+            250.0,
+            400.0,
+            550.0,
+            700.0,
+            850.0,
+            1000.0,
+            1200.0,
+            f64::INFINITY,
+        ]
+        .into_iter()
+        .zip([0, 0, 4, 4, 10, 10, 10, 10, 10])
+        .collect();
+        let point = HistogramPoint {
+            buckets,
+            sum: 5200.0,
+            count: 10,
+        };
         assert_eq!(
             got,
             [
                 (
                     "dgx_pixels_gpu_power_sample_info".to_string(),
                     vec!["instant".to_string()],
-                    1.0
+                    1.0,
+                    None
                 ),
-                le("100", 0.0),
-                le("250", 0.0),
-                le("400", 4.0),
-                le("550", 4.0),
-                le("700", 10.0),
-                le("850", 10.0),
-                le("1000", 10.0),
-                le("1200", 10.0),
-                le("+Inf", 10.0),
-                le("sum", 5200.0),
+                (
+                    "dgx_pixels_gpu_power_sample_watts".to_string(),
+                    vec![],
+                    10.0,
+                    Some(point)
+                ),
                 gauge("dgx_pixels_gpu_power_sample_peak_watts", 697.0),
                 gauge("dgx_pixels_gpu_power_sample_min_watts", 280.0),
             ]
