@@ -257,21 +257,19 @@ fn flags_the_worked_example_adds() -> BTreeSet<String> {
         })
         .collect();
     for line in diff.lines() {
-        // A flag's descriptor: `name: "storage.max-paths",`.
+        // A flag's descriptor, `name: "storage.max-paths",` (dotted), or the collector's own,
+        // `name: "storage",`, which makes `--collector.storage`.
         if let Some(name) = line
             .trim_start_matches('+')
             .trim()
             .strip_prefix("name: \"")
             .and_then(|r| r.strip_suffix("\","))
         {
-            flags.insert(format!("--{name}"));
-        }
-        // A collector's file: `--collector.NAME`.
-        if let Some(name) = line
-            .strip_prefix("+++ b/crates/exporter/src/collectors/")
-            .and_then(|r| r.strip_suffix(".rs"))
-        {
-            flags.insert(format!("--collector.{name}"));
+            if name.contains('.') {
+                flags.insert(format!("--{name}"));
+            } else {
+                flags.insert(format!("--collector.{name}"));
+            }
         }
     }
     flags
