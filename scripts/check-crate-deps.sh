@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One job per crate: the engines (trace analysis, CUDA probes) stay free of what only the daemon's
-# sources or the one-shot subcommands need. Fails when a forbidden crate comes back into an
-# engine's normal (non-dev) dependency tree, directly or through another crate.
+# sources or the one-shot subcommands need, and the shipped binary free of the test fakes. Fails
+# when a forbidden crate comes back into a package's normal (non-dev) dependency tree, directly
+# or through another crate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,8 +26,10 @@ check dgx-pixels-trace dgx-pixels-metrics clap plotters dgx-pixels-charts indica
 check dgx-pixels-probes dgx-pixels-metrics plotters dgx-pixels-charts clap indicatif
 # The registry is what every collector crate depends on: none of the daemon's machinery.
 check dgx-pixels-registry clap config dgx-pixels-web dgx-pixels-exposition axum tokio
+# The fakes and their support are for tests: never in what ships.
+check dgx-pixels-exporter fake-support fake-nvml fake-dcgm fake-cuda fake-nccl
 
 if [ "$status" -eq 0 ]; then
-  echo "check-crate-deps: the engines and the registry have none of their forbidden dependencies"
+  echo "check-crate-deps: the engines, the registry and the binary have none of their forbidden dependencies"
 fi
 exit "$status"

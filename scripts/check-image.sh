@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 BINARY=$(realpath "${1:?usage: scripts/check-image.sh BINARY}")
 WORK=$(mktemp -d)
 S=(--root "$WORK/storage" --runroot "$WORK/run" --storage-driver vfs)
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+PORT=$(python3 tests/e2e/free_port.py "$WORK/.next-port") # scripts/test's range
 NAME="dgx-pixels-image-test-$$"
 cleanup() {
   podman "${S[@]}" --runtime runc --cgroup-manager cgroupfs rm -f "$NAME" >/dev/null 2>&1 || true

@@ -30,7 +30,7 @@ trap cleanup EXIT
 
 fail() { echo "FAIL: $*"; exit 1; }
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+free_port() { python3 tests/e2e/free_port.py "$work/.next-port"; } # scripts/test's range
 
 # Headless Chromium as root needs --no-sandbox; its own profile keeps it away from $HOME.
 chrome() {

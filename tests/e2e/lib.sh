@@ -11,7 +11,9 @@ cleanup() {
 trap cleanup EXIT
 
 fail() { echo "FAIL: $*" >&2; echo "--- exporter log" >&2; tail -40 "$work/exporter.log" >&2 || true; echo "--- prometheus log" >&2; tail -20 "$work/prometheus.log" >&2 || true; exit 1; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# A port of this script's range when scripts/test runs scripts side by side (free_port.py).
+e2e_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+free_port() { python3 "$e2e_dir/free_port.py" "$work/.next-port"; }
 wait_for() { # URL TIMEOUT_S
   local deadline=$((SECONDS + $2))
   until curl -sf "$1" >/dev/null; do [ $SECONDS -lt $deadline ] || return 1; sleep 0.1; done

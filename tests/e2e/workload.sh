@@ -21,7 +21,7 @@ cleanup() {
 trap cleanup EXIT
 
 fail() { echo "FAIL: $*" >&2; for l in "$work"/*.log; do echo "--- $l" >&2; tail -20 "$l" >&2; done; exit 1; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+free_port() { python3 "$(dirname "$0")/free_port.py" "$work/.next-port"; } # scripts/test's range
 wait_for() { # URL TIMEOUT_S
   local deadline=$((SECONDS + $2))
   until curl -sf "$1" >/dev/null; do [ $SECONDS -lt $deadline ] || return 1; sleep 0.1; done

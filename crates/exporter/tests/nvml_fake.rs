@@ -6,30 +6,11 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::Command;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use common::*;
 use dgx_pixels_metrics::labels::{NvlinkErrorType, ThrottleReason, ViolationPolicy};
 use dgx_pixels_sim::{GpuReadout, GpuState, Node, Scenario, BUILTIN_SCENARIOS};
-
-/// Builds the fake library once per test process (cargo test does not build cdylibs).
-fn fake_library() -> &'static str {
-    static PATH: OnceLock<String> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "-p", "fake-nvml"])
-            .status()
-            .unwrap();
-        assert!(status.success(), "building fake-nvml failed");
-        // The binary lives in <target>/debug; so does the library.
-        let dir = PathBuf::from(BIN).parent().unwrap().to_path_buf();
-        let lib = dir.join("libfake_nvml.so");
-        assert!(lib.exists(), "{} missing", lib.display());
-        lib.display().to_string()
-    })
-}
 
 /// Starts the daemon on the fake with the given scenario and extra fake settings, serving every
 /// series (these tests compare readings; the series budget has its own test).
@@ -39,7 +20,12 @@ fn start_fake(scenario: &str, fake_env: &[(&str, &str)], args: &[&str]) -> Daemo
         ("FAKE_NVML_PCIE_DELAY_MS", "0"),
     ];
     env.extend_from_slice(fake_env);
-    let mut all = vec!["--nvml.library", fake_library(), "--metrics.detail", "full"];
+    let mut all = vec![
+        "--nvml.library",
+        fake_nvml_library(),
+        "--metrics.detail",
+        "full",
+    ];
     all.extend_from_slice(args);
     start_with_env(&all, &env)
 }
@@ -758,7 +744,12 @@ fn blackwell_serves_nvlink5_error_counters() {
     for full in [false, true] {
         let detail = if full { "full" } else { "default" };
         let d = start_with_env(
-            &["--nvml.library", fake_library(), "--metrics.detail", detail],
+            &[
+                "--nvml.library",
+                fake_nvml_library(),
+                "--metrics.detail",
+                detail,
+            ],
             &[
                 ("FAKE_NVML_SCENARIO", scenario),
                 ("FAKE_NVML_TIME", "60"),

@@ -3,6 +3,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use fake_support::env::{bad, seconds};
+pub use fake_support::env::{ClockMode, ConfigError};
+
 /// Default scenario when `FAKE_CUDA_SCENARIO` is unset (the fake NVML's default too).
 pub const DEFAULT_SCENARIO: &str = "dgx-h100";
 /// Default `cuDriverGetVersion`: CUDA 13.0, the version the exporter's bindings are built for.
@@ -42,44 +45,6 @@ pub struct Faults {
     /// `FAKE_CUDA_FAIL_ALLOC_AFTER=N`: device allocations after the first N answer
     /// `CUDA_ERROR_OUT_OF_MEMORY` (someone else took the memory).
     pub fail_alloc_after: Option<u64>,
-}
-
-/// Scenario time: frozen, or running from an offset with the process's age.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum ClockMode {
-    /// Always this scenario time (`FAKE_CUDA_TIME`).
-    Frozen(Duration),
-    /// This offset plus the age of the process (`FAKE_CUDA_START`).
-    Running(Duration),
-}
-
-/// A `FAKE_CUDA_*` variable the fake cannot use; the message names the variable and its value.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{variable}={value:?}: {problem}")]
-pub struct ConfigError {
-    /// The variable's name.
-    pub variable: &'static str,
-    /// Its value.
-    pub value: String,
-    /// What was expected instead.
-    pub problem: &'static str,
-}
-
-fn bad(variable: &'static str, value: &str, problem: &'static str) -> ConfigError {
-    ConfigError {
-        variable,
-        value: value.to_string(),
-        problem,
-    }
-}
-
-fn seconds(name: &'static str, value: &str) -> Result<Duration, ConfigError> {
-    let s: f64 = value
-        .trim()
-        .parse()
-        .map_err(|_| bad(name, value, "expected a number of seconds"))?;
-    Duration::try_from_secs_f64(s)
-        .map_err(|_| bad(name, value, "expected a number of seconds >= 0"))
 }
 
 fn flag(name: &'static str, value: Option<String>) -> Result<bool, ConfigError> {

@@ -4,15 +4,16 @@
 //! One shared object exports both libraries' symbols.
 //!
 //! Build it with `cargo build -p fake-cuda` (`cargo test` does not build a member's `cdylib`;
-//! [`build_library`] does it from a test) and make cudarc find it: cudarc opens the driver as
-//! `libcuda.so` first (then `libcuda.so.1` among others) and cuBLAS as `libcublas.so` first
-//! (then `libcublas.so.13`, `.12`), through the loader's search path. [`install`] puts symlinks
-//! with those names in a directory; put that directory in `LD_LIBRARY_PATH` of the process
-//! that runs the probes:
+//! `fake_support::Fake::Cuda.build()` does it from a test) and make cudarc find it: cudarc
+//! opens the driver as `libcuda.so` first (then `libcuda.so.1` among others) and cuBLAS as
+//! `libcublas.so` first (then `libcublas.so.13`, `.12`), through the loader's search path.
+//! `fake_support::library::install` with [`LINK_NAMES`] puts symlinks with those names in a
+//! directory; put that directory in `LD_LIBRARY_PATH` of the process that runs the probes:
 //!
 //! ```no_run
+//! use fake_support::{library, Fake};
 //! let dir = tempfile::tempdir()?;
-//! fake_cuda::install(dir.path(), &fake_cuda::build_library()?)?;
+//! library::install(dir.path(), &Fake::Cuda.build()?, fake_cuda::LINK_NAMES)?;
 //! std::process::Command::new("target/debug/dgx-pixels-exporter")
 //!     .args(["probe", "run", "--gpus", "0"])
 //!     .env("LD_LIBRARY_PATH", dir.path())
@@ -122,14 +123,8 @@ mod state;
 #[allow(missing_docs)]
 mod types;
 
-use std::io;
-use std::path::{Path, PathBuf};
-
 pub use config::{ClockMode, Config, ConfigError, Faults};
 pub use state::{CONTEXT_BYTES, INTRUDER_BYTES};
-
-/// File name of the built library in the target directory.
-pub const LIBRARY_FILE: &str = "libfake_cuda.so";
 
 /// The names cudarc tries for the driver and cuBLAS (the first of each is enough; the others
 /// are what other loaders look for).
@@ -232,72 +227,4 @@ pub extern "C" fn fake_cuda_abort_stream(
             d.abort_stream(g, stream)
         })
     })
-}
-
-/// Creates in `dir` the symlinks cudarc opens the driver and cuBLAS by ([`LINK_NAMES`]), each
-/// pointing at `so` (the built `libfake_cuda.so`); existing links of those names are replaced.
-/// Put `dir` in `LD_LIBRARY_PATH` of the process that should load the fake.
-pub fn install(dir: &Path, so: &Path) -> io::Result<()> {
-    let so = std::fs::canonicalize(so)?;
-    std::fs::create_dir_all(dir)?;
-    for name in LINK_NAMES {
-        let link = dir.join(name);
-        match std::fs::remove_file(&link) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-            _ => {}
-        }
-        std::os::unix::fs::symlink(&so, &link)?;
-    }
-    Ok(())
-}
-
-/// `<target>/<profile>` of the running test or binary: the directory holding it, or its parent
-/// for a test binary in `<target>/<profile>/deps`.
-fn profile_dir() -> io::Result<PathBuf> {
-    let exe = std::env::current_exe()?;
-    let dir = exe
-        .parent()
-        .ok_or_else(|| io::Error::other("the executable has no directory"))?;
-    Ok(match dir.file_name() {
-        Some(n) if n == "deps" || n == "examples" => dir.parent().unwrap_or(dir).to_path_buf(),
-        _ => dir.to_path_buf(),
-    })
-}
-
-/// Where `cargo build -p fake-cuda` puts the library for the running test or binary's profile
-/// (`target/debug/libfake_cuda.so` for a debug test), whether it exists or not.
-pub fn library_path() -> io::Result<PathBuf> {
-    Ok(profile_dir()?.join(LIBRARY_FILE))
-}
-
-/// Builds the library (`cargo build -p fake-cuda`, in release for a release test) once per
-/// process, as `cargo test` does not build a member's `cdylib`; returns [`library_path`].
-/// Uses the `cargo` that runs the tests (`$CARGO`).
-pub fn build_library() -> io::Result<PathBuf> {
-    static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
-    let built = BUILT.get_or_init(|| {
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let mut cmd = std::process::Command::new(cargo);
-        cmd.args(["build", "--quiet", "-p", "fake-cuda"]);
-        let path = library_path().map_err(|e| e.to_string())?;
-        if path
-            .parent()
-            .and_then(Path::file_name)
-            .is_some_and(|n| n == "release")
-        {
-            cmd.arg("--release");
-        }
-        let status = cmd.status().map_err(|e| format!("cargo: {e}"))?;
-        if !status.success() {
-            return Err(format!("cargo build -p fake-cuda failed: {status}"));
-        }
-        if !path.exists() {
-            return Err(format!(
-                "{} missing after the build (a --target-dir flag? use CARGO_TARGET_DIR)",
-                path.display()
-            ));
-        }
-        Ok(path)
-    });
-    built.clone().map_err(io::Error::other)
 }

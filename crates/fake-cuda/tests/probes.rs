@@ -28,11 +28,7 @@ const TIME: &str = "60";
 
 /// `<target>/<profile>`, where the exporter and the libraries are built.
 fn profile_dir() -> PathBuf {
-    fake_cuda::library_path()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    fake_support::library::profile_dir().unwrap()
 }
 
 /// Builds the exporter and both fake libraries once per test process (`cargo test` builds no
@@ -43,23 +39,14 @@ fn setup() -> &'static Path {
     DIR.get_or_init(|| {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let status = Command::new(cargo)
-            .args([
-                "build",
-                "--quiet",
-                "-p",
-                "dgx-pixels-exporter",
-                "-p",
-                "fake-nvml",
-            ])
+            .args(["build", "--quiet", "-p", "dgx-pixels-exporter"])
             .status()
             .unwrap();
-        assert!(
-            status.success(),
-            "building the exporter and fake-nvml failed"
-        );
-        let so = fake_cuda::build_library().unwrap();
+        assert!(status.success(), "building the exporter failed");
+        // Every fake, the NVML one included (fake-support builds them together).
+        let so = fake_support::Fake::Cuda.build().unwrap();
         let dir = std::env::temp_dir().join(format!("fake-cuda-links-{}", std::process::id()));
-        fake_cuda::install(&dir, &so).unwrap();
+        fake_support::library::install(&dir, &so, fake_cuda::LINK_NAMES).unwrap();
         for name in fake_cuda::LINK_NAMES {
             assert_eq!(std::fs::canonicalize(dir.join(name)).unwrap(), so);
         }

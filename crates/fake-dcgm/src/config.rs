@@ -2,6 +2,9 @@
 
 use std::time::Duration;
 
+pub use fake_support::env::ConfigError;
+use fake_support::env::{bad, seconds};
+
 /// Default scenario when `FAKE_DCGM_SCENARIO` is unset.
 pub const DEFAULT_SCENARIO: &str = "dgx-h100";
 
@@ -57,35 +60,6 @@ fn field_ids(name: &'static str, value: Option<String>) -> Result<Vec<u16>, Conf
                 .map_err(|_| bad(name, &v, "expected field ids, comma separated"))
         })
         .collect()
-}
-
-/// A `FAKE_DCGM_*` variable the fake cannot use; the message names the variable and its value.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{variable}={value:?}: {problem}")]
-pub struct ConfigError {
-    /// The variable's name.
-    pub variable: &'static str,
-    /// Its value (or the part of it that is wrong).
-    pub value: String,
-    /// What was expected instead.
-    pub problem: &'static str,
-}
-
-fn bad(variable: &'static str, value: &str, problem: &'static str) -> ConfigError {
-    ConfigError {
-        variable,
-        value: value.to_string(),
-        problem,
-    }
-}
-
-fn seconds(name: &'static str, value: &str) -> Result<Duration, ConfigError> {
-    let s: f64 = value
-        .trim()
-        .parse()
-        .map_err(|_| bad(name, value, "expected a number of seconds"))?;
-    Duration::try_from_secs_f64(s)
-        .map_err(|_| bad(name, value, "expected a number of seconds >= 0"))
 }
 
 impl Config {

@@ -5,27 +5,20 @@
 //! runs its body in a child process (this test binary again, filtered to that test).
 #![allow(clippy::unwrap_used)]
 
-use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use dcgm_sys::*;
 
 const CHILD: &str = "FAKE_DCGM_TEST_CHILD";
 
+/// The fake, built once per test process (fake-support; `cargo test` builds no cdylib).
 fn lib_path() -> String {
-    let exe = std::env::current_exe().unwrap();
-    let profile: PathBuf = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "-p", "fake-dcgm"])
-            .status()
-            .unwrap();
-        assert!(status.success(), "cargo build -p fake-dcgm failed");
-    });
-    profile.join("libfake_dcgm.so").display().to_string()
+    fake_support::Fake::Dcgm
+        .build()
+        .unwrap()
+        .display()
+        .to_string()
 }
 
 /// Runs `body` in a child process with `env`.

@@ -2,9 +2,9 @@
 //! `nccl_allreduce` probe (`crates/probes/src/nccl.rs`) on the fake CUDA driver
 //! (`crates/fake-cuda`), so the probe's real code runs on machines without a GPU.
 //!
-//! Build it with `cargo build -p fake-nccl` ([`build_library`] does it from a test) and put a
-//! link named `libnccl.so.2` to it ([`install`]) in `LD_LIBRARY_PATH`, next to fake-cuda's
-//! links. It finds the fake driver by opening `libcuda.so.1` (the same loaded object the probe's
+//! Build it with `cargo build -p fake-nccl` (`fake_support::Fake::Nccl.build()` does it from a
+//! test) and put a link named `libnccl.so.2` to it ([`LINK_NAMES`], with
+//! `fake_support::library::install`) in `LD_LIBRARY_PATH`, next to fake-cuda's links. It finds the fake driver by opening `libcuda.so.1` (the same loaded object the probe's
 //! CUDA calls use) and times every collective through fake-cuda's control symbol
 //! `fake_cuda_allreduce`: the simulator's ring model of the scenario's NVLink state, so a link
 //! down on one GPU slows the whole ring.
@@ -39,13 +39,9 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
-/// File name of the built library in the target directory.
-pub const LIBRARY_FILE: &str = "libfake_nccl.so";
 /// The name the probe opens NCCL by: its real SONAME.
 pub const LINK_NAMES: &[&str] = &["libnccl.so.2"];
 
@@ -537,67 +533,6 @@ pub extern "C" fn ncclAllReduce(
         s.pending.push(pending);
         NCCL_SUCCESS
     })
-}
-
-/// Creates in `dir` the link `libnccl.so.2` to `so` (the built `libfake_nccl.so`), replacing
-/// one of that name. Put `dir` in `LD_LIBRARY_PATH` with fake-cuda's links.
-pub fn install(dir: &Path, so: &Path) -> io::Result<()> {
-    let so = std::fs::canonicalize(so)?;
-    std::fs::create_dir_all(dir)?;
-    for name in LINK_NAMES {
-        let link = dir.join(name);
-        match std::fs::remove_file(&link) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-            _ => {}
-        }
-        std::os::unix::fs::symlink(&so, &link)?;
-    }
-    Ok(())
-}
-
-/// `<target>/<profile>` of the running test or binary.
-fn profile_dir() -> io::Result<PathBuf> {
-    let exe = std::env::current_exe()?;
-    let dir = exe
-        .parent()
-        .ok_or_else(|| io::Error::other("the executable has no directory"))?;
-    Ok(match dir.file_name() {
-        Some(n) if n == "deps" || n == "examples" => dir.parent().unwrap_or(dir).to_path_buf(),
-        _ => dir.to_path_buf(),
-    })
-}
-
-/// Where `cargo build -p fake-nccl` puts the library for the running test's profile.
-pub fn library_path() -> io::Result<PathBuf> {
-    Ok(profile_dir()?.join(LIBRARY_FILE))
-}
-
-/// Builds the library (`cargo build -p fake-nccl`) once per process, as `cargo test` does not
-/// build a member's `cdylib`; returns [`library_path`].
-pub fn build_library() -> io::Result<PathBuf> {
-    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let built = BUILT.get_or_init(|| {
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let mut cmd = std::process::Command::new(cargo);
-        cmd.args(["build", "--quiet", "-p", "fake-nccl"]);
-        let path = library_path().map_err(|e| e.to_string())?;
-        if path
-            .parent()
-            .and_then(Path::file_name)
-            .is_some_and(|n| n == "release")
-        {
-            cmd.arg("--release");
-        }
-        let status = cmd.status().map_err(|e| format!("cargo: {e}"))?;
-        if !status.success() {
-            return Err(format!("cargo build -p fake-nccl failed: {status}"));
-        }
-        if !path.exists() {
-            return Err(format!("{} missing after the build", path.display()));
-        }
-        Ok(path)
-    });
-    built.clone().map_err(io::Error::other)
 }
 
 #[cfg(test)]

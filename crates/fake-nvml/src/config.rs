@@ -2,6 +2,9 @@
 
 use std::time::Duration;
 
+use fake_support::env::{bad, seconds};
+pub use fake_support::env::{ClockMode, ConfigError};
+
 /// Default scenario when `FAKE_NVML_SCENARIO` is unset.
 pub const DEFAULT_SCENARIO: &str = "dgx-h100";
 /// Default `nvmlDeviceGetPcieThroughput` delay: the real call samples for about 20 ms.
@@ -92,44 +95,6 @@ pub enum Gpm {
     /// `denied`: supported, but sampling answers `NVML_ERROR_NO_PERMISSION`, as a driver that
     /// restricts GPU counters to administrators would.
     Denied,
-}
-
-/// Scenario time: frozen, or running from an offset since init.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum ClockMode {
-    /// Always this scenario time (`FAKE_NVML_TIME`).
-    Frozen(Duration),
-    /// This offset plus the wall time since init (`FAKE_NVML_START`).
-    Running(Duration),
-}
-
-/// A `FAKE_NVML_*` variable the fake cannot use; the message names the variable and its value.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{variable}={value:?}: {problem}")]
-pub struct ConfigError {
-    /// The variable's name.
-    pub variable: &'static str,
-    /// Its value (or the part of it that is wrong).
-    pub value: String,
-    /// What was expected instead.
-    pub problem: &'static str,
-}
-
-fn bad(variable: &'static str, value: &str, problem: &'static str) -> ConfigError {
-    ConfigError {
-        variable,
-        value: value.to_string(),
-        problem,
-    }
-}
-
-fn seconds(name: &'static str, value: &str) -> Result<Duration, ConfigError> {
-    let s: f64 = value
-        .trim()
-        .parse()
-        .map_err(|_| bad(name, value, "expected a number of seconds"))?;
-    Duration::try_from_secs_f64(s)
-        .map_err(|_| bad(name, value, "expected a number of seconds >= 0"))
 }
 
 impl Config {

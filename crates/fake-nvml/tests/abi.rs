@@ -9,7 +9,6 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use dgx_pixels_sim::labels::{ThrottleReason, ViolationPolicy};
@@ -31,32 +30,18 @@ const CHILD: &str = "FAKE_NVML_TEST_CHILD";
 
 /// `<target>/<profile>` of this test binary (`<target>/<profile>/deps/abi-HASH`).
 fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_path_buf()
+    fake_support::library::profile_dir().unwrap()
 }
 
+/// The fake's path beside this test binary (`<target>/<profile>/libfake_nvml.so`).
 fn lib_path() -> PathBuf {
-    profile_dir().join("libfake_nvml.so")
+    fake_support::Fake::Nvml.path().unwrap()
 }
 
-/// `cargo test` builds no cdylib: build it once per test run.
+/// `cargo test` builds no cdylib: build it once per test process (fake-support); a child
+/// process only reads [`lib_path`].
 fn build_library() {
-    static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.args(["build", "-p", "fake-nvml"]);
-        if profile_dir().file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        let status = cmd.status().unwrap();
-        assert!(status.success(), "cargo build -p fake-nvml failed");
-        let lib = lib_path();
-        assert!(
-            lib.exists(),
-            "{} missing after the build (a --target-dir flag? use CARGO_TARGET_DIR)",
-            lib.display()
-        );
-    });
+    fake_support::Fake::Nvml.build().unwrap();
 }
 
 /// Runs `body` in a child process with `env` (and no other `FAKE_NVML_*` variable).

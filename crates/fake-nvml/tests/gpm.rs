@@ -8,7 +8,6 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use dgx_pixels_sim::{profile, GpuState, Node, Scenario};
@@ -23,25 +22,15 @@ use nvml_wrapper_sys::bindings::{
 const CHILD: &str = "FAKE_NVML_TEST_CHILD";
 const MIB: f64 = 1024.0 * 1024.0;
 
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_path_buf()
-}
-
+/// The fake's path beside this test binary (`<target>/<profile>/libfake_nvml.so`).
 fn lib_path() -> PathBuf {
-    profile_dir().join("libfake_nvml.so")
+    fake_support::Fake::Nvml.path().unwrap()
 }
 
+/// `cargo test` builds no cdylib: build it once per test process (fake-support); a child
+/// process only reads [`lib_path`].
 fn build_library() {
-    static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.args(["build", "-p", "fake-nvml"]);
-        if profile_dir().file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        assert!(cmd.status().unwrap().success(), "cargo build -p fake-nvml");
-    });
+    fake_support::Fake::Nvml.build().unwrap();
 }
 
 fn in_child(test: &str, env: &[(&str, &str)], body: impl FnOnce()) {

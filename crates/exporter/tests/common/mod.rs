@@ -177,29 +177,21 @@ pub fn wait_until(
     }
 }
 
-/// Builds a fake library crate once per test process (cargo test does not build cdylibs) and
-/// returns the path of its `.so`, which lives beside the binary.
-fn fake_cdylib(package: &str, file: &str) -> String {
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "-p", package])
-        .status()
-        .unwrap();
-    assert!(status.success(), "building {package} failed");
-    let lib = std::path::Path::new(BIN).parent().unwrap().join(file);
-    assert!(lib.exists(), "{} missing", lib.display());
-    lib.display().to_string()
+/// The `.so` of `fake`, built once per test process (fake-support; cargo test builds no cdylib).
+fn fake_cdylib(fake: fake_support::Fake) -> String {
+    fake.build().unwrap().display().to_string()
 }
 
 /// The fake libdcgm (crates/fake-dcgm).
 pub fn fake_dcgm_library() -> &'static str {
     static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    PATH.get_or_init(|| fake_cdylib("fake-dcgm", "libfake_dcgm.so"))
+    PATH.get_or_init(|| fake_cdylib(fake_support::Fake::Dcgm))
 }
 
 /// The fake libnvidia-ml (crates/fake-nvml).
 pub fn fake_nvml_library() -> &'static str {
     static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    PATH.get_or_init(|| fake_cdylib("fake-nvml", "libfake_nvml.so"))
+    PATH.get_or_init(|| fake_cdylib(fake_support::Fake::Nvml))
 }
 
 /// The fake CUDA driver and cuBLAS (crates/fake-cuda) installed under their real names in a
@@ -207,9 +199,9 @@ pub fn fake_nvml_library() -> &'static str {
 pub fn fake_cuda_dir() -> &'static std::path::Path {
     static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {
-        let so = std::path::PathBuf::from(fake_cdylib("fake-cuda", fake_cuda::LIBRARY_FILE));
+        let so = fake_support::Fake::Cuda.build().unwrap();
         let dir = tempfile::tempdir().unwrap();
-        fake_cuda::install(dir.path(), &so).unwrap();
+        fake_support::library::install(dir.path(), &so, fake_cuda::LINK_NAMES).unwrap();
         dir
     })
     .path()
@@ -220,11 +212,11 @@ pub fn fake_cuda_dir() -> &'static std::path::Path {
 pub fn fake_cuda_nccl_dir() -> &'static std::path::Path {
     static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {
-        let cuda = std::path::PathBuf::from(fake_cdylib("fake-cuda", fake_cuda::LIBRARY_FILE));
-        let nccl = std::path::PathBuf::from(fake_cdylib("fake-nccl", fake_nccl::LIBRARY_FILE));
+        let cuda = fake_support::Fake::Cuda.build().unwrap();
+        let nccl = fake_support::Fake::Nccl.build().unwrap();
         let dir = tempfile::tempdir().unwrap();
-        fake_cuda::install(dir.path(), &cuda).unwrap();
-        fake_nccl::install(dir.path(), &nccl).unwrap();
+        fake_support::library::install(dir.path(), &cuda, fake_cuda::LINK_NAMES).unwrap();
+        fake_support::library::install(dir.path(), &nccl, fake_nccl::LINK_NAMES).unwrap();
         dir
     })
     .path()

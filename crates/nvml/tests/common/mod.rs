@@ -2,25 +2,10 @@
 #![allow(dead_code, clippy::unwrap_used)] // each test file uses a subset; a panic is the report
 
 use std::path::PathBuf;
-use std::process::Command;
 
-/// The fake libnvidia-ml (crates/fake-nvml), built first.
+/// The fake libnvidia-ml (crates/fake-nvml), built once per test process (fake-support).
 pub fn fake_library() -> PathBuf {
-    let ok = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "-p", "fake-nvml"])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "building fake-nvml failed");
-    // <target>/debug/deps/this-test -> <target>/debug
-    let dir = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    dir.join("libfake_nvml.so")
+    fake_support::Fake::Nvml.build().unwrap()
 }
 
 /// Sets the fake driver's environment for this process: scenario `scenario` (a built-in name

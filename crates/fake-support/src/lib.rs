@@ -1,0 +1,17 @@
+//! What the fake driver libraries (crates/fake-nvml, fake-dcgm, fake-cuda, fake-nccl) and the
+//! tests that load them share, written once:
+//!
+//! - [`library`]: build a fake `cdylib` (`cargo test` builds none), find it beside the running
+//!   test, and install it under the names the real library is opened by;
+//! - [`env`]: the `FAKE_*` environment parsing the fakes have in common (scenario clock,
+//!   errors that name the variable, seconds).
+//!
+//! Dev-only: the fakes and tests depend on it, the shipped binary never does
+//! (scripts/check-crate-deps.sh).
+#![deny(missing_docs)]
+
+pub mod env;
+pub mod library;
+
+pub use env::{ClockMode, ConfigError};
+pub use library::Fake;
