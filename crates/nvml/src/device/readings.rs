@@ -347,6 +347,184 @@ fn read_fields(
     }
 }
 
+/// A reading the GPU answers with one getter call of its own: a new reading is a row in
+/// [`BEFORE_FIELDS`], [`CLOCKS`] or [`GETTERS`], not a branch. [`read_rows`] applies the policy
+/// once for all: an answer goes into the readout, "not supported" leaves its fields out (logged
+/// once), GPU_IS_LOST and UNINITIALIZED mark the poll.
+struct Reading {
+    /// The NVML function, for the call timings (`calls.rs`).
+    function: F,
+    /// The reading's name in the log and in the set of unanswered readings.
+    name: &'static str,
+    /// Calls the getter and writes its answer into the readout.
+    read: fn(&Device<'_>, &mut GpuReadout) -> Result<(), NvmlError>,
+}
+
+/// Asked first, before the field-values batch (the order of the calls is kept as it was).
+const BEFORE_FIELDS: &[Reading] = &[
+    Reading {
+        function: F::UtilizationRates,
+        name: "utilization",
+        read: |d, r| {
+            let u = d.utilization_rates()?;
+            r.utilization_ratio = Some(f64::from(u.gpu) / 100.0);
+            r.memory_utilization_ratio = Some(f64::from(u.memory) / 100.0);
+            Ok(())
+        },
+    },
+    Reading {
+        function: F::MemoryInfo,
+        name: "memory_info",
+        read: |d, r| {
+            let m = d.memory_info()?;
+            r.memory_used_bytes = Some(m.used as f64);
+            r.memory_free_bytes = Some(m.free as f64);
+            r.memory_reserved_bytes = Some(m.reserved as f64);
+            r.memory_total_bytes = Some(m.total as f64);
+            Ok(())
+        },
+    },
+    Reading {
+        function: F::Bar1MemoryInfo,
+        name: "bar1_memory_info",
+        read: |d, r| {
+            let b = d.bar1_memory_info()?;
+            r.bar1_used_bytes = Some(b.used as f64);
+            r.bar1_total_bytes = Some(b.total as f64);
+            Ok(())
+        },
+    },
+    Reading {
+        function: F::ThrottleReasons,
+        name: "throttle_reasons",
+        read: |d, r| {
+            let t = d.current_throttle_reasons()?;
+            r.throttle_reasons = THROTTLE_REASONS
+                .iter()
+                .map(|(bit, name)| (*name, t.contains(*bit)))
+                .collect();
+            Ok(())
+        },
+    },
+];
+
+/// The current clocks, after the field-values batch.
+const CLOCKS: &[Reading] = &[
+    Reading {
+        function: F::ClockInfo,
+        name: "clock_graphics",
+        read: |d, r| set(&mut r.clocks.graphics, mhz(d.clock_info(Clock::Graphics)?)),
+    },
+    Reading {
+        function: F::ClockInfo,
+        name: "clock_sm",
+        read: |d, r| set(&mut r.clocks.sm, mhz(d.clock_info(Clock::SM)?)),
+    },
+    Reading {
+        function: F::ClockInfo,
+        name: "clock_memory",
+        read: |d, r| set(&mut r.clocks.memory, mhz(d.clock_info(Clock::Memory)?)),
+    },
+    Reading {
+        function: F::ClockInfo,
+        name: "clock_video",
+        read: |d, r| set(&mut r.clocks.video, mhz(d.clock_info(Clock::Video)?)),
+    },
+];
+
+/// The other getters, last.
+const GETTERS: &[Reading] = &[
+    Reading {
+        function: F::EncoderUtilization,
+        name: "encoder_utilization",
+        read: |d, r| {
+            let u = d.encoder_utilization()?;
+            set(
+                &mut r.encoder_utilization_ratio,
+                f64::from(u.utilization) / 100.0,
+            )
+        },
+    },
+    Reading {
+        function: F::DecoderUtilization,
+        name: "decoder_utilization",
+        read: |d, r| {
+            let u = d.decoder_utilization()?;
+            set(
+                &mut r.decoder_utilization_ratio,
+                f64::from(u.utilization) / 100.0,
+            )
+        },
+    },
+    Reading {
+        function: F::PowerUsage,
+        name: "power_usage",
+        read: |d, r| set(&mut r.power_watts, f64::from(d.power_usage()?) / 1e3),
+    },
+    Reading {
+        function: F::EnforcedPowerLimit,
+        name: "enforced_power_limit",
+        read: |d, r| {
+            set(
+                &mut r.power_limit_watts,
+                f64::from(d.enforced_power_limit()?) / 1e3,
+            )
+        },
+    },
+    Reading {
+        function: F::Temperature,
+        name: "temperature",
+        read: |d, r| {
+            let t = d.temperature(TemperatureSensor::Gpu)?;
+            set(&mut r.temperature_gpu_celsius, f64::from(t))
+        },
+    },
+    Reading {
+        function: F::PerformanceState,
+        name: "performance_state",
+        read: |d, r| {
+            // P0 to P15; anything else ("unknown") is left out.
+            r.performance_state = Some(d.performance_state()?.as_c()).filter(|p| *p <= 15);
+            Ok(())
+        },
+    },
+    Reading {
+        function: F::CurrPcieLinkGeneration,
+        name: "pcie_link_generation",
+        read: |d, r| {
+            set(
+                &mut r.pcie_link_generation,
+                f64::from(d.current_pcie_link_gen()?),
+            )
+        },
+    },
+    Reading {
+        function: F::CurrPcieLinkWidth,
+        name: "pcie_link_width",
+        read: |d, r| {
+            set(
+                &mut r.pcie_link_width,
+                f64::from(d.current_pcie_link_width()?),
+            )
+        },
+    },
+];
+
+/// Sets a reading's field to the getter's answer.
+fn set<T>(field: &mut Option<T>, v: T) -> Result<(), NvmlError> {
+    *field = Some(v);
+    Ok(())
+}
+
+/// Asks each row's getter, in order, through `check`'s policy.
+fn read_rows(dev: &Device<'_>, check: &mut Check<'_>, rows: &[Reading], out: &mut GpuReadout) {
+    for row in rows {
+        check.call(row.function, row.name, || (row.read)(dev, out));
+    }
+}
+
+/// The readings of every poll: the getters' rows, the field-values batch, and what the static
+/// and slow readings hold.
 pub(super) fn read_fast(
     nvml: &Nvml,
     dev: &Device<'_>,
@@ -355,16 +533,11 @@ pub(super) fn read_fast(
     batch: fields::Batch,
     check: &mut Check<'_>,
 ) -> GpuReadout {
-    let util = check.call(F::UtilizationRates, "utilization", || {
-        dev.utilization_rates()
-    });
-    let mem = check.call(F::MemoryInfo, "memory_info", || dev.memory_info());
-    let bar1 = check.call(F::Bar1MemoryInfo, "bar1_memory_info", || {
-        dev.bar1_memory_info()
-    });
-    let reasons = check.call(F::ThrottleReasons, "throttle_reasons", || {
-        dev.current_throttle_reasons()
-    });
+    let mut out = GpuReadout {
+        up: true,
+        ..GpuReadout::default()
+    };
+    read_rows(dev, check, BEFORE_FIELDS, &mut out);
     let f = read_fields(nvml, dev, batch, check);
     // The counters come from this poll's batch when it holds them, else from the slow reading.
     let counters = if batch == fields::Batch::All {
@@ -372,61 +545,25 @@ pub(super) fn read_fast(
     } else {
         &slow.counters
     };
-    let mut clock = |c: Clock, what: &str| {
-        check
-            .call(F::ClockInfo, what, || dev.clock_info(c))
-            .map(mhz)
-    };
-    let clocks = ClockReadout {
-        graphics: clock(Clock::Graphics, "clock_graphics"),
-        sm: clock(Clock::SM, "clock_sm"),
-        memory: clock(Clock::Memory, "clock_memory"),
-        video: clock(Clock::Video, "clock_video"),
-    };
-    let fan_speed_ratios = (0..st.fans)
+    read_rows(dev, check, CLOCKS, &mut out);
+    out.fan_speed_ratios = (0..st.fans)
         .filter_map(|i| check.call(F::FanSpeed, "fan_speed", || dev.fan_speed(i)))
         .map(|p| f64::from(p) / 100.0)
         .collect();
-    let ecc = if slow.ecc_enabled == Some(true) {
-        match (
-            f.ecc_sbe_volatile,
-            f.ecc_dbe_volatile,
-            f.ecc_sbe_aggregate,
-            f.ecc_dbe_aggregate,
-        ) {
-            (Some(vc), Some(vu), Some(ac), Some(au)) => Some(EccTotals {
-                volatile_corrected: vc,
-                volatile_uncorrected: vu,
-                aggregate_corrected: ac,
-                aggregate_uncorrected: au,
-            }),
-            // The field API is missing on old drivers: fall back to the getter.
-            _ => {
-                let mut total = |e: MemoryError, c: EccCounter, what: &str| {
-                    check
-                        .call(F::TotalEccErrors, what, || dev.total_ecc_errors(e, c))
-                        .map(|v| v as f64)
-                };
-                match (
-                    total(MemoryError::Corrected, EccCounter::Volatile, "ecc_cv"),
-                    total(MemoryError::Uncorrected, EccCounter::Volatile, "ecc_uv"),
-                    total(MemoryError::Corrected, EccCounter::Aggregate, "ecc_ca"),
-                    total(MemoryError::Uncorrected, EccCounter::Aggregate, "ecc_ua"),
-                ) {
-                    (Some(vc), Some(vu), Some(ac), Some(au)) => Some(EccTotals {
-                        volatile_corrected: vc,
-                        volatile_uncorrected: vu,
-                        aggregate_corrected: ac,
-                        aggregate_uncorrected: au,
-                    }),
-                    _ => None,
-                }
-            }
-        }
-    } else {
-        None
-    };
-    let remapped_rows = match (
+    out.ecc = read_ecc(dev, &f, slow, check);
+    out.mig = mig_memory(dev, slow);
+    read_rows(dev, check, GETTERS, &mut out);
+    from_fields(&f, counters, &mut out);
+    from_static_and_slow(st, slow, &mut out);
+    out
+}
+
+/// What the field-values batch `f` (and `counters`, this poll's or the slow reading's) says.
+fn from_fields(f: &fields::Fields, counters: &fields::Fields, out: &mut GpuReadout) {
+    out.energy_joules = counters.energy_millijoules.map(|mj| mj / 1e3);
+    out.pcie_replays = counters.pcie_replays;
+    out.temperature_memory_celsius = f.memory_temperature_celsius;
+    out.remapped_rows = match (
         f.remapped_correctable,
         f.remapped_uncorrectable,
         f.remapped_pending,
@@ -440,8 +577,77 @@ pub(super) fn read_fast(
         }),
         _ => None,
     };
-    let mig = slow
-        .mig
+    // A value this build does not know is left out rather than guessed.
+    out.recovery_action = f
+        .recovery_action
+        .and_then(|v| u32::try_from(v as u64).ok())
+        .and_then(RecoveryAction::from_nvml);
+    // NVLink fields are in KiB.
+    out.nvlink_transmit_bytes = f.nvlink_tx_kib.map(|k| k * 1024.0);
+    out.nvlink_receive_bytes = f.nvlink_rx_kib.map(|k| k * 1024.0);
+}
+
+/// What was read once (the maxima) and on the slow cadence, as of this poll.
+fn from_static_and_slow(st: &Static, slow: &Slow, out: &mut GpuReadout) {
+    out.max_clocks = st.max_clocks;
+    out.pcie_link_max_generation = st.pcie_max_generation;
+    out.pcie_link_max_width = st.pcie_max_width;
+    out.ecc_enabled = slow.ecc_enabled;
+    out.retired_pages = slow.retired_pages;
+    out.throttle_violations = slow.violations.clone();
+    out.pcie_transmit_bytes_per_second = slow.pcie_tx;
+    out.pcie_receive_bytes_per_second = slow.pcie_rx;
+    out.nvlinks = slow.nvlinks.clone();
+    out.nvlink_errors = slow.nvlink_errors;
+    out.fabric = slow.fabric.clone();
+    out.platform = slow.platform.clone();
+    out.rail_ports = slow.rail.clone();
+}
+
+/// The ECC totals where ECC is on: from the field batch, else (old drivers, no field API)
+/// from the getter.
+fn read_ecc(
+    dev: &Device<'_>,
+    f: &fields::Fields,
+    slow: &Slow,
+    check: &mut Check<'_>,
+) -> Option<EccTotals> {
+    if slow.ecc_enabled != Some(true) {
+        return None;
+    }
+    let totals = |vc, vu, ac, au| EccTotals {
+        volatile_corrected: vc,
+        volatile_uncorrected: vu,
+        aggregate_corrected: ac,
+        aggregate_uncorrected: au,
+    };
+    if let (Some(vc), Some(vu), Some(ac), Some(au)) = (
+        f.ecc_sbe_volatile,
+        f.ecc_dbe_volatile,
+        f.ecc_sbe_aggregate,
+        f.ecc_dbe_aggregate,
+    ) {
+        return Some(totals(vc, vu, ac, au));
+    }
+    let mut total = |e: MemoryError, c: EccCounter, what: &str| {
+        check
+            .call(F::TotalEccErrors, what, || dev.total_ecc_errors(e, c))
+            .map(|v| v as f64)
+    };
+    match (
+        total(MemoryError::Corrected, EccCounter::Volatile, "ecc_cv"),
+        total(MemoryError::Uncorrected, EccCounter::Volatile, "ecc_uv"),
+        total(MemoryError::Corrected, EccCounter::Aggregate, "ecc_ca"),
+        total(MemoryError::Uncorrected, EccCounter::Aggregate, "ecc_ua"),
+    ) {
+        (Some(vc), Some(vu), Some(ac), Some(au)) => Some(totals(vc, vu, ac, au)),
+        _ => None,
+    }
+}
+
+/// The MIG instances of the slow reading's layout, with their memory as of this poll.
+fn mig_memory(dev: &Device<'_>, slow: &Slow) -> Vec<MigReadout> {
+    slow.mig
         .iter()
         .map(|(gi, ci, profile, uuid, slot)| {
             let memory = timed(F::MigDeviceHandleByIndex, || dev.mig_device_by_index(*slot))
@@ -458,101 +664,7 @@ pub(super) fn read_fast(
                 memory_total_bytes: memory.as_ref().map(|m| m.total as f64),
             }
         })
-        .collect();
-    GpuReadout {
-        up: true,
-        utilization_ratio: util.as_ref().map(|u| f64::from(u.gpu) / 100.0),
-        memory_utilization_ratio: util.as_ref().map(|u| f64::from(u.memory) / 100.0),
-        encoder_utilization_ratio: check
-            .call(F::EncoderUtilization, "encoder_utilization", || {
-                dev.encoder_utilization()
-            })
-            .map(|u| f64::from(u.utilization) / 100.0),
-        decoder_utilization_ratio: check
-            .call(F::DecoderUtilization, "decoder_utilization", || {
-                dev.decoder_utilization()
-            })
-            .map(|u| f64::from(u.utilization) / 100.0),
-        memory_used_bytes: mem.as_ref().map(|m| m.used as f64),
-        memory_free_bytes: mem.as_ref().map(|m| m.free as f64),
-        memory_reserved_bytes: mem.as_ref().map(|m| m.reserved as f64),
-        memory_total_bytes: mem.as_ref().map(|m| m.total as f64),
-        bar1_used_bytes: bar1.as_ref().map(|b| b.used as f64),
-        bar1_total_bytes: bar1.as_ref().map(|b| b.total as f64),
-        power_watts: check
-            .call(F::PowerUsage, "power_usage", || dev.power_usage())
-            .map(|mw| f64::from(mw) / 1e3),
-        power_limit_watts: check
-            .call(F::EnforcedPowerLimit, "enforced_power_limit", || {
-                dev.enforced_power_limit()
-            })
-            .map(|mw| f64::from(mw) / 1e3),
-        // Filled by the source from the power sampling threads.
-        power_samples: None,
-        energy_joules: counters.energy_millijoules.map(|mj| mj / 1e3),
-        temperature_gpu_celsius: check
-            .call(F::Temperature, "temperature", || {
-                dev.temperature(TemperatureSensor::Gpu)
-            })
-            .map(f64::from),
-        temperature_memory_celsius: f.memory_temperature_celsius,
-        clocks,
-        max_clocks: st.max_clocks,
-        performance_state: check
-            .call(F::PerformanceState, "performance_state", || {
-                dev.performance_state()
-            })
-            .map(|p| p.as_c())
-            .filter(|p| *p <= 15),
-        fan_speed_ratios,
-        throttle_reasons: reasons
-            .map(|t| {
-                THROTTLE_REASONS
-                    .iter()
-                    .map(|(bit, name)| (*name, t.contains(*bit)))
-                    .collect()
-            })
-            .unwrap_or_default(),
-        xid_counts: Default::default(),
-        xid_incidents: Default::default(),
-        ecc,
-        ecc_enabled: slow.ecc_enabled,
-        retired_pages: slow.retired_pages,
-        remapped_rows,
-        throttle_violations: slow.violations.clone(),
-        pcie_transmit_bytes_per_second: slow.pcie_tx,
-        pcie_receive_bytes_per_second: slow.pcie_rx,
-        pcie_replays: counters.pcie_replays,
-        pcie_link_generation: check
-            .call(F::CurrPcieLinkGeneration, "pcie_link_generation", || {
-                dev.current_pcie_link_gen()
-            })
-            .map(f64::from),
-        pcie_link_width: check
-            .call(F::CurrPcieLinkWidth, "pcie_link_width", || {
-                dev.current_pcie_link_width()
-            })
-            .map(f64::from),
-        pcie_link_max_generation: st.pcie_max_generation,
-        pcie_link_max_width: st.pcie_max_width,
-        // A value this build does not know is left out rather than guessed.
-        recovery_action: f
-            .recovery_action
-            .and_then(|v| u32::try_from(v as u64).ok())
-            .and_then(RecoveryAction::from_nvml),
-        // NVLink fields are in KiB.
-        nvlink_transmit_bytes: f.nvlink_tx_kib.map(|k| k * 1024.0),
-        nvlink_receive_bytes: f.nvlink_rx_kib.map(|k| k * 1024.0),
-        nvlinks: slow.nvlinks.clone(),
-        nvlink_errors: slow.nvlink_errors,
-        fabric: slow.fabric.clone(),
-        platform: slow.platform.clone(),
-        rail_ports: slow.rail.clone(),
-        process_count: None,
-        processes: Vec::new(),
-        process_activity: Vec::new(),
-        mig,
-    }
+        .collect()
 }
 
 #[cfg(test)]
