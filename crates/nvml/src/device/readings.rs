@@ -21,17 +21,66 @@ pub(super) fn read_slow(
     } else {
         fields::Fields::default()
     };
-    // PCIe throughput: the driver samples each direction for about 20 ms per call.
+    let (pcie_tx, pcie_rx) = if pcie {
+        read_pcie_throughput(dev, check)
+    } else {
+        (None, None)
+    };
+    let mut nvlinks = read_nvlinks(dev, check, nvlink_support);
+    let nvlink_errors = read_nvlink5(nvml, dev, check, nvlink_support, &mut nvlinks);
+    let violations = VIOLATION_POLICIES
+        .iter()
+        .filter_map(|(policy, name)| {
+            check
+                .call(F::ViolationStatus, &format!("violation_{name}"), || {
+                    dev.violation_status(*policy)
+                })
+                .map(|v| (*name, v.violation_time as f64 / 1e9))
+        })
+        .collect();
+    let ecc_enabled = check
+        .call(F::EccMode, "ecc_mode", || dev.is_ecc_enabled())
+        .map(|m| m.currently_enabled);
+    let retired_pages = read_retired_pages(dev, check);
+    let mig = read_mig_layout(dev, check);
+    let fabric = read_fabric(dev, check);
+    let platform = read_platform(dev, check);
+    Slow {
+        fabric,
+        platform,
+        rail: Vec::new(),
+        counters,
+        pcie_tx,
+        pcie_rx,
+        nvlinks,
+        nvlink_errors,
+        violations,
+        ecc_enabled,
+        retired_pages,
+        mig,
+    }
+}
+
+/// PCIe throughput, transmit and receive: the driver samples each direction for about 20 ms
+/// per call.
+fn read_pcie_throughput(dev: &Device<'_>, check: &mut Check<'_>) -> (Option<f64>, Option<f64>) {
     let mut throughput = |counter: PcieUtilCounter, what: &str| {
-        if !pcie {
-            return None;
-        }
         check
             .call(F::PcieThroughput, what, || dev.pcie_throughput(counter))
             .map(|kb| f64::from(kb) * 1e3)
     };
-    let pcie_tx = throughput(PcieUtilCounter::Send, "pcie_throughput_tx");
-    let pcie_rx = throughput(PcieUtilCounter::Receive, "pcie_throughput_rx");
+    (
+        throughput(PcieUtilCounter::Send, "pcie_throughput_tx"),
+        throughput(PcieUtilCounter::Receive, "pcie_throughput_rx"),
+    )
+}
+
+/// Each link's state and, where the legacy call is asked, its error counters.
+fn read_nvlinks(
+    dev: &Device<'_>,
+    check: &mut Check<'_>,
+    nvlink_support: &mut NvlinkSupport,
+) -> Vec<NvlinkReadout> {
     let mut nvlinks = Vec::new();
     for link in 0..MAX_NVLINKS {
         let l = dev.link_wrapper_for(link);
@@ -69,66 +118,31 @@ pub(super) fn read_slow(
         }
         nvlinks.push(NvlinkReadout { link, up, errors });
     }
-    let nvlink_errors = read_nvlink5(nvml, dev, check, nvlink_support, &mut nvlinks);
-    let violations = VIOLATION_POLICIES
-        .iter()
-        .filter_map(|(policy, name)| {
-            check
-                .call(F::ViolationStatus, &format!("violation_{name}"), || {
-                    dev.violation_status(*policy)
-                })
-                .map(|v| (*name, v.violation_time as f64 / 1e9))
-        })
-        .collect();
-    let ecc_enabled = check
-        .call(F::EccMode, "ecc_mode", || dev.is_ecc_enabled())
-        .map(|m| m.currently_enabled);
-    let retired_pages = {
-        let sbe = check
+    nvlinks
+}
+
+/// Pages retired for single- and double-bit errors and whether more are pending; asked in
+/// turn, stopping at the first that does not answer.
+fn read_retired_pages(dev: &Device<'_>, check: &mut Check<'_>) -> Option<RetiredPages> {
+    let mut pages = |cause: RetirementCause| {
+        check
             .call(F::RetiredPages, "retired_pages", || {
-                dev.retired_pages(RetirementCause::MultipleSingleBitEccErrors)
+                dev.retired_pages(cause)
             })
-            .map(|v| v.len() as f64);
-        let dbe = sbe.and_then(|_| {
-            check
-                .call(F::RetiredPages, "retired_pages", || {
-                    dev.retired_pages(RetirementCause::DoubleBitEccError)
-                })
-                .map(|v| v.len() as f64)
-        });
-        let pending = dbe.and_then(|_| {
-            check.call(
-                F::RetiredPagesPendingStatus,
-                "retired_pages_pending",
-                || dev.are_pages_pending_retired(),
-            )
-        });
-        match (sbe, dbe, pending) {
-            (Some(single_bit_ecc), Some(double_bit_ecc), Some(pending)) => Some(RetiredPages {
-                single_bit_ecc,
-                double_bit_ecc,
-                pending,
-            }),
-            _ => None,
-        }
+            .map(|v| v.len() as f64)
     };
-    let mig = read_mig_layout(dev, check);
-    let fabric = read_fabric(dev, check);
-    let platform = read_platform(dev, check);
-    Slow {
-        fabric,
-        platform,
-        rail: Vec::new(),
-        counters,
-        pcie_tx,
-        pcie_rx,
-        nvlinks,
-        nvlink_errors,
-        violations,
-        ecc_enabled,
-        retired_pages,
-        mig,
-    }
+    let single_bit_ecc = pages(RetirementCause::MultipleSingleBitEccErrors)?;
+    let double_bit_ecc = pages(RetirementCause::DoubleBitEccError)?;
+    let pending = check.call(
+        F::RetiredPagesPendingStatus,
+        "retired_pages_pending",
+        || dev.are_pages_pending_retired(),
+    )?;
+    Some(RetiredPages {
+        single_bit_ecc,
+        double_bit_ecc,
+        pending,
+    })
 }
 
 fn read_mig_layout(
