@@ -47,6 +47,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod book;
 mod calls;
 mod cgroup;
 pub mod collector;
@@ -59,32 +60,26 @@ mod power;
 pub mod rail;
 mod settings;
 mod stuck;
+mod workers;
 mod xid;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
-use std::thread;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dgx_pixels_metrics::gpu::{
-    push_gpu_samples, ActivityScope, GpuIdentity, GpuReadout, XidIncidents, DEFAULT_TOP_K,
-};
-use dgx_pixels_metrics::{
-    Backoff, DeviceKey, Metric, PollError, PollErrorKind, PollOutput, Sample, Source, XidLedger,
-};
+use dgx_pixels_metrics::gpu::{ActivityScope, XidIncidents, DEFAULT_TOP_K};
+use dgx_pixels_metrics::{Backoff, PollError, PollErrorKind, PollOutput, Source, XidLedger};
 use nvml_wrapper::Nvml;
 use tracing::{info, warn};
 
+use book::Book;
 pub use calls::{call_stats, CallStat};
 pub use cgroup::{container_id, pod_uid, CgroupIds};
-use device::{GpuPoll, GpuReader, ReaderOptions};
+use device::GpuPoll;
 pub use gpm::GPM_FAMILIES;
-use power::PowerSampler;
-use stuck::{Role, Thread};
-use xid::XidWatcher;
+use workers::Loaded;
 
 /// The library NVML is loaded from unless a path is configured.
 pub const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";
@@ -203,95 +198,6 @@ impl Default for NvmlOptions {
     }
 }
 
-/// What a worker thread sends back: a GPU's basic reading, or its GPM reading, for a poll.
-enum Reply {
-    Basic(u32, u64, GpuPoll),
-    Gpm(u32, u64, Option<gpm::GpmReading>),
-}
-
-/// A GPU's basic reading thread: its requests (the poll number) and whether it is in a call.
-type ReaderWorker = (mpsc::Sender<u64>, Arc<AtomicBool>);
-
-/// A GPU's GPM thread: its requests (the poll number, whether the GPU answered its last basic
-/// reading, and its MIG layout as last read) and whether it is in a call.
-type GpmWorker = (
-    mpsc::Sender<(u64, bool, Vec<gpm::MigSlot>)>,
-    Arc<AtomicBool>,
-);
-
-/// One GPU's worker threads: the basic reading, and GPM on a thread of its own, so a GPU whose
-/// GPM calls hang loses its profiling families only, never its other readings.
-struct Worker {
-    /// The GPU's NVML index.
-    index: u32,
-    reader: Thread<ReaderWorker>,
-    /// GPM, when it is read.
-    gpm: Thread<GpmWorker>,
-    /// Set by the GPM thread while GPM measures PCIe throughput: the reader then skips the
-    /// driver's PCIe throughput calls, which sample for 20 ms each and whose values GPM's
-    /// replace anyway.
-    pcie_from_gpm: Arc<AtomicBool>,
-}
-
-struct Loaded {
-    nvml: Arc<Nvml>,
-    workers: Vec<Worker>,
-    replies: mpsc::Receiver<Reply>,
-    /// For workers started later (their old thread was stuck in a call).
-    reply_tx: mpsc::Sender<Reply>,
-    reader_options: ReaderOptions,
-    /// Stops the XID thread when dropped.
-    xid: Thread<XidWatcher>,
-    /// Fast power sampling, when on; stops its threads when dropped.
-    power: Option<PowerSampler>,
-}
-
-impl Loaded {
-    /// Starts the threads that waited for a stuck call of a dropped source to return.
-    fn start_waiting(&mut self, ledger: &Arc<XidLedger>) {
-        for w in &mut self.workers {
-            let (index, pcie) = (w.index, &w.pcie_from_gpm);
-            w.reader.retry((Role::Reader, index), || {
-                spawn_reader(
-                    index,
-                    &self.nvml,
-                    &self.reply_tx,
-                    &self.reader_options,
-                    pcie,
-                )
-            });
-            w.gpm.retry((Role::Gpm, index), || {
-                spawn_gpm_worker(index, &self.nvml, &self.reply_tx, pcie)
-            });
-        }
-        let gpus = self.workers.len() as u32;
-        self.xid.retry((Role::Xid, 0), || {
-            Some(XidWatcher::spawn(
-                self.nvml.clone(),
-                (0..gpus).collect(),
-                ledger.clone(),
-            ))
-        });
-        if let Some(p) = self.power.as_mut() {
-            p.start_waiting();
-        }
-    }
-}
-
-impl Drop for Loaded {
-    fn drop(&mut self) {
-        // Threads in a call stay there: the next source must not start their like beside them.
-        for w in &self.workers {
-            if let Some((_, busy)) = w.reader.up() {
-                stuck::leave((Role::Reader, w.index), busy);
-            }
-            if let Some((_, busy)) = w.gpm.up() {
-                stuck::leave((Role::Gpm, w.index), busy);
-            }
-        }
-    }
-}
-
 /// The NVML source. See the crate docs.
 pub struct NvmlSource {
     options: NvmlOptions,
@@ -299,19 +205,8 @@ pub struct NvmlSource {
     backoff: Backoff,
     last_error: String,
     poll_number: u64,
-    identities: BTreeMap<u32, GpuIdentity>,
-    /// GPUs currently reported as not answering (to log transitions once).
-    stalled: HashSet<u32>,
-    /// GPUs whose GPM reading is missing (hung or late), to log transitions once.
-    gpm_stalled: HashSet<u32>,
-    /// Whether each GPU answered its last basic reading (GPM starts afresh after one it did not).
-    answered: HashMap<u32, bool>,
-    /// Each GPU's MIG layout as last read (empty when not in MIG mode), for GPM per instance.
-    mig_layouts: HashMap<u32, Vec<gpm::MigSlot>>,
-    /// XID counts over time, turned into incidents.
-    incidents: XidIncidents,
-    /// Where XID events are recorded and counted (shared with the kernel log reader).
-    ledger: Arc<XidLedger>,
+    /// What is kept of each GPU between polls.
+    book: Book,
 }
 
 impl std::fmt::Debug for NvmlSource {
@@ -336,25 +231,19 @@ impl NvmlSource {
     /// A source with the given options.
     pub fn with_options(options: NvmlOptions) -> NvmlSource {
         NvmlSource {
-            incidents: XidIncidents::new(options.xid_quiet_period),
+            book: Book::new(options.xid_quiet_period),
             options,
             loaded: None,
             backoff: Backoff::new(),
             last_error: String::new(),
             poll_number: 0,
-            identities: BTreeMap::new(),
-            stalled: HashSet::new(),
-            gpm_stalled: HashSet::new(),
-            answered: HashMap::new(),
-            mig_layouts: HashMap::new(),
-            ledger: Arc::default(),
         }
     }
 
     /// Records and counts XIDs in `ledger` (the exporter's one ledger, which the kernel-log
     /// reader also feeds) instead of a ledger of its own.
     pub fn with_xid_ledger(mut self, ledger: Arc<XidLedger>) -> NvmlSource {
-        self.ledger = ledger;
+        self.book.ledger = ledger;
         self
     }
 
@@ -389,7 +278,12 @@ impl NvmlSource {
         match loaded {
             Ok((nvml, count)) => {
                 info!(library = %self.library_name(), gpus = count, "NVML loaded");
-                self.loaded = Some(self.start(Arc::new(nvml), count));
+                self.loaded = Some(Loaded::start(
+                    &self.options,
+                    &self.book.ledger,
+                    Arc::new(nvml),
+                    count,
+                ));
                 self.backoff = Backoff::new();
                 Ok(())
             }
@@ -410,63 +304,6 @@ impl NvmlSource {
             }
         }
     }
-
-    /// Starts one worker per GPU and the XID thread (each unless the same thread of a dropped
-    /// source is still stuck in a call, see `stuck.rs`).
-    fn start(&self, nvml: Arc<Nvml>, count: u32) -> Loaded {
-        let (reply_tx, replies) = mpsc::channel::<Reply>();
-        let reader_options = ReaderOptions {
-            slow_interval: self.options.slow_interval,
-            max_processes: self.options.max_processes_per_gpu,
-            activity_scope: self.options.process_activity.scope(),
-            activity_top_k: self.options.process_activity_top_k,
-            procfs: self.options.procfs.clone(),
-            // A scan serves every GPU's slow reading of one interval.
-            rails: Arc::new(
-                rail::Rails::new(self.options.sysfs.clone(), self.options.slow_interval / 2)
-                    .with_pins(&self.options.rails),
-            ),
-            counters_every_poll: self.options.counters_every_poll,
-        };
-        let workers: Vec<Worker> = (0..count)
-            .map(|index| {
-                let pcie = Arc::new(AtomicBool::new(false));
-                Worker {
-                    index,
-                    reader: Thread::start((Role::Reader, index), || {
-                        spawn_reader(index, &nvml, &reply_tx, &reader_options, &pcie)
-                    }),
-                    gpm: if self.options.profiling {
-                        Thread::start((Role::Gpm, index), || {
-                            spawn_gpm_worker(index, &nvml, &reply_tx, &pcie)
-                        })
-                    } else {
-                        Thread::Off
-                    },
-                    pcie_from_gpm: pcie,
-                }
-            })
-            .collect();
-        let xid = Thread::start((Role::Xid, 0), || {
-            Some(XidWatcher::spawn(
-                nvml.clone(),
-                (0..count).collect(),
-                self.ledger.clone(),
-            ))
-        });
-        let o = &self.options;
-        let power = (!o.power_sample_interval.is_zero())
-            .then(|| PowerSampler::spawn(&nvml, count, o.power_sample_interval, o.power_window));
-        Loaded {
-            nvml,
-            workers,
-            replies,
-            reply_tx,
-            reader_options,
-            xid,
-            power,
-        }
-    }
 }
 
 impl Source for NvmlSource {
@@ -480,61 +317,14 @@ impl Source for NvmlSource {
                 "NVML not loaded",
             ));
         };
-        loaded.start_waiting(&self.ledger);
+        loaded.start_waiting(&self.book.ledger);
         let loaded = &*loaded;
         self.poll_number += 1;
         let number = self.poll_number;
-        let mut asked = 0usize;
-        for (requests, busy) in loaded.workers.iter().filter_map(|w| w.reader.up()) {
-            // A worker still busy with an earlier poll is stuck in the library: do not queue.
-            if !busy.swap(true, Ordering::AcqRel) {
-                if requests.send(number).is_ok() {
-                    asked += 1;
-                } else {
-                    busy.store(false, Ordering::Release);
-                }
-            }
-        }
-        let mut gpm_asked = 0usize;
-        let mut gpm_missing: HashSet<u32> = HashSet::new();
-        for w in &loaded.workers {
-            let Some((requests, busy)) = w.gpm.up() else {
-                continue;
-            };
-            // A GPM thread still busy with an earlier poll is stuck in the library: its
-            // families are missing, the GPU's other readings are not.
-            gpm_missing.insert(w.index);
-            if !busy.swap(true, Ordering::AcqRel) {
-                let answered = self.answered.get(&w.index).copied().unwrap_or(true);
-                let layout = self.mig_layouts.get(&w.index).cloned().unwrap_or_default();
-                if requests.send((number, answered, layout)).is_ok() {
-                    gpm_asked += 1;
-                } else {
-                    busy.store(false, Ordering::Release);
-                }
-            }
-        }
-        let deadline = Instant::now() + self.options.gpu_deadline;
-        let mut results: BTreeMap<u32, GpuPoll> = BTreeMap::new();
-        let mut profiles: BTreeMap<u32, gpm::GpmReading> = BTreeMap::new();
-        let mut gpm_answers = 0usize;
-        while results.len() < asked || gpm_answers < gpm_asked {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match loaded.replies.recv_timeout(left) {
-                Ok(Reply::Basic(index, n, result)) if n == number => {
-                    results.insert(index, result);
-                }
-                Ok(Reply::Gpm(index, n, profile)) if n == number => {
-                    gpm_answers += 1;
-                    gpm_missing.remove(&index);
-                    if let Some(p) = profile {
-                        profiles.insert(index, p);
-                    }
-                }
-                Ok(_) => {} // a late answer to an earlier poll: already reported as stalled
-                Err(_) => break,
-            }
-        }
+        let asked = loaded.ask(number, &self.book);
+        let deadline = self.options.gpu_deadline;
+        let mut answers = loaded.collect(number, asked, Instant::now() + deadline);
+        let results = &answers.results;
         if !results.is_empty()
             && results
                 .values()
@@ -551,175 +341,19 @@ impl Source for NvmlSource {
         let mut out = Vec::with_capacity(loaded.workers.len() * 64);
         let now = Instant::now();
         for index in loaded.workers.iter().map(|w| w.index) {
-            let mut readout = match results.remove(&index) {
-                Some(GpuPoll::Read { identity, readout }) => {
-                    if let Some(id) = identity {
-                        self.identities.insert(index, id);
-                    }
-                    if self.stalled.remove(&index) {
-                        info!(gpu = index, "GPU answers again");
-                    }
-                    *readout
-                }
-                Some(GpuPoll::Lost { identity }) => {
-                    if let Some(id) = identity {
-                        self.identities.insert(index, id);
-                    }
-                    if self.stalled.insert(index) {
-                        warn!(gpu = index, "GPU is lost (GPU_IS_LOST); reporting gpu_up 0");
-                    }
-                    GpuReadout::default()
-                }
-                Some(GpuPoll::Failed(why)) => {
-                    if self.stalled.insert(index) {
-                        warn!(gpu = index, error = %why, "GPU cannot be read");
-                    }
-                    GpuReadout::default()
-                }
-                Some(GpuPoll::Uninitialized) | None => {
-                    if self.stalled.insert(index) {
-                        warn!(
-                            gpu = index,
-                            deadline = ?self.options.gpu_deadline,
-                            "GPU did not answer within the deadline; reporting gpu_up 0"
-                        );
-                    }
-                    GpuReadout::default()
-                }
-            };
-            if let Some(id) = self.identities.get(&index) {
-                readout.xid_counts = self.ledger.counts(&id.uuid);
-            }
-            readout.xid_incidents = self.incidents.observe(index, &readout.xid_counts, now);
-            if readout.up {
-                readout.power_samples = loaded.power.as_ref().and_then(|p| p.samples(index));
-            }
-            self.answered.insert(index, readout.up);
-            if readout.up {
-                let layout = readout.mig.iter();
-                let layout =
-                    layout.map(|m| (m.gpu_instance, m.compute_instance, m.profile.clone()));
-                self.mig_layouts.insert(index, layout.collect());
-            }
-            let profile = profiles.remove(&index);
-            let gpm_late = gpm_missing.contains(&index);
-            if gpm_late && self.gpm_stalled.insert(index) {
-                warn!(
-                    gpu = index,
-                    deadline = ?self.options.gpu_deadline,
-                    "GPM did not answer within the deadline; its profiling families are left out"
-                );
-            } else if !gpm_late && self.gpm_stalled.remove(&index) {
-                info!(gpu = index, "GPM answers again");
-            }
+            let book = &mut self.book;
+            let mut readout = book.readout(index, answers.results.remove(&index), deadline);
+            book.annotate(index, &mut readout, loaded.power.as_ref(), now);
+            let profile = answers.profiles.remove(&index);
+            let gpm_late = answers.gpm_missing.contains(&index);
+            book.note_gpm(index, gpm_late, deadline);
             if let Some(p) = &profile {
                 p.apply(&mut readout);
             }
-            match self.identities.get(&index) {
-                Some(id) => {
-                    push_gpu_samples(id, &readout, &mut out);
-                    if let Some(observed) = self.ledger.observed(&id.uuid) {
-                        out.push(Sample::of(
-                            &Arc::new(DeviceKey::gpu(id.index, id.uuid.as_str())),
-                            Metric::GpuXidObserved,
-                            [] as [&str; 0],
-                            if observed { 1.0 } else { 0.0 },
-                        ));
-                    }
-                    if let Some(p) = &profile {
-                        p.push(id, &mut out);
-                    }
-                    if gpm_late {
-                        // Visible per GPU: the profiling families are missing, not zero.
-                        out.push(Sample::of(
-                            &Arc::new(DeviceKey::gpu(id.index, id.uuid.as_str())),
-                            Metric::GpuStaleReadings,
-                            ["nvml"],
-                            GPM_FAMILIES.len() as f64,
-                        ));
-                    }
-                }
-                // Never answered (hung or failing since the library was loaded): its uuid is
-                // unknown, but the GPU exists and is down, so say that much.
-                None => out.push(Sample::of(
-                    &Arc::new(DeviceKey::gpu(index, "")),
-                    Metric::GpuUp,
-                    [] as [&str; 0],
-                    0.0,
-                )),
-            }
+            book.push(index, &readout, profile.as_ref(), gpm_late, &mut out);
         }
         calls::push_samples(&mut out);
         Ok(PollOutput::samples(out))
-    }
-}
-
-/// Starts GPU `index`'s basic reading thread; `None` (logged) when it cannot start.
-fn spawn_reader(
-    index: u32,
-    nvml: &Arc<Nvml>,
-    reply_tx: &mpsc::Sender<Reply>,
-    options: &ReaderOptions,
-    pcie_from_gpm: &Arc<AtomicBool>,
-) -> Option<ReaderWorker> {
-    let (requests, rx) = mpsc::channel::<u64>();
-    let busy = Arc::new(AtomicBool::new(false));
-    let (nvml, reply_tx, busy2) = (nvml.clone(), reply_tx.clone(), busy.clone());
-    let mut reader = GpuReader::new(index, options.clone(), Arc::clone(pcie_from_gpm));
-    let spawned = thread::Builder::new()
-        .name(format!("nvml-gpu{index}"))
-        .spawn(move || {
-            // Ends when the source drops its sender (library reloaded or source gone).
-            while let Ok(poll) = rx.recv() {
-                let result = reader.poll(&nvml);
-                busy2.store(false, Ordering::Release);
-                if reply_tx.send(Reply::Basic(index, poll, result)).is_err() {
-                    return;
-                }
-            }
-        });
-    match spawned {
-        Ok(_) => Some((requests, busy)),
-        Err(e) => {
-            warn!(gpu = index, error = %e, "cannot start a worker thread; GPU not read");
-            None
-        }
-    }
-}
-
-/// Starts GPU `index`'s GPM thread; `None` (logged) when it cannot start.
-fn spawn_gpm_worker(
-    index: u32,
-    nvml: &Arc<Nvml>,
-    reply_tx: &mpsc::Sender<Reply>,
-    pcie_from_gpm: &Arc<AtomicBool>,
-) -> Option<GpmWorker> {
-    let (requests, rx) = mpsc::channel::<(u64, bool, Vec<gpm::MigSlot>)>();
-    let busy = Arc::new(AtomicBool::new(false));
-    let (nvml, reply_tx, busy2) = (nvml.clone(), reply_tx.clone(), busy.clone());
-    let pcie = Arc::clone(pcie_from_gpm);
-    let mut gpm = gpm::GpmReader::new(index, true);
-    let spawned = thread::Builder::new()
-        .name(format!("nvml-gpm{index}"))
-        .spawn(move || {
-            while let Ok((poll, answered, layout)) = rx.recv() {
-                let profile = gpm.poll(&nvml, answered, &layout);
-                busy2.store(false, Ordering::Release);
-                let measured = profile
-                    .as_ref()
-                    .is_some_and(|p| p.pcie_tx.is_some() && p.pcie_rx.is_some());
-                pcie.store(measured, Ordering::Release);
-                if reply_tx.send(Reply::Gpm(index, poll, profile)).is_err() {
-                    return;
-                }
-            }
-        });
-    match spawned {
-        Ok(_) => Some((requests, busy)),
-        Err(e) => {
-            warn!(gpu = index, error = %e, "cannot start a GPM thread; no GPM readings");
-            None
-        }
     }
 }
 

@@ -13,5 +13,6 @@
 pub mod node;
 pub mod power;
 pub mod probes;
+mod workload;
 
 pub use node::{SimSource, LATENCY_BUCKETS, SIMULATED_FAMILIES};

@@ -15,68 +15,19 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use crate::power::SimPower;
+use crate::workload::Workload;
+pub use crate::workload::{LATENCY_BUCKETS, SIMULATED_FAMILIES};
 
 use dgx_pixels_metrics::gpu::{
     cap_activity, push_gpu_samples, ActivityScope, GpuIdentity, GpuReadout, ProcessActivity,
     XidIncidents, DEFAULT_TOP_K,
 };
 use dgx_pixels_metrics::{DeviceKey, DeviceRef, Holder, Metric, XidLedger, XidOrigin};
-use dgx_pixels_metrics::{
-    ExternalFamilies, ExternalFamily, ExternalKind, ExternalSample, PollError, PollOutput, Sample,
-    Source,
-};
-use dgx_pixels_sim::imagegen::{latency_cdf, latency_mean};
-use dgx_pixels_sim::{GpuReading, GpuState, GpuStatic, ImageGeneration, Node};
-
-/// Latency histogram buckets of the workload contract, in seconds: dense around the 200 ms
-/// target so that a p95 near it is interpolated within 12.5 ms.
-pub const LATENCY_BUCKETS: &[f64] = &[
-    0.025, 0.05, 0.1, 0.15, 0.175, 0.2, 0.225, 0.25, 0.3, 0.5, 1.0, 2.5, 5.0, 10.0,
-];
-
-const IMAGES: &str = "dgx_pixels_workload_images_generated_total";
-const LATENCY: &str = "dgx_pixels_workload_generation_latency_seconds";
-const BATCH: &str = "dgx_pixels_workload_batch_size";
-const BASELINE: &str = "dgx_pixels_workload_single_gpu_images_per_second";
-const JOB_INFO: &str = "dgx_pixels_workload_job_info";
-const JOB_START: &str = "dgx_pixels_workload_job_start_timestamp_seconds";
-
-/// The families the simulated workload serves; the textfile source refuses them in simulation.
-pub const SIMULATED_FAMILIES: &[&str] = &[
-    IMAGES,
-    LATENCY,
-    BATCH,
-    BASELINE,
-    JOB_INFO,
-    JOB_START,
-    "dgx_pixels_quality_lpips",
-    "dgx_pixels_quality_ssim",
-    "dgx_pixels_quality_psnr_decibels",
-    "dgx_pixels_quality_clip_distance",
-    "dgx_pixels_quality_human_rating_mean",
-    "dgx_pixels_quality_human_ratings",
-];
-
-/// Workload state of one GPU that runs it.
-#[derive(Debug, Clone)]
-struct WorkloadGpu {
-    index: usize,
-    energy_at_start: f64,
-    images: u64,
-    /// Cumulative images per latency bucket (fractional; served rounded down).
-    buckets: Vec<f64>,
-    latency_sum: f64,
-}
-
-struct Workload {
-    def: &'static ImageGeneration,
-    gpus: Vec<WorkloadGpu>,
-    started_unix: f64,
-    job_id: String,
-}
+use dgx_pixels_metrics::{ExternalFamilies, PollError, PollOutput, Sample, Source};
+use dgx_pixels_sim::{GpuReading, GpuState, GpuStatic, Node};
 
 /// The simulated node as a source.
 pub struct SimSource {
@@ -142,30 +93,7 @@ impl SimSource {
             .collect::<Vec<_>>();
         let xids = vec![BTreeMap::new(); identities.len()];
         let mut node = node;
-        let workload = ImageGeneration::for_scenario(node.scenario().name()).map(|def| {
-            let gpus = (0..identities.len())
-                .filter(|&i| def.runs_on(identities[i].index))
-                .filter_map(|i| {
-                    let r = node.reading(i, std::time::Duration::ZERO)?;
-                    Some(WorkloadGpu {
-                        index: i,
-                        energy_at_start: r.ok()?.readout.energy_joules?,
-                        images: 0,
-                        buckets: vec![0.0; LATENCY_BUCKETS.len()],
-                        latency_sum: 0.0,
-                    })
-                })
-                .collect();
-            Workload {
-                def,
-                gpus,
-                started_unix: SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map(|d| d.as_secs_f64())
-                    .unwrap_or(0.0),
-                job_id: format!("simulated-{}", node.scenario().name()),
-            }
-        });
+        let workload = Workload::for_node(&mut node, &identities);
         SimSource {
             node,
             started: Instant::now(),
@@ -177,151 +105,6 @@ impl SimSource {
             ledger: Arc::default(),
             power: None,
         }
-    }
-}
-
-impl Workload {
-    /// Advances GPU `w`'s counters to reading `r` at time `t`.
-    fn advance(&mut self, w: usize, g: &GpuStatic, r: &GpuReading, t: std::time::Duration) {
-        // The simulator reports both; a reading without them leaves the counters as they are.
-        let (Some(energy), Some(sm_hz)) = (r.readout.energy_joules, r.readout.clocks.sm) else {
-            return;
-        };
-        let def = self.def;
-        let gpu = &mut self.gpus[w];
-        let images = def
-            .images(energy - gpu.energy_at_start, g.idle_power_watts, t)
-            .max(gpu.images);
-        let new = (images - gpu.images) as f64;
-        let median = def.median_latency(sm_hz, g.max_clocks.sm_hz);
-        for (acc, le) in gpu.buckets.iter_mut().zip(LATENCY_BUCKETS) {
-            *acc += new * latency_cdf(*le, median);
-        }
-        gpu.latency_sum += new * latency_mean(median);
-        gpu.images = images;
-    }
-
-    /// The workload contract's families, for the GPUs that are up (`live`).
-    fn families(&self, ids: &[GpuIdentity], live: &[bool]) -> Vec<ExternalFamily> {
-        let d = self.def;
-        let job = [("model", d.model), ("lora", d.lora), ("dataset", d.dataset)];
-        let labels = |extra: &[(&str, String)]| -> Vec<(String, String)> {
-            extra
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.clone()))
-                .chain(job.iter().map(|(k, v)| (k.to_string(), v.to_string())))
-                .collect()
-        };
-        let one =
-            |name: &str, l: Vec<(String, String)>, value: f64| ExternalSample::new(name, l, value);
-        let family = |name: &str, kind, help: &str, samples| ExternalFamily {
-            name: name.to_string(),
-            help: format!("{help} (simulated workload)"),
-            kind,
-            samples,
-        };
-        let mut images = Vec::new();
-        let mut latency = Vec::new();
-        let mut batch = Vec::new();
-        for gpu in self.gpus.iter().filter(|g| live[g.index]) {
-            let id = &ids[gpu.index];
-            let gl = [("gpu", id.index.to_string()), ("uuid", id.uuid.clone())];
-            images.push(one(IMAGES, labels(&gl), gpu.images as f64));
-            for (acc, le) in gpu.buckets.iter().zip(LATENCY_BUCKETS) {
-                let mut l = labels(&gl);
-                l.push(("le".into(), le.to_string()));
-                let count = acc.floor().min(gpu.images as f64);
-                latency.push(one(&format!("{LATENCY}_bucket"), l, count));
-            }
-            let mut l = labels(&gl);
-            l.push(("le".into(), "+Inf".into()));
-            latency.push(one(&format!("{LATENCY}_bucket"), l, gpu.images as f64));
-            latency.push(one(&format!("{LATENCY}_sum"), labels(&gl), gpu.latency_sum));
-            latency.push(one(
-                &format!("{LATENCY}_count"),
-                labels(&gl),
-                gpu.images as f64,
-            ));
-            batch.push(one(BATCH, labels(&gl), f64::from(d.batch_size)));
-        }
-        let q = d.quality;
-        let quality = |name: &str, help: &str, v: f64| {
-            family(
-                name,
-                ExternalKind::Gauge,
-                help,
-                vec![one(name, labels(&[]), v)],
-            )
-        };
-        vec![
-            family(IMAGES, ExternalKind::Counter, "Images generated", images),
-            family(
-                LATENCY,
-                ExternalKind::Histogram,
-                "Time to generate one image",
-                latency,
-            ),
-            family(BATCH, ExternalKind::Gauge, "Images per batch", batch),
-            family(
-                BASELINE,
-                ExternalKind::Gauge,
-                "Single-GPU throughput measured by the benchmark, images per second",
-                vec![one(BASELINE, labels(&[]), d.single_gpu_images_per_second)],
-            ),
-            family(
-                JOB_INFO,
-                ExternalKind::Gauge,
-                "The job running the model, value 1",
-                vec![one(
-                    JOB_INFO,
-                    labels(&[
-                        ("job_id", self.job_id.clone()),
-                        ("commit_sha", "simulated".to_string()),
-                    ]),
-                    1.0,
-                )],
-            ),
-            family(
-                JOB_START,
-                ExternalKind::Gauge,
-                "Unix time the job started",
-                vec![one(
-                    JOB_START,
-                    vec![("job_id".to_string(), self.job_id.clone())],
-                    self.started_unix,
-                )],
-            ),
-            quality(
-                "dgx_pixels_quality_lpips",
-                "LPIPS of the latest evaluation (lower is better)",
-                q.lpips,
-            ),
-            quality(
-                "dgx_pixels_quality_ssim",
-                "SSIM of the latest evaluation",
-                q.ssim,
-            ),
-            quality(
-                "dgx_pixels_quality_psnr_decibels",
-                "PSNR of the latest evaluation, dB",
-                q.psnr_decibels,
-            ),
-            quality(
-                "dgx_pixels_quality_clip_distance",
-                "CLIP distance to the reference style",
-                q.clip_distance,
-            ),
-            quality(
-                "dgx_pixels_quality_human_rating_mean",
-                "Mean human rating, 1 to 5",
-                q.human_rating_mean,
-            ),
-            quality(
-                "dgx_pixels_quality_human_ratings",
-                "Number of human ratings behind the mean",
-                f64::from(q.human_ratings),
-            ),
-        ]
     }
 }
 
@@ -394,20 +177,10 @@ impl Source for SimSource {
             r.process_activity = process_activity(&r);
             push_gpu_samples(id, &r, &mut out);
         }
-        let mut external = ExternalFamilies::default();
-        if let Some(w) = &mut self.workload {
-            let mut live = vec![false; self.identities.len()];
-            for k in 0..w.gpus.len() {
-                let i = w.gpus[k].index;
-                let (Some(GpuState::Ok(r)), Some(g)) = (self.node.reading(i, t), self.node.gpu(i))
-                else {
-                    continue; // a lost GPU's workload is gone with it
-                };
-                live[i] = true;
-                w.advance(k, g, &r, t);
-            }
-            external = Arc::new(w.families(&self.identities, &live));
-        }
+        let external: ExternalFamilies = match &mut self.workload {
+            Some(w) => Arc::new(w.families_at(&mut self.node, &self.identities, t)),
+            None => ExternalFamilies::default(),
+        };
         // The scenario's HPC job holds every GPU while it runs, as the job files a Slurm prolog
         // writes would say (the `hpc` collector's convention): the holder that the allocated but
         // idle counters and the hpc_job labels need.
@@ -455,8 +228,11 @@ fn process_activity(r: &GpuReadout) -> Vec<ProcessActivity> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::workload::{IMAGES, LATENCY};
     use dgx_pixels_metrics::labels::ThrottleReason;
     use dgx_pixels_metrics::Metric;
+    use dgx_pixels_metrics::{ExternalKind, ExternalSample};
+    use dgx_pixels_sim::ImageGeneration;
     use dgx_pixels_sim::Scenario;
     use std::time::Duration;
 

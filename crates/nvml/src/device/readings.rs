@@ -6,6 +6,10 @@
 use super::*;
 use dgx_pixels_metrics::labels::{FabricHealthFlag, FabricState, RecoveryAction};
 
+mod getters;
+
+use getters::{read_rows, BEFORE_FIELDS, CLOCKS, GETTERS};
+
 /// The slow readings; PCIe throughput only if `pcie` (GPM measures it otherwise), the
 /// counters of [`fields::Batch::Slow`] only if `counters` (else every poll reads them).
 pub(super) fn read_slow(
@@ -21,17 +25,66 @@ pub(super) fn read_slow(
     } else {
         fields::Fields::default()
     };
-    // PCIe throughput: the driver samples each direction for about 20 ms per call.
+    let (pcie_tx, pcie_rx) = if pcie {
+        read_pcie_throughput(dev, check)
+    } else {
+        (None, None)
+    };
+    let mut nvlinks = read_nvlinks(dev, check, nvlink_support);
+    let nvlink_errors = read_nvlink5(nvml, dev, check, nvlink_support, &mut nvlinks);
+    let violations = VIOLATION_POLICIES
+        .iter()
+        .filter_map(|(policy, name)| {
+            check
+                .call(F::ViolationStatus, &format!("violation_{name}"), || {
+                    dev.violation_status(*policy)
+                })
+                .map(|v| (*name, v.violation_time as f64 / 1e9))
+        })
+        .collect();
+    let ecc_enabled = check
+        .call(F::EccMode, "ecc_mode", || dev.is_ecc_enabled())
+        .map(|m| m.currently_enabled);
+    let retired_pages = read_retired_pages(dev, check);
+    let mig = read_mig_layout(dev, check);
+    let fabric = read_fabric(dev, check);
+    let platform = read_platform(dev, check);
+    Slow {
+        fabric,
+        platform,
+        rail: Vec::new(),
+        counters,
+        pcie_tx,
+        pcie_rx,
+        nvlinks,
+        nvlink_errors,
+        violations,
+        ecc_enabled,
+        retired_pages,
+        mig,
+    }
+}
+
+/// PCIe throughput, transmit and receive: the driver samples each direction for about 20 ms
+/// per call.
+fn read_pcie_throughput(dev: &Device<'_>, check: &mut Check<'_>) -> (Option<f64>, Option<f64>) {
     let mut throughput = |counter: PcieUtilCounter, what: &str| {
-        if !pcie {
-            return None;
-        }
         check
             .call(F::PcieThroughput, what, || dev.pcie_throughput(counter))
             .map(|kb| f64::from(kb) * 1e3)
     };
-    let pcie_tx = throughput(PcieUtilCounter::Send, "pcie_throughput_tx");
-    let pcie_rx = throughput(PcieUtilCounter::Receive, "pcie_throughput_rx");
+    (
+        throughput(PcieUtilCounter::Send, "pcie_throughput_tx"),
+        throughput(PcieUtilCounter::Receive, "pcie_throughput_rx"),
+    )
+}
+
+/// Each link's state and, where the legacy call is asked, its error counters.
+fn read_nvlinks(
+    dev: &Device<'_>,
+    check: &mut Check<'_>,
+    nvlink_support: &mut NvlinkSupport,
+) -> Vec<NvlinkReadout> {
     let mut nvlinks = Vec::new();
     for link in 0..MAX_NVLINKS {
         let l = dev.link_wrapper_for(link);
@@ -69,66 +122,31 @@ pub(super) fn read_slow(
         }
         nvlinks.push(NvlinkReadout { link, up, errors });
     }
-    let nvlink_errors = read_nvlink5(nvml, dev, check, nvlink_support, &mut nvlinks);
-    let violations = VIOLATION_POLICIES
-        .iter()
-        .filter_map(|(policy, name)| {
-            check
-                .call(F::ViolationStatus, &format!("violation_{name}"), || {
-                    dev.violation_status(*policy)
-                })
-                .map(|v| (*name, v.violation_time as f64 / 1e9))
-        })
-        .collect();
-    let ecc_enabled = check
-        .call(F::EccMode, "ecc_mode", || dev.is_ecc_enabled())
-        .map(|m| m.currently_enabled);
-    let retired_pages = {
-        let sbe = check
+    nvlinks
+}
+
+/// Pages retired for single- and double-bit errors and whether more are pending; asked in
+/// turn, stopping at the first that does not answer.
+fn read_retired_pages(dev: &Device<'_>, check: &mut Check<'_>) -> Option<RetiredPages> {
+    let mut pages = |cause: RetirementCause| {
+        check
             .call(F::RetiredPages, "retired_pages", || {
-                dev.retired_pages(RetirementCause::MultipleSingleBitEccErrors)
+                dev.retired_pages(cause)
             })
-            .map(|v| v.len() as f64);
-        let dbe = sbe.and_then(|_| {
-            check
-                .call(F::RetiredPages, "retired_pages", || {
-                    dev.retired_pages(RetirementCause::DoubleBitEccError)
-                })
-                .map(|v| v.len() as f64)
-        });
-        let pending = dbe.and_then(|_| {
-            check.call(
-                F::RetiredPagesPendingStatus,
-                "retired_pages_pending",
-                || dev.are_pages_pending_retired(),
-            )
-        });
-        match (sbe, dbe, pending) {
-            (Some(single_bit_ecc), Some(double_bit_ecc), Some(pending)) => Some(RetiredPages {
-                single_bit_ecc,
-                double_bit_ecc,
-                pending,
-            }),
-            _ => None,
-        }
+            .map(|v| v.len() as f64)
     };
-    let mig = read_mig_layout(dev, check);
-    let fabric = read_fabric(dev, check);
-    let platform = read_platform(dev, check);
-    Slow {
-        fabric,
-        platform,
-        rail: Vec::new(),
-        counters,
-        pcie_tx,
-        pcie_rx,
-        nvlinks,
-        nvlink_errors,
-        violations,
-        ecc_enabled,
-        retired_pages,
-        mig,
-    }
+    let single_bit_ecc = pages(RetirementCause::MultipleSingleBitEccErrors)?;
+    let double_bit_ecc = pages(RetirementCause::DoubleBitEccError)?;
+    let pending = check.call(
+        F::RetiredPagesPendingStatus,
+        "retired_pages_pending",
+        || dev.are_pages_pending_retired(),
+    )?;
+    Some(RetiredPages {
+        single_bit_ecc,
+        double_bit_ecc,
+        pending,
+    })
 }
 
 fn read_mig_layout(
@@ -347,6 +365,8 @@ fn read_fields(
     }
 }
 
+/// The readings of every poll: the getters' rows ([`getters`]), the field-values batch, and what the static
+/// and slow readings hold.
 pub(super) fn read_fast(
     nvml: &Nvml,
     dev: &Device<'_>,
@@ -355,16 +375,11 @@ pub(super) fn read_fast(
     batch: fields::Batch,
     check: &mut Check<'_>,
 ) -> GpuReadout {
-    let util = check.call(F::UtilizationRates, "utilization", || {
-        dev.utilization_rates()
-    });
-    let mem = check.call(F::MemoryInfo, "memory_info", || dev.memory_info());
-    let bar1 = check.call(F::Bar1MemoryInfo, "bar1_memory_info", || {
-        dev.bar1_memory_info()
-    });
-    let reasons = check.call(F::ThrottleReasons, "throttle_reasons", || {
-        dev.current_throttle_reasons()
-    });
+    let mut out = GpuReadout {
+        up: true,
+        ..GpuReadout::default()
+    };
+    read_rows(dev, check, BEFORE_FIELDS, &mut out);
     let f = read_fields(nvml, dev, batch, check);
     // The counters come from this poll's batch when it holds them, else from the slow reading.
     let counters = if batch == fields::Batch::All {
@@ -372,61 +387,25 @@ pub(super) fn read_fast(
     } else {
         &slow.counters
     };
-    let mut clock = |c: Clock, what: &str| {
-        check
-            .call(F::ClockInfo, what, || dev.clock_info(c))
-            .map(mhz)
-    };
-    let clocks = ClockReadout {
-        graphics: clock(Clock::Graphics, "clock_graphics"),
-        sm: clock(Clock::SM, "clock_sm"),
-        memory: clock(Clock::Memory, "clock_memory"),
-        video: clock(Clock::Video, "clock_video"),
-    };
-    let fan_speed_ratios = (0..st.fans)
+    read_rows(dev, check, CLOCKS, &mut out);
+    out.fan_speed_ratios = (0..st.fans)
         .filter_map(|i| check.call(F::FanSpeed, "fan_speed", || dev.fan_speed(i)))
         .map(|p| f64::from(p) / 100.0)
         .collect();
-    let ecc = if slow.ecc_enabled == Some(true) {
-        match (
-            f.ecc_sbe_volatile,
-            f.ecc_dbe_volatile,
-            f.ecc_sbe_aggregate,
-            f.ecc_dbe_aggregate,
-        ) {
-            (Some(vc), Some(vu), Some(ac), Some(au)) => Some(EccTotals {
-                volatile_corrected: vc,
-                volatile_uncorrected: vu,
-                aggregate_corrected: ac,
-                aggregate_uncorrected: au,
-            }),
-            // The field API is missing on old drivers: fall back to the getter.
-            _ => {
-                let mut total = |e: MemoryError, c: EccCounter, what: &str| {
-                    check
-                        .call(F::TotalEccErrors, what, || dev.total_ecc_errors(e, c))
-                        .map(|v| v as f64)
-                };
-                match (
-                    total(MemoryError::Corrected, EccCounter::Volatile, "ecc_cv"),
-                    total(MemoryError::Uncorrected, EccCounter::Volatile, "ecc_uv"),
-                    total(MemoryError::Corrected, EccCounter::Aggregate, "ecc_ca"),
-                    total(MemoryError::Uncorrected, EccCounter::Aggregate, "ecc_ua"),
-                ) {
-                    (Some(vc), Some(vu), Some(ac), Some(au)) => Some(EccTotals {
-                        volatile_corrected: vc,
-                        volatile_uncorrected: vu,
-                        aggregate_corrected: ac,
-                        aggregate_uncorrected: au,
-                    }),
-                    _ => None,
-                }
-            }
-        }
-    } else {
-        None
-    };
-    let remapped_rows = match (
+    out.ecc = read_ecc(dev, &f, slow, check);
+    out.mig = mig_memory(dev, slow);
+    read_rows(dev, check, GETTERS, &mut out);
+    from_fields(&f, counters, &mut out);
+    from_static_and_slow(st, slow, &mut out);
+    out
+}
+
+/// What the field-values batch `f` (and `counters`, this poll's or the slow reading's) says.
+fn from_fields(f: &fields::Fields, counters: &fields::Fields, out: &mut GpuReadout) {
+    out.energy_joules = counters.energy_millijoules.map(|mj| mj / 1e3);
+    out.pcie_replays = counters.pcie_replays;
+    out.temperature_memory_celsius = f.memory_temperature_celsius;
+    out.remapped_rows = match (
         f.remapped_correctable,
         f.remapped_uncorrectable,
         f.remapped_pending,
@@ -440,8 +419,77 @@ pub(super) fn read_fast(
         }),
         _ => None,
     };
-    let mig = slow
-        .mig
+    // A value this build does not know is left out rather than guessed.
+    out.recovery_action = f
+        .recovery_action
+        .and_then(|v| u32::try_from(v as u64).ok())
+        .and_then(RecoveryAction::from_nvml);
+    // NVLink fields are in KiB.
+    out.nvlink_transmit_bytes = f.nvlink_tx_kib.map(|k| k * 1024.0);
+    out.nvlink_receive_bytes = f.nvlink_rx_kib.map(|k| k * 1024.0);
+}
+
+/// What was read once (the maxima) and on the slow cadence, as of this poll.
+fn from_static_and_slow(st: &Static, slow: &Slow, out: &mut GpuReadout) {
+    out.max_clocks = st.max_clocks;
+    out.pcie_link_max_generation = st.pcie_max_generation;
+    out.pcie_link_max_width = st.pcie_max_width;
+    out.ecc_enabled = slow.ecc_enabled;
+    out.retired_pages = slow.retired_pages;
+    out.throttle_violations = slow.violations.clone();
+    out.pcie_transmit_bytes_per_second = slow.pcie_tx;
+    out.pcie_receive_bytes_per_second = slow.pcie_rx;
+    out.nvlinks = slow.nvlinks.clone();
+    out.nvlink_errors = slow.nvlink_errors;
+    out.fabric = slow.fabric.clone();
+    out.platform = slow.platform.clone();
+    out.rail_ports = slow.rail.clone();
+}
+
+/// The ECC totals where ECC is on: from the field batch, else (old drivers, no field API)
+/// from the getter.
+fn read_ecc(
+    dev: &Device<'_>,
+    f: &fields::Fields,
+    slow: &Slow,
+    check: &mut Check<'_>,
+) -> Option<EccTotals> {
+    if slow.ecc_enabled != Some(true) {
+        return None;
+    }
+    let totals = |vc, vu, ac, au| EccTotals {
+        volatile_corrected: vc,
+        volatile_uncorrected: vu,
+        aggregate_corrected: ac,
+        aggregate_uncorrected: au,
+    };
+    if let (Some(vc), Some(vu), Some(ac), Some(au)) = (
+        f.ecc_sbe_volatile,
+        f.ecc_dbe_volatile,
+        f.ecc_sbe_aggregate,
+        f.ecc_dbe_aggregate,
+    ) {
+        return Some(totals(vc, vu, ac, au));
+    }
+    let mut total = |e: MemoryError, c: EccCounter, what: &str| {
+        check
+            .call(F::TotalEccErrors, what, || dev.total_ecc_errors(e, c))
+            .map(|v| v as f64)
+    };
+    match (
+        total(MemoryError::Corrected, EccCounter::Volatile, "ecc_cv"),
+        total(MemoryError::Uncorrected, EccCounter::Volatile, "ecc_uv"),
+        total(MemoryError::Corrected, EccCounter::Aggregate, "ecc_ca"),
+        total(MemoryError::Uncorrected, EccCounter::Aggregate, "ecc_ua"),
+    ) {
+        (Some(vc), Some(vu), Some(ac), Some(au)) => Some(totals(vc, vu, ac, au)),
+        _ => None,
+    }
+}
+
+/// The MIG instances of the slow reading's layout, with their memory as of this poll.
+fn mig_memory(dev: &Device<'_>, slow: &Slow) -> Vec<MigReadout> {
+    slow.mig
         .iter()
         .map(|(gi, ci, profile, uuid, slot)| {
             let memory = timed(F::MigDeviceHandleByIndex, || dev.mig_device_by_index(*slot))
@@ -458,101 +506,7 @@ pub(super) fn read_fast(
                 memory_total_bytes: memory.as_ref().map(|m| m.total as f64),
             }
         })
-        .collect();
-    GpuReadout {
-        up: true,
-        utilization_ratio: util.as_ref().map(|u| f64::from(u.gpu) / 100.0),
-        memory_utilization_ratio: util.as_ref().map(|u| f64::from(u.memory) / 100.0),
-        encoder_utilization_ratio: check
-            .call(F::EncoderUtilization, "encoder_utilization", || {
-                dev.encoder_utilization()
-            })
-            .map(|u| f64::from(u.utilization) / 100.0),
-        decoder_utilization_ratio: check
-            .call(F::DecoderUtilization, "decoder_utilization", || {
-                dev.decoder_utilization()
-            })
-            .map(|u| f64::from(u.utilization) / 100.0),
-        memory_used_bytes: mem.as_ref().map(|m| m.used as f64),
-        memory_free_bytes: mem.as_ref().map(|m| m.free as f64),
-        memory_reserved_bytes: mem.as_ref().map(|m| m.reserved as f64),
-        memory_total_bytes: mem.as_ref().map(|m| m.total as f64),
-        bar1_used_bytes: bar1.as_ref().map(|b| b.used as f64),
-        bar1_total_bytes: bar1.as_ref().map(|b| b.total as f64),
-        power_watts: check
-            .call(F::PowerUsage, "power_usage", || dev.power_usage())
-            .map(|mw| f64::from(mw) / 1e3),
-        power_limit_watts: check
-            .call(F::EnforcedPowerLimit, "enforced_power_limit", || {
-                dev.enforced_power_limit()
-            })
-            .map(|mw| f64::from(mw) / 1e3),
-        // Filled by the source from the power sampling threads.
-        power_samples: None,
-        energy_joules: counters.energy_millijoules.map(|mj| mj / 1e3),
-        temperature_gpu_celsius: check
-            .call(F::Temperature, "temperature", || {
-                dev.temperature(TemperatureSensor::Gpu)
-            })
-            .map(f64::from),
-        temperature_memory_celsius: f.memory_temperature_celsius,
-        clocks,
-        max_clocks: st.max_clocks,
-        performance_state: check
-            .call(F::PerformanceState, "performance_state", || {
-                dev.performance_state()
-            })
-            .map(|p| p.as_c())
-            .filter(|p| *p <= 15),
-        fan_speed_ratios,
-        throttle_reasons: reasons
-            .map(|t| {
-                THROTTLE_REASONS
-                    .iter()
-                    .map(|(bit, name)| (*name, t.contains(*bit)))
-                    .collect()
-            })
-            .unwrap_or_default(),
-        xid_counts: Default::default(),
-        xid_incidents: Default::default(),
-        ecc,
-        ecc_enabled: slow.ecc_enabled,
-        retired_pages: slow.retired_pages,
-        remapped_rows,
-        throttle_violations: slow.violations.clone(),
-        pcie_transmit_bytes_per_second: slow.pcie_tx,
-        pcie_receive_bytes_per_second: slow.pcie_rx,
-        pcie_replays: counters.pcie_replays,
-        pcie_link_generation: check
-            .call(F::CurrPcieLinkGeneration, "pcie_link_generation", || {
-                dev.current_pcie_link_gen()
-            })
-            .map(f64::from),
-        pcie_link_width: check
-            .call(F::CurrPcieLinkWidth, "pcie_link_width", || {
-                dev.current_pcie_link_width()
-            })
-            .map(f64::from),
-        pcie_link_max_generation: st.pcie_max_generation,
-        pcie_link_max_width: st.pcie_max_width,
-        // A value this build does not know is left out rather than guessed.
-        recovery_action: f
-            .recovery_action
-            .and_then(|v| u32::try_from(v as u64).ok())
-            .and_then(RecoveryAction::from_nvml),
-        // NVLink fields are in KiB.
-        nvlink_transmit_bytes: f.nvlink_tx_kib.map(|k| k * 1024.0),
-        nvlink_receive_bytes: f.nvlink_rx_kib.map(|k| k * 1024.0),
-        nvlinks: slow.nvlinks.clone(),
-        nvlink_errors: slow.nvlink_errors,
-        fabric: slow.fabric.clone(),
-        platform: slow.platform.clone(),
-        rail_ports: slow.rail.clone(),
-        process_count: None,
-        processes: Vec::new(),
-        process_activity: Vec::new(),
-        mig,
-    }
+        .collect()
 }
 
 #[cfg(test)]

@@ -33,6 +33,16 @@ struct MemoryErrors {
 }
 
 impl MemoryErrors {
+    /// The ECC counters: volatile since the last reset, aggregate in all.
+    fn totals(&self) -> EccTotals {
+        EccTotals {
+            volatile_corrected: self.corrected_since_reset as f64,
+            volatile_uncorrected: self.uncorrected_since_reset as f64,
+            aggregate_corrected: self.corrected as f64,
+            aggregate_uncorrected: self.uncorrected as f64,
+        }
+    }
+
     /// What the errors did to the memory. Ampere and later remap a row per uncorrectable error
     /// (and per row retired after corrected errors) from the 512 spare rows of a bank; one more
     /// fails. Older parts retire a page instead, at most 64. Either is pending until the GPU is
@@ -62,6 +72,22 @@ impl MemoryErrors {
     }
 }
 
+/// What the groups of one reading share: the time, its step's values and the memory in use.
+struct At<'a> {
+    t: Duration,
+    k: u64,
+    e: StepEval,
+    /// Seconds into the step, for the counters integrated up to `t`.
+    partial: f64,
+    temperature: f64,
+    /// `(instance, activity, memory used)` per MIG instance.
+    mig: Vec<(&'a MigParams, f64, u64)>,
+    /// Memory used, free and reserved; `None` on a unified-memory GPU.
+    used: Option<u64>,
+    free: Option<u64>,
+    reserved: Option<u64>,
+}
+
 impl GpuSim {
     /// The state at `t` of this GPU, whose static facts are `g`.
     pub(super) fn reading(&mut self, g: &GpuStatic, t: Duration) -> GpuState {
@@ -70,14 +96,116 @@ impl GpuSim {
         if let Some((since, xid)) = self.lost_at(t) {
             return GpuState::Lost { since, xid };
         }
-        let m = &self.model;
         let temperature = self.state.temperature;
         let e = self.eval(k, temperature);
-        let partial = t.saturating_sub(time_of(k)).as_secs_f64().min(STEP_S);
+        let mig = self.mig_at(k, &e);
+        let (used, free, reserved) = self.memory_in_use(&mig, &e);
+        let at = At {
+            t,
+            k,
+            e,
+            partial: t.saturating_sub(time_of(k)).as_secs_f64().min(STEP_S),
+            temperature,
+            mig,
+            used,
+            free,
+            reserved,
+        };
+        GpuState::Ok(GpuReading {
+            readout: self.readout(g, &at),
+            nvlink_tx_bytes_per_second: e.nvlink_tx,
+            nvlink_rx_bytes_per_second: e.nvlink_rx,
+            full_load_sm_clock_hz: self.full_load_sm_clock(temperature, e.power_brake),
+            power_instant_watts: e.power,
+        })
+    }
 
-        // `(instance, memory used)` per MIG instance.
-        let mig: Vec<(&MigParams, f64, u64)> = self
-            .mig
+    /// The readout NVML would give: one field a line, each group's work in its helper.
+    fn readout(&self, g: &GpuStatic, at: &At<'_>) -> GpuReadout {
+        let (t, e, partial) = (at.t, &at.e, at.partial);
+        let memory = self.memory_errors(t);
+        let (remapped_rows, retired_pages) = memory.retirement(g.remaps_rows());
+        let pcie = self.pcie_link_at(g, t);
+        let idle = e.utilization < IDLE_UTILIZATION;
+        let processes = self.processes(g, at, idle);
+        let bar1_used_bytes = self
+            .bar1_total
+            .map(|_| 4 * MIB + at.used.map_or(0, |u| floor_mib(u as f64 / 4096.0)));
+        let nvlink = |total: u64, rate: f64| {
+            (g.nvlink_count > 0).then_some(total.saturating_add((rate * partial) as u64) as f64)
+        };
+        let bytes = |b: Option<u64>| b.map(|b| b as f64);
+        GpuReadout {
+            recovery_action: Some(self.recovery_action_at(t)),
+            fabric: g.fabric.as_ref().map(|f| self.fabric_at(f, t)),
+            platform: g.platform.clone(),
+            // On hardware from sysfs (the NIC nearest the GPU); here the scenario's.
+            rail_ports: g.rail.iter().map(|r| self.rail_port_at(r, t)).collect(),
+            up: true,
+            utilization_ratio: Some(e.utilization),
+            memory_utilization_ratio: Some(e.memory_utilization),
+            // The modelled workloads do no video.
+            encoder_utilization_ratio: Some(0.0),
+            decoder_utilization_ratio: Some(0.0),
+            bar1_used_bytes: bytes(bar1_used_bytes),
+            bar1_total_bytes: bytes(g.bar1_total_bytes),
+            memory_used_bytes: bytes(at.used),
+            memory_free_bytes: bytes(at.free),
+            memory_reserved_bytes: bytes(at.reserved),
+            memory_total_bytes: bytes(g.memory_total_bytes),
+            // The driver's reading is a 1 s average (Ampere and newer); the instantaneous value
+            // is `GpuReading::power_instant_watts` (NVML_FI_DEV_POWER_INSTANT).
+            power_watts: Some(self.power_average(at.k, e.power)),
+            power_limit_watts: Some(g.power_limit_watts),
+            // Samples between readings are the sampler's (`Node::power_instant`), not a reading's.
+            power_samples: None,
+            energy_joules: Some(self.state.energy + e.power * partial),
+            temperature_gpu_celsius: Some(at.temperature),
+            temperature_memory_celsius: self
+                .model
+                .memory_temperature_offset
+                .map(|o| at.temperature + o),
+            clocks: e.clocks.readout(),
+            max_clocks: g.max_clocks.readout(),
+            performance_state: Some(if e.utilization >= P0_UTILIZATION {
+                0
+            } else {
+                8
+            }),
+            fan_speed_ratios: self.fan_speed_ratio(at.temperature).into_iter().collect(),
+            throttle_reasons: throttle_reasons(e, idle),
+            xid_counts: self.xid_counts_at(t),
+            xid_incidents: BTreeMap::new(),
+            ecc: Some(memory.totals()),
+            ecc_enabled: Some(true),
+            retired_pages,
+            remapped_rows,
+            throttle_violations: self.violations(e, partial),
+            // The simulated PCIe links never replay.
+            pcie_replays: g.pcie_link.map(|_| 0.0),
+            pcie_link_generation: pcie.map(|l| f64::from(l.generation)),
+            pcie_link_width: pcie.map(|l| f64::from(l.width)),
+            pcie_link_max_generation: g.pcie_link.map(|l| f64::from(l.generation)),
+            pcie_link_max_width: g.pcie_link.map(|l| f64::from(l.width)),
+            nvlinks: self.nvlinks_at(g, t),
+            // The links' counters are the model's; their sum is the GPU's.
+            nvlink_errors: Default::default(),
+            process_count: Some(processes.len()),
+            processes,
+            // The source picks which processes get activity series (each one's is in
+            // `processes`).
+            process_activity: Vec::new(),
+            pcie_transmit_bytes_per_second: Some(e.pcie_tx),
+            pcie_receive_bytes_per_second: Some(e.pcie_rx),
+            nvlink_transmit_bytes: nvlink(self.state.nvlink_tx, e.nvlink_tx),
+            nvlink_receive_bytes: nvlink(self.state.nvlink_rx, e.nvlink_rx),
+            mig: at.mig.iter().map(mig_readout).collect(),
+        }
+    }
+
+    /// Each MIG instance at step `k`: its share of the GPU's activity and memory.
+    fn mig_at(&self, k: u64, e: &StepEval) -> Vec<(&MigParams, f64, u64)> {
+        self.mig
             .iter()
             .enumerate()
             .map(|(i, p)| {
@@ -90,49 +218,42 @@ impl GpuSim {
                 let used = floor_mib(p.memory_total as f64 * e.memory_fraction * p.memory_weight);
                 (p, activity, used)
             })
-            .collect();
+            .collect()
+    }
 
-        let (used, free, reserved) = match m.memory_total {
-            Some(total) => {
-                let reserved = m.memory_reserved.unwrap_or(0).min(total);
-                let usable = total - reserved;
-                let used = if mig.is_empty() {
-                    floor_mib(usable as f64 * e.memory_fraction)
-                } else {
-                    mig.iter().map(|(_, _, used)| used).sum()
-                }
-                .min(usable);
-                (Some(used), Some(usable - used), Some(reserved))
-            }
-            None => (None, None, None),
+    /// Memory used, free and reserved: the instances' sum under MIG.
+    fn memory_in_use(
+        &self,
+        mig: &[(&MigParams, f64, u64)],
+        e: &StepEval,
+    ) -> (Option<u64>, Option<u64>, Option<u64>) {
+        let Some(total) = self.model.memory_total else {
+            return (None, None, None);
         };
-
-        let mut xid_counts = BTreeMap::new();
-        for (xid, when) in &self.xids {
-            let n = when.occurrences(t);
-            if n > 0 {
-                let c = xid_counts.entry(*xid).or_insert(0u64);
-                *c = c.saturating_add(n);
-            }
+        let reserved = self.model.memory_reserved.unwrap_or(0).min(total);
+        let usable = total - reserved;
+        let used = if mig.is_empty() {
+            floor_mib(usable as f64 * e.memory_fraction)
+        } else {
+            mig.iter().map(|(_, _, used)| used).sum()
         }
-        let memory = self.memory_errors(t);
+        .min(usable);
+        (Some(used), Some(usable - used), Some(reserved))
+    }
 
-        let fan_speed_ratio = m.fan.then(|| {
-            let span = (m.slowdown_temperature - self.ambient).max(1.0);
-            (0.3 + 0.7 * (temperature - self.ambient - 10.0) / span).clamp(0.3, 1.0)
-        });
-        let idle = e.utilization < IDLE_UTILIZATION;
-        // One process per busy GPU or busy MIG instance, holding the memory in use.
+    /// One process per busy GPU or busy MIG instance, holding the memory in use.
+    fn processes(&self, g: &GpuStatic, at: &At<'_>, idle: bool) -> Vec<ProcessReadout> {
         let base_pid = crate::process_id(self.index);
-        let processes: Vec<ProcessReadout> = if idle {
+        if idle {
             Vec::new()
-        } else if mig.is_empty() && !g.process_weights.is_empty() {
+        } else if at.mig.is_empty() && !g.process_weights.is_empty() {
             // Time-sliced: each process gets its weight's part of the work and the memory.
-            used.map_or_else(Vec::new, |u| {
-                shared_processes(base_pid, u, &g.process_weights, &e)
+            at.used.map_or_else(Vec::new, |u| {
+                shared_processes(base_pid, u, &g.process_weights, &at.e)
             })
-        } else if mig.is_empty() {
-            used.filter(|u| *u > 0)
+        } else if at.mig.is_empty() {
+            at.used
+                .filter(|u| *u > 0)
                 .map(|u| ProcessReadout {
                     pid: base_pid,
                     used_memory_bytes: u as f64,
@@ -141,7 +262,8 @@ impl GpuSim {
                 .into_iter()
                 .collect()
         } else {
-            mig.iter()
+            at.mig
+                .iter()
                 .enumerate()
                 .filter(|(_, (_, _, used))| *used > 0)
                 .map(|(i, (p, _, used))| ProcessReadout {
@@ -152,150 +274,93 @@ impl GpuSim {
                     ..Default::default()
                 })
                 .collect()
-        };
-        let (remapped_rows, retired_pages) = memory.retirement(g.remaps_rows());
-        let pcie = self.pcie_link_at(g, t);
-        let capped = e.sw_power_cap;
-        let hot = e.sw_thermal || e.hw_thermal;
-        let bar1_used_bytes = self
-            .bar1_total
-            .map(|_| 4 * MIB + used.map_or(0, |u| floor_mib(u as f64 / 4096.0)));
-        let nvlink = g.nvlink_count > 0;
-        let nvlink_tx = self
-            .state
-            .nvlink_tx
-            .saturating_add((e.nvlink_tx * partial) as u64);
-        let nvlink_rx = self
-            .state
-            .nvlink_rx
-            .saturating_add((e.nvlink_rx * partial) as u64);
-        let bytes = |b: Option<u64>| b.map(|b| b as f64);
-        // A driver with the field reports "none" unless a fault says otherwise.
-        let recovery_action = Some(
-            self.recovery
-                .iter()
-                .find(|(_, w)| w.holds(t))
-                .map_or(RecoveryAction::None, |(a, _)| *a),
-        );
-        let fabric = g.fabric.as_ref().map(|f| self.fabric_at(f, t));
-        let readout = GpuReadout {
-            recovery_action,
-            fabric,
-            platform: g.platform.clone(),
-            // On hardware from sysfs (the NIC nearest the GPU); here the scenario's.
-            rail_ports: g
-                .rail
-                .as_ref()
-                .map(|r| self.rail_port_at(r, t))
-                .into_iter()
-                .collect(),
-            up: true,
-            utilization_ratio: Some(e.utilization),
-            memory_utilization_ratio: Some(e.memory_utilization),
-            // The modelled workloads do no video.
-            encoder_utilization_ratio: Some(0.0),
-            decoder_utilization_ratio: Some(0.0),
-            bar1_used_bytes: bytes(bar1_used_bytes),
-            bar1_total_bytes: bytes(g.bar1_total_bytes),
-            memory_used_bytes: bytes(used),
-            memory_free_bytes: bytes(free),
-            memory_reserved_bytes: bytes(reserved),
-            memory_total_bytes: bytes(g.memory_total_bytes),
-            // The driver's reading is a 1 s average (Ampere and newer); the instantaneous value
-            // is `GpuReading::power_instant_watts` (NVML_FI_DEV_POWER_INSTANT).
-            power_watts: Some(self.power_average(k, e.power)),
-            power_limit_watts: Some(g.power_limit_watts),
-            // Samples between readings are the sampler's (`Node::power_instant`), not a reading's.
-            power_samples: None,
-            energy_joules: Some(self.state.energy + e.power * partial),
-            temperature_gpu_celsius: Some(temperature),
-            temperature_memory_celsius: m.memory_temperature_offset.map(|o| temperature + o),
-            clocks: e.clocks.readout(),
-            max_clocks: g.max_clocks.readout(),
-            performance_state: Some(if e.utilization >= P0_UTILIZATION {
-                0
-            } else {
-                8
-            }),
-            fan_speed_ratios: fan_speed_ratio.into_iter().collect(),
-            throttle_reasons: vec![
-                (ThrottleReason::GpuIdle, idle),
-                (ThrottleReason::SwPowerCap, e.sw_power_cap),
-                // Set with either hardware slowdown: thermal, or the power brake.
-                (ThrottleReason::HwSlowdown, e.hw_thermal || e.power_brake),
-                (ThrottleReason::SwThermalSlowdown, e.sw_thermal),
-                (ThrottleReason::HwThermalSlowdown, e.hw_thermal),
-                (ThrottleReason::HwPowerBrakeSlowdown, e.power_brake),
-            ],
-            xid_counts,
-            xid_incidents: BTreeMap::new(),
-            ecc: Some(EccTotals {
-                volatile_corrected: memory.corrected_since_reset as f64,
-                volatile_uncorrected: memory.uncorrected_since_reset as f64,
-                aggregate_corrected: memory.corrected as f64,
-                aggregate_uncorrected: memory.uncorrected as f64,
-            }),
-            ecc_enabled: Some(true),
-            retired_pages,
-            remapped_rows,
-            throttle_violations: vec![
-                (
-                    ViolationPolicy::Power,
-                    self.state.violation_power + if capped { partial } else { 0.0 },
-                ),
-                (
-                    ViolationPolicy::Thermal,
-                    self.state.violation_thermal + if hot { partial } else { 0.0 },
-                ),
-            ],
-            // The simulated PCIe links never replay.
-            pcie_replays: g.pcie_link.map(|_| 0.0),
-            pcie_link_generation: pcie.map(|l| f64::from(l.generation)),
-            pcie_link_width: pcie.map(|l| f64::from(l.width)),
-            pcie_link_max_generation: g.pcie_link.map(|l| f64::from(l.generation)),
-            pcie_link_max_width: g.pcie_link.map(|l| f64::from(l.width)),
-            nvlinks: (0..g.nvlink_count)
-                .map(|link| NvlinkReadout {
-                    link,
-                    up: self.nvlink_up(link, t),
-                    errors: g
-                        .nvlink_error_types()
-                        .iter()
-                        .map(|&e| (e, self.nvlink_error_count(link, e, t)))
-                        .collect(),
-                })
-                .collect(),
-            // The links' counters are the model's; their sum is the GPU's.
-            nvlink_errors: Default::default(),
-            process_count: Some(processes.len()),
-            processes,
-            // The source picks which processes get activity series (each one's is in
-            // `processes`).
-            process_activity: Vec::new(),
-            pcie_transmit_bytes_per_second: Some(e.pcie_tx),
-            pcie_receive_bytes_per_second: Some(e.pcie_rx),
-            nvlink_transmit_bytes: nvlink.then_some(nvlink_tx as f64),
-            nvlink_receive_bytes: nvlink.then_some(nvlink_rx as f64),
-            mig: mig
-                .iter()
-                .map(|(p, activity, used)| MigReadout {
-                    gpu_instance: p.gpu_instance,
-                    compute_instance: p.compute_instance,
-                    profile: p.profile.clone(),
-                    mig_uuid: p.uuid.clone(),
-                    graphics_engine_active_ratio: Some(*activity),
-                    memory_used_bytes: Some(*used as f64),
-                    memory_total_bytes: Some(p.memory_total as f64),
-                })
-                .collect(),
-        };
-        GpuState::Ok(GpuReading {
-            readout,
-            nvlink_tx_bytes_per_second: e.nvlink_tx,
-            nvlink_rx_bytes_per_second: e.nvlink_rx,
-            full_load_sm_clock_hz: self.full_load_sm_clock(temperature, e.power_brake),
-            power_instant_watts: e.power,
+        }
+    }
+
+    /// XID events by code, counted up to `t`.
+    fn xid_counts_at(&self, t: Duration) -> BTreeMap<u32, u64> {
+        let mut xid_counts = BTreeMap::new();
+        for (xid, when) in &self.xids {
+            let n = when.occurrences(t);
+            if n > 0 {
+                let c = xid_counts.entry(*xid).or_insert(0u64);
+                *c = c.saturating_add(n);
+            }
+        }
+        xid_counts
+    }
+
+    /// The fan's speed on a GPU with one: 30% up to 10 C above ambient, then rising with the
+    /// temperature.
+    fn fan_speed_ratio(&self, temperature: f64) -> Option<f64> {
+        let m = &self.model;
+        m.fan.then(|| {
+            let span = (m.slowdown_temperature - self.ambient).max(1.0);
+            (0.3 + 0.7 * (temperature - self.ambient - 10.0) / span).clamp(0.3, 1.0)
         })
+    }
+
+    /// A driver with the field reports "none" unless a fault says otherwise.
+    fn recovery_action_at(&self, t: Duration) -> RecoveryAction {
+        self.recovery
+            .iter()
+            .find(|(_, w)| w.holds(t))
+            .map_or(RecoveryAction::None, |(a, _)| *a)
+    }
+
+    /// Time spent capped by power and by temperature, up to `partial` seconds into the step.
+    fn violations(&self, e: &StepEval, partial: f64) -> Vec<(ViolationPolicy, f64)> {
+        let during = |held: bool| if held { partial } else { 0.0 };
+        vec![
+            (
+                ViolationPolicy::Power,
+                self.state.violation_power + during(e.sw_power_cap),
+            ),
+            (
+                ViolationPolicy::Thermal,
+                self.state.violation_thermal + during(e.sw_thermal || e.hw_thermal),
+            ),
+        ]
+    }
+
+    /// Each NVLink's state and error counts at `t`.
+    fn nvlinks_at(&self, g: &GpuStatic, t: Duration) -> Vec<NvlinkReadout> {
+        (0..g.nvlink_count)
+            .map(|link| NvlinkReadout {
+                link,
+                up: self.nvlink_up(link, t),
+                errors: g
+                    .nvlink_error_types()
+                    .iter()
+                    .map(|&e| (e, self.nvlink_error_count(link, e, t)))
+                    .collect(),
+            })
+            .collect()
+    }
+}
+
+/// The throttle reasons the step's values set.
+fn throttle_reasons(e: &StepEval, idle: bool) -> Vec<(ThrottleReason, bool)> {
+    vec![
+        (ThrottleReason::GpuIdle, idle),
+        (ThrottleReason::SwPowerCap, e.sw_power_cap),
+        // Set with either hardware slowdown: thermal, or the power brake.
+        (ThrottleReason::HwSlowdown, e.hw_thermal || e.power_brake),
+        (ThrottleReason::SwThermalSlowdown, e.sw_thermal),
+        (ThrottleReason::HwThermalSlowdown, e.hw_thermal),
+        (ThrottleReason::HwPowerBrakeSlowdown, e.power_brake),
+    ]
+}
+
+fn mig_readout((p, activity, used): &(&MigParams, f64, u64)) -> MigReadout {
+    MigReadout {
+        gpu_instance: p.gpu_instance,
+        compute_instance: p.compute_instance,
+        profile: p.profile.clone(),
+        mig_uuid: p.uuid.clone(),
+        graphics_engine_active_ratio: Some(*activity),
+        memory_used_bytes: Some(*used as f64),
+        memory_total_bytes: Some(p.memory_total as f64),
     }
 }
 

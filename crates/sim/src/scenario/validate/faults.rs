@@ -50,311 +50,337 @@ impl Fields<'_> {
         self.ctx.err(self.t, Some(key), message)
     }
 
+    /// The fault of this table's kind: one builder per kind, each with the same arguments.
     fn build(&self, gpu: usize, g: &GpuStatic) -> Result<Fault, ScenarioError> {
-        let (f, at) = (self.f, self.at);
-        Ok(match f.kind {
-            RawFaultKind::Xid => {
-                let Some(xid) = f.xid else {
-                    return Err(self.err("xid", "faults of kind \"xid\" need an xid code"));
-                };
-                if xid == XID_GPU_LOST {
-                    for (key, set) in [
-                        ("repeat_every_s", f.repeat_every_s.is_some()),
-                        ("count", f.count.is_some()),
-                    ] {
-                        if set {
-                            return Err(self.err(key, "not used by faults of kind \"xid\""));
-                        }
-                    }
-                    Fault::Lost {
-                        gpu,
-                        xid,
-                        at,
-                        recover: self.recover()?,
-                    }
-                } else {
-                    if f.recover_at_s.is_some() {
-                        return Err(self.err(
-                            "recover_at_s",
-                            format!("only used with xid {XID_GPU_LOST} (GPU lost)"),
-                        ));
-                    }
-                    Fault::Xid {
-                        gpu,
-                        xid,
-                        when: self.repeat()?,
-                    }
-                }
+        match self.f.kind {
+            RawFaultKind::Xid => self.xid(gpu, g),
+            RawFaultKind::Lost => self.lost(gpu, g),
+            RawFaultKind::Ecc => self.ecc(gpu, g),
+            RawFaultKind::Thermal => self.thermal(gpu, g),
+            RawFaultKind::NvlinkDown => self.nvlink_down(gpu, g),
+            RawFaultKind::NvlinkErrors => self.nvlink_errors(gpu, g),
+            RawFaultKind::PcieDegraded => self.pcie_degraded(gpu, g),
+            RawFaultKind::PowerBrake => self.power_brake(gpu, g),
+            RawFaultKind::Reset => Ok(Fault::Reset { gpu, at: self.at }),
+            RawFaultKind::RecoveryAction => self.recovery_action(gpu, g),
+            RawFaultKind::Fabric => self.fabric(gpu, g),
+            RawFaultKind::RailDown => self.rail_down(gpu, g),
+            RawFaultKind::RailRate => self.rail_rate(gpu, g),
+        }
+    }
+
+    fn xid(&self, gpu: usize, _: &GpuStatic) -> Result<Fault, ScenarioError> {
+        let f = self.f;
+        let Some(xid) = f.xid else {
+            return Err(self.err("xid", "faults of kind \"xid\" need an xid code"));
+        };
+        if xid != XID_GPU_LOST {
+            if f.recover_at_s.is_some() {
+                return Err(self.err(
+                    "recover_at_s",
+                    format!("only used with xid {XID_GPU_LOST} (GPU lost)"),
+                ));
             }
-            RawFaultKind::Lost => Fault::Lost {
-                gpu,
-                xid: f.xid.unwrap_or(XID_GPU_LOST),
-                at,
-                recover: self.recover()?,
-            },
-            RawFaultKind::Ecc => {
-                let corrected = f.corrected.unwrap_or(0);
-                let uncorrected = f.uncorrected.unwrap_or(0);
-                if corrected == 0 && uncorrected == 0 {
-                    return Err(self.err(
-                        "corrected",
-                        "an ecc fault needs corrected or uncorrected > 0",
-                    ));
-                }
-                let rows_retired = f.rows_retired.unwrap_or(0);
-                if rows_retired > corrected {
-                    return Err(self.err(
-                        "rows_retired",
-                        "expected at most `corrected` rows (each is retired after corrected errors)",
-                    ));
-                }
-                Fault::Ecc {
-                    gpu,
-                    corrected,
-                    uncorrected,
-                    rows_retired,
-                    when: self.repeat()?,
-                }
+            let when = self.repeat()?;
+            return Ok(Fault::Xid { gpu, xid, when });
+        }
+        for (key, set) in [
+            ("repeat_every_s", f.repeat_every_s.is_some()),
+            ("count", f.count.is_some()),
+        ] {
+            if set {
+                return Err(self.err(key, "not used by faults of kind \"xid\""));
             }
-            RawFaultKind::Thermal => {
-                let until = self.until()?.ok_or_else(|| {
-                    self.err("until_s", "faults of kind \"thermal\" need until_s")
-                })?;
-                let ambient_rise = match f.ambient_rise_celsius {
-                    Some(v) => self
-                        .ctx
-                        .non_negative(self.t, "ambient_rise_celsius", v, 100.0)?,
-                    None => 15.0,
-                };
-                let resistance_factor = match f.thermal_resistance_factor {
-                    Some(v) if v.is_finite() && (0.1..=20.0).contains(&v) => v,
-                    Some(_) => {
-                        return Err(self.err(
-                            "thermal_resistance_factor",
-                            "expected a number between 0.1 and 20",
-                        ))
-                    }
-                    None => 2.0,
-                };
-                Fault::Thermal {
-                    gpu,
-                    at,
-                    until,
-                    ambient_rise,
-                    resistance_factor,
-                }
-            }
-            RawFaultKind::NvlinkDown => Fault::NvlinkDown {
-                gpu,
-                link: match f.link {
-                    Some(l) => Some(self.link(g, l)?),
-                    None => {
-                        self.has_nvlink(g)?;
-                        None
-                    }
-                },
-                at,
-                until: self.until()?,
-            },
-            RawFaultKind::NvlinkErrors => {
-                let Some(link) = f.link else {
-                    return Err(self.err("link", "faults of kind \"nvlink_errors\" need a link"));
-                };
-                let link = self.link(g, link)?;
-                let Some(name) = f.error_type.as_deref() else {
-                    return Err(self.err(
-                        "error_type",
-                        "faults of kind \"nvlink_errors\" need an error_type",
-                    ));
-                };
-                // Only the types the part counts: a Blackwell GPU has no replay counter to
-                // raise, a Hopper one no symbol errors.
-                let types = g.nvlink_error_types();
-                let Some(&error_type) = types.iter().find(|e| e.as_str() == name) else {
-                    let names: Vec<&str> = types.iter().map(|e| e.as_str()).collect();
-                    return Err(self.err(
-                        "error_type",
-                        format!("expected one of {}", names.join(", ")),
-                    ));
-                };
-                let errors = f.errors.unwrap_or(1);
-                if errors == 0 {
-                    return Err(self.err("errors", "expected a count >= 1"));
-                }
-                Fault::NvlinkErrors {
-                    gpu,
-                    link,
-                    error_type,
-                    errors,
-                    when: self.repeat()?,
-                }
-            }
-            RawFaultKind::PcieDegraded => {
-                let Some(max) = g.pcie_link else {
-                    return Err(self.err(
-                        "gpu",
-                        format!("GPU {gpu} has no PCIe link (unified memory)"),
-                    ));
-                };
-                let width = match f.width {
-                    Some(w) if (1..max.width).contains(&w) => Some(w),
-                    Some(_) => {
-                        return Err(self.err(
-                            "width",
-                            format!(
-                                "expected a width of 1 to {} lanes, below the GPU's maximum of {}",
-                                max.width - 1,
-                                max.width
-                            ),
-                        ))
-                    }
-                    None => None,
-                };
-                let generation = match f.generation {
-                    Some(n) if (1..max.generation).contains(&n) => Some(n),
-                    Some(_) => {
-                        return Err(self.err(
-                            "generation",
-                            format!(
-                                "expected a generation of 1 to {}, below the GPU's maximum of {}",
-                                max.generation - 1,
-                                max.generation
-                            ),
-                        ))
-                    }
-                    None => None,
-                };
-                if width.is_none() && generation.is_none() {
-                    return Err(self.err(
-                        "width",
-                        "faults of kind \"pcie_degraded\" need a width or a generation",
-                    ));
-                }
-                Fault::PcieDegraded {
-                    gpu,
-                    width,
-                    generation,
-                    at,
-                    until: self.until()?,
-                }
-            }
-            RawFaultKind::PowerBrake => Fault::PowerBrake {
-                gpu,
-                at,
-                until: self.until()?.ok_or_else(|| {
-                    self.err("until_s", "faults of kind \"power_brake\" need until_s")
-                })?,
-            },
-            RawFaultKind::Reset => Fault::Reset { gpu, at },
-            RawFaultKind::RecoveryAction => {
-                use dgx_pixels_readout::labels::RecoveryAction;
-                let names = || -> Vec<&str> {
-                    RecoveryAction::ALL[1..]
-                        .iter()
-                        .map(|a| a.as_str())
-                        .collect()
-                };
-                let Some(name) = f.action.as_deref() else {
-                    return Err(self.err(
-                        "action",
-                        format!(
-                            "faults of kind \"recovery_action\" need an action: one of {}",
-                            names().join(", ")
-                        ),
-                    ));
-                };
-                let Some(action) = RecoveryAction::ALL[1..]
-                    .iter()
-                    .copied()
-                    .find(|a| a.as_str() == name)
-                else {
-                    return Err(
-                        self.err("action", format!("expected one of {}", names().join(", ")))
-                    );
-                };
-                Fault::RecoveryAction {
-                    gpu,
-                    action,
-                    at,
-                    until: self.until()?,
-                }
-            }
-            RawFaultKind::Fabric => {
-                use dgx_pixels_readout::labels::{FabricHealthFlag, FabricState};
-                if g.fabric.is_none() {
-                    return Err(self.err(
-                        "gpu",
-                        format!("GPU {gpu} is in no NVLink fabric (its [[gpus]] table has no fabric_clique_id)"),
-                    ));
-                }
-                let state = match f.state.as_deref() {
-                    None => None,
-                    Some(name) => Some(
-                        FabricState::ALL
-                            .into_iter()
-                            .find(|s| s.as_str() == name)
-                            .ok_or_else(|| {
-                                let names: Vec<&str> =
-                                    FabricState::ALL.iter().map(|s| s.as_str()).collect();
-                                self.err("state", format!("expected one of {}", names.join(", ")))
-                            })?,
-                    ),
-                };
-                let flag = match f.flag.as_deref() {
-                    None => None,
-                    Some(name) => Some(
-                        FabricHealthFlag::ALL
-                            .into_iter()
-                            .find(|s| s.as_str() == name)
-                            .ok_or_else(|| {
-                                let names: Vec<&str> =
-                                    FabricHealthFlag::ALL.iter().map(|s| s.as_str()).collect();
-                                self.err("flag", format!("expected one of {}", names.join(", ")))
-                            })?,
-                    ),
-                };
-                if state.is_none() && flag.is_none() && f.clique_id.is_none() {
-                    return Err(self.err(
-                        "state",
-                        "faults of kind \"fabric\" need a state, a flag, a clique_id or more",
-                    ));
-                }
-                Fault::Fabric {
-                    gpu,
-                    state,
-                    flag,
-                    clique_id: f.clique_id,
-                    at,
-                    until: self.until()?,
-                }
-            }
-            RawFaultKind::RailDown | RawFaultKind::RailRate => {
-                if g.rail.is_none() {
-                    return Err(self.err(
-                        "gpu",
-                        format!("GPU {gpu} has no rail NIC (its [[gpus]] table has no rail_rate_bytes_per_second)"),
-                    ));
-                }
-                let until = self.until()?;
-                if f.kind == RawFaultKind::RailDown {
-                    Fault::RailDown { gpu, at, until }
-                } else {
-                    let Some(rate) = f.rate_bytes_per_second else {
-                        return Err(self.err(
-                            "rate_bytes_per_second",
-                            "faults of kind \"rail_rate\" need a rate_bytes_per_second",
-                        ));
-                    };
-                    let rate = self.ctx.positive(self.t, "rate_bytes_per_second", rate)?;
-                    Fault::RailRate {
-                        gpu,
-                        rate,
-                        at,
-                        until,
-                    }
-                }
-            }
+        }
+        Ok(Fault::Lost {
+            gpu,
+            xid,
+            at: self.at,
+            recover: self.recover()?,
         })
+    }
+
+    fn lost(&self, gpu: usize, _: &GpuStatic) -> Result<Fault, ScenarioError> {
+        Ok(Fault::Lost {
+            gpu,
+            xid: self.f.xid.unwrap_or(XID_GPU_LOST),
+            at: self.at,
+            recover: self.recover()?,
+        })
+    }
+
+    fn ecc(&self, gpu: usize, _: &GpuStatic) -> Result<Fault, ScenarioError> {
+        let f = self.f;
+        let corrected = f.corrected.unwrap_or(0);
+        let uncorrected = f.uncorrected.unwrap_or(0);
+        if corrected == 0 && uncorrected == 0 {
+            return Err(self.err(
+                "corrected",
+                "an ecc fault needs corrected or uncorrected > 0",
+            ));
+        }
+        let rows_retired = f.rows_retired.unwrap_or(0);
+        if rows_retired > corrected {
+            return Err(self.err(
+                "rows_retired",
+                "expected at most `corrected` rows (each is retired after corrected errors)",
+            ));
+        }
+        Ok(Fault::Ecc {
+            gpu,
+            corrected,
+            uncorrected,
+            rows_retired,
+            when: self.repeat()?,
+        })
+    }
+
+    fn thermal(&self, gpu: usize, _: &GpuStatic) -> Result<Fault, ScenarioError> {
+        let f = self.f;
+        let until = self
+            .until()?
+            .ok_or_else(|| self.err("until_s", "faults of kind \"thermal\" need until_s"))?;
+        let ambient_rise = match f.ambient_rise_celsius {
+            Some(v) => self
+                .ctx
+                .non_negative(self.t, "ambient_rise_celsius", v, 100.0)?,
+            None => 15.0,
+        };
+        let resistance_factor = match f.thermal_resistance_factor {
+            Some(v) if v.is_finite() && (0.1..=20.0).contains(&v) => v,
+            Some(_) => {
+                return Err(self.err(
+                    "thermal_resistance_factor",
+                    "expected a number between 0.1 and 20",
+                ))
+            }
+            None => 2.0,
+        };
+        Ok(Fault::Thermal {
+            gpu,
+            at: self.at,
+            until,
+            ambient_rise,
+            resistance_factor,
+        })
+    }
+
+    fn nvlink_down(&self, gpu: usize, g: &GpuStatic) -> Result<Fault, ScenarioError> {
+        let link = match self.f.link {
+            Some(l) => Some(self.link(g, l)?),
+            None => {
+                self.has_nvlink(g)?;
+                None
+            }
+        };
+        Ok(Fault::NvlinkDown {
+            gpu,
+            link,
+            at: self.at,
+            until: self.until()?,
+        })
+    }
+
+    fn nvlink_errors(&self, gpu: usize, g: &GpuStatic) -> Result<Fault, ScenarioError> {
+        let f = self.f;
+        let Some(link) = f.link else {
+            return Err(self.err("link", "faults of kind \"nvlink_errors\" need a link"));
+        };
+        let link = self.link(g, link)?;
+        let Some(name) = f.error_type.as_deref() else {
+            return Err(self.err(
+                "error_type",
+                "faults of kind \"nvlink_errors\" need an error_type",
+            ));
+        };
+        // Only the types the part counts: a Blackwell GPU has no replay counter to
+        // raise, a Hopper one no symbol errors.
+        let types = g.nvlink_error_types();
+        let error_type = self.one_of("error_type", name, types.iter().copied(), |e| e.as_str())?;
+        let errors = f.errors.unwrap_or(1);
+        if errors == 0 {
+            return Err(self.err("errors", "expected a count >= 1"));
+        }
+        Ok(Fault::NvlinkErrors {
+            gpu,
+            link,
+            error_type,
+            errors,
+            when: self.repeat()?,
+        })
+    }
+
+    fn pcie_degraded(&self, gpu: usize, g: &GpuStatic) -> Result<Fault, ScenarioError> {
+        let Some(max) = g.pcie_link else {
+            return Err(self.err(
+                "gpu",
+                format!("GPU {gpu} has no PCIe link (unified memory)"),
+            ));
+        };
+        let width = self.below_max("width", "a width of", max.width, " lanes", self.f.width)?;
+        let generation = self.below_max(
+            "generation",
+            "a generation of",
+            max.generation,
+            "",
+            self.f.generation,
+        )?;
+        if width.is_none() && generation.is_none() {
+            return Err(self.err(
+                "width",
+                "faults of kind \"pcie_degraded\" need a width or a generation",
+            ));
+        }
+        Ok(Fault::PcieDegraded {
+            gpu,
+            width,
+            generation,
+            at: self.at,
+            until: self.until()?,
+        })
+    }
+
+    /// An optional `key` from 1 to below the GPU's `max`.
+    fn below_max(
+        &self,
+        key: &str,
+        what: &str,
+        max: u32,
+        unit: &str,
+        v: Option<u32>,
+    ) -> Result<Option<u32>, ScenarioError> {
+        match v {
+            Some(n) if (1..max).contains(&n) => Ok(Some(n)),
+            Some(_) => Err(self.err(
+                key,
+                format!(
+                    "expected {what} 1 to {}{unit}, below the GPU's maximum of {max}",
+                    max - 1
+                ),
+            )),
+            None => Ok(None),
+        }
+    }
+
+    fn power_brake(&self, gpu: usize, _: &GpuStatic) -> Result<Fault, ScenarioError> {
+        Ok(Fault::PowerBrake {
+            gpu,
+            at: self.at,
+            until: self.until()?.ok_or_else(|| {
+                self.err("until_s", "faults of kind \"power_brake\" need until_s")
+            })?,
+        })
+    }
+
+    fn recovery_action(&self, gpu: usize, _: &GpuStatic) -> Result<Fault, ScenarioError> {
+        use dgx_pixels_readout::labels::RecoveryAction;
+        let actions = RecoveryAction::ALL[1..].iter().copied();
+        let Some(name) = self.f.action.as_deref() else {
+            let names: Vec<&str> = actions.map(|a| a.as_str()).collect();
+            return Err(self.err(
+                "action",
+                format!(
+                    "faults of kind \"recovery_action\" need an action: one of {}",
+                    names.join(", ")
+                ),
+            ));
+        };
+        Ok(Fault::RecoveryAction {
+            gpu,
+            action: self.one_of("action", name, actions, |a| a.as_str())?,
+            at: self.at,
+            until: self.until()?,
+        })
+    }
+
+    fn fabric(&self, gpu: usize, g: &GpuStatic) -> Result<Fault, ScenarioError> {
+        use dgx_pixels_readout::labels::{FabricHealthFlag, FabricState};
+        let f = self.f;
+        if g.fabric.is_none() {
+            return Err(self.err(
+                "gpu",
+                format!(
+                    "GPU {gpu} is in no NVLink fabric (its [[gpus]] table has no fabric_clique_id)"
+                ),
+            ));
+        }
+        let state = match f.state.as_deref() {
+            Some(name) => Some(self.one_of("state", name, FabricState::ALL, |s| s.as_str())?),
+            None => None,
+        };
+        let flag = match f.flag.as_deref() {
+            Some(name) => Some(self.one_of("flag", name, FabricHealthFlag::ALL, |s| s.as_str())?),
+            None => None,
+        };
+        if state.is_none() && flag.is_none() && f.clique_id.is_none() {
+            return Err(self.err(
+                "state",
+                "faults of kind \"fabric\" need a state, a flag, a clique_id or more",
+            ));
+        }
+        Ok(Fault::Fabric {
+            gpu,
+            state,
+            flag,
+            clique_id: f.clique_id,
+            at: self.at,
+            until: self.until()?,
+        })
+    }
+
+    fn rail_down(&self, gpu: usize, g: &GpuStatic) -> Result<Fault, ScenarioError> {
+        self.has_rail(gpu, g)?;
+        let until = self.until()?;
+        Ok(Fault::RailDown {
+            gpu,
+            at: self.at,
+            until,
+        })
+    }
+
+    fn rail_rate(&self, gpu: usize, g: &GpuStatic) -> Result<Fault, ScenarioError> {
+        self.has_rail(gpu, g)?;
+        let until = self.until()?;
+        let Some(rate) = self.f.rate_bytes_per_second else {
+            return Err(self.err(
+                "rate_bytes_per_second",
+                "faults of kind \"rail_rate\" need a rate_bytes_per_second",
+            ));
+        };
+        Ok(Fault::RailRate {
+            gpu,
+            rate: self.ctx.positive(self.t, "rate_bytes_per_second", rate)?,
+            at: self.at,
+            until,
+        })
+    }
+
+    fn has_rail(&self, gpu: usize, g: &GpuStatic) -> Result<(), ScenarioError> {
+        if g.rail.is_none() {
+            return Err(self.err(
+                "gpu",
+                format!("GPU {gpu} has no rail NIC (its [[gpus]] table has no rail_rate_bytes_per_second)"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The item of `items` that `name` names at `key`, else an error listing them all.
+    fn one_of<T: Copy>(
+        &self,
+        key: &str,
+        name: &str,
+        items: impl IntoIterator<Item = T>,
+        as_str: impl Fn(&T) -> &'static str,
+    ) -> Result<T, ScenarioError> {
+        let items: Vec<T> = items.into_iter().collect();
+        match items.iter().find(|i| as_str(i) == name) {
+            Some(i) => Ok(*i),
+            None => {
+                let names: Vec<&str> = items.iter().map(as_str).collect();
+                Err(self.err(key, format!("expected one of {}", names.join(", "))))
+            }
+        }
     }
 
     fn repeat(&self) -> Result<Repeat, ScenarioError> {
