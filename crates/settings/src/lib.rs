@@ -10,7 +10,7 @@
 //!
 //! `humantime-serde` was weighed and not taken: its error text has neither the example
 //! durations nor the upper bound, and the daemon's messages are pinned byte for byte
-//! (crates/exporter/tests/pinned.rs).
+//! (crates/exporter/tests/exporter/pinned.rs).
 #![deny(missing_docs)]
 
 pub mod file;

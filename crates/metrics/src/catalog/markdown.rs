@@ -87,7 +87,7 @@ bill. The exporter serves one of two profiles, `--metrics.detail` (`[metrics] de
   processes and XID codes as the built-in scenarios show (one process per GPU or MIG instance,
   two on `dgx-a100-mig`'s time-sliced GPU 4 and two on its MPS-shared GPU 5; one XID code at a
   time; 59 the most any GPU of a built-in scenario serves, 2026-12-02):
-  `crates/exporter/tests/series_budget.rs` holds every built-in scenario through its faults,
+  `crates/exporter/tests/exporter/series_budget.rs` holds every built-in scenario through its faults,
   with DCGM profiling and probes, and the fake NVML, to it. Each further process adds one
   series, and on a shared GPU one more while it is among the top K by activity
   (`dgx_pixels_process_utilization_ratio`); each further XID code three.
