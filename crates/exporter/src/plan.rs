@@ -114,10 +114,13 @@ pub fn plan(settings: &Settings) -> Result<Plan> {
     }
     let planned = enabled
         .into_iter()
-        .map(|c| Planned {
-            collector: c,
-            timing: settings.timing(c),
-            fingerprint: c.fingerprint(settings.timing(c), &shared),
+        .map(|c| {
+            let timing = settings.timing(c);
+            Planned {
+                collector: c,
+                timing,
+                fingerprint: c.fingerprint(timing, &shared),
+            }
         })
         .collect();
     Ok(Plan {

@@ -38,7 +38,9 @@ pub enum Outcome {
 
 /// Outcomes of the GPU probes, the `outcome` label of `dgx_pixels_probe_runs_total`, in the
 /// order they are served.
-pub const OUTCOMES: &[Outcome] = &[
+pub const OUTCOMES: &[Outcome] = &GPU_OUTCOMES;
+
+const GPU_OUTCOMES: [Outcome; 12] = [
     Outcome::Ok,
     Outcome::Error,
     Outcome::Timeout,
@@ -56,21 +58,18 @@ pub const OUTCOMES: &[Outcome] = &[
 /// Outcomes of `nccl_allreduce`, the `outcome` label of `dgx_pixels_probe_nccl_runs_total`:
 /// the GPU probes' (a skip is the first GPU of the set that had to be left alone) and
 /// `skipped_no_nccl` (no `libnccl.so.2` on the node).
-pub const NCCL_OUTCOMES: &[Outcome] = &[
-    Outcome::Ok,
-    Outcome::Error,
-    Outcome::Timeout,
-    Outcome::Crashed,
-    Outcome::Contended,
-    Outcome::SkippedBusy,
-    Outcome::SkippedNoUtilization,
-    Outcome::SkippedSettling,
-    Outcome::SkippedHeld,
-    Outcome::SkippedInUse,
-    Outcome::SkippedMig,
-    Outcome::SkippedComputeMode,
-    Outcome::SkippedNoNccl,
-];
+pub const NCCL_OUTCOMES: &[Outcome] = &and_no_nccl(GPU_OUTCOMES);
+
+/// `gpu`, then `skipped_no_nccl`: the NCCL list is the GPU list plus its own skip, written once.
+const fn and_no_nccl(gpu: [Outcome; 12]) -> [Outcome; 13] {
+    let mut out = [Outcome::SkippedNoNccl; 13];
+    let mut i = 0;
+    while i < gpu.len() {
+        out[i] = gpu[i];
+        i += 1;
+    }
+    out
+}
 
 /// Outcomes of `storage_read`, the `outcome` label of `dgx_pixels_probe_storage_runs_total`.
 pub const STORAGE_OUTCOMES: &[Outcome] = &[
