@@ -21,6 +21,8 @@
 //! assert!(err.to_string().contains("/nonexistent/libdcgm.so.4"));
 //! ```
 
+#![deny(missing_docs)]
+
 #[allow(
     non_upper_case_globals,
     non_camel_case_types,
