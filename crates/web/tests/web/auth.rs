@@ -1,0 +1,149 @@
+//! Basic auth: it guards the metrics, not the probes; password checks are bounded and cached.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use dgx_pixels_web::Limits;
+
+use super::{basic, hash, plain_get, start, write_config};
+
+#[tokio::test]
+async fn basic_auth_guards_metrics_but_not_the_probes() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &format!("basic_auth_users:\n  prometheus: {}\nhttp_server_config:\n  headers:\n    X-Frame-Options: deny\n", hash("s3cret")),
+    );
+    let s = start(Some(&cfg), Limits::default()).await;
+    let (status, text) = plain_get(s.port, "/metrics", "").await;
+    assert_eq!(status, 401);
+    assert!(
+        text.to_ascii_lowercase()
+            .contains("www-authenticate: basic"),
+        "{text}"
+    );
+    assert_eq!(
+        plain_get(s.port, "/metrics", &basic("prometheus", "wrong"))
+            .await
+            .0,
+        401
+    );
+    assert_eq!(
+        plain_get(s.port, "/metrics", &basic("nobody", "s3cret"))
+            .await
+            .0,
+        401
+    );
+    let (status, text) = plain_get(s.port, "/metrics", &basic("prometheus", "s3cret")).await;
+    assert_eq!(status, 200);
+    assert!(
+        text.to_ascii_lowercase().contains("x-frame-options: deny"),
+        "{text}"
+    );
+    // Cached: the second good scrape does not run bcrypt again (and still succeeds).
+    assert_eq!(
+        plain_get(s.port, "/metrics", &basic("prometheus", "s3cret"))
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        plain_get(s.port, "/-/healthy", "").await.0,
+        200,
+        "kubelet probes stay open"
+    );
+    assert_eq!(s.web.counters.unauthorized.load(Ordering::Relaxed), 3);
+}
+
+/// Regression (hardening round 2, item 8): verified credentials were forgotten at every reload,
+/// so a scraper queued behind a wrong-password flood for 22-30 s; the queue had no bound; and an
+/// unknown user was checked against a cost-10 dummy whatever the users' cost (timing oracle).
+#[tokio::test]
+async fn password_checks_are_bounded_cached_across_reloads_and_the_same_for_unknown_users() {
+    let dir = tempfile::tempdir().unwrap();
+    // Cost 9: slow enough that a flood holds every check slot while we look.
+    let slow = bcrypt::hash("s3cret", 9).unwrap();
+    let cfg = write_config(dir.path(), &format!("basic_auth_users:\n  a: {slow}\n"));
+    let s = start(Some(&cfg), Limits::default()).await;
+    let checks = || s.web.counters.password_checks.load(Ordering::Relaxed);
+    assert_eq!(
+        plain_get(s.port, "/metrics", &basic("a", "s3cret")).await.0,
+        200
+    );
+    assert_eq!(checks(), 1);
+    assert_eq!(
+        plain_get(s.port, "/metrics", &basic("a", "s3cret")).await.0,
+        200
+    );
+    assert_eq!(checks(), 1, "verified credentials are remembered");
+    // A reload that keeps the user's hash keeps the credential verified.
+    write_config(
+        dir.path(),
+        &format!("basic_auth_users:\n  a: {slow}\n  b: {slow}\n"),
+    );
+    assert!(s.web.reload().unwrap());
+    assert_eq!(
+        plain_get(s.port, "/metrics", &basic("a", "s3cret")).await.0,
+        200
+    );
+    assert_eq!(checks(), 1, "still remembered after the reload");
+
+    // A flood of wrong passwords: beyond the check slots they are refused at once (429), and
+    // the verified scraper is served meanwhile without waiting for a slot.
+    let port = s.port;
+    let flood: Vec<_> = (0..12)
+        .map(|i| {
+            tokio::spawn(async move {
+                plain_get(port, "/metrics", &basic("a", &format!("wrong{i}")))
+                    .await
+                    .0
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let t = std::time::Instant::now();
+    assert_eq!(
+        plain_get(s.port, "/metrics", &basic("a", "s3cret")).await.0,
+        200
+    );
+    let honest = t.elapsed();
+    let mut statuses = Vec::new();
+    for f in flood {
+        statuses.push(f.await.unwrap());
+    }
+    assert!(
+        statuses.iter().all(|c| *c == 401 || *c == 429),
+        "{statuses:?}"
+    );
+    assert!(statuses.contains(&429), "{statuses:?}");
+    assert!(
+        statuses.iter().filter(|c| **c == 401).count() >= dgx_pixels_web::MAX_PASSWORD_CHECKS,
+        "{statuses:?}"
+    );
+    assert!(s.web.counters.auth_throttled.load(Ordering::Relaxed) > 0);
+    assert!(
+        honest < Duration::from_millis(500),
+        "honest scrape took {honest:?}"
+    );
+
+    // A changed password hash forgets the old credential.
+    write_config(
+        dir.path(),
+        &format!("basic_auth_users:\n  a: {}\n", hash("new")),
+    );
+    assert!(s.web.reload().unwrap());
+    let before = checks();
+    assert_eq!(
+        plain_get(s.port, "/metrics", &basic("a", "s3cret")).await.0,
+        401
+    );
+    assert_eq!(checks(), before + 1);
+
+    // An unknown user runs the same bcrypt check as a known one with a wrong password.
+    let before = checks();
+    assert_eq!(
+        plain_get(s.port, "/metrics", &basic("nobody", "x")).await.0,
+        401
+    );
+    assert_eq!(checks(), before + 1, "unknown users are checked too");
+}

@@ -1,0 +1,296 @@
+//! The web config: bad files are refused naming file, line and key; reloads apply or keep it.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dgx_pixels_web::{Limits, WebConfig};
+use rustls::pki_types::ServerName;
+use tokio::net::TcpStream;
+
+use super::{basic, client, get_on, hash, pki, plain_get, start, write_config};
+
+#[tokio::test]
+async fn a_good_reload_applies_and_a_bad_one_keeps_the_old_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &format!("basic_auth_users:\n  a: {}\n", hash("s3cret")),
+    );
+    let s = start(Some(&cfg), Limits::default()).await;
+    assert_eq!(
+        plain_get(s.port, "/metrics", &basic("a", "s3cret")).await.0,
+        200
+    );
+
+    write_config(
+        dir.path(),
+        &format!("basic_auth_users:\n  b: {}\n", hash("other")),
+    );
+    assert!(s.web.reload().unwrap());
+    assert_eq!(
+        plain_get(s.port, "/metrics", &basic("a", "s3cret")).await.0,
+        401
+    );
+    assert_eq!(
+        plain_get(s.port, "/metrics", &basic("b", "other")).await.0,
+        200
+    );
+
+    write_config(dir.path(), "basic_auth_users:\n  c: not-a-hash\n");
+    let e = s.web.reload().unwrap_err().to_string();
+    assert!(
+        e.contains("line 2: key basic_auth_users.c: not a bcrypt hash"),
+        "{e}"
+    );
+    assert_eq!(
+        plain_get(s.port, "/metrics", &basic("b", "other")).await.0,
+        200,
+        "old config stays"
+    );
+    let c = &s.web.counters;
+    assert_eq!(c.reloads_ok.load(Ordering::Relaxed), 1);
+    assert_eq!(c.reloads_failed.load(Ordering::Relaxed), 1);
+    assert!(!c.last_reload_ok.load(Ordering::Relaxed));
+}
+
+#[test]
+fn invalid_files_name_file_line_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: &[(&str, &str)] = &[
+        (
+            "tls_server_config:\n  cert_fil: x\n",
+            "line 2: key tls_server_config.cert_fil: unknown key, expected one of `cert_file`",
+        ),
+        (
+            "tls_server_config:\n  cert_file: missing.crt\n  key_file: missing.key\n",
+            "line 2: key tls_server_config.cert_file: ",
+        ),
+        (
+            "tls_server_config:\n  cert_file: a\n  key_file: b\n  min_version: TLS10\n",
+            "key tls_server_config.min_version: TLS10 is insecure",
+        ),
+        (
+            "http_server_config:\n  headers:\n    Server: me\n",
+            "line 3: key http_server_config.headers.Server: header not allowed",
+        ),
+        (
+            "basic_auth_users:\n  u: plain\n",
+            "line 2: key basic_auth_users.u: not a bcrypt hash",
+        ),
+        ("basic_auth_users: [\n", "line "),
+    ];
+    for (text, want) in cases {
+        let p = write_config(dir.path(), text);
+        let e = WebConfig::load(&p).unwrap_err().to_string();
+        assert!(e.starts_with(&format!("web config {}", p.display())), "{e}");
+        assert!(e.contains(want), "{text:?}: {e}");
+        assert!(!e.contains('\n'), "{e}");
+    }
+    // Key and certificate that do not match.
+    let a = pki();
+    let b = pki();
+    std::fs::copy(
+        b.dir.path().join("server.key"),
+        a.dir.path().join("other.key"),
+    )
+    .unwrap();
+    let p = write_config(
+        a.dir.path(),
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: other.key\n",
+    );
+    let e = WebConfig::load(&p).unwrap_err().to_string();
+    assert!(e.contains("does not match"), "{e}");
+    // An empty file is valid at startup: plain HTTP.
+    let p = write_config(dir.path(), "");
+    assert!(WebConfig::load(&p).unwrap().tls.is_none());
+}
+
+/// Regression (hardening round 2): bcrypt costs outside 4..=31 parse as hashes but can never
+/// verify, so their user could never log in; keys given twice were taken silently.
+#[test]
+fn unusable_hashes_and_duplicate_keys_are_refused_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = hash("s3cret");
+    let cases = [
+        (
+            format!("basic_auth_users:\n  u: {}\n", good.replacen("$04$", "$99$", 1)),
+            "line 2: key basic_auth_users.u: bcrypt cost 99 is outside 4..=31".to_string(),
+        ),
+        (
+            format!("basic_auth_users:\n  u: {}\n", good.replacen("$04$", "$03$", 1)),
+            "key basic_auth_users.u: bcrypt cost 3 is outside 4..=31".to_string(),
+        ),
+        (
+            format!("basic_auth_users:\n  u: {good}\n  u: {good}\n"),
+            "key basic_auth_users.u: given twice".to_string(),
+        ),
+        (
+            "http_server_config:\n  headers:\n    X-Frame-Options: deny\n    X-Frame-Options: sameorigin\n".to_string(),
+            "key http_server_config.headers.X-Frame-Options: given twice".to_string(),
+        ),
+        (
+            format!("basic_auth_users:\n  u: {good}\nbasic_auth_users:\n  v: {good}\n"),
+            "key basic_auth_users: given twice".to_string(),
+        ),
+    ];
+    for (text, want) in cases {
+        let p = write_config(dir.path(), &text);
+        let e = WebConfig::load(&p).unwrap_err().to_string();
+        assert!(e.contains(&want), "{text:?}: {e}");
+    }
+}
+
+/// Regression (hardening round 2, item 1, severe): truncating the live web config was taken as
+/// a valid reload and the server went on without TLS, client certificates or authentication;
+/// a half-written file did the same. A reload now never takes them away.
+#[tokio::test]
+async fn reloads_never_remove_tls_client_certificates_or_authentication() {
+    let pki = pki();
+    let full = format!(
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\nbasic_auth_users:\n  a: {}\n",
+        hash("s3cret")
+    );
+    let cfg = write_config(pki.dir.path(), &full);
+    let s = start(Some(&cfg), Limits::default()).await;
+    let mtls = client(&pki, true);
+    let auth = basic("a", "s3cret");
+    let get = |connector: tokio_rustls::TlsConnector, extra: String| async move {
+        let tcp = TcpStream::connect(("127.0.0.1", s.port)).await.unwrap();
+        match connector
+            .connect(ServerName::try_from("localhost").unwrap(), tcp)
+            .await
+        {
+            Ok(tls) => get_on(tls, "/metrics", &extra).await.0,
+            Err(_) => 0,
+        }
+    };
+    assert_eq!(get(mtls.clone(), auth.clone()).await, 200);
+
+    let weaker = [
+        ("", "the file is empty"),
+        ("\n  \n", "the file is empty"),
+        // Half written: TLS there, the users not yet.
+        (
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n",
+            "would remove basic authentication",
+        ),
+        (
+            &format!("basic_auth_users:\n  a: {}\n", hash("s3cret")),
+            "would remove TLS and client certificate verification",
+        ),
+        (
+            &format!("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: ca.crt\nbasic_auth_users:\n  a: {}\n", hash("s3cret")),
+            "would remove client certificate verification",
+        ),
+        ("tls_server_config:\n  cert_file: server.crt\n", "tls_server_config.key_file"),
+    ];
+    for (n, (text, why)) in weaker.iter().enumerate() {
+        write_config(pki.dir.path(), text);
+        let e = s.web.reload().unwrap_err().to_string();
+        assert!(e.contains(why), "{text:?}: {e}");
+        assert_eq!(
+            s.web.counters.reloads_failed.load(Ordering::Relaxed),
+            n as u64 + 1
+        );
+        assert!(!s.web.counters.last_reload_ok.load(Ordering::Relaxed));
+        // Still TLS, still client certificates, still a password.
+        assert_eq!(get(client(&pki, false), auth.clone()).await, 0, "{text:?}");
+        assert_eq!(get(mtls.clone(), String::new()).await, 401, "{text:?}");
+        assert_eq!(get(mtls.clone(), auth.clone()).await, 200, "{text:?}");
+    }
+    // Changing the users is a reload like any other.
+    write_config(
+        pki.dir.path(),
+        &full.replace("  a: ", &format!("  b: {}\n  a: ", hash("other"))),
+    );
+    assert!(s.web.reload().unwrap());
+    assert_eq!(get(mtls.clone(), basic("b", "other")).await, 200);
+    assert_eq!(s.web.counters.reloads_ok.load(Ordering::Relaxed), 1);
+}
+
+/// Regression (hardening round 2, items 1 and 6): the watcher read files still being written,
+/// and a FIFO in place of the web config hung the reload (and then shutdown).
+#[tokio::test]
+async fn files_being_written_and_fifos_are_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &format!("basic_auth_users:\n  a: {}\n", hash("s3cret")),
+    );
+    let s = start(Some(&cfg), Limits::default()).await;
+    s.web.set_settle(Duration::from_millis(600));
+    let watcher = s.web.watch(Duration::from_millis(50)).unwrap();
+    // Rewritten, and then left alone: read only once it has settled.
+    write_config(
+        dir.path(),
+        &format!("basic_auth_users:\n  b: {}\n", hash("other")),
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(s.web.counters.reloads_ok.load(Ordering::Relaxed), 0);
+    assert_eq!(
+        plain_get(s.port, "/metrics", &basic("a", "s3cret")).await.0,
+        200
+    );
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(s.web.counters.reloads_ok.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        plain_get(s.port, "/metrics", &basic("b", "other")).await.0,
+        200
+    );
+    watcher.abort();
+
+    // A FIFO: refused at once (a blocking open would wait for a writer forever).
+    std::fs::remove_file(&cfg).unwrap();
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&cfg)
+        .status()
+        .unwrap()
+        .success());
+    s.web.set_settle(Duration::ZERO);
+    let web = Arc::clone(&s.web);
+    let t = std::time::Instant::now();
+    let e = tokio::task::spawn_blocking(move || web.reload())
+        .await
+        .unwrap()
+        .unwrap_err()
+        .to_string();
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    assert!(e.contains("not a regular file"), "{e}");
+    assert_eq!(
+        plain_get(s.port, "/metrics", &basic("b", "other")).await.0,
+        200
+    );
+}
+
+/// A web config whose modification time lies in the future is not taken for one still being
+/// written: the watcher reloads it (before, such a file blocked reloads until that time).
+#[tokio::test]
+async fn a_future_modification_time_does_not_block_reloads() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &format!("basic_auth_users:\n  a: {}\n", hash("s3cret")),
+    );
+    let s = start(Some(&cfg), Limits::default()).await;
+    s.web.set_settle(Duration::from_millis(300));
+    let watcher = s.web.watch(Duration::from_millis(50)).unwrap();
+    write_config(
+        dir.path(),
+        &format!("basic_auth_users:\n  b: {}\n", hash("other")),
+    );
+    let future = std::time::SystemTime::now() + Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&cfg)
+        .unwrap()
+        .set_modified(future)
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(s.web.counters.reloads_ok.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        plain_get(s.port, "/metrics", &basic("b", "other")).await.0,
+        200
+    );
+    watcher.abort();
+}
