@@ -3,6 +3,7 @@
 //! self-metrics.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -13,10 +14,13 @@ use dgx_pixels_metrics::{
 use tracing::{info, warn};
 
 use crate::directory::{GpuDirectory, KnownGpu};
-use crate::parse::{classify, parse_record, Event, Malformed};
-use crate::reader::{fingerprint, Kind, Line, Reader};
-use crate::state::{self, Progress, MAX_SERIES};
+use crate::parse::Event;
+use crate::reader::{Kind, Reader};
+use crate::state::{self, Progress};
 use crate::KmsgOptions;
+
+mod ingest;
+use ingest::{resolve, Counted, Ingest};
 
 /// How often the state file is written at most while records arrive.
 pub const STATE_INTERVAL: Duration = Duration::from_secs(5);
@@ -214,20 +218,6 @@ pub struct KmsgSource {
     dirty: bool,
 }
 
-/// Counts by reason of one poll, and the XIDs to log.
-#[derive(Default)]
-struct PollTally {
-    errors: BTreeMap<&'static str, u64>,
-    /// XIDs counted per (GPU index, code) and how many NVML had already: logged once per poll.
-    xids: BTreeMap<(u32, u32), (u64, u64)>,
-}
-
-impl PollTally {
-    fn error(&mut self, reason: &'static str) {
-        *self.errors.entry(reason).or_insert(0) += 1;
-    }
-}
-
 impl KmsgSource {
     /// A source reading `options.path`, recording XIDs in `ledger`, mapping addresses through
     /// `directory`, continuing from `shared` when it holds progress on the same path.
@@ -357,89 +347,88 @@ fn logged_at(kind: Kind, timestamp_us: u64, now: Instant, mono_us: Option<u64>) 
     }
 }
 
-/// Counts one GPU event: an XID in the ledger, a lost GPU in the progress.
-fn resolve(
-    event: Event,
-    at: Instant,
-    gpus: &[KnownGpu],
-    progress: &mut Progress,
-    ledger: &XidLedger,
-    tally: &mut PollTally,
-) {
-    let pci = match event {
-        Event::Xid { pci, .. } | Event::FallenOffBus { pci } => pci,
-        Event::SXid { .. } => return,
-    };
-    let Some(gpu) = gpus.iter().find(|g| g.pci == pci) else {
-        return tally.error("unknown_gpu");
-    };
-    match event {
-        Event::Xid { code, .. } => {
-            if dgx_pixels_xid::lookup(code).is_none() {
-                tally.error("unknown_xid");
-            }
-            if count(&mut progress.xids, (gpu.uuid.clone(), code)) {
-                let new = ledger.record(&gpu.uuid, code, at, XidOrigin::KernelLog);
-                let logged = tally.xids.entry((gpu.index, code)).or_insert((0, 0));
-                logged.0 += 1;
-                logged.1 += u64::from(!new);
-            } else {
-                tally.error("too_many_series");
-            }
-        }
-        Event::FallenOffBus { .. } => {
-            warn!(gpu = gpu.index, "kernel log: GPU has fallen off the bus");
-            if !count(&mut progress.fallen, gpu.uuid.clone()) {
-                tally.error("too_many_series");
-            }
-        }
-        Event::SXid { .. } => {}
-    }
-}
-
 impl Source for KmsgSource {
     fn poll(&mut self) -> Result<PollOutput, PollError> {
         let shared = Arc::clone(&self.shared);
         let mut guard = shared.lock().unwrap_or_else(PoisonError::into_inner);
-        if guard.get_mut(&self.options.path).is_none() {
-            let tracked = self.start()?;
-            guard.insert(self.options.path.clone(), tracked);
-        } else {
-            let path = self.options.path.clone();
-            guard.order.retain(|p| p != &path);
-            guard.order.push_back(path);
-        }
+        self.track(&mut guard)?;
         let Some(tracked) = guard.get_mut(&self.options.path) else {
             return Err(PollError::new(PollErrorKind::Config, "kmsg: no progress"));
         };
         if self.reader.is_none() {
-            // Without a state file, what the log holds now was logged before we started.
-            let from_end = !tracked.writable && tracked.progress.seq.is_none();
-            let opened = if from_end {
-                Reader::open(&self.options.path, true).map(|r| (r, false))
-            } else {
-                // A regular file read before continues after its last line read: a restart
-                // or reload reads nothing twice and skips nothing.
-                Reader::open_at(&self.options.path, tracked.progress.position.as_ref())
-            };
-            let (reader, resumed) = opened.map_err(|e| {
-                PollError::new(
-                    PollErrorKind::FileUnreadable,
-                    format!(
-                        "cannot open the kernel log {}: {e}; reading /dev/kmsg needs CAP_SYSLOG (or root) when kernel.dmesg_restrict=1 (see docs/kmsg.md)",
-                        self.options.path.display()
-                    ),
-                )
-            })?;
-            info!(path = %self.options.path.display(), kind = ?reader.kind(), from_end, resumed, "kmsg: reading the kernel log");
-            self.reader = Some(reader);
+            self.open(tracked)?;
         }
         let (now, mono) = (Instant::now(), monotonic_us());
         // Known before reading, so events are counted as they are read: no queue between
         // reading and counting that a burst could overflow.
         let gpus = self.directory.gpus();
-        let mut tally = PollTally::default();
-        let mut records = 0u64;
+        let (read, counted) = self.read_log(tracked, gpus.as_deref(), now, mono);
+        let pending_empty = tracked.pending.is_empty();
+        let writable = tracked.writable;
+        drop(guard);
+        self.account(read, counted)?;
+        // The state is written only with nothing pending, so it never claims a record whose
+        // event is not counted yet.
+        let due = self.last_save.is_none_or(|t| t.elapsed() >= STATE_INTERVAL);
+        if writable && self.dirty && due && pending_empty {
+            self.save_state();
+            self.last_save = Some(Instant::now());
+        }
+        let guard = shared.lock().unwrap_or_else(PoisonError::into_inner);
+        let progress = guard.by_path.get(&self.options.path).map(|t| &t.progress);
+        Ok(PollOutput::samples(self.samples(progress, gpus.as_deref())))
+    }
+}
+
+impl KmsgSource {
+    /// Makes this path the most recently read of `progresses`, starting its progress (from
+    /// the state file, or afresh) when the process has none for it.
+    fn track(&self, progresses: &mut Progresses) -> Result<(), PollError> {
+        if progresses.get_mut(&self.options.path).is_none() {
+            let tracked = self.start()?;
+            progresses.insert(self.options.path.clone(), tracked);
+        } else {
+            let path = self.options.path.clone();
+            progresses.order.retain(|p| p != &path);
+            progresses.order.push_back(path);
+        }
+        Ok(())
+    }
+
+    /// Opens the kernel log where `tracked` says reading continues.
+    fn open(&mut self, tracked: &Tracked) -> Result<(), PollError> {
+        // Without a state file, what the log holds now was logged before we started.
+        let from_end = !tracked.writable && tracked.progress.seq.is_none();
+        let opened = if from_end {
+            Reader::open(&self.options.path, true).map(|r| (r, false))
+        } else {
+            // A regular file read before continues after its last line read: a restart
+            // or reload reads nothing twice and skips nothing.
+            Reader::open_at(&self.options.path, tracked.progress.position.as_ref())
+        };
+        let (reader, resumed) = opened.map_err(|e| {
+            PollError::new(
+                PollErrorKind::FileUnreadable,
+                format!(
+                    "cannot open the kernel log {}: {e}; reading /dev/kmsg needs CAP_SYSLOG (or root) when kernel.dmesg_restrict=1 (see docs/kmsg.md)",
+                    self.options.path.display()
+                ),
+            )
+        })?;
+        info!(path = %self.options.path.display(), kind = ?reader.kind(), from_end, resumed, "kmsg: reading the kernel log");
+        self.reader = Some(reader);
+        Ok(())
+    }
+
+    /// Reads what the log holds for one poll (at most [`READ_BUDGET`]), counting into
+    /// `tracked` as it goes; events read before the GPU list was known go first, in order.
+    fn read_log(
+        &mut self,
+        tracked: &mut Tracked,
+        gpus: Option<&[KnownGpu]>,
+        now: Instant,
+        mono: Option<u64>,
+    ) -> (io::Result<()>, Counted) {
         let Tracked {
             progress,
             pending,
@@ -447,91 +436,41 @@ impl Source for KmsgSource {
             window,
             ..
         } = tracked;
-        // Events read before the GPU list was known go first, in order.
-        if let Some(gpus) = &gpus {
+        let mut counted = Counted::default();
+        if let Some(gpus) = gpus {
             while let Some((event, at)) = pending.pop_front() {
-                resolve(event, at, gpus, progress, &self.ledger, &mut tally);
+                resolve(event, at, gpus, progress, &self.ledger, &mut counted.tally);
             }
         }
-        let mut read_more = false;
-        let ledger = &self.ledger;
-        let read = match self.reader.as_mut() {
-            Some(reader) => {
-                let kind = reader.kind();
-                reader.read(Instant::now() + READ_BUDGET, |line| match line {
-                    Line::Overrun => tally.error("overrun"),
-                    Line::TooLong => {
-                        records += 1;
-                        tally.error("too_long");
-                    }
-                    // Continuation lines name the device; they never carry an XID.
-                    Line::Text(t) if t.first() == Some(&b' ') => {}
-                    Line::Text(t) => {
-                        records += 1;
-                        let record = match parse_record(t) {
-                            Ok(r) => r,
-                            Err(Malformed::TooLong) => return tally.error("too_long"),
-                            Err(_) => return tally.error("malformed"),
-                        };
-                        read_more = true;
-                        match judge_seq(kind, progress, window, jump, record.seq, fingerprint(t)) {
-                            Seq::New => {}
-                            Seq::Gap => tally.error("seq_gap"),
-                            Seq::Restart => tally.error("seq_restart"),
-                            Seq::Repeat => return tally.error("seq_repeat"),
-                            Seq::Replayed => return, // counted before this restart
-                            Seq::Bad => return tally.error("bad_seq"),
-                        }
-                        let event = match classify(record.message) {
-                            Ok(None) => return,
-                            Err(_) if !record.is_kernel() => return,
-                            Err(_) => return tally.error("malformed"),
-                            // Only the kernel logs at facility 0; anyone who may write to
-                            // /dev/kmsg can log a driver's words at another.
-                            Ok(Some(_)) if !record.is_kernel() => return tally.error("not_kernel"),
-                            Ok(Some(e)) => e,
-                        };
-                        match event {
-                            Event::SXid {
-                                pci,
-                                function,
-                                code,
-                            } => {
-                                let key = (format!("{pci}.{function}"), code);
-                                if !count(&mut progress.sxids, key) {
-                                    tally.error("too_many_series");
-                                }
-                            }
-                            event => {
-                                let at = logged_at(kind, record.timestamp_us, now, mono);
-                                match &gpus {
-                                    Some(gpus) => {
-                                        resolve(event, at, gpus, progress, ledger, &mut tally)
-                                    }
-                                    None => {
-                                        if pending.len() >= MAX_PENDING_EVENTS {
-                                            pending.pop_front();
-                                            tally.error("dropped");
-                                        }
-                                        pending.push_back((event, at));
-                                    }
-                                }
-                            }
-                        }
-                    }
-                })
-            }
-            None => Ok(()),
+        let Some(reader) = self.reader.as_mut() else {
+            return (Ok(()), counted);
         };
+        let mut ingest = Ingest {
+            kind: reader.kind(),
+            progress,
+            window,
+            jump,
+            pending,
+            gpus,
+            ledger: &self.ledger,
+            now,
+            mono,
+            counted,
+        };
+        let read = reader.read(Instant::now() + READ_BUDGET, |line| ingest.line(line));
         // How far a regular file was read: every line up to there is accounted for above.
-        if let Some(at) = self.reader.as_ref().and_then(Reader::position) {
-            read_more |= progress.position != Some(at);
-            progress.position = Some(at);
+        if let Some(at) = reader.position() {
+            ingest.counted.read_more |= ingest.progress.position != Some(at);
+            ingest.progress.position = Some(at);
         }
-        let pending_empty = pending.is_empty();
-        let writable = tracked.writable;
-        drop(guard);
-        for ((gpu, xid), (n, from_nvml)) in &tally.xids {
+        (read, ingest.counted)
+    }
+
+    /// Adds one poll's counts to the source's, logs its XIDs, and says whether the kernel log
+    /// is being read: a read error closes the reader (reopened at the next poll) and fails
+    /// the poll.
+    fn account(&mut self, read: io::Result<()>, counted: Counted) -> Result<(), PollError> {
+        for ((gpu, xid), (n, from_nvml)) in &counted.tally.xids {
             warn!(
                 gpu,
                 xid,
@@ -540,9 +479,9 @@ impl Source for KmsgSource {
                 "XID error in the kernel log"
             );
         }
-        self.records += records;
-        self.dirty |= read_more;
-        for (reason, n) in std::mem::take(&mut tally.errors) {
+        self.records += counted.records;
+        self.dirty |= counted.read_more;
+        for (reason, n) in counted.tally.errors {
             *self.errors.entry(reason).or_insert(0) += n;
         }
         // Says whether the GPUs' XIDs are observed, for the health verdict.
@@ -558,31 +497,13 @@ impl Source for KmsgSource {
                 ),
             ));
         }
-        // The state is written only with nothing pending, so it never claims a record whose
-        // event is not counted yet.
-        let due = self.last_save.is_none_or(|t| t.elapsed() >= STATE_INTERVAL);
-        if writable && self.dirty && due && pending_empty {
-            self.save_state();
-            self.last_save = Some(Instant::now());
-        }
-        let guard = shared.lock().unwrap_or_else(PoisonError::into_inner);
-        let progress = guard.by_path.get(&self.options.path).map(|t| &t.progress);
-        Ok(PollOutput::samples(self.samples(progress, gpus.as_deref())))
+        Ok(())
     }
 }
 
 /// How long one poll reads at most; the rest of a backlog is read by the next polls (nothing
 /// is dropped: `/dev/kmsg` keeps it until the kernel overwrites it, counted as `overrun`).
 pub const READ_BUDGET: Duration = Duration::from_millis(250);
-
-/// Adds one to `key`; false (and nothing added) when it is a new key past [`MAX_SERIES`].
-fn count<K: Ord>(map: &mut BTreeMap<K, u64>, key: K) -> bool {
-    if map.len() >= MAX_SERIES && !map.contains_key(&key) {
-        return false;
-    }
-    *map.entry(key).or_insert(0) += 1;
-    true
-}
 
 impl KmsgSource {
     /// Writes this path's progress to its state file, counting a failure.

@@ -37,7 +37,7 @@ mod merge;
 pub mod parse;
 
 use file::{Cached, FileOutcome};
-use merge::{LastMerge, Merged};
+use merge::LastMerge;
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
@@ -202,6 +202,38 @@ impl TextfileSource {
 
 impl Source for TextfileSource {
     fn poll(&mut self) -> Result<PollOutput, PollError> {
+        let names = self.file_names()?;
+        let over_count = format!(
+            "not read: more than {} files in the directory (files are taken in name order)",
+            self.limits.max_files
+        );
+        let outcomes = self.read_files(&names, &over_count);
+        let live: HashSet<&str> = names.iter().map(String::as_str).collect();
+        self.cache.retain(|f, _| live.contains(f.as_str()));
+        self.logged.retain(|f, _| live.contains(f.as_str()));
+
+        let last = self
+            .last
+            .take()
+            .filter(|last| last.matches(&names, &outcomes));
+        let last = match last {
+            Some(last) => last,
+            None => LastMerge::new(names, &outcomes),
+        };
+        let samples = self.file_samples(&last, &outcomes, &over_count);
+        let external = Arc::clone(&last.families);
+        self.last = Some(last);
+        Ok(PollOutput {
+            samples,
+            external,
+            attribution: None,
+        })
+    }
+}
+
+impl TextfileSource {
+    /// The `*.prom` files of the directory (not hidden ones), in name order.
+    fn file_names(&self) -> Result<Vec<String>, PollError> {
         let entries = fs::read_dir(&self.directory).map_err(|e| {
             PollError::new(
                 PollErrorKind::DirectoryUnreadable,
@@ -217,17 +249,19 @@ impl Source for TextfileSource {
             .filter(|n| n.ends_with(".prom") && !n.starts_with('.'))
             .collect();
         names.sort_unstable();
+        Ok(names)
+    }
 
+    /// Reads (or takes from the cache) the files `names` within [`Limits`]: those past
+    /// `max_files` get the error `over_count` unread, and every read counts against
+    /// `max_total_bytes`.
+    fn read_files(&mut self, names: &[String], over_count: &str) -> Vec<FileOutcome> {
         let root = fs::canonicalize(&self.directory).ok();
         let mut budget = self.limits.max_total_bytes;
-        let over_count = format!(
-            "not read: more than {} files in the directory (files are taken in name order)",
-            self.limits.max_files
-        );
         let mut outcomes = Vec::with_capacity(names.len());
         for (i, name) in names.iter().enumerate() {
             outcomes.push(if i >= self.limits.max_files {
-                FileOutcome::error(over_count.clone())
+                FileOutcome::error(over_count.to_string())
             } else {
                 self.read_file(
                     &self.directory.join(name),
@@ -237,41 +271,21 @@ impl Source for TextfileSource {
                 )
             });
         }
-        let live: HashSet<&str> = names.iter().map(String::as_str).collect();
-        self.cache.retain(|f, _| live.contains(f.as_str()));
-        self.logged.retain(|f, _| live.contains(f.as_str()));
+        outcomes
+    }
 
-        let last = self
-            .last
-            .take()
-            .filter(|last| last.matches(&names, &outcomes));
-        let last = match last {
-            Some(last) => last,
-            None => {
-                let mut merged = Merged::default();
-                let errors: Vec<Option<String>> = names
-                    .iter()
-                    .zip(&outcomes)
-                    .map(|(name, o)| match &o.result {
-                        Ok(p) => merged.add(name, p).err(),
-                        Err(e) => Some(e.clone()),
-                    })
-                    .collect();
-                let families = Arc::new(merged.families());
-                drop(merged);
-                LastMerge {
-                    inputs: outcomes.iter().map(|o| o.result.clone().ok()).collect(),
-                    names,
-                    errors,
-                    families,
-                }
-            }
-        };
-
+    /// `scrape_error` for every file and `mtime` for each one served, logging each file's
+    /// problem once (and those skipped for their count once for all of them).
+    fn file_samples(
+        &mut self,
+        last: &LastMerge,
+        outcomes: &[FileOutcome],
+        over_count: &str,
+    ) -> Vec<Sample> {
         let mut samples = Vec::with_capacity(last.names.len() * 2);
         let mut not_counted = 0;
-        for ((name, error), o) in last.names.iter().zip(&last.errors).zip(&outcomes) {
-            if error.as_deref() == Some(over_count.as_str()) {
+        for ((name, error), o) in last.names.iter().zip(&last.errors).zip(outcomes) {
+            if error.as_deref() == Some(over_count) {
                 // Logged once for all of them below, not once per file.
                 not_counted += 1;
             } else {
@@ -295,13 +309,7 @@ impl Source for TextfileSource {
             }
             self.over_count = not_counted;
         }
-        let external = Arc::clone(&last.families);
-        self.last = Some(last);
-        Ok(PollOutput {
-            samples,
-            external,
-            attribution: None,
-        })
+        samples
     }
 }
 

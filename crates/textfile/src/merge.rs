@@ -192,6 +192,28 @@ pub(crate) struct LastMerge {
 }
 
 impl LastMerge {
+    /// Merges the files `names` read as `outcomes` (in the same order): each file's error, its
+    /// own or the merge's, and the families of the files accepted.
+    pub(crate) fn new(names: Vec<String>, outcomes: &[FileOutcome]) -> LastMerge {
+        let mut merged = Merged::default();
+        let errors: Vec<Option<String>> = names
+            .iter()
+            .zip(outcomes)
+            .map(|(name, o)| match &o.result {
+                Ok(p) => merged.add(name, p).err(),
+                Err(e) => Some(e.clone()),
+            })
+            .collect();
+        let families = Arc::new(merged.families());
+        drop(merged);
+        LastMerge {
+            inputs: outcomes.iter().map(|o| o.result.clone().ok()).collect(),
+            names,
+            errors,
+            families,
+        }
+    }
+
     pub(crate) fn matches(&self, names: &[String], outcomes: &[FileOutcome]) -> bool {
         self.names == names
             && self.inputs.len() == outcomes.len()

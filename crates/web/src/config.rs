@@ -6,14 +6,13 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustls::crypto::ring as provider;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig, SupportedCipherSuite};
+use rustls::ServerConfig;
 use serde::Deserialize;
 
 use dgx_pixels_settings::file::{read_regular, MAX_CONFIG_FILE_BYTES};
+
+mod tls;
+use tls::tls_config;
 
 /// A web config error: names the file, and the line and key where they are known.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -225,51 +224,7 @@ impl WebConfig {
             key: Some(key.to_string()),
             message,
         };
-        let file: File = if text.trim().is_empty() {
-            File::default()
-        } else {
-            serde_yaml_ng::from_str(text).map_err(|e| {
-                let line = e.location().map(|l| l.line());
-                let message = e.to_string();
-                // "unknown field `x`, expected ..." names the key; keep serde's text.
-                let message = match message.find(" at line ") {
-                    Some(i) => message[..i].to_string(),
-                    None => message,
-                };
-                // "a.b: unknown field `c`, expected ..." names the key a.b.c.
-                let (key, message) = match message.split_once(": unknown field `") {
-                    Some((parent, rest)) if !parent.contains(' ') => {
-                        let (field, tail) = rest.split_once('`').unwrap_or((rest, ""));
-                        (
-                            Some(format!("{parent}.{field}")),
-                            format!("unknown key{tail}"),
-                        )
-                    }
-                    _ => match message
-                        .split_once("duplicate ")
-                        .map(|(p, rest)| (p.trim_end().trim_end_matches(':'), rest))
-                    {
-                        // "duplicate field `a`" (a struct) or "a.b: duplicate key `c`" (a map).
-                        Some((parent, rest)) if !parent.contains(' ') => {
-                            let name = rest.split('`').nth(1).unwrap_or("");
-                            let key = if parent.is_empty() {
-                                name.to_string()
-                            } else {
-                                format!("{parent}.{name}")
-                            };
-                            (Some(key), "given twice".to_string())
-                        }
-                        _ => (None, message),
-                    },
-                };
-                WebConfigError {
-                    file: path.to_path_buf(),
-                    line,
-                    key,
-                    message,
-                }
-            })?
-        };
+        let file = parse_file(text, path)?;
         let dir = path.parent().unwrap_or(Path::new("."));
         let mut files = Vec::new();
         let (tls, client_auth) = match file.tls_server_config {
@@ -280,61 +235,11 @@ impl WebConfig {
             None => (None, ClientAuth::None),
         };
         let users = file.basic_auth_users.unwrap_or_default().0;
-        for (user, hash) in &users {
-            if user.contains(':') {
-                return Err(err(
-                    "basic_auth_users",
-                    format!("user name {user:?} contains ':'"),
-                ));
-            }
-            let key = format!("basic_auth_users.{user}");
-            let Ok(parts) = hash.parse::<bcrypt::HashParts>() else {
-                return Err(err(
-                    &key,
-                    "not a bcrypt hash (generate one with htpasswd -nBC 10 \"\" | tr -d ':\\n')"
-                        .to_string(),
-                ));
-            };
-            // bcrypt accepts costs 4 to 31; a hash outside them parses but never verifies, so
-            // its user could never log in.
-            if !(4..=31).contains(&parts.get_cost()) {
-                return Err(err(
-                    &key,
-                    format!(
-                        "bcrypt cost {} is outside 4..=31, so no password can ever match it",
-                        parts.get_cost()
-                    ),
-                ));
-            }
-        }
-        let mut headers = Vec::new();
-        if let Some(http) = file.http_server_config {
-            if http.http2 == Some(true) {
-                // Accepted for compatibility; scrapes are served over HTTP/1.1.
-                tracing::debug!("http_server_config.http2 ignored: HTTP/1.1 only");
-            }
-            for (name, value) in http.headers.unwrap_or_default().0 {
-                let key = format!("http_server_config.headers.{name}");
-                let Some(allowed) = ALLOWED_HEADERS
-                    .iter()
-                    .find(|h| h.eq_ignore_ascii_case(&name))
-                else {
-                    return Err(err(
-                        &key,
-                        format!(
-                            "header not allowed; allowed: {}",
-                            ALLOWED_HEADERS.join(", ")
-                        ),
-                    ));
-                };
-                let v = axum::http::HeaderValue::from_str(&value)
-                    .map_err(|e| err(&key, format!("invalid header value: {e}")))?;
-                headers.push((
-                    axum::http::HeaderName::from_static(to_static_lower(allowed)),
-                    v,
-                ));
-            }
-        }
+        check_users(&users, &err)?;
+        let headers = match file.http_server_config {
+            Some(http) => headers(http, &err)?,
+            None => Vec::new(),
+        };
         Ok(WebConfig {
             tls,
             client_auth,
@@ -343,6 +248,136 @@ impl WebConfig {
             files,
         })
     }
+}
+
+/// The file's YAML (an empty file is an empty config), or serde's error with the line and,
+/// where its text names one, the key.
+fn parse_file(text: &str, path: &Path) -> Result<File, WebConfigError> {
+    if text.trim().is_empty() {
+        return Ok(File::default());
+    }
+    serde_yaml_ng::from_str(text).map_err(|e| {
+        let line = e.location().map(|l| l.line());
+        let message = e.to_string();
+        // "unknown field `x`, expected ..." names the key; keep serde's text.
+        let message = match message.find(" at line ") {
+            Some(i) => message[..i].to_string(),
+            None => message,
+        };
+        let (key, message) = match unknown_key(&message).or_else(|| duplicate_key(&message)) {
+            Some((key, message)) => (Some(key), message),
+            None => (None, message),
+        };
+        WebConfigError {
+            file: path.to_path_buf(),
+            line,
+            key,
+            message,
+        }
+    })
+}
+
+/// "a.b: unknown field `c`, expected ..." names the key a.b.c: the key, and the message
+/// without it.
+fn unknown_key(message: &str) -> Option<(String, String)> {
+    match message.split_once(": unknown field `") {
+        Some((parent, rest)) if !parent.contains(' ') => {
+            let (field, tail) = rest.split_once('`').unwrap_or((rest, ""));
+            Some((format!("{parent}.{field}"), format!("unknown key{tail}")))
+        }
+        _ => None,
+    }
+}
+
+/// "duplicate field `a`" (a struct) or "a.b: duplicate key `c`" (a map): the key given
+/// twice.
+fn duplicate_key(message: &str) -> Option<(String, String)> {
+    match message
+        .split_once("duplicate ")
+        .map(|(p, rest)| (p.trim_end().trim_end_matches(':'), rest))
+    {
+        Some((parent, rest)) if !parent.contains(' ') => {
+            let name = rest.split('`').nth(1).unwrap_or("");
+            let key = if parent.is_empty() {
+                name.to_string()
+            } else {
+                format!("{parent}.{name}")
+            };
+            Some((key, "given twice".to_string()))
+        }
+        _ => None,
+    }
+}
+
+/// Refuses a user name with `:` and a password hash that is not bcrypt, or whose cost no
+/// password can ever match.
+fn check_users(
+    users: &BTreeMap<String, String>,
+    err: &dyn Fn(&str, String) -> WebConfigError,
+) -> Result<(), WebConfigError> {
+    for (user, hash) in users {
+        if user.contains(':') {
+            return Err(err(
+                "basic_auth_users",
+                format!("user name {user:?} contains ':'"),
+            ));
+        }
+        let key = format!("basic_auth_users.{user}");
+        let Ok(parts) = hash.parse::<bcrypt::HashParts>() else {
+            return Err(err(
+                &key,
+                "not a bcrypt hash (generate one with htpasswd -nBC 10 \"\" | tr -d ':\\n')"
+                    .to_string(),
+            ));
+        };
+        // bcrypt accepts costs 4 to 31; a hash outside them parses but never verifies, so
+        // its user could never log in.
+        if !(4..=31).contains(&parts.get_cost()) {
+            return Err(err(
+                &key,
+                format!(
+                    "bcrypt cost {} is outside 4..=31, so no password can ever match it",
+                    parts.get_cost()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The response headers `http_server_config` sets: only those of [`ALLOWED_HEADERS`], with
+/// valid values.
+fn headers(
+    http: HttpFile,
+    err: &dyn Fn(&str, String) -> WebConfigError,
+) -> Result<Vec<(axum::http::HeaderName, axum::http::HeaderValue)>, WebConfigError> {
+    if http.http2 == Some(true) {
+        // Accepted for compatibility; scrapes are served over HTTP/1.1.
+        tracing::debug!("http_server_config.http2 ignored: HTTP/1.1 only");
+    }
+    let mut headers = Vec::new();
+    for (name, value) in http.headers.unwrap_or_default().0 {
+        let key = format!("http_server_config.headers.{name}");
+        let Some(allowed) = ALLOWED_HEADERS
+            .iter()
+            .find(|h| h.eq_ignore_ascii_case(&name))
+        else {
+            return Err(err(
+                &key,
+                format!(
+                    "header not allowed; allowed: {}",
+                    ALLOWED_HEADERS.join(", ")
+                ),
+            ));
+        };
+        let v = axum::http::HeaderValue::from_str(&value)
+            .map_err(|e| err(&key, format!("invalid header value: {e}")))?;
+        headers.push((
+            axum::http::HeaderName::from_static(to_static_lower(allowed)),
+            v,
+        ));
+    }
+    Ok(headers)
 }
 
 fn to_static_lower(name: &'static str) -> &'static str {
@@ -364,230 +399,4 @@ fn line_of(text: &str, key: &str) -> Option<usize> {
             t.starts_with(&format!("{leaf}:")) || t.starts_with(&format!("\"{leaf}\":"))
         })
         .map(|i| i + 1)
-}
-
-fn tls_config(
-    t: TlsFile,
-    dir: &Path,
-    err: &dyn Fn(&str, String) -> WebConfigError,
-    files: &mut Vec<PathBuf>,
-) -> Result<(ServerConfig, ClientAuth), WebConfigError> {
-    let resolve = |p: &PathBuf| {
-        if p.is_absolute() {
-            p.clone()
-        } else {
-            dir.join(p)
-        }
-    };
-    let cert_path = t.cert_file.as_ref().map(resolve).ok_or_else(|| {
-        err(
-            "tls_server_config.cert_file",
-            "required with tls_server_config".into(),
-        )
-    })?;
-    let key_path = t.key_file.as_ref().map(resolve).ok_or_else(|| {
-        err(
-            "tls_server_config.key_file",
-            "required with tls_server_config".into(),
-        )
-    })?;
-    // Settings first, so a wrong value is reported even before the files exist.
-    let versions = versions(t.min_version.as_deref(), t.max_version.as_deref(), err)?;
-    files.push(cert_path.clone());
-    files.push(key_path.clone());
-    let read = |key: &str, p: &Path| {
-        read_regular(p, MAX_CONFIG_FILE_BYTES)
-            .map_err(|e| err(key, format!("{}: {e}", p.display())))
-    };
-    let cert_pem = read("tls_server_config.cert_file", &cert_path)?;
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| {
-            err(
-                "tls_server_config.cert_file",
-                format!("{}: {e}", cert_path.display()),
-            )
-        })?;
-    if certs.is_empty() {
-        return Err(err(
-            "tls_server_config.cert_file",
-            format!("{}: no certificate in it", cert_path.display()),
-        ));
-    }
-    let key_pem = read("tls_server_config.key_file", &key_path)?;
-    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
-        err(
-            "tls_server_config.key_file",
-            format!("{}: {e}", key_path.display()),
-        )
-    })?;
-
-    let mut crypto = provider::default_provider();
-    if let Some(names) = &t.cipher_suites {
-        let mut suites: Vec<SupportedCipherSuite> = Vec::new();
-        for name in names {
-            let suite = provider::ALL_CIPHER_SUITES
-                .iter()
-                .find(|s| s.suite().as_str() == Some(name.as_str()))
-                .ok_or_else(|| {
-                    err(
-                        "tls_server_config.cipher_suites",
-                        format!(
-                            "{name} is not supported; supported: {}",
-                            supported_suites().join(", ")
-                        ),
-                    )
-                })?;
-            suites.push(*suite);
-        }
-        // TLS 1.3 suites are not configurable in exporter-toolkit: keep them all.
-        suites.extend(
-            provider::ALL_CIPHER_SUITES
-                .iter()
-                .filter(|s| s.tls13().is_some())
-                .copied(),
-        );
-        crypto.cipher_suites = suites;
-    }
-    if let Some(curves) = &t.curve_preferences {
-        let mut groups = Vec::new();
-        for c in curves {
-            let g = match c.as_str() {
-                "X25519" => provider::kx_group::X25519,
-                "CurveP256" => provider::kx_group::SECP256R1,
-                "CurveP384" => provider::kx_group::SECP384R1,
-                other => {
-                    return Err(err(
-                        "tls_server_config.curve_preferences",
-                        format!(
-                            "{other} is not supported; supported: X25519, CurveP256, CurveP384"
-                        ),
-                    ))
-                }
-            };
-            groups.push(g);
-        }
-        crypto.kx_groups = groups;
-    }
-    let crypto = Arc::new(crypto);
-    let builder = ServerConfig::builder_with_provider(crypto.clone())
-        .with_protocol_versions(&versions)
-        .map_err(|e| err("tls_server_config.cipher_suites", e.to_string()))?;
-
-    let auth = t.client_auth_type.as_deref().unwrap_or("NoClientCert");
-    let needs_ca = matches!(
-        auth,
-        "VerifyClientCertIfGiven" | "RequireAndVerifyClientCert"
-    );
-    let builder = match auth {
-        "NoClientCert" => builder.with_no_client_auth(),
-        "VerifyClientCertIfGiven" | "RequireAndVerifyClientCert" => {
-            let ca_path = t.client_ca_file.as_ref().map(resolve).ok_or_else(|| {
-                err(
-                    "tls_server_config.client_ca_file",
-                    format!("required with client_auth_type {auth}"),
-                )
-            })?;
-            files.push(ca_path.clone());
-            let mut roots = RootCertStore::empty();
-            let ca_pem = read("tls_server_config.client_ca_file", &ca_path)?;
-            let cas = CertificateDer::pem_slice_iter(&ca_pem)
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| {
-                    err("tls_server_config.client_ca_file", format!("{}: {e}", ca_path.display()))
-                })?;
-            for ca in cas {
-                roots.add(ca).map_err(|e| {
-                    err("tls_server_config.client_ca_file", format!("{}: {e}", ca_path.display()))
-                })?;
-            }
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), crypto);
-            let verifier = if auth == "VerifyClientCertIfGiven" {
-                verifier.allow_unauthenticated()
-            } else {
-                verifier
-            };
-            let verifier = verifier
-                .build()
-                .map_err(|e| err("tls_server_config.client_ca_file", e.to_string()))?;
-            builder.with_client_cert_verifier(verifier)
-        }
-        "RequestClientCert" | "RequireAnyClientCert" => {
-            return Err(err(
-                "tls_server_config.client_auth_type",
-                format!("{auth} accepts unverified certificates and is not supported; use VerifyClientCertIfGiven or RequireAndVerifyClientCert"),
-            ))
-        }
-        other => {
-            return Err(err(
-                "tls_server_config.client_auth_type",
-                format!("unknown value {other:?}; expected NoClientCert, VerifyClientCertIfGiven or RequireAndVerifyClientCert"),
-            ))
-        }
-    };
-    if !needs_ca && t.client_ca_file.is_some() {
-        return Err(err(
-            "tls_server_config.client_ca_file",
-            "set, but client_auth_type does not verify client certificates".into(),
-        ));
-    }
-    let mut config = builder.with_single_cert(certs, key).map_err(|e| {
-        err(
-            "tls_server_config.key_file",
-            format!("does not match the certificate: {e}"),
-        )
-    })?;
-    config.ignore_client_order = t.prefer_server_cipher_suites.unwrap_or(true);
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let level = match auth {
-        "RequireAndVerifyClientCert" => ClientAuth::Require,
-        "VerifyClientCertIfGiven" => ClientAuth::VerifyIfGiven,
-        _ => ClientAuth::None,
-    };
-    Ok((config, level))
-}
-
-fn supported_suites() -> Vec<&'static str> {
-    provider::ALL_CIPHER_SUITES
-        .iter()
-        .filter(|s| s.tls13().is_none())
-        .filter_map(|s| s.suite().as_str())
-        .collect()
-}
-
-fn versions(
-    min: Option<&str>,
-    max: Option<&str>,
-    err: &dyn Fn(&str, String) -> WebConfigError,
-) -> Result<Vec<&'static rustls::SupportedProtocolVersion>, WebConfigError> {
-    let parse = |key: &str, v: Option<&str>, default: u8| -> Result<u8, WebConfigError> {
-        match v {
-            None => Ok(default),
-            Some("TLS12") => Ok(12),
-            Some("TLS13") => Ok(13),
-            Some(v @ ("TLS10" | "TLS11")) => Err(err(
-                key,
-                format!("{v} is insecure and not supported; use TLS12 or TLS13"),
-            )),
-            Some(v) => Err(err(
-                key,
-                format!("unknown version {v:?}; expected TLS12 or TLS13"),
-            )),
-        }
-    };
-    let lo = parse("tls_server_config.min_version", min, 12)?;
-    let hi = parse("tls_server_config.max_version", max, 13)?;
-    if lo > hi {
-        return Err(err(
-            "tls_server_config.max_version",
-            "below min_version".to_string(),
-        ));
-    }
-    Ok(
-        [(12, &rustls::version::TLS12), (13, &rustls::version::TLS13)]
-            .into_iter()
-            .filter(|(v, _)| (lo..=hi).contains(v))
-            .map(|(_, p)| p)
-            .collect(),
-    )
 }

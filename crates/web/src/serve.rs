@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -18,16 +18,16 @@ use axum::Router;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Sleep;
 use tower::util::BoxCloneSyncService;
 use tower::ServiceExt;
 
-use crate::state::WebState;
+use crate::state::{Live, WebState};
 
 /// Limits on connections and their timing.
 #[derive(Debug, Clone)]
@@ -149,22 +149,7 @@ pub async fn serve(
     limits: Limits,
     shutdown: impl Future<Output = ()>,
 ) {
-    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    let reserve = Arc::new(Semaphore::new(PROBE_RESERVE));
-    let per_client = Arc::new(PerClient::default());
-    let graceful = GracefulShutdown::new();
-    let mut http = http1::Builder::new();
-    // No hyper header timeout: it also runs while a keep-alive connection waits between
-    // scrapes, which would close every idle connection after it. `Head` times request heads.
-    // Vectored writes send the shared bytes of a generation as they are, instead of copying
-    // each response into a per-connection buffer.
-    http.timer(TokioTimer::new())
-        .header_read_timeout(None)
-        .max_buf_size(limits.max_header_bytes.max(8192))
-        .writev(true)
-        .keep_alive(true);
-    let mut probes_http = http.clone();
-    probes_http.keep_alive(false);
+    let accept = Accept::new(app, web, limits);
     tokio::pin!(shutdown);
     loop {
         let (tcp, peer) = tokio::select! {
@@ -179,101 +164,187 @@ pub async fn serve(
                 }
             },
         };
-        let counters = &web.counters;
-        let Some(client) = per_client.try_take(
+        accept.connection(tcp, peer);
+    }
+    drop(listener);
+    accept.shut_down().await;
+}
+
+/// What the accept loop admits connections with and serves them by: the connection slots
+/// (regular, the probe reserve, per client), the HTTP settings of each lane and the graceful
+/// shutdown that waits for them.
+struct Accept {
+    app: Router,
+    web: Arc<WebState>,
+    limits: Limits,
+    slots: Arc<Semaphore>,
+    reserve: Arc<Semaphore>,
+    per_client: Arc<PerClient>,
+    graceful: GracefulShutdown,
+    /// HTTP/1.1 of a regular connection.
+    http: http1::Builder,
+    /// HTTP/1.1 of a reserve connection: one request, no keep-alive.
+    probes_http: http1::Builder,
+}
+
+impl Accept {
+    fn new(app: Router, web: Arc<WebState>, limits: Limits) -> Accept {
+        let mut http = http1::Builder::new();
+        // No hyper header timeout: it also runs while a keep-alive connection waits between
+        // scrapes, which would close every idle connection after it. `Head` times request heads.
+        // Vectored writes send the shared bytes of a generation as they are, instead of copying
+        // each response into a per-connection buffer.
+        http.timer(TokioTimer::new())
+            .header_read_timeout(None)
+            .max_buf_size(limits.max_header_bytes.max(8192))
+            .writev(true)
+            .keep_alive(true);
+        let mut probes_http = http.clone();
+        probes_http.keep_alive(false);
+        Accept {
+            slots: Arc::new(Semaphore::new(limits.max_connections.max(1))),
+            reserve: Arc::new(Semaphore::new(PROBE_RESERVE)),
+            per_client: Arc::new(PerClient::default()),
+            graceful: GracefulShutdown::new(),
+            http,
+            probes_http,
+            app,
+            web,
+            limits,
+        }
+    }
+
+    /// Admits one accepted connection and serves it on a task of its own, or closes it at once
+    /// (counted) when its client or the whole server is at its limit.
+    fn connection(&self, tcp: TcpStream, peer: SocketAddr) {
+        let counters = &self.web.counters;
+        let Some(client) = self.per_client.try_take(
             client_of(peer.ip()),
-            limits.max_connections_per_client.max(1),
+            self.limits.max_connections_per_client.max(1),
         ) else {
             counters.rejected_per_client.fetch_add(1, Ordering::Relaxed);
             drop(tcp);
-            continue;
+            return;
         };
-        let (permit, lane) = match Arc::clone(&slots).try_acquire_owned() {
-            Ok(p) => (p, Lane::Regular),
-            Err(_) => match Arc::clone(&reserve).try_acquire_owned() {
-                Ok(p) => (p, Lane::ProbesOnly),
-                Err(_) => {
-                    counters
-                        .rejected_connections
-                        .fetch_add(1, Ordering::Relaxed);
-                    drop(tcp);
-                    continue;
-                }
-            },
+        let Some((permit, lane)) = self.permit() else {
+            counters
+                .rejected_connections
+                .fetch_add(1, Ordering::Relaxed);
+            drop(tcp);
+            return;
         };
         let _ = tcp.set_nodelay(true);
-        let io = Stall::new(tcp, &limits);
-        let service = match lane {
-            Lane::Regular => TowerToHyperService::new(BoxCloneSyncService::new(app.clone())),
-            Lane::ProbesOnly => TowerToHyperService::new(probes_only(app.clone(), &web)),
+        let io = Stall::new(tcp, &self.limits);
+        let (service, http, header_read_timeout) = match lane {
+            Lane::Regular => (
+                TowerToHyperService::new(BoxCloneSyncService::new(self.app.clone())),
+                self.http.clone(),
+                self.limits.header_read_timeout,
+            ),
+            // A reserve connection is for a probe, which asks at once: silent ones must not
+            // hold the reserve for long.
+            Lane::ProbesOnly => (
+                TowerToHyperService::new(probes_only(self.app.clone(), &self.web)),
+                self.probes_http.clone(),
+                self.limits.header_read_timeout.min(RESERVE_HEAD_TIMEOUT),
+            ),
         };
-        let live = web.live();
-        let http = match lane {
-            Lane::Regular => http.clone(),
-            Lane::ProbesOnly => probes_http.clone(),
+        let connection = Connection {
+            _client: client,
+            _permit: permit,
+            live: self.web.live(),
+            http,
+            service,
+            watcher: self.graceful.watcher(),
+            web: Arc::clone(&self.web),
+            handshake: self.limits.tls_handshake_timeout,
+            header_read_timeout,
         };
-        let watcher = graceful.watcher();
-        let web = Arc::clone(&web);
-        let handshake = limits.tls_handshake_timeout;
-        // A reserve connection is for a probe, which asks at once: silent ones must not hold
-        // the reserve for long.
-        let header_read_timeout = match lane {
-            Lane::Regular => limits.header_read_timeout,
-            Lane::ProbesOnly => limits.header_read_timeout.min(RESERVE_HEAD_TIMEOUT),
-        };
-        tokio::spawn(async move {
-            let _permit = permit;
-            let _client = client;
-            let stalled = io.stalled_flag();
-            let head_timeout = Arc::new(AtomicBool::new(false));
-            let result = match &live.acceptor {
-                Some(acceptor) => {
-                    match tokio::time::timeout(handshake, acceptor.accept(io)).await {
-                        Ok(Ok(tls)) => {
-                            watcher
-                                .watch(http.serve_connection(
-                                    Head::wrap(tls, header_read_timeout, &head_timeout),
-                                    service,
-                                ))
-                                .await
-                        }
-                        _ => {
-                            web.counters
-                                .failed_handshakes
-                                .fetch_add(1, Ordering::Relaxed);
-                            return;
-                        }
+        tokio::spawn(connection.run(io));
+    }
+
+    /// A regular slot, else one of the probe reserve; `None` when both are taken.
+    fn permit(&self) -> Option<(OwnedSemaphorePermit, Lane)> {
+        match Arc::clone(&self.slots).try_acquire_owned() {
+            Ok(p) => Some((p, Lane::Regular)),
+            Err(_) => match Arc::clone(&self.reserve).try_acquire_owned() {
+                Ok(p) => Some((p, Lane::ProbesOnly)),
+                Err(_) => None,
+            },
+        }
+    }
+
+    /// Waits for the connections still open to finish, within the grace period.
+    async fn shut_down(self) {
+        if tokio::time::timeout(self.limits.shutdown_grace, self.graceful.shutdown())
+            .await
+            .is_err()
+        {
+            tracing::warn!("connections still open after the grace period; closing them");
+        }
+    }
+}
+
+/// One admitted connection: the slots it holds while open and how it is served.
+struct Connection {
+    /// Its count for its client, freed when it ends.
+    _client: ClientSlot,
+    /// Its connection slot (regular or reserve), freed when it ends (after `_client`).
+    _permit: OwnedSemaphorePermit,
+    /// The config in force when it was accepted (its TLS acceptor).
+    live: Arc<Live>,
+    http: http1::Builder,
+    service: TowerToHyperService<Service>,
+    watcher: Watcher,
+    web: Arc<WebState>,
+    handshake: Duration,
+    header_read_timeout: Duration,
+}
+
+impl Connection {
+    /// Serves `io` (after a TLS handshake within the time allowed, when TLS is on) until it
+    /// ends, and counts why it ended when that was a late request head or a stall.
+    async fn run(self, io: Stall<TcpStream>) {
+        let stalled = io.stalled_flag();
+        let head_timeout = Arc::new(AtomicBool::new(false));
+        let result = match &self.live.acceptor {
+            Some(acceptor) => {
+                match tokio::time::timeout(self.handshake, acceptor.accept(io)).await {
+                    Ok(Ok(tls)) => {
+                        self.watcher
+                            .watch(self.http.serve_connection(
+                                Head::wrap(tls, self.header_read_timeout, &head_timeout),
+                                self.service,
+                            ))
+                            .await
+                    }
+                    _ => {
+                        self.web
+                            .counters
+                            .failed_handshakes
+                            .fetch_add(1, Ordering::Relaxed);
+                        return;
                     }
                 }
-                None => {
-                    watcher
-                        .watch(http.serve_connection(
-                            Head::wrap(io, header_read_timeout, &head_timeout),
-                            service,
-                        ))
-                        .await
-                }
-            };
-            if head_timeout.load(Ordering::Relaxed) {
-                web.counters
-                    .request_timeouts
-                    .fetch_add(1, Ordering::Relaxed);
-            } else if stalled.load(Ordering::Relaxed) {
-                web.counters
-                    .stalled_connections
-                    .fetch_add(1, Ordering::Relaxed);
             }
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "connection ended with an error");
+            None => {
+                self.watcher
+                    .watch(self.http.serve_connection(
+                        Head::wrap(io, self.header_read_timeout, &head_timeout),
+                        self.service,
+                    ))
+                    .await
             }
-        });
-    }
-    drop(listener);
-    if tokio::time::timeout(limits.shutdown_grace, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!("connections still open after the grace period; closing them");
+        };
+        let counters = &self.web.counters;
+        if head_timeout.load(Ordering::Relaxed) {
+            counters.request_timeouts.fetch_add(1, Ordering::Relaxed);
+        } else if stalled.load(Ordering::Relaxed) {
+            counters.stalled_connections.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Err(e) = result {
+            tracing::debug!(error = %e, "connection ended with an error");
+        }
     }
 }
 

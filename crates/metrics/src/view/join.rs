@@ -5,11 +5,11 @@
 //!
 //! [`DeviceView`]: super::DeviceView
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::attribution::{AttributionSet, DeviceRef, Extra, Holder, ATTRIBUTION_LABELS};
-use crate::{DeviceKey, Metric, Sample, Snapshot};
+use crate::{DeviceKey, Metric, PollOutput, Sample, Snapshot};
 
 /// The resolved join for one generation: the holders of each device, extra labels per
 /// `(uuid, gpu_instance)` and the info samples naming every holder.
@@ -38,6 +38,107 @@ pub struct Holding {
     pub holders: Vec<Holder>,
 }
 
+/// A device of the join: a GPU uuid and, for a MIG instance, its `gpu_instance`.
+type Key = (String, Option<u32>);
+
+/// Holders per device, and per (device, pod UID) for the per-process series of that pod.
+type Grouped<'s> = (
+    HashMap<Key, Vec<&'s Holder>>,
+    HashMap<(String, Option<u32>, &'s str), Vec<&'s Holder>>,
+);
+
+/// The devices the served snapshots describe, from their series' keys.
+#[derive(Default)]
+struct Devices<'a> {
+    /// uuid -> the GPU's key (from its info series).
+    key_of: HashMap<&'a str, &'a Arc<DeviceKey>>,
+    /// index -> uuid.
+    uuid_of: HashMap<u32, &'a str>,
+    /// MIG uuid -> (uuid, gpu_instance).
+    mig_of: HashMap<&'a str, (&'a str, u32)>,
+    /// The MIG instances some served series is about: an instance named by a holder but by
+    /// no series (a DRA CDI name `GPU:4294967295`) does not exist here.
+    instances: HashSet<(&'a str, u32)>,
+}
+
+impl<'a> Devices<'a> {
+    /// Indexes the devices of the served outputs' samples.
+    fn index(served: impl Iterator<Item = &'a PollOutput>) -> Devices<'a> {
+        let mut devices = Devices::default();
+        for output in served {
+            for s in &output.samples {
+                let Some(d) = &s.device else {
+                    continue;
+                };
+                if let Some(m) = d.mig() {
+                    devices.instances.insert((d.uuid(), m.gpu_instance));
+                }
+                match (s.metric, d.mig()) {
+                    (Metric::GpuInfo, _) => {
+                        devices.key_of.insert(d.uuid(), d);
+                        devices.uuid_of.insert(d.index(), d.uuid());
+                    }
+                    (Metric::MigInfo, Some(m)) => {
+                        if let Some(mig_uuid) = s.label("mig_uuid") {
+                            devices.mig_of.insert(mig_uuid, (d.uuid(), m.gpu_instance));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        devices
+    }
+
+    /// The device `d` names, when it names one here (a `PodProcesses` is resolved apart).
+    fn resolve(&self, d: &DeviceRef) -> Option<Key> {
+        match d {
+            DeviceRef::PodProcesses { .. } => None,
+            DeviceRef::Uuid(u) if u.starts_with("MIG-") => self
+                .mig_of
+                .get(u.as_str())
+                .map(|(uuid, gi)| (uuid.to_string(), Some(*gi))),
+            DeviceRef::Uuid(u) => Some((u.clone(), None)),
+            DeviceRef::Instance { uuid, gpu_instance } => Some((uuid.clone(), Some(*gpu_instance))),
+            DeviceRef::Index { gpu, gpu_instance } => {
+                let uuid = self.uuid_of.get(gpu)?;
+                Some((uuid.to_string(), *gpu_instance))
+            }
+        }
+    }
+
+    /// The GPU key of a held device, or `None` when no up source describes it (its GPU, or
+    /// the MIG instance it names): such a device has no series to label.
+    fn gpu(&self, (uuid, gi): &Key) -> Option<&'a Arc<DeviceKey>> {
+        let gpu = self.key_of.get(uuid.as_str()).copied()?;
+        if gi.is_some_and(|gi| !self.instances.contains(&(uuid.as_str(), gi))) {
+            return None;
+        }
+        Some(gpu)
+    }
+
+    /// The holders of every set, by the device they hold and, for pod processes, by device
+    /// and pod UID. Holders of devices that do not resolve are left out.
+    fn group<'s>(&self, sets: &[&'s AttributionSet]) -> Grouped<'s> {
+        let (mut holders, mut by_uid): Grouped<'s> = Default::default();
+        for set in sets {
+            for (device, holder) in set.iter() {
+                if let DeviceRef::PodProcesses { device, pod_uid } = device {
+                    if let Some((uuid, gi)) = self.resolve(device) {
+                        by_uid
+                            .entry((uuid, gi, pod_uid.as_str()))
+                            .or_default()
+                            .push(holder);
+                    }
+                } else if let Some(key) = self.resolve(device) {
+                    holders.entry(key).or_default().push(holder);
+                }
+            }
+        }
+        (holders, by_uid)
+    }
+}
+
 impl Join {
     /// Resolves the attribution sets of the served snapshots against the devices they
     /// describe.
@@ -47,95 +148,14 @@ impl Join {
         if sets.iter().all(|s| s.is_empty()) {
             return Join::default();
         }
-        // The devices the served snapshots describe, from their info series' keys: uuid ->
-        // the GPU's key, index -> uuid, MIG uuid -> (uuid, gpu_instance).
-        let mut key_of: HashMap<&str, &Arc<DeviceKey>> = HashMap::new();
-        let mut uuid_of: HashMap<u32, &str> = HashMap::new();
-        let mut mig_of: HashMap<&str, (&str, u32)> = HashMap::new();
-        // The MIG instances some served series is about: an instance named by a holder but by
-        // no series (a DRA CDI name `GPU:4294967295`) does not exist here.
-        let mut instances: std::collections::HashSet<(&str, u32)> = Default::default();
-        for output in served() {
-            for s in &output.samples {
-                let Some(d) = &s.device else {
-                    continue;
-                };
-                if let Some(m) = d.mig() {
-                    instances.insert((d.uuid(), m.gpu_instance));
-                }
-                match (s.metric, d.mig()) {
-                    (Metric::GpuInfo, _) => {
-                        key_of.insert(d.uuid(), d);
-                        uuid_of.insert(d.index(), d.uuid());
-                    }
-                    (Metric::MigInfo, Some(m)) => {
-                        if let Some(mig_uuid) = s.label("mig_uuid") {
-                            mig_of.insert(mig_uuid, (d.uuid(), m.gpu_instance));
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        }
-        let resolve = |d: &DeviceRef| -> Option<(String, Option<u32>)> {
-            match d {
-                // Resolved apart, below.
-                DeviceRef::PodProcesses { .. } => None,
-                DeviceRef::Uuid(u) if u.starts_with("MIG-") => mig_of
-                    .get(u.as_str())
-                    .map(|(uuid, gi)| (uuid.to_string(), Some(*gi))),
-                DeviceRef::Uuid(u) => Some((u.clone(), None)),
-                DeviceRef::Instance { uuid, gpu_instance } => {
-                    Some((uuid.clone(), Some(*gpu_instance)))
-                }
-                DeviceRef::Index { gpu, gpu_instance } => {
-                    let uuid = uuid_of.get(gpu)?;
-                    Some((uuid.to_string(), *gpu_instance))
-                }
-            }
-        };
+        let devices = Devices::index(served());
         // Holders per key, deduplicated and sorted so the output is stable.
-        let mut holders: HashMap<(String, Option<u32>), Vec<&Holder>> = HashMap::new();
-        let mut by_uid: HashMap<(String, Option<u32>, &str), Vec<&Holder>> = HashMap::new();
-        for set in &sets {
-            for (device, holder) in set.iter() {
-                if let DeviceRef::PodProcesses { device, pod_uid } = device {
-                    if let Some((uuid, gi)) = resolve(device) {
-                        by_uid
-                            .entry((uuid, gi, pod_uid.as_str()))
-                            .or_default()
-                            .push(holder);
-                    }
-                } else if let Some(key) = resolve(device) {
-                    holders.entry(key).or_default().push(holder);
-                }
-            }
-        }
+        let (mut holders, by_uid) = devices.group(&sets);
         let mut keys: Vec<_> = holders.keys().cloned().collect();
         keys.sort();
         let mut join = Join::default();
-        for ((uuid, gi, uid), mut list) in by_uid {
-            list.sort();
-            list.dedup();
-            // Two containers of one pod on one device: which one a process is in, the UID
-            // does not say.
-            if let [Holder::Pod {
-                namespace,
-                pod,
-                container,
-            }] = list.as_slice()
-            {
-                let extra: Extra = [
-                    ("namespace", namespace.clone()),
-                    ("pod", pod.clone()),
-                    ("container", container.clone()),
-                ]
-                .into();
-                join.process_extra
-                    .entry(uuid)
-                    .or_default()
-                    .push((gi, uid.to_string(), extra));
-            }
+        for (device, list) in by_uid {
+            join.add_pod_processes(device, list);
         }
         for key in keys {
             let Some(list) = holders.get_mut(&key) else {
@@ -143,69 +163,94 @@ impl Join {
             };
             list.sort();
             list.dedup();
-            // A device no up source describes has no series to label.
-            let Some(gpu) = key_of.get(key.0.as_str()).copied() else {
+            let Some(gpu) = devices.gpu(&key) else {
                 continue;
             };
-            if key
-                .1
-                .is_some_and(|gi| !instances.contains(&(key.0.as_str(), gi)))
-            {
-                continue;
-            }
-            join.holdings.push(Holding {
-                gpu: Arc::clone(gpu),
-                gpu_instance: key.1,
-                holders: list.iter().map(|h| (*h).clone()).collect(),
-            });
-            let instance = key.1.map(|gi| gi.to_string()).unwrap_or_default();
-            let pods: Vec<_> = list
-                .iter()
-                .filter(|h| matches!(h, Holder::Pod { .. }))
-                .collect();
-            let jobs: Vec<_> = list
-                .iter()
-                .filter(|h| matches!(h, Holder::Job(_)))
-                .collect();
-            let mut extra: Vec<(&'static str, String)> = Vec::new();
-            for h in list.iter() {
-                match h {
-                    Holder::Pod {
-                        namespace,
-                        pod,
-                        container,
-                    } => {
-                        join.info.push(Sample::of(
-                            gpu,
-                            Metric::GpuPodInfo,
-                            [&instance, namespace, pod, container],
-                            1.0,
-                        ));
-                        if pods.len() == 1 {
-                            extra.push(("namespace", namespace.clone()));
-                            extra.push(("pod", pod.clone()));
-                            extra.push(("container", container.clone()));
-                        }
+            join.add_holding(gpu, key, list);
+        }
+        join
+    }
+
+    /// The labels of the per-process series of the pod with UID `uid` on a device, when one
+    /// container of it holds the device.
+    fn add_pod_processes(
+        &mut self,
+        (uuid, gi, uid): (String, Option<u32>, &str),
+        mut list: Vec<&Holder>,
+    ) {
+        list.sort();
+        list.dedup();
+        // Two containers of one pod on one device: which one a process is in, the UID
+        // does not say.
+        if let [Holder::Pod {
+            namespace,
+            pod,
+            container,
+        }] = list.as_slice()
+        {
+            let extra: Extra = [
+                ("namespace", namespace.clone()),
+                ("pod", pod.clone()),
+                ("container", container.clone()),
+            ]
+            .into();
+            self.process_extra
+                .entry(uuid)
+                .or_default()
+                .push((gi, uid.to_string(), extra));
+        }
+    }
+
+    /// One held device: its holding, an info series per holder, and the extra labels of its
+    /// series where one pod or one job holds it (several say nothing about a series).
+    fn add_holding(&mut self, gpu: &Arc<DeviceKey>, (uuid, gi): Key, list: &[&Holder]) {
+        self.holdings.push(Holding {
+            gpu: Arc::clone(gpu),
+            gpu_instance: gi,
+            holders: list.iter().map(|h| (*h).clone()).collect(),
+        });
+        let instance = gi.map(|gi| gi.to_string()).unwrap_or_default();
+        let pods = list
+            .iter()
+            .filter(|h| matches!(h, Holder::Pod { .. }))
+            .count();
+        let jobs = list.iter().filter(|h| matches!(h, Holder::Job(_))).count();
+        let mut extra: Vec<(&'static str, String)> = Vec::new();
+        for h in list {
+            match h {
+                Holder::Pod {
+                    namespace,
+                    pod,
+                    container,
+                } => {
+                    self.info.push(Sample::of(
+                        gpu,
+                        Metric::GpuPodInfo,
+                        [&instance, namespace, pod, container],
+                        1.0,
+                    ));
+                    if pods == 1 {
+                        extra.push(("namespace", namespace.clone()));
+                        extra.push(("pod", pod.clone()));
+                        extra.push(("container", container.clone()));
                     }
-                    Holder::Job(job) => {
-                        join.info.push(Sample::of(
-                            gpu,
-                            Metric::GpuHpcJobInfo,
-                            [&instance, job],
-                            1.0,
-                        ));
-                        if jobs.len() == 1 {
-                            extra.push(("hpc_job", job.clone()));
-                        }
+                }
+                Holder::Job(job) => {
+                    self.info.push(Sample::of(
+                        gpu,
+                        Metric::GpuHpcJobInfo,
+                        [&instance, job],
+                        1.0,
+                    ));
+                    if jobs == 1 {
+                        extra.push(("hpc_job", job.clone()));
                     }
                 }
             }
-            if !extra.is_empty() {
-                let (uuid, gi) = key;
-                join.extra.entry(uuid).or_default().push((gi, extra.into()));
-            }
         }
-        join
+        if !extra.is_empty() {
+            self.extra.entry(uuid).or_default().push((gi, extra.into()));
+        }
     }
 
     /// Every held device (only those some served `dgx_pixels_gpu_info` describes), by uuid then

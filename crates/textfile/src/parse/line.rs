@@ -144,8 +144,7 @@ fn parse_labels<'a>(
     strings: &mut Interner,
     labels: &mut Vec<(Arc<str>, Arc<str>)>,
 ) -> Result<&'a str, String> {
-    // Label names given so far, once there are too many for a linear scan (a hostile line may
-    // have thousands: a scan per label would be quadratic).
+    // Label names given so far, once there are too many for a linear scan (see `given_twice`).
     let mut seen: HashSet<Arc<str>> = HashSet::new();
     let mut value = String::new();
     loop {
@@ -160,15 +159,7 @@ fn parse_labels<'a>(
         if !is_label_name(key) {
             return Err(format!("invalid label name {key:?}"));
         }
-        let twice = if labels.len() < 16 {
-            labels.iter().any(|(k, _)| &**k == key)
-        } else {
-            if seen.is_empty() {
-                seen.extend(labels.iter().map(|(k, _)| k.clone()));
-            }
-            seen.contains(key)
-        };
-        if twice {
+        if given_twice(labels, &mut seen, key) {
             return Err(format!("label {key} given twice"));
         }
         s = s[end..].trim_start_matches([' ', '\t']);
@@ -179,37 +170,7 @@ fn parse_labels<'a>(
         let Some(rest) = s.strip_prefix('"') else {
             return Err(format!("label {key}: value must be quoted"));
         };
-        value.clear();
-        let mut chars = rest.char_indices();
-        let mut closed = None;
-        while let Some((i, c)) = chars.next() {
-            match c {
-                '"' => {
-                    closed = Some(i + 1);
-                    break;
-                }
-                '\\' => match chars.next().map(|(_, c)| c) {
-                    Some('\\') => value.push('\\'),
-                    Some('"') => value.push('"'),
-                    Some('n') => value.push('\n'),
-                    other => {
-                        return Err(format!(
-                            "label {key}: invalid escape sequence \\{}",
-                            other.unwrap_or(' ')
-                        ))
-                    }
-                },
-                '\0' => {
-                    return Err(format!(
-                        "label {key}: value contains a NUL byte (some Prometheus versions fail the whole scrape on it)"
-                    ))
-                }
-                c => value.push(c),
-            }
-        }
-        let Some(after) = closed else {
-            return Err(format!("label {key}: unterminated value"));
-        };
+        let after = label_value(rest, key, &mut value)?;
         let key = strings.get(key);
         if !seen.is_empty() {
             seen.insert(key.clone());
@@ -222,4 +183,48 @@ fn parse_labels<'a>(
             return Err(format!("expected , or }} after label {key}"));
         }
     }
+}
+
+/// Whether the label `key` is already in `labels`: a scan while there are few, a set of their
+/// names past 16 (`seen`, filled on first need and kept up to date by the caller), since a
+/// hostile line may have thousands and a scan per label would be quadratic.
+fn given_twice(labels: &[(Arc<str>, Arc<str>)], seen: &mut HashSet<Arc<str>>, key: &str) -> bool {
+    if labels.len() < 16 {
+        labels.iter().any(|(k, _)| &**k == key)
+    } else {
+        if seen.is_empty() {
+            seen.extend(labels.iter().map(|(k, _)| k.clone()));
+        }
+        seen.contains(key)
+    }
+}
+
+/// Unescapes the quoted value of label `key` that `rest` starts (after its opening quote) into
+/// `value`, and returns where its closing quote ends in `rest`.
+fn label_value(rest: &str, key: &str, value: &mut String) -> Result<usize, String> {
+    value.clear();
+    let mut chars = rest.char_indices();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '"' => return Ok(i + 1),
+            '\\' => match chars.next().map(|(_, c)| c) {
+                Some('\\') => value.push('\\'),
+                Some('"') => value.push('"'),
+                Some('n') => value.push('\n'),
+                other => {
+                    return Err(format!(
+                        "label {key}: invalid escape sequence \\{}",
+                        other.unwrap_or(' ')
+                    ))
+                }
+            },
+            '\0' => {
+                return Err(format!(
+                    "label {key}: value contains a NUL byte (some Prometheus versions fail the whole scrape on it)"
+                ))
+            }
+            c => value.push(c),
+        }
+    }
+    Err(format!("label {key}: unterminated value"))
 }

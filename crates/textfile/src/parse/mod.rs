@@ -19,7 +19,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
-use dgx_pixels_metrics::{ExternalFamily, ExternalKind};
+use dgx_pixels_metrics::{ExternalFamily, ExternalKind, ExternalSample};
 
 pub use self::check::openmetrics_name_problem;
 pub use self::line::{is_label_name, is_metric_name};
@@ -75,10 +75,7 @@ pub struct Parsed {
 
 /// Parses one file's text; `default_help` is used for families without `# HELP`.
 pub fn parse(text: &str, default_help: &str) -> Result<Parsed, ParseError> {
-    let mut builders: Vec<Builder> = Vec::new();
-    let mut index: HashMap<Arc<str>, usize> = HashMap::new();
-    // Series seen so far, as a hash and where the sample is (not a copy of it).
-    let mut series: SeriesIndex<(u32, u32)> = SeriesIndex::default();
+    let mut families = Families::new(default_help);
     let mut strings = Interner::default();
     let mut scratch = Vec::new();
 
@@ -90,71 +87,106 @@ pub fn parse(text: &str, default_help: &str) -> Result<Parsed, ParseError> {
             continue;
         }
         if let Some(comment) = trimmed.strip_prefix('#') {
-            let comment = comment.trim_start_matches([' ', '\t']);
-            let (keyword, rest) = split_token(comment);
-            if keyword != "HELP" && keyword != "TYPE" {
-                continue; // an ordinary comment
-            }
-            let (name, rest) = split_token(rest);
-            if !is_metric_name(name) {
-                return err(
-                    n,
-                    format!("{keyword} line with invalid metric name {name:?}"),
-                );
-            }
-            let at = match index.get(name) {
-                Some(&at) => at,
-                None => {
-                    builders.push(Builder {
-                        family: ExternalFamily {
-                            name: name.to_string(),
-                            help: default_help.to_string(),
-                            kind: ExternalKind::Untyped,
-                            samples: Vec::new(),
-                        },
-                        help_set: false,
-                        typed: false,
-                        first_line: n,
-                    });
-                    index.insert(Arc::from(name), builders.len() - 1);
-                    builders.len() - 1
-                }
-            };
-            let b = &mut builders[at];
-            if keyword == "HELP" {
-                if b.help_set {
-                    return err(n, format!("second HELP line for {name}"));
-                }
-                b.family.help = unescape_help(rest).map_err(|m| ParseError {
-                    line: n,
-                    message: m,
-                })?;
-                b.help_set = true;
-            } else {
-                let kind_name = rest.trim_end_matches([' ', '\t']);
-                let Some(kind) = ExternalKind::parse(kind_name) else {
-                    return err(n, format!("unknown type {kind_name:?} for {name}"));
-                };
-                if b.typed {
-                    return err(n, format!("second TYPE line for {name}"));
-                }
-                if !b.family.samples.is_empty() {
-                    return err(n, format!("TYPE line for {name} after its samples"));
-                }
-                if let Some(why) = openmetrics_name_problem(name, kind) {
-                    return err(n, why);
-                }
-                b.family.kind = kind;
-                b.typed = true;
-            }
+            families.comment(comment, n)?;
             continue;
         }
-
         let sample = parse_sample(trimmed, &mut strings, &mut scratch).map_err(|m| ParseError {
             line: n,
             message: m,
         })?;
-        // Which family: a declared histogram/summary takes its suffixed samples.
+        families.sample(sample, n)?;
+    }
+    families.finish()
+}
+
+/// The families of a file being parsed, with what finds them: the index by name, and the
+/// series seen so far as a hash and where the sample is (not a copy of it).
+struct Families<'a> {
+    builders: Vec<Builder>,
+    index: HashMap<Arc<str>, usize>,
+    series: SeriesIndex<(u32, u32)>,
+    default_help: &'a str,
+}
+
+impl<'a> Families<'a> {
+    fn new(default_help: &'a str) -> Families<'a> {
+        Families {
+            builders: Vec::new(),
+            index: HashMap::new(),
+            series: SeriesIndex::default(),
+            default_help,
+        }
+    }
+
+    /// A new, untyped family named `name`, first seen on line `n`; returns where it is.
+    fn add(&mut self, name: Arc<str>, n: usize) -> usize {
+        self.builders.push(Builder {
+            family: ExternalFamily {
+                name: name.to_string(),
+                help: self.default_help.to_string(),
+                kind: ExternalKind::Untyped,
+                samples: Vec::new(),
+            },
+            help_set: false,
+            typed: false,
+            first_line: n,
+        });
+        self.index.insert(name, self.builders.len() - 1);
+        self.builders.len() - 1
+    }
+
+    /// A comment line (after its `#`): a `# HELP` or `# TYPE` line sets its family's help or
+    /// type, once, and a type only before the family's samples; other comments are ignored.
+    fn comment(&mut self, comment: &str, n: usize) -> Result<(), ParseError> {
+        let comment = comment.trim_start_matches([' ', '\t']);
+        let (keyword, rest) = split_token(comment);
+        if keyword != "HELP" && keyword != "TYPE" {
+            return Ok(()); // an ordinary comment
+        }
+        let (name, rest) = split_token(rest);
+        if !is_metric_name(name) {
+            return err(
+                n,
+                format!("{keyword} line with invalid metric name {name:?}"),
+            );
+        }
+        let at = match self.index.get(name) {
+            Some(&at) => at,
+            None => self.add(Arc::from(name), n),
+        };
+        let b = &mut self.builders[at];
+        if keyword == "HELP" {
+            if b.help_set {
+                return err(n, format!("second HELP line for {name}"));
+            }
+            b.family.help = unescape_help(rest).map_err(|m| ParseError {
+                line: n,
+                message: m,
+            })?;
+            b.help_set = true;
+            return Ok(());
+        }
+        let kind_name = rest.trim_end_matches([' ', '\t']);
+        let Some(kind) = ExternalKind::parse(kind_name) else {
+            return err(n, format!("unknown type {kind_name:?} for {name}"));
+        };
+        if b.typed {
+            return err(n, format!("second TYPE line for {name}"));
+        }
+        if !b.family.samples.is_empty() {
+            return err(n, format!("TYPE line for {name} after its samples"));
+        }
+        if let Some(why) = openmetrics_name_problem(name, kind) {
+            return err(n, why);
+        }
+        b.family.kind = kind;
+        b.typed = true;
+        Ok(())
+    }
+
+    /// The family a sample belongs to: a declared histogram or summary takes its suffixed
+    /// samples, any other sample is its name's family (new when first seen).
+    fn family_of(&mut self, sample: &ExternalSample, n: usize) -> usize {
         let mut family_at = None;
         for (suffix, kinds) in [
             ("_bucket", &[ExternalKind::Histogram][..]),
@@ -168,32 +200,25 @@ pub fn parse(text: &str, default_help: &str) -> Result<Parsed, ParseError> {
             ),
         ] {
             if let Some(base) = sample.name.strip_suffix(suffix) {
-                if let Some(&at) = index.get(base) {
-                    if builders[at].typed && kinds.contains(&builders[at].family.kind) {
+                if let Some(&at) = self.index.get(base) {
+                    let b = &self.builders[at];
+                    if b.typed && kinds.contains(&b.family.kind) {
                         family_at = Some(at);
                     }
                 }
             }
         }
-        let at = match family_at.or_else(|| index.get(&*sample.name).copied()) {
+        match family_at.or_else(|| self.index.get(&*sample.name).copied()) {
             Some(at) => at,
-            None => {
-                builders.push(Builder {
-                    family: ExternalFamily {
-                        name: sample.name.to_string(),
-                        help: default_help.to_string(),
-                        kind: ExternalKind::Untyped,
-                        samples: Vec::new(),
-                    },
-                    help_set: false,
-                    typed: false,
-                    first_line: n,
-                });
-                index.insert(sample.name.clone(), builders.len() - 1);
-                builders.len() - 1
-            }
-        };
-        let fam = &mut builders[at].family;
+            None => self.add(sample.name.clone(), n),
+        }
+    }
+
+    /// Adds the sample of line `n` to its family, when its type allows it and it is not a
+    /// series seen before.
+    fn sample(&mut self, sample: ExternalSample, n: usize) -> Result<(), ParseError> {
+        let at = self.family_of(&sample, n);
+        let fam = &self.builders[at].family;
         if fam.kind == ExternalKind::Histogram && *sample.name == *fam.name {
             return err(
                 n,
@@ -209,38 +234,44 @@ pub fn parse(text: &str, default_help: &str) -> Result<Parsed, ParseError> {
         })?;
         let hash = identity_hash(&sample);
         let here = (at as u32, fam.samples.len() as u32);
-        let duplicate = series.insert(hash, here, |(f, i)| {
+        let builders = &self.builders;
+        let duplicate = self.series.insert(hash, here, |(f, i)| {
             same_series(&builders[f as usize].family.samples[i as usize], &sample)
         });
         if duplicate.is_some() {
             return err(n, format!("duplicate series {}", describe(&sample)));
         }
-        builders[at].family.samples.push(sample);
+        self.builders[at].family.samples.push(sample);
+        Ok(())
     }
 
-    let mut helped = HashSet::new();
-    let mut families = Vec::with_capacity(builders.len());
-    for mut b in builders {
-        if b.family.samples.is_empty() {
-            continue;
+    /// The families with samples, each histogram and summary checked whole (an error names
+    /// the family's first line).
+    fn finish(self) -> Result<Parsed, ParseError> {
+        let mut helped = HashSet::new();
+        let mut families = Vec::with_capacity(self.builders.len());
+        for mut b in self.builders {
+            if b.family.samples.is_empty() {
+                continue;
+            }
+            // Kept for as long as the file is unchanged: no spare capacity.
+            b.family.samples.shrink_to_fit();
+            let checked = match b.family.kind {
+                ExternalKind::Histogram => check_histogram(&b.family),
+                ExternalKind::Summary => check_summary(&b.family),
+                _ => Ok(()),
+            };
+            checked.map_err(|m| ParseError {
+                line: b.first_line,
+                message: m,
+            })?;
+            if b.help_set {
+                helped.insert(b.family.name.clone());
+            }
+            families.push(b.family);
         }
-        // Kept for as long as the file is unchanged: no spare capacity.
-        b.family.samples.shrink_to_fit();
-        let checked = match b.family.kind {
-            ExternalKind::Histogram => check_histogram(&b.family),
-            ExternalKind::Summary => check_summary(&b.family),
-            _ => Ok(()),
-        };
-        checked.map_err(|m| ParseError {
-            line: b.first_line,
-            message: m,
-        })?;
-        if b.help_set {
-            helped.insert(b.family.name.clone());
-        }
-        families.push(b.family);
+        Ok(Parsed { families, helped })
     }
-    Ok(Parsed { families, helped })
 }
 
 #[cfg(test)]
