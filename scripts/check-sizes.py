@@ -31,9 +31,12 @@ def sources():
 FN = re.compile(r"^\s*(pub(\([^)]*\))?\s+)?(const\s+)?(async\s+)?(unsafe\s+)?(extern\s+\"C\"\s+)?fn\s+(\w+)")
 
 
+LITERAL = re.compile(r"'(?:\\.|[^'\\])'|\"(?:\\.|[^\"\\])*\"")
+
+
 def functions(lines):
-    """(name, first line, length) of each fn with a body, by brace depth (strings and
-    comments are rare enough in our braces to ignore)."""
+    """(name, first line, length) of each fn with a body, by brace depth (braces in char and
+    one-line string literals and after `//` do not count)."""
     i = 0
     while i < len(lines):
         m = FN.match(lines[i])
@@ -42,7 +45,8 @@ def functions(lines):
             continue
         depth, started, j = 0, False, i
         while j < len(lines):
-            code = lines[j].split("//")[0]
+            # Char and string literals hold braces that are no block ('{', "{{"): left out.
+            code = LITERAL.sub("", lines[j]).split("//")[0]
             for ch in code:
                 if ch == "{":
                     depth += 1

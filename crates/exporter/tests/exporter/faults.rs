@@ -1,7 +1,7 @@
 //! Fault injection with the real binary, the fake NVML and DCGM libraries and the simulator.
 //! Each test asserts that the process survives, that the other GPUs and sources keep serving,
 //! that the affected series say what happened (up 0, error counters), and that recovery needs
-//! no restart. (A hung NVML call is covered in nvml_fake.rs:
+//! no restart. (A hung NVML call is covered in nvml_fake/failures.rs:
 //! `a_hung_gpu_is_reported_down_and_never_blocks_the_others`.)
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
