@@ -18,7 +18,14 @@ pub(super) fn write_json(
 ) -> std::io::Result<()> {
     let dist = distributed_info(cfg, rank);
     let device = if cfg.device_per_rank { rank } else { 0 };
-    write_head(cfg, device, &dist, out)?;
+    write!(
+        out,
+        r#"{{
+  "schemaVersion": 1,
+  "deviceProperties": [{{"id": {device}, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 84929347584, "computeMajor": 9, "computeMinor": 0}}],
+"#
+    )?;
+    members_before_events(cfg, &dist, out)?;
     let mut w = Events::new(cfg, rank, device, out);
     w.process_name()?;
     for a in annos {
@@ -28,14 +35,7 @@ pub(super) fn write_json(
         w.gpu_row(i, g)?;
     }
     w.window_marks()?;
-    let prefix = if cfg.simulated { "simulated-" } else { "" };
-    write!(
-        out,
-        "\n  ],\n  \"traceName\": \"{prefix}rank{rank}.pt.trace.json\""
-    )?;
-    if cfg.distributed_info_last {
-        write!(out, ",\n  {dist}")?;
-    }
+    members_after_events(cfg, rank, &dist, out)?;
     writeln!(out, "\n}}")?;
     Ok(())
 }
@@ -54,26 +54,37 @@ fn distributed_info(cfg: &SynthConfig, rank: usize) -> String {
     )
 }
 
-/// Everything before the first event: the device, `distributedInfo` unless it goes last, the
+/// The members between the device and the events: `distributedInfo` unless it goes last, the
 /// base time and the opening of `traceEvents`.
-fn write_head(
+fn members_before_events(
     cfg: &SynthConfig,
-    device: usize,
     dist: &str,
     out: &mut dyn Write,
 ) -> std::io::Result<()> {
-    write!(
-        out,
-        r#"{{
-  "schemaVersion": 1,
-  "deviceProperties": [{{"id": {device}, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 84929347584, "computeMajor": 9, "computeMinor": 0}}],
-"#
-    )?;
     if !cfg.distributed_info_last {
         writeln!(out, "  {dist},")?;
     }
     writeln!(out, r#"  "baseTimeNanoseconds": 1699999999000000000,"#)?;
     writeln!(out, r#"  "traceEvents": ["#)
+}
+
+/// The end of `traceEvents` and the members after it: the trace name, and `distributedInfo`
+/// when it goes last.
+fn members_after_events(
+    cfg: &SynthConfig,
+    rank: usize,
+    dist: &str,
+    out: &mut dyn Write,
+) -> std::io::Result<()> {
+    let prefix = if cfg.simulated { "simulated-" } else { "" };
+    write!(
+        out,
+        "\n  ],\n  \"traceName\": \"{prefix}rank{rank}.pt.trace.json\""
+    )?;
+    if cfg.distributed_info_last {
+        write!(out, ",\n  {dist}")?;
+    }
+    Ok(())
 }
 
 /// The writer of the `traceEvents` list: separators, the rank's ids and the time format.
