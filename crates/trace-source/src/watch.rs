@@ -271,68 +271,12 @@ impl Watcher {
         scan.all_unreadable = readable == 0 && !self.options.directory.is_empty();
         let first = std::mem::replace(&mut self.first, false);
         let mut live: HashSet<PathBuf> = walk.passed;
-        let mut seen_special: HashSet<PathBuf> = HashSet::new();
-        for (path, why) in walk.special {
-            seen_special.insert(path.clone());
-            if self.skipped.get(&path) != Some(&why) {
-                self.skipped.insert(path.clone(), why);
-                scan.skipped.push((path, why));
-            }
-        }
+        let seen_special = self.note_special(walk.special, &mut scan);
         for f in walk.found {
             if !live.insert(f.path.clone()) || self.done.get(&f.path) == Some(&f.id) {
                 continue;
             }
-            if first && !self.options.analyze_existing && f.id.mtime < self.started {
-                self.done.insert(f.path, f.id);
-                continue;
-            }
-            let c = self
-                .candidates
-                .entry(f.path.clone())
-                .or_insert_with(|| Candidate {
-                    id: f.id,
-                    job: f.job.clone(),
-                    stable: 0,
-                    attempts: 0,
-                });
-            if c.id == f.id {
-                c.stable = c.stable.saturating_add(1);
-            } else {
-                *c = Candidate {
-                    id: f.id,
-                    job: f.job,
-                    stable: 1,
-                    attempts: 0,
-                };
-            }
-            // Stable across two listings, and something to read; a retry waits for twice as
-            // many listings as the try before (2, 4, 8, ...), so a writer that pauses for a
-            // while is given time before its file's error is final.
-            let due = 2u32.saturating_mul(1u32.checked_shl(c.attempts).unwrap_or(u32::MAX));
-            if c.stable < due || f.id.size == 0 {
-                continue;
-            }
-            let snapshot = f
-                .path
-                .file_name()
-                .is_some_and(|n| is_snapshot_name(&n.to_string_lossy()));
-            let limit = if snapshot {
-                self.options.max_snapshot_bytes
-            } else {
-                self.options.max_file_bytes
-            };
-            if f.id.size > limit {
-                self.candidates.remove(&f.path);
-                self.done.insert(f.path.clone(), f.id);
-                scan.too_large.push(f.path);
-                continue;
-            }
-            scan.ready.push(Ready {
-                path: f.path,
-                id: f.id,
-                job: c.job.clone(),
-            });
+            self.consider(f, first, &mut scan);
         }
         // Forget what is gone; after a cut-short listing (which did not read everything) only
         // when the memory grows past twice the bound (files then not read may be analysed
@@ -347,6 +291,80 @@ impl Watcher {
         }
         self.bound(&mut scan);
         scan
+    }
+
+    /// Counts the names left alone that are new (or left alone for another reason) in
+    /// `scan.skipped`; returns all of them, the names still there.
+    fn note_special(
+        &mut self,
+        special: Vec<(PathBuf, Outcome)>,
+        scan: &mut Scan,
+    ) -> HashSet<PathBuf> {
+        let mut seen_special: HashSet<PathBuf> = HashSet::new();
+        for (path, why) in special {
+            seen_special.insert(path.clone());
+            if self.skipped.get(&path) != Some(&why) {
+                self.skipped.insert(path.clone(), why);
+                scan.skipped.push((path, why));
+            }
+        }
+        seen_special
+    }
+
+    /// One version of a file found in the listing (not finished yet): it waits until stable,
+    /// then is ready, or too large. The first listing leaves older files alone unless
+    /// `analyze_existing`.
+    fn consider(&mut self, f: Found, first: bool, scan: &mut Scan) {
+        if first && !self.options.analyze_existing && f.id.mtime < self.started {
+            self.done.insert(f.path, f.id);
+            return;
+        }
+        let c = self
+            .candidates
+            .entry(f.path.clone())
+            .or_insert_with(|| Candidate {
+                id: f.id,
+                job: f.job.clone(),
+                stable: 0,
+                attempts: 0,
+            });
+        if c.id == f.id {
+            c.stable = c.stable.saturating_add(1);
+        } else {
+            *c = Candidate {
+                id: f.id,
+                job: f.job,
+                stable: 1,
+                attempts: 0,
+            };
+        }
+        // Stable across two listings, and something to read; a retry waits for twice as
+        // many listings as the try before (2, 4, 8, ...), so a writer that pauses for a
+        // while is given time before its file's error is final.
+        let due = 2u32.saturating_mul(1u32.checked_shl(c.attempts).unwrap_or(u32::MAX));
+        if c.stable < due || f.id.size == 0 {
+            return;
+        }
+        let snapshot = f
+            .path
+            .file_name()
+            .is_some_and(|n| is_snapshot_name(&n.to_string_lossy()));
+        let limit = if snapshot {
+            self.options.max_snapshot_bytes
+        } else {
+            self.options.max_file_bytes
+        };
+        if f.id.size > limit {
+            self.candidates.remove(&f.path);
+            self.done.insert(f.path.clone(), f.id);
+            scan.too_large.push(f.path);
+            return;
+        }
+        scan.ready.push(Ready {
+            path: f.path,
+            id: f.id,
+            job: c.job.clone(),
+        });
     }
 
     /// Keeps the files waiting and the names skipped within twice `max_entries` each; a
@@ -397,54 +415,14 @@ impl Watcher {
 
     /// Lists one configured directory (or glob); `Err` when it cannot be read.
     fn list(&self, pattern: &Path, walk: &mut Walk) -> Result<(), String> {
-        let mut root = PathBuf::new();
-        let mut rest: Vec<String> = Vec::new();
-        for c in pattern.components() {
-            let s = c.as_os_str().to_string_lossy().into_owned();
-            if rest.is_empty() && !is_glob(&s) {
-                root.push(c);
-            } else if matches!(c, Component::Normal(_)) {
-                rest.push(s);
-            }
-        }
+        let (root, rest) = split_pattern(pattern);
         let cannot = |e: std::io::Error| format!("{}: cannot read: {e}", root.display());
         // Check the root itself, so a missing directory is reported, not silently empty.
         let meta = fs::metadata(&root).map_err(cannot)?;
         if !meta.is_dir() {
             return Err(format!("{}: not a directory", root.display()));
         }
-        let mut dirs = vec![root.clone()];
-        for part in &rest {
-            let mut next = Vec::new();
-            for d in &dirs {
-                if is_glob(part) {
-                    for e in entries(d, &mut walk.read_left) {
-                        if let Entry::Dir(name, path) = e {
-                            if !name.starts_with('.') && glob_match(part, &name) {
-                                next.push(path);
-                            }
-                        }
-                    }
-                } else {
-                    let p = d.join(part);
-                    if fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir()) {
-                        next.push(p);
-                    }
-                }
-            }
-            dirs = next;
-        }
-        let job_of = |dir: &Path| -> String {
-            let rel = dir.strip_prefix(&root).unwrap_or(dir);
-            let rel = rel.to_string_lossy().into_owned();
-            if rel.is_empty() {
-                root.file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_else(|| "/".into())
-            } else {
-                rel
-            }
-        };
+        let dirs = expand(&root, &rest, &mut walk.read_left);
         let mut stack: Vec<(PathBuf, usize)> = dirs.into_iter().map(|d| (d, 0)).collect();
         while let Some((dir, depth)) = stack.pop() {
             for e in entries(&dir, &mut walk.read_left) {
@@ -458,47 +436,110 @@ impl Watcher {
                     Entry::File(path) => (path, true),
                     Entry::NotUtf8(path) => (path, false),
                 };
-                let position = walk.position;
-                walk.position += 1;
-                if position < walk.from || position >= walk.to {
-                    walk.unlisted += 1;
-                    if self.candidates.contains_key(&path)
-                        || self.done.contains_key(&path)
-                        || self.skipped.contains_key(&path)
-                    {
-                        walk.passed.insert(path);
-                    }
-                    continue;
-                }
-                if !utf8 {
-                    walk.special.push((path, Outcome::InvalidName));
-                    continue;
-                }
-                // A regular file (not a symlink), its size and modification time.
-                let Ok(m) = fs::symlink_metadata(&path) else {
-                    continue;
-                };
-                if m.file_type().is_symlink() {
-                    walk.special.push((path, Outcome::Symlink));
-                    continue;
-                }
-                if !m.is_file() {
-                    walk.special.push((path, Outcome::NotRegular));
-                    continue;
-                }
-                let Ok(mtime) = m.modified() else { continue };
-                walk.found.push(Found {
-                    path,
-                    id: FileId {
-                        size: m.len(),
-                        mtime,
-                        key: dgx_pixels_trace::open::FileKey::of(&m),
-                    },
-                    job: job_of(&dir),
-                });
+                self.visit(path, utf8, || job_of(&root, &dir), walk);
             }
         }
         Ok(())
+    }
+
+    /// One trace-named file of the walk: passed over (counted) outside the window; inside,
+    /// left alone by reason (not UTF-8, a symlink, not a regular file) or found with its
+    /// version and job (`job`, computed only then).
+    fn visit(&self, path: PathBuf, utf8: bool, job: impl FnOnce() -> String, walk: &mut Walk) {
+        let position = walk.position;
+        walk.position += 1;
+        if position < walk.from || position >= walk.to {
+            walk.unlisted += 1;
+            if self.candidates.contains_key(&path)
+                || self.done.contains_key(&path)
+                || self.skipped.contains_key(&path)
+            {
+                walk.passed.insert(path);
+            }
+            return;
+        }
+        if !utf8 {
+            walk.special.push((path, Outcome::InvalidName));
+            return;
+        }
+        // A regular file (not a symlink), its size and modification time.
+        let Ok(m) = fs::symlink_metadata(&path) else {
+            return;
+        };
+        if m.file_type().is_symlink() {
+            walk.special.push((path, Outcome::Symlink));
+            return;
+        }
+        if !m.is_file() {
+            walk.special.push((path, Outcome::NotRegular));
+            return;
+        }
+        let Ok(mtime) = m.modified() else { return };
+        walk.found.push(Found {
+            path,
+            id: FileId {
+                size: m.len(),
+                mtime,
+                key: dgx_pixels_trace::open::FileKey::of(&m),
+            },
+            job: job(),
+        });
+    }
+}
+
+/// A configured directory split at its first glob component: the plain root, and the
+/// components from there (normal ones only).
+fn split_pattern(pattern: &Path) -> (PathBuf, Vec<String>) {
+    let mut root = PathBuf::new();
+    let mut rest: Vec<String> = Vec::new();
+    for c in pattern.components() {
+        let s = c.as_os_str().to_string_lossy().into_owned();
+        if rest.is_empty() && !is_glob(&s) {
+            root.push(c);
+        } else if matches!(c, Component::Normal(_)) {
+            rest.push(s);
+        }
+    }
+    (root, rest)
+}
+
+/// The directories `rest` names under `root`, a component at a time: a glob matches the
+/// real, visible directories (reading entries from `budget`), a plain name must be one.
+fn expand(root: &Path, rest: &[String], budget: &mut usize) -> Vec<PathBuf> {
+    let mut dirs = vec![root.to_path_buf()];
+    for part in rest {
+        let mut next = Vec::new();
+        for d in &dirs {
+            if is_glob(part) {
+                for e in entries(d, budget) {
+                    if let Entry::Dir(name, path) = e {
+                        if !name.starts_with('.') && glob_match(part, &name) {
+                            next.push(path);
+                        }
+                    }
+                }
+            } else {
+                let p = d.join(part);
+                if fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir()) {
+                    next.push(p);
+                }
+            }
+        }
+        dirs = next;
+    }
+    dirs
+}
+
+/// The job of a file in `dir`: the directory relative to `root`, or the root's own name.
+fn job_of(root: &Path, dir: &Path) -> String {
+    let rel = dir.strip_prefix(root).unwrap_or(dir);
+    let rel = rel.to_string_lossy().into_owned();
+    if rel.is_empty() {
+        root.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "/".into())
+    } else {
+        rel
     }
 }
 

@@ -23,11 +23,26 @@ pub(super) fn truth(
     if kept.is_empty() {
         return t;
     }
+    busy_times(&kept, &mut t);
+    idle_by_stream(&kept, &mut t);
+    launches_and_collectives(&kept, &mut t);
+    for a in annos.iter().filter(|a| a.step < kept_steps) {
+        annotation(a, &mut t);
+    }
+    t.step_durations_us = bounds[..kept_steps.min(bounds.len())]
+        .iter()
+        .map(|(s, e)| (e - s) as f64 + 0.875)
+        .collect();
+    t
+}
+
+/// Kernel, idle, compute, communication and overlap time, from one µs bitmap per class.
+fn busy_times(kept: &[&GpuItem], t: &mut RankTruth) {
     let lo = kept.iter().map(|g| g.t).min().unwrap_or(0);
     let hi = kept.iter().map(|g| g.e).max().unwrap_or(0);
     let len = (hi - lo) as usize;
     let (mut all, mut comp, mut comm) = (vec![false; len], vec![false; len], vec![false; len]);
-    for g in &kept {
+    for g in kept {
         for x in g.t.max(lo)..g.e.min(hi) {
             let i = (x - lo) as usize;
             all[i] = true;
@@ -44,7 +59,10 @@ pub(super) fn truth(
     t.compute_time_us = count(&comp);
     t.comm_time_us = count(&comm);
     t.overlap_time_us = comp.iter().zip(&comm).filter(|(a, b)| **a && **b).count() as i64;
-    // Idle per stream, HTA's rule on the design values.
+}
+
+/// Idle per stream, HTA's rule on the design values.
+fn idle_by_stream(kept: &[&GpuItem], t: &mut RankTruth) {
     let mut streams: BTreeMap<i64, Vec<&GpuItem>> = BTreeMap::new();
     for g in kept.iter().filter(|g| g.class != Class::Sync) {
         streams.entry(g.stream).or_default().push(g);
@@ -64,7 +82,11 @@ pub(super) fn truth(
             }
         }
     }
-    for g in &kept {
+}
+
+/// Launch/GPU pairs, the collectives' counts, bytes and raw times, and their starts in order.
+fn launches_and_collectives(kept: &[&GpuItem], t: &mut RankTruth) {
+    for g in kept {
         let raw = (g.e - g.t) as f64 + g.a + g.b;
         if matches!(g.launch_name, "cudaLaunchKernel" | "cudaMemcpyAsync") {
             t.launches += 1;
@@ -84,32 +106,29 @@ pub(super) fn truth(
         }
     }
     t.comm_starts.sort_by(f64::total_cmp);
-    for a in annos.iter().filter(|a| a.step < kept_steps) {
-        let raw = (a.e - a.t) as f64 + 0.375 + 0.5;
-        if a.name.starts_with("FSDP::") {
-            // FSDP2 appends the module index: `FSDP::pre_forward (3)`, `... for 2`.
-            let base = a.name.split([' ', '(']).next().unwrap_or("");
-            let key = match base {
-                "FSDP::all_gather" | "FSDP::pre_forward" => "all_gather",
-                "FSDP::all_gather_copy_in" => "copy_in",
-                "FSDP::all_gather_copy_out" => "copy_out",
-                "FSDP::post_backward_reduce" => "reduce_scatter",
-                "FSDP::backward_prefetch" => "prefetch",
-                _ => "reshard",
-            };
-            *t.fsdp_counts.entry(key).or_default() += 1;
-        } else if !a.name.starts_with("ProfilerStep") {
-            let key = match a.name.as_str() {
-                "## forward ##" => "forward",
-                "## backward ##" => "backward",
-                _ => "optimizer",
-            };
-            *t.phase_cpu_us.entry(key).or_default() += raw;
-        }
+}
+
+/// Counts an FSDP annotation or adds a phase annotation's raw time.
+fn annotation(a: &CpuAnno, t: &mut RankTruth) {
+    let raw = (a.e - a.t) as f64 + 0.375 + 0.5;
+    if a.name.starts_with("FSDP::") {
+        // FSDP2 appends the module index: `FSDP::pre_forward (3)`, `... for 2`.
+        let base = a.name.split([' ', '(']).next().unwrap_or("");
+        let key = match base {
+            "FSDP::all_gather" | "FSDP::pre_forward" => "all_gather",
+            "FSDP::all_gather_copy_in" => "copy_in",
+            "FSDP::all_gather_copy_out" => "copy_out",
+            "FSDP::post_backward_reduce" => "reduce_scatter",
+            "FSDP::backward_prefetch" => "prefetch",
+            _ => "reshard",
+        };
+        *t.fsdp_counts.entry(key).or_default() += 1;
+    } else if !a.name.starts_with("ProfilerStep") {
+        let key = match a.name.as_str() {
+            "## forward ##" => "forward",
+            "## backward ##" => "backward",
+            _ => "optimizer",
+        };
+        *t.phase_cpu_us.entry(key).or_default() += raw;
     }
-    t.step_durations_us = bounds[..kept_steps.min(bounds.len())]
-        .iter()
-        .map(|(s, e)| (e - s) as f64 + 0.875)
-        .collect();
-    t
 }

@@ -202,147 +202,21 @@ const MAX_ACTIONS: usize = 32;
 fn summarize(v: &PVal, path: &Path, walk: &mut Walk) -> Result<SnapshotReport, String> {
     let mut devs: BTreeMap<i64, DeviceMemory> = BTreeMap::new();
     let mut allocated_sizes: BTreeMap<i64, u64> = BTreeMap::new();
-    let mut failed: Option<String> = None;
-    let too_many = || format!("more than {MAX_DEVICES} devices");
-    let u = |d: &PVal, k: &str| d.get(k).and_then(|x| x.as_u64());
     let segments = v.get("segments").unwrap_or(PVal::None);
-    segments.each(|seg| {
-        if let Err(e) = walk.step() {
-            failed = Some(e);
-            return false;
-        }
-        let device = seg.get("device").and_then(|d| d.as_i64()).unwrap_or(0);
-        if devs.len() >= MAX_DEVICES && !devs.contains_key(&device) {
-            failed = Some(too_many());
-            return false;
-        }
-        let d = devs.entry(device).or_insert_with(|| DeviceMemory {
-            device,
-            ..DeviceMemory::default()
-        });
-        d.reserved_bytes = d
-            .reserved_bytes
-            .saturating_add(u(seg, "total_size").unwrap_or(0));
-        d.segments += 1;
-        d.large_segments += u64::from(
-            seg.get("segment_type")
-                .is_some_and(|t| t.as_str() == Some("large")),
-        );
-        let blocks = seg.get("blocks").unwrap_or(PVal::None);
-        blocks.each(|b| {
-            if let Err(e) = walk.step() {
-                failed = Some(e);
-                return false;
-            }
-            let size = u(b, "size").unwrap_or(0);
-            let state = b.get("state");
-            d.blocks += 1;
-            match state.as_ref().and_then(PVal::as_str).unwrap_or("") {
-                "active_allocated" => {
-                    let req = u(b, "requested_size").unwrap_or(size).min(size);
-                    d.allocated_blocks += 1;
-                    d.allocated_bytes = d.allocated_bytes.saturating_add(req);
-                    d.internal_free_bytes = d.internal_free_bytes.saturating_add(size - req);
-                    d.active_bytes = d.active_bytes.saturating_add(size);
-                    let a = allocated_sizes.entry(device).or_default();
-                    *a = a.saturating_add(size);
-                }
-                "active_pending_free" => {
-                    d.active_bytes = d.active_bytes.saturating_add(size);
-                    d.external_free_bytes = d.external_free_bytes.saturating_add(size);
-                }
-                _ => d.external_free_bytes = d.external_free_bytes.saturating_add(size),
-            }
-            true
-        });
-        failed.is_none()
-    });
-    if let Some(e) = failed {
-        return Err(e);
-    }
+    try_each(&segments, |seg| {
+        add_segment(seg, &mut devs, &mut allocated_sizes, walk)
+    })?;
     let traces = v.get("device_traces").unwrap_or(PVal::None);
     let mut device = -1i64;
-    traces.each(|entries| {
+    try_each(&traces, |entries| {
         device += 1;
         if entries.is_empty() {
-            return true;
+            return Ok(());
         }
-        if devs.len() >= MAX_DEVICES && !devs.contains_key(&device) {
-            failed = Some(too_many());
-            return false;
-        }
-        let d = devs.entry(device).or_insert_with(|| DeviceMemory {
-            device,
-            ..DeviceMemory::default()
-        });
-        let end_alloc = i128::from(allocated_sizes.get(&device).copied().unwrap_or(0));
-        let end_reserved = i128::from(d.reserved_bytes);
-        // The change of allocated and reserved bytes one entry makes.
-        let delta = |e: &PVal| -> (i128, i128) {
-            let size = i128::from(u(e, "size").unwrap_or(0));
-            match e.get("action").as_ref().and_then(PVal::as_str) {
-                Some("alloc") => (size, 0),
-                Some("free_completed") => (-size, 0),
-                Some("segment_alloc" | "segment_map") => (0, size),
-                Some("segment_free" | "segment_unmap") => (0, -size),
-                _ => (0, 0),
-            }
-        };
-        // Replay: the state before the history = the end state minus every change in it.
-        let (mut da, mut dr) = (0i128, 0i128);
-        let (mut lo, mut hi) = (i64::MAX, i64::MIN);
-        entries.each(|e| {
-            if let Err(err) = walk.step() {
-                failed = Some(err);
-                return false;
-            }
-            let action = e.get("action");
-            let name = action.as_ref().and_then(PVal::as_str).unwrap_or("");
-            if let Some(n) = d.actions.get_mut(name) {
-                *n += 1;
-            } else {
-                let key = if d.actions.len() < MAX_ACTIONS {
-                    name
-                } else {
-                    "other"
-                };
-                *d.actions.entry(key.to_string()).or_default() += 1;
-            }
-            let (a, r) = delta(e);
-            da += a;
-            dr += r;
-            if let Some(t) = e.get("time_us").and_then(|t| t.as_i64()) {
-                lo = lo.min(t);
-                hi = hi.max(t);
-            }
-            true
-        });
-        if failed.is_some() {
-            return false;
-        }
-        let (mut a, mut r) = (end_alloc - da, end_reserved - dr);
-        let (mut pa, mut pr) = (a.max(end_alloc), r.max(end_reserved));
-        // The second pass costs no budget: the first bounded the entries.
-        entries.each(|e| {
-            let (x, y) = delta(e);
-            a += x;
-            r += y;
-            pa = pa.max(a);
-            pr = pr.max(r);
-            true
-        });
-        d.peak_allocated_bytes = Some(pa.clamp(0, i128::from(u64::MAX)) as u64);
-        d.peak_reserved_bytes = Some(pr.clamp(0, i128::from(u64::MAX)) as u64);
-        let allocs = d.actions.get("alloc").copied().unwrap_or(0);
-        if hi > lo {
-            let span = (i128::from(hi) - i128::from(lo)) as f64 / 1e6;
-            d.allocs_per_s = Some(allocs as f64 / span);
-        }
-        true
-    });
-    if let Some(e) = failed {
-        return Err(e);
-    }
+        let d = device_entry(&mut devs, device)?;
+        let end_alloc = allocated_sizes.get(&device).copied().unwrap_or(0);
+        replay_history(d, end_alloc, entries, walk)
+    })?;
     for d in devs.values_mut() {
         if d.reserved_bytes > 0 {
             d.fragmentation_ratio = d.external_free_bytes as f64 / d.reserved_bytes as f64;
@@ -353,6 +227,166 @@ fn summarize(v: &PVal, path: &Path, walk: &mut Walk) -> Result<SnapshotReport, S
         file: path.display().to_string(),
         devices: devs.into_values().collect(),
     })
+}
+
+/// Calls `f` with each item of the list `v` until it fails; returns the first error.
+fn try_each(v: &PVal, mut f: impl FnMut(&PVal) -> Result<(), String>) -> Result<(), String> {
+    let mut failed = None;
+    v.each(|item| match f(item) {
+        Ok(()) => true,
+        Err(e) => {
+            failed = Some(e);
+            false
+        }
+    });
+    failed.map_or(Ok(()), Err)
+}
+
+/// `d[k]` as a non-negative int.
+fn uint(d: &PVal, k: &str) -> Option<u64> {
+    d.get(k).and_then(|x| x.as_u64())
+}
+
+/// The numbers of `device`, added if new and [`MAX_DEVICES`] allows.
+fn device_entry(
+    devs: &mut BTreeMap<i64, DeviceMemory>,
+    device: i64,
+) -> Result<&mut DeviceMemory, String> {
+    if devs.len() >= MAX_DEVICES && !devs.contains_key(&device) {
+        return Err(format!("more than {MAX_DEVICES} devices"));
+    }
+    Ok(devs.entry(device).or_insert_with(|| DeviceMemory {
+        device,
+        ..DeviceMemory::default()
+    }))
+}
+
+/// Adds one segment and its blocks to its device; the allocated blocks' sizes also go to
+/// `allocated_sizes`, the end state the history is replayed from.
+fn add_segment(
+    seg: &PVal,
+    devs: &mut BTreeMap<i64, DeviceMemory>,
+    allocated_sizes: &mut BTreeMap<i64, u64>,
+    walk: &mut Walk,
+) -> Result<(), String> {
+    walk.step()?;
+    let device = seg.get("device").and_then(|d| d.as_i64()).unwrap_or(0);
+    let d = device_entry(devs, device)?;
+    d.reserved_bytes = d
+        .reserved_bytes
+        .saturating_add(uint(seg, "total_size").unwrap_or(0));
+    d.segments += 1;
+    d.large_segments += u64::from(
+        seg.get("segment_type")
+            .is_some_and(|t| t.as_str() == Some("large")),
+    );
+    // (An entry of 0 for a device without allocated blocks reads as no entry.)
+    let allocated = allocated_sizes.entry(device).or_default();
+    let blocks = seg.get("blocks").unwrap_or(PVal::None);
+    try_each(&blocks, |b| {
+        walk.step()?;
+        add_block(b, d, allocated);
+        Ok(())
+    })
+}
+
+/// Adds one block to its device by its state; `allocated` is the device's Σ of allocated
+/// block sizes.
+fn add_block(b: &PVal, d: &mut DeviceMemory, allocated: &mut u64) {
+    let size = uint(b, "size").unwrap_or(0);
+    let state = b.get("state");
+    d.blocks += 1;
+    match state.as_ref().and_then(PVal::as_str).unwrap_or("") {
+        "active_allocated" => {
+            let req = uint(b, "requested_size").unwrap_or(size).min(size);
+            d.allocated_blocks += 1;
+            d.allocated_bytes = d.allocated_bytes.saturating_add(req);
+            d.internal_free_bytes = d.internal_free_bytes.saturating_add(size - req);
+            d.active_bytes = d.active_bytes.saturating_add(size);
+            *allocated = allocated.saturating_add(size);
+        }
+        "active_pending_free" => {
+            d.active_bytes = d.active_bytes.saturating_add(size);
+            d.external_free_bytes = d.external_free_bytes.saturating_add(size);
+        }
+        _ => d.external_free_bytes = d.external_free_bytes.saturating_add(size),
+    }
+}
+
+/// The change of allocated and reserved bytes one history entry makes.
+fn delta(e: &PVal) -> (i128, i128) {
+    let size = i128::from(uint(e, "size").unwrap_or(0));
+    match e.get("action").as_ref().and_then(PVal::as_str) {
+        Some("alloc") => (size, 0),
+        Some("free_completed") => (-size, 0),
+        Some("segment_alloc" | "segment_map") => (0, size),
+        Some("segment_free" | "segment_unmap") => (0, -size),
+        _ => (0, 0),
+    }
+}
+
+/// Counts one entry's action (past [`MAX_ACTIONS`] names, a new one counts as "other").
+fn count_action(actions: &mut BTreeMap<String, u64>, name: &str) {
+    if let Some(n) = actions.get_mut(name) {
+        *n += 1;
+    } else {
+        let key = if actions.len() < MAX_ACTIONS {
+            name
+        } else {
+            "other"
+        };
+        *actions.entry(key.to_string()).or_default() += 1;
+    }
+}
+
+/// A device's history (`device_traces` entries): the actions counted, the peaks replayed back
+/// from the end state (`end_alloc` allocated, the segments' reserved) and the allocation rate.
+fn replay_history(
+    d: &mut DeviceMemory,
+    end_alloc: u64,
+    entries: &PVal,
+    walk: &mut Walk,
+) -> Result<(), String> {
+    let end_alloc = i128::from(end_alloc);
+    let end_reserved = i128::from(d.reserved_bytes);
+    // Replay: the state before the history = the end state minus every change in it.
+    let (mut da, mut dr) = (0i128, 0i128);
+    let (mut lo, mut hi) = (i64::MAX, i64::MIN);
+    try_each(entries, |e| {
+        walk.step()?;
+        let action = e.get("action");
+        count_action(
+            &mut d.actions,
+            action.as_ref().and_then(PVal::as_str).unwrap_or(""),
+        );
+        let (a, r) = delta(e);
+        da += a;
+        dr += r;
+        if let Some(t) = e.get("time_us").and_then(|t| t.as_i64()) {
+            lo = lo.min(t);
+            hi = hi.max(t);
+        }
+        Ok(())
+    })?;
+    let (mut a, mut r) = (end_alloc - da, end_reserved - dr);
+    let (mut pa, mut pr) = (a.max(end_alloc), r.max(end_reserved));
+    // The second pass costs no budget: the first bounded the entries.
+    entries.each(|e| {
+        let (x, y) = delta(e);
+        a += x;
+        r += y;
+        pa = pa.max(a);
+        pr = pr.max(r);
+        true
+    });
+    d.peak_allocated_bytes = Some(pa.clamp(0, i128::from(u64::MAX)) as u64);
+    d.peak_reserved_bytes = Some(pr.clamp(0, i128::from(u64::MAX)) as u64);
+    let allocs = d.actions.get("alloc").copied().unwrap_or(0);
+    if hi > lo {
+        let span = (i128::from(hi) - i128::from(lo)) as f64 / 1e6;
+        d.allocs_per_s = Some(allocs as f64 / span);
+    }
+    Ok(())
 }
 
 /// Whether a file looks like a pickle (protocol 2+ starts with 0x80).

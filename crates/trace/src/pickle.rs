@@ -11,11 +11,14 @@
 //! against [`Limits::max_bytes`]; and the loop checks a deadline and a cancel flag.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
+
+use self::vm::Vm;
+
+mod vm;
 
 /// Deepest nesting of containers accepted (a snapshot nests about 5 deep; Python's own
 /// recursion limit stops its pickler near 1,000).
@@ -269,41 +272,6 @@ pub enum PickleError {
     },
 }
 
-/// The memo: dense while indices come in order (as Python's pickler writes them), a map
-/// bounded by its entries otherwise, so an index never sizes an allocation.
-#[derive(Default)]
-struct Memo {
-    dense: Vec<PVal>,
-    sparse: HashMap<u64, PVal>,
-}
-
-impl Memo {
-    fn len(&self) -> u64 {
-        (self.dense.len() + self.sparse.len()) as u64
-    }
-
-    fn put(&mut self, idx: u64, v: PVal) {
-        match usize::try_from(idx) {
-            Ok(i) if i < self.dense.len() => self.dense[i] = v,
-            Ok(i) if i == self.dense.len() && self.sparse.is_empty() => self.dense.push(v),
-            _ => {
-                self.sparse.insert(idx, v);
-            }
-        }
-    }
-
-    fn get(&self, idx: u64) -> Option<&PVal> {
-        usize::try_from(idx)
-            .ok()
-            .and_then(|i| self.dense.get(i))
-            .or_else(|| self.sparse.get(&idx))
-    }
-}
-
-/// Approximate heap cost of one stored value (its slot, and for a container its node).
-const VALUE_BYTES: u64 = 16;
-const NODE_BYTES: u64 = 64;
-
 /// Unpickles `b` with the default [`Limits`]; errors say what and at which byte.
 pub fn loads(b: &[u8]) -> Result<PVal, PickleError> {
     loads_with(b, &Limits::default())
@@ -321,236 +289,7 @@ pub fn loads_with(b: &[u8], limits: &Limits) -> Result<PVal, PickleError> {
     } else {
         limits.max_depth
     };
-    let mut used: u64 = 0;
-    let mut pos = 0usize;
-    let mut stack: Vec<PVal> = Vec::new();
-    let mut marks: Vec<usize> = Vec::new();
-    let mut memo = Memo::default();
-    let take = |pos: &mut usize, n: usize| -> Result<&[u8], PickleError> {
-        let end = pos
-            .checked_add(n)
-            .filter(|&e| e <= b.len())
-            .ok_or(PickleError::Truncated {
-                len: b.len(),
-                need: n,
-            })?;
-        let s = &b[*pos..end];
-        *pos = end;
-        Ok(s)
-    };
-    let le = |s: &[u8]| s.iter().rev().fold(0u64, |a, &x| (a << 8) | u64::from(x));
-    let container = |dict: bool| {
-        let n = Rc::new(Node {
-            items: RefCell::new(Vec::new()),
-            depth: Cell::new(1),
-            sealed: Cell::new(false),
-        });
-        if dict {
-            PVal::Dict(n)
-        } else {
-            PVal::List(n)
-        }
-    };
-    let mut ops: u32 = 0;
-    loop {
-        let at = pos;
-        ops = ops.wrapping_add(1);
-        if ops % 4096 == 0 {
-            if limits.deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(PickleError::Deadline { at });
-            }
-            if limits
-                .cancel
-                .as_ref()
-                .is_some_and(|c| c.load(Ordering::Relaxed))
-            {
-                return Err(PickleError::Cancelled { at });
-            }
-        }
-        if used > budget {
-            return Err(PickleError::TooLarge { limit: budget, at });
-        }
-        let op = *take(&mut pos, 1)?.first().ok_or(PickleError::Empty)?;
-        let underflow = || PickleError::StackUnderflow { at };
-        // Puts `items` into the container on top of the stack (a list, or a dict when `dict`).
-        let extend = |stack: &mut Vec<PVal>, items: Vec<PVal>, dict: bool| {
-            let target = match (stack.last(), dict) {
-                (Some(PVal::List(n)), false) | (Some(PVal::Dict(n)), true) => n,
-                _ if dict => return Err(PickleError::SetitemOnNonDict { at }),
-                _ => return Err(PickleError::AppendToNonList { at }),
-            };
-            // Seal first: a container appended into itself is then refused too.
-            items.iter().for_each(PVal::seal);
-            if target.sealed.get() {
-                return Err(PickleError::Recursive { at });
-            }
-            let deepest = items.iter().map(PVal::depth).max().unwrap_or(0);
-            if deepest >= max_depth {
-                return Err(PickleError::TooDeep { at });
-            }
-            target
-                .depth
-                .set(target.depth.get().max(deepest.saturating_add(1)));
-            let mut v = target.items.borrow_mut();
-            if dict {
-                // An odd item out (a key without value) is dropped, as before.
-                let even = items.len() & !1;
-                v.extend(items.into_iter().take(even));
-            } else {
-                v.extend(items);
-            }
-            Ok(())
-        };
-        // A tuple (or frozenset) of `items`.
-        let tuple = |items: Vec<PVal>| {
-            items.iter().for_each(PVal::seal);
-            let deepest = items.iter().map(PVal::depth).max().unwrap_or(0);
-            if deepest >= max_depth {
-                return Err(PickleError::TooDeep { at });
-            }
-            Ok(PVal::List(Rc::new(Node {
-                items: RefCell::new(items),
-                depth: Cell::new(deepest.saturating_add(1)),
-                sealed: Cell::new(true),
-            })))
-        };
-        used += VALUE_BYTES;
-        match op {
-            0x80 => {
-                take(&mut pos, 1)?;
-            }
-            0x95 => {
-                take(&mut pos, 8)?;
-            }
-            b'.' => return stack.pop().ok_or_else(underflow),
-            b'}' => {
-                used += NODE_BYTES;
-                stack.push(container(true));
-            }
-            b']' | 0x8f => {
-                used += NODE_BYTES;
-                stack.push(container(false));
-            }
-            b')' => {
-                used += NODE_BYTES;
-                stack.push(tuple(Vec::new())?);
-            }
-            b'(' => marks.push(stack.len()),
-            b'0' => {
-                stack.pop().ok_or_else(underflow)?;
-            }
-            b'N' => stack.push(PVal::None),
-            0x88 => stack.push(PVal::Bool(true)),
-            0x89 => stack.push(PVal::Bool(false)),
-            b'J' => {
-                let s = take(&mut pos, 4)?;
-                stack.push(PVal::Int(i64::from(i32::from_le_bytes([
-                    s[0], s[1], s[2], s[3],
-                ]))));
-            }
-            b'K' => stack.push(PVal::Int(i64::from(take(&mut pos, 1)?[0]))),
-            b'M' => {
-                let s = take(&mut pos, 2)?;
-                stack.push(PVal::Int(i64::from(u16::from_le_bytes([s[0], s[1]]))));
-            }
-            0x8a | 0x8b => {
-                let n = if op == 0x8a {
-                    u64::from(take(&mut pos, 1)?[0])
-                } else {
-                    le(take(&mut pos, 4)?)
-                };
-                let n = usize::try_from(n).map_err(|_| PickleError::Length { length: n, at })?;
-                stack.push(long(take(&mut pos, n)?));
-            }
-            b'G' => {
-                let s = take(&mut pos, 8)?;
-                let mut a = [0u8; 8];
-                a.copy_from_slice(s);
-                stack.push(PVal::Float(f64::from_be_bytes(a)));
-            }
-            b'X' | 0x8c | 0x8d | b'C' | b'B' | 0x8e | 0x96 => {
-                let n = match op {
-                    0x8c | b'C' => u64::from(take(&mut pos, 1)?[0]),
-                    b'X' | b'B' => le(take(&mut pos, 4)?),
-                    _ => le(take(&mut pos, 8)?),
-                };
-                let n = usize::try_from(n).map_err(|_| PickleError::Length { length: n, at })?;
-                let s = take(&mut pos, n)?;
-                if matches!(op, b'X' | 0x8c | 0x8d) {
-                    used += 48 + n as u64;
-                    let s = String::from_utf8_lossy(s);
-                    stack.push(PVal::Str(Rc::new(Box::from(s.as_ref()))));
-                } else {
-                    stack.push(PVal::Bytes(n as u64));
-                }
-            }
-            0x85..=0x87 => {
-                let n = (op - 0x84) as usize;
-                if stack.len() < n {
-                    return Err(underflow());
-                }
-                used += NODE_BYTES;
-                let items = stack.split_off(stack.len() - n);
-                stack.push(tuple(items)?);
-            }
-            b't' | 0x91 => {
-                let m = marks.pop().ok_or_else(underflow)?.min(stack.len());
-                used += NODE_BYTES;
-                let items = stack.split_off(m);
-                stack.push(tuple(items)?);
-            }
-            b'a' | b'e' | 0x90 => {
-                let items = if op == b'a' {
-                    vec![stack.pop().ok_or_else(underflow)?]
-                } else {
-                    let m = marks.pop().ok_or_else(underflow)?.min(stack.len());
-                    stack.split_off(m)
-                };
-                extend(&mut stack, items, false)?;
-            }
-            b's' | b'u' => {
-                let items = if op == b's' {
-                    if stack.len() < 2 {
-                        return Err(underflow());
-                    }
-                    stack.split_off(stack.len() - 2)
-                } else {
-                    let m = marks.pop().ok_or_else(underflow)?.min(stack.len());
-                    stack.split_off(m)
-                };
-                extend(&mut stack, items, true)?;
-            }
-            0x94 => {
-                let v = stack.last().cloned().ok_or_else(underflow)?;
-                memo.put(memo.len(), v);
-            }
-            b'q' | b'r' => {
-                let idx = if op == b'q' {
-                    u64::from(take(&mut pos, 1)?[0])
-                } else {
-                    le(take(&mut pos, 4)?)
-                };
-                let v = stack.last().cloned().ok_or_else(underflow)?;
-                // A sparse entry costs a map slot.
-                used += 32;
-                memo.put(idx, v);
-            }
-            b'h' | b'j' => {
-                let idx = if op == b'h' {
-                    u64::from(take(&mut pos, 1)?[0])
-                } else {
-                    le(take(&mut pos, 4)?)
-                };
-                // A shared reference: the value is not copied, only its pointer.
-                let v = memo.get(idx).cloned().ok_or(PickleError::MemoMissing {
-                    index: idx as usize,
-                    at,
-                })?;
-                stack.push(v);
-            }
-            other => return Err(PickleError::UnsupportedOpcode { op: other, at }),
-        }
-    }
+    Vm::new(b, max_depth).load(budget, limits)
 }
 
 /// A little-endian two's complement int of `s.len()` bytes, saturated to i64 / u64.

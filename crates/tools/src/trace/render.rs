@@ -31,6 +31,23 @@ fn short(name: &str, n: usize) -> String {
 }
 
 fn rank_lines(r: &RankReport, out: &mut String) {
+    rank_summary(r, out);
+    activity_lines(r, out);
+    launch_and_idle(r, out);
+    if let Some(c) = r.kernels.get("computation") {
+        for k in c.top.iter().take(3) {
+            let _ = writeln!(
+                out,
+                "  top kernel {:>10}  {}",
+                ms(k.sum_us as f64),
+                short(&k.name, 70)
+            );
+        }
+    }
+}
+
+/// A rank's first lines: its file and device, the time breakdown, the overlap and the steps.
+fn rank_summary(r: &RankReport, out: &mut String) {
     let t = &r.temporal_breakdown;
     let _ = writeln!(
         out,
@@ -71,6 +88,10 @@ fn rank_lines(r: &RankReport, out: &mut String) {
                 .unwrap_or_default()
         );
     }
+}
+
+/// A rank's collectives, phases and FSDP operations, one line each.
+fn activity_lines(r: &RankReport, out: &mut String) {
     for c in &r.communication.collectives {
         let _ = writeln!(
             out,
@@ -104,6 +125,10 @@ fn rank_lines(r: &RankReport, out: &mut String) {
             ms(f.comm_gpu_time_us)
         );
     }
+}
+
+/// A rank's kernel launch statistics and idle gaps.
+fn launch_and_idle(r: &RankReport, out: &mut String) {
     let l = &r.kernel_launch;
     if l.count > 0 {
         let _ = writeln!(
@@ -126,16 +151,6 @@ fn rank_lines(r: &RankReport, out: &mut String) {
         ms(idle.1 as f64),
         ms(idle.2 as f64)
     );
-    if let Some(c) = r.kernels.get("computation") {
-        for k in c.top.iter().take(3) {
-            let _ = writeln!(
-                out,
-                "  top kernel {:>10}  {}",
-                ms(k.sum_us as f64),
-                short(&k.name, 70)
-            );
-        }
-    }
 }
 
 /// A terminal summary.
@@ -192,9 +207,19 @@ pub fn human(rep: &Report) -> String {
 
 /// A Markdown report.
 pub fn markdown(rep: &Report) -> String {
-    let mut out =
-        String::from("# Trace analysis\n\n## Time breakdown per rank (HTA definitions)\n\n");
-    out.push_str("| rank | GPU time (ms) | compute % | non-compute % | idle % | comm hidden % | exposed comm (ms) | steps | step (ms) | steps/s |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    let mut out = String::from("# Trace analysis\n\n");
+    md_time_breakdown(rep, &mut out);
+    md_communication(rep, &mut out);
+    md_phases_fsdp(rep, &mut out);
+    md_top_kernels(rep, &mut out);
+    md_job(rep, &mut out);
+    md_memory(rep, &mut out);
+    out
+}
+
+/// The time breakdown table, a row per rank.
+fn md_time_breakdown(rep: &Report, out: &mut String) {
+    out.push_str("## Time breakdown per rank (HTA definitions)\n\n| rank | GPU time (ms) | compute % | non-compute % | idle % | comm hidden % | exposed comm (ms) | steps | step (ms) | steps/s |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for r in &rep.ranks {
         let t = &r.temporal_breakdown;
         let _ = writeln!(
@@ -212,6 +237,10 @@ pub fn markdown(rep: &Report) -> String {
             r.throughput.steps_per_s
         );
     }
+}
+
+/// The communication table, a row per rank and collective.
+fn md_communication(rep: &Report, out: &mut String) {
     out.push_str("\n## Communication\n\n| rank | collective | kernels | per step | time (ms) | bytes | algbw (GB/s) | busbw (GB/s) |\n|---:|---|---:|---:|---:|---:|---:|---:|\n");
     for r in &rep.ranks {
         for c in &r.communication.collectives {
@@ -229,6 +258,10 @@ pub fn markdown(rep: &Report) -> String {
             );
         }
     }
+}
+
+/// The phases and FSDP table.
+fn md_phases_fsdp(rep: &Report, out: &mut String) {
     out.push_str("\n## Phases and FSDP\n\n| rank | what | count | CPU (ms) | share of step | GPU (ms) |\n|---:|---|---:|---:|---:|---:|\n");
     for r in &rep.ranks {
         for p in &r.phases {
@@ -256,6 +289,10 @@ pub fn markdown(rep: &Report) -> String {
             );
         }
     }
+}
+
+/// The top 5 computation kernels of each rank.
+fn md_top_kernels(rep: &Report, out: &mut String) {
     out.push_str("\n## Top computation kernels\n\n| rank | kernel | count | total (ms) | mean (µs) |\n|---:|---|---:|---:|---:|\n");
     for r in &rep.ranks {
         if let Some(c) = r.kernels.get("computation") {
@@ -272,6 +309,10 @@ pub fn markdown(rep: &Report) -> String {
             }
         }
     }
+}
+
+/// The job section.
+fn md_job(rep: &Report, out: &mut String) {
     let j = &rep.job;
     let _ = writeln!(
         out,
@@ -289,6 +330,10 @@ pub fn markdown(rep: &Report) -> String {
         j.busbw_gbps,
         bytes(j.comm_bytes)
     );
+}
+
+/// The memory snapshots table, when there are snapshots.
+fn md_memory(rep: &Report, out: &mut String) {
     if !rep.memory_snapshots.is_empty() {
         out.push_str("\n## Memory snapshots\n\n| file | device | reserved | allocated | active | fragmentation | peak allocated | peak reserved |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
         let peak = |p: Option<u64>| p.map(|p| bytes(p as f64)).unwrap_or_else(|| "-".into());
@@ -309,7 +354,6 @@ pub fn markdown(rep: &Report) -> String {
             }
         }
     }
-    out
 }
 
 /// A text table of the comparison.

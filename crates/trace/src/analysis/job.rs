@@ -100,9 +100,57 @@ pub fn job_report(reports: &[RankAnalysis], opts: &AnalyzeOptions) -> JobReport 
     let mut job = JobReport {
         ranks: reports.iter().map(|r| r.report.rank).collect(),
         items_name: opts.items_name.clone(),
+        kernel_type_breakdown: summed_kernel_types(reports),
         ..JobReport::default()
     };
-    // Kernel-type breakdown summed over ranks.
+    steps_across_ranks(reports, &mut job);
+    let sps: Vec<f64> = reports
+        .iter()
+        .map(|r| r.report.throughput.steps_per_s)
+        .filter(|x| *x > 0.0)
+        .collect();
+    job.steps_per_s = mean(&sps);
+    job.items_per_s = {
+        let v: Vec<f64> = reports
+            .iter()
+            .filter_map(|r| r.report.throughput.items_per_s)
+            .collect();
+        (!v.is_empty()).then(|| v.iter().sum())
+    };
+    match_collectives(reports, &mut job);
+    job.comm_comp_overlap_ratio = mean(
+        &reports
+            .iter()
+            .map(|r| r.report.comm_comp_overlap_ratio)
+            .collect::<Vec<_>>(),
+    );
+    let (mut bytes, mut bus, mut time) = (0.0, 0.0, 0.0);
+    for r in reports.iter().map(|r| &r.report) {
+        for c in &r.communication.collectives {
+            bytes += c.bytes;
+            if c.busbw_gbps > 0.0 {
+                let t = c.bytes / (c.algbw_gbps * 1e3);
+                bus += c.busbw_gbps * 1e3 * t;
+                time += t;
+            }
+        }
+    }
+    job.comm_bytes = bytes;
+    job.busbw_gbps = if time > 0.0 { bus / time / 1e3 } else { 0.0 };
+    job
+}
+
+/// The mean of `v`, 0 when empty.
+fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        0.0
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
+/// Kernel-type breakdown summed over ranks, longest first.
+fn summed_kernel_types(reports: &[RankAnalysis]) -> Vec<KernelTypeTime> {
     let mut kt: BTreeMap<String, i64> = BTreeMap::new();
     for r in reports.iter().map(|r| &r.report) {
         for k in &r.kernel_type_breakdown {
@@ -110,7 +158,7 @@ pub fn job_report(reports: &[RankAnalysis], opts: &AnalyzeOptions) -> JobReport 
         }
     }
     let kt_sum: i64 = kt.values().sum();
-    job.kernel_type_breakdown = kt
+    let mut breakdown: Vec<KernelTypeTime> = kt
         .into_iter()
         .map(|(kernel_type, time_us)| KernelTypeTime {
             kernel_type,
@@ -122,10 +170,14 @@ pub fn job_report(reports: &[RankAnalysis], opts: &AnalyzeOptions) -> JobReport 
             },
         })
         .collect();
-    job.kernel_type_breakdown
-        .sort_by_key(|k| std::cmp::Reverse(k.time_us));
+    breakdown.sort_by_key(|k| std::cmp::Reverse(k.time_us));
+    breakdown
+}
 
-    // Steps across ranks, matched by step number.
+/// Steps across ranks, matched by step number: the mean step time, and over the steps every
+/// rank has, the spread between ranks and each rank's distance from the median (its
+/// straggler score).
+fn steps_across_ranks(reports: &[RankAnalysis], job: &mut JobReport) {
     let mut per_step: BTreeMap<u64, Vec<(i64, f64)>> = BTreeMap::new();
     let mut all_steps = Vec::new();
     for r in reports.iter().map(|r| &r.report) {
@@ -159,88 +211,52 @@ pub fn job_report(reports: &[RankAnalysis], opts: &AnalyzeOptions) -> JobReport 
             }
         }
     }
-    let mean = |v: &[f64]| {
-        if v.is_empty() {
-            0.0
-        } else {
-            v.iter().sum::<f64>() / v.len() as f64
-        }
-    };
     job.step_time_std_across_ranks_us = mean(&stds);
     job.step_time_spread_us = mean(&spreads);
     job.straggler_score = score.into_iter().map(|(r, v)| (r, mean(&v))).collect();
-    let sps: Vec<f64> = reports
-        .iter()
-        .map(|r| r.report.throughput.steps_per_s)
-        .filter(|x| *x > 0.0)
-        .collect();
-    job.steps_per_s = mean(&sps);
-    job.items_per_s = {
-        let v: Vec<f64> = reports
-            .iter()
-            .filter_map(|r| r.report.throughput.items_per_s)
-            .collect();
-        (!v.is_empty()).then(|| v.iter().sum())
-    };
+}
 
-    // Collectives matched by order across ranks.
+/// Collectives matched by order across ranks (when every rank has as many): who starts each
+/// last, how long the others wait for it, and the stragglers.
+fn match_collectives(reports: &[RankAnalysis], job: &mut JobReport) {
     let n = reports
         .iter()
         .map(|r| r.comm_starts.len())
         .min()
         .unwrap_or(0);
-    if reports.len() > 1 && reports.iter().all(|r| r.comm_starts.len() == n) {
-        job.matched_collectives = n as u64;
-        for r in reports.iter().map(|r| &r.report) {
-            job.late_arrivals.insert(r.rank, 0);
-            job.sync_wait_us.insert(r.rank, 0.0);
-        }
-        for k in 0..n {
-            let starts: Vec<(i64, f64)> = reports
-                .iter()
-                .map(|r| (r.report.rank, r.comm_starts[k].1))
-                .collect();
-            let last = starts.iter().map(|s| s.1).fold(f64::NEG_INFINITY, f64::max);
-            for (rank, s) in &starts {
-                if *s == last {
-                    *job.late_arrivals.entry(*rank).or_default() += 1;
-                }
-                *job.sync_wait_us.entry(*rank).or_default() += last - s;
-            }
-        }
-        // A straggler starts last in at least half of the collectives, alone at the top
-        // (when every rank ties, nobody is late).
-        let max = job.late_arrivals.values().copied().max().unwrap_or(0);
-        let all_tie = job.late_arrivals.values().all(|&c| c == max);
-        if n > 0 && !all_tie {
-            job.stragglers = job
-                .late_arrivals
-                .iter()
-                .filter(|(_, &c)| c == max && c * 2 >= n as u64)
-                .map(|(&r, _)| r)
-                .collect();
-        }
+    if reports.len() <= 1 || !reports.iter().all(|r| r.comm_starts.len() == n) {
+        return;
     }
-    job.comm_comp_overlap_ratio = mean(
-        &reports
-            .iter()
-            .map(|r| r.report.comm_comp_overlap_ratio)
-            .collect::<Vec<_>>(),
-    );
-    let (mut bytes, mut bus, mut time) = (0.0, 0.0, 0.0);
+    job.matched_collectives = n as u64;
     for r in reports.iter().map(|r| &r.report) {
-        for c in &r.communication.collectives {
-            bytes += c.bytes;
-            if c.busbw_gbps > 0.0 {
-                let t = c.bytes / (c.algbw_gbps * 1e3);
-                bus += c.busbw_gbps * 1e3 * t;
-                time += t;
+        job.late_arrivals.insert(r.rank, 0);
+        job.sync_wait_us.insert(r.rank, 0.0);
+    }
+    for k in 0..n {
+        let starts: Vec<(i64, f64)> = reports
+            .iter()
+            .map(|r| (r.report.rank, r.comm_starts[k].1))
+            .collect();
+        let last = starts.iter().map(|s| s.1).fold(f64::NEG_INFINITY, f64::max);
+        for (rank, s) in &starts {
+            if *s == last {
+                *job.late_arrivals.entry(*rank).or_default() += 1;
             }
+            *job.sync_wait_us.entry(*rank).or_default() += last - s;
         }
     }
-    job.comm_bytes = bytes;
-    job.busbw_gbps = if time > 0.0 { bus / time / 1e3 } else { 0.0 };
-    job
+    // A straggler starts last in at least half of the collectives, alone at the top
+    // (when every rank ties, nobody is late).
+    let max = job.late_arrivals.values().copied().max().unwrap_or(0);
+    let all_tie = job.late_arrivals.values().all(|&c| c == max);
+    if n > 0 && !all_tie {
+        job.stragglers = job
+            .late_arrivals
+            .iter()
+            .filter(|(_, &c)| c == max && c * 2 >= n as u64)
+            .map(|(&r, _)| r)
+            .collect();
+    }
 }
 
 #[cfg(test)]

@@ -61,91 +61,21 @@ pub fn analyze_rank(
 ) -> RankReport {
     let kept = kept_rows(t, filter_steps);
     let rows = &kept.rows;
-
-    // Temporal breakdown.
-    let all = merge(spans(rows, |_| true));
-    let comp = merge(spans(rows, |r| r.class == KernelClass::Computation));
-    let comm = merge(spans(rows, |r| r.class == KernelClass::Communication));
-    let mem = merge(spans(rows, |r| r.class == KernelClass::Memory));
-    let kernel_time = match (all.first(), all.last()) {
-        (Some(f), Some(l)) => l.1 - f.0,
-        _ => 0,
-    };
-    let idle = kernel_time - total(&all);
-    let compute = total(&comp);
-    let non_compute = kernel_time - compute - idle;
-    let pct = |x: i64| {
-        if kernel_time == 0 {
-            0.0
-        } else {
-            py_round(100.0 * (x as f64 / kernel_time as f64), 2)
-        }
-    };
-    let temporal = TemporalBreakdown {
-        kernel_time_us: kernel_time,
-        idle_time_us: idle,
-        compute_time_us: compute,
-        non_compute_time_us: non_compute,
-        idle_pct: pct(idle),
-        compute_pct: pct(compute),
-        non_compute_pct: pct(non_compute),
-    };
-
-    // Overlap: comm ±1, comp ±2, state 3.
-    let states = sweep(&[&comm, &comp]);
-    let both: i64 = states.iter().filter(|s| s.0 == 3).map(|s| s.1).sum();
-    let comm_total = total(&comm);
-    let overlap = if comm_total == 0 {
-        0.0
-    } else {
-        both as f64 / comm_total as f64
-    };
-
-    // Kernel-type breakdown (HTA's default includes memory): bits 1, 2, 4.
-    let kt = sweep(&[&comp, &comm, &mem]);
-    let kt_sum: i64 = kt.iter().map(|s| s.1).sum();
-    let mut kernel_type_breakdown: Vec<KernelTypeTime> = kt
-        .iter()
-        .map(|&(s, d)| KernelTypeTime {
-            kernel_type: label(s, &["COMPUTATION", "COMMUNICATION", "MEMORY"]),
-            time_us: d,
-            percentage: if kt_sum == 0 {
-                0.0
-            } else {
-                py_round(100.0 * d as f64 / kt_sum as f64, 1)
-            },
-        })
-        .collect();
-    kernel_type_breakdown.sort_by_key(|k| std::cmp::Reverse(k.time_us));
-
-    // Kernel breakdown per class.
-    let mut kernels = BTreeMap::new();
-    for (class, key) in [
-        (KernelClass::Computation, "computation"),
-        (KernelClass::Communication, "communication"),
-        (KernelClass::Memory, "memory"),
-    ] {
-        kernels.insert(key.to_string(), class_kernels(t, rows, class));
-    }
-
-    let idle_time_breakdown = idle_breakdown(rows, &kept);
-    let kernel_launch = launch_stats(t, rows, &kept);
+    let busy = Busy::of(rows);
+    let temporal = temporal_breakdown(&busy);
+    let kernel_time = temporal.kernel_time_us;
+    let overlap = Overlap::of(&busy);
     let steps = steps(t, &kept);
     let step_sum: f64 = steps.durations_us.iter().sum();
-    let throughput = Throughput {
-        steps_per_s: if steps.mean_us > 0.0 {
-            1e6 / steps.mean_us
-        } else {
-            0.0
-        },
-        items_per_s: opts
-            .items_per_step
-            .filter(|_| steps.mean_us > 0.0)
-            .map(|n| n * 1e6 / steps.mean_us),
-    };
-    let comm_exposed: i64 = states.iter().filter(|s| s.0 == 1).map(|s| s.1).sum();
-    let communication = communication(t, rows, steps.numbers.len(), comm_total, comm_exposed, both);
-    let memcpy = memcpy_stats(t, rows);
+    let throughput = throughput(steps.mean_us, opts);
+    let communication = communication(
+        t,
+        rows,
+        steps.numbers.len(),
+        overlap.comm_total,
+        overlap.exposed,
+        overlap.both,
+    );
     let step_spans = step_intervals(t, &kept);
     let (phases, fsdp) = phases_fsdp(t, rows, &kept, &step_spans, step_sum);
     RankReport {
@@ -157,24 +87,146 @@ pub fn analyze_rank(
         steps_filtered: filter_steps,
         gpu_rows: rows.len() as u64,
         temporal_breakdown: temporal,
-        comm_comp_overlap_ratio: overlap,
-        comm_comp_overlap_pct: py_round(100.0 * overlap, 2),
-        kernel_type_breakdown,
-        memory_time_us: total(&mem),
-        kernels,
-        idle_time_breakdown,
-        kernel_launch,
+        comm_comp_overlap_ratio: overlap.ratio,
+        comm_comp_overlap_pct: py_round(100.0 * overlap.ratio, 2),
+        kernel_type_breakdown: kernel_type_breakdown(&busy),
+        memory_time_us: total(&busy.mem),
+        kernels: kernels_by_class(t, rows),
+        idle_time_breakdown: idle_breakdown(rows, &kept),
+        kernel_launch: launch_stats(t, rows, &kept),
         steps,
         throughput,
         communication,
-        memcpy,
+        memcpy: memcpy_stats(t, rows),
         phases,
         fsdp,
         gpu_busy_ratio: if kernel_time > 0 {
-            total(&all) as f64 / kernel_time as f64
+            total(&busy.all) as f64 / kernel_time as f64
         } else {
             0.0
         },
+    }
+}
+
+/// The merged busy intervals of all kept rows and of each kernel class.
+struct Busy {
+    all: Vec<Span>,
+    comp: Vec<Span>,
+    comm: Vec<Span>,
+    mem: Vec<Span>,
+}
+
+impl Busy {
+    fn of(rows: &[Row]) -> Busy {
+        Busy {
+            all: merge(spans(rows, |_| true)),
+            comp: merge(spans(rows, |r| r.class == KernelClass::Computation)),
+            comm: merge(spans(rows, |r| r.class == KernelClass::Communication)),
+            mem: merge(spans(rows, |r| r.class == KernelClass::Memory)),
+        }
+    }
+}
+
+/// HTA's temporal breakdown: kernel time (first start to last end), idle, compute, other.
+fn temporal_breakdown(busy: &Busy) -> TemporalBreakdown {
+    let kernel_time = match (busy.all.first(), busy.all.last()) {
+        (Some(f), Some(l)) => l.1 - f.0,
+        _ => 0,
+    };
+    let idle = kernel_time - total(&busy.all);
+    let compute = total(&busy.comp);
+    let non_compute = kernel_time - compute - idle;
+    let pct = |x: i64| {
+        if kernel_time == 0 {
+            0.0
+        } else {
+            py_round(100.0 * (x as f64 / kernel_time as f64), 2)
+        }
+    };
+    TemporalBreakdown {
+        kernel_time_us: kernel_time,
+        idle_time_us: idle,
+        compute_time_us: compute,
+        non_compute_time_us: non_compute,
+        idle_pct: pct(idle),
+        compute_pct: pct(compute),
+        non_compute_pct: pct(non_compute),
+    }
+}
+
+/// Communication against computation (comm ±1, comp ±2 in the sweep; both is state 3).
+struct Overlap {
+    /// µs where both run.
+    both: i64,
+    /// µs of communication alone.
+    exposed: i64,
+    /// µs of communication.
+    comm_total: i64,
+    /// both / comm_total (0 without communication).
+    ratio: f64,
+}
+
+impl Overlap {
+    fn of(busy: &Busy) -> Overlap {
+        let states = sweep(&[&busy.comm, &busy.comp]);
+        let time_in =
+            |state: i64| -> i64 { states.iter().filter(|s| s.0 == state).map(|s| s.1).sum() };
+        let both = time_in(3);
+        let comm_total = total(&busy.comm);
+        Overlap {
+            both,
+            exposed: time_in(1),
+            comm_total,
+            ratio: if comm_total == 0 {
+                0.0
+            } else {
+                both as f64 / comm_total as f64
+            },
+        }
+    }
+}
+
+/// Kernel-type breakdown (HTA's default includes memory): bits 1, 2, 4, longest first.
+fn kernel_type_breakdown(busy: &Busy) -> Vec<KernelTypeTime> {
+    let kt = sweep(&[&busy.comp, &busy.comm, &busy.mem]);
+    let kt_sum: i64 = kt.iter().map(|s| s.1).sum();
+    let mut breakdown: Vec<KernelTypeTime> = kt
+        .iter()
+        .map(|&(s, d)| KernelTypeTime {
+            kernel_type: label(s, &["COMPUTATION", "COMMUNICATION", "MEMORY"]),
+            time_us: d,
+            percentage: if kt_sum == 0 {
+                0.0
+            } else {
+                py_round(100.0 * d as f64 / kt_sum as f64, 1)
+            },
+        })
+        .collect();
+    breakdown.sort_by_key(|k| std::cmp::Reverse(k.time_us));
+    breakdown
+}
+
+/// Kernel breakdown per class.
+fn kernels_by_class(t: &RankTrace, rows: &[Row]) -> BTreeMap<String, ClassKernels> {
+    let mut kernels = BTreeMap::new();
+    for (class, key) in [
+        (KernelClass::Computation, "computation"),
+        (KernelClass::Communication, "communication"),
+        (KernelClass::Memory, "memory"),
+    ] {
+        kernels.insert(key.to_string(), class_kernels(t, rows, class));
+    }
+    kernels
+}
+
+/// Steps (and items, when their number per step is given) per second at the mean step time.
+fn throughput(mean_us: f64, opts: &AnalyzeOptions) -> Throughput {
+    Throughput {
+        steps_per_s: if mean_us > 0.0 { 1e6 / mean_us } else { 0.0 },
+        items_per_s: opts
+            .items_per_step
+            .filter(|_| mean_us > 0.0)
+            .map(|n| n * 1e6 / mean_us),
     }
 }
 

@@ -294,25 +294,11 @@ impl Builder {
         if cat.0 == "Trace" || dur.value.is_nan() {
             return;
         }
-        // Bounded so that every difference and sum of times the analyses take in i64 stays far
-        // from overflow (a hostile ts near +-9e18 wrapped, turning counters negative).
-        let ts = match ev.ts {
-            Some(t) if t.value.is_finite() && t.value.abs() <= MAX_TS_US => t.value,
-            _ => {
-                st.bad_timestamps += 1;
-                return;
-            }
+        let Some(ts) = self.bounded_ts(ev.ts) else {
+            return;
         };
-        st.rows += 1;
-        let mut d = dur.value;
-        if !(d >= 0.0 && d.is_finite()) {
-            st.bad_durations += 1;
-            d = 0.0;
-        } else if d > MAX_DUR_US {
-            st.bad_durations += 1;
-            d = MAX_DUR_US;
-        }
-        let end = ts + d;
+        self.out.stats.rows += 1;
+        let end = ts + self.bounded_dur(dur.value);
         let name = ev.name.as_ref().map(|n| n.0.as_ref()).unwrap_or("");
         let args = ev.args.unwrap_or_default();
         let stream = args.stream.map(|s| s.as_int_or_minus_one()).unwrap_or(-1);
@@ -321,12 +307,19 @@ impl Builder {
             .map(|c| c.as_int_or_minus_one())
             .unwrap_or(-1);
         let sync_name = name == "Context Sync" || name == "Event Sync";
-        let filter_gpu = (stream >= 0 && correlation >= 0) || sync_name;
+        let row = Row {
+            ts,
+            end,
+            name,
+            stream,
+            correlation,
+            filter_gpu: (stream >= 0 && correlation >= 0) || sync_name,
+        };
         self.out.min_ts = Some(self.out.min_ts.map_or(ts, |m| m.min(ts)));
         if first {
             self.out.first_row = Some(FirstRow {
                 ts,
-                filter_gpu,
+                filter_gpu: row.filter_gpu,
                 correlation,
             });
         }
@@ -335,95 +328,161 @@ impl Builder {
             self.out.step_names.insert(name.to_string());
         }
         if stream != -1 {
-            let kind = match cat.0.as_ref() {
-                "kernel" | "Kernel" => GpuKind::Kernel,
-                "gpu_memcpy" | "Memcpy" => GpuKind::Memcpy,
-                "gpu_memset" | "Memset" => GpuKind::Memset,
-                "cuda_sync" => GpuKind::Sync,
-                _ => GpuKind::Other,
-            };
-            let mut aux = Aux::default();
-            let clamp = |v: Option<Lenient>, st: &mut crate::model::ParseStats| {
-                v.and_then(|v| v.as_count()).map(|c| {
-                    if c > MAX_NELEMS {
-                        st.clamped_counts += 1;
-                        MAX_NELEMS
-                    } else {
-                        c
-                    }
-                })
-            };
-            aux.collective = args.collective.map(|c| c.0.into_owned());
-            aux.in_nelems = clamp(args.in_nelems, &mut self.out.stats);
-            aux.out_nelems = clamp(args.out_nelems, &mut self.out.stats);
-            aux.group_size = args.group_size.and_then(|g| g.as_count());
-            aux.dtype = args.dtype.map(|d| d.0.into_owned());
-            aux.pg_name = args.pg_name.map(|p| p.0.into_owned());
-            aux.bytes = args.bytes.and_then(|b| b.as_count());
-            let aux_idx = if aux == Aux::default() {
-                0
-            } else {
-                self.out.aux.push(aux);
-                u32::try_from(self.out.aux.len()).unwrap_or(u32::MAX)
-            };
-            let name_idx = self.name_id(name);
-            self.out.stats.gpu_rows += 1;
-            self.out.gpu.push(GpuRow {
-                ts,
-                end,
-                stream,
-                correlation,
-                name: name_idx,
-                aux: aux_idx,
-                kind,
-                class: kernel_class(name),
-                filter_gpu,
-            });
+            self.gpu_row(&row, &cat.0, args);
         }
-        if !filter_gpu {
-            if correlation != -1 {
-                // A launch runs on the host: its pid is the training process's (GPU rows
-                // carry the device ordinal there instead). Strings hash to negative ids.
-                if self.out.host_pid.is_none() {
-                    self.out.host_pid = ev
-                        .pid
-                        .and_then(|p| u32::try_from(p.0).ok())
-                        .filter(|p| *p > 0);
-                }
-                let name_idx = self.name_id(name);
-                self.out.stats.cpu_launch_rows += 1;
-                self.out.cpu_corr.push(CpuCorr {
-                    ts,
-                    end,
-                    correlation,
-                    name: name_idx,
-                    no_stream: stream == -1,
-                });
-            } else {
-                self.out.cpu_nocorr_min_ts =
-                    Some(self.out.cpu_nocorr_min_ts.map_or(ts, |m| m.min(ts)));
+        if !row.filter_gpu {
+            self.host_row(&row, &cat.0, is_step, ev.pid, ev.tid);
+        }
+    }
+
+    /// The row's timestamp, or None (counted in `bad_timestamps`) past [`MAX_TS_US`].
+    ///
+    /// Bounded so that every difference and sum of times the analyses take in i64 stays far
+    /// from overflow (a hostile ts near +-9e18 wrapped, turning counters negative).
+    fn bounded_ts(&mut self, ts: Option<Lenient>) -> Option<f64> {
+        match ts {
+            Some(t) if t.value.is_finite() && t.value.abs() <= MAX_TS_US => Some(t.value),
+            _ => {
+                self.out.stats.bad_timestamps += 1;
+                None
             }
-            if stream == -1
-                && (is_step
-                    || cat.0 == "user_annotation"
-                    || name.starts_with("Optimizer.")
-                    || name.starts_with("## ")
-                    // FSDP2's copy-in/copy-out custom ops (cpu_op rows).
-                    || name.starts_with("fsdp::"))
-            {
-                let name_idx = self.name_id(name);
-                self.out.stats.annotations += 1;
-                self.out.annotations.push(Annotation {
-                    ts,
-                    end,
-                    name: name_idx,
-                    tid: ev.tid.map_or(0, |t| t.0),
-                });
+        }
+    }
+
+    /// The row's duration: 0 when negative or not finite, at most [`MAX_DUR_US`] (both
+    /// counted in `bad_durations`).
+    fn bounded_dur(&mut self, d: f64) -> f64 {
+        if !(d >= 0.0 && d.is_finite()) {
+            self.out.stats.bad_durations += 1;
+            0.0
+        } else if d > MAX_DUR_US {
+            self.out.stats.bad_durations += 1;
+            MAX_DUR_US
+        } else {
+            d
+        }
+    }
+
+    /// A row with a stream: a GPU row, with its NCCL and copy args if any.
+    fn gpu_row(&mut self, row: &Row<'_>, cat: &str, args: RawArgs<'_>) {
+        let kind = match cat {
+            "kernel" | "Kernel" => GpuKind::Kernel,
+            "gpu_memcpy" | "Memcpy" => GpuKind::Memcpy,
+            "gpu_memset" | "Memset" => GpuKind::Memset,
+            "cuda_sync" => GpuKind::Sync,
+            _ => GpuKind::Other,
+        };
+        let aux_idx = self.aux(args);
+        let name_idx = self.name_id(row.name);
+        self.out.stats.gpu_rows += 1;
+        self.out.gpu.push(GpuRow {
+            ts: row.ts,
+            end: row.end,
+            stream: row.stream,
+            correlation: row.correlation,
+            name: name_idx,
+            aux: aux_idx,
+            kind,
+            class: kernel_class(row.name),
+            filter_gpu: row.filter_gpu,
+        });
+    }
+
+    /// The index of a GPU row's [`Aux`] record (1-based), or 0 when it has none.
+    fn aux(&mut self, args: RawArgs<'_>) -> u32 {
+        let st = &mut self.out.stats;
+        let aux = Aux {
+            collective: args.collective.map(|c| c.0.into_owned()),
+            in_nelems: clamped_count(args.in_nelems, st),
+            out_nelems: clamped_count(args.out_nelems, st),
+            group_size: args.group_size.and_then(|g| g.as_count()),
+            dtype: args.dtype.map(|d| d.0.into_owned()),
+            pg_name: args.pg_name.map(|p| p.0.into_owned()),
+            bytes: args.bytes.and_then(|b| b.as_count()),
+        };
+        if aux == Aux::default() {
+            0
+        } else {
+            self.out.aux.push(aux);
+            u32::try_from(self.out.aux.len()).unwrap_or(u32::MAX)
+        }
+    }
+
+    /// A host row (not kept as a GPU row): a launch when it has a correlation, and an
+    /// annotation when it has no stream and is a step, a `user_annotation` or named like one.
+    fn host_row(
+        &mut self,
+        row: &Row<'_>,
+        cat: &str,
+        is_step: bool,
+        pid: Option<Id>,
+        tid: Option<Id>,
+    ) {
+        if row.correlation != -1 {
+            // A launch runs on the host: its pid is the training process's (GPU rows
+            // carry the device ordinal there instead). Strings hash to negative ids.
+            if self.out.host_pid.is_none() {
+                self.out.host_pid = pid.and_then(|p| u32::try_from(p.0).ok()).filter(|p| *p > 0);
             }
+            let name_idx = self.name_id(row.name);
+            self.out.stats.cpu_launch_rows += 1;
+            self.out.cpu_corr.push(CpuCorr {
+                ts: row.ts,
+                end: row.end,
+                correlation: row.correlation,
+                name: name_idx,
+                no_stream: row.stream == -1,
+            });
+        } else {
+            self.out.cpu_nocorr_min_ts =
+                Some(self.out.cpu_nocorr_min_ts.map_or(row.ts, |m| m.min(row.ts)));
+        }
+        let name = row.name;
+        if row.stream == -1
+            && (is_step
+                || cat == "user_annotation"
+                || name.starts_with("Optimizer.")
+                || name.starts_with("## ")
+                // FSDP2's copy-in/copy-out custom ops (cpu_op rows).
+                || name.starts_with("fsdp::"))
+        {
+            let name_idx = self.name_id(name);
+            self.out.stats.annotations += 1;
+            self.out.annotations.push(Annotation {
+                ts: row.ts,
+                end: row.end,
+                name: name_idx,
+                tid: tid.map_or(0, |t| t.0),
+            });
         }
     }
 
     pub(super) fn finish(self) -> RankTrace {
         self.out
     }
+}
+
+/// What every record of one kept row shares.
+struct Row<'e> {
+    ts: f64,
+    end: f64,
+    name: &'e str,
+    /// −1 without one.
+    stream: i64,
+    /// −1 without one.
+    correlation: i64,
+    /// HTA's GPU-row filter: a stream and a correlation, or a sync by name.
+    filter_gpu: bool,
+}
+
+/// An NCCL element count, clamped to [`MAX_NELEMS`] (counted in `clamped_counts`).
+fn clamped_count(v: Option<Lenient>, st: &mut crate::model::ParseStats) -> Option<u64> {
+    v.and_then(|v| v.as_count()).map(|c| {
+        if c > MAX_NELEMS {
+            st.clamped_counts += 1;
+            MAX_NELEMS
+        } else {
+            c
+        }
+    })
 }
