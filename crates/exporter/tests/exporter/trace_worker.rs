@@ -122,8 +122,11 @@ fn a_file_past_the_workers_memory_limit_is_counted_and_the_daemon_stays_flat() {
 
 #[test]
 fn a_file_past_the_deadline_is_counted_and_the_daemon_stays_flat() {
+    // The deadline must part the ordinary traces (about 0.1 s; with a 1 s deadline one timed
+    // out on a 2-core CI machine at load 10, the worker being at the lowest CPU priority) from
+    // the hostile one (3 M rows: 22 s of CPU in a debug build, `trace analyze`).
     hostile_file_costs_the_child(
-        "max_worker_memory = 4294967296\nmax_analysis_time = \"1s\"",
+        "max_worker_memory = 4294967296\nmax_analysis_time = \"5s\"",
         3_000_000,
         "timeout",
     );
