@@ -373,11 +373,14 @@ fn the_exporter_4_10_rate_names_read_as_the_old_ones() {
     assert!(b.skipped.is_empty(), "{:?}", b.skipped);
 }
 
+/// A metric and its label values after `gpu` and `uuid`.
+type Series = (Metric, &'static [&'static str]);
+
 /// The base-unit fields, written out from go-dcgm tag v1.4611.0 `pkg/dcgm/dcgm_fields.h`
 /// (DCGM 4.6.1; legacy pairs from that tag's `base_unit_fields_test.go`), not from this
 /// file's constants: name, id, legacy id, and the metric and labels they are served under
 /// (`None`: a `dgx_pixels_dcgm_*` family), in the metric's unit with factor 1.
-const BASE_UNITS: [(&str, u16, u16, Option<(Metric, &[&str])>); 13] = [
+const BASE_UNITS: [(&str, u16, u16, Option<Series>); 13] = [
     (
         "DCGM_FI_DEV_BAR1_CAPACITY_BYTES",
         1600,
