@@ -54,8 +54,9 @@ list may name either; both are exported under the same metric, converted from th
 (the Factor column). When a list names a base-unit field and the legacy field it replaces, the
 base-unit field is watched and the legacy line is skipped with a note naming both lines, so no
 series is served twice. The default watch lists use the legacy ids, which every DCGM version
-has; a list naming a base-unit field needs DCGM 4.6.1 or later. dcgm-exporter 4.9.0 (shipped
-with DCGM 4.7.0) moved its default list to base-unit names.
+has; a list naming a base-unit field needs DCGM 4.6.1 or later. dcgm-exporter 4.9.0's release
+notes (it ships with DCGM 4.7.0) say its default list moved to DCGM 4.7's names, eleven of them
+in base units.
 
 ## Open questions
 
