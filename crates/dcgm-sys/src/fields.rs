@@ -83,6 +83,8 @@ pub const DCGM_FI_DEV_ROW_REMAP_FAILURE: u16 = 395;
 pub const DCGM_FI_DEV_ROW_REMAP_PENDING: u16 = 396;
 /// `DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL`.
 pub const DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL: u16 = 449;
+/// `DCGM_FI_DEV_VGPU_LICENSE_STATUS` (DCGM v3.3.9 and v4.6.0 `dcgmlib/dcgm_fields.h`).
+pub const DCGM_FI_DEV_VGPU_LICENSE_STATUS: u16 = 526;
 /// `DCGM_FI_PROF_GR_ENGINE_ACTIVE`.
 pub const DCGM_FI_PROF_GR_ENGINE_ACTIVE: u16 = 1001;
 /// `DCGM_FI_PROF_SM_ACTIVE`.
@@ -107,3 +109,54 @@ pub const DCGM_FI_PROF_PCIE_RX_BYTES: u16 = 1010;
 pub const DCGM_FI_PROF_NVLINK_TX_BYTES: u16 = 1011;
 /// `DCGM_FI_PROF_NVLINK_RX_BYTES`.
 pub const DCGM_FI_PROF_NVLINK_RX_BYTES: u16 = 1012;
+
+// The legacy fields the base-unit fields below replace (not read by the exporter themselves),
+// and the base-unit fields: go-dcgm tag v1.4611.0, `pkg/dcgm/dcgm_fields.h` (NVIDIA's DCGM
+// 4.6.1 header; "Base unit field IDs (1600-1799)"; absent from DCGM v4.6.0), pairs as in that
+// tag's `pkg/dcgm/base_unit_fields_test.go`. The legacy ids are also in DCGM v3.3.9 and
+// v4.6.0 `dcgmlib/dcgm_fields.h`.
+
+/// `DCGM_FI_DEV_BAR1_TOTAL`: BAR1 size in MB (MiB).
+pub const DCGM_FI_DEV_BAR1_TOTAL: u16 = 90;
+/// `DCGM_FI_DEV_BAR1_USED`: in MB (MiB).
+pub const DCGM_FI_DEV_BAR1_USED: u16 = 92;
+/// `DCGM_FI_DEV_BAR1_FREE`: in MB (MiB).
+pub const DCGM_FI_DEV_BAR1_FREE: u16 = 93;
+/// `DCGM_FI_DEV_VIDEO_CLOCK`: in MHz.
+pub const DCGM_FI_DEV_VIDEO_CLOCK: u16 = 102;
+/// `DCGM_FI_DEV_APP_SM_CLOCK`: in MHz.
+pub const DCGM_FI_DEV_APP_SM_CLOCK: u16 = 110;
+/// `DCGM_FI_DEV_APP_MEM_CLOCK`: in MHz.
+pub const DCGM_FI_DEV_APP_MEM_CLOCK: u16 = 111;
+/// `DCGM_FI_DEV_MAX_SM_CLOCK`: in MHz.
+pub const DCGM_FI_DEV_MAX_SM_CLOCK: u16 = 113;
+/// `DCGM_FI_DEV_MAX_MEM_CLOCK`: in MHz.
+pub const DCGM_FI_DEV_MAX_MEM_CLOCK: u16 = 114;
+/// `DCGM_FI_DEV_MAX_VIDEO_CLOCK`: in MHz.
+pub const DCGM_FI_DEV_MAX_VIDEO_CLOCK: u16 = 115;
+/// `DCGM_FI_DEV_BAR1_CAPACITY_BYTES`: BAR1 size in bytes.
+pub const DCGM_FI_DEV_BAR1_CAPACITY_BYTES: u16 = 1600;
+/// `DCGM_FI_DEV_BAR1_USED_BYTES`.
+pub const DCGM_FI_DEV_BAR1_USED_BYTES: u16 = 1601;
+/// `DCGM_FI_DEV_BAR1_FREE_BYTES`.
+pub const DCGM_FI_DEV_BAR1_FREE_BYTES: u16 = 1602;
+/// `DCGM_FI_DEV_SM_CLOCK_HERTZ`.
+pub const DCGM_FI_DEV_SM_CLOCK_HERTZ: u16 = 1603;
+/// `DCGM_FI_DEV_MEMORY_CLOCK_HERTZ`.
+pub const DCGM_FI_DEV_MEMORY_CLOCK_HERTZ: u16 = 1604;
+/// `DCGM_FI_DEV_VIDEO_CLOCK_HERTZ`.
+pub const DCGM_FI_DEV_VIDEO_CLOCK_HERTZ: u16 = 1605;
+/// `DCGM_FI_DEV_SM_APP_CLOCK_HERTZ`.
+pub const DCGM_FI_DEV_SM_APP_CLOCK_HERTZ: u16 = 1606;
+/// `DCGM_FI_DEV_MEMORY_APP_CLOCK_HERTZ`.
+pub const DCGM_FI_DEV_MEMORY_APP_CLOCK_HERTZ: u16 = 1607;
+/// `DCGM_FI_DEV_SM_MAX_CLOCK_HERTZ`.
+pub const DCGM_FI_DEV_SM_MAX_CLOCK_HERTZ: u16 = 1608;
+/// `DCGM_FI_DEV_MEMORY_MAX_CLOCK_HERTZ`.
+pub const DCGM_FI_DEV_MEMORY_MAX_CLOCK_HERTZ: u16 = 1609;
+/// `DCGM_FI_DEV_VIDEO_MAX_CLOCK_HERTZ`.
+pub const DCGM_FI_DEV_VIDEO_MAX_CLOCK_HERTZ: u16 = 1610;
+/// `DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL`: joules since the driver was last reloaded.
+pub const DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL: u16 = 1611;
+/// `DCGM_FI_DEV_FAN_SPEED_RATIO`: a ratio of the maximum noise-tolerance fan speed (0.0-1.0+).
+pub const DCGM_FI_DEV_FAN_SPEED_RATIO: u16 = 1612;

@@ -1,8 +1,8 @@
 //! The DCGM fields the exporter knows: their ids and names, how each maps to a catalog metric,
 //! the default watch lists, and dcgm-exporter field-list CSV files.
 
-// Length: the code (~600 lines) is the known-field table and what reads it (watch lists, field
-// lists, the docs table), kept whole; its tests are in fields/tests.rs.
+// The other names of the fields are in fields/aliases.rs, the docs page in fields/markdown.rs,
+// the tests in fields/tests.rs.
 
 use std::sync::Arc;
 
@@ -11,6 +11,12 @@ use dgx_pixels_metrics::labels::{
     ClockDomain, EccCounter, EccErrorType, RemappedRowCause, TemperatureSensor, ViolationPolicy,
 };
 use dgx_pixels_metrics::{Kind, Metric, CATALOG};
+
+mod aliases;
+mod markdown;
+
+pub use aliases::ALIASES;
+pub use markdown::markdown;
 
 /// How a known field becomes a catalog series: the metric, its label values after `gpu` and
 /// `uuid`, and the factor from DCGM's unit to the metric's base unit.
@@ -35,18 +41,22 @@ pub struct KnownField {
     pub mapping: Option<Mapping>,
     /// A profiling (DCP) field: needs the profiling module and a watch of at least 100 ms.
     pub profiling: bool,
+    /// For a base-unit field (ids 1600-1612, DCGM 4.6.1 and later), the id of the legacy field
+    /// it replaces: the same quantity in another unit, under its own id, which DCGM keeps.
+    pub replaces: Option<u16>,
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
 
 macro_rules! known {
-    ($($id:ident $(=> $metric:ident [$($l:expr),*] $scale:expr)? $(; $prof:ident)?,)*) => {
+    ($($id:ident $(=> $metric:ident [$($l:expr),*] $scale:expr)? $(; $kw:ident $($legacy:ident)?)?,)*) => {
         /// Every field the exporter knows, by id.
         pub const KNOWN_FIELDS: &[KnownField] = &[$(KnownField {
             id: f::$id,
             name: stringify!($id),
             mapping: known!(@map $($metric [$($l),*] $scale)?),
-            profiling: known!(@prof $($prof)?),
+            profiling: known!(@prof $($kw)?),
+            replaces: known!(@legacy $($($legacy)?)?),
         },)*];
     };
     (@map $metric:ident [$($l:expr),*] $scale:expr) => {
@@ -54,7 +64,10 @@ macro_rules! known {
     };
     (@map) => { None };
     (@prof prof) => { true };
+    (@prof replaces) => { false };
     (@prof) => { false };
+    (@legacy $legacy:ident) => { Some(f::$legacy) };
+    (@legacy) => { None };
 }
 
 known! {
@@ -97,6 +110,7 @@ known! {
     DCGM_FI_DEV_ROW_REMAP_FAILURE => GpuRemappedRowsFailure [] 1.0,
     DCGM_FI_DEV_ROW_REMAP_PENDING => GpuRemappedRowsPending [] 1.0,
     DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL,
+    DCGM_FI_DEV_VGPU_LICENSE_STATUS,
     DCGM_FI_PROF_GR_ENGINE_ACTIVE => GpuGraphicsEngineActive [] 1.0; prof,
     DCGM_FI_PROF_SM_ACTIVE => GpuSmActive [] 1.0; prof,
     DCGM_FI_PROF_SM_OCCUPANCY => GpuSmOccupancy [] 1.0; prof,
@@ -109,6 +123,23 @@ known! {
     DCGM_FI_PROF_PCIE_RX_BYTES => PcieReceive [] 1.0; prof,
     DCGM_FI_PROF_NVLINK_TX_BYTES => NvlinkTransmitRate [] 1.0; prof,
     DCGM_FI_PROF_NVLINK_RX_BYTES => NvlinkReceiveRate [] 1.0; prof,
+    // Base-unit fields, ids, names and units from go-dcgm tag v1.4611.0,
+    // `pkg/dcgm/dcgm_fields.h` (DCGM 4.6.1), each with the legacy field it replaces (that
+    // tag's `pkg/dcgm/base_unit_fields_test.go`); the factor converts their base unit to the
+    // metric's, 1 for all of them.
+    DCGM_FI_DEV_BAR1_CAPACITY_BYTES => GpuBar1Total [] 1.0; replaces DCGM_FI_DEV_BAR1_TOTAL,
+    DCGM_FI_DEV_BAR1_USED_BYTES => GpuBar1Used [] 1.0; replaces DCGM_FI_DEV_BAR1_USED,
+    DCGM_FI_DEV_BAR1_FREE_BYTES; replaces DCGM_FI_DEV_BAR1_FREE,
+    DCGM_FI_DEV_SM_CLOCK_HERTZ => GpuClock [ClockDomain::Sm.as_str()] 1.0; replaces DCGM_FI_DEV_SM_CLOCK,
+    DCGM_FI_DEV_MEMORY_CLOCK_HERTZ => GpuClock [ClockDomain::Memory.as_str()] 1.0; replaces DCGM_FI_DEV_MEM_CLOCK,
+    DCGM_FI_DEV_VIDEO_CLOCK_HERTZ => GpuClock [ClockDomain::Video.as_str()] 1.0; replaces DCGM_FI_DEV_VIDEO_CLOCK,
+    DCGM_FI_DEV_SM_APP_CLOCK_HERTZ; replaces DCGM_FI_DEV_APP_SM_CLOCK,
+    DCGM_FI_DEV_MEMORY_APP_CLOCK_HERTZ; replaces DCGM_FI_DEV_APP_MEM_CLOCK,
+    DCGM_FI_DEV_SM_MAX_CLOCK_HERTZ => GpuClockMax [ClockDomain::Sm.as_str()] 1.0; replaces DCGM_FI_DEV_MAX_SM_CLOCK,
+    DCGM_FI_DEV_MEMORY_MAX_CLOCK_HERTZ => GpuClockMax [ClockDomain::Memory.as_str()] 1.0; replaces DCGM_FI_DEV_MAX_MEM_CLOCK,
+    DCGM_FI_DEV_VIDEO_MAX_CLOCK_HERTZ => GpuClockMax [ClockDomain::Video.as_str()] 1.0; replaces DCGM_FI_DEV_MAX_VIDEO_CLOCK,
+    DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL => GpuEnergy [] 1.0; replaces DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
+    DCGM_FI_DEV_FAN_SPEED_RATIO => GpuFanSpeed ["0"] 1.0; replaces DCGM_FI_DEV_FAN_SPEED,
 }
 
 /// `DCGM_FI_DEV_UUID`: read with every poll for the `uuid` label.
@@ -120,88 +151,6 @@ pub const STRING_FIELDS: [u16; 4] = [
     f::DCGM_FI_DEV_NAME,
     f::DCGM_FI_DEV_UUID,
     f::DCGM_FI_DEV_PCI_BUSID,
-];
-
-/// The names DCGM 4 gave fields above (its `dcgm_fields` keeps the old ones as aliases), as a
-/// field list written for DCGM 4 names them: the same ids, so the same values in the same
-/// units, exported under the same names as the old spelling.
-pub const ALIASES: &[(&str, u16)] = &[
-    ("DCGM_FI_DEV_GPU_UTIL_RATIO", f::DCGM_FI_DEV_GPU_UTIL),
-    (
-        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
-        f::DCGM_FI_DEV_CLOCK_THROTTLE_REASONS,
-    ),
-    (
-        "DCGM_FI_DEV_MEMORY_TEMP_CELSIUS",
-        f::DCGM_FI_DEV_MEMORY_TEMP,
-    ),
-    ("DCGM_FI_DEV_GPU_TEMP_CELSIUS", f::DCGM_FI_DEV_GPU_TEMP),
-    ("DCGM_FI_DEV_BOARD_POWER_WATTS", f::DCGM_FI_DEV_POWER_USAGE),
-    (
-        "DCGM_FI_DEV_BOARD_POWER_RAW_WATTS",
-        f::DCGM_FI_DEV_POWER_USAGE_INSTANT,
-    ),
-    ("DCGM_FI_DEV_GPU_PSTATE", f::DCGM_FI_DEV_PSTATE),
-    (
-        "DCGM_FI_DEV_PCIE_REPLAY_TOTAL",
-        f::DCGM_FI_DEV_PCIE_REPLAY_COUNTER,
-    ),
-    ("DCGM_FI_DEV_XID_ERROR", f::DCGM_FI_DEV_XID_ERRORS),
-    ("DCGM_FI_DEV_FB_USED_RATIO", f::DCGM_FI_DEV_FB_USED_PERCENT),
-    (
-        "DCGM_FI_DEV_PAGE_RETIRED_SBE_TOTAL",
-        f::DCGM_FI_DEV_RETIRED_SBE,
-    ),
-    (
-        "DCGM_FI_DEV_PAGE_RETIRED_DBE_TOTAL",
-        f::DCGM_FI_DEV_RETIRED_DBE,
-    ),
-    (
-        "DCGM_FI_DEV_PAGE_RETIRED_PENDING",
-        f::DCGM_FI_DEV_RETIRED_PENDING,
-    ),
-    (
-        "DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL",
-        f::DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS,
-    ),
-    (
-        "DCGM_FI_DEV_ROW_REMAP_CORRECTABLE_TOTAL",
-        f::DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS,
-    ),
-    (
-        "DCGM_FI_DEV_ROW_REMAP_FAILED",
-        f::DCGM_FI_DEV_ROW_REMAP_FAILURE,
-    ),
-    (
-        "DCGM_FI_DEV_NVLINK_THROUGHPUT_TOTAL",
-        f::DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL,
-    ),
-    (
-        "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO",
-        f::DCGM_FI_PROF_GR_ENGINE_ACTIVE,
-    ),
-    ("DCGM_FI_PROF_SM_UTIL_RATIO", f::DCGM_FI_PROF_SM_ACTIVE),
-    (
-        "DCGM_FI_PROF_SM_OCCUPANCY_RATIO",
-        f::DCGM_FI_PROF_SM_OCCUPANCY,
-    ),
-    (
-        "DCGM_FI_PROF_TENSOR_UTIL_RATIO",
-        f::DCGM_FI_PROF_PIPE_TENSOR_ACTIVE,
-    ),
-    ("DCGM_FI_PROF_DRAM_UTIL_RATIO", f::DCGM_FI_PROF_DRAM_ACTIVE),
-    (
-        "DCGM_FI_PROF_FP64_UTIL_RATIO",
-        f::DCGM_FI_PROF_PIPE_FP64_ACTIVE,
-    ),
-    (
-        "DCGM_FI_PROF_FP32_UTIL_RATIO",
-        f::DCGM_FI_PROF_PIPE_FP32_ACTIVE,
-    ),
-    (
-        "DCGM_FI_PROF_FP16_UTIL_RATIO",
-        f::DCGM_FI_PROF_PIPE_FP16_ACTIVE,
-    ),
 ];
 
 /// The known field with this id.
@@ -380,11 +329,14 @@ fn catalog_choice(f: &'static KnownField) -> Option<FieldChoice> {
 }
 
 /// The default fields: every profiling field, plus every device field with a catalog row when
-/// `device_metrics` (DCGM then provides the device metrics instead of NVML).
+/// `device_metrics` (DCGM then provides the device metrics instead of NVML). Base-unit fields
+/// are left out: DCGM before 4.6.1 has no such ids, and their legacy fields, which every
+/// version has, give the same series.
 pub fn default_fields(device_metrics: bool) -> Vec<FieldChoice> {
     KNOWN_FIELDS
         .iter()
         .filter(|f| f.profiling || device_metrics)
+        .filter(|f| f.replaces.is_none())
         .filter_map(catalog_choice)
         .collect()
 }
@@ -413,94 +365,141 @@ pub struct FieldList {
     pub skipped: Vec<String>,
 }
 
+/// One line of a field list that is neither blank nor a comment.
+enum Row<'a> {
+    /// A known field, with the CSV's type and help.
+    Field {
+        known: &'static KnownField,
+        kind: Kind,
+        help: &'a str,
+    },
+    /// A line not watched, and why.
+    Skip(String),
+}
+
+/// Reads one line (`DCGM_FI_NAME, type, help`, trimmed, not a comment) of `file`.
+fn parse_row<'a>(line: &'a str, file: &str, n: usize) -> Result<Row<'a>, FieldListError> {
+    let mut parts = line.splitn(3, ',');
+    let name = parts.next().unwrap_or_default().trim();
+    let kind = parts
+        .next()
+        .map(str::trim)
+        .ok_or_else(|| FieldListError::Malformed {
+            file: file.to_string(),
+            line: n,
+            text: line.to_string(),
+        })?;
+    let help = parts.next().unwrap_or_default().trim();
+    let exporters_own = name.starts_with("DCGM_EXP_");
+    if !(name.starts_with("DCGM_FI_") || exporters_own)
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+    {
+        return Err(FieldListError::NotAFieldName {
+            file: file.to_string(),
+            line: n,
+            name: name.to_string(),
+        });
+    }
+    let kind = match kind {
+        "gauge" => Kind::Gauge,
+        "counter" => Kind::Counter,
+        "label" => {
+            return Ok(Row::Skip(format!(
+                "{name} is a label row; labels come from gpu_info here"
+            )))
+        }
+        other => {
+            return Err(FieldListError::UnknownType {
+                file: file.to_string(),
+                line: n,
+                kind: other.to_string(),
+                name: name.to_string(),
+            })
+        }
+    };
+    if exporters_own {
+        return Ok(Row::Skip(format!(
+            "{name} is a dcgm-exporter metric, not a DCGM field"
+        )));
+    }
+    let Some(known) = by_name(name) else {
+        return Ok(Row::Skip(format!(
+            "{name} is not a field this exporter knows the id of"
+        )));
+    };
+    if STRING_FIELDS.contains(&known.id) {
+        return Ok(Row::Skip(format!(
+            "{name} is a string; identity is in dgx_pixels_gpu_info"
+        )));
+    }
+    Ok(Row::Field { known, kind, help })
+}
+
+/// Where a known field's values go: its catalog series, or a run-time family named after the
+/// field (not the spelling: an alias gives the same family as the name) with the CSV's type
+/// and help.
+fn choose(known: &'static KnownField, kind: Kind, help: &str) -> Result<FieldChoice, FamilyError> {
+    if let Some(c) = catalog_choice(known) {
+        return Ok(c);
+    }
+    Ok(FieldChoice {
+        id: known.id,
+        name: known.name,
+        profiling: known.profiling,
+        target: Target::Extra(Arc::new(ExtraFamily::new(
+            &extra_name(known.name, kind),
+            kind,
+            help,
+        )?)),
+    })
+}
+
 /// Parses a dcgm-exporter field-list CSV (`DCGM_FI_NAME, type, help`; `#` comments). Known
 /// fields with a catalog row map to it (the CSV's type and help are then ignored); other
 /// known fields become `dgx_pixels_dcgm_*` families with the CSV's type and help. Names whose
-/// id this exporter does not know, and `label` rows, are skipped with a reason. Malformed lines
-/// are errors naming the file and line.
+/// id this exporter does not know, dcgm-exporter's own `DCGM_EXP_*` rows and `label` rows are
+/// skipped with a reason. A field named twice is watched once; a base-unit field and the
+/// legacy field it replaces are never both watched: the base-unit one wins, wherever it is,
+/// and the legacy line is skipped. Malformed lines are errors naming the file and line.
 pub fn parse_field_list(text: &str, file: &str) -> Result<FieldList, FieldListError> {
     let mut out = FieldList::default();
+    // The line of each chosen field.
+    let mut lines: Vec<usize> = Vec::new();
     for (i, raw) in text.lines().enumerate() {
         let line = raw.trim();
-        let at = format!("{file}:{}", i + 1);
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let mut parts = line.splitn(3, ',');
-        let name = parts.next().unwrap_or_default().trim();
-        let kind = parts
-            .next()
-            .map(str::trim)
-            .ok_or_else(|| FieldListError::Malformed {
-                file: file.to_string(),
-                line: i + 1,
-                text: line.to_string(),
-            })?;
-        let help = parts.next().unwrap_or_default().trim();
-        if !name.starts_with("DCGM_FI_")
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
-        {
-            return Err(FieldListError::NotAFieldName {
-                file: file.to_string(),
-                line: i + 1,
-                name: name.to_string(),
-            });
-        }
-        let kind = match kind {
-            "gauge" => Kind::Gauge,
-            "counter" => Kind::Counter,
-            "label" => {
-                out.skipped.push(format!(
-                    "{at}: {name} is a label row; labels come from gpu_info here"
-                ));
+        let (known, kind, help) = match parse_row(line, file, i + 1)? {
+            Row::Skip(why) => {
+                out.skipped.push(format!("{file}:{}: {why}", i + 1));
                 continue;
             }
-            other => {
-                return Err(FieldListError::UnknownType {
-                    file: file.to_string(),
-                    line: i + 1,
-                    kind: other.to_string(),
-                    name: name.to_string(),
-                })
-            }
+            Row::Field { known, kind, help } => (known, kind, help),
         };
-        let Some(known) = by_name(name) else {
-            out.skipped.push(format!(
-                "{at}: {name} is not a field this exporter knows the id of"
-            ));
-            continue;
-        };
-        if STRING_FIELDS.contains(&known.id) {
-            out.skipped.push(format!(
-                "{at}: {name} is a string; identity is in dgx_pixels_gpu_info"
-            ));
-            continue;
-        }
         if out.fields.iter().any(|f| f.id == known.id) {
             continue;
         }
-        let choice = match catalog_choice(known) {
-            Some(c) => c,
-            None => FieldChoice {
-                id: known.id,
-                name: known.name,
-                profiling: known.profiling,
-                target: Target::Extra(Arc::new(
-                    // Named after the field, not the spelling: a DCGM 4 alias gives the same
-                    // family as the old name.
-                    ExtraFamily::new(&extra_name(known.name, kind), kind, help).map_err(
-                        |source| FieldListError::Family {
-                            file: file.to_string(),
-                            line: i + 1,
-                            source,
-                        },
-                    )?,
-                )),
-            },
-        };
+        let replaced_by = |id: u16| by_id(id).and_then(|f| f.replaces) == Some(known.id);
+        if let Some(k) = out.fields.iter().position(|f| replaced_by(f.id)) {
+            let note = replaced(known.name, known.id, &out.fields[k], file, lines[k]);
+            out.skipped.push(format!("{file}:{}: {note}", i + 1));
+            continue;
+        }
+        let choice = choose(known, kind, help).map_err(|source| FieldListError::Family {
+            file: file.to_string(),
+            line: i + 1,
+            source,
+        })?;
+        if let Some(k) = out.fields.iter().position(|f| Some(f.id) == known.replaces) {
+            let (old, at) = (out.fields.remove(k), lines.remove(k));
+            let note = replaced(old.name, old.id, &choice, file, i + 1);
+            out.skipped.push(format!("{file}:{at}: {note}"));
+        }
         out.fields.push(choice);
+        lines.push(i + 1);
     }
     if out.fields.is_empty() {
         return Err(FieldListError::Empty {
@@ -510,90 +509,12 @@ pub fn parse_field_list(text: &str, file: &str) -> Result<FieldList, FieldListEr
     Ok(out)
 }
 
-/// How fresh DCGM readings are (in docs/dcgm-fields.md).
-const FRESHNESS: &str = "
-## How fresh DCGM readings are
-
-The `dcgm` source watches its fields with an update interval equal to
-`--collector.dcgm.interval` (default 1 s), or 100 ms for profiling fields when the interval is
-shorter (DCGM's minimum), and reads the latest sample of every GPU and field in one
-`dcgmEntitiesGetLatestValues` call per poll. Profiling values are averages over DCGM's sample
-period. A poll that fails (host engine gone, library missing, struct version refused) drops all
-DCGM series until the source reconnects; nothing is served stale.
-
-Every sample carries DCGM's timestamp. A sample older than 3 update intervals (at least 2 s)
-means DCGM stopped refreshing that watch: it is left out, not served as current, and counted in
-`dgx_pixels_gpu_stale_readings{source=\"dcgm\"}` for its GPU. After 3 polls in a row with stale
-samples the source re-creates its groups and watches (at most once a minute) and logs the field
-ids. `DCGM_FI_DEV_XID_ERRORS` is exempt: its timestamp is the time of the last XID. With a
-remote host engine on another machine, the two clocks must agree to within that margin.
-";
-
-/// The Markdown table of docs/dcgm-fields.md: every known field and what it is exported as.
-pub fn markdown() -> String {
-    let mut out = String::from(
-        "# DCGM fields\n\n\
-         Generated from `crates/dcgm/src/fields.rs` by \
-         `cargo run -p dgx-pixels-exporter -- docs dcgm-fields > docs/dcgm-fields.md`; a test \
-         fails when this file is stale.\n\n\
-         How each DCGM field that dcgm-exporter's field lists name is exported. Fields with a \
-         catalog metric are converted to its base unit; the others, when a field list (`[dcgm] \
-         field_list`) names them, are exported as `dgx_pixels_dcgm_<name>` in DCGM's own unit \
-         with the type and help the CSV gives (`_total` added to counters). Blank values (DCGM's \
-         sentinels for no data, not found, not supported, no permission) are never exported.\n\n\
-         By default the `dcgm` collector watches the profiling fields; with `[dcgm] \
-         device_metrics = true` (the default when the `nvml` collector is off) it also provides \
-         the device metrics below instead of NVML.\n",
-    );
-    out.push_str(FRESHNESS);
-    out.push_str(
-        "\nA field list may use the names DCGM 4 gave these fields (dcgm-exporter 4.x writes \
-         them): each is the same field id as the old name in the table, so the same value in \
-         the same unit, exported as the table says: a name ending in `_RATIO` keeps the unit of \
-         its id (`DCGM_FI_DEV_GPU_UTIL_RATIO` is field 203 in DCGM 4's own field table, \
-         `dcgm_fields.py`, a percentage, converted like `DCGM_FI_DEV_GPU_UTIL`). Contested: a \
-         description of DCGM 4.7 lists a ratio 0-1 of type double under a new id, 1613, which \
-         this table does not read; issue 47 settles it against DCGM 4.7's own headers.\n\n\
-         | DCGM 4 name | Id | Old name |\n|---|---|---|\n",
-    );
-    for (alias, id) in ALIASES {
-        let old = by_id(*id).map_or("-", |f| f.name);
-        out.push_str(&format!("| `{alias}` | {id} | `{old}` |\n"));
-    }
-    out.push_str("\n| Id | DCGM field | Exported as | Labels | Factor |\n|---|---|---|---|---|\n");
-    for f in KNOWN_FIELDS {
-        let (name, labels, scale) = match f.mapping {
-            Some(m) => {
-                let def = m.metric.def();
-                let labels = def.labels[2..]
-                    .iter()
-                    .zip(m.labels)
-                    .map(|(k, v)| format!("`{k}=\"{v}\"`"))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                (format!("`{}`", def.name), labels, format!("{}", m.scale))
-            }
-            None if STRING_FIELDS.contains(&f.id) => (
-                "not exported (a string; identity is in `dgx_pixels_gpu_info`)".to_string(),
-                String::new(),
-                "-".into(),
-            ),
-            None => (
-                format!(
-                    "`{}` (field list only; `_total` added for a counter)",
-                    extra_name(f.name, Kind::Gauge)
-                ),
-                "`gpu`, `uuid`".to_string(),
-                "1".into(),
-            ),
-        };
-        let prof = if f.profiling { " (profiling)" } else { "" };
-        out.push_str(&format!(
-            "| {} | `{}`{prof} | {name} | {labels} | {scale} |\n",
-            f.id, f.name
-        ));
-    }
-    out
+/// Why a legacy field's line is skipped: `by`, its base-unit replacement, is named at `line`.
+fn replaced(name: &str, id: u16, by: &FieldChoice, file: &str, line: usize) -> String {
+    format!(
+        "{name} ({id}) is served by {} ({}), its base-unit replacement, named at {file}:{line}",
+        by.name, by.id
+    )
 }
 
 #[cfg(test)]

@@ -1,6 +1,12 @@
 //! What each DCGM field answers for a simulated GPU, in DCGM's own units (percent, MiB, MHz,
-//! millijoules, nanoseconds). Profiling fields answer the simulator's profiling model
+//! millijoules, nanoseconds; bytes, hertz, joules and a ratio for the base-unit fields
+//! 1600-1612 of DCGM 4.6.1). Profiling fields answer the simulator's profiling model
 //! ([`dgx_pixels_sim::profile`]), the same values the exporter's simulated node serves.
+//!
+//! The value types of the base-unit fields are in no NVIDIA source we could read (DCGM 4.6.0's
+//! `dcgm_fields.cpp` predates them): the fake answers INT64 for 1600-1611 and DOUBLE for the
+//! fan speed ratio (its header text says "0.0-1.0+"), as a third-party description of DCGM 4.7
+//! gives them. The exporter reads either type.
 
 use dgx_pixels_sim::labels::{
     ClockDomain, EccCounter, EccErrorType, RemappedRowCause, TemperatureSensor, ViolationPolicy,
@@ -58,8 +64,11 @@ pub fn value(
         id::PCI_BUSID => return Value::Str(g.pci_bus_id.clone()),
         _ => {}
     }
-    let blank = if is_profiling(field) || matches!(field, id::POWER_USAGE | id::POWER_USAGE_INSTANT)
-    {
+    let blank = if is_profiling(field)
+        || matches!(
+            field,
+            id::POWER_USAGE | id::POWER_USAGE_INSTANT | id::FAN_SPEED_RATIO
+        ) {
         Value::Blank(b'd')
     } else {
         Value::Blank(b'i')
@@ -77,6 +86,9 @@ pub fn value(
     let ecc = |t, c| int(r.ecc.map(|e| e.get(t, c)), 1.0);
     let rows = |cause| int(r.remapped_rows.map(|rr| rr.get(cause)), 1.0);
     let flag = |b: bool| if b { 1.0 } else { 0.0 };
+    if let Some(v) = base_unit(field, reading) {
+        return v.unwrap_or(blank);
+    }
     match field {
         id::SM_CLOCK => int(r.clocks.get(ClockDomain::Sm).map(|hz| hz / 1e6), 1.0),
         id::MEM_CLOCK => int(r.clocks.get(ClockDomain::Memory).map(|hz| hz / 1e6), 1.0),
@@ -119,5 +131,136 @@ pub fn value(
         id::PROF_NVLINK_TX_BYTES => p.nvlink_tx_bytes_per_second.map_or(blank, Value::Double),
         id::PROF_NVLINK_RX_BYTES => p.nvlink_rx_bytes_per_second.map_or(blank, Value::Double),
         _ => blank,
+    }
+}
+
+/// A base-unit field's value (`Some(None)`: the GPU lacks the reading), in bytes, hertz,
+/// joules or a ratio: the same simulator reading as its legacy field, without the legacy
+/// unit's rounding (MiB, MHz, mJ, percent). `None` for other fields.
+fn base_unit(field: u16, reading: &GpuReading) -> Option<Option<Value>> {
+    let r = &reading.readout;
+    let int = |v: Option<f64>| v.map(|v| Value::Int(v.round() as i64));
+    Some(match field {
+        id::BAR1_CAPACITY_BYTES => int(r.bar1_total_bytes),
+        id::BAR1_USED_BYTES => int(r.bar1_used_bytes),
+        // The simulator models the BAR1 size and its use; free is the rest.
+        id::BAR1_FREE_BYTES => int(r
+            .bar1_total_bytes
+            .zip(r.bar1_used_bytes)
+            .map(|(t, u)| t - u)),
+        id::SM_CLOCK_HERTZ => int(r.clocks.get(ClockDomain::Sm)),
+        id::MEMORY_CLOCK_HERTZ => int(r.clocks.get(ClockDomain::Memory)),
+        id::VIDEO_CLOCK_HERTZ => int(r.clocks.get(ClockDomain::Video)),
+        id::SM_MAX_CLOCK_HERTZ => int(r.max_clocks.get(ClockDomain::Sm)),
+        id::MEMORY_MAX_CLOCK_HERTZ => int(r.max_clocks.get(ClockDomain::Memory)),
+        id::VIDEO_MAX_CLOCK_HERTZ => int(r.max_clocks.get(ClockDomain::Video)),
+        id::GPU_ENERGY_JOULES_TOTAL => int(r.energy_joules),
+        id::FAN_SPEED_RATIO => r.fan_speed_ratios.first().copied().map(Value::Double),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use dgx_pixels_sim::{GpuState, Node, Scenario};
+    use std::time::Duration;
+
+    fn number(v: &Value) -> Option<f64> {
+        match v {
+            Value::Int(i) => Some(*i as f64),
+            Value::Double(d) => Some(*d),
+            Value::Str(_) | Value::Blank(_) => None,
+        }
+    }
+
+    /// Each base-unit field answers what its legacy field answers, converted by the legacy
+    /// unit (MHz, mJ, percent), to within the legacy unit's rounding; both blank together. The
+    /// BAR1 fields, whose legacy fields the fake does not serve, answer the simulator's reading
+    /// in bytes, and free is the size less the use.
+    #[test]
+    fn base_unit_fields_agree_with_their_legacy_fields() {
+        // (base-unit field, legacy field, legacy unit in base units, tolerance: half a legacy
+        // unit of rounding, plus half a base unit where the base-unit answer is an integer).
+        let pairs: [(u16, u16, f64, f64); 4] = [
+            (id::SM_CLOCK_HERTZ, id::SM_CLOCK, 1e6, 0.5e6 + 0.5),
+            (id::MEMORY_CLOCK_HERTZ, id::MEM_CLOCK, 1e6, 0.5e6 + 0.5),
+            (
+                id::GPU_ENERGY_JOULES_TOTAL,
+                id::TOTAL_ENERGY,
+                1e-3,
+                0.5e-3 + 0.5,
+            ),
+            (id::FAN_SPEED_RATIO, id::FAN_SPEED, 1e-2, 0.5e-2),
+        ];
+        let (mut compared, mut fans, mut bar1) = (0, 0, 0);
+        // No built-in scenario has a fan: one H100 with a fan too.
+        let h100 = Scenario::builtin_text("dgx-h100").unwrap();
+        let with_fan = h100.replacen("fan = false", "fan = true", 1);
+        assert_ne!(with_fan, h100);
+        for scenario in ["dgx-h100", "dgx-b200", "dgx-spark", "h100-with-fan"] {
+            let s = match scenario {
+                "h100-with-fan" => Scenario::from_toml_str(&with_fan, scenario).unwrap(),
+                name => Scenario::builtin(name).unwrap(),
+            };
+            let mut node = Node::new(s);
+            let g = node.gpu(0).unwrap().clone();
+            let Some(GpuState::Ok(r)) = node.reading(0, Duration::from_secs(60)) else {
+                panic!("{scenario}: GPU 0 not ok")
+            };
+            for (new, old, unit, tolerance) in pairs {
+                let (n, o) = (value(new, &g, "d", Some(&r)), value(old, &g, "d", Some(&r)));
+                match (number(&n), number(&o)) {
+                    (Some(n), Some(o)) => {
+                        assert!(
+                            (n - o * unit).abs() <= tolerance,
+                            "{scenario} {new}: {n} vs {o}"
+                        );
+                        compared += 1;
+                        fans += usize::from(new == id::FAN_SPEED_RATIO);
+                    }
+                    (None, None) => {}
+                    other => panic!("{scenario} {new}/{old}: {other:?}"),
+                }
+            }
+            let total = number(&value(id::BAR1_CAPACITY_BYTES, &g, "d", Some(&r)));
+            let used = number(&value(id::BAR1_USED_BYTES, &g, "d", Some(&r)));
+            let free = number(&value(id::BAR1_FREE_BYTES, &g, "d", Some(&r)));
+            assert_eq!(total, r.readout.bar1_total_bytes, "{scenario}");
+            assert_eq!(used, r.readout.bar1_used_bytes, "{scenario}");
+            if let (Some(t), Some(u)) = (total, used) {
+                assert_eq!(free, Some(t - u), "{scenario}");
+                bar1 += 1;
+            }
+            for (field, domain) in [
+                (id::VIDEO_CLOCK_HERTZ, ClockDomain::Video),
+                (id::SM_MAX_CLOCK_HERTZ, ClockDomain::Sm),
+            ] {
+                let clocks = if field == id::VIDEO_CLOCK_HERTZ {
+                    &r.readout.clocks
+                } else {
+                    &r.readout.max_clocks
+                };
+                let want = clocks.get(domain).map(f64::round);
+                assert_eq!(
+                    number(&value(field, &g, "d", Some(&r))),
+                    want,
+                    "{scenario} {field}"
+                );
+            }
+        }
+        assert_eq!((compared, fans), (13, 1));
+        assert!(bar1 >= 1);
+        // A lost GPU: every base-unit field blank, the ratio with DOUBLE's sentinel.
+        let g = Node::new(Scenario::builtin("dgx-h100").unwrap())
+            .gpu(0)
+            .unwrap()
+            .clone();
+        assert_eq!(
+            value(id::FAN_SPEED_RATIO, &g, "d", None),
+            Value::Blank(b'd')
+        );
+        assert_eq!(value(id::SM_CLOCK_HERTZ, &g, "d", None), Value::Blank(b'i'));
     }
 }

@@ -197,9 +197,9 @@ define_catalog! {
         "Framebuffer memory reserved by the driver and firmware.";
     GpuMemoryTotal => Gauge Bytes "dgx_pixels_gpu_memory_total_bytes" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
         "Total framebuffer memory; absent on unified-memory GPUs that do not report it.";
-    GpuBar1Used => Gauge Bytes "dgx_pixels_gpu_bar1_used_bytes" ["gpu", "uuid"] ["nvml", "sim"]
+    GpuBar1Used => Gauge Bytes "dgx_pixels_gpu_bar1_used_bytes" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
         "BAR1 aperture in use (device memory mapped for access by the CPU and peers).";
-    GpuBar1Total => Gauge Bytes "dgx_pixels_gpu_bar1_total_bytes" ["gpu", "uuid"] ["nvml", "sim"]
+    GpuBar1Total => Gauge Bytes "dgx_pixels_gpu_bar1_total_bytes" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
         "Size of the BAR1 aperture.";
     GpuPower => Gauge Watts "dgx_pixels_gpu_power_watts" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
         "Power draw of the GPU board.";
@@ -219,7 +219,7 @@ define_catalog! {
         "Temperature per sensor (gpu: the die, memory: HBM).";
     GpuClock => Gauge Hertz "dgx_pixels_gpu_clock_hertz" ["gpu", "uuid", "clock"] ["nvml", "dcgm", "sim"]
         "Current clock frequency per clock domain (graphics, sm, memory, video).";
-    GpuClockMax => Gauge Hertz "dgx_pixels_gpu_clock_max_hertz" ["gpu", "uuid", "clock"] ["nvml", "sim"]
+    GpuClockMax => Gauge Hertz "dgx_pixels_gpu_clock_max_hertz" ["gpu", "uuid", "clock"] ["nvml", "dcgm", "sim"]
         "Maximum clock frequency per clock domain.";
     GpuPerformanceState => Gauge None "dgx_pixels_gpu_performance_state" ["gpu", "uuid"] ["nvml", "dcgm", "sim"]
         "Performance state, 0 (P0, maximum performance) to 15 (P15, minimum).";

@@ -7,6 +7,7 @@ mod common;
 mod allocated_idle;
 mod attribution;
 mod daemon;
+mod dcgm_base_units;
 mod dcgm_fake;
 mod docs_claims;
 mod facts;
