@@ -102,13 +102,18 @@ impl<'de> Deserialize<'de> for UniqueMap {
     }
 }
 
-/// Response headers the file may set (exporter-toolkit's list).
-const ALLOWED_HEADERS: &[&str] = &[
-    "Content-Security-Policy",
-    "X-Frame-Options",
-    "X-Content-Type-Options",
-    "X-XSS-Protection",
-    "Strict-Transport-Security",
+/// Response headers the file may set (exporter-toolkit's list), with the only values allowed
+/// for those whose values are an enumeration (none: any valid header value). As in
+/// exporter-toolkit's `extraHTTPHeaders` and `validateHeaderConfig` (web/handler.go at commit
+/// 19a7c2d590c599b7318733bd00eed83fab3b8dad), the values are compared exactly, case included,
+/// so `DENY` is refused as it is there. Header names match whatever their case (the toolkit
+/// wants them spelled as listed; a file it accepts is accepted here).
+const ALLOWED_HEADERS: &[(&str, &[&str])] = &[
+    ("Content-Security-Policy", &[]),
+    ("X-Frame-Options", &["deny", "sameorigin"]),
+    ("X-Content-Type-Options", &["nosniff"]),
+    ("X-XSS-Protection", &[]),
+    ("Strict-Transport-Security", &[]),
 ];
 
 /// How client certificates are checked, weakest first (so a reload can compare).
@@ -358,18 +363,25 @@ fn headers(
     let mut headers = Vec::new();
     for (name, value) in http.headers.unwrap_or_default().0 {
         let key = format!("http_server_config.headers.{name}");
-        let Some(allowed) = ALLOWED_HEADERS
+        let Some((allowed, values)) = ALLOWED_HEADERS
             .iter()
-            .find(|h| h.eq_ignore_ascii_case(&name))
+            .find(|(h, _)| h.eq_ignore_ascii_case(&name))
         else {
+            let names: Vec<&str> = ALLOWED_HEADERS.iter().map(|(h, _)| *h).collect();
+            return Err(err(
+                &key,
+                format!("header not allowed; allowed: {}", names.join(", ")),
+            ));
+        };
+        if !values.is_empty() && !values.contains(&value.as_str()) {
             return Err(err(
                 &key,
                 format!(
-                    "header not allowed; allowed: {}",
-                    ALLOWED_HEADERS.join(", ")
+                    "invalid value {value:?}; expected one of: {} (exactly, lower case)",
+                    values.join(", ")
                 ),
             ));
-        };
+        }
         let v = axum::http::HeaderValue::from_str(&value)
             .map_err(|e| err(&key, format!("invalid header value: {e}")))?;
         headers.push((

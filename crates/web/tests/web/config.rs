@@ -106,6 +106,34 @@ fn invalid_files_name_file_line_and_key() {
     assert!(WebConfig::load(&p).unwrap().tls.is_none());
 }
 
+/// Issue 47: the values exporter-toolkit checks (web/handler.go, `extraHTTPHeaders`) are
+/// checked here too, as exactly as there: `X-Frame-Options` only `deny` or `sameorigin`,
+/// `X-Content-Type-Options` only `nosniff`, lower case; a bad value stops the start and names
+/// the key and its line.
+#[test]
+fn header_values_are_checked_as_exporter_toolkit_does() {
+    let dir = tempfile::tempdir().unwrap();
+    for (header, value) in [
+        ("X-Frame-Options", "foo"),
+        ("X-Frame-Options", "DENY"),
+        ("X-Frame-Options", "allow-from https://example.net"),
+        ("X-Content-Type-Options", "sniff"),
+        ("X-Content-Type-Options", "NoSniff"),
+    ] {
+        let text = format!("http_server_config:\n  headers:\n    {header}: {value}\n");
+        let e = WebConfig::load(&write_config(dir.path(), &text))
+            .unwrap_err()
+            .to_string();
+        let want = format!("line 3: key http_server_config.headers.{header}: invalid value {value:?}; expected one of: ");
+        assert!(e.contains(&want), "{e}");
+    }
+    let good = "http_server_config:\n  headers:\n    X-Frame-Options: sameorigin\n    X-Content-Type-Options: nosniff\n    Content-Security-Policy: \"default-src 'self'\"\n    X-XSS-Protection: \"1\"\n    Strict-Transport-Security: max-age=31536000\n";
+    let c = WebConfig::load(&write_config(dir.path(), good)).unwrap();
+    assert_eq!(c.headers.len(), 5);
+    let deny = "http_server_config:\n  headers:\n    X-Frame-Options: deny\n";
+    assert!(WebConfig::load(&write_config(dir.path(), deny)).is_ok());
+}
+
 /// Regression (hardening round 2): bcrypt costs outside 4..=31 parse as hashes but can never
 /// verify, so their user could never log in; keys given twice were taken silently.
 #[test]
