@@ -55,6 +55,12 @@ struct File {
 struct TlsFile {
     cert_file: Option<PathBuf>,
     key_file: Option<PathBuf>,
+    /// The certificate chain as PEM text, instead of `cert_file`.
+    cert: Option<String>,
+    /// The private key as PEM text, instead of `key_file`.
+    key: Option<Secret>,
+    /// The client CAs as PEM text, instead of `client_ca_file`.
+    client_ca: Option<String>,
     client_auth_type: Option<String>,
     client_ca_file: Option<PathBuf>,
     min_version: Option<String>,
@@ -62,6 +68,17 @@ struct TlsFile {
     cipher_suites: Option<Vec<String>>,
     prefer_server_cipher_suites: Option<bool>,
     curve_preferences: Option<Vec<String>>,
+}
+
+/// A value never shown: an inline private key. Its `Debug` prints a placeholder.
+#[derive(Clone, Default, Deserialize)]
+#[serde(transparent)]
+struct Secret(String);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<secret>")
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -134,6 +151,9 @@ pub struct WebConfig {
     pub tls: Option<Arc<ServerConfig>>,
     /// Client-certificate verification (always `None` without TLS).
     pub client_auth: ClientAuth,
+    /// Whether client certificates are verified against the system's trust store (no client
+    /// CA given), which trusts far more issuers than a CA of one's own.
+    pub client_ca_system: bool,
     /// User name to bcrypt hash; empty = no authentication.
     pub users: BTreeMap<String, String>,
     /// Extra response headers.
@@ -159,6 +179,7 @@ impl WebConfig {
         WebConfig {
             tls: None,
             client_auth: ClientAuth::None,
+            client_ca_system: false,
             users: BTreeMap::new(),
             headers: Vec::new(),
             files: Vec::new(),
@@ -176,6 +197,11 @@ impl WebConfig {
         }
         if new.client_auth < self.client_auth {
             lost.push("client certificate verification");
+        } else if self.client_auth > ClientAuth::None
+            && !self.client_ca_system
+            && new.client_ca_system
+        {
+            lost.push("client certificate verification against a client CA of its own (the new file trusts the system's trust store)");
         }
         if !self.users.is_empty() && new.users.is_empty() {
             lost.push("basic authentication");
@@ -202,6 +228,7 @@ impl WebConfig {
         [t.cert_file, t.key_file, t.client_ca_file]
             .into_iter()
             .flatten()
+            .filter(|p| !p.as_os_str().is_empty())
             .map(|p| if p.is_absolute() { p } else { dir.join(p) })
             .collect()
     }
@@ -230,14 +257,17 @@ impl WebConfig {
             message,
         };
         let file = parse_file(text, path)?;
-        let dir = path.parent().unwrap_or(Path::new("."));
         let mut files = Vec::new();
-        let (tls, client_auth) = match file.tls_server_config {
+        let (tls, client_auth, client_ca_system) = match file.tls_server_config {
             Some(t) => {
-                let (config, auth) = tls_config(t, dir, &err, &mut files)?;
-                (Some(Arc::new(config)), auth)
+                let tls = tls_config(t, path, &err, &mut files)?;
+                (
+                    Some(Arc::new(tls.config)),
+                    tls.client_auth,
+                    tls.system_roots,
+                )
             }
-            None => (None, ClientAuth::None),
+            None => (None, ClientAuth::None, false),
         };
         let users = file.basic_auth_users.unwrap_or_default().0;
         check_users(&users, &err)?;
@@ -248,6 +278,7 @@ impl WebConfig {
         Ok(WebConfig {
             tls,
             client_auth,
+            client_ca_system,
             users,
             headers,
             files,
@@ -285,6 +316,11 @@ fn parse_file(text: &str, path: &Path) -> Result<File, WebConfigError> {
 /// "a.b: unknown field `c`, expected ..." names the key a.b.c: the key, and the message
 /// without it.
 fn unknown_key(message: &str) -> Option<(String, String)> {
+    if let Some(rest) = message.strip_prefix("unknown field `") {
+        // At the top level there is no parent.
+        let (field, tail) = rest.split_once('`').unwrap_or((rest, ""));
+        return Some((field.to_string(), format!("unknown key{tail}")));
+    }
     match message.split_once(": unknown field `") {
         Some((parent, rest)) if !parent.contains(' ') => {
             let (field, tail) = rest.split_once('`').unwrap_or((rest, ""));
