@@ -8,6 +8,7 @@ mod auth;
 mod config;
 mod limits;
 mod tls;
+mod toolkit;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
