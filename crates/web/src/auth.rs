@@ -113,6 +113,13 @@ pub async fn guard(State(web): State<Arc<WebState>>, req: Request, next: Next) -
             .into_response();
     }
     let open = !web.probes_need_auth && PROBE_PATHS.contains(&req.uri().path());
+    // Before any password check, as in exporter-toolkit; open probes are never limited.
+    if !open && live.limiter.as_ref().is_some_and(|l| !l.allow()) {
+        web.counters.rate_limited.fetch_add(1, Ordering::Relaxed);
+        let mut resp = Response::new(Body::from("Too Many Requests\n"));
+        *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        return with_headers(resp, &live);
+    }
     let auth = if live.config.users.is_empty() || open {
         Auth::Granted
     } else {

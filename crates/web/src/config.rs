@@ -5,10 +5,12 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use rustls::ServerConfig;
 use serde::Deserialize;
 
+use crate::rate::RateLimit;
 use dgx_pixels_settings::file::{read_regular, MAX_CONFIG_FILE_BYTES};
 
 mod tls;
@@ -48,6 +50,23 @@ struct File {
     tls_server_config: Option<TlsFile>,
     http_server_config: Option<HttpFile>,
     basic_auth_users: Option<UniqueMap>,
+    rate_limit: Option<RateFile>,
+}
+
+/// `rate_limit` (see rate.rs).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RateFile {
+    burst: Option<u32>,
+    interval: Option<DurationValue>,
+}
+
+/// A duration as Go's YAML reads one: text such as `1s`, or a number of nanoseconds.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum DurationValue {
+    Nanos(u64),
+    Text(String),
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -63,6 +82,8 @@ struct TlsFile {
     client_ca: Option<String>,
     client_auth_type: Option<String>,
     client_ca_file: Option<PathBuf>,
+    /// Client certificates must name one of these among their SANs.
+    client_allowed_sans: Option<Vec<String>>,
     min_version: Option<String>,
     max_version: Option<String>,
     cipher_suites: Option<Vec<String>>,
@@ -154,8 +175,12 @@ pub struct WebConfig {
     /// Whether client certificates are verified against the system's trust store (no client
     /// CA given), which trusts far more issuers than a CA of one's own.
     pub client_ca_system: bool,
+    /// The client certificate SANs allowed (`None`: any).
+    pub client_allowed_sans: Option<Vec<String>>,
     /// User name to bcrypt hash; empty = no authentication.
     pub users: BTreeMap<String, String>,
+    /// The request rate limit, if any (exporter-toolkit's `rate_limit`).
+    pub rate_limit: Option<RateLimit>,
     /// Extra response headers.
     pub headers: Vec<(axum::http::HeaderName, axum::http::HeaderValue)>,
     /// Certificate, key and CA files it read (watched for rotation).
@@ -180,6 +205,8 @@ impl WebConfig {
             tls: None,
             client_auth: ClientAuth::None,
             client_ca_system: false,
+            client_allowed_sans: None,
+            rate_limit: None,
             users: BTreeMap::new(),
             headers: Vec::new(),
             files: Vec::new(),
@@ -202,6 +229,9 @@ impl WebConfig {
             && new.client_ca_system
         {
             lost.push("client certificate verification against a client CA of its own (the new file trusts the system's trust store)");
+        }
+        if self.client_allowed_sans.is_some() && new.client_allowed_sans.is_none() {
+            lost.push("the client certificate SAN restriction");
         }
         if !self.users.is_empty() && new.users.is_empty() {
             lost.push("basic authentication");
@@ -258,19 +288,26 @@ impl WebConfig {
         };
         let file = parse_file(text, path)?;
         let mut files = Vec::new();
-        let (tls, client_auth, client_ca_system) = match file.tls_server_config {
+        let (tls, client_auth, client_ca_system, client_allowed_sans) = match file.tls_server_config
+        {
             Some(t) => {
                 let tls = tls_config(t, path, &err, &mut files)?;
+                let sans = tls.allowed_sans;
                 (
                     Some(Arc::new(tls.config)),
                     tls.client_auth,
                     tls.system_roots,
+                    sans,
                 )
             }
-            None => (None, ClientAuth::None, false),
+            None => (None, ClientAuth::None, false, None),
         };
         let users = file.basic_auth_users.unwrap_or_default().0;
         check_users(&users, &err)?;
+        let rate_limit = match file.rate_limit {
+            Some(r) => rate_limit(r, &err)?,
+            None => None,
+        };
         let headers = match file.http_server_config {
             Some(http) => headers(http, &err)?,
             None => Vec::new(),
@@ -279,6 +316,8 @@ impl WebConfig {
             tls,
             client_auth,
             client_ca_system,
+            client_allowed_sans,
+            rate_limit,
             users,
             headers,
             files,
@@ -348,6 +387,29 @@ fn duplicate_key(message: &str) -> Option<(String, String)> {
         }
         _ => None,
     }
+}
+
+/// The rate limit `rate_limit` sets: none with an interval of 0 (or none), as in
+/// exporter-toolkit.
+fn rate_limit(
+    r: RateFile,
+    err: &dyn Fn(&str, String) -> WebConfigError,
+) -> Result<Option<RateLimit>, WebConfigError> {
+    let interval = match r.interval {
+        None => Duration::ZERO,
+        Some(DurationValue::Nanos(n)) => Duration::from_nanos(n),
+        Some(DurationValue::Text(t)) => {
+            crate::rate::go_duration(&t).map_err(|m| err("rate_limit.interval", m))?
+        }
+    };
+    if interval.is_zero() {
+        return Ok(None);
+    }
+    let burst = r.burst.unwrap_or(0);
+    if burst == 0 {
+        tracing::warn!("rate_limit.burst is 0: every request but the open probes is refused (429), as exporter-toolkit does");
+    }
+    Ok(Some(RateLimit { interval, burst }))
 }
 
 /// Refuses a user name with `:` and a password hash that is not bcrypt, or whose cost no

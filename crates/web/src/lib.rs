@@ -21,6 +21,7 @@
 mod auth;
 mod config;
 mod listen;
+mod rate;
 mod serve;
 mod state;
 
@@ -28,5 +29,6 @@ pub use auth::{guard, MAX_PASSWORD_CHECKS};
 pub use config::{ClientAuth, WebConfig, WebConfigError};
 pub use dgx_pixels_settings::file::{read_regular, MAX_CONFIG_FILE_BYTES};
 pub use listen::listen;
+pub use rate::RateLimit;
 pub use serve::{serve, Limits, DEFAULT_MAX_CONNECTIONS_PER_CLIENT, PROBE_RESERVE};
 pub use state::{Counters, WebState};

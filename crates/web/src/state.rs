@@ -10,6 +10,7 @@ use arc_swap::ArcSwap;
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::{WebConfig, WebConfigError};
+use crate::rate::Bucket;
 use dgx_pixels_settings::file::{read_regular, MAX_CONFIG_FILE_BYTES};
 
 /// A file modified less than this long ago may still be being written: the watcher waits for
@@ -38,6 +39,8 @@ pub struct Counters {
     /// Connections closed because no complete request head arrived in time (never sent a
     /// request, or sent its headers too slowly).
     pub request_timeouts: AtomicU64,
+    /// Requests refused by the configured `rate_limit` (429).
+    pub rate_limited: AtomicU64,
     /// Requests refused at once because every password-check slot was busy.
     pub auth_throttled: AtomicU64,
     /// bcrypt verifications run (credentials not found among the verified ones).
@@ -83,12 +86,15 @@ fn youngest_age(paths: &[PathBuf]) -> Option<Duration> {
 pub(crate) struct Live {
     pub config: WebConfig,
     pub acceptor: Option<TlsAcceptor>,
+    /// The request rate limit's bucket, full again at each load.
+    pub limiter: Option<Bucket>,
 }
 
 impl Live {
     fn new(config: WebConfig) -> Live {
         Live {
             acceptor: config.tls.clone().map(TlsAcceptor::from),
+            limiter: config.rate_limit.map(Bucket::new),
             config,
         }
     }

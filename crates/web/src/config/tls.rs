@@ -5,6 +5,7 @@
 //! nothing is ever weakened silently.
 
 mod client;
+mod sans;
 mod suites;
 
 use std::path::{Path, PathBuf};
@@ -28,6 +29,8 @@ pub(super) struct Tls {
     pub client_auth: ClientAuth,
     /// Whether they are verified against the system's trust store (no client CA given).
     pub system_roots: bool,
+    /// The SANs a client certificate must name one of (`None`: any).
+    pub allowed_sans: Option<Vec<String>>,
 }
 
 /// Where PEM comes from: a file the config names, or the config itself (`cert`, `key`,
@@ -166,7 +169,8 @@ pub(super) fn tls_config(
         Some(ca) => Some((ca.certs("client_ca", err, files)?, ca.key("client_ca"))),
         None => None,
     };
-    let verifier = client::verifier(mode, cas, &crypto, err, files)?;
+    let mut verifier = client::verifier(mode, cas, &crypto, err, files)?;
+    restrict_sans(&mut verifier, t.client_allowed_sans.as_ref(), err)?;
     let builder = ServerConfig::builder_with_provider(Arc::clone(&crypto))
         .with_protocol_versions(&versions)
         .map_err(|e| err("tls_server_config.cipher_suites", e.to_string()))?;
@@ -182,17 +186,12 @@ pub(super) fn tls_config(
     })?;
     config.ignore_client_order = t.prefer_server_cipher_suites.unwrap_or(true);
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    if !ignored.is_empty() {
-        tracing::warn!(
-            file = %path.display(),
-            ignored = %ignored.join("; "),
-            "tls_server_config: settings rustls does not implement are ignored; what is served is stricter than they ask"
-        );
-    }
+    warn_ignored(path, &ignored);
     Ok(Tls {
         config,
         client_auth: verifier.level,
         system_roots: verifier.system_roots,
+        allowed_sans: t.client_allowed_sans,
     })
 }
 
@@ -213,4 +212,38 @@ fn private_key(
             ),
         )
     })
+}
+
+/// Wraps the verifier in the `client_allowed_sans` check, when the file lists SANs (refused
+/// when no client certificate is asked for).
+fn restrict_sans(
+    verifier: &mut client::Verifier,
+    allowed: Option<&Vec<String>>,
+    err: ErrorOf,
+) -> Result<(), WebConfigError> {
+    let Some(allowed) = allowed else {
+        return Ok(());
+    };
+    let Some(inner) = verifier.verifier.take() else {
+        return Err(err(
+            "tls_server_config.client_allowed_sans",
+            "set, but client_auth_type asks for no client certificate".into(),
+        ));
+    };
+    verifier.verifier = Some(Arc::new(sans::AllowedSans {
+        inner,
+        allowed: allowed.clone(),
+    }));
+    Ok(())
+}
+
+/// The one warning line naming every setting ignored (see suites.rs).
+fn warn_ignored(path: &Path, ignored: &[String]) {
+    if !ignored.is_empty() {
+        tracing::warn!(
+            file = %path.display(),
+            ignored = %ignored.join("; "),
+            "tls_server_config: settings rustls does not implement are ignored; what is served is stricter than they ask"
+        );
+    }
 }

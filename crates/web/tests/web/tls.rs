@@ -214,3 +214,67 @@ async fn request_client_cert_takes_any_certificate_or_none_and_says_so() {
         200
     );
 }
+
+/// Issue 47: client_allowed_sans (exporter-toolkit's check, exact strings): a verified client
+/// certificate naming an allowed SAN gets in, one naming none is refused with one warning
+/// line saying which SANs it has, and with the list set a certificate is required.
+#[tokio::test]
+async fn client_allowed_sans_let_in_only_the_names_listed() {
+    let pki = pki();
+    let (_guard, out) = capture();
+    let with = |sans: &str, auth: &str| {
+        format!("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: {auth}\n  client_ca_file: ca.crt\n  client_allowed_sans: [{sans}]\n")
+    };
+    let cfg = write_config(
+        pki.dir.path(),
+        &with("other, scraper", "RequireAndVerifyClientCert"),
+    );
+    let s = start(Some(&cfg), Limits::default()).await;
+    assert_eq!(
+        tls_get(s.port, &client(&pki, true), "/metrics").await.0,
+        200
+    );
+    drop(s);
+    let cfg = write_config(
+        pki.dir.path(),
+        &with("other, Scraper", "VerifyClientCertIfGiven"),
+    );
+    let s = start(Some(&cfg), Limits::default()).await;
+    assert_eq!(tls_get(s.port, &client(&pki, true), "/metrics").await.0, 0);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let refused: Vec<String> = out
+        .lines()
+        .into_iter()
+        .filter(|l| l.contains("client certificate refused"))
+        .collect();
+    assert_eq!(refused.len(), 1, "{:?}", out.lines());
+    assert!(
+        refused[0].contains(
+            "no SAN of the client certificate is in client_allowed_sans (it has: scraper)"
+        ),
+        "{}",
+        refused[0]
+    );
+    assert_eq!(
+        tls_get(s.port, &client(&pki, false), "/metrics").await.0,
+        0,
+        "a certificate is required"
+    );
+    // A reload may not drop the list (it would let any verified certificate in).
+    write_config(
+        pki.dir.path(),
+        &with("x", "VerifyClientCertIfGiven").replace("  client_allowed_sans: [x]\n", ""),
+    );
+    let e = s.web.reload().unwrap_err().to_string();
+    assert!(
+        e.contains("would remove the client certificate SAN restriction"),
+        "{e}"
+    );
+    let e = dgx_pixels_web::WebConfig::load(&write_config(
+        pki.dir.path(),
+        &with("a", "NoClientCert").replace("  client_ca_file: ca.crt\n", ""),
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("key tls_server_config.client_allowed_sans: set, but client_auth_type asks for no client certificate"), "{e}");
+}
