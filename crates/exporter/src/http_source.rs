@@ -27,6 +27,7 @@ impl Source for HttpSource {
             ("per_client_limit", n(&c.rejected_per_client)),
             ("request_timeout", n(&c.request_timeouts)),
             ("auth_busy", n(&c.auth_throttled)),
+            ("rate_limit", n(&c.rate_limited)),
             ("scrape_limit", n(&self.rejected_scrapes)),
             ("unauthorized", n(&c.unauthorized)),
             ("request_body", n(&c.bodies_refused)),

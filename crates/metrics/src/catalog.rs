@@ -430,7 +430,7 @@ define_catalog! {
     ExporterSeries => Gauge None "dgx_pixels_exporter_series" ["family"] ["exporter"]
         "Series this exposition serves per family, as Prometheus stores them (each histogram bucket, _sum and _count counts; this family included); see docs/metrics.md, Series budget.";
     ExporterHttpRejected => Counter None "dgx_pixels_exporter_http_rejected_total" ["reason"] ["exporter"]
-        "Connections or requests the HTTP server refused, by reason (connection_limit, per_client_limit, request_timeout, auth_busy, scrape_limit, unauthorized, request_body, tls_handshake, stalled).";
+        "Connections or requests the HTTP server refused, by reason (connection_limit, per_client_limit, request_timeout, auth_busy, rate_limit, scrape_limit, unauthorized, request_body, tls_handshake, stalled).";
     ExporterWebConfigReloads => Counter None "dgx_pixels_exporter_web_config_reloads_total" ["result"] ["exporter"]
         "Reloads of the web config file (on change or SIGHUP), by result (success, failure; after a failure, including a refused one that would remove TLS, client certificates or authentication, the previous config stays in force).";
     ExporterWebConfigLastReloadSuccessful => Gauge None "dgx_pixels_exporter_web_config_last_reload_successful" [] ["exporter"]

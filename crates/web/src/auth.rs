@@ -24,6 +24,19 @@ const MAX_BODY: u64 = 0;
 /// credentials verified before never needs a slot (see `Verified` in state.rs).
 pub const MAX_PASSWORD_CHECKS: usize = 2;
 
+/// The hash an unknown user's password is checked against before the request is refused: a
+/// bcrypt hash of a random string nobody kept, so no password matches it. Its cost, 10, is that
+/// of exporter-toolkit's own fixed dummy (web/handler.go at commit
+/// 19a7c2d590c599b7318733bd00eed83fab3b8dad, "Use a fixed password hash to prevent user
+/// enumeration by timing requests"); the hash itself is ours. An unknown name thus costs one
+/// cost-10 check, whatever the configured users' cost: checking it against the costliest
+/// configured hash instead (as we did before) let anyone make a cost-18 hash's 16 s of CPU run
+/// for any made-up name. The trade-off, which the toolkit accepts too: where configured hashes
+/// cost more than 10, an unknown name is answered faster than a known one with a wrong
+/// password, so user names can be told apart by timing (docs/security.md, "HTTP").
+pub(crate) const UNKNOWN_USER_HASH: &str =
+    "$2b$10$qb.oa0x6RuP2EnZLSORJpeMdzvB38i0zS7q.lzUQ./he.tpTyV4aa";
+
 /// The outcome of a credential check.
 enum Auth {
     Granted,
@@ -54,10 +67,10 @@ async fn authorized(web: &WebState, live: &Arc<Live>, value: Option<&HeaderValue
         return Auth::Granted;
     }
     let known = live.config.users.get(&user).cloned();
-    // An unknown user is checked against a configured hash too and denied whatever the result.
-    let Some(hash) = known.clone().or_else(|| live.decoy.clone()) else {
-        return Auth::Denied;
-    };
+    // An unknown user is checked too (against the fixed dummy) and denied whatever the result.
+    let hash = known
+        .clone()
+        .unwrap_or_else(|| UNKNOWN_USER_HASH.to_string());
     let Ok(slot) = Arc::clone(&web.password_slots).try_acquire_owned() else {
         return Auth::Busy;
     };
@@ -100,6 +113,13 @@ pub async fn guard(State(web): State<Arc<WebState>>, req: Request, next: Next) -
             .into_response();
     }
     let open = !web.probes_need_auth && PROBE_PATHS.contains(&req.uri().path());
+    // Before any password check, as in exporter-toolkit; open probes are never limited.
+    if !open && live.limiter.as_ref().is_some_and(|l| !l.allow()) {
+        web.counters.rate_limited.fetch_add(1, Ordering::Relaxed);
+        let mut resp = Response::new(Body::from("Too Many Requests\n"));
+        *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        return with_headers(resp, &live);
+    }
     let auth = if live.config.users.is_empty() || open {
         Auth::Granted
     } else {
@@ -147,5 +167,14 @@ mod tests {
         assert_eq!(credentials(&HeaderValue::from_static("Bearer abc")), None);
         assert_eq!(credentials(&HeaderValue::from_static("Basic !!!")), None);
         assert_eq!(credentials(&HeaderValue::from_static("Basic")), None);
+    }
+
+    /// The dummy is a valid bcrypt hash of the toolkit's cost, and the password users send
+    /// most often (none) does not match it.
+    #[test]
+    fn the_unknown_user_hash_is_a_cost_10_bcrypt_hash() {
+        let parts: bcrypt::HashParts = UNKNOWN_USER_HASH.parse().expect("a bcrypt hash");
+        assert_eq!(parts.get_cost(), 10);
+        assert_eq!(bcrypt::verify("", UNKNOWN_USER_HASH).ok(), Some(false));
     }
 }

@@ -5,10 +5,12 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use rustls::ServerConfig;
 use serde::Deserialize;
 
+use crate::rate::RateLimit;
 use dgx_pixels_settings::file::{read_regular, MAX_CONFIG_FILE_BYTES};
 
 mod tls;
@@ -48,6 +50,23 @@ struct File {
     tls_server_config: Option<TlsFile>,
     http_server_config: Option<HttpFile>,
     basic_auth_users: Option<UniqueMap>,
+    rate_limit: Option<RateFile>,
+}
+
+/// `rate_limit` (see rate.rs).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RateFile {
+    burst: Option<u32>,
+    interval: Option<DurationValue>,
+}
+
+/// A duration as Go's YAML reads one: text such as `1s`, or a number of nanoseconds.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum DurationValue {
+    Nanos(u64),
+    Text(String),
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -55,13 +74,32 @@ struct File {
 struct TlsFile {
     cert_file: Option<PathBuf>,
     key_file: Option<PathBuf>,
+    /// The certificate chain as PEM text, instead of `cert_file`.
+    cert: Option<String>,
+    /// The private key as PEM text, instead of `key_file`.
+    key: Option<Secret>,
+    /// The client CAs as PEM text, instead of `client_ca_file`.
+    client_ca: Option<String>,
     client_auth_type: Option<String>,
     client_ca_file: Option<PathBuf>,
+    /// Client certificates must name one of these among their SANs.
+    client_allowed_sans: Option<Vec<String>>,
     min_version: Option<String>,
     max_version: Option<String>,
     cipher_suites: Option<Vec<String>>,
     prefer_server_cipher_suites: Option<bool>,
     curve_preferences: Option<Vec<String>>,
+}
+
+/// A value never shown: an inline private key. Its `Debug` prints a placeholder.
+#[derive(Clone, Default, Deserialize)]
+#[serde(transparent)]
+struct Secret(String);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<secret>")
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -102,13 +140,18 @@ impl<'de> Deserialize<'de> for UniqueMap {
     }
 }
 
-/// Response headers the file may set (exporter-toolkit's list).
-const ALLOWED_HEADERS: &[&str] = &[
-    "Content-Security-Policy",
-    "X-Frame-Options",
-    "X-Content-Type-Options",
-    "X-XSS-Protection",
-    "Strict-Transport-Security",
+/// Response headers the file may set (exporter-toolkit's list), with the only values allowed
+/// for those whose values are an enumeration (none: any valid header value). As in
+/// exporter-toolkit's `extraHTTPHeaders` and `validateHeaderConfig` (web/handler.go at commit
+/// 19a7c2d590c599b7318733bd00eed83fab3b8dad), the values are compared exactly, case included,
+/// so `DENY` is refused as it is there. Header names match whatever their case (the toolkit
+/// wants them spelled as listed; a file it accepts is accepted here).
+const ALLOWED_HEADERS: &[(&str, &[&str])] = &[
+    ("Content-Security-Policy", &[]),
+    ("X-Frame-Options", &["deny", "sameorigin"]),
+    ("X-Content-Type-Options", &["nosniff"]),
+    ("X-XSS-Protection", &[]),
+    ("Strict-Transport-Security", &[]),
 ];
 
 /// How client certificates are checked, weakest first (so a reload can compare).
@@ -129,8 +172,15 @@ pub struct WebConfig {
     pub tls: Option<Arc<ServerConfig>>,
     /// Client-certificate verification (always `None` without TLS).
     pub client_auth: ClientAuth,
+    /// Whether client certificates are verified against the system's trust store (no client
+    /// CA given), which trusts far more issuers than a CA of one's own.
+    pub client_ca_system: bool,
+    /// The client certificate SANs allowed (`None`: any).
+    pub client_allowed_sans: Option<Vec<String>>,
     /// User name to bcrypt hash; empty = no authentication.
     pub users: BTreeMap<String, String>,
+    /// The request rate limit, if any (exporter-toolkit's `rate_limit`).
+    pub rate_limit: Option<RateLimit>,
     /// Extra response headers.
     pub headers: Vec<(axum::http::HeaderName, axum::http::HeaderValue)>,
     /// Certificate, key and CA files it read (watched for rotation).
@@ -154,6 +204,9 @@ impl WebConfig {
         WebConfig {
             tls: None,
             client_auth: ClientAuth::None,
+            client_ca_system: false,
+            client_allowed_sans: None,
+            rate_limit: None,
             users: BTreeMap::new(),
             headers: Vec::new(),
             files: Vec::new(),
@@ -171,6 +224,14 @@ impl WebConfig {
         }
         if new.client_auth < self.client_auth {
             lost.push("client certificate verification");
+        } else if self.client_auth > ClientAuth::None
+            && !self.client_ca_system
+            && new.client_ca_system
+        {
+            lost.push("client certificate verification against a client CA of its own (the new file trusts the system's trust store)");
+        }
+        if self.client_allowed_sans.is_some() && new.client_allowed_sans.is_none() {
+            lost.push("the client certificate SAN restriction");
         }
         if !self.users.is_empty() && new.users.is_empty() {
             lost.push("basic authentication");
@@ -197,6 +258,7 @@ impl WebConfig {
         [t.cert_file, t.key_file, t.client_ca_file]
             .into_iter()
             .flatten()
+            .filter(|p| !p.as_os_str().is_empty())
             .map(|p| if p.is_absolute() { p } else { dir.join(p) })
             .collect()
     }
@@ -225,17 +287,27 @@ impl WebConfig {
             message,
         };
         let file = parse_file(text, path)?;
-        let dir = path.parent().unwrap_or(Path::new("."));
         let mut files = Vec::new();
-        let (tls, client_auth) = match file.tls_server_config {
+        let (tls, client_auth, client_ca_system, client_allowed_sans) = match file.tls_server_config
+        {
             Some(t) => {
-                let (config, auth) = tls_config(t, dir, &err, &mut files)?;
-                (Some(Arc::new(config)), auth)
+                let tls = tls_config(t, path, &err, &mut files)?;
+                let sans = tls.allowed_sans;
+                (
+                    Some(Arc::new(tls.config)),
+                    tls.client_auth,
+                    tls.system_roots,
+                    sans,
+                )
             }
-            None => (None, ClientAuth::None),
+            None => (None, ClientAuth::None, false, None),
         };
         let users = file.basic_auth_users.unwrap_or_default().0;
         check_users(&users, &err)?;
+        let rate_limit = match file.rate_limit {
+            Some(r) => rate_limit(r, &err)?,
+            None => None,
+        };
         let headers = match file.http_server_config {
             Some(http) => headers(http, &err)?,
             None => Vec::new(),
@@ -243,6 +315,9 @@ impl WebConfig {
         Ok(WebConfig {
             tls,
             client_auth,
+            client_ca_system,
+            client_allowed_sans,
+            rate_limit,
             users,
             headers,
             files,
@@ -280,6 +355,11 @@ fn parse_file(text: &str, path: &Path) -> Result<File, WebConfigError> {
 /// "a.b: unknown field `c`, expected ..." names the key a.b.c: the key, and the message
 /// without it.
 fn unknown_key(message: &str) -> Option<(String, String)> {
+    if let Some(rest) = message.strip_prefix("unknown field `") {
+        // At the top level there is no parent.
+        let (field, tail) = rest.split_once('`').unwrap_or((rest, ""));
+        return Some((field.to_string(), format!("unknown key{tail}")));
+    }
     match message.split_once(": unknown field `") {
         Some((parent, rest)) if !parent.contains(' ') => {
             let (field, tail) = rest.split_once('`').unwrap_or((rest, ""));
@@ -307,6 +387,29 @@ fn duplicate_key(message: &str) -> Option<(String, String)> {
         }
         _ => None,
     }
+}
+
+/// The rate limit `rate_limit` sets: none with an interval of 0 (or none), as in
+/// exporter-toolkit.
+fn rate_limit(
+    r: RateFile,
+    err: &dyn Fn(&str, String) -> WebConfigError,
+) -> Result<Option<RateLimit>, WebConfigError> {
+    let interval = match r.interval {
+        None => Duration::ZERO,
+        Some(DurationValue::Nanos(n)) => Duration::from_nanos(n),
+        Some(DurationValue::Text(t)) => {
+            crate::rate::go_duration(&t).map_err(|m| err("rate_limit.interval", m))?
+        }
+    };
+    if interval.is_zero() {
+        return Ok(None);
+    }
+    let burst = r.burst.unwrap_or(0);
+    if burst == 0 {
+        tracing::warn!("rate_limit.burst is 0: every request but the open probes is refused (429), as exporter-toolkit does");
+    }
+    Ok(Some(RateLimit { interval, burst }))
 }
 
 /// Refuses a user name with `:` and a password hash that is not bcrypt, or whose cost no
@@ -358,18 +461,25 @@ fn headers(
     let mut headers = Vec::new();
     for (name, value) in http.headers.unwrap_or_default().0 {
         let key = format!("http_server_config.headers.{name}");
-        let Some(allowed) = ALLOWED_HEADERS
+        let Some((allowed, values)) = ALLOWED_HEADERS
             .iter()
-            .find(|h| h.eq_ignore_ascii_case(&name))
+            .find(|(h, _)| h.eq_ignore_ascii_case(&name))
         else {
+            let names: Vec<&str> = ALLOWED_HEADERS.iter().map(|(h, _)| *h).collect();
+            return Err(err(
+                &key,
+                format!("header not allowed; allowed: {}", names.join(", ")),
+            ));
+        };
+        if !values.is_empty() && !values.contains(&value.as_str()) {
             return Err(err(
                 &key,
                 format!(
-                    "header not allowed; allowed: {}",
-                    ALLOWED_HEADERS.join(", ")
+                    "invalid value {value:?}; expected one of: {} (exactly, lower case)",
+                    values.join(", ")
                 ),
             ));
-        };
+        }
         let v = axum::http::HeaderValue::from_str(&value)
             .map_err(|e| err(&key, format!("invalid header value: {e}")))?;
         headers.push((

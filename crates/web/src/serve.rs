@@ -259,6 +259,7 @@ impl Accept {
             web: Arc::clone(&self.web),
             handshake: self.limits.tls_handshake_timeout,
             header_read_timeout,
+            peer,
         };
         tokio::spawn(connection.run(io));
     }
@@ -285,6 +286,21 @@ impl Accept {
     }
 }
 
+/// Logs a failed handshake: a refused client certificate at warn, one line with rustls' reason
+/// (an unknown issuer, a CA certificate used as a client's, a certificate webpki cannot parse
+/// such as one without X.509v3 extensions, none given where one is required), so an operator
+/// sees why a scraper is turned away; anything else (scanners, plain HTTP on the TLS port) at
+/// debug, as it says nothing about the configuration.
+fn log_handshake_error(e: &std::io::Error, peer: SocketAddr) {
+    match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+        Some(
+            reason
+            @ (rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented),
+        ) => tracing::warn!(client = %peer, %reason, "client certificate refused"),
+        _ => tracing::debug!(client = %peer, error = %e, "TLS handshake failed"),
+    }
+}
+
 /// One admitted connection: the slots it holds while open and how it is served.
 struct Connection {
     /// Its count for its client, freed when it ends.
@@ -299,6 +315,8 @@ struct Connection {
     web: Arc<WebState>,
     handshake: Duration,
     header_read_timeout: Duration,
+    /// The client's address, for the log line of a refused client certificate.
+    peer: SocketAddr,
 }
 
 impl Connection {
@@ -318,7 +336,10 @@ impl Connection {
                             ))
                             .await
                     }
-                    _ => {
+                    failed => {
+                        if let Ok(Err(e)) = failed {
+                            log_handshake_error(&e, self.peer);
+                        }
                         self.web
                             .counters
                             .failed_handshakes

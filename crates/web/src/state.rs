@@ -10,6 +10,7 @@ use arc_swap::ArcSwap;
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::{WebConfig, WebConfigError};
+use crate::rate::Bucket;
 use dgx_pixels_settings::file::{read_regular, MAX_CONFIG_FILE_BYTES};
 
 /// A file modified less than this long ago may still be being written: the watcher waits for
@@ -38,6 +39,8 @@ pub struct Counters {
     /// Connections closed because no complete request head arrived in time (never sent a
     /// request, or sent its headers too slowly).
     pub request_timeouts: AtomicU64,
+    /// Requests refused by the configured `rate_limit` (429).
+    pub rate_limited: AtomicU64,
     /// Requests refused at once because every password-check slot was busy.
     pub auth_throttled: AtomicU64,
     /// bcrypt verifications run (credentials not found among the verified ones).
@@ -83,23 +86,16 @@ fn youngest_age(paths: &[PathBuf]) -> Option<Duration> {
 pub(crate) struct Live {
     pub config: WebConfig,
     pub acceptor: Option<TlsAcceptor>,
-    /// The hash an unknown user's password is checked against: the costliest configured one,
-    /// so an unknown name takes as long as a known one with a wrong password (exactly as long
-    /// when, as usual, every user has the same cost) and names cannot be probed by timing.
-    pub decoy: Option<String>,
+    /// The request rate limit's bucket, full again at each load.
+    pub limiter: Option<Bucket>,
 }
 
 impl Live {
     fn new(config: WebConfig) -> Live {
-        let decoy = config
-            .users
-            .values()
-            .max_by_key(|h| h.parse::<bcrypt::HashParts>().map_or(0, |p| p.get_cost()))
-            .cloned();
         Live {
             acceptor: config.tls.clone().map(TlsAcceptor::from),
+            limiter: config.rate_limit.map(Bucket::new),
             config,
-            decoy,
         }
     }
 }
@@ -387,38 +383,5 @@ impl WebState {
                 .await;
             }
         }))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
-
-    use super::*;
-
-    /// The decoy an unknown user is checked against is the costliest configured hash, wherever
-    /// that user sorts (first, last or between), so an unknown name never answers faster than
-    /// a known one with a wrong password.
-    #[test]
-    fn the_decoy_is_the_costliest_hash() {
-        let cost = |h: &str| h.parse::<bcrypt::HashParts>().unwrap().get_cost();
-        let hashes = [4, 6, 5].map(|c| bcrypt::hash("pw", c).unwrap());
-        for order in [[0, 1, 2], [1, 0, 2], [2, 0, 1], [0, 2, 1]] {
-            let users = ["a", "m", "z"]
-                .iter()
-                .zip(order)
-                .map(|(u, i)| (u.to_string(), hashes[i].clone()))
-                .collect();
-            let live = Live::new(WebConfig {
-                tls: None,
-                client_auth: crate::config::ClientAuth::None,
-                users,
-                headers: Vec::new(),
-                files: Vec::new(),
-            });
-            let decoy = live.decoy.unwrap();
-            assert_eq!(cost(&decoy), 6, "order {order:?}");
-            assert_eq!(decoy, hashes[1]);
-        }
     }
 }

@@ -56,8 +56,9 @@ async fn basic_auth_guards_metrics_but_not_the_probes() {
 }
 
 /// Regression (hardening round 2, item 8): verified credentials were forgotten at every reload,
-/// so a scraper queued behind a wrong-password flood for 22-30 s; the queue had no bound; and an
-/// unknown user was checked against a cost-10 dummy whatever the users' cost (timing oracle).
+/// so a scraper queued behind a wrong-password flood for 22-30 s; and the queue had no bound.
+/// (That round also checked unknown users against the costliest configured hash; issue 47
+/// went back to a fixed dummy: see `an_unknown_user_costs_the_dummy_not_the_configured_hash`.)
 #[tokio::test]
 async fn password_checks_are_bounded_cached_across_reloads_and_the_same_for_unknown_users() {
     let dir = tempfile::tempdir().unwrap();
@@ -146,4 +147,40 @@ async fn password_checks_are_bounded_cached_across_reloads_and_the_same_for_unkn
         401
     );
     assert_eq!(checks(), before + 1, "unknown users are checked too");
+}
+
+/// bcrypt of "s3cret" at cost 14 (made once, so the test does not pay for hashing it).
+const COST_14: &str = "$2b$14$qjrVjKp1MG3iy5FAGyg3r.2D986NDQCj4Wj6hTt7kugUnEgQavvzS";
+
+/// Issue 47: an unknown user was checked against the costliest configured hash, so any made-up
+/// name made a cost-18 hash's 16 s of CPU run. Now it costs one check of the cost-10 dummy
+/// (exporter-toolkit's cost): with a cost-14 user configured (16 times the work), a made-up
+/// name is refused far sooner than a known name with a wrong password. Both are timed here, on
+/// the same machine and build, rather than against a fixed time.
+#[tokio::test]
+async fn an_unknown_user_costs_the_dummy_not_the_configured_hash() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(dir.path(), &format!("basic_auth_users:\n  a: {COST_14}\n"));
+    let s = start(Some(&cfg), Limits::default()).await;
+    let checks = || s.web.counters.password_checks.load(Ordering::Relaxed);
+    let timed = |user: &'static str| {
+        let port = s.port;
+        async move {
+            let t = std::time::Instant::now();
+            let status = plain_get(port, "/metrics", &basic(user, "wrong")).await.0;
+            (status, t.elapsed())
+        }
+    };
+    let (status, unknown) = timed("nobody").await;
+    assert_eq!(status, 401);
+    assert_eq!(checks(), 1, "the unknown user ran one bcrypt check");
+    let (status, known) = timed("a").await;
+    assert_eq!(status, 401);
+    assert_eq!(checks(), 2);
+    eprintln!("unknown user: {unknown:?}; known user, wrong password (cost 14): {known:?}");
+    // 16 times the work; 4 leaves room for a noisy machine.
+    assert!(
+        unknown * 4 < known,
+        "unknown user {unknown:?}, known user {known:?}"
+    );
 }

@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dgx_pixels_web::{Limits, WebConfig};
+use dgx_pixels_web::{ClientAuth, Limits, WebConfig};
 use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 
@@ -67,8 +67,8 @@ fn invalid_files_name_file_line_and_key() {
             "line 2: key tls_server_config.cert_file: ",
         ),
         (
-            "tls_server_config:\n  cert_file: a\n  key_file: b\n  min_version: TLS10\n",
-            "key tls_server_config.min_version: TLS10 is insecure",
+            "tls_server_config:\n  cert_file: a\n  key_file: b\n  min_version: TLS10\n  max_version: TLS11\n",
+            "line 5: key tls_server_config.max_version: TLS 1.0 and 1.1 are insecure",
         ),
         (
             "http_server_config:\n  headers:\n    Server: me\n",
@@ -104,6 +104,34 @@ fn invalid_files_name_file_line_and_key() {
     // An empty file is valid at startup: plain HTTP.
     let p = write_config(dir.path(), "");
     assert!(WebConfig::load(&p).unwrap().tls.is_none());
+}
+
+/// Issue 47: the values exporter-toolkit checks (web/handler.go, `extraHTTPHeaders`) are
+/// checked here too, as exactly as there: `X-Frame-Options` only `deny` or `sameorigin`,
+/// `X-Content-Type-Options` only `nosniff`, lower case; a bad value stops the start and names
+/// the key and its line.
+#[test]
+fn header_values_are_checked_as_exporter_toolkit_does() {
+    let dir = tempfile::tempdir().unwrap();
+    for (header, value) in [
+        ("X-Frame-Options", "foo"),
+        ("X-Frame-Options", "DENY"),
+        ("X-Frame-Options", "allow-from https://example.net"),
+        ("X-Content-Type-Options", "sniff"),
+        ("X-Content-Type-Options", "NoSniff"),
+    ] {
+        let text = format!("http_server_config:\n  headers:\n    {header}: {value}\n");
+        let e = WebConfig::load(&write_config(dir.path(), &text))
+            .unwrap_err()
+            .to_string();
+        let want = format!("line 3: key http_server_config.headers.{header}: invalid value {value:?}; expected one of: ");
+        assert!(e.contains(&want), "{e}");
+    }
+    let good = "http_server_config:\n  headers:\n    X-Frame-Options: sameorigin\n    X-Content-Type-Options: nosniff\n    Content-Security-Policy: \"default-src 'self'\"\n    X-XSS-Protection: \"1\"\n    Strict-Transport-Security: max-age=31536000\n";
+    let c = WebConfig::load(&write_config(dir.path(), good)).unwrap();
+    assert_eq!(c.headers.len(), 5);
+    let deny = "http_server_config:\n  headers:\n    X-Frame-Options: deny\n";
+    assert!(WebConfig::load(&write_config(dir.path(), deny)).is_ok());
 }
 
 /// Regression (hardening round 2): bcrypt costs outside 4..=31 parse as hashes but can never
@@ -184,6 +212,16 @@ async fn reloads_never_remove_tls_client_certificates_or_authentication() {
             "would remove client certificate verification",
         ),
         ("tls_server_config:\n  cert_file: server.crt\n", "tls_server_config.key_file"),
+        // Issue 47: a certificate asked for but verified against no CA authenticates nobody.
+        (
+            &format!("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: RequireAnyClientCert\n  client_ca_file: ca.crt\nbasic_auth_users:\n  a: {}\n", hash("s3cret")),
+            "would remove client certificate verification",
+        ),
+        // Issue 47: without a client CA, the system's trust store would be trusted instead.
+        (
+            &format!("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: RequireAndVerifyClientCert\nbasic_auth_users:\n  a: {}\n", hash("s3cret")),
+            if super::system_store() { "would remove client certificate verification against a client CA of its own" } else { "client_ca_file: not set, and no system trust store" },
+        ),
     ];
     for (n, (text, why)) in weaker.iter().enumerate() {
         write_config(pki.dir.path(), text);
@@ -293,4 +331,90 @@ async fn a_future_modification_time_does_not_block_reloads() {
         200
     );
     watcher.abort();
+}
+
+/// Issue 47: certificate, key and client CAs inline (PEM in the file), as exporter-toolkit
+/// takes them; a key that does not parse is reported by where it is, never by its content;
+/// a value given both inline and as a file is refused.
+#[test]
+fn inline_pem_is_accepted_and_the_key_never_shown() {
+    let pki = pki();
+    let read = |f: &str| std::fs::read_to_string(pki.dir.path().join(f)).unwrap();
+    let block = |pem: &str| {
+        pem.lines()
+            .map(|l| format!("    {l}\n"))
+            .collect::<String>()
+    };
+    let inline = format!(
+        "tls_server_config:\n  cert: |\n{}  key: |\n{}  client_ca: |\n{}  client_auth_type: RequireAndVerifyClientCert\n",
+        block(&read("server.crt")),
+        block(&read("server.key")),
+        block(&pki.ca_pem),
+    );
+    let c = WebConfig::load(&write_config(pki.dir.path(), &inline)).unwrap();
+    assert!(c.tls.is_some());
+    assert_eq!(c.client_auth, ClientAuth::Require);
+    assert!(c.files.is_empty(), "{:?}", c.files);
+    // A broken key: its text (here a marker) must appear nowhere.
+    let secret = "S3CRETKEYMATERIAL";
+    let broken = format!(
+        "tls_server_config:\n  cert_file: server.crt\n  key: |\n    -----BEGIN PRIVATE KEY-----\n    {secret}!!\n    -----END PRIVATE KEY-----\n"
+    );
+    let e = WebConfig::load(&write_config(pki.dir.path(), &broken)).unwrap_err();
+    let shown = format!("{e} {e:?}");
+    assert!(
+        shown.contains("key tls_server_config.key: inline PEM: no usable PEM private key"),
+        "{shown}"
+    );
+    assert!(!shown.contains(secret), "{shown}");
+    let both = format!(
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  key: |\n{}",
+        block(&read("server.key"))
+    );
+    let e = WebConfig::load(&write_config(pki.dir.path(), &both))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("key tls_server_config.key: set together with key_file; give one of them"),
+        "{e}"
+    );
+    assert!(!e.contains("BEGIN"), "{e}");
+}
+
+/// Issue 47: every client_auth_type exporter-toolkit accepts is accepted; those that verify
+/// nothing guarantee nothing (a reload may not move to them from a verifying one); client CAs
+/// without a type that asks for a certificate are refused, as in the toolkit.
+#[test]
+fn every_client_auth_type_of_the_toolkit_is_accepted() {
+    let pki = pki();
+    let with = |auth: &str| {
+        format!("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_ca_file: ca.crt\n  client_auth_type: {auth}\n")
+    };
+    for (auth, level) in [
+        ("RequestClientCert", ClientAuth::None),
+        ("RequireAnyClientCert", ClientAuth::None),
+        ("RequireClientCert", ClientAuth::None),
+        ("VerifyClientCertIfGiven", ClientAuth::VerifyIfGiven),
+        ("RequireAndVerifyClientCert", ClientAuth::Require),
+    ] {
+        let c = WebConfig::load(&write_config(pki.dir.path(), &with(auth)))
+            .unwrap_or_else(|e| panic!("{auth}: {e}"));
+        assert_eq!(c.client_auth, level, "{auth}");
+        assert!(!c.client_ca_system, "{auth}");
+    }
+    for auth in ["NoClientCert", "\"\""] {
+        let e = WebConfig::load(&write_config(pki.dir.path(), &with(auth)))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("key tls_server_config.client_ca_file: client CAs are set but client_auth_type asks for no client certificate"), "{e}");
+    }
+    let e = WebConfig::load(&write_config(pki.dir.path(), &with("Sometimes")))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(
+            "line 5: key tls_server_config.client_auth_type: invalid ClientAuth \"Sometimes\""
+        ),
+        "{e}"
+    );
 }

@@ -228,3 +228,43 @@ async fn a_refused_body_closes_the_connection() {
         "{text}"
     );
 }
+
+/// Issue 47: exporter-toolkit's `rate_limit`: `burst` requests at once, one more every
+/// `interval`, the rest 429 before any password check; the open probes are never limited.
+/// A bad interval stops the start naming the key.
+#[tokio::test]
+async fn rate_limit_answers_429_beyond_the_burst_and_spares_the_probes() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        "rate_limit:\n  interval: 1h\n  burst: 2\nhttp_server_config:\n  headers:\n    X-Frame-Options: deny\n",
+    );
+    let s = start(Some(&cfg), Limits::default()).await;
+    assert_eq!(plain_get(s.port, "/metrics", "").await.0, 200);
+    assert_eq!(plain_get(s.port, "/metrics", "").await.0, 200);
+    let (status, text) = plain_get(s.port, "/metrics", "").await;
+    assert_eq!(status, 429);
+    assert!(
+        text.to_ascii_lowercase().contains("x-frame-options: deny"),
+        "{text}"
+    );
+    assert_eq!(
+        plain_get(s.port, "/-/healthy", "").await.0,
+        200,
+        "probes are not limited"
+    );
+    assert_eq!(s.web.counters.rate_limited.load(Ordering::Relaxed), 1);
+    for (interval, want) in [
+        (
+            "fast",
+            "line 2: key rate_limit.interval: \"fast\" is not a duration",
+        ),
+        ("\"-1s\"", "key rate_limit.interval: \"-1s\" is negative"),
+    ] {
+        let text = format!("rate_limit:\n  interval: {interval}\n  burst: 1\n");
+        let e = dgx_pixels_web::WebConfig::load(&write_config(dir.path(), &text))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(want), "{e}");
+    }
+}

@@ -8,6 +8,7 @@ mod auth;
 mod config;
 mod limits;
 mod tls;
+mod toolkit;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -26,6 +27,8 @@ use tokio::net::TcpStream;
 struct Pki {
     dir: tempfile::TempDir,
     ca_pem: String,
+    /// The CA's key (a test presents the CA's own certificate as a client's).
+    ca_key_pem: String,
     client_cert_pem: String,
     client_key_pem: String,
 }
@@ -52,6 +55,7 @@ fn pki() -> Pki {
     Pki {
         dir,
         ca_pem: ca.pem(),
+        ca_key_pem: ca_key.serialize_pem(),
         client_cert_pem,
         client_key_pem,
     }
@@ -131,6 +135,19 @@ async fn plain_get(port: u16, path: &str, extra: &str) -> (u16, String) {
 }
 
 fn client(pki: &Pki, with_cert: bool) -> tokio_rustls::TlsConnector {
+    if with_cert {
+        client_with(pki, &pki.client_cert_pem, &pki.client_key_pem)
+    } else {
+        connector(pki, None)
+    }
+}
+
+/// A client trusting `pki`'s CA that presents `cert_pem` with `key_pem`.
+fn client_with(pki: &Pki, cert_pem: &str, key_pem: &str) -> tokio_rustls::TlsConnector {
+    connector(pki, Some((cert_pem, key_pem)))
+}
+
+fn connector(pki: &Pki, cert: Option<(&str, &str)>) -> tokio_rustls::TlsConnector {
     let mut roots = rustls::RootCertStore::empty();
     roots
         .add(CertificateDer::from_pem_slice(pki.ca_pem.as_bytes()).unwrap())
@@ -141,22 +158,104 @@ fn client(pki: &Pki, with_cert: bool) -> tokio_rustls::TlsConnector {
     .with_safe_default_protocol_versions()
     .unwrap()
     .with_root_certificates(roots);
-    let config = if with_cert {
-        use rustls::pki_types::pem::PemObject;
-        builder
-            .with_client_auth_cert(
-                vec![CertificateDer::from_pem_slice(pki.client_cert_pem.as_bytes()).unwrap()],
-                PrivateKeyDer::from_pem_slice(pki.client_key_pem.as_bytes()).unwrap(),
-            )
-            .unwrap()
-    } else {
-        builder.with_no_client_auth()
+    let config = match cert {
+        Some((cert, key)) => builder.with_client_cert_resolver(Arc::new(Presents::new(cert, key))),
+        None => builder.with_no_client_auth(),
     };
     tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
+/// A client certificate presented whatever it is: `with_client_auth_cert` refuses to send
+/// one webpki cannot parse (a version 1 certificate), and the server's refusal is the test.
+#[derive(Debug)]
+struct Presents(Arc<rustls::sign::CertifiedKey>);
+
+impl Presents {
+    fn new(cert: &str, key: &str) -> Presents {
+        let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+        let signer = rustls::crypto::ring::default_provider()
+            .key_provider
+            .load_private_key(key)
+            .unwrap();
+        let chain = vec![CertificateDer::from_pem_slice(cert.as_bytes()).unwrap()];
+        Presents(Arc::new(rustls::sign::CertifiedKey::new(chain, signer)))
+    }
+}
+
+impl rustls::client::ResolvesClientCert for Presents {
+    fn resolve(
+        &self,
+        _hints: &[&[u8]],
+        _schemes: &[rustls::SignatureScheme],
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(Arc::clone(&self.0))
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
 }
 
 fn basic(user: &str, password: &str) -> String {
     use base64::Engine;
     let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
     format!("Authorization: Basic {token}\r\n")
+}
+
+/// Log lines written while a [`capture`] guard is held (on this thread), without colours.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Captured {
+        self.clone()
+    }
+}
+
+impl Captured {
+    fn lines(&self) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+/// Captures what this thread logs at info and above (a current-thread runtime's tasks
+/// included) until the guard is dropped.
+fn capture() -> (tracing::subscriber::DefaultGuard, Captured) {
+    let out = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(out.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    (tracing::subscriber::set_default(subscriber), out)
+}
+
+/// Whether this machine has a system trust store where Go (and the web config, without a
+/// client CA) looks for one.
+fn system_store() -> bool {
+    std::env::var_os("SSL_CERT_FILE").is_some_and(|p| Path::new(&p).is_file())
+        || [
+            "/etc/ssl/certs/ca-certificates.crt",
+            "/etc/pki/tls/certs/ca-bundle.crt",
+            "/etc/ssl/ca-bundle.pem",
+            "/etc/pki/tls/cacert.pem",
+            "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+            "/etc/ssl/cert.pem",
+        ]
+        .iter()
+        .any(|p| Path::new(p).is_file())
 }
