@@ -29,6 +29,8 @@ pub struct AppState {
     pub page: PageCache,
     /// Scrapes (and status pages) refused because `scrape_slots` were all taken.
     pub rejected_scrapes: Arc<AtomicU64>,
+    /// Scrapes of the metrics path answered, per format and result.
+    pub scrapes: Arc<crate::http_source::ScrapeCounters>,
     /// Held while a generation is encoded: concurrent first scrapes wait here, without a
     /// thread each, and then find the bytes cached.
     pub encoding: tokio::sync::Mutex<()>,

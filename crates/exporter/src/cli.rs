@@ -13,7 +13,8 @@ use serde::Deserialize;
 const ABOUT: &str = "GPU telemetry exporter for Prometheus: every GPU of the node (or of a \
 simulated node) through NVML and DCGM, its health verdict and kernel-log XIDs, CUDA probes on \
 idle GPUs, the pods and jobs that hold it, and the workload metrics and profiler traces jobs \
-write, served under the dgx_pixels_* namespace.";
+write, served under the dgx_pixels_* namespace (beside the exporter's own process_* metrics, \
+named as every Prometheus client library names them).";
 
 const AFTER_HELP: &str = "\
 Settings come from, highest precedence first: flags, DGX_PIXELS_* environment variables \

@@ -1,9 +1,11 @@
-//! The `exporter` source: what the HTTP layer refused and how web config reloads went, read from
-//! counters the server keeps, published like any other source's samples.
+//! The `exporter` source's HTTP side: the scrapes answered, what the HTTP layer refused and how
+//! web config reloads went, read from counters the server keeps, published like any other
+//! source's samples.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use dgx_pixels_exposition::Format;
 use dgx_pixels_metrics::{Metric, PollError, PollOutput, Sample, Source};
 use dgx_pixels_web::WebState;
 
@@ -15,13 +17,16 @@ pub struct HttpSource {
     pub rejected_scrapes: Arc<AtomicU64>,
     /// Outcomes of config reloads (SIGHUP).
     pub config_reloads: Arc<ReloadCounters>,
+    /// Scrapes answered.
+    pub scrapes: Arc<ScrapeCounters>,
 }
 
 impl Source for HttpSource {
     fn poll(&mut self) -> Result<PollOutput, PollError> {
         let c = &self.web.counters;
         let n = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
-        let mut out = Vec::with_capacity(16);
+        let mut out = Vec::with_capacity(20);
+        out.extend(self.scrapes.samples());
         for (reason, v) in [
             ("connection_limit", n(&c.rejected_connections)),
             ("per_client_limit", n(&c.rejected_per_client)),
@@ -99,5 +104,65 @@ impl ReloadCounters {
                 },
             ),
         ]
+    }
+}
+
+/// Scrapes of the metrics path answered, for `dgx_pixels_exporter_scrapes_total`: per format,
+/// those served and those whose encoding failed.
+#[derive(Debug, Default)]
+pub struct ScrapeCounters {
+    text: [AtomicU64; 2],
+    openmetrics: [AtomicU64; 2],
+}
+
+impl ScrapeCounters {
+    /// Counts a scrape answered in `format`, served or not (`ok`).
+    pub fn record(&self, format: Format, ok: bool) {
+        let by_result = match format {
+            Format::Text => &self.text,
+            Format::OpenMetrics => &self.openmetrics,
+        };
+        by_result[usize::from(!ok)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One counter per format and result, zeros included (a rate sees the first error).
+    pub fn samples(&self) -> impl Iterator<Item = Sample> + '_ {
+        [("text", &self.text), ("openmetrics", &self.openmetrics)]
+            .into_iter()
+            .flat_map(|(format, by_result)| {
+                ["success", "error"]
+                    .into_iter()
+                    .zip(by_result)
+                    .map(move |(result, n)| {
+                        Sample::new(
+                            Metric::ExporterScrapes,
+                            [format, result],
+                            n.load(Ordering::Relaxed) as f64,
+                        )
+                    })
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scrapes_count_per_format_and_result() {
+        let c = ScrapeCounters::default();
+        c.record(Format::Text, true);
+        c.record(Format::OpenMetrics, true);
+        c.record(Format::OpenMetrics, true);
+        c.record(Format::OpenMetrics, false);
+        let got: Vec<(Vec<String>, f64)> = c.samples().map(|s| (s.labels, s.value)).collect();
+        let want = [
+            (["text", "success"], 1.0),
+            (["text", "error"], 0.0),
+            (["openmetrics", "success"], 2.0),
+            (["openmetrics", "error"], 1.0),
+        ]
+        .map(|(l, v)| (l.map(String::from).to_vec(), v));
+        assert_eq!(got, want);
     }
 }

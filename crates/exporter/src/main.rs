@@ -11,6 +11,7 @@ mod config;
 mod http_source;
 mod logging;
 mod npd_check;
+mod own_process;
 mod ownership;
 mod plan;
 mod probe_worker;
@@ -296,6 +297,7 @@ fn app_state(
         started: std::time::Instant::now(),
         page: Default::default(),
         rejected_scrapes: Arc::clone(&lasting.rejected_scrapes),
+        scrapes: Arc::clone(&lasting.scrapes),
         encoding: Default::default(),
     })
 }

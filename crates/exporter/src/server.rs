@@ -81,11 +81,13 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
         None => match encode_first(&state, format, gzip).await {
             Ok(body) => body,
             Err(e) => {
+                state.scrapes.record(format, false);
                 tracing::error!(error = %e, "encoding the exposition failed");
                 return (StatusCode::INTERNAL_SERVER_ERROR, "encoding failed\n").into_response();
             }
         },
     };
+    state.scrapes.record(format, true);
     let mut resp = Response::new(Body::from(body));
     let h = resp.headers_mut();
     h.insert(
@@ -194,6 +196,7 @@ pub(crate) mod tests {
             started: Instant::now(),
             page: PageCache::default(),
             rejected_scrapes: Arc::default(),
+            scrapes: Arc::default(),
             encoding: Default::default(),
         })
     }
@@ -243,10 +246,13 @@ pub(crate) mod tests {
         let r = metrics(State(Arc::clone(&s)), HeaderMap::new()).await;
         assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
         drop(held);
-        let r = metrics(State(s), HeaderMap::new()).await;
+        let r = metrics(State(Arc::clone(&s)), HeaderMap::new()).await;
         assert_eq!(r.status(), StatusCode::OK);
         assert!(body(r)
             .await
             .contains("dgx_pixels_source_up{source=\"nvml\"} 0"));
+        // The refused scrape counts as refused, the one answered as a text scrape served.
+        let counted: Vec<_> = s.scrapes.samples().map(|x| x.value).collect();
+        assert_eq!(counted, [1.0, 0.0, 0.0, 0.0]);
     }
 }

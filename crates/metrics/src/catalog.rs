@@ -13,7 +13,7 @@ mod names;
 mod process_activity;
 mod profiling;
 pub use detail::{policy, serves, Detail, Policy, POLICIES};
-pub use names::openmetrics_names;
+pub use names::{allowed_name, openmetrics_names, STANDARD_PROCESS_NAMES};
 
 /// Prometheus metric type of a catalog row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,6 +153,12 @@ macro_rules! define_catalog {
                 help: $help,
             }, )*
         ];
+
+        // Every row's name is under dgx_pixels_ or one of the standard process names: a row
+        // that is neither does not compile.
+        const _: () = {
+            $( assert!(allowed_name($name), "a catalog name must start with dgx_pixels_ (or be one of STANDARD_PROCESS_NAMES)"); )*
+        };
     };
 }
 
@@ -439,6 +445,25 @@ define_catalog! {
         "Reloads of the config file and field lists on SIGHUP, by result (success, failure; after a failure the previous config stays in force).";
     ExporterConfigLastReloadSuccessful => Gauge None "dgx_pixels_exporter_config_last_reload_successful" [] ["exporter"]
         "1 when the last SIGHUP reload of the config file and field lists succeeded (or none was asked for), else 0.";
+    ExporterScrapes => Counter None "dgx_pixels_exporter_scrapes_total" ["format", "result"] ["exporter"]
+        "Scrapes of the metrics path answered, by format (text, openmetrics) and result (success; error: the encoding failed, answered 500). Scrapes refused by --web.max-requests count in dgx_pixels_exporter_http_rejected_total (reason scrape_limit). Read by the exporter source each second, so a scrape shows those answered before that source's last poll.";
+    // The exporter's own process, under the names and types every Prometheus client library
+    // serves (client_golang's process collector on Linux): the one exception to the
+    // dgx_pixels_ prefix, name by name (`names::STANDARD_PROCESS_NAMES`).
+    OwnCpuSeconds => Counter Seconds "process_cpu_seconds_total" [] ["exporter"]
+        "Total user and system CPU time spent in seconds (the exporter's own process, from /proc/self/stat; its probe and trace worker processes not included).";
+    OwnOpenFds => Gauge None "process_open_fds" [] ["exporter"]
+        "Number of open file descriptors (the exporter's own, /proc/self/fd; on kernels before 6.2, which must walk the directory, counting stops at process_max_fds + 1 or 65537).";
+    OwnMaxFds => Gauge None "process_max_fds" [] ["exporter"]
+        "Maximum number of open file descriptors (the exporter's soft RLIMIT_NOFILE).";
+    OwnVirtualMemory => Gauge Bytes "process_virtual_memory_bytes" [] ["exporter"]
+        "Virtual memory size in bytes (the exporter's own process).";
+    OwnVirtualMemoryMax => Gauge Bytes "process_virtual_memory_max_bytes" [] ["exporter"]
+        "Maximum amount of virtual memory available in bytes (the exporter's soft RLIMIT_AS; 18446744073709551615, 2^64 - 1, when unlimited, as client_golang serves it).";
+    OwnResidentMemory => Gauge Bytes "process_resident_memory_bytes" [] ["exporter"]
+        "Resident memory size in bytes (the exporter's own process: /proc/self/stat rss times the page size).";
+    OwnStartTime => Gauge Seconds "process_start_time_seconds" [] ["exporter"]
+        "Start time of the process since unix epoch in seconds (the exporter's own: /proc/stat btime, whole seconds, plus /proc/self/stat starttime).";
     GpuFallenOffBus => Counter None "dgx_pixels_gpu_fallen_off_bus_total" ["gpu", "uuid"] ["kmsg"]
         "Kernel-log messages that the GPU has fallen off the bus without an XID line of their own (the XID 79 lines count in dgx_pixels_gpu_xid_errors_total); from the kmsg collector.";
     NvswitchSxidErrors => Counter None "dgx_pixels_nvswitch_sxid_errors_total" ["pci_bus_id", "sxid"] ["kmsg"]

@@ -74,6 +74,13 @@ fn exporter_owned_names_and_reserved_labels_are_refused() {
     assert!(owned_by_exporter("dgx_pixels_workload_images_generated_total").is_none());
     assert!(owned_by_exporter("dgx_pixels_quality_lpips").is_none());
     assert!(owned_by_exporter("my_job_done_total").is_none());
+    // The exporter serves its own process' families (the standard process_* names), not a
+    // job's file: the counter under either spelling, the others by name; other process_*
+    // names stay the jobs'.
+    assert!(owned_by_exporter("process_cpu_seconds_total").is_some());
+    assert!(owned_by_exporter("process_cpu_seconds").is_some());
+    assert!(owned_by_exporter("process_resident_memory_bytes").is_some());
+    assert!(owned_by_exporter("process_threads").is_none());
 
     let dir = tempfile::tempdir().unwrap();
     write(

@@ -71,6 +71,8 @@ pub struct Lasting {
     pub rejected_scrapes: Arc<AtomicU64>,
     /// Outcomes of config reloads (SIGHUP).
     pub config_reloads: Arc<crate::http_source::ReloadCounters>,
+    /// Scrapes answered, counted by the server.
+    pub scrapes: Arc<crate::http_source::ScrapeCounters>,
 }
 
 impl Default for Lasting {
@@ -81,6 +83,7 @@ impl Default for Lasting {
             store_views,
             rejected_scrapes: Arc::default(),
             config_reloads: Arc::default(),
+            scrapes: Arc::default(),
         }
     }
 }
@@ -95,6 +98,7 @@ impl Lasting {
                 web,
                 rejected_scrapes: Arc::clone(&lasting.rejected_scrapes),
                 config_reloads: Arc::clone(&lasting.config_reloads),
+                scrapes: Arc::clone(&lasting.scrapes),
             }),
         );
         lasting

@@ -20,6 +20,7 @@ mod nvml_dcgm;
 mod nvml_fake;
 mod nvml_gpm;
 mod nvml_gpm_mig;
+mod own_process;
 mod pinned;
 mod power;
 mod probe_worker;

@@ -2,8 +2,9 @@
 //! series per GPU (a MIG instance counting as one) by default on the simulated DGX H100 (DCGM
 //! profiling and probes included, once every default probe has a result), on every built-in
 //! scenario through its faults, and on the fake libnvidia-ml, the full detail profile
-//! serving what the default trims, `dgx_pixels_exporter_series` agreeing with the lines served,
-//! and no series with more than 15 labels with every attribution option on.
+//! serving what the default trims (both serving the exporter's own `process_*` families),
+//! `dgx_pixels_exporter_series` agreeing with the lines served, and no series with more than
+//! 15 labels with every attribution option on.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 use crate::common;
@@ -184,6 +185,14 @@ fn the_simulated_node_serves_at_most_60_series_per_gpu_and_full_detail_serves_th
         );
     }
     assert_eq!(series(&full, "dgx_pixels_gpu_health_state").len(), 8 * 4);
+    // The exporter's own process families (docs/metrics.md, "The exporter's own process") and
+    // scrape counters: node-level, one series each, in both profiles.
+    for body in [&default, &full] {
+        for name in dgx_pixels_metrics::catalog::STANDARD_PROCESS_NAMES {
+            assert_eq!(series(body, name).len(), 1, "{name}");
+        }
+        assert_eq!(series(body, "dgx_pixels_exporter_scrapes_total").len(), 4);
+    }
     for needle in [
         "clock=\"video\"",
         "counter=\"aggregate\"",

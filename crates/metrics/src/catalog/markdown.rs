@@ -1,5 +1,5 @@
 //! The catalog as the Markdown of `docs/metrics.md`: the table, then the sections on freshness,
-//! pod and job labels and the series budget.
+//! pod and job labels, the exporter's own process and the series budget.
 
 use super::{Policy, CATALOG};
 
@@ -35,6 +35,7 @@ pub fn markdown() -> String {
     out.push_str(super::profiling::PROFILING);
     out.push_str(super::process_activity::PROCESS_ACTIVITY);
     out.push_str(ATTRIBUTION);
+    out.push_str(OWN_PROCESS);
     out.push_str(&series_budget());
     out
 }
@@ -231,6 +232,41 @@ dgx_pixels_gpu_power_watts * on (uuid) group_left (namespace, pod)
 The labels are joined once per generation of the snapshot store, never per scrape. While the
 `kubernetes` or `hpc` source is down (`dgx_pixels_source_up 0`), its labels and info series go
 away and every series is served unattributed.
+";
+
+/// The `process_*` families and the scrape counters (appended to docs/metrics.md).
+const OWN_PROCESS: &str = "
+## The exporter's own process
+
+The seven `process_*` families are the exporter's own process, with the names, types, units and
+values of client_golang's process collector on Linux (what every Go exporter serves, and the
+Python client under the same names), so a dashboard or alert written for any exporter's
+`process_*` series works on this one: `process_resident_memory_bytes` shows in production the
+memory docs/performance.md measures. They are the catalog's one exception to the `dgx_pixels_`
+prefix, name by name (`STANDARD_PROCESS_NAMES`, `crates/metrics/src/catalog/names.rs`: a row
+under any other name without the prefix does not compile). The `exporter` source reads them from
+/proc each second, in both profiles and on a simulated node too (they are facts about the real
+process, never simulated). As in client_golang:
+
+- `process_cpu_seconds_total` is the user and system time of the exporter's process; its probe
+  and trace worker processes are not in it.
+- `process_virtual_memory_max_bytes` is the soft RLIMIT_AS; unlimited is served as
+  18446744073709551615 (2^64 - 1, RLIM_INFINITY), as client_golang does (prometheus/procfs
+  parses \"unlimited\" so since v0.3.0, 2021; client_golang before it served -1).
+  `process_max_fds` is the soft RLIMIT_NOFILE.
+- `process_start_time_seconds` is /proc/stat's `btime`, whole seconds, plus the process's start
+  in clock ticks: up to a second early.
+- `process_open_fds` is the kernel's count of /proc/self/fd (Linux 6.2 and later); an older
+  kernel's directory is walked, and the walk stops at `process_max_fds` + 1 (at most 65,537).
+
+A reading that fails is left out, never served as 0. client_golang's
+`process_network_receive_bytes_total` and `process_network_transmit_bytes_total` are not served:
+they read /proc/self/net/netstat, which counts the process's network namespace (the whole node
+for a host-network exporter), not the process.
+
+`dgx_pixels_exporter_scrapes_total{format,result}` counts the scrapes answered, as a Go
+exporter's `promhttp_metric_handler_requests_total` does; those refused for
+`--web.max-requests` are in `dgx_pixels_exporter_http_rejected_total{reason=\"scrape_limit\"}`.
 ";
 
 /// How fresh each NVML reading is (appended to docs/metrics.md).

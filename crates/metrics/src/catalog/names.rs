@@ -59,6 +59,61 @@ pub const fn openmetrics_names(
     (family, base)
 }
 
+/// The families every Prometheus client library serves about its own process, under the names
+/// client_golang's process collector gives them on Linux: the catalog's one exception to the
+/// `dgx_pixels_` prefix, name by name (a dashboard or alert written for any exporter's
+/// `process_*` series works on this one). Not a prefix: `process_foo` is no catalog name.
+pub const STANDARD_PROCESS_NAMES: &[&str] = &[
+    "process_cpu_seconds_total",
+    "process_open_fds",
+    "process_max_fds",
+    "process_virtual_memory_bytes",
+    "process_virtual_memory_max_bytes",
+    "process_resident_memory_bytes",
+    "process_start_time_seconds",
+];
+
+/// Whether a catalog row may be named `name`: under `dgx_pixels_`, or one of
+/// [`STANDARD_PROCESS_NAMES`] exactly. Checked on every row at compile time.
+///
+/// ```
+/// use dgx_pixels_metrics::catalog::allowed_name;
+/// assert!(allowed_name("dgx_pixels_gpu_power_watts"));
+/// assert!(allowed_name("process_open_fds"));
+/// assert!(!allowed_name("process_threads"));
+/// assert!(!allowed_name("go_goroutines"));
+/// ```
+pub const fn allowed_name(name: &str) -> bool {
+    if starts_with(name, "dgx_pixels_") {
+        return true;
+    }
+    let mut i = 0;
+    while i < STANDARD_PROCESS_NAMES.len() {
+        let standard = STANDARD_PROCESS_NAMES[i];
+        if standard.len() == name.len() && starts_with(name, standard) {
+            return true;
+        }
+        i += 1;
+    }
+    false
+}
+
+/// Whether `s` starts with `prefix`, in const context.
+const fn starts_with(s: &str, prefix: &str) -> bool {
+    let (s, prefix) = (s.as_bytes(), prefix.as_bytes());
+    if prefix.len() > s.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < prefix.len() {
+        if s[i] != prefix[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
 /// `s` without `suffix`, in const context (`str::strip_suffix` is not const).
 const fn strip_suffix(s: &'static str, suffix: &str) -> Option<&'static str> {
     let (bytes, suffix) = (s.as_bytes(), suffix.as_bytes());
@@ -117,5 +172,27 @@ mod tests {
             Kind::Histogram,
             Unit::Seconds
         ));
+    }
+
+    #[test]
+    fn only_the_standard_process_names_go_without_the_prefix() {
+        for name in STANDARD_PROCESS_NAMES {
+            assert!(allowed_name(name), "{name}");
+            // Exactly the name: neither a longer nor a shorter one passes on its back.
+            assert!(!allowed_name(&format!("{name}_x")), "{name}_x");
+            assert!(!allowed_name(&name[..name.len() - 1]), "{name} cut short");
+        }
+        for name in [
+            "process_threads",
+            "process_",
+            "process_cpu_seconds",
+            "go_goroutines",
+            "dgx_pixels",
+            "pixels_gpu_power_watts",
+            "",
+        ] {
+            assert!(!allowed_name(name), "{name}");
+        }
+        assert!(allowed_name("dgx_pixels_gpu_power_watts"));
     }
 }

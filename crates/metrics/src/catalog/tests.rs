@@ -26,7 +26,12 @@ fn names_follow_the_naming_rules() {
     for def in CATALOG {
         assert!(seen.insert(def.name), "{} defined twice", def.name);
         assert!(valid_name(def.name), "{}", def.name);
-        let rest = def.name.strip_prefix("dgx_pixels_").expect(def.name);
+        // The one exception to the prefix, name by name (checked below).
+        let rest = match def.name.strip_prefix("dgx_pixels_") {
+            Some(rest) => rest,
+            None if STANDARD_PROCESS_NAMES.contains(&def.name) => "exporter_",
+            None => panic!("{} is not under dgx_pixels_", def.name),
+        };
         // A subsystem of the list, or the name of a collector that serves the row (a new
         // collector's own metrics need no edit here).
         assert!(
@@ -102,6 +107,41 @@ fn required_names_are_present() {
     assert_eq!(Metric::GpuClock.def().labels, &["gpu", "uuid", "clock"]);
     assert_eq!(Metric::GpuXidErrors.def().labels, &["gpu", "uuid", "xid"]);
     assert_eq!(Metric::SourceUp.def().labels, &["source"]);
+}
+
+/// The rows without the `dgx_pixels_` prefix are exactly client_golang's process collector's
+/// families on Linux (prometheus/client_golang, prometheus/process_collector.go), with its
+/// types and units, about the exporter's own process: no labels, served by the `exporter`
+/// source, in every profile.
+#[test]
+fn the_unprefixed_rows_are_exactly_client_golangs_process_families() {
+    let client_golang = [
+        ("process_cpu_seconds_total", Kind::Counter, Unit::Seconds),
+        ("process_open_fds", Kind::Gauge, Unit::None),
+        ("process_max_fds", Kind::Gauge, Unit::None),
+        ("process_virtual_memory_bytes", Kind::Gauge, Unit::Bytes),
+        ("process_virtual_memory_max_bytes", Kind::Gauge, Unit::Bytes),
+        ("process_resident_memory_bytes", Kind::Gauge, Unit::Bytes),
+        ("process_start_time_seconds", Kind::Gauge, Unit::Seconds),
+    ];
+    let unprefixed: Vec<&MetricDef> = CATALOG
+        .iter()
+        .filter(|d| !d.name.starts_with("dgx_pixels_"))
+        .collect();
+    assert_eq!(
+        unprefixed.iter().map(|d| d.name).collect::<Vec<_>>(),
+        client_golang.iter().map(|c| c.0).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        STANDARD_PROCESS_NAMES,
+        client_golang.iter().map(|c| c.0).collect::<Vec<_>>()
+    );
+    for (def, (name, kind, unit)) in unprefixed.iter().zip(client_golang) {
+        assert_eq!((def.name, def.kind, def.unit), (name, kind, unit));
+        assert!(def.labels.is_empty(), "{name}");
+        assert_eq!(def.sources, &["exporter"], "{name}");
+        assert!(detail::policy(def.metric).is_none(), "{name} is trimmed");
+    }
 }
 
 #[test]
