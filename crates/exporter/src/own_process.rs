@@ -26,11 +26,12 @@
 //! from /proc/self/net/netstat, which counts the whole network namespace, not the process:
 //! left out here.
 
-use std::fs::{self, File};
-use std::io::{self, Read};
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 
 use dgx_pixels_metrics::{Metric, Sample};
+use dgx_pixels_settings::file::{read_untrusted, Untrusted};
 
 /// Most bytes read of /proc/self/stat: one line of 52 numbers and a name of at most 15 bytes
 /// (about 350 bytes).
@@ -151,21 +152,11 @@ fn sysconf(name: libc::c_int) -> Option<f64> {
     (v > 0).then_some(v as f64)
 }
 
-/// The whole file in one read into room for `max` + 1 bytes (a /proc file is made anew for each
-/// read at an offset, so reading it in pieces could join two versions), or an error when it is
-/// longer than `max`: a truncated file is never parsed.
+/// A /proc file through the project's one bounded reader, as an attribute (its stated size
+/// is 0, so only the byte bound applies): a file over `max` is refused whole, never parsed in
+/// part.
 fn read_bounded(path: &Path, max: usize) -> io::Result<Vec<u8>> {
-    let mut bytes = Vec::with_capacity(max + 1);
-    File::open(path)?
-        .take(max as u64 + 1)
-        .read_to_end(&mut bytes)?;
-    if bytes.len() > max {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("{} is over {max} bytes", path.display()),
-        ));
-    }
-    Ok(bytes)
+    read_untrusted(path, &Untrusted::attribute(max as u64))
 }
 
 /// Entries of `dir`, counting no further than `cap`.
