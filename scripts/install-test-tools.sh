@@ -75,6 +75,12 @@ if ! .venv-tools/bin/python -c 'import hta' 2>/dev/null; then
   .venv-tools/bin/pip install -q --disable-pip-version-check "$TRACEINSIGHT"
 fi
 echo "traceinsight $(.venv-tools/bin/python -c 'import importlib.metadata as m; print(m.version("traceinsight"))')"
+# prometheus_client's OpenMetrics and text parsers (pinned) for tests/e2e/strict-parsers.sh.
+PROMETHEUS_CLIENT=prometheus-client==0.26.0
+if [ "$(.venv-tools/bin/python -c 'import importlib.metadata as m; print(m.version("prometheus_client"))' 2>/dev/null)" != "${PROMETHEUS_CLIENT#*==}" ]; then
+  .venv-tools/bin/pip install -q --disable-pip-version-check "$PROMETHEUS_CLIENT"
+fi
+echo "prometheus_client $(.venv-tools/bin/python -c 'import importlib.metadata as m; print(m.version("prometheus_client"))')"
 
 if [ "${1:-}" = "--bench" ]; then
   command -v prometheus-node-exporter >/dev/null || [ -x /usr/bin/prometheus-node-exporter ] || apt_install prometheus-node-exporter
