@@ -55,6 +55,11 @@ NO_DATA_ON_FLEET = {
     "alert DgxPixelsSourceStale": "a source that never succeeded has no last-success time, and "
                                   "none fails after succeeding in a 2-minute run",
     "alert DgxPixelsStaleReadings": "the simulated DCGM never stops updating its fields",
+    "alert DgxPixelsExporterMemoryHigh": "a simulated node's exporter holds about 15-30 MiB, the "
+                                         "alert fires above 100 MiB (its promtool test fires it)",
+    "alert DgxPixelsExporterFileDescriptorsNearLimit": "an exporter uses a few dozen of its "
+                                                       "descriptors, the alert fires above 80% "
+                                                       "(its promtool test fires it)",
     "alert DgxPixelsEnergyPerImageHigh": "the simulated image generation costs under 150 J per "
                                          "image, the alert fires above 720 J",
     "alert DgxPixelsTraceLowCompute": "the simulated training job spends more than half of its "

@@ -8,24 +8,48 @@ use std::path::Path;
 
 use dgx_pixels_metrics::catalog::{Kind, CATALOG};
 
+/// The metric names a rule file reads: every `dgx_pixels_*` name, and every `process_*` name
+/// that starts a word (the exporter's own process families; not the tail of
+/// `dgx_pixels_process_*`).
 fn names_in(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for prefix in ["dgx_pixels_", "process_"] {
+        out.extend(names_with(text, prefix));
+    }
+    out
+}
+
+fn names_with(text: &str, prefix: &str) -> BTreeSet<String> {
+    let word = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
     let mut out = BTreeSet::new();
     let bytes = text.as_bytes();
     let mut i = 0;
-    while let Some(pos) = text[i..].find("dgx_pixels_") {
+    while let Some(pos) = text[i..].find(prefix) {
         let start = i + pos;
         let end = start
             + text[start..]
                 .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
                 .unwrap_or(text.len() - start);
-        // Recording-rule names (level:metric:operations) are outputs, not inputs.
-        let in_record_name = start > 0 && bytes[start - 1] == b':';
-        if !in_record_name {
+        // Recording-rule names (level:metric:operations) are outputs, not inputs; a prefix
+        // inside a longer word is not a name of its own, nor is a bare one (`process_*` in prose).
+        let preceded = start > 0 && (bytes[start - 1] == b':' || word(bytes[start - 1]));
+        if !preceded && end > start + prefix.len() {
             out.insert(text[start..end].to_string());
         }
         i = end;
     }
     out
+}
+
+#[test]
+fn process_names_are_read_as_words() {
+    let names = names_in("# process_* families\nprocess_open_fds / process_max_fds and dgx_pixels_process_memory_used_bytes > 0 or job:process_x:rate");
+    let want = [
+        "dgx_pixels_process_memory_used_bytes",
+        "process_max_fds",
+        "process_open_fds",
+    ];
+    assert_eq!(names.into_iter().collect::<Vec<_>>(), want);
 }
 
 /// The metrics the workload contract defines: the rows of docs/workloads.md's tables whose first
