@@ -31,6 +31,8 @@ pub(super) struct Tls {
     pub system_roots: bool,
     /// The SANs a client certificate must name one of (`None`: any).
     pub allowed_sans: Option<Vec<String>>,
+    /// Whether TLS 1.2 is served (else TLS 1.3 only).
+    pub tls12: bool,
 }
 
 /// Where PEM comes from: a file the config names, or the config itself (`cert`, `key`,
@@ -163,6 +165,7 @@ pub(super) fn tls_config(
     let mut ignored = Vec::new();
     let (crypto, versions) = suites::provider(&t, err, &mut ignored)?;
     let crypto = Arc::new(crypto);
+    let tls12 = versions.contains(&&rustls::version::TLS12);
     let certs = cert.certs("cert", err, files)?;
     let private = private_key(&key, err, files)?;
     let cas = match &ca {
@@ -192,6 +195,7 @@ pub(super) fn tls_config(
         client_auth: verifier.level,
         system_roots: verifier.system_roots,
         allowed_sans: t.client_allowed_sans,
+        tls12,
     })
 }
 
