@@ -492,8 +492,9 @@ fn headers(
     err: &dyn Fn(&str, String) -> WebConfigError,
 ) -> Result<Vec<(axum::http::HeaderName, axum::http::HeaderValue)>, WebConfigError> {
     if http.http2 == Some(true) {
-        // Accepted for compatibility; scrapes are served over HTTP/1.1.
-        tracing::debug!("http_server_config.http2 ignored: HTTP/1.1 only");
+        // Accepted for compatibility; scrapes are served over HTTP/1.1, which ALPN announces
+        // (docs/security.md, "HTTP/2").
+        tracing::debug!("http_server_config.http2: served as HTTP/1.1 (ALPN offers http/1.1 only)");
     }
     let mut headers = Vec::new();
     for (name, value) in http.headers.unwrap_or_default().0 {

@@ -188,6 +188,8 @@ pub(super) fn tls_config(
         )
     })?;
     config.ignore_client_order = t.prefer_server_cipher_suites.unwrap_or(true);
+    // HTTP/1.1 only, whatever `http2` says: our connection limits are HTTP/1 mechanisms
+    // (docs/security.md, "HTTP/2"); offering h2 unserved would break h2-first clients.
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     warn_ignored(path, &ignored);
     Ok(Tls {
