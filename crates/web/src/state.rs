@@ -134,8 +134,10 @@ impl Default for Verified {
 impl Verified {
     fn tag(&self, user: &str, password: &[u8]) -> Vec<u8> {
         let mut ctx = ring::hmac::Context::with_key(&self.key);
+        // The name's length first: a separator byte could also be in a name (`"a\0"` with
+        // `b` and `a` with `"\0b"` would share a tag).
+        ctx.update(&(user.len() as u64).to_le_bytes());
         ctx.update(user.as_bytes());
-        ctx.update(&[0]);
         ctx.update(password);
         ctx.sign().as_ref().to_vec()
     }
@@ -393,5 +395,20 @@ impl WebState {
                 .await;
             }
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 47 review: user and password were joined with a NUL byte, which a user name (and
+    /// a password) may contain, so two different credentials could share a cache entry.
+    #[test]
+    fn credentials_that_differ_never_share_a_tag() {
+        let v = Verified::default();
+        assert_ne!(v.tag("a\0", b"b"), v.tag("a", b"\0b"));
+        assert_ne!(v.tag("ab", b""), v.tag("a", b"b"));
+        assert_eq!(v.tag("a", b"b"), v.tag("a", b"b"));
     }
 }
