@@ -45,7 +45,10 @@ enum Auth {
     Busy,
 }
 
-fn credentials(value: &HeaderValue) -> Option<(String, String)> {
+/// User and password of a `Basic` header. The password is bytes, as in Go's `BasicAuth`: one
+/// that is not UTF-8 (a Latin-1 client) is checked like any other; a user name must be UTF-8
+/// to match one of the file's.
+fn credentials(value: &HeaderValue) -> Option<(String, Vec<u8>)> {
     let text = value.to_str().ok()?;
     let (scheme, encoded) = text.split_once(' ')?;
     if !scheme.eq_ignore_ascii_case("basic") {
@@ -54,9 +57,9 @@ fn credentials(value: &HeaderValue) -> Option<(String, String)> {
     let decoded = base64::engine::general_purpose::STANDARD
         .decode(encoded.trim())
         .ok()?;
-    let decoded = String::from_utf8(decoded).ok()?;
-    let (user, password) = decoded.split_once(':')?;
-    Some((user.to_string(), password.to_string()))
+    let colon = decoded.iter().position(|&b| b == b':')?;
+    let user = std::str::from_utf8(&decoded[..colon]).ok()?;
+    Some((user.to_string(), decoded[colon + 1..].to_vec()))
 }
 
 async fn authorized(web: &WebState, live: &Arc<Live>, value: Option<&HeaderValue>) -> Auth {
@@ -162,7 +165,14 @@ mod tests {
         let v = HeaderValue::from_static("Basic cHJvbTpzM2NyZXQ6d2l0aDpjb2xvbnM=");
         assert_eq!(
             credentials(&v),
-            Some(("prom".into(), "s3cret:with:colons".into()))
+            Some(("prom".into(), b"s3cret:with:colons".to_vec()))
+        );
+        // Issue 47 review: "prom:\xe9t\xe9" (Latin-1) was refused before any check; Go
+        // checks it.
+        let latin1 = HeaderValue::from_static("Basic cHJvbTrpdOk=");
+        assert_eq!(
+            credentials(&latin1),
+            Some(("prom".into(), b"\xe9t\xe9".to_vec()))
         );
         assert_eq!(credentials(&HeaderValue::from_static("Bearer abc")), None);
         assert_eq!(credentials(&HeaderValue::from_static("Basic !!!")), None);

@@ -177,6 +177,8 @@ pub struct WebConfig {
     pub client_ca_system: bool,
     /// The client certificate SANs allowed (`None`: any).
     pub client_allowed_sans: Option<Vec<String>>,
+    /// Whether TLS 1.2 is served besides TLS 1.3 (false without TLS).
+    pub tls12: bool,
     /// User name to bcrypt hash; empty = no authentication.
     pub users: BTreeMap<String, String>,
     /// The request rate limit, if any (exporter-toolkit's `rate_limit`).
@@ -206,6 +208,7 @@ impl WebConfig {
             client_auth: ClientAuth::None,
             client_ca_system: false,
             client_allowed_sans: None,
+            tls12: false,
             rate_limit: None,
             users: BTreeMap::new(),
             headers: Vec::new(),
@@ -242,6 +245,37 @@ impl WebConfig {
                 lost.join(" and ")
             )
         })
+    }
+
+    /// What `new` loosens that a reload may loosen, but never silently (the reload logs each
+    /// at warn): the rate limit removed or raised, a response header removed or changed, TLS
+    /// 1.2 served again after TLS 1.3 only. Unlike [`WebConfig::weakened_by`]'s losses these
+    /// are what an operator edits on purpose, and none lets in a client that was kept out.
+    pub fn loosened_by(&self, new: &WebConfig) -> Vec<String> {
+        let mut looser = Vec::new();
+        match (self.rate_limit, new.rate_limit) {
+            (Some(_), None) => looser.push("rate_limit removed".to_string()),
+            (Some(a), Some(b)) if b.burst > a.burst || b.interval < a.interval => {
+                looser.push(format!(
+                    "rate_limit raised (burst {} to {}, interval {:?} to {:?})",
+                    a.burst, b.burst, a.interval, b.interval
+                ));
+            }
+            _ => {}
+        }
+        for (name, value) in &self.headers {
+            match new.headers.iter().find(|(n, _)| n == name) {
+                None => looser.push(format!("response header {name} removed")),
+                Some((_, v)) if v != value => {
+                    looser.push(format!("response header {name} changed"));
+                }
+                Some(_) => {}
+            }
+        }
+        if self.tls.is_some() && !self.tls12 && new.tls12 {
+            looser.push("TLS 1.2 served again (was TLS 1.3 only)".to_string());
+        }
+        looser
     }
 
     /// The certificate, key and CA files the text of a config file at `path` names, resolved
@@ -288,20 +322,21 @@ impl WebConfig {
         };
         let file = parse_file(text, path)?;
         let mut files = Vec::new();
-        let (tls, client_auth, client_ca_system, client_allowed_sans) = match file.tls_server_config
-        {
-            Some(t) => {
-                let tls = tls_config(t, path, &err, &mut files)?;
-                let sans = tls.allowed_sans;
-                (
-                    Some(Arc::new(tls.config)),
-                    tls.client_auth,
-                    tls.system_roots,
-                    sans,
-                )
-            }
-            None => (None, ClientAuth::None, false, None),
-        };
+        let (tls, client_auth, client_ca_system, client_allowed_sans, tls12) =
+            match file.tls_server_config {
+                Some(t) => {
+                    let tls = tls_config(t, path, &err, &mut files)?;
+                    let sans = tls.allowed_sans;
+                    (
+                        Some(Arc::new(tls.config)),
+                        tls.client_auth,
+                        tls.system_roots,
+                        sans,
+                        tls.tls12,
+                    )
+                }
+                None => (None, ClientAuth::None, false, None, false),
+            };
         let users = file.basic_auth_users.unwrap_or_default().0;
         check_users(&users, &err)?;
         let rate_limit = match file.rate_limit {
@@ -317,6 +352,7 @@ impl WebConfig {
             client_auth,
             client_ca_system,
             client_allowed_sans,
+            tls12,
             rate_limit,
             users,
             headers,
@@ -397,7 +433,8 @@ fn rate_limit(
 ) -> Result<Option<RateLimit>, WebConfigError> {
     let interval = match r.interval {
         None => Duration::ZERO,
-        Some(DurationValue::Nanos(n)) => Duration::from_nanos(n),
+        Some(DurationValue::Nanos(n)) => crate::rate::at_most_a_day(Duration::from_nanos(n))
+            .map_err(|m| err("rate_limit.interval", m))?,
         Some(DurationValue::Text(t)) => {
             crate::rate::go_duration(&t).map_err(|m| err("rate_limit.interval", m))?
         }
@@ -455,8 +492,9 @@ fn headers(
     err: &dyn Fn(&str, String) -> WebConfigError,
 ) -> Result<Vec<(axum::http::HeaderName, axum::http::HeaderValue)>, WebConfigError> {
     if http.http2 == Some(true) {
-        // Accepted for compatibility; scrapes are served over HTTP/1.1.
-        tracing::debug!("http_server_config.http2 ignored: HTTP/1.1 only");
+        // Accepted for compatibility; scrapes are served over HTTP/1.1, which ALPN announces
+        // (docs/security.md, "HTTP/2").
+        tracing::debug!("http_server_config.http2: served as HTTP/1.1 (ALPN offers http/1.1 only)");
     }
     let mut headers = Vec::new();
     for (name, value) in http.headers.unwrap_or_default().0 {
@@ -482,10 +520,16 @@ fn headers(
         }
         let v = axum::http::HeaderValue::from_str(&value)
             .map_err(|e| err(&key, format!("invalid header value: {e}")))?;
-        headers.push((
-            axum::http::HeaderName::from_static(to_static_lower(allowed)),
-            v,
-        ));
+        // Names match in any case, so two spellings of one header would otherwise leave
+        // one value silently in force.
+        let name = axum::http::HeaderName::from_static(to_static_lower(allowed));
+        if headers.iter().any(|(n, _)| *n == name) {
+            return Err(err(
+                &key,
+                format!("{allowed} given twice (header names match in any case)"),
+            ));
+        }
+        headers.push((name, v));
     }
     Ok(headers)
 }

@@ -9,7 +9,9 @@
 //!   seconds, once it has not changed for a moment, so a file being written is not read) or on
 //!   request (SIGHUP). Reloads fail closed: a bad, empty or unreadable file, or one that would
 //!   take TLS, client-certificate verification or authentication away from the running server,
-//!   is logged at error and counted, and the old config keeps serving. New connections use the
+//!   is logged at error and counted, and the old config keeps serving. A reload that loosens a
+//!   lesser setting (the rate limit, a response header, TLS 1.3 only) applies with a warning
+//!   line per change; one that keeps `rate_limit` keeps its bucket. New connections use the
 //!   new TLS certificate, so certificates rotate without a restart.
 //! - [`guard`]: the middleware that enforces the rate limit and basic auth (successful checks
 //!   are cached, so a scrape does not pay bcrypt every time; an unknown user costs one check of

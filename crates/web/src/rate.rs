@@ -38,6 +38,11 @@ impl Bucket {
         }
     }
 
+    /// The limit it enforces.
+    pub(crate) fn limit(&self) -> RateLimit {
+        self.limit
+    }
+
     /// Takes one request's token, if there is one.
     pub(crate) fn allow(&self) -> bool {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -93,6 +98,14 @@ pub(crate) fn go_duration(text: &str) -> Result<Duration, String> {
         return Err(format!("{text:?} is over a day"));
     }
     Ok(Duration::from_secs_f64(total))
+}
+
+/// `interval` given as a number of nanoseconds, held to the same day as a text one.
+pub(crate) fn at_most_a_day(interval: Duration) -> Result<Duration, String> {
+    if interval > MAX_INTERVAL {
+        return Err(format!("{} ns is over a day", interval.as_nanos()));
+    }
+    Ok(interval)
 }
 
 #[cfg(test)]

@@ -86,15 +86,22 @@ fn youngest_age(paths: &[PathBuf]) -> Option<Duration> {
 pub(crate) struct Live {
     pub config: WebConfig,
     pub acceptor: Option<TlsAcceptor>,
-    /// The request rate limit's bucket, full again at each load.
-    pub limiter: Option<Bucket>,
+    /// The request rate limit's bucket: carried over from the config it replaces when
+    /// `rate_limit` is unchanged, so a reload (a rotated certificate, say) does not refill it;
+    /// a changed `rate_limit` starts a new, full one.
+    pub limiter: Option<Arc<Bucket>>,
 }
 
 impl Live {
-    fn new(config: WebConfig) -> Live {
+    fn new(config: WebConfig, replaced: Option<&Live>) -> Live {
+        let kept = replaced.and_then(|old| old.limiter.as_ref());
+        let limiter = config.rate_limit.map(|limit| match kept {
+            Some(bucket) if bucket.limit() == limit => Arc::clone(bucket),
+            _ => Arc::new(Bucket::new(limit)),
+        });
         Live {
             acceptor: config.tls.clone().map(TlsAcceptor::from),
-            limiter: config.rate_limit.map(Bucket::new),
+            limiter,
             config,
         }
     }
@@ -125,15 +132,17 @@ impl Default for Verified {
 }
 
 impl Verified {
-    fn tag(&self, user: &str, password: &str) -> Vec<u8> {
+    fn tag(&self, user: &str, password: &[u8]) -> Vec<u8> {
         let mut ctx = ring::hmac::Context::with_key(&self.key);
+        // The name's length first: a separator byte could also be in a name (`"a\0"` with
+        // `b` and `a` with `"\0b"` would share a tag).
+        ctx.update(&(user.len() as u64).to_le_bytes());
         ctx.update(user.as_bytes());
-        ctx.update(&[0]);
-        ctx.update(password.as_bytes());
+        ctx.update(password);
         ctx.sign().as_ref().to_vec()
     }
 
-    fn contains(&self, live: &Live, user: &str, password: &str) -> bool {
+    fn contains(&self, live: &Live, user: &str, password: &[u8]) -> bool {
         let Some(current) = live.config.users.get(user) else {
             return false;
         };
@@ -142,7 +151,7 @@ impl Verified {
         v.get(&tag) == Some(current)
     }
 
-    fn insert(&self, user: &str, password: &str, hash: &str) {
+    fn insert(&self, user: &str, password: &[u8], hash: &str) {
         let tag = self.tag(user, password);
         let mut v = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         if v.len() >= MAX_VERIFIED {
@@ -210,7 +219,7 @@ impl WebState {
         counters.last_reload_ok.store(true, Ordering::Relaxed);
         Ok(Arc::new(WebState {
             path: path.map(Path::to_path_buf),
-            live: ArcSwap::from_pointee(Live::new(config)),
+            live: ArcSwap::from_pointee(Live::new(config, None)),
             seen: Mutex::new(seen),
             verified: Verified::default(),
             password_slots: Arc::new(tokio::sync::Semaphore::new(
@@ -269,12 +278,12 @@ impl WebState {
     }
 
     /// Whether `user`'s `password` verified before against the hash in force.
-    pub(crate) fn is_verified(&self, live: &Live, user: &str, password: &str) -> bool {
+    pub(crate) fn is_verified(&self, live: &Live, user: &str, password: &[u8]) -> bool {
         self.verified.contains(live, user, password)
     }
 
     /// Remembers credentials that verified against `hash`.
-    pub(crate) fn remember(&self, user: &str, password: &str, hash: &str) {
+    pub(crate) fn remember(&self, user: &str, password: &[u8], hash: &str) {
         self.verified.insert(user, password, hash);
     }
 
@@ -310,7 +319,10 @@ impl WebState {
         let c = &self.counters;
         match result {
             Ok(config) => {
-                self.live.store(Arc::new(Live::new(config)));
+                for change in old.config.loosened_by(&config) {
+                    tracing::warn!(file = %path.display(), %change, "web config reloaded with a setting that may protect less");
+                }
+                self.live.store(Arc::new(Live::new(config, Some(&old))));
                 c.reloads_ok.fetch_add(1, Ordering::Relaxed);
                 c.last_reload_ok.store(true, Ordering::Relaxed);
                 tracing::info!(file = %path.display(), "web config reloaded");
@@ -383,5 +395,20 @@ impl WebState {
                 .await;
             }
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 47 review: user and password were joined with a NUL byte, which a user name (and
+    /// a password) may contain, so two different credentials could share a cache entry.
+    #[test]
+    fn credentials_that_differ_never_share_a_tag() {
+        let v = Verified::default();
+        assert_ne!(v.tag("a\0", b"b"), v.tag("a", b"\0b"));
+        assert_ne!(v.tag("ab", b""), v.tag("a", b"b"));
+        assert_eq!(v.tag("a", b"b"), v.tag("a", b"b"));
     }
 }

@@ -31,6 +31,8 @@ pub(super) struct Tls {
     pub system_roots: bool,
     /// The SANs a client certificate must name one of (`None`: any).
     pub allowed_sans: Option<Vec<String>>,
+    /// Whether TLS 1.2 is served (else TLS 1.3 only).
+    pub tls12: bool,
 }
 
 /// Where PEM comes from: a file the config names, or the config itself (`cert`, `key`,
@@ -163,6 +165,7 @@ pub(super) fn tls_config(
     let mut ignored = Vec::new();
     let (crypto, versions) = suites::provider(&t, err, &mut ignored)?;
     let crypto = Arc::new(crypto);
+    let tls12 = versions.contains(&&rustls::version::TLS12);
     let certs = cert.certs("cert", err, files)?;
     let private = private_key(&key, err, files)?;
     let cas = match &ca {
@@ -185,6 +188,8 @@ pub(super) fn tls_config(
         )
     })?;
     config.ignore_client_order = t.prefer_server_cipher_suites.unwrap_or(true);
+    // HTTP/1.1 only, whatever `http2` says: our connection limits are HTTP/1 mechanisms
+    // (docs/security.md, "HTTP/2"); offering h2 unserved would break h2-first clients.
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     warn_ignored(path, &ignored);
     Ok(Tls {
@@ -192,6 +197,7 @@ pub(super) fn tls_config(
         client_auth: verifier.level,
         system_roots: verifier.system_roots,
         allowed_sans: t.client_allowed_sans,
+        tls12,
     })
 }
 

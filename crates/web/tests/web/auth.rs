@@ -184,3 +184,33 @@ async fn an_unknown_user_costs_the_dummy_not_the_configured_hash() {
         "unknown user {unknown:?}, known user {known:?}"
     );
 }
+
+/// Issue 47 review: a password that is not UTF-8 (a Latin-1 client) was refused before any
+/// check, where exporter-toolkit checks its bytes against the hash.
+#[tokio::test]
+async fn a_password_that_is_not_utf8_is_checked_as_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let latin1 = bcrypt::hash(b"\xe9t\xe9", 4).unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &format!("basic_auth_users:\n  prom: {latin1}\n"),
+    );
+    let s = start(Some(&cfg), Limits::default()).await;
+    // "prom:\xe9t\xe9" in base64.
+    let header = "Authorization: Basic cHJvbTrpdOk=\r\n";
+    assert_eq!(plain_get(s.port, "/metrics", header).await.0, 200);
+    // Cached as bytes too: the second time needs no check.
+    let checks = s.web.counters.password_checks.load(Ordering::Relaxed);
+    assert_eq!(plain_get(s.port, "/metrics", header).await.0, 200);
+    assert_eq!(
+        s.web.counters.password_checks.load(Ordering::Relaxed),
+        checks
+    );
+    // "prom:\xe9t\xe8": one byte off.
+    assert_eq!(
+        plain_get(s.port, "/metrics", "Authorization: Basic cHJvbTrpdOg=\r\n")
+            .await
+            .0,
+        401
+    );
+}

@@ -79,6 +79,16 @@ fn invalid_files_name_file_line_and_key() {
             "line 2: key basic_auth_users.u: not a bcrypt hash",
         ),
         ("basic_auth_users: [\n", "line "),
+        // Issue 47 review: two spellings of one header left one of them silently in force.
+        (
+            "http_server_config:\n  headers:\n    X-Frame-Options: deny\n    x-frame-options: sameorigin\n",
+            "line 4: key http_server_config.headers.x-frame-options: X-Frame-Options given twice",
+        ),
+        // Issue 47 review: a number of nanoseconds escaped the one-day bound of a text interval.
+        (
+            "rate_limit:\n  interval: 90000000000000\n  burst: 1\n",
+            "line 2: key rate_limit.interval: 90000000000000 ns is over a day",
+        ),
     ];
     for (text, want) in cases {
         let p = write_config(dir.path(), text);
@@ -417,4 +427,84 @@ fn every_client_auth_type_of_the_toolkit_is_accepted() {
         ),
         "{e}"
     );
+}
+
+/// Issue 47 (review): every reload refilled the rate limit's bucket, so a reload (a rotated
+/// certificate, a header changed) let a burst through that `rate_limit` forbids. Unchanged
+/// `rate_limit`: the bucket carries over; changed: a new, full bucket.
+#[tokio::test]
+async fn a_reload_keeps_the_rate_limit_bucket_unless_rate_limit_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let limit = "rate_limit:\n  interval: 1h\n  burst: 1\n";
+    let cfg = write_config(dir.path(), limit);
+    let s = start(Some(&cfg), Limits::default()).await;
+    assert_eq!(plain_get(s.port, "/metrics", "").await.0, 200);
+    assert_eq!(plain_get(s.port, "/metrics", "").await.0, 429);
+
+    // Same limit, something else changed: still spent.
+    write_config(
+        dir.path(),
+        &format!("{limit}http_server_config:\n  headers:\n    X-Frame-Options: deny\n"),
+    );
+    assert!(s.web.reload().unwrap());
+    let (status, text) = plain_get(s.port, "/metrics", "").await;
+    assert_eq!(status, 429, "the bucket was refilled by a reload");
+    assert!(text.contains("x-frame-options: deny"), "reloaded: {text}");
+
+    // A different limit starts a full bucket of its own.
+    write_config(dir.path(), "rate_limit:\n  interval: 1h\n  burst: 2\n");
+    assert!(s.web.reload().unwrap());
+    for want in [200, 200, 429] {
+        assert_eq!(plain_get(s.port, "/metrics", "").await.0, want);
+    }
+}
+
+/// Issue 47 review: a reload that drops the rate limit, a response header or TLS 1.3-only
+/// applied without a word. Each now logs one warning line naming what it loosened.
+#[tokio::test(flavor = "current_thread")]
+async fn a_reload_that_loosens_a_setting_says_so() {
+    let pki = pki();
+    let tls = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n";
+    let strict = format!("{tls}  min_version: TLS13\nrate_limit:\n  interval: 1s\n  burst: 5\nhttp_server_config:\n  headers:\n    Strict-Transport-Security: max-age=31536000\n    X-Frame-Options: deny\n");
+    let cfg = write_config(pki.dir.path(), &strict);
+    let s = start(Some(&cfg), Limits::default()).await;
+    let looser = format!("{tls}rate_limit:\n  interval: 1s\n  burst: 50\nhttp_server_config:\n  headers:\n    X-Frame-Options: sameorigin\n");
+    write_config(pki.dir.path(), &looser);
+    let (guard, out) = super::capture();
+    assert!(s.web.reload().unwrap());
+    drop(guard);
+    let warned: Vec<String> = out
+        .lines()
+        .into_iter()
+        .filter(|l| l.contains("WARN") && l.contains("may protect less"))
+        .collect();
+    for change in [
+        "rate_limit raised (burst 5 to 50",
+        "response header strict-transport-security removed",
+        "response header x-frame-options changed",
+        "TLS 1.2 served again",
+    ] {
+        assert!(
+            warned.iter().filter(|l| l.contains(change)).count() == 1,
+            "{change}: {warned:?}"
+        );
+    }
+    assert_eq!(warned.len(), 4, "{warned:?}");
+    // Back to the strict file, then without the limit: only what was loosened is named.
+    write_config(pki.dir.path(), &strict);
+    assert!(s.web.reload().unwrap());
+    write_config(
+        pki.dir.path(),
+        &strict.replace("rate_limit:\n  interval: 1s\n  burst: 5\n", ""),
+    );
+    let (guard, out) = super::capture();
+    assert!(s.web.reload().unwrap());
+    drop(guard);
+    let warned: Vec<String> = out
+        .lines()
+        .into_iter()
+        .filter(|l| l.contains("may protect less"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(warned[0].contains("rate_limit removed"), "{warned:?}");
 }

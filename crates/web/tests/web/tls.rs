@@ -278,3 +278,38 @@ async fn client_allowed_sans_let_in_only_the_names_listed() {
     .to_string();
     assert!(e.contains("key tls_server_config.client_allowed_sans: set, but client_auth_type asks for no client certificate"), "{e}");
 }
+
+/// Issue 47: `http2` (true by default in exporter-toolkit) is accepted, but HTTP/1.1 is what is
+/// served, and ALPN says so: a client offering `h2` first negotiates `http/1.1` and scrapes.
+/// Were `h2` ever offered without being served, such a client would fail every scrape.
+#[tokio::test]
+async fn a_client_offering_h2_negotiates_http_1_1() {
+    let pki = pki();
+    let cfg = write_config(
+        pki.dir.path(),
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\nhttp_server_config:\n  http2: true\n",
+    );
+    let s = start(Some(&cfg), Limits::default()).await;
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls::pki_types::pem::PemObject::from_pem_slice(pki.ca_pem.as_bytes()).unwrap())
+        .unwrap();
+    let mut config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = TcpStream::connect(("127.0.0.1", s.port)).await.unwrap();
+    let tls = connector
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
+    let (status, text) = get_on(tls, "/metrics", "").await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+}

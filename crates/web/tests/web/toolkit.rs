@@ -396,3 +396,21 @@ async fn rate_limit_fixtures_limit_as_the_toolkit_expects() {
         }
     }
 }
+
+/// Issue 47 review: the toolkit takes an empty `cipher_suites` or `curve_preferences` list as
+/// none (Go's defaults); an empty curve list stopped the start here, and an empty suite list
+/// served TLS 1.3 only with a warning blaming the suites listed.
+#[test]
+fn empty_suite_and_curve_lists_mean_the_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "tls_server_config:\n  cert_file: {}\n  key_file: {}\n  cipher_suites: []\n  curve_preferences: []\n",
+        fixture("server.crt").display(),
+        fixture("server.key").display(),
+    );
+    let path = super::write_config(dir.path(), &text);
+    let (result, lines) = logs(|| WebConfig::load(&path));
+    let config = result.unwrap();
+    assert!(config.tls12, "TLS 1.2 is served, as without the lists");
+    assert!(lines.is_empty(), "{lines:?}");
+}

@@ -2,7 +2,8 @@
 //! web/tls_config.go at commit 19a7c2d590c599b7318733bd00eed83fab3b8dad) that the client's
 //! certificate names, among its Subject Alternative Names, one of the listed strings: DNS
 //! names, e-mail addresses, IP addresses (Go's text form: dotted IPv4, IPv4-mapped IPv6 as
-//! IPv4, other IPv6 compressed) and URIs (their text as in the certificate), compared exactly.
+//! IPv4, other IPv6 compressed) and URIs (Go's text form: the scheme lowercased; see `uri`),
+//! compared exactly.
 //! It runs after the certificate verified (when the type verifies). Stricter than the toolkit
 //! in two ways, so nothing gets in that the list does not name: a certificate is then required
 //! (Go does not ask for one with `RequestClientCert` or `VerifyClientCertIfGiven`), and the
@@ -178,8 +179,9 @@ fn extensions(cert: &[u8]) -> Option<&[u8]> {
 /// One GeneralName in Go's text, for the kinds Go compares.
 fn name(tag: u8, value: &[u8]) -> Option<String> {
     match tag {
-        // rfc822Name, dNSName, uniformResourceIdentifier: IA5 text.
-        0x81 | 0x82 | 0x86 => std::str::from_utf8(value).ok().map(str::to_string),
+        // rfc822Name, dNSName: IA5 text.
+        0x81 | 0x82 => std::str::from_utf8(value).ok().map(str::to_string),
+        0x86 => uri(value),
         0x87 => match value.len() {
             4 => Some(Ipv4Addr::new(value[0], value[1], value[2], value[3]).to_string()),
             16 => {
@@ -195,6 +197,42 @@ fn name(tag: u8, value: &[u8]) -> Option<String> {
         },
         _ => None,
     }
+}
+
+/// A URI SAN as Go's `url.Parse(..).String()` writes it: its scheme lowercased. One with a
+/// character RFC 3986 does not allow (a space, which Go would write as `%20`) or a malformed
+/// `%` escape names nothing, so it can never match a listed string that Go would not.
+fn uri(value: &[u8]) -> Option<String> {
+    let allowed = |b: u8| b.is_ascii_alphanumeric() || b"-._~:/?#[]@!$&'()*+,;=%".contains(&b);
+    if !value.iter().all(|&b| allowed(b)) {
+        return None;
+    }
+    let escapes_ok = value
+        .iter()
+        .enumerate()
+        .filter(|(_, &b)| b == b'%')
+        .all(|(i, _)| {
+            value
+                .get(i + 1..i + 3)
+                .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+        });
+    if !escapes_ok {
+        return None;
+    }
+    let text = std::str::from_utf8(value).ok()?;
+    // Go's getScheme: letters, then letters, digits, `+`, `-` or `.`, up to the first `:`.
+    let scheme_len = text.find(':').filter(|&n| {
+        let s = text.as_bytes();
+        n > 0
+            && s[0].is_ascii_alphabetic()
+            && s[1..n]
+                .iter()
+                .all(|&b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
+    });
+    Some(match scheme_len {
+        Some(n) => format!("{}{}", text[..n].to_ascii_lowercase(), &text[n..]),
+        None => text.to_string(),
+    })
 }
 
 #[cfg(test)]
@@ -229,6 +267,33 @@ mod tests {
                 "2001:db8::1"
             ]
         );
+    }
+
+    /// Issue 47 review: Go lowercases a URI's scheme (`url.Parse`) before comparing, and
+    /// re-escapes characters a URI may not hold; the certificate's raw text was compared, so
+    /// `SPIFFE://...` matched a listed `SPIFFE://...` that Go never matches.
+    #[test]
+    fn uris_are_compared_as_go_writes_them() {
+        let got = |u: &str| uri(u.as_bytes());
+        assert_eq!(
+            got("SPIFFE://Cluster/ns/A%2Fb").as_deref(),
+            Some("spiffe://Cluster/ns/A%2Fb")
+        );
+        assert_eq!(got("urn:Example:x").as_deref(), Some("urn:Example:x"));
+        assert_eq!(got("/no/scheme:here").as_deref(), Some("/no/scheme:here"));
+        assert_eq!(got("1http://x").as_deref(), Some("1http://x"));
+        // Through a certificate, as the verifier reads it.
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.subject_alt_names = vec![
+            rcgen::SanType::URI("SPIFFE://c/x".try_into().unwrap()),
+            rcgen::SanType::URI("spiffe://c/a b".try_into().unwrap()),
+        ];
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        assert_eq!(sans(cert.der()), ["spiffe://c/x"]);
+        for never in ["spiffe://x/a b", "spiffe://x/%zz", "spiffe://x/%4", "a\"b"] {
+            assert_eq!(got(never), None, "{never}");
+        }
     }
 
     #[test]

@@ -47,7 +47,8 @@ pub(super) fn provider(
         ignored,
     )?;
     let mut crypto = provider::default_provider();
-    if let Some(names) = &t.cipher_suites {
+    // An empty list is no list, as in the toolkit (`if len(cf) > 0`): Go's defaults.
+    if let Some(names) = t.cipher_suites.as_ref().filter(|n| !n.is_empty()) {
         crypto.cipher_suites = cipher_suites(names, err, ignored)?;
     }
     let has_tls12_suite = crypto.cipher_suites.iter().any(|s| s.tls13().is_none());
@@ -64,7 +65,7 @@ pub(super) fn provider(
         }
         (v, _, _) => v,
     };
-    if let Some(curves) = &t.curve_preferences {
+    if let Some(curves) = t.curve_preferences.as_ref().filter(|c| !c.is_empty()) {
         crypto.kx_groups = kx_groups(curves, err, ignored)?;
     }
     let mut versions = Vec::new();
