@@ -131,6 +131,7 @@ pub fn pods(pods: u32, gpus: u32) -> Snapshot {
                     namespace: format!("team-{}", p % 5),
                     pod: format!("job-{p:04}-7d9f8c6b5-x2k4q"),
                     container: "worker".into(),
+                    labels: Default::default(),
                 },
             )
         })
