@@ -201,15 +201,22 @@ fn an_oversize_event_is_an_error_not_an_allocation_and_the_pods_are_listed_again
 }
 
 #[test]
-fn a_wrong_token_is_counted_and_nothing_is_served() {
-    let api = FakeApiServer::start("another-token").unwrap();
+fn a_wrong_token_is_counted_and_nothing_is_served_until_the_token_rotates() {
+    let api = FakeApiServer::start(TOKEN).unwrap();
     let dir = tempfile::tempdir().unwrap();
     api.set_pod("ml", "train", NODE, &[("team", "vision")]);
-    let mut w = PodLabelWatcher::new(options(&api, dir.path(), &["team"]));
+    let o = options(&api, dir.path(), &["team"]);
+    std::fs::write(dir.path().join("token"), "an-old-token\n").unwrap();
+    let mut w = PodLabelWatcher::new(o);
     let v = until(&mut w, |v| error(v, "pod_labels_unauthorized") >= 2);
     assert!(v.pods.is_none());
     assert_eq!(v.samples()[0].value, 0.0, "pod_labels_up 0");
     assert!(api.requests().iter().all(|r| !r.authorized && !r.watch));
+    // The kubelet rotates the projected token in place: the next request sends the new one.
+    std::fs::write(dir.path().join("token"), format!("{TOKEN}\n")).unwrap();
+    let v = until(&mut w, |v| has(v, "ml/train", &["label_team=vision"]));
+    assert_eq!(v.samples()[0].value, 1.0);
+    assert!(api.requests().last().unwrap().authorized);
 }
 
 #[test]
