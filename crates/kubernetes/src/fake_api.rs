@@ -19,12 +19,13 @@
 //! connection, an event with a large annotation. Every request is logged.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::{json, Value};
 
 /// One request the fake answered.
@@ -62,11 +63,54 @@ pub struct FakeApiServer {
     addr: SocketAddr,
     shared: Arc<(Mutex<State>, Condvar)>,
     stop: Arc<AtomicBool>,
+    tls: bool,
+}
+
+/// A connection the fake answers on: plain TCP or TLS over it.
+trait Conn: Read + Write {
+    /// Closes it at once, with no last chunk.
+    fn cut(&mut self);
+}
+
+impl Conn for TcpStream {
+    fn cut(&mut self) {
+        let _ = self.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+impl Conn for rustls::StreamOwned<rustls::ServerConnection, TcpStream> {
+    fn cut(&mut self) {
+        let _ = self.sock.shutdown(std::net::Shutdown::Both);
+    }
 }
 
 impl FakeApiServer {
-    /// Listens on 127.0.0.1 (an ephemeral port) and accepts the bearer token `token`.
+    /// Listens on 127.0.0.1 (an ephemeral port), plain HTTP, and accepts the bearer token
+    /// `token`.
     pub fn start(token: &str) -> std::io::Result<FakeApiServer> {
+        FakeApiServer::listen(token, None)
+    }
+
+    /// The same over TLS with the certificate chain `chain` and its key (the API server's
+    /// serving certificate, issued for 127.0.0.1).
+    pub fn start_tls(
+        token: &str,
+        chain: Vec<CertificateDer<'static>>,
+        key: PrivateKeyDer<'static>,
+    ) -> std::io::Result<FakeApiServer> {
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .and_then(|b| b.with_no_client_auth().with_single_cert(chain, key))
+        .map_err(std::io::Error::other)?;
+        FakeApiServer::listen(token, Some(Arc::new(config)))
+    }
+
+    fn listen(
+        token: &str,
+        tls: Option<Arc<rustls::ServerConfig>>,
+    ) -> std::io::Result<FakeApiServer> {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
@@ -80,25 +124,41 @@ impl FakeApiServer {
         ));
         let stop = Arc::new(AtomicBool::new(false));
         let (s, st) = (Arc::clone(&shared), Arc::clone(&stop));
+        let served_tls = tls.is_some();
         std::thread::Builder::new()
             .name("fake-apiserver".into())
             .spawn(move || {
                 while !st.load(Ordering::Relaxed) {
                     match listener.accept() {
                         Ok((conn, _)) => {
-                            let (s, st) = (Arc::clone(&s), Arc::clone(&st));
-                            std::thread::spawn(move || serve(conn, &s, &st));
+                            let (s, st, tls) = (Arc::clone(&s), Arc::clone(&st), tls.clone());
+                            std::thread::spawn(move || {
+                                let _ = conn.set_nonblocking(false);
+                                match tls.map(rustls::ServerConnection::new) {
+                                    None => serve(conn, &s, &st),
+                                    Some(Ok(tls)) => {
+                                        serve(rustls::StreamOwned::new(tls, conn), &s, &st)
+                                    }
+                                    Some(Err(_)) => {}
+                                }
+                            });
                         }
                         Err(_) => std::thread::sleep(Duration::from_millis(5)),
                     }
                 }
             })?;
-        Ok(FakeApiServer { addr, shared, stop })
+        Ok(FakeApiServer {
+            addr,
+            shared,
+            stop,
+            tls: served_tls,
+        })
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT`, or `https://` when started with TLS.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -249,13 +309,14 @@ fn status(code: u16, reason: &str, message: &str) -> Value {
         "message": message, "reason": reason, "code": code})
 }
 
-fn respond(conn: &mut TcpStream, code: u16, body: &Value) {
+fn respond(conn: &mut impl Write, code: u16, body: &Value) {
     let body = body.to_string();
     let _ = write!(
         conn,
         "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
+    let _ = conn.flush();
 }
 
 fn query(target: &str) -> BTreeMap<String, String> {
@@ -289,24 +350,32 @@ fn decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-fn serve(conn: TcpStream, shared: &(Mutex<State>, Condvar), stop: &AtomicBool) {
-    let _ = conn.set_nonblocking(false);
-    let mut reader = BufReader::new(match conn.try_clone() {
-        Ok(c) => c,
-        Err(_) => return,
-    });
-    let mut conn = conn;
-    let mut line = String::new();
-    if reader.read_line(&mut line).is_err() {
-        return;
-    }
-    let target = line.split_whitespace().nth(1).unwrap_or("").to_string();
-    let mut token = None;
-    loop {
-        let mut h = String::new();
-        if reader.read_line(&mut h).unwrap_or(0) == 0 || h.trim().is_empty() {
-            break;
+/// The request head (up to the blank line, at most 64 KiB), byte by byte so nothing of the
+/// stream is buffered away.
+fn head(conn: &mut impl Read) -> Option<String> {
+    let mut head = Vec::new();
+    let mut byte = [0u8];
+    while !head.ends_with(b"\r\n\r\n") {
+        if head.len() > 64 << 10 || conn.read(&mut byte).ok()? == 0 {
+            return None;
         }
+        head.push(byte[0]);
+    }
+    String::from_utf8(head).ok()
+}
+
+fn serve(mut conn: impl Conn, shared: &(Mutex<State>, Condvar), stop: &AtomicBool) {
+    let Some(head) = head(&mut conn) else {
+        return;
+    };
+    let mut lines = head.lines();
+    let target = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap_or("")
+        .to_string();
+    let mut token = None;
+    for h in lines {
         if let Some((k, v)) = h.split_once(':') {
             if k.eq_ignore_ascii_case("authorization") {
                 token = v.trim().strip_prefix("Bearer ").map(str::to_string);
@@ -348,7 +417,7 @@ fn serve(conn: TcpStream, shared: &(Mutex<State>, Condvar), stop: &AtomicBool) {
 /// A WATCH: the events after `resourceVersion`, then whatever the test scripts, until
 /// `timeoutSeconds`, an expiry or a dropped connection.
 fn stream(
-    mut conn: TcpStream,
+    mut conn: impl Conn,
     shared: &(Mutex<State>, Condvar),
     stop: &AtomicBool,
     node: &str,
@@ -377,7 +446,7 @@ fn stream(
         conn,
         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
     );
-    let chunk = |conn: &mut TcpStream, v: &Value| {
+    let chunk = |conn: &mut dyn Write, v: &Value| {
         let line = format!("{v}\n");
         write!(conn, "{:x}\r\n{line}\r\n", line.len()).and_then(|_| conn.flush())
     };
@@ -391,10 +460,12 @@ fn stream(
         if s.generation != generation {
             if s.expire_open {
                 let error = json!({"type": "ERROR", "object": status(410, "Expired", "too old resource version")});
-                let _ = chunk(&mut conn, &error).and_then(|_| write!(conn, "0\r\n\r\n"));
+                let _ = chunk(&mut conn, &error)
+                    .and_then(|_| write!(conn, "0\r\n\r\n"))
+                    .and_then(|_| conn.flush());
             }
             // Dropped: the socket closes with no last chunk.
-            let _ = conn.shutdown(std::net::Shutdown::Both);
+            conn.cut();
             return;
         }
         let new: Vec<Value> = s
@@ -412,7 +483,7 @@ fn stream(
         }
         let now = Instant::now();
         if now >= end {
-            let _ = write!(conn, "0\r\n\r\n");
+            let _ = write!(conn, "0\r\n\r\n").and_then(|_| conn.flush());
             return;
         }
         s = lock();
@@ -425,7 +496,7 @@ fn stream(
     }
 }
 
-fn list(conn: &mut TcpStream, s: &State, node: &str, q: &BTreeMap<String, String>) {
+fn list(conn: &mut impl Write, s: &State, node: &str, q: &BTreeMap<String, String>) {
     let limit: usize = q
         .get("limit")
         .and_then(|l| l.parse().ok())

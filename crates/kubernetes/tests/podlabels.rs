@@ -53,6 +53,15 @@ fn until(w: &mut PodLabelWatcher, ok: impl Fn(&View) -> bool) -> View {
     }
 }
 
+/// Waits until the fake has seen `n` watch requests, and a moment for the stream to open.
+fn wait_for_watch(api: &FakeApiServer, n: usize) {
+    let end = Instant::now() + Duration::from_secs(10);
+    while api.requests().iter().filter(|r| r.watch).count() < n && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+}
+
 fn has(view: &View, pod: &str, want: &[&str]) -> bool {
     labels(view).and_then(|l| l.get(pod).cloned())
         == Some(want.iter().map(|s| s.to_string()).collect())
@@ -133,12 +142,8 @@ fn a_bookmark_moves_the_resume_version_without_a_relist() {
     api.set_pod("ml", "train", NODE, &[("team", "vision")]);
     let mut w = PodLabelWatcher::new(options(&api, dir.path(), &["team"]));
     until(&mut w, |v| has(v, "ml/train", &["label_team=vision"]));
-    // Wait until the watch is open, then bookmark and cut it.
-    let end = Instant::now() + Duration::from_secs(10);
-    while api.requests().iter().filter(|r| r.watch).count() < 1 && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    std::thread::sleep(Duration::from_millis(100));
+    // Once the watch is open, bookmark and cut it.
+    wait_for_watch(&api, 1);
     let rv = api.bookmark();
     std::thread::sleep(Duration::from_millis(300));
     api.drop_connections();
@@ -166,13 +171,16 @@ fn an_expired_watch_relists_and_no_pod_it_missed_is_left() {
     api.set_pod("ml", "infer", NODE, &[("team", "llm")]);
     let mut w = PodLabelWatcher::new(options(&api, dir.path(), &["team"]));
     until(&mut w, |v| labels(v).is_some_and(|l| l.len() == 2));
+    wait_for_watch(&api, 1);
     // The ERROR event form: the watch missed a deletion, then its history is gone.
     api.remove_unseen("ml", "train");
     api.expire();
     let v = until(&mut w, |v| labels(v).is_some_and(|l| l.len() == 1));
     assert!(has(&v, "ml/infer", &["label_team=llm"]), "{:?}", labels(&v));
     assert!(error(&v, "pod_labels_expired") >= 1);
-    assert_eq!(api.requests().iter().filter(|r| !r.watch).count(), 2);
+    // Listed again straight after the ERROR event, not after a watch refused with 410.
+    let kinds: Vec<bool> = api.requests().iter().map(|r| r.watch).collect();
+    assert_eq!(kinds[..3], [false, true, false], "LIST, WATCH, LIST");
     // The HTTP 410 form: a watch resumed from a compacted version.
     api.remove_unseen("ml", "infer");
     api.compact();
@@ -270,4 +278,45 @@ fn labels_go_stale_once_the_api_server_is_gone_past_the_grace() {
     let v = until(&mut w, |v| v.pods.is_none());
     assert!(v.pods.is_none(), "stale labels are not served");
     assert_eq!(v.samples()[0].value, 0.0);
+}
+
+/// A serving certificate for 127.0.0.1 and its key, self-signed (its own CA).
+fn certificate() -> (rcgen::Certificate, rcgen::KeyPair) {
+    let rcgen::CertifiedKey { cert, key_pair } =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    (cert, key_pair)
+}
+
+fn tls_server(cert: &rcgen::Certificate, key: &rcgen::KeyPair) -> FakeApiServer {
+    use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+    FakeApiServer::start_tls(TOKEN, vec![cert.der().clone()], key).unwrap()
+}
+
+#[test]
+fn tls_is_verified_against_the_service_account_ca_only() {
+    let (cert, key) = certificate();
+    let api = tls_server(&cert, &key);
+    assert!(api.url().starts_with("https://127.0.0.1:"));
+    api.set_pod("ml", "train", NODE, &[("team", "vision")]);
+    // The service account's CA is the server's: list and watch over TLS.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ca.crt"), cert.pem()).unwrap();
+    let mut w = PodLabelWatcher::new(options(&api, dir.path(), &["team"]));
+    let v = until(&mut w, |v| has(v, "ml/train", &["label_team=vision"]));
+    assert!(has(&v, "ml/train", &["label_team=vision"]));
+    api.set_pod("ml", "train", NODE, &[("team", "nlp")]);
+    until(&mut w, |v| has(v, "ml/train", &["label_team=nlp"]));
+    assert!(api.requests().iter().any(|r| r.watch && r.authorized));
+    // Another CA (or none): the handshake fails, the token is never sent, nothing is served.
+    let (other, _) = certificate();
+    let api2 = tls_server(&cert, &key);
+    api2.set_pod("ml", "train", NODE, &[("team", "vision")]);
+    let dir2 = tempfile::tempdir().unwrap();
+    std::fs::write(dir2.path().join("ca.crt"), other.pem()).unwrap();
+    let mut w2 = PodLabelWatcher::new(options(&api2, dir2.path(), &["team"]));
+    let v = until(&mut w2, |v| error(v, "pod_labels_request") >= 2);
+    assert!(error(&v, "pod_labels_request") >= 2);
+    assert!(v.pods.is_none());
+    assert!(api2.requests().is_empty(), "no request got through TLS");
 }
