@@ -320,3 +320,21 @@ fn tls_is_verified_against_the_service_account_ca_only() {
     assert!(v.pods.is_none());
     assert!(api2.requests().is_empty(), "no request got through TLS");
 }
+
+#[test]
+fn dropping_the_watcher_stops_its_thread() {
+    let api = FakeApiServer::start(TOKEN).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    api.set_pod("ml", "train", NODE, &[("team", "vision")]);
+    let mut w = PodLabelWatcher::new(options(&api, dir.path(), &["team"]));
+    until(&mut w, |v| has(v, "ml/train", &["label_team=vision"]));
+    wait_for_watch(&api, 1);
+    // A reload drops the source and its watcher: nothing may keep asking the API server.
+    drop(w);
+    std::thread::sleep(Duration::from_millis(100));
+    let before = api.requests().len();
+    api.drop_connections();
+    api.set_pod("ml", "train", NODE, &[("team", "nlp")]);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(api.requests().len(), before, "{:?}", api.requests());
+}
