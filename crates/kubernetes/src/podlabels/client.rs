@@ -256,11 +256,18 @@ impl Lines {
         }
     }
 
+    fn too_large(&self) -> ClientError {
+        ClientError::TooLarge(format!("a watch event is over the {} byte limit", self.max))
+    }
+
     /// The next non-empty line, `None` at the end of the body; a line over the bound is an
     /// error before it is all in memory.
     pub async fn next(&mut self) -> Result<Option<Vec<u8>>, ClientError> {
         loop {
             if let Some(i) = self.buf.iter().position(|b| *b == b'\n') {
+                if i > self.max {
+                    return Err(self.too_large());
+                }
                 let mut line: Vec<u8> = self.buf.drain(..=i).collect();
                 line.pop();
                 if line.iter().all(u8::is_ascii_whitespace) {
@@ -269,10 +276,7 @@ impl Lines {
                 return Ok(Some(line));
             }
             if self.buf.len() > self.max {
-                return Err(ClientError::TooLarge(format!(
-                    "a watch event is over the {} byte limit",
-                    self.max
-                )));
+                return Err(self.too_large());
             }
             if self.ended {
                 let rest = std::mem::take(&mut self.buf);

@@ -321,9 +321,12 @@ async fn lists_and_watches(o: &PodLabelOptions, cache: &Cache) {
             }
         };
         loop {
+            let started = tokio::time::Instant::now();
             match watch::watch(o, cache, &mut rv).await {
-                // The server ended it (timeoutSeconds): from where it stopped.
-                Ok(()) => wait = o.backoff.0,
+                // The server ended it (timeoutSeconds): from where it stopped, at once unless
+                // it ends every watch straight away.
+                Ok(()) if started.elapsed() >= Duration::from_secs(1) => wait = o.backoff.0,
+                Ok(()) => pause(&mut wait).await,
                 // History gone, or an event we cannot take: list again, now.
                 Err(e @ (ClientError::Expired | ClientError::TooLarge(_))) => {
                     cache.failed(&e);
