@@ -87,6 +87,11 @@ def run_binary(binary, container, configmap, extra_args, node_name="node-under-t
         args.append(a)
     args += extra_args
     env = {"PATH": os.environ.get("PATH", "")}
+    if any(a.startswith("--kubernetes.pod-labels=") for a in args):
+        # Stand in for the in-cluster API server: nothing listens there, and the exporter must
+        # still start (the pod-label watch fails in the background, counted).
+        env["KUBERNETES_SERVICE_HOST"] = "127.0.0.1"
+        env["KUBERNETES_SERVICE_PORT"] = str(free_port())
     for e in container.get("env", []):
         if "value" in e:
             value = e["value"]
@@ -152,7 +157,25 @@ def main():
           "DaemonSet selector matches its pod labels")
     spec = pod["spec"]
     check(spec.get("enableServiceLinks") is False, "enableServiceLinks is false")
-    check(spec.get("automountServiceAccountToken") is False, "no service account token mounted")
+    args = spec["containers"][0].get("args", [])
+    pod_labels = any(a.startswith("--kubernetes.pod-labels=") for a in args)
+    roles = [d for d in docs if d.get("kind") in ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")]
+    if pod_labels:
+        # The only API access: list and watch on pods, bound to the pod's own service account.
+        check(spec.get("automountServiceAccountToken") is True, "the token is mounted for pod labels")
+        role = one(docs, "ClusterRole")
+        check(role is not None and role["rules"] == [
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}],
+            "the ClusterRole allows list and watch on pods only")
+        binding = one(docs, "ClusterRoleBinding")
+        check(binding is not None and binding["subjects"][0]["name"] == spec.get("serviceAccountName")
+              and binding["roleRef"]["name"] == (role or {}).get("metadata", {}).get("name"),
+              "the ClusterRoleBinding binds that role to the pod's service account")
+        check("--kubernetes.node-name=$(NODE_NAME)" in args, "pod labels watch this node's pods")
+        check(len(roles) == 2, "no other RBAC object")
+    else:
+        check(spec.get("automountServiceAccountToken") is False, "no service account token mounted")
+        check(not roles, "no RBAC object without pod labels")
     check(spec["securityContext"].get("runAsNonRoot") is True, "pod runs as non-root")
     (c,) = spec["containers"]
     sc = c["securityContext"]

@@ -116,22 +116,24 @@ fn attribution(c: &mut Criterion) {
 
 /// On a shared, loaded machine criterion's sequential runs drift with the load. This pairs
 /// them: each round encodes a fresh generation with attribution off, then with 64 time-sliced
-/// pods and with 8 exclusive pods, in rotating order, so load changes hit every variant alike.
-/// Prints the median and 90th percentile of each.
+/// pods, with 8 exclusive pods, and with 64 shared pods carrying 8 pod labels each (the most
+/// `[kubernetes] pod_labels` takes), in rotating order, so load changes hit every variant
+/// alike. Prints the median and 90th percentile of each.
 fn paired(snap: &Snapshot) {
     let stores: Vec<(&str, SnapshotStore)> = [
         ("off", None),
-        ("64_pods_shared", Some(64)),
-        ("8_pods_exclusive", Some(8)),
+        ("64_pods_shared", Some((64, 0))),
+        ("8_pods_exclusive", Some((8, 0))),
+        ("64_pods_shared_8_pod_labels", Some((64, 8))),
     ]
     .into_iter()
     .map(|(name, n)| {
         let store = match n {
             None => SnapshotStore::new(&["nvml"], vec![], EncodeOptions::default()),
-            Some(n) => {
+            Some((n, labels)) => {
                 let store =
                     SnapshotStore::new(&["nvml", "kubernetes"], vec![], EncodeOptions::default());
-                store.publish(pods(n));
+                store.publish(common::labelled_pods(n, 8, labels));
                 store
             }
         };

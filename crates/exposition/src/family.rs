@@ -181,7 +181,7 @@ pub(crate) enum Pairs<'a> {
         device: Option<DeviceLabels<'a>>,
         names: std::slice::Iter<'static, &'static str>,
         values: std::slice::Iter<'a, String>,
-        extra: std::slice::Iter<'a, (&'static str, String)>,
+        extra: std::slice::Iter<'a, (std::borrow::Cow<'static, str>, String)>,
     },
     External {
         pairs: std::slice::Iter<'a, (Arc<str>, Arc<str>)>,
@@ -203,7 +203,7 @@ impl<'a> Iterator for Pairs<'a> {
                 Some(pair) => Some(pair),
                 None => match (names.next(), values.next()) {
                     (Some(k), Some(v)) => Some((k, v)),
-                    _ => extra.next().map(|(k, v)| (*k, v.as_str())),
+                    _ => extra.next().map(|(k, v)| (k.as_ref(), v.as_str())),
                 },
             },
             Pairs::External { pairs, skip } => {

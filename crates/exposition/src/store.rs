@@ -437,6 +437,7 @@ mod tests {
                 namespace: "ml".into(),
                 pod: "train-0".into(),
                 container: "main".into(),
+                labels: Default::default(),
             },
         )]);
         let k8s = |up: bool| Snapshot {

@@ -170,6 +170,7 @@ fn holder_labels(gpu: &Gpu<'_>, holders: &[Holder]) -> ([String; 4], String) {
             namespace,
             pod,
             container,
+            ..
         }] = pods[..]
         {
             labels[0].clone_from(namespace);
@@ -190,6 +191,7 @@ fn holder_labels(gpu: &Gpu<'_>, holders: &[Holder]) -> ([String; 4], String) {
                 namespace,
                 pod,
                 container,
+                ..
             } => format!("{index}/{uuid}//{namespace}/{pod}/{container}"),
             Holder::Job(job) => format!("{index}/{uuid}//{job}"),
         })

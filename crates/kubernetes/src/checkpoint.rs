@@ -219,6 +219,7 @@ pub fn process_attribution(
             namespace: pod.namespace.clone(),
             pod: pod.name.clone(),
             container: container.name.clone(),
+            labels: Default::default(),
         };
         for device in e.device_ids.iter().filter_map(|id| device_ref(id)) {
             out.push((

@@ -66,6 +66,33 @@ const KUBERNETES_FLAGS: &[Flag] = &[
         kind: FlagKind::Text,
         order: 162,
     },
+    Flag {
+        name: "kubernetes.pod-labels",
+        key: "kubernetes.pod_labels",
+        value_name: "KEYS",
+        help: "Comma-separated pod label keys copied onto dgx_pixels_gpu_pod_info as label_<key>, watched from the API server (at most 8; empty: off, no API access)",
+        default: FlagDefault::None,
+        kind: FlagKind::Text,
+        order: 163,
+    },
+    Flag {
+        name: "kubernetes.node-name",
+        key: "kubernetes.node_name",
+        value_name: "NAME",
+        help: "This node's name, whose pods' labels are watched (default: the NODE_NAME environment variable)",
+        default: FlagDefault::None,
+        kind: FlagKind::Text,
+        order: 164,
+    },
+    Flag {
+        name: "kubernetes.api-server",
+        key: "kubernetes.api_server",
+        value_name: "URL",
+        help: "The Kubernetes API server for pod labels, https://HOST:PORT or http:// to loopback (default: in cluster, with the service account's token and CA)",
+        default: FlagDefault::None,
+        kind: FlagKind::Text,
+        order: 165,
+    },
 ];
 
 /// The `kubernetes` descriptor.
@@ -97,6 +124,7 @@ fn build_kubernetes(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
         // Leave the runner's watchdog room to see the call fail on its own.
         call_timeout: ctx.timing.timeout.mul_f64(0.8),
         checkpoint: k.checkpoint(),
+        pod_labels: k.pod_label_options()?,
     };
     Ok(Some(Box::new(PodResourcesSource::new(options))))
 }

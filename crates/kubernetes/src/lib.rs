@@ -11,6 +11,9 @@
 //!   the limit is configurable (16 MiB by default) and a response above it only marks this source
 //!   down (`dgx_pixels_source_up{source="kubernetes"} 0`) while every series is still served,
 //!   unattributed.
+//! - With `[kubernetes] pod_labels`, [`podlabels`] watches the pods of this node on the API
+//!   server on a thread of its own and adds their allow-listed labels to
+//!   `dgx_pixels_gpu_pod_info`.
 //! - [`HpcJobSource`] reads a directory with one file per GPU listing job ids (dcgm-exporter's
 //!   HPC job mapping convention).
 //!
@@ -24,10 +27,13 @@ pub mod collector;
 pub mod hpc;
 mod settings;
 pub use settings::{HpcSettings, KubernetesSettings};
+pub mod podlabels;
 pub mod pods;
 
 #[cfg(feature = "fake")]
 pub mod fake;
+#[cfg(feature = "fake")]
+pub mod fake_api;
 
 pub use hpc::HpcJobSource;
 pub use pods::{PodResourcesOptions, PodResourcesSource};

@@ -10,6 +10,7 @@ use dgx_pixels_metrics::{
 use hyper_util::rt::TokioIo;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::podlabels::{PodLabelOptions, PodLabelWatcher};
 use crate::proto::pod_resources_lister_client::PodResourcesListerClient;
 use crate::proto::{ClaimResource, ListPodResourcesRequest, ListPodResourcesResponse};
 
@@ -39,6 +40,9 @@ pub struct PodResourcesOptions {
     /// with its own pod (see [`crate::checkpoint`]); `None` leaves processes to the per-device
     /// rule.
     pub checkpoint: Option<PathBuf>,
+    /// The pod-label watch (`[kubernetes] pod_labels`); `None` (the default) never asks the
+    /// API server anything.
+    pub pod_labels: Option<PodLabelOptions>,
 }
 
 impl Default for PodResourcesOptions {
@@ -53,6 +57,7 @@ impl Default for PodResourcesOptions {
             dra_drivers: DRA_DRIVERS.iter().map(|s| s.to_string()).collect(),
             call_timeout: Duration::from_millis(1500),
             checkpoint: Some(PathBuf::from(crate::checkpoint::DEFAULT_CHECKPOINT)),
+            pod_labels: None,
         }
     }
 }
@@ -71,6 +76,8 @@ pub struct PodResourcesSource {
     /// poll was over them (logged when that changes).
     dropped: u64,
     over_cap: bool,
+    /// The pod-label watch thread, when pod labels are asked for.
+    pod_labels: Option<PodLabelWatcher>,
 }
 
 impl std::fmt::Debug for PodResourcesSource {
@@ -86,6 +93,7 @@ impl PodResourcesSource {
     /// poll.
     pub fn new(options: PodResourcesOptions) -> PodResourcesSource {
         PodResourcesSource {
+            pod_labels: options.pod_labels.clone().map(PodLabelWatcher::new),
             options,
             runtime: None,
             client: None,
@@ -265,6 +273,12 @@ impl Source for PodResourcesSource {
         }
         pairs.extend(self.process_pairs(&response));
         let mut samples = self.checkpoint_samples();
+        if let Some(view) = self.pod_labels.as_mut().map(PodLabelWatcher::view) {
+            if let Some(pods) = &view.pods {
+                with_pod_labels(&mut pairs, pods);
+            }
+            samples.extend(view.samples());
+        }
         samples.push(Sample::new(
             Metric::SourceSeriesDropped,
             ["kubernetes", Metric::GpuPodInfo.def().name],
@@ -275,6 +289,27 @@ impl Source for PodResourcesSource {
             attribution: Some(Arc::new(pairs)),
             ..PollOutput::default()
         })
+    }
+}
+
+/// Gives each pod holder its pod's labels from `pods` (a pod the watch has not seen yet keeps
+/// none).
+pub fn with_pod_labels(
+    pairs: &mut [(DeviceRef, Holder)],
+    pods: &std::collections::HashMap<crate::podlabels::PodKey, dgx_pixels_metrics::PodLabels>,
+) {
+    for (_, holder) in pairs {
+        if let Holder::Pod {
+            namespace,
+            pod,
+            labels,
+            ..
+        } = holder
+        {
+            if let Some(found) = pods.get(&(namespace.clone(), pod.clone())) {
+                *labels = Arc::clone(found);
+            }
+        }
     }
 }
 
@@ -362,6 +397,7 @@ pub fn attribution(
                                 namespace: pod.namespace.clone(),
                                 pod: pod.name.clone(),
                                 container: container.name.clone(),
+                                labels: Default::default(),
                             },
                         ));
                     }
@@ -379,6 +415,7 @@ pub fn attribution(
                         namespace: pod.namespace.clone(),
                         pod: pod.name.clone(),
                         container: container.name.clone(),
+                        labels: Default::default(),
                     },
                 ));
             }
@@ -527,7 +564,8 @@ mod tests {
             == Holder::Pod {
                 namespace: "ml".into(),
                 pod: "train".into(),
-                container: "main".into()
+                container: "main".into(),
+                labels: Default::default(),
             }));
     }
 }

@@ -25,6 +25,7 @@
 //!   from the kubelet's own cgroup layout) leave it unlabelled on a device the checkpoint pairs
 //!   with pods. Without the checkpoint, the device's rule above applies (never a guess).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 /// The label names attribution adds to device series, in the order they are appended.
@@ -71,6 +72,10 @@ pub enum Holder {
         pod: String,
         /// The container's name.
         container: String,
+        /// The pod's allow-listed Kubernetes labels as `label_<key>` pairs (`[kubernetes]
+        /// pod_labels`), sorted by name; empty when the allow-list is empty or the pod
+        /// metadata is not current. Only `dgx_pixels_gpu_pod_info` carries them.
+        labels: PodLabels,
     },
     /// An HPC (e.g. Slurm) job id.
     Job(String),
@@ -80,5 +85,9 @@ pub enum Holder {
 /// appear on several devices and a device under several holders; duplicates are harmless.
 pub type AttributionSet = Arc<Vec<(DeviceRef, Holder)>>;
 
-/// The extra labels of one device key, resolved from every attribution source.
-pub type Extra = Arc<[(&'static str, String)]>;
+/// A pod's labels as exposition label pairs (`label_team="ml"`), names already sanitized.
+pub type PodLabels = Arc<[(Arc<str>, Arc<str>)]>;
+
+/// The extra labels of one device key, resolved from every attribution source: the catalog's
+/// attribution label names, or a pod's `label_<key>` names on its info series.
+pub type Extra = Arc<[(Cow<'static, str>, String)]>;

@@ -37,7 +37,7 @@ pub mod source;
 pub mod view;
 pub mod xid_ledger;
 
-pub use attribution::{AttributionSet, DeviceRef, Holder};
+pub use attribution::{AttributionSet, DeviceRef, Holder, PodLabels};
 pub use catalog::{Kind, Metric, MetricDef, Unit, CATALOG};
 pub use device::{DeviceKey, MigInstance, Scope};
 pub use dgx_pixels_readout::labels;

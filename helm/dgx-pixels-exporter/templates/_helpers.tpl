@@ -65,3 +65,12 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 true
 {{- end -}}
 {{- end }}
+
+{{/*
+Whether pod labels are watched from the API server (and the RBAC and token that takes).
+*/}}
+{{- define "dgx-pixels-exporter.podLabels" -}}
+{{- if and .Values.podResources.enabled .Values.podResources.podLabels.keys -}}
+true
+{{- end -}}
+{{- end }}

@@ -22,6 +22,7 @@ mod nvml_gpm;
 mod nvml_gpm_mig;
 mod own_process;
 mod pinned;
+mod pod_labels;
 mod power;
 mod probe_worker;
 mod probe_worker_cuda;

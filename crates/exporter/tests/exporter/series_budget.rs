@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use common::*;
 use dgx_pixels_kubernetes::fake::{pod, FakeKubelet};
+use dgx_pixels_kubernetes::fake_api::FakeApiServer;
 use dgx_pixels_sim::{Node, Scenario};
 
 /// The budget of issue 20.
@@ -331,7 +332,8 @@ fn the_fake_nvml_node_serves_at_most_60_series_per_gpu() {
 }
 
 /// Every attribution option at once (node name, pods on a GPU and on a MIG instance, an HPC
-/// job, MIG): the longest series stays within 15 labels.
+/// job, MIG, the most pod labels `[kubernetes] pod_labels` takes): the longest series stays
+/// within 15 labels.
 #[test]
 fn no_series_carries_more_than_15_labels_with_every_attribution_on() {
     let node = Node::new(Scenario::builtin("dgx-a100-mig").unwrap());
@@ -345,6 +347,15 @@ fn no_series_carries_more_than_15_labels_with_every_attribution_on() {
         std::fs::write(jobs.join(gpu.to_string()), "4242\n").unwrap();
     }
     let kubelet = FakeKubelet::start(&socket).unwrap();
+    // Every key the allow-list takes, all set on the pod.
+    let keys: Vec<String> = (0..dgx_pixels_kubernetes::podlabels::keys::MAX_KEYS)
+        .map(|k| format!("example.com/key-{k}"))
+        .collect();
+    std::fs::write(dir.path().join("token"), "t").unwrap();
+    let api = FakeApiServer::start("t").unwrap();
+    let labels: Vec<(&str, &str)> = keys.iter().map(|k| (k.as_str(), "v")).collect();
+    api.set_pod("ml", "train-0", "dgx-01", &labels);
+    let keys = keys.join(",");
     kubelet.set_pods(vec![
         pod("ml", "train-0", "trainer", "nvidia.com/gpu", &[&uuid(2)]),
         pod(
@@ -372,15 +383,28 @@ fn no_series_carries_more_than_15_labels_with_every_attribution_on() {
             "200ms",
             "--metrics.detail",
             "full",
+            "--kubernetes.pod-labels",
+            &keys,
+            "--kubernetes.node-name",
+            "dgx-01",
+            "--kubernetes.api-server",
+            &api.url(),
         ],
         &[
             ("FAKE_NVML_SCENARIO", "dgx-a100-mig"),
             ("FAKE_NVML_PCIE_DELAY_MS", "0"),
             ("FAKE_NVML_TIME", "60"),
+            (
+                "DGX_PIXELS_KUBERNETES__SERVICE_ACCOUNT_DIR",
+                dir.path().to_str().unwrap(),
+            ),
         ],
     );
     let attributed = |b: &str| {
-        b.contains("pod=\"llm-0\"") && b.contains("pod=\"train-0\"") && b.contains("hpc_job=")
+        b.contains("pod=\"llm-0\"")
+            && b.contains("pod=\"train-0\"")
+            && b.contains("hpc_job=")
+            && b.contains("label_example_com_key_7=\"v\"")
     };
     let (body, _) = wait_until(d.port, WAIT, attributed);
     assert!(attributed(&body), "{body}");
@@ -391,6 +415,14 @@ fn no_series_carries_more_than_15_labels_with_every_attribution_on() {
         .max_by_key(|(n, _)| *n)
         .unwrap();
     assert!(most <= MAX_LABELS, "{most} labels: {line}");
+    // The pod info series with every pod label is that longest kind of line: exactly 15.
+    let info = body
+        .lines()
+        .find(|l| {
+            l.starts_with("dgx_pixels_gpu_pod_info{") && l.contains("label_example_com_key_0")
+        })
+        .unwrap();
+    assert_eq!(info.matches("=\"").count(), MAX_LABELS, "{info}");
     // The attribution really is on the longest series' kind of line: a GPU info series
     // carries the node, the pod and the job.
     assert!(body.lines().any(|l| l.starts_with("dgx_pixels_gpu_info{")

@@ -123,6 +123,13 @@ pub fn snapshot(gpus: u32) -> Snapshot {
 /// A kubernetes snapshot (up) whose attribution set holds `pods` pods over `gpus` GPUs, time-sliced when there are more pods than GPUs.
 #[allow(dead_code)] // not every bench attributes pods
 pub fn pods(pods: u32, gpus: u32) -> Snapshot {
+    labelled_pods(pods, gpus, 0)
+}
+
+/// The same, each pod with `labels` pod labels (`label_key_N`, 12-character values), as
+/// `[kubernetes] pod_labels` gives them.
+#[allow(dead_code)] // not every bench attributes pods
+pub fn labelled_pods(pods: u32, gpus: u32, labels: u32) -> Snapshot {
     let set = (0..pods)
         .map(|p| {
             (
@@ -131,6 +138,14 @@ pub fn pods(pods: u32, gpus: u32) -> Snapshot {
                     namespace: format!("team-{}", p % 5),
                     pod: format!("job-{p:04}-7d9f8c6b5-x2k4q"),
                     container: "worker".into(),
+                    labels: (0..labels)
+                        .map(|k| {
+                            (
+                                Arc::from(format!("label_key_{k}").as_str()),
+                                Arc::from(format!("value-{p:06}").as_str()),
+                            )
+                        })
+                        .collect(),
                 },
             )
         })

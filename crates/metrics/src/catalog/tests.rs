@@ -151,7 +151,12 @@ fn attribution_labels_appear_only_on_the_attribution_rows() {
     // the holder they were counted for (a holder joined at encoding time could be newer).
     let holder_counters = [Metric::GpuAllocatedIdle, Metric::GpuAllocatedIdleEnergy];
     // An attribution source's own health counters are about the source, not a device.
-    let source_health = [Metric::SourceReadErrors, Metric::SourceSeriesDropped];
+    let source_health = [
+        Metric::SourceReadErrors,
+        Metric::SourceSeriesDropped,
+        Metric::KubernetesPodLabelsUp,
+        Metric::KubernetesPodLabelsDropped,
+    ];
     for def in CATALOG {
         if source_health.contains(&def.metric) {
             assert!(

@@ -5,6 +5,7 @@
 //!
 //! [`DeviceView`]: super::DeviceView
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -23,6 +24,9 @@ pub struct Join {
     process_extra: HashMap<String, Vec<(Option<u32>, String, Extra)>>,
     /// `dgx_pixels_gpu_pod_info` and `dgx_pixels_gpu_hpc_job_info` samples.
     pub info: Vec<Sample>,
+    /// The `label_<key>` pairs of each pod's `dgx_pixels_gpu_pod_info` series, by namespace
+    /// then pod (looked up by `&str`); only pods with some.
+    pod_labels: HashMap<String, HashMap<String, Extra>>,
     /// Every held device, by uuid then `gpu_instance`.
     holdings: Vec<Holding>,
 }
@@ -186,12 +190,13 @@ impl Join {
             namespace,
             pod,
             container,
+            ..
         }] = list.as_slice()
         {
             let extra: Extra = [
-                ("namespace", namespace.clone()),
-                ("pod", pod.clone()),
-                ("container", container.clone()),
+                ("namespace".into(), namespace.clone()),
+                ("pod".into(), pod.clone()),
+                ("container".into(), container.clone()),
             ]
             .into();
             self.process_extra
@@ -215,13 +220,14 @@ impl Join {
             .filter(|h| matches!(h, Holder::Pod { .. }))
             .count();
         let jobs = list.iter().filter(|h| matches!(h, Holder::Job(_))).count();
-        let mut extra: Vec<(&'static str, String)> = Vec::new();
+        let mut extra: Vec<(Cow<'static, str>, String)> = Vec::new();
         for h in list {
             match h {
                 Holder::Pod {
                     namespace,
                     pod,
                     container,
+                    labels,
                 } => {
                     self.info.push(Sample::of(
                         gpu,
@@ -229,10 +235,20 @@ impl Join {
                         [&instance, namespace, pod, container],
                         1.0,
                     ));
+                    if !labels.is_empty() {
+                        let pairs = labels
+                            .iter()
+                            .map(|(k, v)| (Cow::Owned(k.to_string()), v.to_string()));
+                        self.pod_labels
+                            .entry(namespace.clone())
+                            .or_default()
+                            .entry(pod.clone())
+                            .or_insert_with(|| pairs.collect());
+                    }
                     if pods == 1 {
-                        extra.push(("namespace", namespace.clone()));
-                        extra.push(("pod", pod.clone()));
-                        extra.push(("container", container.clone()));
+                        extra.push(("namespace".into(), namespace.clone()));
+                        extra.push(("pod".into(), pod.clone()));
+                        extra.push(("container".into(), container.clone()));
                     }
                 }
                 Holder::Job(job) => {
@@ -243,7 +259,7 @@ impl Join {
                         1.0,
                     ));
                     if jobs == 1 {
-                        extra.push(("hpc_job", job.clone()));
+                        extra.push(("hpc_job".into(), job.clone()));
                     }
                 }
             }
@@ -259,10 +275,18 @@ impl Join {
         &self.holdings
     }
 
-    /// The extra labels of `sample`, or none. Samples that are not about a device, or that
-    /// already carry an attribution label (the info series), get none. A sample's key names
-    /// its GPU and, for a MIG instance or a process in one, the instance.
+    /// The extra labels of `sample`, or none. A `dgx_pixels_gpu_pod_info` series gets its
+    /// pod's `label_<key>` pairs; samples that are not about a device, or that already carry
+    /// an attribution label (the other info series), get none. A sample's key names its GPU
+    /// and, for a MIG instance or a process in one, the instance.
     pub fn labels_for(&self, sample: &Sample) -> Option<&Extra> {
+        if sample.metric == Metric::GpuPodInfo {
+            if self.pod_labels.is_empty() {
+                return None;
+            }
+            let pods = self.pod_labels.get(sample.label("namespace")?)?;
+            return pods.get(sample.label("pod")?);
+        }
         if self.extra.is_empty() && self.process_extra.is_empty() {
             return None;
         }
@@ -307,6 +331,7 @@ impl Join {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::attribution::PodLabels;
     use crate::snapshot::{PollOutput, SourceHealth};
     use crate::MigInstance;
 
@@ -380,6 +405,7 @@ mod tests {
             namespace: ns.into(),
             pod: p.into(),
             container: "main".into(),
+            labels: PodLabels::default(),
         }
     }
 
@@ -412,7 +438,7 @@ mod tests {
         let mig = &snaps[0].output.samples[4];
         assert_eq!(
             join.labels_for(mig).unwrap()[1],
-            ("pod", "infer".to_string())
+            ("pod".into(), "infer".to_string())
         );
         // The whole GPU 1 is held by nobody.
         let gpu1 = Sample::for_gpu(1, "GPU-b", Metric::GpuPower, &[], 1.0);
@@ -424,6 +450,49 @@ mod tests {
         );
         // Info series are never joined again.
         assert!(join.labels_for(&join.info[0]).is_none());
+    }
+
+    #[test]
+    fn pod_labels_go_on_the_pods_info_series_only() {
+        let labelled = |ns: &str, p: &str, team: &str| Holder::Pod {
+            namespace: ns.into(),
+            pod: p.into(),
+            container: "main".into(),
+            labels: [(Arc::from("label_team"), Arc::from(team))].into(),
+        };
+        let set: AttributionSet = Arc::new(vec![
+            (
+                DeviceRef::Uuid("GPU-a".into()),
+                labelled("ml", "train", "vision"),
+            ),
+            (
+                DeviceRef::Uuid("GPU-b".into()),
+                labelled("ml", "infer", "llm"),
+            ),
+            (DeviceRef::Uuid("GPU-b".into()), pod("ops", "probe")),
+        ]);
+        let snaps = [nvml(), holders("kubernetes", set)];
+        let join = Join::build(&snaps);
+        let text = |e: Option<&Extra>| -> Vec<String> {
+            e.map(|e| e.iter().map(|(k, v)| format!("{k}={v}")).collect())
+                .unwrap_or_default()
+        };
+        let by_pod = |p: &str| {
+            join.info
+                .iter()
+                .find(|s| s.label("pod") == Some(p))
+                .map(|s| text(join.labels_for(s)))
+        };
+        assert_eq!(by_pod("train").unwrap(), ["label_team=vision"]);
+        assert_eq!(by_pod("infer").unwrap(), ["label_team=llm"]);
+        // A pod without labels gets none, not another pod's.
+        assert_eq!(by_pod("probe").unwrap(), Vec::<String>::new());
+        // Device series keep the attribution labels only.
+        let power = &snaps[0].output.samples[3];
+        assert_eq!(
+            text(join.labels_for(power)),
+            ["namespace=ml", "pod=train", "container=main"]
+        );
     }
 
     #[test]
@@ -454,6 +523,7 @@ mod tests {
             namespace: "c".into(),
             pod: "two-in-one".into(),
             container: "sidecar".into(),
+            labels: PodLabels::default(),
         };
         let set: AttributionSet = Arc::new(vec![
             (DeviceRef::Uuid("GPU-a".into()), pod("a", "one")),

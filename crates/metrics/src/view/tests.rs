@@ -29,6 +29,7 @@ fn pod(name: &str) -> Holder {
         namespace: "ml".into(),
         pod: name.into(),
         container: "main".into(),
+        labels: Default::default(),
     }
 }
 
