@@ -254,7 +254,10 @@ impl Pusher {
     /// Pushes every interval until the process ends. Blocks: run it on its own thread
     /// ([`spawn`]).
     pub async fn run(self) {
-        let mut tick = tokio::time::interval(self.config.interval);
+        // The first push one interval after the start, as the SDK's periodic reader does: by
+        // then the sources have published their first polls.
+        let first = tokio::time::Instant::now() + self.config.interval;
+        let mut tick = tokio::time::interval_at(first, self.config.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;

@@ -388,3 +388,37 @@ async fn a_hung_collector_costs_the_timeout_and_an_error() {
     assert!(p.push_once().await.is_err());
     assert_eq!(counters.counts(), (0, 1, 0));
 }
+
+/// The loop pushes one interval after its start (the sources' first polls are in by then), then
+/// every interval: never earlier (a timer never fires early, so this holds under load too).
+#[tokio::test]
+async fn the_loop_pushes_every_interval_after_the_first() {
+    let state = Arc::new(Mutex::new(Receiver::default()));
+    let url = serve(Arc::clone(&state)).await;
+    let (p, counters) = pusher(
+        &url,
+        &[("OTEL_METRIC_EXPORT_INTERVAL", "300")],
+        SystemTime::now(),
+    );
+    let started = Instant::now();
+    let task = tokio::spawn(p.run());
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(
+        state.lock().unwrap().requests.len(),
+        0,
+        "pushed before one interval"
+    );
+    while counters.counts().0 < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no 2 pushes in 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    task.abort();
+    assert!(
+        started.elapsed() >= Duration::from_millis(600),
+        "{:?}",
+        started.elapsed()
+    );
+}
