@@ -27,6 +27,8 @@ check dgx-pixels-probes dgx-pixels-metrics plotters dgx-pixels-charts clap indic
 # The registry is what every collector crate depends on: none of the daemon's machinery.
 check dgx-pixels-registry clap config dgx-pixels-web dgx-pixels-exposition axum tokio
 # The fakes and their support are for tests: never in what ships.
+# The OTLP push: the wire types and one HTTP/1.1 client, no gRPC stack, no second HTTP client.
+check dgx-pixels-otlp tonic reqwest axum dgx-pixels-web
 check dgx-pixels-exporter fake-support fake-nvml fake-dcgm fake-cuda fake-nccl
 
 if [ "$status" -eq 0 ]; then

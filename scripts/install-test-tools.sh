@@ -44,6 +44,42 @@ if [ ! -x "$TOOLS/prometheus/usr/bin/prometheus" ]; then
 fi
 "$TOOLS/prometheus/usr/bin/prometheus" --version 2>&1 | head -1
 
+# An OTLP receiver with a Prometheus query API for the OTLP push's end-to-end test
+# (tests/e2e/otlp.sh). Debian's Prometheus packages are built without the OTLP receiver (12's
+# 2.42 predates it; 13's 2.53.3 ignores --enable-feature=otlp-write-receiver and answers 404,
+# unstable's 3.5.3 has no --web.enable-otlp-receiver; checked 2026-12-03), so it is Debian 13's
+# VictoriaMetrics (1.112, /opentelemetry/v1/metrics since 1.92), unpacked under .tools/. Its apt
+# source is derived at run time from this machine's own Debian entry with the suite replaced (no
+# host name is written here), read with private lists and caches: the system's apt state stays.
+OTLP_RECEIVER_SUITE=trixie
+if [ ! -x "$TOOLS/victoria-metrics-otlp/usr/bin/victoria-metrics" ]; then
+  tmp=$(mktemp -d)
+  mkdir -p "$tmp/parts" "$tmp/lists/partial" "$tmp/cache/archives/partial"
+  # The first deb822 stanza of the system's Debian sources that is not the security archive.
+  entry=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null \
+    | awk 'BEGIN { RS = ""; ORS = "\n\n" } /Suites:/ && /debian-archive-keyring/ && !/security/ { print; exit }')
+  if [ -z "$entry" ]; then
+    # One-line format: the first "deb URI SUITE main" line that is not the security archive.
+    uri=$(grep -hE '^deb [^[]*main' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null \
+      | grep -v security | awk '{ print $2; exit }')
+    [ -n "$uri" ] || { echo "no Debian apt source to derive the $OTLP_RECEIVER_SUITE one from" >&2; exit 1; }
+    entry=$(printf 'Types: deb\nURIs: %s\nSuites: x\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' "$uri")
+  fi
+  printf '%s\n' "$entry" | sed -E "s/^Suites:.*/Suites: $OTLP_RECEIVER_SUITE/" >"$tmp/parts/otlp.sources"
+  apt_private=(-o Dir::Etc::SourceList=/dev/null -o Dir::Etc::SourceParts="$tmp/parts"
+    -o Dir::State::Lists="$tmp/lists" -o Dir::Cache="$tmp/cache")
+  apt-get "${apt_private[@]}" update -qq
+  (cd "$tmp" && apt-get "${apt_private[@]}" download victoria-metrics >/dev/null 2>&1)
+  dpkg-deb -x "$tmp"/victoria-metrics_*.deb "$tmp/unpacked"
+  mkdir -p "$TOOLS/victoria-metrics-otlp/usr/bin"
+  # Only the server (the package also holds vmagent, vmalert, vmctl, ...: 150 MB in all).
+  mv "$tmp/unpacked/usr/bin/victoria-metrics" "$TOOLS/victoria-metrics-otlp/usr/bin/"
+  # Its -version is empty in Debian's build: the package's version, kept beside it.
+  dpkg-deb -f "$tmp"/victoria-metrics_*.deb Version >"$TOOLS/victoria-metrics-otlp/VERSION"
+  rm -rf "$tmp"
+fi
+echo "victoria-metrics (OTLP receiver) $(cat "$TOOLS/victoria-metrics-otlp/VERSION")"
+
 # Alertmanager (Debian's, 0.25; no dependencies) for the alerting end-to-end test
 # (tests/e2e/alertmanager.sh). Installed, not unpacked: it reads its default notification
 # template from /usr/share/prometheus/alertmanager/.

@@ -94,6 +94,16 @@ pub struct Cli {
     #[arg(long = "node.name", display_order = 190, value_name = "NAME")]
     pub node_name: Option<String>,
 
+    /// Push every generation to an OTLP/HTTP collector as well (http/protobuf), configured by
+    /// the OTEL_EXPORTER_OTLP_* and OTEL_METRIC_EXPORT_INTERVAL variables; see docs/otlp.md.
+    #[arg(long = "otlp.push", display_order = 200)]
+    pub otlp_push: bool,
+
+    /// The OTLP metrics URL, used as is (overrides OTEL_EXPORTER_OTLP_METRICS_ENDPOINT and
+    /// OTEL_EXPORTER_OTLP_ENDPOINT) [default: http://localhost:4318/v1/metrics]. Implies --otlp.push.
+    #[arg(long = "otlp.endpoint", display_order = 201, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+
     #[command(subcommand)]
     pub command: Option<Commands>,
 

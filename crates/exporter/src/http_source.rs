@@ -19,6 +19,8 @@ pub struct HttpSource {
     pub config_reloads: Arc<ReloadCounters>,
     /// Scrapes answered.
     pub scrapes: Arc<ScrapeCounters>,
+    /// The OTLP push's counters, while it is on.
+    pub otlp: Option<Arc<dgx_pixels_otlp::PushCounters>>,
 }
 
 impl Source for HttpSource {
@@ -58,6 +60,9 @@ impl Source for HttpSource {
             if ok { 1.0 } else { 0.0 },
         ));
         out.extend(self.config_reloads.samples());
+        if let Some(otlp) = &self.otlp {
+            out.extend(otlp.samples());
+        }
         Ok(PollOutput::samples(out))
     }
 }

@@ -11,6 +11,7 @@ mod config;
 mod http_source;
 mod logging;
 mod npd_check;
+mod otlp_push;
 mod own_process;
 mod ownership;
 mod plan;
@@ -53,6 +54,10 @@ fn main() -> ExitCode {
             Ok(s) => s,
             Err(e) => return startup_error(StartError::Config(e.to_string())),
         };
+    let otlp = match otlp_push::configure(&cli, |k| std::env::var(k).ok()) {
+        Ok(o) => o,
+        Err(e) => return startup_error(StartError::Config(e.to_string())),
+    };
     let level = match logging::init(&settings.log) {
         Ok(handle) => handle,
         Err(e) => return startup_error(StartError::Config(e.to_string())),
@@ -87,7 +92,8 @@ fn main() -> ExitCode {
         }
     };
     let started = runtime.block_on(async {
-        let lasting = Arc::new(collectors::Lasting::with_web(Arc::clone(&web)));
+        let counters = otlp.as_ref().map(|o| Arc::clone(&o.counters));
+        let lasting = Arc::new(collectors::Lasting::with_web(Arc::clone(&web), counters));
         let config_error = |e: anyhow::Error| StartError::Config(format!("{e:#}"));
         let plan = plan::plan(&settings).map_err(config_error)?;
         let built = plan.build(&lasting, |_| true).map_err(config_error)?;
@@ -107,7 +113,7 @@ fn main() -> ExitCode {
         level,
         (plan, built),
         kept,
-        listener,
+        (listener, otlp),
     ));
     // Blocking work still running (a reload stuck on a file, a library call) must not keep
     // the process alive after a signal: give it a moment, then exit regardless.
@@ -176,7 +182,8 @@ async fn run(
     level: logging::LevelHandle,
     (plan, built): (Plan, Vec<BuiltSource>),
     lasting: Arc<collectors::Lasting>,
-    listener: tokio::net::TcpListener,
+    // Where it serves and where it pushes (`--otlp.push`).
+    (listener, otlp): (tokio::net::TcpListener, Option<otlp_push::Otlp>),
 ) -> Result<()> {
     warn_about_plan(&settings, &plan, &built);
     let (mode, scenario, cost) = (plan.mode, plan.scenario.clone(), plan.cost.clone());
@@ -207,6 +214,9 @@ async fn run(
     let state = app_state(&settings, Arc::clone(&store), &lasting);
     let runners =
         Runners::start(sources, Arc::clone(&store)).context("cannot start source threads")?;
+    if let Some(otlp) = otlp {
+        otlp_push::start(otlp, Arc::clone(&store), addr, (mode, &scenario))?;
+    }
 
     // Handlers are installed before the server answers /-/ready, so a signal sent right after
     // readiness is never delivered to the default (terminating) action.

@@ -27,10 +27,14 @@ pub(crate) use external::external;
 
 /// The type of a family, catalog or external.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Type {
+pub enum Type {
+    /// A monotonic counter.
     Counter,
+    /// A gauge.
     Gauge,
+    /// A cumulative histogram.
     Histogram,
+    /// A summary (quantiles, sum, count).
     Summary,
     /// Untyped in the classic text format, `unknown` in OpenMetrics.
     Unknown,
@@ -60,20 +64,23 @@ impl From<ExternalKind> for Type {
 
 /// One family: a `# TYPE` block and its series.
 #[derive(Debug)]
-pub(crate) struct Family<'a> {
+pub struct Family<'a> {
     /// The name in the classic text format and the stem of every sample name (a counter's
     /// includes `_total`).
     pub name: &'a str,
     /// The OpenMetrics family name (a counter's without `_total`).
     pub openmetrics_name: &'a str,
+    /// The unit as the name's suffix spells it (`watts`, `seconds`), if the family has one.
     pub unit: Option<&'static str>,
     /// Unescaped.
     pub help: &'a str,
+    /// The family's type.
     pub kind: Type,
     /// Histogram bucket bounds must be written as their source wrote them: an external family's
     /// `le` text is its author's, and a rewritten one (`1` as `1.0`) is another series to a
     /// Prometheus before 3.0 and to every selector on it.
     pub verbatim_bounds: bool,
+    /// Its series, in the order they are written.
     pub series: Vec<Series<'a>>,
 }
 
@@ -92,16 +99,19 @@ impl Family<'_> {
 /// One series: its own label pairs and its point. The exposition's constant labels come first
 /// and are the same for every series (see [`Exposition::consts`]).
 #[derive(Debug)]
-pub(crate) struct Series<'a> {
+pub struct Series<'a> {
+    /// Its own label pairs (the constant labels are the exposition's).
     pub labels: Labels<'a>,
+    /// Its value.
     pub point: Point<'a>,
 }
 
 /// The label pairs of a series, borrowed from its sample.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Labels<'a> {
+pub enum Labels<'a> {
     /// A catalog row's device labels (from the sample's key), its own label names with the
     /// sample's values, then the attribution labels.
+    #[allow(missing_docs)]
     Catalog {
         device: Option<(&'a DeviceKey, Scope)>,
         names: &'static [&'static str],
@@ -110,6 +120,7 @@ pub(crate) enum Labels<'a> {
     },
     /// An external sample's pairs in their order, less the one at `skip` (a histogram's `le`
     /// or a summary's `quantile`, which belong to the point).
+    #[allow(missing_docs)]
     External {
         pairs: &'a [(Arc<str>, Arc<str>)],
         skip: Option<usize>,
@@ -176,13 +187,15 @@ impl<'a> Labels<'a> {
 }
 
 /// The iterator of [`Labels::pairs`].
-pub(crate) enum Pairs<'a> {
+pub enum Pairs<'a> {
+    #[allow(missing_docs)]
     Catalog {
         device: Option<DeviceLabels<'a>>,
         names: std::slice::Iter<'static, &'static str>,
         values: std::slice::Iter<'a, String>,
         extra: std::slice::Iter<'a, (std::borrow::Cow<'static, str>, String)>,
     },
+    #[allow(missing_docs)]
     External {
         pairs: std::slice::Iter<'a, (Arc<str>, Arc<str>)>,
         skip: usize,
@@ -219,10 +232,12 @@ impl<'a> Iterator for Pairs<'a> {
 
 /// What a series holds.
 #[derive(Debug)]
-pub(crate) enum Point<'a> {
+pub enum Point<'a> {
     /// Counters, gauges and untyped series.
     Value(f64),
+    /// A histogram's buckets, sum and count.
     Histogram(Box<Histogram<'a>>),
+    /// A summary's quantiles, sum and count.
     Summary(Box<SummaryPoint<'a>>),
 }
 
@@ -243,36 +258,45 @@ impl Point<'_> {
 
 /// A histogram series: cumulative buckets in increasing order of their bound, `+Inf` last.
 #[derive(Debug, Default)]
-pub(crate) struct Histogram<'a> {
+pub struct Histogram<'a> {
+    /// Cumulative buckets, `+Inf` last.
     pub buckets: Vec<Bucket<'a>>,
+    /// The sum, if known.
     pub sum: Option<f64>,
+    /// The count, if given.
     pub count: Option<f64>,
 }
 
 /// One bucket: its bound, and its cumulative count.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Bucket<'a> {
+pub struct Bucket<'a> {
     /// The upper bound as a number (`+Inf` is infinity).
     pub bound: f64,
     /// The bound as its author wrote it, for an external family (see
     /// [`Family::verbatim_bounds`]); `None` for a catalog one, which the writer spells.
     pub text: Option<&'a str>,
+    /// The cumulative count.
     pub count: f64,
 }
 
 /// A summary series: quantiles (as written, and their values), sum and count.
 #[derive(Debug, Default)]
-pub(crate) struct SummaryPoint<'a> {
+pub struct SummaryPoint<'a> {
+    /// Quantiles as written, with their values.
     pub quantiles: Vec<(&'a str, f64)>,
+    /// The sum, if known.
     pub sum: Option<f64>,
+    /// The count, if known.
     pub count: Option<f64>,
 }
 
 /// Everything one exposition writes: constant labels (first on every series) and the
 /// families, catalog ones in catalog order, then external ones by source.
 #[derive(Debug)]
-pub(crate) struct Exposition<'a> {
+pub struct Exposition<'a> {
+    /// Labels first on every series.
     pub consts: &'a [(String, String)],
+    /// The families in the order they are written.
     pub families: Vec<Family<'a>>,
 }
 

@@ -15,6 +15,8 @@
 //!   bytes to every scraper. An encoding joins attribution (the view's) and converts the catalog
 //!   samples and external families into one family model (`family`), which one writer
 //!   (`writer`) writes as [`Format::OpenMetrics`] or the classic [`Format::Text`].
+//! - [`Generation::with_model`] lends the same family model to another encoder (the OTLP
+//!   push, `dgx-pixels-otlp`), so it serves what `/metrics` serves.
 //! - [`status`] renders a generation as the HTML status page at `/`: the same served samples,
 //!   for a person rather than a scraper.
 //!
@@ -35,7 +37,7 @@
 #![deny(missing_docs)]
 
 pub mod encode;
-mod family;
+pub mod family;
 pub mod status;
 pub mod store;
 mod syntax;

@@ -14,7 +14,8 @@ use bytes::Bytes;
 use flate2::write::GzEncoder;
 use flate2::Compression;
 
-use crate::encode::{encode_with, EncodeOptions, ExpositionInput, Format};
+use crate::encode::{encode_with, with_exposition, EncodeOptions, ExpositionInput, Format};
+use crate::family::Exposition;
 use dgx_pixels_metrics::snapshot::{Sample, Snapshot};
 use dgx_pixels_metrics::view::{DeviceView, DeviceViews};
 
@@ -69,6 +70,13 @@ impl Generation {
             (Format::OpenMetrics, true) => 2,
             (Format::Text, true) => 3,
         }
+    }
+
+    /// Calls `f` with this generation's family model: the families, values, types, units and
+    /// help `/metrics` writes, the series budget applied, joined with this generation's device
+    /// view. For an encoder of another format (the OTLP push); nothing is cached.
+    pub fn with_model<T>(&self, f: impl FnOnce(&Exposition<'_>) -> T) -> T {
+        with_exposition(&self.input, self.device_view(), f)
     }
 
     /// The exposition in `format` if it was already encoded: never encodes, never blocks.

@@ -451,6 +451,12 @@ define_catalog! {
         "1 when the last SIGHUP reload of the config file and field lists succeeded (or none was asked for), else 0.";
     ExporterScrapes => Counter None "dgx_pixels_exporter_scrapes_total" ["format", "result"] ["exporter"]
         "Scrapes of the metrics path answered, by format (text, openmetrics) and result (success; error: the encoding failed, answered 500). Scrapes refused by --web.max-requests count in dgx_pixels_exporter_http_rejected_total (reason scrape_limit). Read by the exporter source each second, so a scrape shows those answered before that source's last poll.";
+    ExporterOtlpExports => Counter None "dgx_pixels_exporter_otlp_exports_total" ["result"] ["exporter"]
+        "OTLP/HTTP pushes of a generation (--otlp.push, docs/otlp.md), by result (success; error: refused, failed or timed out after its retries; too_large: over the request bound, not sent). Only served while the push is on.";
+    ExporterOtlpExportDuration => Gauge Seconds "dgx_pixels_exporter_otlp_export_duration_seconds" [] ["exporter"]
+        "Wall time of the last OTLP push: conversion, encoding and the request with its retries. Only served while the push is on, after its first push.";
+    ExporterOtlpLastSuccess => Gauge Seconds "dgx_pixels_exporter_otlp_last_success_timestamp_seconds" [] ["exporter"]
+        "Unix time of the last OTLP push the collector accepted. Only served while the push is on, after its first success.";
     // The exporter's own process, under the names and types every Prometheus client library
     // serves (client_golang's process collector on Linux): the one exception to the
     // dgx_pixels_ prefix, name by name (`names::STANDARD_PROCESS_NAMES`).

@@ -44,6 +44,8 @@ pub struct Counters {
     pub config_reloads: Arc<ReloadCounters>,
     /// Scrapes answered, counted by the server.
     pub scrapes: Arc<ScrapeCounters>,
+    /// The OTLP push's counters, while it is on.
+    pub otlp: Option<Arc<dgx_pixels_otlp::PushCounters>>,
 }
 
 /// The HTTP counters and the process, in one poll.
@@ -71,6 +73,7 @@ fn build(ctx: &BuildContext<'_>) -> anyhow::Result<Built> {
             rejected_scrapes: Arc::clone(&c.rejected_scrapes),
             config_reloads: Arc::clone(&c.config_reloads),
             scrapes: Arc::clone(&c.scrapes),
+            otlp: c.otlp.clone(),
         },
         process: OwnProcess::new(),
     })))

@@ -90,7 +90,11 @@ impl Default for Lasting {
 
 impl Lasting {
     /// What lives for a daemon serving `web`'s counters.
-    pub fn with_web(web: Arc<dgx_pixels_web::WebState>) -> Lasting {
+    /// `otlp`: the OTLP push's counters, when the push is on (`--otlp.push`).
+    pub fn with_web(
+        web: Arc<dgx_pixels_web::WebState>,
+        otlp: Option<Arc<dgx_pixels_otlp::PushCounters>>,
+    ) -> Lasting {
         let lasting = Lasting::default();
         lasting.registry.keep(
             exporter::COLLECTOR.name,
@@ -99,6 +103,7 @@ impl Lasting {
                 rejected_scrapes: Arc::clone(&lasting.rejected_scrapes),
                 config_reloads: Arc::clone(&lasting.config_reloads),
                 scrapes: Arc::clone(&lasting.scrapes),
+                otlp,
             }),
         );
         lasting

@@ -1,0 +1,452 @@
+//! The push's configuration from the OpenTelemetry SDK's environment variables
+//! (<https://opentelemetry.io/docs/specs/otel/protocol/exporter/>,
+//! <https://opentelemetry.io/docs/specs/otel/configuration/sdk-environment-variables/>) and the
+//! binary's flag, which wins over them. Every value is checked at startup; an error names the
+//! variable and never echoes a header's value (headers carry tokens).
+
+use std::time::Duration;
+
+use hyper::header::{HeaderName, HeaderValue};
+
+/// The default collector endpoint of OTLP/HTTP.
+pub const DEFAULT_ENDPOINT: &str = "http://localhost:4318/v1/metrics";
+/// The spec's default export timeout.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The spec's default export interval (`OTEL_METRIC_EXPORT_INTERVAL`).
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
+/// The shortest export interval accepted: a push per generation at most every 100 ms.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
+/// The longest export interval or timeout accepted (one hour).
+pub const MAX_DURATION: Duration = Duration::from_secs(3600);
+/// At most this many bytes of `OTEL_EXPORTER_OTLP_HEADERS` / `OTEL_RESOURCE_ATTRIBUTES`.
+pub const MAX_LIST_BYTES: usize = 16 * 1024;
+
+/// A bad setting: the variable (or flag) it came from and what is wrong.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{variable}: {problem}")]
+pub struct ConfigError {
+    /// The environment variable or flag.
+    pub variable: String,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+fn error(variable: &str, problem: impl Into<String>) -> ConfigError {
+    ConfigError {
+        variable: variable.to_string(),
+        problem: problem.into(),
+    }
+}
+
+/// Where the push goes: an `http://` URL split into what the client needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// `host:port` for the TCP connection and the `Host` header.
+    pub authority: String,
+    /// The path and query sent in the request line.
+    pub path: String,
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "http://{}{}", self.authority, self.path)
+    }
+}
+
+/// Everything the push needs, checked.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PushConfig {
+    /// The metrics URL.
+    pub endpoint: Endpoint,
+    /// Extra request headers (never logged).
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// Deadline of one export, retries included.
+    pub timeout: Duration,
+    /// Whether the body is gzip-compressed.
+    pub gzip: bool,
+    /// Time between pushes.
+    pub interval: Duration,
+    /// `OTEL_RESOURCE_ATTRIBUTES`, in order (`OTEL_SERVICE_NAME` applied as `service.name`).
+    pub resource: Vec<(String, String)>,
+}
+
+// Headers carry tokens: Debug shows their names only.
+impl std::fmt::Debug for PushConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.headers.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("PushConfig")
+            .field("endpoint", &self.endpoint)
+            .field("header_names", &names)
+            .field("timeout", &self.timeout)
+            .field("gzip", &self.gzip)
+            .field("interval", &self.interval)
+            .field("resource", &self.resource)
+            .finish()
+    }
+}
+
+/// The metrics-specific variable if set, else the generic one: `(name, value)`.
+fn either(
+    env: &impl Fn(&str) -> Option<String>,
+    specific: &str,
+    generic: &str,
+) -> Option<(String, String)> {
+    env(specific)
+        .map(|v| (specific.to_string(), v))
+        .or_else(|| env(generic).map(|v| (generic.to_string(), v)))
+}
+
+impl PushConfig {
+    /// The configuration from `flag_endpoint` (`--otlp.endpoint`, the metrics URL as is) and the
+    /// environment as `env` reads it. The spec's path rule: the metrics-specific
+    /// `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` is used as is, the generic
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` gets `/v1/metrics` appended to its path.
+    pub fn from_env(
+        flag_endpoint: Option<&str>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<PushConfig, ConfigError> {
+        let endpoint = match flag_endpoint {
+            Some(url) => parse_url("--otlp.endpoint", url, false)?,
+            None => match (
+                env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"),
+                env("OTEL_EXPORTER_OTLP_ENDPOINT"),
+            ) {
+                (Some(url), _) => parse_url("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", &url, false)?,
+                (None, Some(url)) => parse_url("OTEL_EXPORTER_OTLP_ENDPOINT", &url, true)?,
+                (None, None) => parse_url("default", DEFAULT_ENDPOINT, false)?,
+            },
+        };
+        if let Some((name, value)) = either(
+            &env,
+            "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+        ) {
+            if value.trim() != "http/protobuf" {
+                return Err(error(
+                    &name,
+                    format!("{:?} is not supported: only http/protobuf is", value.trim()),
+                ));
+            }
+        }
+        let headers = match either(
+            &env,
+            "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
+            "OTEL_EXPORTER_OTLP_HEADERS",
+        ) {
+            Some((name, value)) => parse_headers(&name, &value)?,
+            None => Vec::new(),
+        };
+        let timeout = match either(
+            &env,
+            "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT",
+            "OTEL_EXPORTER_OTLP_TIMEOUT",
+        ) {
+            Some((name, value)) => millis(&name, &value, Duration::from_millis(1))?,
+            None => DEFAULT_TIMEOUT,
+        };
+        let gzip = match either(
+            &env,
+            "OTEL_EXPORTER_OTLP_METRICS_COMPRESSION",
+            "OTEL_EXPORTER_OTLP_COMPRESSION",
+        ) {
+            Some((name, value)) => match value.trim() {
+                "gzip" => true,
+                "none" | "" => false,
+                other => {
+                    return Err(error(
+                        &name,
+                        format!("{other:?} is not supported: gzip or none"),
+                    ))
+                }
+            },
+            None => false,
+        };
+        let interval = match env("OTEL_METRIC_EXPORT_INTERVAL") {
+            Some(value) => millis("OTEL_METRIC_EXPORT_INTERVAL", &value, MIN_INTERVAL)?,
+            None => DEFAULT_INTERVAL,
+        };
+        let mut resource = match env("OTEL_RESOURCE_ATTRIBUTES") {
+            Some(value) => parse_list("OTEL_RESOURCE_ATTRIBUTES", &value)?,
+            None => Vec::new(),
+        };
+        if let Some(name) = env("OTEL_SERVICE_NAME").filter(|n| !n.trim().is_empty()) {
+            resource.retain(|(k, _)| k != "service.name");
+            resource.push(("service.name".to_string(), name.trim().to_string()));
+        }
+        Ok(PushConfig {
+            endpoint,
+            headers,
+            timeout,
+            gzip,
+            interval,
+            resource,
+        })
+    }
+}
+
+/// An `http://host[:port][/path]` URL; `generic` appends the spec's `v1/metrics` to the path.
+pub fn parse_url(variable: &str, url: &str, generic: bool) -> Result<Endpoint, ConfigError> {
+    let url = url.trim();
+    let rest = match url.split_once("://") {
+        Some(("http", rest)) => rest,
+        Some(("https", _)) => {
+            return Err(error(
+                variable,
+                "https is not supported yet: push to a collector on the node or over a trusted network (docs/otlp.md)",
+            ))
+        }
+        _ => return Err(error(variable, format!("{url:?} is not an http:// URL"))),
+    };
+    let (authority, path) = match rest.find(['/', '?']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    if authority.is_empty() || authority.contains('@') || authority.contains(char::is_whitespace) {
+        return Err(error(variable, format!("{url:?} has no usable host")));
+    }
+    let authority = if authority
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| !p.contains(']'))
+    {
+        let (_, port) = authority.rsplit_once(':').unwrap_or_default();
+        port.parse::<u16>()
+            .map_err(|_| error(variable, format!("{url:?} has a bad port")))?;
+        authority.to_string()
+    } else {
+        format!("{authority}:80")
+    };
+    let mut path = if path.is_empty() {
+        "/".to_string()
+    } else {
+        path.to_string()
+    };
+    if generic {
+        if !path.ends_with('/') {
+            path.push('/');
+        }
+        path.push_str("v1/metrics");
+    }
+    if path.parse::<hyper::Uri>().is_err() {
+        return Err(error(variable, format!("{url:?} has a bad path")));
+    }
+    Ok(Endpoint { authority, path })
+}
+
+/// Whole milliseconds, at least `min` and at most [`MAX_DURATION`].
+fn millis(variable: &str, value: &str, min: Duration) -> Result<Duration, ConfigError> {
+    let ms: u64 = value.trim().parse().map_err(|_| {
+        error(
+            variable,
+            format!("{value:?} is not a whole number of milliseconds"),
+        )
+    })?;
+    let d = Duration::from_millis(ms);
+    if d < min || d > MAX_DURATION {
+        return Err(error(
+            variable,
+            format!(
+                "{ms} ms is out of range ({} to {} ms)",
+                min.as_millis(),
+                MAX_DURATION.as_millis()
+            ),
+        ));
+    }
+    Ok(d)
+}
+
+/// `key=value,key=value` with percent-encoded values (the W3C Baggage form the spec uses).
+fn parse_list(variable: &str, value: &str) -> Result<Vec<(String, String)>, ConfigError> {
+    if value.len() > MAX_LIST_BYTES {
+        return Err(error(
+            variable,
+            format!("longer than {MAX_LIST_BYTES} bytes"),
+        ));
+    }
+    let mut out = Vec::new();
+    for (i, item) in value.split(',').enumerate() {
+        if item.trim().is_empty() {
+            continue;
+        }
+        let Some((k, v)) = item.split_once('=') else {
+            return Err(error(variable, format!("item {} has no '='", i + 1)));
+        };
+        let k = k.trim();
+        let v = percent_decode(v.trim())
+            .ok_or_else(|| error(variable, format!("item {} has a bad %-escape", i + 1)))?;
+        if k.is_empty() {
+            return Err(error(variable, format!("item {} has an empty key", i + 1)));
+        }
+        out.push((k.to_string(), v));
+    }
+    Ok(out)
+}
+
+/// The headers; a bad one is named by its position, its value never shown.
+fn parse_headers(
+    variable: &str,
+    value: &str,
+) -> Result<Vec<(HeaderName, HeaderValue)>, ConfigError> {
+    parse_list(variable, value)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, (k, v))| {
+            let name = HeaderName::from_bytes(k.as_bytes()).map_err(|_| {
+                error(
+                    variable,
+                    format!("item {} is not a valid header name", i + 1),
+                )
+            })?;
+            let mut value = HeaderValue::from_str(&v)
+                .map_err(|_| error(variable, format!("the value of header {name} is not valid")))?;
+            value.set_sensitive(true);
+            Ok((name, value))
+        })
+        .collect()
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn config(flag: Option<&str>, vars: &[(&str, &str)]) -> Result<PushConfig, ConfigError> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        PushConfig::from_env(flag, |k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn endpoint_path_rules_follow_the_spec() {
+        let c = config(None, &[]).unwrap();
+        assert_eq!(c.endpoint.to_string(), DEFAULT_ENDPOINT);
+        let c = config(
+            None,
+            &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")],
+        )
+        .unwrap();
+        assert_eq!(c.endpoint.to_string(), "http://collector:4318/v1/metrics");
+        let c = config(None, &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c/otlp/")]).unwrap();
+        assert_eq!(c.endpoint.to_string(), "http://c:80/otlp/v1/metrics");
+        // The signal-specific one is used as is, and wins over the generic one.
+        let c = config(
+            None,
+            &[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://a:1"),
+                (
+                    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+                    "http://b:2/api/v1/otlp",
+                ),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.endpoint.to_string(), "http://b:2/api/v1/otlp");
+        // The flag wins over both.
+        let c = config(
+            Some("http://f:3/x"),
+            &[("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://b:2/y")],
+        )
+        .unwrap();
+        assert_eq!(c.endpoint.to_string(), "http://f:3/x");
+    }
+
+    #[test]
+    fn bad_values_name_their_variable() {
+        let e = config(None, &[("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")]).unwrap_err();
+        assert_eq!(e.variable, "OTEL_EXPORTER_OTLP_PROTOCOL");
+        let e = config(
+            None,
+            &[("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/json")],
+        )
+        .unwrap_err();
+        assert_eq!(e.variable, "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL");
+        assert!(config(None, &[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")]).is_ok());
+        let e = config(None, &[("OTEL_EXPORTER_OTLP_TIMEOUT", "10s")]).unwrap_err();
+        assert_eq!(e.variable, "OTEL_EXPORTER_OTLP_TIMEOUT");
+        let e = config(None, &[("OTEL_METRIC_EXPORT_INTERVAL", "5")]).unwrap_err();
+        assert_eq!(e.variable, "OTEL_METRIC_EXPORT_INTERVAL");
+        let e = config(None, &[("OTEL_EXPORTER_OTLP_COMPRESSION", "zstd")]).unwrap_err();
+        assert_eq!(e.variable, "OTEL_EXPORTER_OTLP_COMPRESSION");
+        let e = config(None, &[("OTEL_EXPORTER_OTLP_ENDPOINT", "https://c:4318")]).unwrap_err();
+        assert_eq!(e.variable, "OTEL_EXPORTER_OTLP_ENDPOINT");
+        let e = config(Some("c:4318"), &[]).unwrap_err();
+        assert_eq!(e.variable, "--otlp.endpoint");
+        let e = config(Some("http://c:99999"), &[]).unwrap_err();
+        assert_eq!(e.variable, "--otlp.endpoint");
+    }
+
+    #[test]
+    fn headers_are_decoded_and_never_shown() {
+        let c = config(
+            None,
+            &[(
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                "Authorization=Bearer%20s3cret, x-tenant=a",
+            )],
+        )
+        .unwrap();
+        assert_eq!(c.headers.len(), 2);
+        assert_eq!(c.headers[0].0.as_str(), "authorization");
+        assert_eq!(c.headers[0].1.to_str().unwrap(), "Bearer s3cret");
+        assert!(c.headers[0].1.is_sensitive());
+        assert!(!format!("{c:?}").contains("s3cret"));
+        let e = config(None, &[("OTEL_EXPORTER_OTLP_HEADERS", "a=s3%0Acret")]).unwrap_err();
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+        let e = config(None, &[("OTEL_EXPORTER_OTLP_HEADERS", "a=%zz")]).unwrap_err();
+        assert_eq!(e.variable, "OTEL_EXPORTER_OTLP_HEADERS");
+    }
+
+    #[test]
+    fn timings_compression_and_resource() {
+        let c = config(
+            None,
+            &[
+                ("OTEL_EXPORTER_OTLP_TIMEOUT", "2500"),
+                ("OTEL_METRIC_EXPORT_INTERVAL", "1000"),
+                ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"),
+                (
+                    "OTEL_RESOURCE_ATTRIBUTES",
+                    "service.name=a,deployment.environment.name=prod%2Ceu",
+                ),
+                ("OTEL_SERVICE_NAME", "gpu-fleet"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.timeout, Duration::from_millis(2500));
+        assert_eq!(c.interval, Duration::from_secs(1));
+        assert!(c.gzip);
+        assert_eq!(
+            c.resource,
+            vec![
+                (
+                    "deployment.environment.name".to_string(),
+                    "prod,eu".to_string()
+                ),
+                ("service.name".to_string(), "gpu-fleet".to_string()),
+            ]
+        );
+        let c = config(None, &[]).unwrap();
+        assert_eq!(
+            (c.timeout, c.interval, c.gzip),
+            (DEFAULT_TIMEOUT, DEFAULT_INTERVAL, false)
+        );
+    }
+}
