@@ -158,11 +158,16 @@ mod tests {
     fn every_collector_flag_sets_its_own_table() {
         for c in COLLECTORS {
             for flag in c.flags {
-                let value = match flag.kind {
-                    FlagKind::Path | FlagKind::Paths => "/flag-test",
-                    FlagKind::Text => "flag-test-host:1",
-                    FlagKind::Duration => "1s",
-                    FlagKind::Count => "1024",
+                // A value each flag accepts: by kind, but for the text flags whose syntax is
+                // their own (a label key list, a node name, a URL).
+                let value = match (flag.name, flag.kind) {
+                    ("kubernetes.pod-labels", _) => "team",
+                    ("kubernetes.node-name", _) => "flag-test-node",
+                    ("kubernetes.api-server", _) => "https://flag-test-host:1",
+                    (_, FlagKind::Path | FlagKind::Paths) => "/flag-test",
+                    (_, FlagKind::Text) => "flag-test-host:1",
+                    (_, FlagKind::Duration) => "1s",
+                    (_, FlagKind::Count) => "1024",
                 };
                 let name = format!("--{}", flag.name);
                 let cli = crate::cli::parse_from(["x", &name, value]).unwrap();
