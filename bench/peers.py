@@ -276,10 +276,11 @@ def main():
     rounds = 3
     if "--rounds" in args:
         i = args.index("--rounds"); rounds = int(args[i + 1]); del args[i:i + 2]
+    compile_ours = "--no-build" not in args
     args = [a for a in args if a != "--no-build"]
     duration = int(args[0]) if args else 10
     all_smi, nvitop = install_peers()
-    binary = build("release", compile="--no-build" not in args)
+    binary = build("release", compile=compile_ours)
     gpus = fake_gpus()
     write_shim(gpus)
     print(f"{len(gpus)} GPUs from the fake ({SCENARIO}); load: {open('/proc/loadavg').read().strip()}")

@@ -79,8 +79,11 @@ echo "traceinsight $(.venv-tools/bin/python -c 'import importlib.metadata as m; 
 if [ "${1:-}" = "--bench" ]; then
   command -v prometheus-node-exporter >/dev/null || [ -x /usr/bin/prometheus-node-exporter ] || apt_install prometheus-node-exporter
   command -v wrk >/dev/null || apt_install wrk
-  # protoc: the build of all-smi, a peer bench/peers.py installs, generates code with prost-build.
-  command -v protoc >/dev/null || apt_install protobuf-compiler
+  # What the build of all-smi, a peer bench/peers.py installs, needs: protoc and its well-known
+  # types (prost-build), and libdrm to link against.
+  if ! command -v protoc >/dev/null || ! dpkg-query -W libprotobuf-dev libdrm-dev >/dev/null 2>&1; then
+    apt_install protobuf-compiler libprotobuf-dev libdrm-dev
+  fi
 fi
 
 # Deployment checks (scripts/check-deploy.sh). Skip with DGX_PIXELS_SKIP_DEPLOY_TOOLS=1.
