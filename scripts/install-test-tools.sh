@@ -5,7 +5,7 @@
 # TypeScript with @grafana/schema (for the dashboards' type check), traceinsight (HTA) in
 # .venv-tools for the trace analysis comparison, and Chromium for the status page's headless
 # browser test.
-# Usage: scripts/install-test-tools.sh [--bench]   (--bench adds node_exporter and wrk)
+# Usage: scripts/install-test-tools.sh [--bench]   (--bench adds node_exporter, wrk and protoc)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TOOLS="$PWD/.tools"
@@ -121,6 +121,11 @@ echo "prometheus_client $(.venv-tools/bin/python -c 'import importlib.metadata a
 if [ "${1:-}" = "--bench" ]; then
   command -v prometheus-node-exporter >/dev/null || [ -x /usr/bin/prometheus-node-exporter ] || apt_install prometheus-node-exporter
   command -v wrk >/dev/null || apt_install wrk
+  # What the build of all-smi, a peer bench/peers.py installs, needs: protoc and its well-known
+  # types (prost-build), and libdrm to link against.
+  if ! command -v protoc >/dev/null || ! dpkg-query -W libprotobuf-dev libdrm-dev >/dev/null 2>&1; then
+    apt_install protobuf-compiler libprotobuf-dev libdrm-dev
+  fi
 fi
 
 # Deployment checks (scripts/check-deploy.sh). Skip with DGX_PIXELS_SKIP_DEPLOY_TOOLS=1.
