@@ -56,9 +56,11 @@ pub struct Cli {
     )]
     pub log_format: Option<LogFormat>,
 
-    /// Series profile: default (what an SRE needs at fleet scale: every signal the shipped rules,
-    /// alerts and dashboards use, per-part detail only while it says something) or full (every
-    /// series every source reads). See docs/metrics.md, "Series budget" [default: default].
+    /// Series profile: lean (what fleet dashboards and alerts read, at most 25 series per GPU
+    /// plus the health verdict: every metric the shipped rules and the Fleet dashboard use),
+    /// default (what an SRE needs at fleet scale: every signal the shipped rules, alerts and
+    /// dashboards use, per-part detail only while it says something) or full (every series every
+    /// source reads). See docs/metrics.md, "Series budget" [default: default].
     #[arg(
         long = "metrics.detail",
         display_order = 70,
@@ -196,6 +198,8 @@ pub enum LogFormat {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum MetricsDetail {
+    /// What fleet dashboards and alerts read, at most 25 series per GPU plus the verdict.
+    Lean,
     /// What an SRE needs at fleet scale (docs/metrics.md, "Series budget").
     #[default]
     Default,
@@ -207,6 +211,7 @@ impl MetricsDetail {
     /// The encoder's profile.
     pub fn profile(self) -> dgx_pixels_metrics::catalog::Detail {
         match self {
+            MetricsDetail::Lean => dgx_pixels_metrics::catalog::Detail::Lean,
             MetricsDetail::Default => dgx_pixels_metrics::catalog::Detail::Default,
             MetricsDetail::Full => dgx_pixels_metrics::catalog::Detail::Full,
         }

@@ -41,6 +41,31 @@ fn bench(c: &mut Criterion) {
                 )
             });
         }
+        // The lean profile (`--metrics.detail=lean`): the same readings, fewer series written.
+        let lean = Arc::new(SnapshotStore::new(
+            &["nvml"],
+            vec![],
+            EncodeOptions {
+                detail: dgx_pixels_metrics::catalog::Detail::Lean,
+                ..EncodeOptions::default()
+            },
+        ));
+        for (name, format, gzip) in [
+            ("new_generation_text_lean", Format::Text, false),
+            (
+                "new_generation_openmetrics_gzip_lean",
+                Format::OpenMetrics,
+                true,
+            ),
+        ] {
+            group.bench_with_input(BenchmarkId::new(name, gpus), &gpus, |b, _| {
+                b.iter_batched_ref(
+                    || fresh(&lean, &snap),
+                    |generation| generation.exposition(format, gzip).len(),
+                    BatchSize::SmallInput,
+                )
+            });
+        }
         group.bench_with_input(
             BenchmarkId::new("cached_generation", gpus),
             &gpus,

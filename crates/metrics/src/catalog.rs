@@ -8,11 +8,13 @@ use std::fmt;
 
 use crate::device::Scope;
 mod detail;
+mod lean;
 mod markdown;
 mod names;
 mod process_activity;
 mod profiling;
 pub use detail::{policy, serves, Detail, Policy, POLICIES};
+pub use lean::{lean, Lean, LeanEntry, LEAN};
 pub use names::{allowed_name, openmetrics_names, STANDARD_PROCESS_NAMES};
 
 /// Prometheus metric type of a catalog row.

@@ -137,3 +137,44 @@ fn rules_read_only_metrics_that_exist() {
     }
     assert!(checked > 10, "rules found: {checked}");
 }
+
+/// The lean profile (`--metrics.detail=lean`) keeps every catalog row the shipped rules and the
+/// Fleet dashboard read: a row left out of `LEAN` would leave an alert or a panel without data
+/// on a lean node. (The exporter's `lean_profile` tests check the series themselves, label
+/// values included, through the binary.)
+#[test]
+fn the_lean_profile_keeps_every_row_the_rules_and_the_fleet_dashboard_read() {
+    use dgx_pixels_metrics::catalog::lean;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut texts = vec![(
+        "grafana/dashboards/dgx-pixels-fleet.json".to_string(),
+        std::fs::read_to_string(root.join("grafana/dashboards/dgx-pixels-fleet.json")).unwrap(),
+    )];
+    for entry in std::fs::read_dir(root.join("deploy/prometheus/rules")).unwrap() {
+        let path = entry.unwrap().path();
+        texts.push((
+            path.display().to_string(),
+            std::fs::read_to_string(&path).unwrap(),
+        ));
+    }
+    let mut checked = 0;
+    for (file, text) in &texts {
+        for name in names_in(text) {
+            let Some(def) = CATALOG.iter().find(|d| {
+                d.name == name
+                    || (d.kind == Kind::Histogram
+                        && ["_bucket", "_sum", "_count"]
+                            .iter()
+                            .any(|s| format!("{}{s}", d.name) == name))
+            }) else {
+                continue; // a job's family (docs/workloads.md): served whatever the profile
+            };
+            checked += 1;
+            assert!(
+                lean(def.metric).is_some(),
+                "{file} reads {name}, which the lean profile does not serve (crates/metrics/src/catalog/detail.rs, LEAN)"
+            );
+        }
+    }
+    assert!(checked > 40, "catalog rows read: {checked}");
+}

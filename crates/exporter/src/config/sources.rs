@@ -94,6 +94,7 @@ fn daemon_flags(cli: &Cli) -> [(&'static str, Option<config::Value>); 11] {
             "metrics.detail",
             cli.metrics_detail.map(|d| {
                 match d {
+                    MetricsDetail::Lean => "lean",
                     MetricsDetail::Default => "default",
                     MetricsDetail::Full => "full",
                 }

@@ -15,6 +15,8 @@ mod faults;
 mod hardening;
 mod health;
 mod kmsg;
+mod lean_profile;
+mod lean_rules;
 mod npd_check;
 mod nvml_dcgm;
 mod nvml_fake;

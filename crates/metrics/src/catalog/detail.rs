@@ -1,16 +1,25 @@
-//! The series budget: which catalog series the default profile serves and which only the full
-//! detail profile (`--metrics.detail=full`) does.
+//! The series budget: which catalog series each profile serves. The default profile trims the
+//! rows of [`POLICIES`]; the full detail profile (`--metrics.detail=full`) serves everything;
+//! the lean profile (`--metrics.detail=lean`) serves only the rows of [`LEAN`](super::LEAN),
+//! each at most what the default serves of it, so lean is a subset of default and default of
+//! full by construction.
 //!
 //! Sources read and publish everything; the policy applies where an exposition is built, so the
 //! health verdict, the status page's sources and every in-process reader still see the full
 //! detail (a rule on `counter="aggregate"` ECC or on the PCIe maximum keeps working), and only
-//! what Prometheus stores shrinks. A row without an entry in [`POLICIES`] is always served.
+//! what Prometheus stores shrinks. A row without an entry in [`POLICIES`] is served whole by the
+//! default profile; a row without an entry in [`LEAN`](super::LEAN) is not served by the lean
+//! one.
 
+use super::lean::{lean, Lean};
 use super::Metric;
 
 /// How much a node serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Detail {
+    /// What a fleet's dashboards and alerts read, at most 25 series per GPU plus the health
+    /// verdict: every metric the shipped rules and the Fleet dashboard use, and no drill-down.
+    Lean,
     /// What an SRE needs at fleet scale: every signal a shipped rule, alert or dashboard uses,
     /// per-part detail only while it says something.
     #[default]
@@ -46,7 +55,7 @@ pub struct Entry {
     pub why: &'static str,
 }
 
-/// Rows the default profile trims. Everything else is served in both profiles.
+/// Rows the default profile trims. It serves everything else (and the full profile all).
 pub static POLICIES: &[Entry] = &[
     Entry {
         metric: Metric::GpuClock,
@@ -304,6 +313,20 @@ pub fn policy(metric: Metric) -> Option<Policy> {
     table.get(metric as usize).copied().flatten()
 }
 
+/// Whether `policy` lets a sample with these label values and this value through.
+fn applies<'a>(policy: Policy, label: &impl Fn(&str) -> Option<&'a str>, value: f64) -> bool {
+    match policy {
+        Policy::FullOnly => false,
+        Policy::NonZero => value != 0.0,
+        Policy::OnlyValues(name, values) => label(name).is_some_and(|v| values.contains(&v)),
+        Policy::ExceptValues(name, values) => label(name).is_none_or(|v| !values.contains(&v)),
+        Policy::NotValue(v) => value != v,
+        Policy::NonZeroOnly(name, values) => {
+            value != 0.0 && label(name).is_some_and(|v| values.contains(&v))
+        }
+    }
+}
+
 /// Whether `detail` serves a sample of `metric` with these own label values and this value.
 /// `label` looks a label value up by name (the sample's own labels).
 pub fn serves<'a>(
@@ -312,21 +335,14 @@ pub fn serves<'a>(
     label: impl Fn(&str) -> Option<&'a str>,
     value: f64,
 ) -> bool {
-    if detail == Detail::Full {
-        return true;
-    }
-    match policy(metric) {
-        None => true,
-        Some(Policy::FullOnly) => false,
-        Some(Policy::NonZero) => value != 0.0,
-        Some(Policy::OnlyValues(name, values)) => label(name).is_some_and(|v| values.contains(&v)),
-        Some(Policy::ExceptValues(name, values)) => {
-            label(name).is_none_or(|v| !values.contains(&v))
-        }
-        Some(Policy::NotValue(v)) => value != v,
-        Some(Policy::NonZeroOnly(name, values)) => {
-            value != 0.0 && label(name).is_some_and(|v| values.contains(&v))
-        }
+    match detail {
+        Detail::Full => true,
+        Detail::Default => policy(metric).is_none_or(|p| applies(p, &label, value)),
+        Detail::Lean => match lean(metric) {
+            None => false,
+            Some(Lean::Only(p)) if !applies(p, &label, value) => false,
+            Some(_) => policy(metric).is_none_or(|p| applies(p, &label, value)),
+        },
     }
 }
 
@@ -398,5 +414,53 @@ mod tests {
             action("reboot"),
             1.0
         ));
+    }
+
+    /// The label a policy reads, if any.
+    fn policy_label(p: Policy) -> Option<(&'static str, &'static [&'static str])> {
+        match p {
+            Policy::OnlyValues(l, v) | Policy::ExceptValues(l, v) | Policy::NonZeroOnly(l, v) => {
+                Some((l, v))
+            }
+            _ => None,
+        }
+    }
+
+    /// Every sample the lean profile serves, the default serves, and every sample the default
+    /// serves, the full profile serves: over every catalog row, with each label value a policy
+    /// of either profile names and one none names, at the values 0, 1 and 2.
+    #[test]
+    fn lean_is_within_default_and_default_within_full_on_every_row() {
+        for def in super::super::CATALOG {
+            let m = def.metric;
+            let mut cases: Vec<(Option<&str>, Option<&str>)> = vec![(None, None)];
+            for p in [
+                policy(m),
+                lean(m).and_then(|l| match l {
+                    Lean::Only(p) => Some(p),
+                    Lean::AsDefault => None,
+                }),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                if let Some((l, values)) = policy_label(p) {
+                    cases.push((Some(l), Some("a value no policy names")));
+                    cases.extend(values.iter().map(|v| (Some(l), Some(*v))));
+                }
+            }
+            for (name, v) in &cases {
+                for value in [0.0, 1.0, 2.0] {
+                    let label = |n: &str| if Some(n) == *name { *v } else { None };
+                    let at = |d| serves(d, m, label, value);
+                    if at(Detail::Lean) {
+                        assert!(at(Detail::Default), "{m} {name:?}={v:?} {value}");
+                    }
+                    if at(Detail::Default) {
+                        assert!(at(Detail::Full), "{m} {name:?}={v:?} {value}");
+                    }
+                }
+            }
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! The catalog as the Markdown of `docs/metrics.md`: the table, then the sections on freshness,
 //! pod and job labels, the exporter's own process and the series budget.
 
-use super::{Policy, CATALOG};
+use super::{Lean, Policy, CATALOG};
 
 /// Renders the catalog as the Markdown of `docs/metrics.md`.
 pub fn markdown() -> String {
@@ -46,22 +46,39 @@ fn series_budget() -> String {
     let mut out = String::from(SERIES_BUDGET);
     for e in super::POLICIES {
         let def = e.metric.def();
-        let serves = match e.policy {
-            Policy::FullOnly => "nothing (full detail only)".to_string(),
-            Policy::NonZero => "series whose value is not 0".to_string(),
-            Policy::OnlyValues(label, values) => format!("`{label}` = {}", quoted(values)),
-            Policy::ExceptValues(label, values) => {
-                format!("all but `{label}` = {}", quoted(values))
-            }
-            Policy::NotValue(v) => format!("series whose value is not {v}"),
-            Policy::NonZeroOnly(label, values) => {
-                format!("series not 0 with `{label}` = {}", quoted(values))
-            }
+        let serves = describe(e.policy);
+        out.push_str(&format!("| `{}` | {serves} | {} |\n", def.name, e.why));
+    }
+    out.push_str(LEAN_TABLE);
+    for e in super::LEAN {
+        let def = e.metric.def();
+        let default = super::policy(e.metric);
+        let serves = match (e.lean, default) {
+            (Lean::AsDefault, None) => "every series".to_string(),
+            (Lean::AsDefault, Some(_)) => "what the default serves".to_string(),
+            (Lean::Only(p), None) => describe(p),
+            (Lean::Only(p), Some(_)) => format!("{}, of what the default serves", describe(p)),
         };
         out.push_str(&format!("| `{}` | {serves} | {} |\n", def.name, e.why));
     }
     out.push_str(SERIES_COUNTS);
     out
+}
+
+/// What a policy lets through, in words.
+fn describe(policy: Policy) -> String {
+    match policy {
+        Policy::FullOnly => "nothing (full detail only)".to_string(),
+        Policy::NonZero => "series whose value is not 0".to_string(),
+        Policy::OnlyValues(label, values) => format!("`{label}` = {}", quoted(values)),
+        Policy::ExceptValues(label, values) => {
+            format!("all but `{label}` = {}", quoted(values))
+        }
+        Policy::NotValue(v) => format!("series whose value is not {v}"),
+        Policy::NonZeroOnly(label, values) => {
+            format!("series not 0 with `{label}` = {}", quoted(values))
+        }
+    }
 }
 
 fn quoted(values: &[&str]) -> String {
@@ -76,8 +93,29 @@ const SERIES_BUDGET: &str = "
 ## Series budget
 
 Active series are what a fleet's Prometheus, Mimir or Thanos indexes and what hosted services
-bill. The exporter serves one of two profiles, `--metrics.detail` (`[metrics] detail`):
+bill. The exporter serves one of three profiles, `--metrics.detail` (`[metrics] detail`):
 
+- **`lean`**: what fleet dashboards and alerts read, for fleets that count series. Every series
+  a shipped rule, alert or Fleet dashboard panel selects, wherever the default serves it
+  (`crates/exporter/tests/exporter/lean_profile.rs` reads the rules files and the dashboard's
+  queries, label matchers included, and holds lean to them on every built-in scenario,
+  textfiles, the fake NVML and the fake DCGM); the health verdict and the signals behind it
+  (ECC, XIDs, row remapping and retired pages, the NVLink error types the verdict counts,
+  throttle reasons while active, the fabric and rail ports); identity; utilization, memory
+  used and total, power, energy, the die temperature and the SM clock. No drill-down detail.
+  At most 25 series per GPU besides the verdict (`dgx_pixels_gpu_health_state` and, only
+  where an action is needed, `dgx_pixels_gpu_health_action_info`), counted as for the default
+  below (a MIG instance on its own, the holders' series and the jobs' families apart) with a
+  real node's default probes: 19 on the simulated DGX H100, 22 the most any GPU of a built-in
+  scenario serves through its faults (`gb200-nvl72-tray`, with its NVLink domain and rack
+  position), 2026-12-03. Opt-in probes add their fraction of peak (one series for each probe
+  with a published peak beyond `gemm_bf16` and `copy_d2d`, which DgxPixelsProbeThroughputLow
+  reads) and `p2p_copy` its n - 1 pairs (the P2P rule's): 28 on `gb200-nvl72-tray` with every
+  kind. The families a job reports through textfiles (workload, quality) are served as in
+  every profile; of the trace families, those the trace rules read. The table after the
+  default's says what lean keeps of each row; it serves nothing of any other row, and of a row
+  it keeps never more than the default does, so lean is within default and default within
+  full (tested on every row and through the binary).
 - **`default`**: what an SRE needs at fleet scale. Every series a shipped rule, alert or dashboard
   panel reads is in it; per-part detail is served only while it says something. At most 60
   series per GPU, a MIG instance counting as a GPU of its own, without the families a job
@@ -95,16 +133,16 @@ bill. The exporter serves one of two profiles, `--metrics.detail` (`[metrics] de
 - **`full`**: every series every source reads, for a drill-down on one node (set it on that
   node while you debug it).
 
-The sources read and publish the same readings in both profiles; only the exposition differs.
+The sources read and publish the same readings in every profile; only the exposition differs.
 The health verdict, the status page and every other in-process reader see everything, so a
-rule over the aggregate ECC count or the PCIe maximum link width works in either profile.
+rule over the aggregate ECC count or the PCIe maximum link width works in every profile.
 
-Series that come and go. In the default profile a few families serve a series only while its
-value says something (an active throttle reason, a GPU's current health state, a probe error).
-A gauge that appears or disappears needs no care in PromQL: `sum`, `count` and `== 1` read it as
-they read a 0. A counter that appears starts at its first value, which `increase()` and `rate()`
-do not count (they need two samples): take rates from the per-GPU totals that are always served
-and use the sparse series to find the part.
+Series that come and go. In the default and lean profiles a few families serve a series only
+while its value says something (an active throttle reason, a GPU's current health state, a probe
+error). A gauge that appears or disappears needs no care in PromQL: `sum`, `count` and `== 1`
+read it as they read a 0. A counter that appears starts at its first value, which `increase()`
+and `rate()` do not count (they need two samples): take rates from the per-GPU totals that are
+always served and use the sparse series to find the part.
 
 - **NVLink**: per GPU, `dgx_pixels_nvlink_links`, `dgx_pixels_nvlink_links_up` and
   `dgx_pixels_nvlink_errors_total{error_type}` (the driver's total for the GPU where it answers
@@ -145,6 +183,14 @@ What the default profile trims:
 |---|---|---|
 ";
 
+/// The head of the lean profile's table (its rows follow from `LEAN`).
+const LEAN_TABLE: &str = "
+What the lean profile serves (`--metrics.detail lean`); every row not listed: nothing.
+
+| Family | Lean serves | Why |
+|---|---|---|
+";
+
 /// The measured counts (bench/series_budget.py; docs/performance.md has the run).
 const SERIES_COUNTS: &str = "
 Series served, 2026-11-26 (debug build of issue 35's branch merged with main; the simulated
@@ -163,14 +209,37 @@ everything, the job's trace series and the exporter's own included.
 | the previous build (4df81c2), simulated, its default (all 9 probes) | - | 245 | 2,084 | 2.08 M |
 | the previous build (4df81c2), fake NVML (no GPM) | - | 68 | 575 | 0.58 M |
 
+The three profiles side by side, 2026-12-03 (release build of issue 47's branch,
+`SETTLE=45 bench/series_budget.py`: the simulated node after 45 s, its job's processes, holders
+and traces served, a real node's default probes; the fake NVML at its frozen clock). Per GPU
+with the verdict, and besides it; per node the exporter's series, then the families the job
+reports (workload, quality, traces); docs/performance.md (\"Series per node and fleet
+arithmetic\") splits the node into GPU-scoped, holders' and node-level series and turns it into
+nodes per Mimir tenant.
+
+| Node | Profile | Series per GPU (besides the verdict) | Series per node (+ the job's) | 1,000 nodes |
+|---|---|---|---|---|
+| simulated DGX H100 | lean | 20 (19) | 278 + 213 | 0.28 M |
+| simulated DGX H100 | default | 56 (55) | 662 + 381 | 0.66 M |
+| simulated DGX H100 | full | 201 (196) | 1,876 + 397 | 1.88 M |
+| fake NVML, DGX H100 | lean | 17 (16) | 176 | 0.18 M |
+| fake NVML, DGX H100 | default | 49 (48) | 483 | 0.48 M |
+| fake NVML, DGX H100 | full | 93 (88) | 959 | 0.96 M |
+
 For comparison, dcgm-exporter serves one series per GPU for each field of its field list (and a
-few node-level ones): its container's default list (`dcp-metrics-included.csv`) has 27 fields,
-about 27 series per GPU and 220 per 8-GPU node (0.22 M for 1,000 nodes); with every line of that
-list uncommented, about 47 per GPU and 380 per node (0.38 M), before per-link NVLink fields. The
-default profile costs about twice dcgm-exporter's default and carries what it does not: the
-health verdict and its action, throttle reasons and violation times, NVLink errors by type,
+few node-level ones): its default list (`etc/default-counters.csv`, the default of its `-f`, at
+tag 4.5.3-4.8.2) has 26 fields, one of them a label (the driver version): up to 25 series per
+GPU and 200 per 8-GPU node (0.20 M for 1,000 nodes); its `dcp-metrics-included.csv`, which
+this page counted before at 27 fields (about 220 per node), has about 47 per GPU and 380 per
+node (0.38 M) with every line uncommented, before per-link NVLink fields. The
+default profile costs about three times dcgm-exporter's default and carries what it does not:
+the health verdict and its action, throttle reasons and violation times, NVLink errors by type,
 PCIe link state, per-process memory, probes, and pod and job attribution on every series
-(dcgm-exporter adds attribution as labels too, so that part costs no series in either).
+(dcgm-exporter adds attribution as labels too, so that part costs no series in either). The
+lean profile serves fewer series per GPU than dcgm-exporter's default (16 to 20 here besides the
+verdict) and still the verdict, XIDs, ECC, throttling, the NVLink errors the verdict counts and
+per-process memory; its node-level series (the sources, `process_*`, the per-family counts)
+bring it to about 180 to 280 per 8-GPU node.
 
 The simulated node also serves the `trace` series of its simulated training job (about 294 for
 its 8 ranks; `[simulation] traces = false` or `--no-collector.trace` drops them). They are the
