@@ -235,8 +235,9 @@ fn default_of_full(
 
 /// What each run served over `window`, scraped every 1.5 s: the full daemon's series that the
 /// default profile would serve of them ([`default_of_full`]), and the lean daemon's series. The
-/// lean daemon is scraped 20 s longer, for what comes late on a loaded machine (the first
-/// trace analysis, a probe round), which only ever adds to what lean is found to serve.
+/// lean daemon is scraped 60 s longer, for what comes late on a loaded machine (the first
+/// trace analysis, a probe round: 20 s once fell short of fault-ecc's first trace analysis
+/// with the exporter's tests on 6 threads), which only ever adds to what lean is found to serve.
 fn served_by_run(
     runs: &[Run],
     window: Duration,
@@ -259,7 +260,7 @@ fn served_by_run(
                     let d = start_with_env(&args, &env);
                     let mut seen = BTreeSet::new();
                     let extra = if p == "lean" {
-                        Duration::from_secs(20)
+                        Duration::from_secs(60)
                     } else {
                         Duration::ZERO
                     };
