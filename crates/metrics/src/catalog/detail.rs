@@ -47,6 +47,19 @@ pub enum Policy {
     NonZeroOnly(&'static str, &'static [&'static str]),
 }
 
+#[cfg(test)]
+impl Policy {
+    /// The label a policy reads and the values it names, if any (the profiles' tests share it).
+    pub(super) fn label(self) -> Option<(&'static str, &'static [&'static str])> {
+        match self {
+            Policy::OnlyValues(l, v) | Policy::ExceptValues(l, v) | Policy::NonZeroOnly(l, v) => {
+                Some((l, v))
+            }
+            _ => None,
+        }
+    }
+}
+
 /// One row of the budget: the policy and why, for docs/metrics.md.
 #[derive(Debug)]
 pub struct Entry {
@@ -416,16 +429,6 @@ mod tests {
         ));
     }
 
-    /// The label a policy reads, if any.
-    fn policy_label(p: Policy) -> Option<(&'static str, &'static [&'static str])> {
-        match p {
-            Policy::OnlyValues(l, v) | Policy::ExceptValues(l, v) | Policy::NonZeroOnly(l, v) => {
-                Some((l, v))
-            }
-            _ => None,
-        }
-    }
-
     /// Every sample the lean profile serves, the default serves, and every sample the default
     /// serves, the full profile serves: over every catalog row, with each label value a policy
     /// of either profile names and one none names, at the values 0, 1 and 2.
@@ -444,7 +447,7 @@ mod tests {
             .into_iter()
             .flatten()
             {
-                if let Some((l, values)) = policy_label(p) {
+                if let Some((l, values)) = p.label() {
                     cases.push((Some(l), Some("a value no policy names")));
                     cases.extend(values.iter().map(|v| (Some(l), Some(*v))));
                 }

@@ -144,16 +144,6 @@ mod tests {
     use super::super::{policy, serves, Detail};
     use super::*;
 
-    /// The label a policy reads, if any.
-    fn policy_label(p: Policy) -> Option<(&'static str, &'static [&'static str])> {
-        match p {
-            Policy::OnlyValues(l, v) | Policy::ExceptValues(l, v) | Policy::NonZeroOnly(l, v) => {
-                Some((l, v))
-            }
-            _ => None,
-        }
-    }
-
     #[test]
     fn every_lean_entry_names_a_label_of_its_row_and_rows_are_listed_once() {
         let mut seen = std::collections::BTreeSet::new();
@@ -161,7 +151,7 @@ mod tests {
             assert!(seen.insert(e.metric), "{} listed twice", e.metric);
             if let Lean::Only(p) = e.lean {
                 assert_ne!(p, Policy::FullOnly, "{}: leave the row out", e.metric);
-                if let Some((l, _)) = policy_label(p) {
+                if let Some((l, _)) = p.label() {
                     assert!(
                         e.metric.def().own_labels().contains(&l),
                         "{}: no label {l}",
