@@ -119,8 +119,13 @@ pub(crate) fn with_exposition<T>(
         consts,
         &mut families,
     );
-    let series_counts = family::series_counts(&families);
-    // After the other catalog families, before the external ones.
+    // The self-count is served where the profile serves it (not at lean), after the other
+    // catalog families, before the external ones.
+    let series_counts = if serves(detail, Metric::ExporterSeries, |_| None, 0.0) {
+        family::series_counts(&families)
+    } else {
+        Vec::new()
+    };
     let mut counts = Vec::with_capacity(1);
     family::catalog(series_counts.iter().collect(), join, &mut counts);
     families.splice(catalog_end..catalog_end, counts);

@@ -100,7 +100,6 @@ pub static LEAN: &[LeanEntry] = &[
     keep(Metric::CostPowerUsageEffectiveness, AsDefault, "the cost rules"),
     keep(Metric::CostGpuAmortization, AsDefault, "the cost rules"),
     keep(Metric::ExporterBuildInfo, AsDefault, "which build and mode (simulated or not) a node runs"),
-    keep(Metric::ExporterSeries, AsDefault, "what each family costs, one series per family served (about 40 at lean)"),
     keep(Metric::ExporterConfigLastReloadSuccessful, AsDefault, "a config reload that failed"),
     keep(Metric::ExporterWebConfigLastReloadSuccessful, AsDefault, "a web config reload that failed"),
     keep(Metric::OwnCpuSeconds, AsDefault, "client_golang's process families, which every exporter's dashboards read"),
@@ -271,8 +270,7 @@ mod tests {
         ));
     }
 
-    /// The verdict, identity, the exporter's own process and the self-count are in every
-    /// profile.
+    /// The verdict, identity and the exporter's own process are in every profile.
     #[test]
     fn lean_keeps_the_verdict_identity_and_the_self_metrics() {
         for m in [
@@ -282,11 +280,14 @@ mod tests {
             Metric::GpuUp,
             Metric::MigInfo,
             Metric::ExporterBuildInfo,
-            Metric::ExporterSeries,
             Metric::SourceUp,
         ] {
             assert!(lean(m).is_some(), "{m}");
         }
+        // The per-family self-count is a tuning tool of default and full: at lean it would be
+        // a sixth to a quarter of a node's series (docs/performance.md), and Prometheus' own
+        // `scrape_samples_scraped` already counts each target's whole.
+        assert_eq!(lean(Metric::ExporterSeries), None);
         for name in super::super::STANDARD_PROCESS_NAMES {
             let def = super::super::CATALOG
                 .iter()

@@ -175,7 +175,9 @@ always served and use the sparse series to find the part.
 
 `dgx_pixels_exporter_series{family}` says how many series each family serves now (a histogram's
 every bucket, `_sum` and `_count` counted), so `topk(10, dgx_pixels_exporter_series)` finds what
-costs the most on a node.
+costs the most on a node. The default and full profiles serve it; lean does not (one series per
+family served would be a sixth to a quarter of a lean node's series), and there Prometheus'
+`scrape_samples_scraped` counts the target's whole.
 
 What the default profile trims:
 
