@@ -141,6 +141,18 @@ impl TlsClient {
         &self.files
     }
 
+    /// What it verifies with and presents, for the startup log (paths only).
+    pub fn summary(&self) -> String {
+        let roots = match (&self.files.ca, &self.system_roots) {
+            (Some(ca), _) => format!("CAs from {} ({})", ca.path.display(), ca.variable),
+            (None, roots) => format!("the system's {} CAs", roots.as_ref().map_or(0, |r| r.len())),
+        };
+        match &self.files.client {
+            Some((cert, _)) => format!("{roots}, client certificate {}", cert.path.display()),
+            None => roots,
+        }
+    }
+
     /// Re-reads the files if one changed since they were last read (once per push).
     pub fn refresh(&self) -> Refresh {
         let now = stamps(&self.files);
