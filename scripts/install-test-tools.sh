@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs, idempotently, the tools the test suite runs beside cargo: Prometheus and promtool
 # (Debian's package, unpacked under .tools/ rather than installed system-wide), Alertmanager,
-# VictoriaMetrics, curl, jq, and bindgen with libclang (for the dcgm-sys bindings check),
+# VictoriaMetrics, curl, jq, openssl (tests/e2e/otlp.sh's certificates), and bindgen with libclang (for the dcgm-sys bindings check),
 # TypeScript with @grafana/schema (for the dashboards' type check), traceinsight (HTA) in
 # .venv-tools for the trace analysis comparison, and Chromium for the status page's headless
 # browser test.
@@ -20,7 +20,7 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
-for cmd in curl jq; do
+for cmd in curl jq openssl; do
   command -v "$cmd" >/dev/null || apt_install "$cmd"
 done
 

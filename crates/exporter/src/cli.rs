@@ -101,8 +101,9 @@ pub struct Cli {
     #[arg(long = "otlp.push", display_order = 200)]
     pub otlp_push: bool,
 
-    /// The OTLP metrics URL, used as is (overrides OTEL_EXPORTER_OTLP_METRICS_ENDPOINT and
-    /// OTEL_EXPORTER_OTLP_ENDPOINT) [default: http://localhost:4318/v1/metrics]. Implies --otlp.push.
+    /// The OTLP metrics URL, http:// or https://, used as is (overrides
+    /// OTEL_EXPORTER_OTLP_METRICS_ENDPOINT and OTEL_EXPORTER_OTLP_ENDPOINT) [default:
+    /// http://localhost:4318/v1/metrics]. Implies --otlp.push.
     #[arg(long = "otlp.endpoint", display_order = 201, value_name = "URL")]
     pub otlp_endpoint: Option<String>,
 

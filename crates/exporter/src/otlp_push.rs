@@ -112,6 +112,7 @@ pub fn start(
         timeout = ?otlp.config.timeout,
         gzip = otlp.config.gzip,
         headers = otlp.config.headers.len(),
+        tls = otlp.config.tls.as_ref().map(|t| t.summary()),
         "OTLP push on"
     );
     dgx_pixels_otlp::spawn(Pusher {

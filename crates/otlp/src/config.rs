@@ -4,9 +4,13 @@
 //! binary's flag, which wins over them. Every value is checked at startup; an error names the
 //! variable and never echoes a header's value (headers carry tokens).
 
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::header::{HeaderName, HeaderValue};
+
+use crate::tls::{PemFile, TlsClient, TlsFiles};
 
 /// The default collector endpoint of OTLP/HTTP.
 pub const DEFAULT_ENDPOINT: &str = "http://localhost:4318/v1/metrics";
@@ -31,16 +35,21 @@ pub struct ConfigError {
     pub problem: String,
 }
 
-fn error(variable: &str, problem: impl Into<String>) -> ConfigError {
+pub(crate) fn error(variable: &str, problem: impl Into<String>) -> ConfigError {
     ConfigError {
         variable: variable.to_string(),
         problem: problem.into(),
     }
 }
 
-/// Where the push goes: an `http://` URL split into what the client needs.
+/// Where the push goes: an `http://` or `https://` URL split into what the client needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {
+    /// `https://`: TLS, verifying the collector as [`host`](Self::host).
+    pub https: bool,
+    /// The host, without brackets or port: the name the collector's certificate must have (a
+    /// DNS name or an IP address).
+    pub host: String,
     /// `host:port` for the TCP connection and the `Host` header.
     pub authority: String,
     /// The path and query sent in the request line.
@@ -49,12 +58,13 @@ pub struct Endpoint {
 
 impl std::fmt::Display for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "http://{}{}", self.authority, self.path)
+        let scheme = if self.https { "https" } else { "http" };
+        write!(f, "{scheme}://{}{}", self.authority, self.path)
     }
 }
 
 /// Everything the push needs, checked.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct PushConfig {
     /// The metrics URL.
     pub endpoint: Endpoint,
@@ -68,6 +78,8 @@ pub struct PushConfig {
     pub interval: Duration,
     /// `OTEL_RESOURCE_ATTRIBUTES`, in order (`OTEL_SERVICE_NAME` applied as `service.name`).
     pub resource: Vec<(String, String)>,
+    /// The TLS client of an `https://` endpoint, its files read and checked.
+    pub tls: Option<Arc<TlsClient>>,
 }
 
 // Headers carry tokens: Debug shows their names only.
@@ -81,6 +93,7 @@ impl std::fmt::Debug for PushConfig {
             .field("gzip", &self.gzip)
             .field("interval", &self.interval)
             .field("resource", &self.resource)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -173,6 +186,25 @@ impl PushConfig {
             resource.retain(|(k, _)| k != "service.name");
             resource.push(("service.name".to_string(), name.trim().to_string()));
         }
+        let files = tls_files(&env)?;
+        let tls = if endpoint.https {
+            Some(Arc::new(TlsClient::load(files, &env)?))
+        } else {
+            // Fail closed: whoever names a CA or a client certificate expects TLS, and an
+            // `http://` endpoint would send the push (and its headers) in the clear.
+            if let Some(file) = files
+                .ca
+                .iter()
+                .chain(files.client.iter().map(|(cert, _)| cert))
+                .next()
+            {
+                return Err(error(
+                    &file.variable,
+                    format!("is set, but the endpoint {endpoint} is not https://"),
+                ));
+            }
+            None
+        };
         Ok(PushConfig {
             endpoint,
             headers,
@@ -180,22 +212,64 @@ impl PushConfig {
             gzip,
             interval,
             resource,
+            tls,
         })
     }
 }
 
-/// An `http://host[:port][/path]` URL; `generic` appends the spec's `v1/metrics` to the path.
-pub fn parse_url(variable: &str, url: &str, generic: bool) -> Result<Endpoint, ConfigError> {
-    let url = url.trim();
-    let rest = match url.split_once("://") {
-        Some(("http", rest)) => rest,
-        Some(("https", _)) => {
-            return Err(error(
+/// The spec's TLS file variables, metrics-specific first. `OTEL_EXPORTER_OTLP_INSECURE` is not
+/// read: the spec applies it to gRPC only (docs/otlp.md).
+fn tls_files(env: &impl Fn(&str) -> Option<String>) -> Result<TlsFiles, ConfigError> {
+    let file = |specific: &str, generic: &str| -> Result<Option<PemFile>, ConfigError> {
+        match either(env, specific, generic) {
+            Some((variable, path)) if path.trim().is_empty() => {
+                Err(error(&variable, "is set but empty: name a PEM file"))
+            }
+            Some((variable, path)) => Ok(Some(PemFile {
                 variable,
-                "https is not supported yet: push to a collector on the node or over a trusted network (docs/otlp.md)",
+                path: PathBuf::from(path.trim()),
+            })),
+            None => Ok(None),
+        }
+    };
+    let ca = file(
+        "OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE",
+        "OTEL_EXPORTER_OTLP_CERTIFICATE",
+    )?;
+    let cert = file(
+        "OTEL_EXPORTER_OTLP_METRICS_CLIENT_CERTIFICATE",
+        "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+    )?;
+    let key = file(
+        "OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY",
+        "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+    )?;
+    let client = match (cert, key) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        (None, None) => None,
+        (Some(f), None) | (None, Some(f)) => {
+            return Err(error(
+                &f.variable,
+                "mutual TLS needs both OTEL_EXPORTER_OTLP_[METRICS_]CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_[METRICS_]CLIENT_KEY; only this one is set",
             ))
         }
-        _ => return Err(error(variable, format!("{url:?} is not an http:// URL"))),
+    };
+    Ok(TlsFiles { ca, client })
+}
+
+/// An `http[s]://host[:port][/path]` URL; `generic` appends the spec's `v1/metrics` to the
+/// path.
+pub fn parse_url(variable: &str, url: &str, generic: bool) -> Result<Endpoint, ConfigError> {
+    let url = url.trim();
+    let (https, rest) = match url.split_once("://") {
+        Some(("http", rest)) => (false, rest),
+        Some(("https", rest)) => (true, rest),
+        _ => {
+            return Err(error(
+                variable,
+                format!("{url:?} is not an http:// or https:// URL"),
+            ))
+        }
     };
     let (authority, path) = match rest.find(['/', '?']) {
         Some(i) => rest.split_at(i),
@@ -213,8 +287,23 @@ pub fn parse_url(variable: &str, url: &str, generic: bool) -> Result<Endpoint, C
             .map_err(|_| error(variable, format!("{url:?} has a bad port")))?;
         authority.to_string()
     } else {
-        format!("{authority}:80")
+        format!("{authority}:{}", if https { 443 } else { 80 })
     };
+    let host = authority
+        .rsplit_once(':')
+        .map_or(authority.as_str(), |(host, _)| host);
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
+        .to_string();
+    // The name the certificate is checked against: a DNS name or an IP address.
+    if https && rustls::pki_types::ServerName::try_from(host.as_str()).is_err() {
+        return Err(error(
+            variable,
+            format!("{url:?}: {host:?} is neither a DNS name nor an IP address"),
+        ));
+    }
     let mut path = if path.is_empty() {
         "/".to_string()
     } else {
@@ -229,7 +318,12 @@ pub fn parse_url(variable: &str, url: &str, generic: bool) -> Result<Endpoint, C
     if path.parse::<hyper::Uri>().is_err() {
         return Err(error(variable, format!("{url:?} has a bad path")));
     }
-    Ok(Endpoint { authority, path })
+    Ok(Endpoint {
+        https,
+        host,
+        authority,
+        path,
+    })
 }
 
 /// Whole milliseconds, at least `min` and at most [`MAX_DURATION`].
@@ -385,12 +479,218 @@ mod tests {
         assert_eq!(e.variable, "OTEL_METRIC_EXPORT_INTERVAL");
         let e = config(None, &[("OTEL_EXPORTER_OTLP_COMPRESSION", "zstd")]).unwrap_err();
         assert_eq!(e.variable, "OTEL_EXPORTER_OTLP_COMPRESSION");
-        let e = config(None, &[("OTEL_EXPORTER_OTLP_ENDPOINT", "https://c:4318")]).unwrap_err();
+        let e = config(None, &[("OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://c:4318")]).unwrap_err();
         assert_eq!(e.variable, "OTEL_EXPORTER_OTLP_ENDPOINT");
         let e = config(Some("c:4318"), &[]).unwrap_err();
         assert_eq!(e.variable, "--otlp.endpoint");
         let e = config(Some("http://c:99999"), &[]).unwrap_err();
         assert_eq!(e.variable, "--otlp.endpoint");
+    }
+
+    /// A CA file for the https tests, removed when dropped.
+    struct CaFile(std::path::PathBuf);
+
+    impl CaFile {
+        fn new(name: &str, pem: &str) -> CaFile {
+            let path = std::env::temp_dir().join(format!(
+                "otlp-config-{name}-{}-{}.pem",
+                std::process::id(),
+                std::time::UNIX_EPOCH.elapsed().unwrap().as_nanos()
+            ));
+            std::fs::write(&path, pem).unwrap();
+            CaFile(path)
+        }
+
+        fn ca(name: &str) -> CaFile {
+            let key = rcgen::KeyPair::generate().unwrap();
+            let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+            params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            CaFile::new(name, &params.self_signed(&key).unwrap().pem())
+        }
+
+        fn path(&self) -> &str {
+            self.0.to_str().unwrap()
+        }
+    }
+
+    impl Drop for CaFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    #[test]
+    fn https_endpoints_default_to_443_and_name_their_host() {
+        let ca = CaFile::ca("ep");
+        let vars = [("OTEL_EXPORTER_OTLP_CERTIFICATE", ca.path())];
+        let c = config(
+            None,
+            &[
+                &vars[..],
+                &[("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector.example")],
+            ]
+            .concat(),
+        )
+        .unwrap();
+        assert_eq!(
+            c.endpoint.to_string(),
+            "https://collector.example:443/v1/metrics"
+        );
+        assert_eq!(c.endpoint.host, "collector.example");
+        assert!(c.endpoint.https && c.tls.is_some());
+        let c = config(Some("https://[::1]:4318/v1/metrics"), &vars).unwrap();
+        assert_eq!(
+            (c.endpoint.host.as_str(), c.endpoint.authority.as_str()),
+            ("::1", "[::1]:4318")
+        );
+        let c = config(Some("https://10.0.0.7/otlp"), &vars).unwrap();
+        assert_eq!(c.endpoint.authority, "10.0.0.7:443");
+        // Plain http has no TLS client.
+        assert!(config(None, &[]).unwrap().tls.is_none());
+        let e = config(Some("https://bad_host!:443/"), &vars).unwrap_err();
+        assert_eq!(e.variable, "--otlp.endpoint");
+    }
+
+    #[test]
+    fn tls_variables_metrics_first_and_errors_name_variable_and_file() {
+        let ca = CaFile::ca("vars");
+        let bad = CaFile::new(
+            "bad",
+            "-----BEGIN NOTHING-----\nc2VjcmV0\n-----END NOTHING-----\n",
+        );
+        let https = ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4318");
+        // The metrics-specific variable wins: the generic one's bad file is not read.
+        let c = config(
+            None,
+            &[
+                https,
+                ("OTEL_EXPORTER_OTLP_CERTIFICATE", bad.path()),
+                ("OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE", ca.path()),
+            ],
+        )
+        .unwrap();
+        let files = c.tls.as_ref().unwrap().files();
+        assert_eq!(
+            files.ca.as_ref().unwrap().variable,
+            "OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE"
+        );
+        let e = config(
+            None,
+            &[https, ("OTEL_EXPORTER_OTLP_CERTIFICATE", bad.path())],
+        )
+        .unwrap_err();
+        assert_eq!(e.variable, "OTEL_EXPORTER_OTLP_CERTIFICATE");
+        assert!(
+            e.problem.contains(bad.path()) && e.problem.contains("no PEM certificate"),
+            "{e}"
+        );
+        assert!(!e.to_string().contains("c2VjcmV0"), "{e}");
+        let e = config(
+            None,
+            &[
+                https,
+                (
+                    "OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE",
+                    "/nonexistent/ca.pem",
+                ),
+            ],
+        )
+        .unwrap_err();
+        assert_eq!(e.variable, "OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE");
+        assert!(
+            e.problem.contains("/nonexistent/ca.pem: cannot be read"),
+            "{e}"
+        );
+
+        // A client certificate without its key (and the other way) names both variables.
+        for (set, other) in [
+            ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", "CLIENT_KEY"),
+            (
+                "OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY",
+                "CLIENT_CERTIFICATE",
+            ),
+        ] {
+            let e = config(
+                None,
+                &[
+                    https,
+                    ("OTEL_EXPORTER_OTLP_CERTIFICATE", ca.path()),
+                    (set, ca.path()),
+                ],
+            )
+            .unwrap_err();
+            assert_eq!(e.variable, set);
+            assert!(e.problem.contains(other), "{e}");
+        }
+        // A key file without a key: the key's variable and path, never its contents.
+        let e = config(
+            None,
+            &[
+                https,
+                ("OTEL_EXPORTER_OTLP_CERTIFICATE", ca.path()),
+                ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", ca.path()),
+                ("OTEL_EXPORTER_OTLP_CLIENT_KEY", bad.path()),
+            ],
+        )
+        .unwrap_err();
+        assert_eq!(e.variable, "OTEL_EXPORTER_OTLP_CLIENT_KEY");
+        assert!(
+            e.problem.contains(bad.path()) && e.problem.contains("private key"),
+            "{e}"
+        );
+        assert!(!e.to_string().contains("c2VjcmV0"), "{e}");
+        // A key that is not the certificate's.
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["dgx-01".to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let cert = CaFile::new("cert", &cert.pem());
+        let other_key = CaFile::new("key", &rcgen::KeyPair::generate().unwrap().serialize_pem());
+        let e = config(
+            None,
+            &[
+                https,
+                ("OTEL_EXPORTER_OTLP_CERTIFICATE", ca.path()),
+                ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", cert.path()),
+                ("OTEL_EXPORTER_OTLP_CLIENT_KEY", other_key.path()),
+            ],
+        )
+        .unwrap_err();
+        assert_eq!(e.variable, "OTEL_EXPORTER_OTLP_CLIENT_KEY");
+        assert!(
+            e.problem.contains(other_key.path()) && e.problem.contains(cert.path()),
+            "{e}"
+        );
+        let e = config(None, &[https, ("OTEL_EXPORTER_OTLP_CERTIFICATE", "")]).unwrap_err();
+        assert_eq!(e.variable, "OTEL_EXPORTER_OTLP_CERTIFICATE");
+
+        // TLS files with an http:// endpoint fail closed.
+        let e = config(
+            Some("http://collector:4318/v1/metrics"),
+            &[("OTEL_EXPORTER_OTLP_CERTIFICATE", ca.path())],
+        )
+        .unwrap_err();
+        assert_eq!(e.variable, "OTEL_EXPORTER_OTLP_CERTIFICATE");
+        assert!(e.problem.contains("not https"), "{e}");
+
+        // Without a CA file: the system's store, here SSL_CERT_FILE; none usable is an error.
+        let c = config(None, &[https, ("SSL_CERT_FILE", ca.path())]).unwrap();
+        assert!(c.tls.unwrap().files().ca.is_none());
+        let e = config(None, &[https, ("SSL_CERT_FILE", bad.path())]).unwrap_err();
+        assert_eq!(e.variable, "SSL_CERT_FILE");
+        assert!(e.problem.contains("no usable CA certificate"), "{e}");
+        // INSECURE is gRPC's: ignored, the collector is still verified.
+        let e = config(
+            None,
+            &[
+                https,
+                ("SSL_CERT_FILE", bad.path()),
+                ("OTEL_EXPORTER_OTLP_INSECURE", "true"),
+            ],
+        )
+        .unwrap_err();
+        assert_eq!(e.variable, "SSL_CERT_FILE");
     }
 
     #[test]

@@ -10,11 +10,14 @@
 //! - [`convert`]: a generation's families as one `ExportMetricsServiceRequest`.
 //! - [`push`]: the loop on its own thread, the request with its deadline and retries, and the
 //!   counters the `exporter` source serves.
+//! - [`tls`]: `https://` endpoints: the collector's CAs or the system's, the client certificate
+//!   of mutual TLS, re-read when the files rotate.
 #![deny(missing_docs)]
 
 pub mod config;
 pub mod convert;
 pub mod push;
+pub mod tls;
 
 pub use config::{ConfigError, PushConfig};
 pub use push::{spawn, PushCounters, Pusher};

@@ -20,6 +20,7 @@ use dgx_pixels_metrics::{Metric, Sample};
 
 use crate::config::PushConfig;
 use crate::convert::{request, Times};
+use crate::tls::Refresh;
 
 /// The largest request body sent (after compression); a larger one is counted as `too_large`
 /// and not sent. OTLP receivers commonly refuse more (Prometheus: its remote-write bound).
@@ -99,6 +100,10 @@ pub enum ExportError {
     /// Connecting, sending or reading failed.
     #[error("{0}")]
     Transport(String),
+    /// The TLS handshake failed on a certificate (the collector's not verified, or ours
+    /// refused): not retried, the next push tries again.
+    #[error("{0}")]
+    Tls(String),
     /// The deadline passed.
     #[error("timed out after {0:?}")]
     Timeout(Duration),
@@ -151,14 +156,24 @@ impl Pusher {
     /// counted and, when it fails, logged (never with the headers).
     pub async fn push_once(&self) -> Result<(), ExportError> {
         let started = Instant::now();
+        let tls = self.config.tls.as_ref().map(|tls| {
+            match tls.refresh() {
+                Refresh::Unchanged => {}
+                Refresh::Reloaded => tracing::info!("OTLP push: TLS files changed, re-read"),
+                // Once per change: the files are not read again until they change again.
+                Refresh::Kept(e) => tracing::warn!(
+                    "OTLP push: keeping the last good TLS configuration, the new files are bad: {e}"
+                ),
+            }
+            tls.config()
+        });
         let body = self.body();
         let result = if body.len() > MAX_BODY_BYTES {
             Err(ExportError::TooLarge(body.len()))
         } else {
             let deadline = started + self.config.timeout;
-            match tokio::time::timeout_at(deadline.into(), self.send_with_retries(body, deadline))
-                .await
-            {
+            let sending = self.send_with_retries(body, tls, deadline);
+            match tokio::time::timeout_at(deadline.into(), sending).await {
                 Ok(r) => r,
                 Err(_) => Err(ExportError::Timeout(self.config.timeout)),
             }
@@ -185,15 +200,21 @@ impl Pusher {
         result
     }
 
-    async fn send_with_retries(&self, body: Bytes, deadline: Instant) -> Result<(), ExportError> {
+    async fn send_with_retries(
+        &self,
+        body: Bytes,
+        tls: Option<Arc<rustls::ClientConfig>>,
+        deadline: Instant,
+    ) -> Result<(), ExportError> {
         let mut backoff = FIRST_BACKOFF;
         loop {
-            let (result, retry_after) = match self.send(body.clone()).await {
+            let (result, retry_after) = match self.send(body.clone(), tls.as_ref()).await {
                 Ok((status, _)) if status.is_success() => return Ok(()),
                 Ok((status, retry_after)) => (
                     ExportError::Status(status),
                     retryable(status).then_some(retry_after),
                 ),
+                Err(e @ ExportError::Tls(_)) => (e, None),
                 Err(e) => (e, Some(None)),
             };
             // Not retryable, or no time left for the wait.
@@ -209,14 +230,50 @@ impl Pusher {
         }
     }
 
-    /// One POST on a new connection: the status and its `Retry-After` in seconds, if any.
-    async fn send(&self, body: Bytes) -> Result<(StatusCode, Option<Duration>), ExportError> {
-        let transport = |e: &dyn std::fmt::Display| ExportError::Transport(e.to_string());
+    /// One POST on a new connection (TLS with `tls`): the status and its `Retry-After` in
+    /// seconds, if any.
+    async fn send(
+        &self,
+        body: Bytes,
+        tls: Option<&Arc<rustls::ClientConfig>>,
+    ) -> Result<(StatusCode, Option<Duration>), ExportError> {
         let endpoint = &self.config.endpoint;
         let stream = tokio::net::TcpStream::connect(&endpoint.authority)
             .await
-            .map_err(|e| transport(&format_args!("connecting to {}: {e}", endpoint.authority)))?;
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .map_err(|e| {
+                ExportError::Transport(format!("connecting to {}: {e}", endpoint.authority))
+            })?;
+        let Some(tls) = tls else {
+            return self.exchange(TokioIo::new(stream), body).await;
+        };
+        let name = rustls::pki_types::ServerName::try_from(endpoint.host.clone())
+            .map_err(|e| ExportError::Tls(format!("{:?}: {e}", endpoint.host)))?;
+        let stream = tokio_rustls::TlsConnector::from(Arc::clone(tls))
+            .connect(name, stream)
+            .await
+            .map_err(|e| {
+                failure(
+                    &format_args!("TLS handshake with {}", endpoint.authority),
+                    &e,
+                )
+            })?;
+        self.exchange(TokioIo::new(stream), body).await
+    }
+
+    /// The request and its reply on a connected (and, for https, handshaken) stream.
+    async fn exchange<T>(
+        &self,
+        io: T,
+        body: Bytes,
+    ) -> Result<(StatusCode, Option<Duration>), ExportError>
+    where
+        T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    {
+        // With TLS 1.3 the collector refuses our certificate after our side of the handshake
+        // is done: its alert arrives as the request's error.
+        let transport = |e: &(dyn std::error::Error + 'static)| failure(&"the request", e);
+        let endpoint = &self.config.endpoint;
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(io)
             .await
             .map_err(|e| transport(&e))?;
         // Ends with the exchange (the sender is dropped) or the export's deadline.
@@ -230,7 +287,9 @@ impl Pusher {
         for (k, v) in &self.config.headers {
             request = request.header(k, v);
         }
-        let request = request.body(Full::new(body)).map_err(|e| transport(&e))?;
+        let request = request
+            .body(Full::new(body))
+            .map_err(|e| ExportError::Transport(e.to_string()))?;
         let response = sender
             .send_request(request)
             .await
@@ -264,6 +323,37 @@ impl Pusher {
             // Counted and logged inside.
             let _ = self.push_once().await;
         }
+    }
+}
+
+/// `context: ` the error and its causes (hyper's own message is only its error's kind), `: `-joined,
+/// at most 8 deep. A TLS error among them (a certificate not verified, an alert from the
+/// collector) is [`ExportError::Tls`]: a retry would fail the same way; the rest is
+/// [`ExportError::Transport`].
+fn failure(context: &dyn std::fmt::Display, e: &(dyn std::error::Error + 'static)) -> ExportError {
+    let mut out = format!("{context}: {e}");
+    let mut tls = false;
+    let mut next = Some(e);
+    for _ in 0..8 {
+        let Some(err) = next else { break };
+        tls |= err.is::<rustls::Error>()
+            || err
+                .downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .is_some_and(|inner| inner.is::<rustls::Error>());
+        next = err.source();
+        if let Some(source) = next {
+            let text = source.to_string();
+            if !out.ends_with(&text) {
+                out.push_str(": ");
+                out.push_str(&text);
+            }
+        }
+    }
+    if tls {
+        ExportError::Tls(out)
+    } else {
+        ExportError::Transport(out)
     }
 }
 

@@ -221,7 +221,7 @@ const BAD: &[Input] = &[
     Input::Args(&["--simulate", "no-such-scenario"]),
     Input::Args(&["--kubernetes.max-response-bytes", "x"]),
     // The OTLP push refuses what it cannot do rather than push in the clear or guess.
-    Input::Args(&["--otlp.endpoint", "https://collector:4318/v1/metrics"]),
+    Input::Args(&["--otlp.endpoint", "https://collector!:4318/v1/metrics"]),
     Input::Args(&["--otlp.endpoint", "collector:4318"]),
 ];
 
