@@ -221,10 +221,10 @@ nodes per Mimir tenant.
 
 | Node | Profile | Series per GPU (besides the verdict) | Series per node (+ the job's) | 1,000 nodes |
 |---|---|---|---|---|
-| simulated DGX H100 | lean | 20 (19) | 278 + 213 | 0.28 M |
+| simulated DGX H100 | lean | 20 (19) | 212 + 213 | 0.21 M |
 | simulated DGX H100 | default | 56 (55) | 662 + 381 | 0.66 M |
 | simulated DGX H100 | full | 201 (196) | 1,876 + 397 | 1.88 M |
-| fake NVML, DGX H100 | lean | 17 (16) | 176 | 0.18 M |
+| fake NVML, DGX H100 | lean | 17 (16) | 148 | 0.15 M |
 | fake NVML, DGX H100 | default | 49 (48) | 483 | 0.48 M |
 | fake NVML, DGX H100 | full | 93 (88) | 959 | 0.96 M |
 
