@@ -108,6 +108,30 @@ fn verdicts_become_exit_statuses_and_one_short_line() {
     );
 }
 
+/// The simulated dgx-h100 behind the web config `web`, not waited for (its readiness cannot be
+/// asked without what the web config demands: the checks wait), and npd-check's arguments
+/// that reach it.
+fn behind(web: &std::path::Path) -> (Daemon, [String; 4]) {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let child = Command::new(BIN)
+        .args(["--web.listen-address", &listen, "--simulate", "dgx-h100"])
+        .arg("--web.config.file")
+        .arg(web)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let at = [
+        "--web.listen-address".to_string(),
+        listen,
+        "--web.config.file".to_string(),
+        web.to_str().unwrap().to_string(),
+    ];
+    (Daemon { child, port }, at)
+}
+
 /// bcrypt of "s3cret", cost 4 (fast tests).
 const HASH: &str = "$2b$04$dbOLcPL.cjY5q2E96PN19e22x8qzcVsI8JWU0LuwdjVxSKNZIwaX6";
 
@@ -134,24 +158,8 @@ fn behind_tls_and_basic_auth_it_uses_the_web_config_and_the_password_file() {
     let (good, bad) = (dir.path().join("good"), dir.path().join("bad"));
     std::fs::write(&good, "s3cret\n").unwrap();
     std::fs::write(&bad, "wrong\n").unwrap();
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let child = Command::new(BIN)
-        .args(["--web.listen-address", &listen, "--simulate", "dgx-h100"])
-        .arg("--web.config.file")
-        .arg(&web)
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _daemon = Daemon { child, port };
-    let at = [
-        "--web.listen-address",
-        listen.as_str(),
-        "--web.config.file",
-        web.to_str().unwrap(),
-    ];
+    let (_daemon, at) = behind(&web);
+    let at: Vec<&str> = at.iter().map(String::as_str).collect();
     let with = |file: &std::path::Path| {
         vec![
             "--username".to_string(),
@@ -173,8 +181,9 @@ fn behind_tls_and_basic_auth_it_uses_the_web_config_and_the_password_file() {
     let bad_args = with(&bad);
     let bad_args: Vec<&str> = bad_args.iter().map(String::as_str).collect();
     assert_eq!(npd(&at, &bad_args), refused, "a wrong password");
-    // Without the web config it speaks plain HTTP to a TLS port: unknown, never OK.
-    let (status, message) = npd(&["--web.listen-address", listen.as_str()], &good_args);
+    // Without the web config (the address alone) it speaks plain HTTP to a TLS port: unknown,
+    // never OK.
+    let (status, message) = npd(&at[..2], &good_args);
     assert_eq!(status, 2, "{message}");
 }
 
@@ -216,24 +225,8 @@ fn with_client_certificates_required_it_presents_the_one_given() {
          client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: clients.crt\n",
     )
     .unwrap();
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let child = Command::new(BIN)
-        .args(["--web.listen-address", &listen, "--simulate", "dgx-h100"])
-        .arg("--web.config.file")
-        .arg(&web)
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _daemon = Daemon { child, port };
-    let at = [
-        "--web.listen-address",
-        listen.as_str(),
-        "--web.config.file",
-        web.to_str().unwrap(),
-    ];
+    let (_daemon, at) = behind(&web);
+    let at: Vec<&str> = at.iter().map(String::as_str).collect();
     let client = |name: &str| {
         [
             "--client-cert".to_string(),
