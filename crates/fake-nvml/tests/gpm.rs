@@ -6,8 +6,8 @@
 //! per-process state configured at init), as in `abi.rs`.
 #![allow(clippy::unwrap_used)]
 
+use fake_support::{child, child_test};
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use dgx_pixels_sim::{profile, GpuState, Node, Scenario};
@@ -33,38 +33,16 @@ fn build_library() {
     fake_support::Fake::Nvml.build().unwrap();
 }
 
+/// Runs `body` in a child process with `env` (and no other `FAKE_NVML_*` variable).
 fn in_child(test: &str, env: &[(&str, &str)], body: impl FnOnce()) {
-    if std::env::var_os(CHILD).is_some() {
+    if child::is_child(CHILD) {
         body();
         return;
     }
     build_library();
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, "1");
-    for (k, _) in std::env::vars() {
-        if k.starts_with("FAKE_NVML_") && k != CHILD {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.envs(env.iter().copied());
-    let out = cmd.output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "child {test} failed\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(stdout.contains("1 passed"), "child ran no test:\n{stdout}");
-}
-
-macro_rules! child_test {
-    ($name:ident, [$(($k:expr, $v:expr)),* $(,)?], $body:block) => {
-        #[test]
-        fn $name() {
-            in_child(stringify!($name), &[$(($k, $v)),*], || $body);
-        }
-    };
+    child::run_alone(CHILD, test, &["FAKE_NVML_"], |c| {
+        c.envs(env.iter().copied());
+    });
 }
 
 fn open() -> Nvml {
