@@ -6,7 +6,7 @@
 //! `FAKE_NVML_*` variables.
 #![allow(clippy::unwrap_used)]
 
-use fake_support::{child, child_test};
+use fake_support::{child, child_test, Fake};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -33,31 +33,15 @@ fn profile_dir() -> PathBuf {
     fake_support::library::profile_dir().unwrap()
 }
 
-/// The fake's path beside this test binary (`<target>/<profile>/libfake_nvml.so`).
-fn lib_path() -> PathBuf {
-    fake_support::Fake::Nvml.path().unwrap()
-}
-
-/// `cargo test` builds no cdylib: build it once per test process (fake-support); a child
-/// process only reads [`lib_path`].
-fn build_library() {
-    fake_support::Fake::Nvml.build().unwrap();
-}
-
 /// Runs `body` in a child process with `env` (and no other `FAKE_NVML_*` variable).
 fn in_child(test: &str, env: &[(&str, &str)], body: impl FnOnce()) {
-    if child::is_child(CHILD) {
-        body();
-        return;
-    }
-    build_library();
-    child::run_alone(CHILD, test, &["FAKE_NVML_"], |c| {
-        c.envs(env.iter().copied());
-    });
+    child::in_child(Fake::Nvml, CHILD, test, &["FAKE_NVML_"], env, body);
 }
 
+/// The fake through nvml-wrapper, as the exporter opens the real library (from beside this
+/// test binary, `<target>/<profile>/libfake_nvml.so`, built by [`in_child`]).
 fn open() -> Result<Nvml, NvmlError> {
-    let path = lib_path();
+    let path = Fake::Nvml.path().unwrap();
     Nvml::builder().lib_path(path.as_os_str()).init()
 }
 

@@ -5,6 +5,8 @@
 
 use std::process::Command;
 
+use crate::Fake;
+
 /// Whether this process is such a child (`marker`, the variable [`run_alone`] sets, is set):
 /// then the test runs its body instead of spawning.
 pub fn is_child(marker: &str) -> bool {
@@ -47,6 +49,29 @@ pub fn run_alone(
     stdout
 }
 
+/// A test's body with `fake` configured by `env`: in the child ([`is_child`]) runs `body`;
+/// in the test process builds the fakes (`cargo test` builds no cdylib; a child only reads
+/// [`Fake::path`]) and runs test `test` alone in a child ([`run_alone`]) with `env` and no
+/// other variable of this process named with one of `clear`'s prefixes.
+pub fn in_child(
+    fake: Fake,
+    marker: &str,
+    test: &str,
+    clear: &[&str],
+    env: &[(&str, &str)],
+    body: impl FnOnce(),
+) {
+    if is_child(marker) {
+        body();
+        return;
+    }
+    fake.build()
+        .unwrap_or_else(|e| panic!("building {}: {e}", fake.package()));
+    run_alone(marker, test, clear, |c| {
+        c.envs(env.iter().copied());
+    });
+}
+
 /// Defines test `$name` whose body runs in a child process with the `FAKE_*` variables listed,
 /// through the caller's `in_child(test, env, body)` (which calls [`run_alone`]).
 #[macro_export]
@@ -84,6 +109,21 @@ mod tests {
             },
         );
         assert!(stdout.contains("CHILD-SAW-IT"), "{stdout}");
+    }
+
+    /// The child fails (it returns where the test expects a panic), so the parent panics.
+    #[test]
+    #[should_panic(expected = "child child::tests::a_failing_child_fails_the_test failed")]
+    fn a_failing_child_fails_the_test() {
+        if is_child(MARKER) {
+            return;
+        }
+        run_alone(
+            MARKER,
+            "child::tests::a_failing_child_fails_the_test",
+            &[],
+            |_| {},
+        );
     }
 
     #[test]
