@@ -176,8 +176,7 @@ fn a_missing_kubelet_socket_leaves_series_unattributed() {
 #[test]
 fn pods_holding_gpus_through_dra_claims_label_them_like_device_plugin_pods() {
     use dgx_pixels_kubernetes::fake::dra_pod;
-    let node = Node::new(Scenario::builtin("dgx-h100").unwrap());
-    let uuid = |i: usize| node.gpu(i).unwrap().uuid.clone();
+    let uuid = uuid_of("dgx-h100");
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("kubelet.sock");
     let kubelet = FakeKubelet::start(&socket).unwrap();
@@ -224,8 +223,7 @@ fn pods_holding_gpus_through_dra_claims_label_them_like_device_plugin_pods() {
 #[test]
 fn the_dra_driver_list_decides_whose_claims_are_gpus() {
     use dgx_pixels_kubernetes::fake::dra_pod;
-    let node = Node::new(Scenario::builtin("dgx-h100").unwrap());
-    let uuid = |i: usize| node.gpu(i).unwrap().uuid.clone();
+    let uuid = uuid_of("dgx-h100");
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("kubelet.sock");
     let config = dir.path().join("config.toml");
@@ -286,8 +284,7 @@ fn memory_kib(pid: u32) -> (u64, u64) {
 #[test]
 fn twenty_thousand_pods_are_capped_counted_and_fit_the_chart() {
     const PODS: usize = 20_000;
-    let node = Node::new(Scenario::builtin("dgx-a100-mig").unwrap());
-    let uuid = |i: usize| node.gpu(i).unwrap().uuid.clone();
+    let uuid = uuid_of("dgx-a100-mig");
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("kubelet.sock");
     let kubelet = FakeKubelet::start(&socket).unwrap();

@@ -14,15 +14,13 @@ use std::time::Duration;
 
 use common::*;
 use dgx_pixels_kubernetes::fake::{pod, FakeKubelet};
-use dgx_pixels_sim::{Node, Scenario};
 
 const WAIT: Duration = Duration::from_secs(10);
 const ACTIVITY: &str = "dgx_pixels_process_utilization_ratio";
 
 #[test]
 fn a_shared_gpu_serves_its_top_process_and_the_rest_with_the_pods_labels() {
-    let node = Node::new(Scenario::builtin("dgx-a100-mig").unwrap());
-    let uuid = |i: usize| node.gpu(i).unwrap().uuid.clone();
+    let uuid = uuid_of("dgx-a100-mig");
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("kubelet.sock");
     let config = dir.path().join("config.toml");
@@ -174,8 +172,7 @@ fn start_shared(
     procs: &[Shared],
     cgroup: impl Fn(&Shared) -> String,
 ) -> (Daemon, FakeKubelet) {
-    let node = Node::new(Scenario::builtin("dgx-a100-mig").unwrap());
-    let uuid = |i: usize| node.gpu(i).unwrap().uuid.clone();
+    let uuid = uuid_of("dgx-a100-mig");
     let socket = dir.join("kubelet.sock");
     let checkpoint = dir.join("kubelet_internal_checkpoint");
     let procfs = dir.join("proc");
@@ -219,8 +216,7 @@ fn start_shared(
 
 #[test]
 fn pods_sharing_a_gpu_each_label_their_own_processes() {
-    let node = Node::new(Scenario::builtin("dgx-a100-mig").unwrap());
-    let uuid = |i: usize| node.gpu(i).unwrap().uuid.clone();
+    let uuid = uuid_of("dgx-a100-mig");
     let procs = shared_procs();
     let dir = tempfile::tempdir().unwrap();
     let checkpoint = dir.path().join("kubelet_internal_checkpoint");

@@ -224,6 +224,12 @@ pub fn assert_devices<T>(most: &[(String, BTreeMap<String, T>)], want: &[(&str, 
     }
 }
 
+/// The UUID of GPU `i` of the built-in `scenario`, as the simulator and the fakes give it.
+pub fn uuid_of(scenario: &str) -> impl Fn(usize) -> String {
+    let node = dgx_pixels_sim::Node::new(dgx_pixels_sim::Scenario::builtin(scenario).unwrap());
+    move |i| node.gpu(i).unwrap().uuid.clone()
+}
+
 /// Pods nb/alice and nb/bob, notebooks each holding one time-slicing replica of the GPU
 /// `uuid` (`UUID::0`, `UUID::1`), for a fake kubelet.
 pub fn alice_and_bob(uuid: &str) -> [PodResources; 2] {
