@@ -15,22 +15,9 @@ use crate::config::{Config, FromVars};
 pub use crate::abi::code;
 
 static LIBRARY: Mutex<Option<Library>> = Mutex::new(None);
-static CALLS: CallStats = CallStats::new();
-
-/// DCGM calls served since load or the last reset.
-pub fn call_count() -> u64 {
-    CALLS.calls()
-}
-
-/// CPU time of the calling threads inside DCGM calls, nanoseconds.
-pub fn busy_ns() -> u64 {
-    CALLS.busy_ns()
-}
-
-/// Zeroes the call counter and the busy time.
-pub fn reset_call_count() {
-    CALLS.reset();
-}
+/// DCGM calls served and the CPU time of the calling threads inside them, since load or the
+/// last reset.
+pub static CALLS: CallStats = CallStats::new();
 
 /// Runs an export's body: counted, timed, and no panic crosses the C boundary (a panic
 /// answers `DCGM_ST_GENERIC_ERROR`).

@@ -15,31 +15,13 @@ use crate::events::Registry;
 use crate::types::*;
 
 static DRIVER: Mutex<Option<Driver>> = Mutex::new(None);
-static CALLS: CallStats = CallStats::new();
-
-/// Counts one NVML call (every exported `nvml*` symbol counts, whatever it returns).
-pub fn count_call() {
-    CALLS.count();
-}
-
-/// NVML calls served since the library was loaded (or the counter last reset).
-pub fn call_count() -> u64 {
-    CALLS.calls()
-}
-
-/// CPU time (of the calling threads) spent inside NVML calls, nanoseconds.
-pub fn busy_ns() -> u64 {
-    CALLS.busy_ns()
-}
-
-/// Sets the call counter and the busy time back to zero.
-pub fn reset_call_count() {
-    CALLS.reset();
-}
+/// NVML calls served (every exported `nvml*` symbol counts, whatever it returns) and the CPU
+/// time of the calling threads inside them, since load or the last reset.
+pub static CALLS: CallStats = CallStats::new();
 
 /// Runs an exported function's body: no panic ever crosses the C boundary (it answers
-/// `NVML_ERROR_UNKNOWN`). The thread CPU time it takes is added to [`busy_ns`] (benchmarks
-/// subtract it from the caller's CPU time).
+/// `NVML_ERROR_UNKNOWN`). The thread CPU time it takes is added to [`CALLS`]' busy time
+/// (benchmarks subtract it from the caller's CPU time).
 pub fn guard(body: impl FnOnce() -> Result<(), NvmlReturn>) -> NvmlReturn {
     CALLS.guard(SUCCESS, ERROR_UNKNOWN, body)
 }
@@ -55,7 +37,7 @@ macro_rules! nvml_fn {
         /// Pointer arguments must be null or valid for the reads and writes NVML documents.
         #[no_mangle]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $crate::types::NvmlReturn {
-            $crate::state::count_call();
+            $crate::state::CALLS.count();
             $crate::latency::delay(stringify!($name));
             $crate::state::guard(move || -> Result<(), $crate::types::NvmlReturn> { $body })
         }
