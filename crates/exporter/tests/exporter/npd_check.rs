@@ -268,19 +268,7 @@ fn with_client_certificates_required_it_presents_the_one_given() {
 /// (`expected_gpus_unknown`) is unknown, 2.
 #[test]
 fn node_level_verdicts_change_the_exit() {
-    use std::io::Write as _;
-    let mut config = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
-    write!(config, "[health]\nexpected_gpus = 10\n").unwrap();
-    let d = start(&[
-        "--simulate",
-        "dgx-h100",
-        "--config.file",
-        config.path().to_str().unwrap(),
-        "--no-collector.probes",
-    ]);
-    let listen = format!("127.0.0.1:{}", d.port);
-    let at = ["--web.listen-address", listen.as_str()];
-    let answer = npd_until(&at, &[], |a| a.0 == 1);
+    let answer = on_simulated_node("[health]\nexpected_gpus = 10\n", |a| a.0 == 1);
     assert_eq!(
         answer,
         (
@@ -288,17 +276,28 @@ fn node_level_verdicts_change_the_exit() {
             "node unhealthy: reboot (gpu_count_below_expected)".to_string()
         )
     );
-    drop(d);
 
     let state = tempfile::tempdir().unwrap();
     std::fs::write(state.path().join("expected-gpus"), "gpus many\n").unwrap();
-    let mut config = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
-    write!(
-        config,
+    let config = format!(
         "[health]\nexpected_gpus = \"discover\"\nstate_directory = {:?}\n",
         state.path().to_str().unwrap()
-    )
-    .unwrap();
+    );
+    let answer = on_simulated_node(&config, |a| a.1.starts_with("node"));
+    assert_eq!(
+        answer,
+        (
+            2,
+            "node unknown: unknown (expected_gpus_unknown)".to_string()
+        )
+    );
+}
+
+/// npd-check's answer, once `done` holds of it, about the simulated dgx-h100 (no probes)
+/// configured by `toml`.
+fn on_simulated_node(toml: &str, done: impl Fn(&(i32, String)) -> bool) -> (i32, String) {
+    let mut config = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+    config.write_all(toml.as_bytes()).unwrap();
     let d = start(&[
         "--simulate",
         "dgx-h100",
@@ -307,15 +306,7 @@ fn node_level_verdicts_change_the_exit() {
         "--no-collector.probes",
     ]);
     let listen = format!("127.0.0.1:{}", d.port);
-    let at = ["--web.listen-address", listen.as_str()];
-    let answer = npd_until(&at, &[], |a| a.1.starts_with("node"));
-    assert_eq!(
-        answer,
-        (
-            2,
-            "node unknown: unknown (expected_gpus_unknown)".to_string()
-        )
-    );
+    npd_until(&["--web.listen-address", listen.as_str()], &[], done)
 }
 
 // ---- A hand-written exporter: what a careful client must do with what a peer sends. ----
