@@ -1,10 +1,9 @@
 //! Configuration from `FAKE_CUDA_*` environment variables, read at the first `cuInit`.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
-use fake_support::env::{bad, seconds};
-pub use fake_support::env::{ClockMode, ConfigError};
+use fake_support::env::{bad, clock, flag};
+pub use fake_support::env::{ClockMode, ConfigError, FromVars};
 
 /// Default scenario when `FAKE_CUDA_SCENARIO` is unset (the fake NVML's default too).
 pub const DEFAULT_SCENARIO: &str = "dgx-h100";
@@ -47,27 +46,12 @@ pub struct Faults {
     pub fail_alloc_after: Option<u64>,
 }
 
-fn flag(name: &'static str, value: Option<String>) -> Result<bool, ConfigError> {
-    match value.as_deref().map(str::trim) {
-        None | Some("") | Some("0") => Ok(false),
-        Some("1") => Ok(true),
-        Some(v) => Err(bad(name, v, "expected 0 or 1")),
-    }
-}
-
-impl Config {
-    /// Reads the configuration through `get` (the process environment in the library).
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+impl FromVars for Config {
+    fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         let scenario = get("FAKE_CUDA_SCENARIO")
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| DEFAULT_SCENARIO.to_string());
-        let clock = match get("FAKE_CUDA_TIME") {
-            Some(v) => ClockMode::Frozen(seconds("FAKE_CUDA_TIME", &v)?),
-            None => ClockMode::Running(match get("FAKE_CUDA_START") {
-                Some(v) => seconds("FAKE_CUDA_START", &v)?,
-                None => Duration::ZERO,
-            }),
-        };
+        let clock = clock(&get, "FAKE_CUDA_TIME", "FAKE_CUDA_START")?;
         let driver_version = match get("FAKE_CUDA_DRIVER_VERSION") {
             Some(v) => v
                 .trim()
@@ -128,11 +112,12 @@ impl Config {
             })?),
             None => None,
         };
+        let switch = |name: &'static str| flag(name, get(name).as_deref(), false);
         let faults = Faults {
-            no_device: flag("FAKE_CUDA_NO_DEVICE", get("FAKE_CUDA_NO_DEVICE"))?,
-            leak_context: flag("FAKE_CUDA_LEAK_CONTEXT", get("FAKE_CUDA_LEAK_CONTEXT"))?,
-            hang: flag("FAKE_CUDA_HANG", get("FAKE_CUDA_HANG"))?,
-            crash: flag("FAKE_CUDA_CRASH", get("FAKE_CUDA_CRASH"))?,
+            no_device: switch("FAKE_CUDA_NO_DEVICE")?,
+            leak_context: switch("FAKE_CUDA_LEAK_CONTEXT")?,
+            hang: switch("FAKE_CUDA_HANG")?,
+            crash: switch("FAKE_CUDA_CRASH")?,
             intruder_pid,
             fail_alloc_after,
         };
@@ -145,29 +130,17 @@ impl Config {
             faults,
         })
     }
-
-    /// Reads the configuration from the process environment.
-    pub fn from_env() -> Result<Config, ConfigError> {
-        Config::from_lookup(|k| std::env::var(k).ok())
-    }
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-
-    fn parse(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
-        Config::from_lookup(|k| {
-            vars.iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        })
-    }
+    use std::time::Duration;
 
     #[test]
     fn defaults() {
-        let c = parse(&[]).unwrap();
+        let c = Config::from_pairs(&[]).unwrap();
         assert_eq!(c.scenario, "dgx-h100");
         assert_eq!(c.clock, ClockMode::Running(Duration::ZERO));
         assert_eq!(c.driver_version, 13000);
@@ -178,7 +151,7 @@ mod tests {
 
     #[test]
     fn all_variables() {
-        let c = parse(&[
+        let c = Config::from_pairs(&[
             ("FAKE_CUDA_SCENARIO", "dgx-spark"),
             ("FAKE_CUDA_TIME", "61.5"),
             ("FAKE_CUDA_START", "5"),
@@ -209,7 +182,7 @@ mod tests {
                 fail_alloc_after: Some(3),
             }
         );
-        let c = parse(&[("FAKE_CUDA_START", "29.5")]).unwrap();
+        let c = Config::from_pairs(&[("FAKE_CUDA_START", "29.5")]).unwrap();
         assert_eq!(c.clock, ClockMode::Running(Duration::from_millis(29_500)));
     }
 
@@ -227,13 +200,13 @@ mod tests {
             ("FAKE_CUDA_INTRUDER_PID", "0"),
             ("FAKE_CUDA_FAIL_ALLOC_AFTER", "x"),
         ] {
-            let err = parse(&[(k, v), ("FAKE_CUDA_STATE_DIR", "/tmp/s")])
+            let err = Config::from_pairs(&[(k, v), ("FAKE_CUDA_STATE_DIR", "/tmp/s")])
                 .unwrap_err()
                 .to_string();
             assert!(err.starts_with(k), "{err}");
         }
         // The intruder is only visible through the state directory.
-        let err = parse(&[("FAKE_CUDA_INTRUDER_PID", "7")]).unwrap_err();
+        let err = Config::from_pairs(&[("FAKE_CUDA_INTRUDER_PID", "7")]).unwrap_err();
         assert_eq!(
             err.to_string(),
             "FAKE_CUDA_INTRUDER_PID=\"7\": needs FAKE_CUDA_STATE_DIR (the intruder is published there)"

@@ -17,15 +17,7 @@ pub fn path(dir: &Path, pid: u32, gpu: usize) -> PathBuf {
 
 /// The start time of process `pid` in clock ticks since boot, or 0 when it cannot be read.
 pub fn start_ticks(pid: u32) -> u64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0;
-    };
-    // The command name (field 2) may hold spaces: count fields after its closing paren.
-    stat.rfind(')')
-        .and_then(|i| stat.get(i + 2..))
-        .and_then(|rest| rest.split(' ').nth(19))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
+    fake_support::process::start_ticks(pid).unwrap_or(0)
 }
 
 /// Publishes that `pid` holds `bytes` on `gpu`.

@@ -5,6 +5,7 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
 use dgx_pixels_sim::{Benchmark, Transfer};
 
+use crate::config::FromVars as _;
 use crate::state::{
     self, cuda_fn, handle, id_of, out, with, Driver, Event, Kind, Module, RateError,
 };

@@ -3,13 +3,14 @@
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use dgx_pixels_sim::{bench, Benchmark, BenchmarkError, GpuState, Node, Scenario};
+use fake_support::calls::catch;
+use fake_support::process::process_age;
 
-use crate::config::{ClockMode, Config};
+use crate::config::{ClockMode, Config, FromVars};
 use crate::ctxfile;
 use crate::types::*;
 
@@ -34,20 +35,12 @@ pub const INTRUDER_BYTES: u64 = 2 << 30;
 
 /// Runs an exported driver function's body: no panic ever crosses the C boundary.
 pub fn guard(body: impl FnOnce() -> Result<(), CuResult>) -> CuResult {
-    match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(())) => CUDA_SUCCESS,
-        Ok(Err(code)) => code,
-        Err(_) => CUDA_ERROR_UNKNOWN,
-    }
+    catch(CUDA_SUCCESS, CUDA_ERROR_UNKNOWN, body)
 }
 
 /// Runs an exported cuBLAS function's body: a panic answers `CUBLAS_STATUS_INTERNAL_ERROR`.
 pub fn blas_guard(body: impl FnOnce() -> Result<(), BlasStatus>) -> BlasStatus {
-    match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(())) => CUBLAS_STATUS_SUCCESS,
-        Ok(Err(code)) => code,
-        Err(_) => CUBLAS_STATUS_INTERNAL_ERROR,
-    }
+    catch(CUBLAS_STATUS_SUCCESS, CUBLAS_STATUS_INTERNAL_ERROR, body)
 }
 
 /// Defines an exported driver function whose body returns `Result<(), CuResult>`.
@@ -194,35 +187,6 @@ pub struct Driver {
     allocations: u64,
     pid: u32,
     start_ticks: u64,
-}
-
-/// How long the process has been running (from procfs; the time since the first call where
-/// procfs is missing): the scenario clock, the same in every load of the library.
-fn process_age() -> Duration {
-    fn from_proc() -> Option<Duration> {
-        let start = ctxfile::start_ticks(std::process::id());
-        // SAFETY: sysconf has no preconditions.
-        let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok()?;
-        if start == 0 || hz == 0 {
-            return None;
-        }
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `ts` is a valid, writable timespec.
-        if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) } != 0 {
-            return None;
-        }
-        let now = Duration::new(
-            u64::try_from(ts.tv_sec).ok()?,
-            u32::try_from(ts.tv_nsec).ok()?,
-        );
-        let start = Duration::from_nanos(start.saturating_mul(1_000_000_000 / hz));
-        Some(now.saturating_sub(start))
-    }
-    static FALLBACK: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    from_proc().unwrap_or_else(|| FALLBACK.get_or_init(Instant::now).elapsed())
 }
 
 /// A small deterministic hash (SplitMix64's finaliser) for the noise of modeled durations.

@@ -54,16 +54,25 @@ fn setup() -> &'static Path {
     })
 }
 
+/// The caller's variables no run of the fake inherits.
+const CLEARED: &[&str] = &["FAKE_CUDA_", "FAKE_NVML_"];
+
+/// Puts the fake on `cmd`'s loader path, its clock frozen at [`TIME`], and `env`.
+fn fake_env(cmd: &mut Command, env: &[(&str, &str)]) {
+    cmd.env("LD_LIBRARY_PATH", setup())
+        .env("FAKE_CUDA_TIME", TIME)
+        .envs(env.iter().copied());
+}
+
 /// A command with the fake on the loader's path and no `FAKE_*` variable of the caller.
 fn command(program: &Path, env: &[(&str, &str)]) -> Command {
     let mut cmd = Command::new(program);
-    cmd.env("LD_LIBRARY_PATH", setup());
     for (k, _) in std::env::vars() {
-        if k.starts_with("FAKE_CUDA_") || k.starts_with("FAKE_NVML_") {
+        if CLEARED.iter().any(|p| k.starts_with(p)) {
             cmd.env_remove(k);
         }
     }
-    cmd.env("FAKE_CUDA_TIME", TIME).envs(env.iter().copied());
+    fake_env(&mut cmd, env);
     cmd
 }
 
@@ -77,22 +86,11 @@ fn probe_run(args: &[&str], env: &[(&str, &str)]) -> Command {
 /// Runs `body` in a child process (this test binary, `test` only) with `env`; returns what
 /// it printed to stdout.
 fn in_child(test: &str, env: &[(&str, &str)], body: impl FnOnce()) -> String {
-    if std::env::var_os(CHILD).is_some() {
+    if fake_support::child::is_child(CHILD) {
         body();
         return String::new();
     }
-    let out = command(&std::env::current_exe().unwrap(), env)
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, "1")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{test} failed in the child:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
+    fake_support::child::run_alone(CHILD, test, CLEARED, |c| fake_env(c, env))
 }
 
 /// The value a child printed as `KEY=VALUE` (the harness may print `test NAME ... ` before

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-pub use fake_support::env::ConfigError;
-use fake_support::env::{bad, seconds};
+use fake_support::env::{bad, seconds, window};
+pub use fake_support::env::{ConfigError, FromVars};
 
 /// Default scenario when `FAKE_DCGM_SCENARIO` is unset.
 pub const DEFAULT_SCENARIO: &str = "dgx-h100";
@@ -62,9 +62,8 @@ fn field_ids(name: &'static str, value: Option<String>) -> Result<Vec<u16>, Conf
         .collect()
 }
 
-impl Config {
-    /// Reads the configuration through `get` (the process environment in the library).
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+impl FromVars for Config {
+    fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         let scenario = get("FAKE_DCGM_SCENARIO")
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| DEFAULT_SCENARIO.to_string());
@@ -87,28 +86,9 @@ impl Config {
                 ))
             }
         };
-        let connection_loss = match get("FAKE_DCGM_CONNECTION_LOSS") {
-            Some(v) => {
-                let (from, to) = v.split_once(':').ok_or_else(|| {
-                    bad(
-                        "FAKE_DCGM_CONNECTION_LOSS",
-                        &v,
-                        "expected FROM:TO in seconds",
-                    )
-                })?;
-                let from = seconds("FAKE_DCGM_CONNECTION_LOSS", from)?;
-                let to = seconds("FAKE_DCGM_CONNECTION_LOSS", to)?;
-                if to <= from {
-                    return Err(bad(
-                        "FAKE_DCGM_CONNECTION_LOSS",
-                        &v,
-                        "TO must be after FROM",
-                    ));
-                }
-                Some((from, to))
-            }
-            None => None,
-        };
+        let connection_loss = get("FAKE_DCGM_CONNECTION_LOSS")
+            .map(|v| window("FAKE_DCGM_CONNECTION_LOSS", &v))
+            .transpose()?;
         let field_value_version = match get("FAKE_DCGM_FIELD_VALUE_VERSION") {
             Some(v) => u32::from_str_radix(v.trim().trim_start_matches("0x"), 16)
                 .map_err(|_| bad("FAKE_DCGM_FIELD_VALUE_VERSION", &v, "expected hex"))?,
@@ -133,11 +113,6 @@ impl Config {
             stall_after,
         })
     }
-
-    /// Reads the configuration from the process environment.
-    pub fn from_env() -> Result<Config, ConfigError> {
-        Config::from_lookup(|k| std::env::var(k).ok())
-    }
 }
 
 #[cfg(test)]
@@ -145,21 +120,13 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    fn parse(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
-        Config::from_lookup(|k| {
-            vars.iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        })
-    }
-
     #[test]
     fn defaults_and_every_variable() {
-        let c = parse(&[]).unwrap();
+        let c = Config::from_pairs(&[]).unwrap();
         assert_eq!(c.scenario, "dgx-h100");
         assert_eq!(c.profiling, Profiling::Supported);
         assert_eq!(c.field_value_version, 0x0200_1020);
-        let c = parse(&[
+        let c = Config::from_pairs(&[
             ("FAKE_DCGM_SCENARIO", "dgx-spark"),
             ("FAKE_DCGM_TIME", "60"),
             ("FAKE_DCGM_PROFILING", "requires_root"),
@@ -196,7 +163,7 @@ mod tests {
             ("FAKE_DCGM_STALL_FIELDS", "1002;1003"),
             ("FAKE_DCGM_STALL_AFTER", "-1"),
         ] {
-            let err = parse(&[(k, v)]).unwrap_err().to_string();
+            let err = Config::from_pairs(&[(k, v)]).unwrap_err().to_string();
             assert!(err.starts_with(k), "{err}");
         }
     }
@@ -225,7 +192,7 @@ mod tests {
                 "FAKE_DCGM_FIELD_VALUE_VERSION=\"zz\": expected hex",
             ),
         ] {
-            assert_eq!(parse(&[(k, v)]).unwrap_err().to_string(), want);
+            assert_eq!(Config::from_pairs(&[(k, v)]).unwrap_err().to_string(), want);
         }
     }
 }

@@ -77,19 +77,19 @@ pub use config::Config;
 /// DCGM calls served since load or the last reset.
 #[no_mangle]
 pub extern "C" fn fake_dcgm_call_count() -> u64 {
-    state::call_count()
+    state::CALLS.calls()
 }
 
 /// CPU time, in nanoseconds, that calling threads spent inside DCGM calls.
 #[no_mangle]
 pub extern "C" fn fake_dcgm_busy_ns() -> u64 {
-    state::busy_ns()
+    state::CALLS.busy_ns()
 }
 
 /// Sets the call counter and the busy time back to zero.
 #[no_mangle]
 pub extern "C" fn fake_dcgm_reset_call_count() {
-    state::reset_call_count();
+    state::CALLS.reset();
 }
 
 /// `*p`, or `BADPARAM` when null.

@@ -2,66 +2,28 @@
 //! groups, field groups and watches, the scenario clock, and the guard every export runs under.
 
 use std::collections::{HashMap, HashSet};
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::abi::Return as dcgmReturn_t;
 use dgx_pixels_sim::{GpuState, Node, Scenario};
+use fake_support::CallStats;
 
-use crate::config::Config;
+use crate::abi::Return as dcgmReturn_t;
+use crate::config::{Config, FromVars};
 
 /// Return codes the fake answers, as [`crate::abi`] states them.
 pub use crate::abi::code;
 
 static LIBRARY: Mutex<Option<Library>> = Mutex::new(None);
-static CALLS: AtomicU64 = AtomicU64::new(0);
-static BUSY_NS: AtomicU64 = AtomicU64::new(0);
-
-/// DCGM calls served since load or the last reset.
-pub fn call_count() -> u64 {
-    CALLS.load(Ordering::Relaxed)
-}
-
-/// CPU time of the calling threads inside DCGM calls, nanoseconds.
-pub fn busy_ns() -> u64 {
-    BUSY_NS.load(Ordering::Relaxed)
-}
-
-/// Zeroes the call counter and the busy time.
-pub fn reset_call_count() {
-    CALLS.store(0, Ordering::Relaxed);
-    BUSY_NS.store(0, Ordering::Relaxed);
-}
-
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec for the call to fill.
-    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
-        return 0;
-    }
-    u64::try_from(ts.tv_sec)
-        .unwrap_or(0)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(u64::try_from(ts.tv_nsec).unwrap_or(0))
-}
+/// DCGM calls served and the CPU time of the calling threads inside them, since load or the
+/// last reset.
+pub static CALLS: CallStats = CallStats::new();
 
 /// Runs an export's body: counted, timed, and no panic crosses the C boundary (a panic
 /// answers `DCGM_ST_GENERIC_ERROR`).
 pub fn guard(body: impl FnOnce() -> Result<(), dcgmReturn_t>) -> dcgmReturn_t {
-    CALLS.fetch_add(1, Ordering::Relaxed);
-    let start = thread_cpu_ns();
-    let result = match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(())) => code::OK,
-        Ok(Err(c)) => c,
-        Err(_) => code::GENERIC_ERROR,
-    };
-    BUSY_NS.fetch_add(thread_cpu_ns().saturating_sub(start), Ordering::Relaxed);
-    result
+    CALLS.count();
+    CALLS.guard(code::OK, code::GENERIC_ERROR, body)
 }
 
 /// Defines an exported DCGM function whose body returns `Result<(), dcgmReturn_t>`.

@@ -5,7 +5,6 @@
 //! runs its body in a child process (this test binary again, filtered to that test).
 #![allow(clippy::unwrap_used)]
 
-use std::process::Command;
 use std::time::Duration;
 
 use dcgm_sys::*;
@@ -23,26 +22,16 @@ fn lib_path() -> String {
 
 /// Runs `body` in a child process with `env`.
 fn in_child(test: &str, env: &[(&str, &str)], body: impl FnOnce(&DcgmLib)) {
-    if std::env::var_os(CHILD).is_some() {
+    if fake_support::child::is_child(CHILD) {
         let lib = open(&std::env::var("FAKE_DCGM_LIB").unwrap()).unwrap();
         assert_eq!(unsafe { lib.dcgmInit() }, OK);
         body(&lib);
         return;
     }
     let lib = lib_path();
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([test, "--exact", "--nocapture", "--test-threads", "1"])
-        .env(CHILD, "1")
-        .env("FAKE_DCGM_LIB", lib)
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),
-        "child failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    fake_support::child::run_alone(CHILD, test, &[], |c| {
+        c.env("FAKE_DCGM_LIB", lib).envs(env.iter().copied());
+    });
 }
 
 fn embedded(lib: &DcgmLib) -> dcgmHandle_t {

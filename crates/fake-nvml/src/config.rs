@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use fake_support::env::{bad, seconds};
-pub use fake_support::env::{ClockMode, ConfigError};
+use fake_support::env::{bad, clock, flag, gpu_index, seconds, window};
+pub use fake_support::env::{ClockMode, ConfigError, FromVars};
 
 /// Default scenario when `FAKE_NVML_SCENARIO` is unset.
 pub const DEFAULT_SCENARIO: &str = "dgx-h100";
@@ -97,19 +97,12 @@ pub enum Gpm {
     Denied,
 }
 
-impl Config {
-    /// Reads the configuration through `get` (the process environment in the library).
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+impl FromVars for Config {
+    fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         let scenario = get("FAKE_NVML_SCENARIO")
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| DEFAULT_SCENARIO.to_string());
-        let clock = match get("FAKE_NVML_TIME") {
-            Some(v) => ClockMode::Frozen(seconds("FAKE_NVML_TIME", &v)?),
-            None => ClockMode::Running(match get("FAKE_NVML_START") {
-                Some(v) => seconds("FAKE_NVML_START", &v)?,
-                None => Duration::ZERO,
-            }),
-        };
+        let clock = clock(&get, "FAKE_NVML_TIME", "FAKE_NVML_START")?;
         let pcie_delay = match get("FAKE_NVML_PCIE_DELAY_MS") {
             Some(v) => {
                 let ms: u64 = v.trim().parse().map_err(|_| {
@@ -121,10 +114,7 @@ impl Config {
         };
         let hang = match get("FAKE_NVML_HANG_GPU") {
             Some(v) => {
-                let gpu: u32 = v
-                    .trim()
-                    .parse()
-                    .map_err(|_| bad("FAKE_NVML_HANG_GPU", &v, "expected a GPU index"))?;
+                let gpu = gpu_index("FAKE_NVML_HANG_GPU", &v)?;
                 let after = match get("FAKE_NVML_HANG_AFTER") {
                     Some(a) => seconds("FAKE_NVML_HANG_AFTER", &a)?,
                     None => Duration::ZERO,
@@ -133,57 +123,24 @@ impl Config {
             }
             None => None,
         };
-        let uninitialized = match get("FAKE_NVML_UNINITIALIZED") {
-            Some(v) => {
-                let (from, to) = v.split_once(':').ok_or_else(|| {
-                    bad("FAKE_NVML_UNINITIALIZED", &v, "expected FROM:TO in seconds")
-                })?;
-                let (from, to) = (
-                    seconds("FAKE_NVML_UNINITIALIZED", from)?,
-                    seconds("FAKE_NVML_UNINITIALIZED", to)?,
-                );
-                if to <= from {
-                    return Err(bad("FAKE_NVML_UNINITIALIZED", &v, "TO must be after FROM"));
-                }
-                Some((from, to))
-            }
-            None => None,
-        };
+        let uninitialized = get("FAKE_NVML_UNINITIALIZED")
+            .map(|v| window("FAKE_NVML_UNINITIALIZED", &v))
+            .transpose()?;
         let kmsg = get("FAKE_NVML_KMSG")
             .filter(|s| !s.is_empty())
             .map(std::path::PathBuf::from);
-        let xid_events = match get("FAKE_NVML_XID_EVENTS").as_deref().map(str::trim) {
-            None | Some("1") => true,
-            Some("0") => false,
-            Some(v) => return Err(bad("FAKE_NVML_XID_EVENTS", v, "expected 0 or 1")),
-        };
+        let switch = |name: &'static str, default: bool| flag(name, get(name).as_deref(), default);
+        let xid_events = switch("FAKE_NVML_XID_EVENTS", true)?;
         let gpm = match get("FAKE_NVML_GPM").as_deref().map(str::trim) {
             None | Some("1") => Gpm::On,
             Some("0") => Gpm::Off,
             Some("denied") => Gpm::Denied,
             Some(v) => return Err(bad("FAKE_NVML_GPM", v, "expected 0, 1 or denied")),
         };
-        let gpm_hang_gpu = match get("FAKE_NVML_GPM_HANG_GPU") {
-            Some(v) => Some(
-                v.trim()
-                    .parse()
-                    .map_err(|_| bad("FAKE_NVML_GPM_HANG_GPU", &v, "expected a GPU index"))?,
-            ),
-            None => None,
-        };
-        let gpm_fail_gpu = match get("FAKE_NVML_GPM_FAIL_GPU") {
-            Some(v) => Some(
-                v.trim()
-                    .parse()
-                    .map_err(|_| bad("FAKE_NVML_GPM_FAIL_GPU", &v, "expected a GPU index"))?,
-            ),
-            None => None,
-        };
-        let power_instant = match get("FAKE_NVML_POWER_INSTANT").as_deref().map(str::trim) {
-            None | Some("1") => true,
-            Some("0") => false,
-            Some(v) => return Err(bad("FAKE_NVML_POWER_INSTANT", v, "expected 0 or 1")),
-        };
+        let gpu = |name: &'static str| get(name).map(|v| gpu_index(name, &v)).transpose();
+        let gpm_hang_gpu = gpu("FAKE_NVML_GPM_HANG_GPU")?;
+        let gpm_fail_gpu = gpu("FAKE_NVML_GPM_FAIL_GPU")?;
+        let power_instant = switch("FAKE_NVML_POWER_INSTANT", true)?;
         let cuda_state_dir = get("FAKE_NVML_CUDA_STATE_DIR")
             .filter(|s| !s.is_empty())
             .map(std::path::PathBuf::from);
@@ -192,19 +149,8 @@ impl Config {
                 .map_err(|problem| bad("FAKE_NVML_LATENCY", &v, problem))?,
             None => crate::latency::Latency::none(),
         };
-        let process_utilization = match get("FAKE_NVML_PROCESS_UTILIZATION")
-            .as_deref()
-            .map(str::trim)
-        {
-            None | Some("1") => true,
-            Some("0") => false,
-            Some(v) => return Err(bad("FAKE_NVML_PROCESS_UTILIZATION", v, "expected 0 or 1")),
-        };
-        let mps = match get("FAKE_NVML_MPS").as_deref().map(str::trim) {
-            None | Some("1") => true,
-            Some("0") => false,
-            Some(v) => return Err(bad("FAKE_NVML_MPS", v, "expected 0 or 1")),
-        };
+        let process_utilization = switch("FAKE_NVML_PROCESS_UTILIZATION", true)?;
+        let mps = switch("FAKE_NVML_MPS", true)?;
         let nvlink5_scope = match get("FAKE_NVML_NVLINK5_SCOPE").as_deref().map(str::trim) {
             None | Some("both") => Nvlink5Scope::Both,
             Some("aggregate") => Nvlink5Scope::Aggregate,
@@ -217,17 +163,8 @@ impl Config {
                 ))
             }
         };
-        let fabric_v3 = match get("FAKE_NVML_FABRIC_V3").as_deref().map(str::trim) {
-            None | Some("1") => true,
-            Some("0") => false,
-            Some(v) => return Err(bad("FAKE_NVML_FABRIC_V3", v, "expected 0 or 1")),
-        };
-        let nvlink_legacy_on_blackwell =
-            match get("FAKE_NVML_NVLINK_LEGACY").as_deref().map(str::trim) {
-                None | Some("0") => false,
-                Some("1") => true,
-                Some(v) => return Err(bad("FAKE_NVML_NVLINK_LEGACY", v, "expected 0 or 1")),
-            };
+        let fabric_v3 = switch("FAKE_NVML_FABRIC_V3", true)?;
+        let nvlink_legacy_on_blackwell = switch("FAKE_NVML_NVLINK_LEGACY", false)?;
         Ok(Config {
             nvlink_legacy_on_blackwell,
             nvlink5_scope,
@@ -249,11 +186,6 @@ impl Config {
             gpm_hang_gpu,
         })
     }
-
-    /// Reads the configuration from the process environment.
-    pub fn from_env() -> Result<Config, ConfigError> {
-        Config::from_lookup(|k| std::env::var(k).ok())
-    }
 }
 
 #[cfg(test)]
@@ -261,17 +193,9 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    fn parse(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
-        Config::from_lookup(|k| {
-            vars.iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        })
-    }
-
     #[test]
     fn defaults() {
-        let c = parse(&[]).unwrap();
+        let c = Config::from_pairs(&[]).unwrap();
         assert_eq!(c.scenario, "dgx-h100");
         assert_eq!(c.clock, ClockMode::Running(Duration::ZERO));
         assert_eq!(c.pcie_delay, Duration::from_millis(20));
@@ -286,7 +210,7 @@ mod tests {
 
     #[test]
     fn nvlink5_scope_and_fabric_modes() {
-        let c = parse(&[
+        let c = Config::from_pairs(&[
             ("FAKE_NVML_NVLINK5_SCOPE", "aggregate"),
             ("FAKE_NVML_FABRIC_V3", "0"),
         ])
@@ -296,16 +220,16 @@ mod tests {
             (Nvlink5Scope::Aggregate, false)
         );
         assert!(c.nvlink5_scope.answers(u32::MAX) && !c.nvlink5_scope.answers(3));
-        let c = parse(&[("FAKE_NVML_NVLINK5_SCOPE", "link")]).unwrap();
+        let c = Config::from_pairs(&[("FAKE_NVML_NVLINK5_SCOPE", "link")]).unwrap();
         assert!(!c.nvlink5_scope.answers(u32::MAX) && c.nvlink5_scope.answers(3));
-        let e = parse(&[("FAKE_NVML_NVLINK5_SCOPE", "per-link")]).unwrap_err();
+        let e = Config::from_pairs(&[("FAKE_NVML_NVLINK5_SCOPE", "per-link")]).unwrap_err();
         assert_eq!(e.variable, "FAKE_NVML_NVLINK5_SCOPE");
-        assert!(parse(&[("FAKE_NVML_FABRIC_V3", "yes")]).is_err());
+        assert!(Config::from_pairs(&[("FAKE_NVML_FABRIC_V3", "yes")]).is_err());
     }
 
     #[test]
     fn all_variables() {
-        let c = parse(&[
+        let c = Config::from_pairs(&[
             ("FAKE_NVML_SCENARIO", "dgx-spark"),
             ("FAKE_NVML_TIME", "61.5"),
             ("FAKE_NVML_START", "5"),
@@ -325,7 +249,7 @@ mod tests {
             Some(std::path::Path::new("/tmp/cuda"))
         );
         assert_eq!((c.gpm, c.gpm_fail_gpu), (Gpm::Off, Some(3)));
-        let denied = parse(&[("FAKE_NVML_GPM", "denied")]).unwrap();
+        let denied = Config::from_pairs(&[("FAKE_NVML_GPM", "denied")]).unwrap();
         assert_eq!(denied.gpm, Gpm::Denied);
         assert_eq!(c.kmsg.as_deref(), Some(std::path::Path::new("/tmp/kmsg")));
         assert!(!c.xid_events);
@@ -338,7 +262,7 @@ mod tests {
             c.uninitialized,
             Some((Duration::from_millis(1500), Duration::from_secs(3)))
         );
-        let c = parse(&[("FAKE_NVML_START", "29.5")]).unwrap();
+        let c = Config::from_pairs(&[("FAKE_NVML_START", "29.5")]).unwrap();
         assert_eq!(c.clock, ClockMode::Running(Duration::from_millis(29_500)));
     }
 
@@ -356,7 +280,7 @@ mod tests {
             ("FAKE_NVML_GPM", "on"),
             ("FAKE_NVML_GPM_FAIL_GPU", "x"),
         ] {
-            let err = parse(&[(k, v)]).unwrap_err().to_string();
+            let err = Config::from_pairs(&[(k, v)]).unwrap_err().to_string();
             assert!(err.starts_with(k), "{err}");
         }
     }
@@ -385,7 +309,7 @@ mod tests {
                 "FAKE_NVML_HANG_GPU=\"x\": expected a GPU index",
             ),
         ] {
-            assert_eq!(parse(&[(k, v)]).unwrap_err().to_string(), want);
+            assert_eq!(Config::from_pairs(&[(k, v)]).unwrap_err().to_string(), want);
         }
     }
 }

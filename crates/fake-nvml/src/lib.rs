@@ -125,18 +125,18 @@ pub use latency::Latency;
 /// NVML calls served since the library was loaded or the counter last reset.
 #[no_mangle]
 pub extern "C" fn fake_nvml_call_count() -> u64 {
-    state::call_count()
+    state::CALLS.calls()
 }
 
 /// CPU time, in nanoseconds, that calling threads spent inside NVML calls since load or the
 /// last reset (sleeps and waits are not CPU time).
 #[no_mangle]
 pub extern "C" fn fake_nvml_busy_ns() -> u64 {
-    state::busy_ns()
+    state::CALLS.busy_ns()
 }
 
 /// Sets the NVML call counter and the busy time back to zero.
 #[no_mangle]
 pub extern "C" fn fake_nvml_reset_call_count() {
-    state::reset_call_count();
+    state::CALLS.reset();
 }

@@ -3,69 +3,27 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_char, c_uint};
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dgx_pixels_sim::{GpuReadout, GpuState, GpuStatic, MigInstance, Node, Scenario};
+use fake_support::process::process_age;
+use fake_support::CallStats;
 
-use crate::config::{ClockMode, Config};
+use crate::config::{ClockMode, Config, FromVars};
 use crate::events::Registry;
 use crate::types::*;
 
 static DRIVER: Mutex<Option<Driver>> = Mutex::new(None);
-static CALLS: AtomicU64 = AtomicU64::new(0);
-static BUSY_NS: AtomicU64 = AtomicU64::new(0);
+/// NVML calls served (every exported `nvml*` symbol counts, whatever it returns) and the CPU
+/// time of the calling threads inside them, since load or the last reset.
+pub static CALLS: CallStats = CallStats::new();
 
-/// Counts one NVML call (every exported `nvml*` symbol counts, whatever it returns).
-pub fn count_call() {
-    CALLS.fetch_add(1, Ordering::Relaxed);
-}
-
-/// NVML calls served since the library was loaded (or the counter last reset).
-pub fn call_count() -> u64 {
-    CALLS.load(Ordering::Relaxed)
-}
-
-/// CPU time (of the calling threads) spent inside NVML calls, nanoseconds.
-pub fn busy_ns() -> u64 {
-    BUSY_NS.load(Ordering::Relaxed)
-}
-
-/// Sets the call counter and the busy time back to zero.
-pub fn reset_call_count() {
-    CALLS.store(0, Ordering::Relaxed);
-    BUSY_NS.store(0, Ordering::Relaxed);
-}
-
-/// CPU time of the calling thread, nanoseconds (0 if the clock is unavailable).
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec for the call to fill.
-    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
-        return 0;
-    }
-    u64::try_from(ts.tv_sec)
-        .unwrap_or(0)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(u64::try_from(ts.tv_nsec).unwrap_or(0))
-}
-
-/// Runs an exported function's body: no panic ever crosses the C boundary. The thread CPU time
-/// it takes is added to [`busy_ns`] (benchmarks subtract it from the caller's CPU time).
+/// Runs an exported function's body: no panic ever crosses the C boundary (it answers
+/// `NVML_ERROR_UNKNOWN`). The thread CPU time it takes is added to [`CALLS`]' busy time
+/// (benchmarks subtract it from the caller's CPU time).
 pub fn guard(body: impl FnOnce() -> Result<(), NvmlReturn>) -> NvmlReturn {
-    let start = thread_cpu_ns();
-    let code = match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(())) => SUCCESS,
-        Ok(Err(code)) => code,
-        Err(_) => ERROR_UNKNOWN,
-    };
-    BUSY_NS.fetch_add(thread_cpu_ns().saturating_sub(start), Ordering::Relaxed);
-    code
+    CALLS.guard(SUCCESS, ERROR_UNKNOWN, body)
 }
 
 /// Defines an exported NVML function whose body returns `Result<(), NvmlReturn>`; the call is
@@ -79,7 +37,7 @@ macro_rules! nvml_fn {
         /// Pointer arguments must be null or valid for the reads and writes NVML documents.
         #[no_mangle]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $crate::types::NvmlReturn {
-            $crate::state::count_call();
+            $crate::state::CALLS.count();
             $crate::latency::delay(stringify!($name));
             $crate::state::guard(move || -> Result<(), $crate::types::NvmlReturn> { $body })
         }
@@ -116,38 +74,6 @@ pub unsafe fn write_str(buf: *mut c_char, len: c_uint, s: &str) -> Result<(), Nv
         *buf.add(bytes.len()) = 0;
     }
     Ok(())
-}
-
-/// How long the process has been running, from its start time in `/proc/self/stat` (10 ms
-/// ticks) and the boot clock: the same in every load of this library within one process.
-/// Falls back to the time since the first call in this load where procfs is missing.
-pub fn process_age() -> Duration {
-    fn from_proc() -> Option<Duration> {
-        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-        // The command name (field 2) may hold spaces: count fields after its closing paren.
-        let after = stat.get(stat.rfind(')')? + 2..)?;
-        let start_ticks: u64 = after.split(' ').nth(19)?.parse().ok()?;
-        // SAFETY: sysconf has no preconditions.
-        let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
-            .ok()?
-            .max(1);
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `ts` is a valid, writable timespec.
-        if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) } != 0 {
-            return None;
-        }
-        let now = Duration::new(
-            u64::try_from(ts.tv_sec).ok()?,
-            u32::try_from(ts.tv_nsec).ok()?,
-        );
-        let start = Duration::from_nanos(start_ticks.saturating_mul(1_000_000_000 / hz));
-        Some(now.saturating_sub(start))
-    }
-    static FALLBACK: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    from_proc().unwrap_or_else(|| FALLBACK.get_or_init(Instant::now).elapsed())
 }
 
 /// Wall-clock microseconds since the Unix epoch (NVML's timestamps).

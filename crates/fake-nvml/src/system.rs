@@ -50,7 +50,7 @@ fn error_text(code: NvmlReturn) -> &'static CStr {
 /// A static, NUL-terminated description of `result` (never null).
 #[no_mangle]
 pub extern "C" fn nvmlErrorString(result: NvmlReturn) -> *const c_char {
-    state::count_call();
+    state::CALLS.count();
     error_text(result).as_ptr()
 }
 

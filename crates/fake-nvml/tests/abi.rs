@@ -6,9 +6,9 @@
 //! `FAKE_NVML_*` variables.
 #![allow(clippy::unwrap_used)]
 
+use fake_support::{child, child_test, Fake};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use dgx_pixels_sim::labels::{ThrottleReason, ViolationPolicy};
@@ -33,54 +33,15 @@ fn profile_dir() -> PathBuf {
     fake_support::library::profile_dir().unwrap()
 }
 
-/// The fake's path beside this test binary (`<target>/<profile>/libfake_nvml.so`).
-fn lib_path() -> PathBuf {
-    fake_support::Fake::Nvml.path().unwrap()
-}
-
-/// `cargo test` builds no cdylib: build it once per test process (fake-support); a child
-/// process only reads [`lib_path`].
-fn build_library() {
-    fake_support::Fake::Nvml.build().unwrap();
-}
-
 /// Runs `body` in a child process with `env` (and no other `FAKE_NVML_*` variable).
 fn in_child(test: &str, env: &[(&str, &str)], body: impl FnOnce()) {
-    if std::env::var_os(CHILD).is_some() {
-        body();
-        return;
-    }
-    build_library();
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, "1");
-    for (k, _) in std::env::vars() {
-        if k.starts_with("FAKE_NVML_") && k != CHILD {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.envs(env.iter().copied());
-    let out = cmd.output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "child {test} failed\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
-    );
-    assert!(stdout.contains("1 passed"), "child ran no test:\n{stdout}");
+    child::in_child(Fake::Nvml, CHILD, test, &["FAKE_NVML_"], env, body);
 }
 
-macro_rules! child_test {
-    ($name:ident, [$(($k:expr, $v:expr)),* $(,)?], $body:block) => {
-        #[test]
-        fn $name() {
-            in_child(stringify!($name), &[$(($k, $v)),*], || $body);
-        }
-    };
-}
-
+/// The fake through nvml-wrapper, as the exporter opens the real library (from beside this
+/// test binary, `<target>/<profile>/libfake_nvml.so`, built by [`in_child`]).
 fn open() -> Result<Nvml, NvmlError> {
-    let path = lib_path();
+    let path = Fake::Nvml.path().unwrap();
     Nvml::builder().lib_path(path.as_os_str()).init()
 }
 

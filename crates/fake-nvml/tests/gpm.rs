@@ -6,8 +6,7 @@
 //! per-process state configured at init), as in `abi.rs`.
 #![allow(clippy::unwrap_used)]
 
-use std::path::PathBuf;
-use std::process::Command;
+use fake_support::{child, child_test, Fake};
 use std::time::Duration;
 
 use dgx_pixels_sim::{profile, GpuState, Node, Scenario};
@@ -22,54 +21,16 @@ use nvml_wrapper_sys::bindings::{
 const CHILD: &str = "FAKE_NVML_TEST_CHILD";
 const MIB: f64 = 1024.0 * 1024.0;
 
-/// The fake's path beside this test binary (`<target>/<profile>/libfake_nvml.so`).
-fn lib_path() -> PathBuf {
-    fake_support::Fake::Nvml.path().unwrap()
-}
-
-/// `cargo test` builds no cdylib: build it once per test process (fake-support); a child
-/// process only reads [`lib_path`].
-fn build_library() {
-    fake_support::Fake::Nvml.build().unwrap();
-}
-
+/// Runs `body` in a child process with `env` (and no other `FAKE_NVML_*` variable).
 fn in_child(test: &str, env: &[(&str, &str)], body: impl FnOnce()) {
-    if std::env::var_os(CHILD).is_some() {
-        body();
-        return;
-    }
-    build_library();
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, "1");
-    for (k, _) in std::env::vars() {
-        if k.starts_with("FAKE_NVML_") && k != CHILD {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.envs(env.iter().copied());
-    let out = cmd.output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "child {test} failed\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(stdout.contains("1 passed"), "child ran no test:\n{stdout}");
+    child::in_child(Fake::Nvml, CHILD, test, &["FAKE_NVML_"], env, body);
 }
 
-macro_rules! child_test {
-    ($name:ident, [$(($k:expr, $v:expr)),* $(,)?], $body:block) => {
-        #[test]
-        fn $name() {
-            in_child(stringify!($name), &[$(($k, $v)),*], || $body);
-        }
-    };
-}
-
+/// The fake through nvml-wrapper, as the exporter opens the real library (from beside this
+/// test binary, `<target>/<profile>/libfake_nvml.so`, built by [`in_child`]).
 fn open() -> Nvml {
     Nvml::builder()
-        .lib_path(lib_path().as_os_str())
+        .lib_path(Fake::Nvml.path().unwrap().as_os_str())
         .init()
         .unwrap()
 }

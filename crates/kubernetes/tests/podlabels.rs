@@ -62,6 +62,27 @@ fn wait_for_watch(api: &FakeApiServer, n: usize) {
     std::thread::sleep(Duration::from_millis(100));
 }
 
+/// The fake API server with one pod on this node, ml/train labelled team=vision, and a
+/// watcher of the key `team` (its options as [`options`] makes them, then `tune`d) once it
+/// serves the pod; the directory holds the watcher's token.
+fn watching_train(
+    tune: impl FnOnce(&mut PodLabelOptions),
+) -> (FakeApiServer, tempfile::TempDir, PodLabelWatcher) {
+    let api = FakeApiServer::start(TOKEN).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    api.set_pod("ml", "train", NODE, &[("team", "vision")]);
+    let mut o = options(&api, dir.path(), &["team"]);
+    tune(&mut o);
+    let mut w = PodLabelWatcher::new(o);
+    let v = until(&mut w, |v| has(v, "ml/train", &["label_team=vision"]));
+    assert!(
+        has(&v, "ml/train", &["label_team=vision"]),
+        "{:?}",
+        labels(&v)
+    );
+    (api, dir, w)
+}
+
 fn has(view: &View, pod: &str, want: &[&str]) -> bool {
     labels(view).and_then(|l| l.get(pod).cloned())
         == Some(want.iter().map(|s| s.to_string()).collect())
@@ -137,11 +158,7 @@ fn lists_then_watches_adds_relabels_and_deletes_only_allow_listed_keys_of_this_n
 
 #[test]
 fn a_bookmark_moves_the_resume_version_without_a_relist() {
-    let api = FakeApiServer::start(TOKEN).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    api.set_pod("ml", "train", NODE, &[("team", "vision")]);
-    let mut w = PodLabelWatcher::new(options(&api, dir.path(), &["team"]));
-    until(&mut w, |v| has(v, "ml/train", &["label_team=vision"]));
+    let (api, _dir, mut w) = watching_train(|_| {});
     // Once the watch is open, bookmark and cut it.
     wait_for_watch(&api, 1);
     let rv = api.bookmark();
@@ -192,13 +209,7 @@ fn an_expired_watch_relists_and_no_pod_it_missed_is_left() {
 
 #[test]
 fn an_oversize_event_is_an_error_not_an_allocation_and_the_pods_are_listed_again() {
-    let api = FakeApiServer::start(TOKEN).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    api.set_pod("ml", "train", NODE, &[("team", "vision")]);
-    let mut o = options(&api, dir.path(), &["team"]);
-    o.max_event_bytes = 64 << 10;
-    let mut w = PodLabelWatcher::new(o);
-    until(&mut w, |v| has(v, "ml/train", &["label_team=vision"]));
+    let (api, _dir, mut w) = watching_train(|o| o.max_event_bytes = 64 << 10);
     api.set_pod_padded("ml", "train", NODE, &[("team", "big")], 256 << 10);
     let v = until(&mut w, |v| has(v, "ml/train", &["label_team=big"]));
     assert!(
@@ -267,13 +278,7 @@ fn pods_past_the_cap_and_invalid_values_are_left_out_and_counted() {
 
 #[test]
 fn labels_go_stale_once_the_api_server_is_gone_past_the_grace() {
-    let api = FakeApiServer::start(TOKEN).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    api.set_pod("ml", "train", NODE, &[("team", "vision")]);
-    let mut o = options(&api, dir.path(), &["team"]);
-    o.grace = Duration::from_millis(300);
-    let mut w = PodLabelWatcher::new(o);
-    until(&mut w, |v| has(v, "ml/train", &["label_team=vision"]));
+    let (api, _dir, mut w) = watching_train(|o| o.grace = Duration::from_millis(300));
     drop(api);
     let v = until(&mut w, |v| v.pods.is_none());
     assert!(v.pods.is_none(), "stale labels are not served");
@@ -323,11 +328,7 @@ fn tls_is_verified_against_the_service_account_ca_only() {
 
 #[test]
 fn dropping_the_watcher_stops_its_thread() {
-    let api = FakeApiServer::start(TOKEN).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    api.set_pod("ml", "train", NODE, &[("team", "vision")]);
-    let mut w = PodLabelWatcher::new(options(&api, dir.path(), &["team"]));
-    until(&mut w, |v| has(v, "ml/train", &["label_team=vision"]));
+    let (api, _dir, w) = watching_train(|_| {});
     wait_for_watch(&api, 1);
     // A reload drops the source and its watcher: nothing may keep asking the API server.
     drop(w);

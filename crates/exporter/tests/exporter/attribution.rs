@@ -11,7 +11,6 @@ use common::*;
 use dgx_pixels_kubernetes::fake::{pod, FakeKubelet};
 use dgx_pixels_sim::{Node, Scenario};
 
-const GPU: &str = "nvidia.com/gpu";
 const WAIT: Duration = Duration::from_secs(10);
 
 fn pod_labels(ns: &str, p: &str, c: &str) -> String {
@@ -31,7 +30,7 @@ fn pods_and_jobs_label_gpu_mig_and_process_series_and_follow_changes() {
     std::fs::create_dir(&jobs).unwrap();
     std::fs::write(jobs.join("3"), "4242\n").unwrap();
     let kubelet = FakeKubelet::start(&socket).unwrap();
-    kubelet.set_pods(vec![
+    let mut pods = vec![
         pod("ml", "train-0", "trainer", GPU, &[&uuid(2)]),
         pod(
             "inf",
@@ -40,23 +39,13 @@ fn pods_and_jobs_label_gpu_mig_and_process_series_and_follow_changes() {
             "nvidia.com/mig-3g.40gb",
             &[&mig_uuid],
         ),
-        pod(
-            "nb",
-            "alice",
-            "notebook",
-            GPU,
-            &[&format!("{}::0", uuid(4))],
-        ),
-        pod("nb", "bob", "notebook", GPU, &[&format!("{}::1", uuid(4))]),
-    ]);
+    ];
+    pods.extend(alice_and_bob(&uuid(4)));
+    kubelet.set_pods(pods);
 
-    let d = start_with_env(
+    let d = start_with_kubelet(
+        &socket,
         &[
-            "--nvml.library",
-            fake_nvml_library(),
-            "--collector.kubernetes",
-            "--kubernetes.pod-resources-socket",
-            socket.to_str().unwrap(),
             "--collector.kubernetes.interval",
             "200ms",
             "--hpc.job-mapping-dir",
@@ -64,11 +53,7 @@ fn pods_and_jobs_label_gpu_mig_and_process_series_and_follow_changes() {
             "--collector.hpc.interval",
             "200ms",
         ],
-        &[
-            ("FAKE_NVML_SCENARIO", "dgx-a100-mig"),
-            ("FAKE_NVML_PCIE_DELAY_MS", "0"),
-            ("FAKE_NVML_TIME", "60"),
-        ],
+        &fake_nvml_at_60s("dgx-a100-mig"),
     );
     let train = pod_labels("ml", "train-0", "trainer");
     let (body, _) = wait_until(d.port, WAIT, |b| {
@@ -124,16 +109,7 @@ fn pods_and_jobs_label_gpu_mig_and_process_series_and_follow_changes() {
         .iter()
         .any(|l| l.contains(&format!("uuid=\"{}\"}}", uuid(1)))));
     // A time-sliced GPU: both pods named by info series, the device's series unlabelled.
-    for p in ["alice", "bob"] {
-        assert_eq!(
-            value(
-                &body,
-                "dgx_pixels_gpu_pod_info",
-                &[("uuid", &uuid(4)), ("pod", p)]
-            ),
-            Some(1.0)
-        );
-    }
+    assert_pod_info(&body, &uuid(4), &["alice", "bob"]);
     let power4 = series(&body, "dgx_pixels_gpu_power_watts")
         .into_iter()
         .filter(|l| l.contains(&format!("uuid=\"{}\"", uuid(4))))
@@ -180,19 +156,7 @@ fn pods_and_jobs_label_gpu_mig_and_process_series_and_follow_changes() {
 fn a_missing_kubelet_socket_leaves_series_unattributed() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("absent.sock");
-    let d = start_with_env(
-        &[
-            "--nvml.library",
-            fake_nvml_library(),
-            "--collector.kubernetes",
-            "--kubernetes.pod-resources-socket",
-            socket.to_str().unwrap(),
-        ],
-        &[
-            ("FAKE_NVML_SCENARIO", "dgx-h100"),
-            ("FAKE_NVML_PCIE_DELAY_MS", "0"),
-        ],
-    );
+    let d = start_with_kubelet(&socket, &[], &fake_nvml("dgx-h100"));
     let (body, _) = wait_until(d.port, WAIT, |b| {
         value(b, "dgx_pixels_source_up", &[("source", "kubernetes")]) == Some(0.0)
             && value(b, "dgx_pixels_source_up", &[("source", "nvml")]) == Some(1.0)
@@ -212,8 +176,7 @@ fn a_missing_kubelet_socket_leaves_series_unattributed() {
 #[test]
 fn pods_holding_gpus_through_dra_claims_label_them_like_device_plugin_pods() {
     use dgx_pixels_kubernetes::fake::dra_pod;
-    let node = Node::new(Scenario::builtin("dgx-h100").unwrap());
-    let uuid = |i: usize| node.gpu(i).unwrap().uuid.clone();
+    let uuid = uuid_of("dgx-h100");
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("kubelet.sock");
     let kubelet = FakeKubelet::start(&socket).unwrap();
@@ -229,20 +192,10 @@ fn pods_holding_gpus_through_dra_claims_label_them_like_device_plugin_pods() {
         dra_pod("net", "nic", "app", "nic", "example.com/nic", &["gpu-7"]),
         pod("ml", "classic", "main", GPU, &[&uuid(1)]),
     ]);
-    let d = start_with_env(
-        &[
-            "--nvml.library",
-            fake_nvml_library(),
-            "--collector.kubernetes",
-            "--kubernetes.pod-resources-socket",
-            socket.to_str().unwrap(),
-            "--collector.kubernetes.interval",
-            "200ms",
-        ],
-        &[
-            ("FAKE_NVML_SCENARIO", "dgx-h100"),
-            ("FAKE_NVML_PCIE_DELAY_MS", "0"),
-        ],
+    let d = start_with_kubelet(
+        &socket,
+        &["--collector.kubernetes.interval", "200ms"],
+        &fake_nvml("dgx-h100"),
     );
     let dra = pod_labels("ml", "dra-train", "trainer");
     let (body, _) = wait_until(d.port, WAIT, |b| b.contains(&dra));
@@ -255,14 +208,7 @@ fn pods_holding_gpus_through_dra_claims_label_them_like_device_plugin_pods() {
     };
     for gpu in [5, 6] {
         assert!(power_of(gpu).contains(&dra), "GPU {gpu}: {}", power_of(gpu));
-        assert_eq!(
-            value(
-                &body,
-                "dgx_pixels_gpu_pod_info",
-                &[("uuid", &uuid(gpu)), ("pod", "dra-train")]
-            ),
-            Some(1.0)
-        );
+        assert_pod_info(&body, &uuid(gpu), &["dra-train"]);
     }
     assert!(power_of(1).contains(&pod_labels("ml", "classic", "main")));
     assert!(
@@ -277,8 +223,7 @@ fn pods_holding_gpus_through_dra_claims_label_them_like_device_plugin_pods() {
 #[test]
 fn the_dra_driver_list_decides_whose_claims_are_gpus() {
     use dgx_pixels_kubernetes::fake::dra_pod;
-    let node = Node::new(Scenario::builtin("dgx-h100").unwrap());
-    let uuid = |i: usize| node.gpu(i).unwrap().uuid.clone();
+    let uuid = uuid_of("dgx-h100");
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("kubelet.sock");
     let config = dir.path().join("config.toml");
@@ -299,22 +244,15 @@ fn the_dra_driver_list_decides_whose_claims_are_gpus() {
             &["gpu-6"],
         ),
     ]);
-    let d = start_with_env(
+    let d = start_with_kubelet(
+        &socket,
         &[
-            "--nvml.library",
-            fake_nvml_library(),
             "--config.file",
             config.to_str().unwrap(),
-            "--collector.kubernetes",
-            "--kubernetes.pod-resources-socket",
-            socket.to_str().unwrap(),
             "--collector.kubernetes.interval",
             "200ms",
         ],
-        &[
-            ("FAKE_NVML_SCENARIO", "dgx-h100"),
-            ("FAKE_NVML_PCIE_DELAY_MS", "0"),
-        ],
+        &fake_nvml("dgx-h100"),
     );
     let other = pod_labels("ml", "other", "trainer");
     let (body, _) = wait_until(d.port, WAIT, |b| b.contains(&other));
@@ -346,8 +284,7 @@ fn memory_kib(pid: u32) -> (u64, u64) {
 #[test]
 fn twenty_thousand_pods_are_capped_counted_and_fit_the_chart() {
     const PODS: usize = 20_000;
-    let node = Node::new(Scenario::builtin("dgx-a100-mig").unwrap());
-    let uuid = |i: usize| node.gpu(i).unwrap().uuid.clone();
+    let uuid = uuid_of("dgx-a100-mig");
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("kubelet.sock");
     let kubelet = FakeKubelet::start(&socket).unwrap();
@@ -365,22 +302,14 @@ fn twenty_thousand_pods_are_capped_counted_and_fit_the_chart() {
         })
         .collect();
     kubelet.set_pods(pods);
-    let d = start_with_env(
+    let d = start_with_kubelet(
+        &socket,
         &[
-            "--nvml.library",
-            fake_nvml_library(),
-            "--collector.kubernetes",
-            "--kubernetes.pod-resources-socket",
-            socket.to_str().unwrap(),
             "--collector.kubernetes.interval",
             "500ms",
             "--kubernetes.device-checkpoint=",
         ],
-        &[
-            ("FAKE_NVML_SCENARIO", "dgx-a100-mig"),
-            ("FAKE_NVML_PCIE_DELAY_MS", "0"),
-            ("FAKE_NVML_TIME", "60"),
-        ],
+        &fake_nvml_at_60s("dgx-a100-mig"),
     );
     let dropped = |b: &str| {
         value(

@@ -12,7 +12,7 @@ use crate::series_budget::{
 };
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 
@@ -143,42 +143,22 @@ fn most_at_lean(
     config: &tempfile::NamedTempFile,
     window: Duration,
 ) -> Vec<(String, BTreeMap<String, Counts>)> {
-    let path = config.path().to_str().unwrap().to_string();
-    std::thread::scope(|s| {
-        let runs: Vec<_> = dgx_pixels_sim::BUILTIN_SCENARIOS
-            .iter()
-            .map(|name| {
-                let path = path.clone();
-                s.spawn(move || {
-                    let d = start(&[
-                        "--simulate",
-                        name,
-                        "--config.file",
-                        &path,
-                        "--metrics.detail",
-                        "lean",
-                    ]);
-                    let mut most: BTreeMap<String, Counts> = BTreeMap::new();
-                    let until = Instant::now() + window;
-                    while Instant::now() < until {
-                        let body = text(d.port);
-                        for (gpu, c) in lean_counts(&body) {
-                            let m = most.entry(gpu).or_default();
-                            m.budget = m.budget.max(c.budget);
-                            m.verdict = m.verdict.max(c.verdict);
-                            m.opt_in = m.opt_in.max(c.opt_in);
-                        }
-                        for (gpu, (n, holders)) in holder_series(&body) {
-                            assert!(n <= 3 * holders.len(), "{name}: {gpu}: {n} for {holders:?}");
-                        }
-                        std::thread::sleep(Duration::from_millis(400));
-                    }
-                    (name.to_string(), most)
-                })
-            })
-            .collect();
-        runs.into_iter().map(|r| r.join().unwrap()).collect()
-    })
+    let path = config.path().to_str().unwrap();
+    scrape_builtin_scenarios(
+        &["--config.file", path, "--metrics.detail", "lean"],
+        window,
+        |name, most: &mut BTreeMap<String, Counts>, body| {
+            for (gpu, c) in lean_counts(body) {
+                let m = most.entry(gpu).or_default();
+                m.budget = m.budget.max(c.budget);
+                m.verdict = m.verdict.max(c.verdict);
+                m.opt_in = m.opt_in.max(c.opt_in);
+            }
+            for (gpu, (n, holders)) in holder_series(body) {
+                assert!(n <= 3 * holders.len(), "{name}: {gpu}: {n} for {holders:?}");
+            }
+        },
+    )
 }
 
 /// Every built-in scenario, faults included, within 25 series per GPU and a verdict of at most
@@ -197,13 +177,14 @@ fn every_builtin_scenario_serves_at_most_25_series_per_gpu_plus_the_verdict_at_l
             assert_eq!(c.opt_in, 0, "{name}: {gpu} served {c:?}");
         }
     }
-    let gpus = |name: &str| most.iter().find(|m| m.0 == name).unwrap().1.len();
-    assert_eq!(gpus("dgx-h100"), 8);
-    assert_eq!(gpus("gb200-nvl72-tray"), 4);
-    assert_eq!(
-        gpus("dgx-a100-mig"),
-        8 + 7 + 3,
-        "8 GPUs and 10 MIG instances"
+    // dgx-a100-mig: 8 GPUs and 10 MIG instances.
+    assert_devices(
+        &most,
+        &[
+            ("dgx-h100", 8),
+            ("gb200-nvl72-tray", 4),
+            ("dgx-a100-mig", 8 + 7 + 3),
+        ],
     );
 }
 

@@ -108,6 +108,30 @@ fn verdicts_become_exit_statuses_and_one_short_line() {
     );
 }
 
+/// The simulated dgx-h100 behind the web config `web`, not waited for (its readiness cannot be
+/// asked without what the web config demands: the checks wait), and npd-check's arguments
+/// that reach it.
+fn behind(web: &std::path::Path) -> (Daemon, [String; 4]) {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let child = Command::new(BIN)
+        .args(["--web.listen-address", &listen, "--simulate", "dgx-h100"])
+        .arg("--web.config.file")
+        .arg(web)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let at = [
+        "--web.listen-address".to_string(),
+        listen,
+        "--web.config.file".to_string(),
+        web.to_str().unwrap().to_string(),
+    ];
+    (Daemon { child, port }, at)
+}
+
 /// bcrypt of "s3cret", cost 4 (fast tests).
 const HASH: &str = "$2b$04$dbOLcPL.cjY5q2E96PN19e22x8qzcVsI8JWU0LuwdjVxSKNZIwaX6";
 
@@ -134,24 +158,8 @@ fn behind_tls_and_basic_auth_it_uses_the_web_config_and_the_password_file() {
     let (good, bad) = (dir.path().join("good"), dir.path().join("bad"));
     std::fs::write(&good, "s3cret\n").unwrap();
     std::fs::write(&bad, "wrong\n").unwrap();
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let child = Command::new(BIN)
-        .args(["--web.listen-address", &listen, "--simulate", "dgx-h100"])
-        .arg("--web.config.file")
-        .arg(&web)
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _daemon = Daemon { child, port };
-    let at = [
-        "--web.listen-address",
-        listen.as_str(),
-        "--web.config.file",
-        web.to_str().unwrap(),
-    ];
+    let (_daemon, at) = behind(&web);
+    let at: Vec<&str> = at.iter().map(String::as_str).collect();
     let with = |file: &std::path::Path| {
         vec![
             "--username".to_string(),
@@ -173,8 +181,9 @@ fn behind_tls_and_basic_auth_it_uses_the_web_config_and_the_password_file() {
     let bad_args = with(&bad);
     let bad_args: Vec<&str> = bad_args.iter().map(String::as_str).collect();
     assert_eq!(npd(&at, &bad_args), refused, "a wrong password");
-    // Without the web config it speaks plain HTTP to a TLS port: unknown, never OK.
-    let (status, message) = npd(&["--web.listen-address", listen.as_str()], &good_args);
+    // Without the web config (the address alone) it speaks plain HTTP to a TLS port: unknown,
+    // never OK.
+    let (status, message) = npd(&at[..2], &good_args);
     assert_eq!(status, 2, "{message}");
 }
 
@@ -216,24 +225,8 @@ fn with_client_certificates_required_it_presents_the_one_given() {
          client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: clients.crt\n",
     )
     .unwrap();
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let child = Command::new(BIN)
-        .args(["--web.listen-address", &listen, "--simulate", "dgx-h100"])
-        .arg("--web.config.file")
-        .arg(&web)
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _daemon = Daemon { child, port };
-    let at = [
-        "--web.listen-address",
-        listen.as_str(),
-        "--web.config.file",
-        web.to_str().unwrap(),
-    ];
+    let (_daemon, at) = behind(&web);
+    let at: Vec<&str> = at.iter().map(String::as_str).collect();
     let client = |name: &str| {
         [
             "--client-cert".to_string(),
@@ -275,19 +268,7 @@ fn with_client_certificates_required_it_presents_the_one_given() {
 /// (`expected_gpus_unknown`) is unknown, 2.
 #[test]
 fn node_level_verdicts_change_the_exit() {
-    use std::io::Write as _;
-    let mut config = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
-    write!(config, "[health]\nexpected_gpus = 10\n").unwrap();
-    let d = start(&[
-        "--simulate",
-        "dgx-h100",
-        "--config.file",
-        config.path().to_str().unwrap(),
-        "--no-collector.probes",
-    ]);
-    let listen = format!("127.0.0.1:{}", d.port);
-    let at = ["--web.listen-address", listen.as_str()];
-    let answer = npd_until(&at, &[], |a| a.0 == 1);
+    let answer = on_simulated_node("[health]\nexpected_gpus = 10\n", |a| a.0 == 1);
     assert_eq!(
         answer,
         (
@@ -295,17 +276,28 @@ fn node_level_verdicts_change_the_exit() {
             "node unhealthy: reboot (gpu_count_below_expected)".to_string()
         )
     );
-    drop(d);
 
     let state = tempfile::tempdir().unwrap();
     std::fs::write(state.path().join("expected-gpus"), "gpus many\n").unwrap();
-    let mut config = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
-    write!(
-        config,
+    let config = format!(
         "[health]\nexpected_gpus = \"discover\"\nstate_directory = {:?}\n",
         state.path().to_str().unwrap()
-    )
-    .unwrap();
+    );
+    let answer = on_simulated_node(&config, |a| a.1.starts_with("node"));
+    assert_eq!(
+        answer,
+        (
+            2,
+            "node unknown: unknown (expected_gpus_unknown)".to_string()
+        )
+    );
+}
+
+/// npd-check's answer, once `done` holds of it, about the simulated dgx-h100 (no probes)
+/// configured by `toml`.
+fn on_simulated_node(toml: &str, done: impl Fn(&(i32, String)) -> bool) -> (i32, String) {
+    let mut config = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+    config.write_all(toml.as_bytes()).unwrap();
     let d = start(&[
         "--simulate",
         "dgx-h100",
@@ -314,15 +306,7 @@ fn node_level_verdicts_change_the_exit() {
         "--no-collector.probes",
     ]);
     let listen = format!("127.0.0.1:{}", d.port);
-    let at = ["--web.listen-address", listen.as_str()];
-    let answer = npd_until(&at, &[], |a| a.1.starts_with("node"));
-    assert_eq!(
-        answer,
-        (
-            2,
-            "node unknown: unknown (expected_gpus_unknown)".to_string()
-        )
-    );
+    npd_until(&["--web.listen-address", listen.as_str()], &[], done)
 }
 
 // ---- A hand-written exporter: what a careful client must do with what a peer sends. ----

@@ -22,6 +22,19 @@ fn info_line<'b>(body: &'b str, pod: &str) -> Option<&'b str> {
     })
 }
 
+/// A fake kubelet at `socket` whose one pod, ml/train-0, holds the whole GPU `uuid`.
+fn trainer_on(socket: &std::path::Path, uuid: &str) -> FakeKubelet {
+    let kubelet = FakeKubelet::start(socket).unwrap();
+    kubelet.set_pods(vec![pod(
+        "ml",
+        "train-0",
+        "trainer",
+        "nvidia.com/gpu",
+        &[uuid],
+    )]);
+    kubelet
+}
+
 #[test]
 fn allow_listed_pod_labels_follow_the_watch_onto_the_pod_info_series_only() {
     let node = Node::new(Scenario::builtin("dgx-a100-mig").unwrap());
@@ -29,14 +42,7 @@ fn allow_listed_pod_labels_follow_the_watch_onto_the_pod_info_series_only() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("kubelet.sock");
     std::fs::write(dir.path().join("token"), TOKEN).unwrap();
-    let kubelet = FakeKubelet::start(&socket).unwrap();
-    kubelet.set_pods(vec![pod(
-        "ml",
-        "train-0",
-        "trainer",
-        "nvidia.com/gpu",
-        &[&uuid],
-    )]);
+    let _kubelet = trainer_on(&socket, &uuid);
     let api = FakeApiServer::start(TOKEN).unwrap();
     api.set_pod(
         "ml",
@@ -44,13 +50,14 @@ fn allow_listed_pod_labels_follow_the_watch_onto_the_pod_info_series_only() {
         "node-1",
         &[("team", "vision"), ("owner", "x")],
     );
-    let d = start_with_env(
+    let mut env = fake_nvml_at_60s("dgx-a100-mig");
+    env.push((
+        "DGX_PIXELS_KUBERNETES__SERVICE_ACCOUNT_DIR",
+        dir.path().to_str().unwrap(),
+    ));
+    let d = start_with_kubelet(
+        &socket,
         &[
-            "--nvml.library",
-            fake_nvml_library(),
-            "--collector.kubernetes",
-            "--kubernetes.pod-resources-socket",
-            socket.to_str().unwrap(),
             "--collector.kubernetes.interval",
             "200ms",
             "--kubernetes.pod-labels",
@@ -60,15 +67,7 @@ fn allow_listed_pod_labels_follow_the_watch_onto_the_pod_info_series_only() {
             "--kubernetes.api-server",
             &api.url(),
         ],
-        &[
-            ("FAKE_NVML_SCENARIO", "dgx-a100-mig"),
-            ("FAKE_NVML_PCIE_DELAY_MS", "0"),
-            ("FAKE_NVML_TIME", "60"),
-            (
-                "DGX_PIXELS_KUBERNETES__SERVICE_ACCOUNT_DIR",
-                dir.path().to_str().unwrap(),
-            ),
-        ],
+        &env,
     );
     let labelled =
         |b: &str| info_line(b, "train-0").is_some_and(|l| l.contains("label_team=\"vision\""));
@@ -139,23 +138,12 @@ fn an_empty_allow_list_never_asks_the_api_server() {
     let uuid = node.gpu(2).unwrap().uuid.clone();
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("kubelet.sock");
-    let kubelet = FakeKubelet::start(&socket).unwrap();
-    kubelet.set_pods(vec![pod(
-        "ml",
-        "train-0",
-        "trainer",
-        "nvidia.com/gpu",
-        &[&uuid],
-    )]);
+    let _kubelet = trainer_on(&socket, &uuid);
     let api = FakeApiServer::start(TOKEN).unwrap();
     api.set_pod("ml", "train-0", "node-1", &[("team", "vision")]);
-    let d = start_with_env(
+    let d = start_with_kubelet(
+        &socket,
         &[
-            "--nvml.library",
-            fake_nvml_library(),
-            "--collector.kubernetes",
-            "--kubernetes.pod-resources-socket",
-            socket.to_str().unwrap(),
             "--collector.kubernetes.interval",
             "200ms",
             "--kubernetes.node-name",
@@ -163,11 +151,7 @@ fn an_empty_allow_list_never_asks_the_api_server() {
             "--kubernetes.api-server",
             &api.url(),
         ],
-        &[
-            ("FAKE_NVML_SCENARIO", "dgx-a100-mig"),
-            ("FAKE_NVML_PCIE_DELAY_MS", "0"),
-            ("FAKE_NVML_TIME", "60"),
-        ],
+        &fake_nvml_at_60s("dgx-a100-mig"),
     );
     let served = |b: &str| info_line(b, "train-0").is_some();
     let (body, _) = wait_until(d.port, WAIT, served);

@@ -14,16 +14,13 @@ use std::time::Duration;
 
 use common::*;
 use dgx_pixels_kubernetes::fake::{pod, FakeKubelet};
-use dgx_pixels_sim::{Node, Scenario};
 
-const GPU: &str = "nvidia.com/gpu";
 const WAIT: Duration = Duration::from_secs(10);
 const ACTIVITY: &str = "dgx_pixels_process_utilization_ratio";
 
 #[test]
 fn a_shared_gpu_serves_its_top_process_and_the_rest_with_the_pods_labels() {
-    let node = Node::new(Scenario::builtin("dgx-a100-mig").unwrap());
-    let uuid = |i: usize| node.gpu(i).unwrap().uuid.clone();
+    let uuid = uuid_of("dgx-a100-mig");
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("kubelet.sock");
     let config = dir.path().join("config.toml");
@@ -41,25 +38,17 @@ fn a_shared_gpu_serves_its_top_process_and_the_rest_with_the_pods_labels() {
         ),
         pod("ml", "train-0", "trainer", GPU, &[&uuid(2)]),
     ]);
-    let d = start_with_env(
+    let d = start_with_kubelet(
+        &socket,
         &[
-            "--nvml.library",
-            fake_nvml_library(),
             "--config.file",
             config.to_str().unwrap(),
-            "--collector.kubernetes",
-            "--kubernetes.pod-resources-socket",
-            socket.to_str().unwrap(),
             "--collector.kubernetes.interval",
             "200ms",
             // Empty: off (the kubelet's path does not exist here anyway).
             "--kubernetes.device-checkpoint=",
         ],
-        &[
-            ("FAKE_NVML_SCENARIO", "dgx-a100-mig"),
-            ("FAKE_NVML_PCIE_DELAY_MS", "0"),
-            ("FAKE_NVML_TIME", "60"),
-        ],
+        &fake_nvml_at_60s("dgx-a100-mig"),
     );
     let team = "namespace=\"nb\",pod=\"team-a\",container=\"notebook\"";
     let (body, _) = wait_until(d.port, WAIT, |b| {
@@ -105,32 +94,14 @@ fn a_shared_gpu_serves_its_top_process_and_the_rest_with_the_pods_labels() {
     // Two pods time-slice the GPU and the device checkpoint is off: the per-process series
     // carry no pod (which pod a pid is in, the pod-resources API does not say), and one info
     // series names each pod.
-    kubelet.set_pods(vec![
-        pod(
-            "nb",
-            "alice",
-            "notebook",
-            GPU,
-            &[&format!("{}::0", uuid(4))],
-        ),
-        pod("nb", "bob", "notebook", GPU, &[&format!("{}::1", uuid(4))]),
-    ]);
+    kubelet.set_pods(alice_and_bob(&uuid(4)).into());
     let (body, _) = wait_until(d.port, WAIT, |b| {
         b.contains("pod=\"bob\"") && !b.contains("pod=\"team-a\"")
     });
     let activity = on(&body, &uuid(4));
     assert_eq!(activity.len(), 2, "{activity:?}");
     assert!(activity.iter().all(|l| !l.contains("pod=")), "{activity:?}");
-    for p in ["alice", "bob"] {
-        assert_eq!(
-            value(
-                &body,
-                "dgx_pixels_gpu_pod_info",
-                &[("uuid", &uuid(4)), ("pod", p)]
-            ),
-            Some(1.0)
-        );
-    }
+    assert_pod_info(&body, &uuid(4), &["alice", "bob"]);
     drop(kubelet);
     stop_and_logs(d);
 }
@@ -201,8 +172,7 @@ fn start_shared(
     procs: &[Shared],
     cgroup: impl Fn(&Shared) -> String,
 ) -> (Daemon, FakeKubelet) {
-    let node = Node::new(Scenario::builtin("dgx-a100-mig").unwrap());
-    let uuid = |i: usize| node.gpu(i).unwrap().uuid.clone();
+    let uuid = uuid_of("dgx-a100-mig");
     let socket = dir.join("kubelet.sock");
     let checkpoint = dir.join("kubelet_internal_checkpoint");
     let procfs = dir.join("proc");
@@ -229,33 +199,24 @@ fn start_shared(
         )
         .unwrap();
     // The default K (3) serves every process.
-    let d = start_with_env(
+    let d = start_with_kubelet(
+        &socket,
         &[
-            "--nvml.library",
-            fake_nvml_library(),
             "--path.procfs",
             procfs.to_str().unwrap(),
-            "--collector.kubernetes",
-            "--kubernetes.pod-resources-socket",
-            socket.to_str().unwrap(),
             "--kubernetes.device-checkpoint",
             checkpoint.to_str().unwrap(),
             "--collector.kubernetes.interval",
             "200ms",
         ],
-        &[
-            ("FAKE_NVML_SCENARIO", "dgx-a100-mig"),
-            ("FAKE_NVML_PCIE_DELAY_MS", "0"),
-            ("FAKE_NVML_TIME", "60"),
-        ],
+        &fake_nvml_at_60s("dgx-a100-mig"),
     );
     (d, kubelet)
 }
 
 #[test]
 fn pods_sharing_a_gpu_each_label_their_own_processes() {
-    let node = Node::new(Scenario::builtin("dgx-a100-mig").unwrap());
-    let uuid = |i: usize| node.gpu(i).unwrap().uuid.clone();
+    let uuid = uuid_of("dgx-a100-mig");
     let procs = shared_procs();
     let dir = tempfile::tempdir().unwrap();
     let checkpoint = dir.path().join("kubelet_internal_checkpoint");
@@ -310,16 +271,7 @@ fn pods_sharing_a_gpu_each_label_their_own_processes() {
             .filter(|l| l.contains(&uuid(gpu)))
             .collect();
         assert!(util.iter().all(|l| !l.contains("pod=")), "{util:?}");
-        for p in pods {
-            assert_eq!(
-                value(
-                    &body,
-                    "dgx_pixels_gpu_pod_info",
-                    &[("uuid", &uuid(gpu)), ("pod", p)]
-                ),
-                Some(1.0)
-            );
-        }
+        assert_pod_info(&body, &uuid(gpu), &pods);
     }
 
     // Without the checkpoint nothing is guessed: the processes lose their pods, the source

@@ -240,34 +240,21 @@ fn most_per_gpu(
     config: &tempfile::NamedTempFile,
     window: Duration,
 ) -> Vec<(String, BTreeMap<String, usize>)> {
-    let path = config.path().to_str().unwrap().to_string();
-    std::thread::scope(|s| {
-        let runs: Vec<_> = dgx_pixels_sim::BUILTIN_SCENARIOS
-            .iter()
-            .map(|name| {
-                let path = path.clone();
-                s.spawn(move || {
-                    let d = start(&["--simulate", name, "--config.file", &path]);
-                    let mut most: BTreeMap<String, usize> = BTreeMap::new();
-                    let until = std::time::Instant::now() + window;
-                    while std::time::Instant::now() < until {
-                        let body = text(d.port);
-                        for (gpu, n) in per_gpu(&body) {
-                            let m = most.entry(gpu).or_default();
-                            *m = (*m).max(n);
-                        }
-                        // The holders' series, counted apart: three per holder.
-                        for (gpu, (n, holders)) in holder_series(&body) {
-                            assert!(n <= 3 * holders.len(), "{name}: {gpu}: {n} for {holders:?}");
-                        }
-                        std::thread::sleep(Duration::from_millis(400));
-                    }
-                    (name.to_string(), most)
-                })
-            })
-            .collect();
-        runs.into_iter().map(|r| r.join().unwrap()).collect()
-    })
+    let path = config.path().to_str().unwrap();
+    scrape_builtin_scenarios(
+        &["--config.file", path],
+        window,
+        |name, most: &mut BTreeMap<String, usize>, body| {
+            for (gpu, n) in per_gpu(body) {
+                let m = most.entry(gpu).or_default();
+                *m = (*m).max(n);
+            }
+            // The holders' series, counted apart: three per holder.
+            for (gpu, (n, holders)) in holder_series(body) {
+                assert!(n <= 3 * holders.len(), "{name}: {gpu}: {n} for {holders:?}");
+            }
+        },
+    )
 }
 
 /// Every built-in scenario, faults included, within the budget through its timeline (faults
@@ -283,14 +270,15 @@ fn every_builtin_scenario_serves_at_most_60_series_per_gpu_throughout() {
             assert!(*n <= PER_GPU, "{name}: {gpu} served {n} series");
         }
     }
-    let gpus = |name: &str| most.iter().find(|m| m.0 == name).unwrap().1.len();
-    assert_eq!(gpus("fault-health"), 15);
-    assert_eq!(gpus("dgx-b200"), 8);
-    assert_eq!(gpus("gb200-nvl72-tray"), 4);
-    assert_eq!(
-        gpus("dgx-a100-mig"),
-        8 + 7 + 3,
-        "8 GPUs and 10 MIG instances"
+    // dgx-a100-mig: 8 GPUs and 10 MIG instances.
+    assert_devices(
+        &most,
+        &[
+            ("fault-health", 15),
+            ("dgx-b200", 8),
+            ("gb200-nvl72-tray", 4),
+            ("dgx-a100-mig", 8 + 7 + 3),
+        ],
     );
 }
 
@@ -392,15 +380,16 @@ fn no_series_carries_more_than_15_labels_with_every_attribution_on() {
             &[&mig[0].uuid],
         ),
     ]);
-    let d = start_with_env(
+    let mut env = fake_nvml_at_60s("dgx-a100-mig");
+    env.push((
+        "DGX_PIXELS_KUBERNETES__SERVICE_ACCOUNT_DIR",
+        dir.path().to_str().unwrap(),
+    ));
+    let d = start_with_kubelet(
+        &socket,
         &[
-            "--nvml.library",
-            fake_nvml_library(),
             "--node.name",
             "dgx-01",
-            "--collector.kubernetes",
-            "--kubernetes.pod-resources-socket",
-            socket.to_str().unwrap(),
             "--collector.kubernetes.interval",
             "200ms",
             "--hpc.job-mapping-dir",
@@ -416,15 +405,7 @@ fn no_series_carries_more_than_15_labels_with_every_attribution_on() {
             "--kubernetes.api-server",
             &api.url(),
         ],
-        &[
-            ("FAKE_NVML_SCENARIO", "dgx-a100-mig"),
-            ("FAKE_NVML_PCIE_DELAY_MS", "0"),
-            ("FAKE_NVML_TIME", "60"),
-            (
-                "DGX_PIXELS_KUBERNETES__SERVICE_ACCOUNT_DIR",
-                dir.path().to_str().unwrap(),
-            ),
-        ],
+        &env,
     );
     let attributed = |b: &str| {
         b.contains("pod=\"llm-0\"")

@@ -1,12 +1,19 @@
 //! Helpers shared by the integration tests that run the real binary.
 #![allow(dead_code, clippy::unwrap_used)] // each test file uses a subset; a panic is the report
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use dgx_pixels_kubernetes::fake::pod;
+use dgx_pixels_kubernetes::proto::PodResources;
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_dgx-pixels-exporter");
+
+/// The device-plugin resource of a whole GPU (or a time-slicing replica of one).
+pub const GPU: &str = "nvidia.com/gpu";
 
 /// Stops the daemon on drop.
 pub struct Daemon {
@@ -175,6 +182,108 @@ pub fn wait_until(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The daemon on every built-in scenario side by side (`--simulate NAME` then `args`), each
+/// scraped every 400 ms for `window`; `fold(name, acc, exposition)` folds each scrape into
+/// that scenario's `T`. Returns each scenario's name and what its scrapes folded into.
+pub fn scrape_builtin_scenarios<T: Default + Send>(
+    args: &[&str],
+    window: Duration,
+    fold: impl Fn(&str, &mut T, &str) + Sync,
+) -> Vec<(String, T)> {
+    std::thread::scope(|s| {
+        let runs: Vec<_> = dgx_pixels_sim::BUILTIN_SCENARIOS
+            .iter()
+            .map(|name| {
+                let fold = &fold;
+                s.spawn(move || {
+                    let mut all = vec!["--simulate", name];
+                    all.extend_from_slice(args);
+                    let d = start(&all);
+                    let mut acc = T::default();
+                    let until = Instant::now() + window;
+                    while Instant::now() < until {
+                        fold(name, &mut acc, &text(d.port));
+                        std::thread::sleep(Duration::from_millis(400));
+                    }
+                    (name.to_string(), acc)
+                })
+            })
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    })
+}
+
+/// Asserts that each scenario of `most` (as [`scrape_builtin_scenarios`] gives it, keyed by
+/// device) served series of as many devices as `want` says (a MIG instance counts as one).
+pub fn assert_devices<T>(most: &[(String, BTreeMap<String, T>)], want: &[(&str, usize)]) {
+    for (name, devices) in want {
+        let served = most.iter().find(|m| m.0 == *name).unwrap().1.len();
+        assert_eq!(served, *devices, "{name}: devices serving series");
+    }
+}
+
+/// The UUID of GPU `i` of the built-in `scenario`, as the simulator and the fakes give it.
+pub fn uuid_of(scenario: &str) -> impl Fn(usize) -> String {
+    let node = dgx_pixels_sim::Node::new(dgx_pixels_sim::Scenario::builtin(scenario).unwrap());
+    move |i| node.gpu(i).unwrap().uuid.clone()
+}
+
+/// Pods nb/alice and nb/bob, notebooks each holding one time-slicing replica of the GPU
+/// `uuid` (`UUID::0`, `UUID::1`), for a fake kubelet.
+pub fn alice_and_bob(uuid: &str) -> [PodResources; 2] {
+    [
+        pod("nb", "alice", "notebook", GPU, &[&format!("{uuid}::0")]),
+        pod("nb", "bob", "notebook", GPU, &[&format!("{uuid}::1")]),
+    ]
+}
+
+/// Asserts that one `dgx_pixels_gpu_pod_info` series of the GPU `uuid` names each of `pods`.
+pub fn assert_pod_info(body: &str, uuid: &str, pods: &[&str]) {
+    for p in pods {
+        assert_eq!(
+            value(
+                body,
+                "dgx_pixels_gpu_pod_info",
+                &[("uuid", uuid), ("pod", p)]
+            ),
+            Some(1.0),
+            "{uuid}: pod {p}"
+        );
+    }
+}
+
+/// The fake libnvidia-ml's settings: `scenario`, without the 20 ms the real PCIe throughput
+/// call samples for (it would slow every poll); its clock runs from 0 s.
+pub fn fake_nvml(scenario: &str) -> Vec<(&'static str, &str)> {
+    vec![
+        ("FAKE_NVML_SCENARIO", scenario),
+        ("FAKE_NVML_PCIE_DELAY_MS", "0"),
+    ]
+}
+
+/// As [`fake_nvml`], with the scenario's clock frozen at 60 s (its jobs running, every
+/// reading the same from scrape to scrape).
+pub fn fake_nvml_at_60s(scenario: &str) -> Vec<(&'static str, &str)> {
+    let mut env = fake_nvml(scenario);
+    env.push(("FAKE_NVML_TIME", "60"));
+    env
+}
+
+/// Starts the daemon on the fake libnvidia-ml with its kubernetes collector reading the fake
+/// kubelet at `socket`, `args` added; `env` holds the fake's settings ([`fake_nvml`]) and any
+/// other variable.
+pub fn start_with_kubelet(socket: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Daemon {
+    let mut all = vec![
+        "--nvml.library",
+        fake_nvml_library(),
+        "--collector.kubernetes",
+        "--kubernetes.pod-resources-socket",
+        socket.to_str().unwrap(),
+    ];
+    all.extend_from_slice(args);
+    start_with_env(&all, env)
 }
 
 /// The `.so` of `fake`, built once per test process (fake-support; cargo test builds no cdylib).

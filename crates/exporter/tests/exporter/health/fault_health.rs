@@ -7,8 +7,7 @@ use std::time::Instant;
 use common::*;
 
 use super::{
-    check_coverage, config_file, start_on_fake_nvml, start_simulated, watch, Clears, Expect,
-    FABRIC_RULES, HEALTHY, RAIL_RULES,
+    check_coverage, check_through, watch, Clears, Expect, Source, FABRIC_RULES, HEALTHY, RAIL_RULES,
 };
 
 const EXPECT: &[Expect] = &[
@@ -250,15 +249,11 @@ fn check_fault_health(last_body: &str, source: &str) {
 /// Through the fake NVML: the NVML source's field values, slow readings and XID events.
 #[test]
 fn every_health_rule_holds_and_clears_through_the_nvml_source() {
-    let config = config_file();
-    let (d, spawned, ready) = start_on_fake_nvml("fault-health", &config);
-    watch_and_check(&d, spawned, ready, "nvml");
+    check_through("fault-health", Source::FakeNvml, watch_and_check);
 }
 
 /// Through the simulated node (`--simulate`), which serves the same readings itself.
 #[test]
 fn every_health_rule_holds_and_clears_through_the_simulated_source() {
-    let config = config_file();
-    let (d, spawned, ready) = start_simulated("fault-health", &config);
-    watch_and_check(&d, spawned, ready, "sim");
+    check_through("fault-health", Source::Simulated, watch_and_check);
 }

@@ -305,3 +305,24 @@ fn start_simulated(scenario: &str, config: &tempfile::NamedTempFile) -> (Daemon,
     let ready = spawned.elapsed().as_secs_f64();
     (d, spawned, ready)
 }
+
+/// Where a health test's daemon reads its scenario.
+#[derive(Debug, Clone, Copy)]
+enum Source {
+    /// The fake NVML ([`start_on_fake_nvml`]).
+    FakeNvml,
+    /// The simulated node ([`start_simulated`]).
+    Simulated,
+}
+
+/// Starts a daemon serving `scenario` through `source` with the rules' config and hands it to
+/// `check` with its spawn time, how long it took to be ready and the source's name in the
+/// assertions' messages ("nvml", "sim").
+fn check_through(scenario: &str, source: Source, check: impl FnOnce(&Daemon, Instant, f64, &str)) {
+    let config = config_file();
+    let ((d, spawned, ready), name) = match source {
+        Source::FakeNvml => (start_on_fake_nvml(scenario, &config), "nvml"),
+        Source::Simulated => (start_simulated(scenario, &config), "sim"),
+    };
+    check(&d, spawned, ready, name);
+}

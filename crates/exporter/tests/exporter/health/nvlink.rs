@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use common::*;
 
 use super::{
-    check_coverage, config_file, owned, start_on_fake_nvml, start_simulated, verdict, watch,
-    Clears, Expect, FABRIC_RULES, HEALTHY,
+    check_coverage, check_through, config_file, owned, start_on_fake_nvml, start_simulated,
+    verdict, watch, Clears, Expect, Source, FABRIC_RULES, HEALTHY,
 };
 
 /// What each GPU of fault-fabric must show (the table at the top of
@@ -91,17 +91,13 @@ fn watch_and_check_fabric(d: &Daemon, spawned: Instant, ready: f64, source: &str
 /// and the NVML source's slow readings.
 #[test]
 fn every_fabric_rule_holds_and_clears_through_the_nvml_source() {
-    let config = config_file();
-    let (d, spawned, ready) = start_on_fake_nvml("fault-fabric", &config);
-    watch_and_check_fabric(&d, spawned, ready, "nvml");
+    check_through("fault-fabric", Source::FakeNvml, watch_and_check_fabric);
 }
 
 /// Issue 32: the fabric rules through the simulated node.
 #[test]
 fn every_fabric_rule_holds_and_clears_through_the_simulated_source() {
-    let config = config_file();
-    let (d, spawned, ready) = start_simulated("fault-fabric", &config);
-    watch_and_check_fabric(&d, spawned, ready, "sim");
+    check_through("fault-fabric", Source::Simulated, watch_and_check_fabric);
 }
 
 /// Issue 32: on Blackwell the NVLink 5 counters feed `nvlink_errors`. dgx-b200 with GPU 2
