@@ -277,6 +277,8 @@ mod tests {
             ("FAKE_NVML_UNINITIALIZED", "5"),
             ("FAKE_NVML_UNINITIALIZED", "5:2"),
             ("FAKE_NVML_XID_EVENTS", "yes"),
+            ("FAKE_NVML_MPS", ""),
+            ("FAKE_NVML_FABRIC_V3", " "),
             ("FAKE_NVML_GPM", "on"),
             ("FAKE_NVML_GPM_FAIL_GPU", "x"),
         ] {

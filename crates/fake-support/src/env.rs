@@ -91,11 +91,11 @@ pub fn window(name: &'static str, value: &str) -> Result<(Duration, Duration), C
     Ok((from, to))
 }
 
-/// `value` of variable `name` as a switch, `0` or `1` (spaces trimmed); `default` when unset
-/// or empty.
+/// `value` of variable `name` as a switch, `0` or `1` (spaces trimmed); `default` when unset.
+/// Set but empty is an error: a script whose "off" expands to nothing must not test "on".
 pub fn flag(name: &'static str, value: Option<&str>, default: bool) -> Result<bool, ConfigError> {
     match value.map(str::trim) {
-        None | Some("") => Ok(default),
+        None => Ok(default),
         Some("0") => Ok(false),
         Some("1") => Ok(true),
         Some(v) => Err(bad(name, v, "expected 0 or 1")),
@@ -197,7 +197,8 @@ mod tests {
     #[test]
     fn flags_are_zero_or_one_with_a_default() {
         assert_eq!(flag("F", None, true), Ok(true));
-        assert_eq!(flag("F", Some(" "), false), Ok(false));
+        assert!(flag("F", Some(" "), true).is_err());
+        assert!(flag("F", Some(""), false).is_err());
         assert_eq!(flag("F", Some(" 0"), true), Ok(false));
         assert_eq!(flag("F", Some("1 "), false), Ok(true));
         assert_eq!(

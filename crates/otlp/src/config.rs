@@ -98,6 +98,25 @@ impl std::fmt::Debug for PushConfig {
     }
 }
 
+/// The flag's URL, else the metrics-specific variable's, else the generic one's with the spec's
+/// `/v1/metrics`, else the default.
+fn endpoint(
+    flag: Option<&str>,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<Endpoint, ConfigError> {
+    match flag {
+        Some(url) => parse_url("--otlp.endpoint", url, false),
+        None => match (
+            env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"),
+            env("OTEL_EXPORTER_OTLP_ENDPOINT"),
+        ) {
+            (Some(url), _) => parse_url("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", &url, false),
+            (None, Some(url)) => parse_url("OTEL_EXPORTER_OTLP_ENDPOINT", &url, true),
+            (None, None) => parse_url("default", DEFAULT_ENDPOINT, false),
+        },
+    }
+}
+
 /// The metrics-specific variable if set, else the generic one: `(name, value)`.
 fn either(
     env: &impl Fn(&str) -> Option<String>,
@@ -114,21 +133,14 @@ impl PushConfig {
     /// environment as `env` reads it. The spec's path rule: the metrics-specific
     /// `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` is used as is, the generic
     /// `OTEL_EXPORTER_OTLP_ENDPOINT` gets `/v1/metrics` appended to its path.
+    /// As the SDK configuration spec says, a variable set to an empty value is unset (a
+    /// chart's empty `OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE` does not hide the generic one).
     pub fn from_env(
         flag_endpoint: Option<&str>,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<PushConfig, ConfigError> {
-        let endpoint = match flag_endpoint {
-            Some(url) => parse_url("--otlp.endpoint", url, false)?,
-            None => match (
-                env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"),
-                env("OTEL_EXPORTER_OTLP_ENDPOINT"),
-            ) {
-                (Some(url), _) => parse_url("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", &url, false)?,
-                (None, Some(url)) => parse_url("OTEL_EXPORTER_OTLP_ENDPOINT", &url, true)?,
-                (None, None) => parse_url("default", DEFAULT_ENDPOINT, false)?,
-            },
-        };
+        let env = |k: &str| env(k).filter(|v| !v.trim().is_empty());
+        let endpoint = endpoint(flag_endpoint, &env)?;
         if let Some((name, value)) = either(
             &env,
             "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
@@ -222,9 +234,6 @@ impl PushConfig {
 fn tls_files(env: &impl Fn(&str) -> Option<String>) -> Result<TlsFiles, ConfigError> {
     let file = |specific: &str, generic: &str| -> Result<Option<PemFile>, ConfigError> {
         match either(env, specific, generic) {
-            Some((variable, path)) if path.trim().is_empty() => {
-                Err(error(&variable, "is set but empty: name a PEM file"))
-            }
             Some((variable, path)) => Ok(Some(PemFile {
                 variable,
                 path: PathBuf::from(path.trim()),

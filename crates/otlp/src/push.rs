@@ -156,26 +156,31 @@ impl Pusher {
     /// counted and, when it fails, logged (never with the headers).
     pub async fn push_once(&self) -> Result<(), ExportError> {
         let started = Instant::now();
+        // `Some(None)`: https, and the TLS files are bad, so nothing is sent.
         let tls = self.config.tls.as_ref().map(|tls| {
             match tls.refresh() {
                 Refresh::Unchanged => {}
                 Refresh::Reloaded => tracing::info!("OTLP push: TLS files changed, re-read"),
-                // Once per change: the files are not read again until they change again.
-                Refresh::Kept(e) => tracing::warn!(
-                    "OTLP push: keeping the last good TLS configuration, the new files are bad: {e}"
-                ),
+                Refresh::Bad { error, changed } if changed => {
+                    tracing::warn!("OTLP push stopped until the TLS files are good again: {error}")
+                }
+                // Logged when first seen; every failed push is still counted.
+                Refresh::Bad { .. } => {}
             }
             tls.config()
         });
-        let body = self.body();
-        let result = if body.len() > MAX_BODY_BYTES {
-            Err(ExportError::TooLarge(body.len()))
-        } else {
-            let deadline = started + self.config.timeout;
-            let sending = self.send_with_retries(body, tls, deadline);
-            match tokio::time::timeout_at(deadline.into(), sending).await {
-                Ok(r) => r,
-                Err(_) => Err(ExportError::Timeout(self.config.timeout)),
+        let result = match (tls, self.body()) {
+            (Some(None), _) => Err(ExportError::Tls(
+                "the TLS files are bad (logged when they changed): not pushing".into(),
+            )),
+            (_, body) if body.len() > MAX_BODY_BYTES => Err(ExportError::TooLarge(body.len())),
+            (tls, body) => {
+                let deadline = started + self.config.timeout;
+                let sending = self.send_with_retries(body, tls.flatten(), deadline);
+                match tokio::time::timeout_at(deadline.into(), sending).await {
+                    Ok(r) => r,
+                    Err(_) => Err(ExportError::Timeout(self.config.timeout)),
+                }
             }
         };
         let c = &self.counters;

@@ -2,9 +2,9 @@
 //! `OTEL_EXPORTER_OTLP_[METRICS_]CERTIFICATE` or the system's trust store, and the client
 //! certificate of mutual TLS from `..._CLIENT_CERTIFICATE` and `..._CLIENT_KEY`. The three files
 //! are rotated on disk (cert-manager, a projected secret), so they are checked before each push
-//! and re-read when one of them changed; a bad new set keeps the last good one.
+//! and re-read when one of them changed. A bad new set stops the push until the files are good
+//! again (fail closed: a CA removed from the file is no longer trusted).
 
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
@@ -64,9 +64,12 @@ pub struct TlsFiles {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Stamp {
     modified: Option<SystemTime>,
+    /// The inode's change time: also moves on a chmod or chown (a file made readable) and on
+    /// a copy that keeps the modification time (`cp -p`).
+    changed: (i64, i64),
     len: u64,
     /// A renamed-in file (a Kubernetes secret's symlink swap) is a new inode.
-    inode: u64,
+    inode: (u64, u64),
 }
 
 fn stamp(path: &Path) -> Option<Stamp> {
@@ -74,8 +77,9 @@ fn stamp(path: &Path) -> Option<Stamp> {
     let m = std::fs::metadata(path).ok()?;
     Some(Stamp {
         modified: m.modified().ok(),
+        changed: (m.ctime(), m.ctime_nsec()),
         len: m.len(),
-        inode: m.ino(),
+        inode: (m.dev(), m.ino()),
     })
 }
 
@@ -86,13 +90,21 @@ pub enum Refresh {
     Unchanged,
     /// A file changed and the new set is in use.
     Reloaded,
-    /// A file changed and the new set is bad: the last good one stays (logged once per change).
-    Kept(ConfigError),
+    /// The files are bad: no push until they are good again. `changed`: first seen bad in
+    /// this state of the files (log it once per change).
+    Bad {
+        /// What is wrong, naming the variable and the file.
+        error: ConfigError,
+        /// The files changed since the last check.
+        changed: bool,
+    },
 }
 
 struct State {
-    config: Arc<ClientConfig>,
-    /// The files' stamps when last read, good or bad: unchanged files are not read again.
+    /// The configuration of the files as they are; `None` while they are bad.
+    config: Option<Arc<ClientConfig>>,
+    /// The files' stamps when last read: good files are not read again until they change; bad
+    /// ones are read before every push (a fix that leaves no trace in the stamps still counts).
     read: Vec<Option<Stamp>>,
 }
 
@@ -130,7 +142,7 @@ impl TlsClient {
             files,
             system_roots,
             state: Mutex::new(State {
-                config: Arc::new(config),
+                config: Some(Arc::new(config)),
                 read,
             }),
         })
@@ -153,27 +165,32 @@ impl TlsClient {
         }
     }
 
-    /// Re-reads the files if one changed since they were last read (once per push).
+    /// Re-reads the files if one changed since they were last read, or if they were bad (once
+    /// per push).
     pub fn refresh(&self) -> Refresh {
         let now = stamps(&self.files);
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if now == state.read {
+        let changed = now != state.read;
+        if !changed && state.config.is_some() {
             return Refresh::Unchanged;
         }
         state.read = now;
         match build(&self.files, self.system_roots.as_ref()) {
             Ok(config) => {
-                state.config = Arc::new(config);
+                state.config = Some(Arc::new(config));
                 Refresh::Reloaded
             }
-            Err(e) => Refresh::Kept(e),
+            Err(error) => {
+                state.config = None;
+                Refresh::Bad { error, changed }
+            }
         }
     }
 
-    /// The configuration in use.
-    pub fn config(&self) -> Arc<ClientConfig> {
+    /// The configuration of the files, `None` while they are bad.
+    pub fn config(&self) -> Option<Arc<ClientConfig>> {
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        Arc::clone(&state.config)
+        state.config.clone()
     }
 }
 
@@ -318,26 +335,11 @@ fn system_roots(env: &impl Fn(&str) -> Option<String>) -> Result<RootCertStore, 
     Ok(roots)
 }
 
-/// A regular file's bytes, at most `max`: a larger, unreadable or special file is an error
-/// that says which (never its contents).
+/// A regular file's bytes, at most `max`, through the one way every untrusted file is read
+/// (`dgx_pixels_settings::file`: opened once, non-blocking, so a FIFO fails at once; `fstat` of
+/// what was opened; the bound held while reading): an error says which, never the contents.
 fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, String> {
-    let regular = |meta: std::io::Result<std::fs::Metadata>| match meta {
-        Ok(m) if m.is_file() => Ok(m),
-        Ok(_) => Err("not a regular file".to_string()),
-        Err(e) => Err(format!("cannot be read: {e}")),
-    };
-    // Checked before opening too: opening a FIFO would block the push.
-    regular(std::fs::metadata(path))?;
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot be read: {e}"))?;
-    let meta = regular(file.metadata())?;
-    let mut out = Vec::with_capacity(meta.len().min(max) as usize);
-    file.take(max + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| format!("cannot be read: {e}"))?;
-    if out.len() as u64 > max {
-        return Err(format!("larger than {max} bytes"));
-    }
-    Ok(out)
+    dgx_pixels_settings::file::read_regular(path, max).map_err(|e| format!("cannot be read: {e}"))
 }
 
 #[cfg(test)]
@@ -388,7 +390,7 @@ mod tests {
     }
 
     #[test]
-    fn a_changed_file_is_read_once_and_a_bad_one_keeps_the_last_good() {
+    fn a_changed_file_is_read_once_and_a_bad_one_stops_the_push_until_fixed() {
         let dir = Dir::new("rotate");
         let ca = dir.write("ca.pem", ca_pem().as_bytes());
         let client = TlsClient::load(
@@ -399,32 +401,62 @@ mod tests {
             &|_| None,
         )
         .unwrap();
-        let first = client.config();
+        let first = client.config().unwrap();
         assert_eq!(client.refresh(), Refresh::Unchanged);
-        assert!(Arc::ptr_eq(&first, &client.config()));
+        assert!(Arc::ptr_eq(&first, &client.config().unwrap()));
 
         dir.write("ca.pem", ca_pem().as_bytes());
         assert_eq!(client.refresh(), Refresh::Reloaded);
-        let second = client.config();
+        let second = client.config().unwrap();
         assert!(!Arc::ptr_eq(&first, &second));
         assert_eq!(client.refresh(), Refresh::Unchanged);
 
-        // A bad file: reported once (the caller logs it), the last good config stays.
+        // A bad file: no configuration (fail closed), reported as a change once, read again
+        // before every push.
         dir.write("ca.pem", b"not a certificate\n");
-        let Refresh::Kept(e) = client.refresh() else {
+        let Refresh::Bad { error, changed } = client.refresh() else {
             panic!("a bad CA file was not reported")
         };
-        assert_eq!(e.variable, "OTEL_EXPORTER_OTLP_CERTIFICATE");
-        assert!(e.problem.contains("ca.pem") && e.problem.contains("no PEM certificate"));
-        assert!(!e.problem.contains("not a certificate"), "{e}");
-        assert_eq!(client.refresh(), Refresh::Unchanged, "warned twice");
-        assert!(Arc::ptr_eq(&second, &client.config()));
+        assert!(changed);
+        assert_eq!(error.variable, "OTEL_EXPORTER_OTLP_CERTIFICATE");
+        assert!(error.problem.contains("ca.pem") && error.problem.contains("no PEM certificate"));
+        assert!(!error.problem.contains("not a certificate"), "{error}");
+        assert!(client.config().is_none(), "the last good CA still trusted");
+        assert!(
+            matches!(client.refresh(), Refresh::Bad { changed: false, .. }),
+            "warned twice, or not read again"
+        );
 
-        // A deleted file is a change too; its return is read again.
-        std::fs::remove_file(dir.0.join("ca.pem")).unwrap();
-        assert!(matches!(client.refresh(), Refresh::Kept(_)));
+        // Made readable by a chmod only: the change time moves, and it is read again.
         dir.write("ca.pem", ca_pem().as_bytes());
         assert_eq!(client.refresh(), Refresh::Reloaded);
+        use std::os::unix::fs::PermissionsExt as _;
+        let path = dir.0.join("ca.pem");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(client.refresh(), Refresh::Reloaded, "a chmod went unseen");
+
+        // A deleted file is a change too: nothing is trusted until it returns.
+        std::fs::remove_file(&path).unwrap();
+        assert!(matches!(
+            client.refresh(),
+            Refresh::Bad { changed: true, .. }
+        ));
+        assert!(client.config().is_none());
+        dir.write("ca.pem", ca_pem().as_bytes());
+        assert_eq!(client.refresh(), Refresh::Reloaded);
+        assert!(client.config().is_some());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_fifo_is_refused_without_waiting_for_a_writer() {
+        let dir = Dir::new("fifo");
+        let path = dir.0.join("ca.pem");
+        let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = read_bounded(&path, MAX_PEM_BYTES).unwrap_err();
+        assert!(e.contains("not a regular file"), "{e}");
     }
 
     #[test]
@@ -452,9 +484,11 @@ mod tests {
         let dir = Dir::new("bound");
         let big = dir.write("big.pem", &vec![b'A'; MAX_PEM_BYTES as usize + 1]);
         let e = read_bounded(&big, MAX_PEM_BYTES).unwrap_err();
-        assert!(e.contains("larger than"), "{e}");
+        assert!(e.contains("over the 1048576 byte limit"), "{e}");
         let ok = dir.write("ok.pem", &vec![b'A'; MAX_PEM_BYTES as usize]);
         assert_eq!(read_bounded(&ok, MAX_PEM_BYTES).unwrap().len(), 1 << 20);
-        assert_eq!(read_bounded(&dir.0, 10).unwrap_err(), "not a regular file");
+        assert!(read_bounded(&dir.0, 10)
+            .unwrap_err()
+            .contains("not a regular file"));
     }
 }

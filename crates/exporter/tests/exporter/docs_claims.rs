@@ -236,8 +236,10 @@ fn flags() -> BTreeSet<String> {
 }
 
 /// Dotted flags of other tools that the docs name, with whose they are.
-const OTHER_TOOLS_FLAGS: &[(&str, &str)] =
-    &[("--config.custom-plugin-monitor", "node-problem-detector's")];
+const OTHER_TOOLS_FLAGS: &[(&str, &str)] = &[
+    ("--config.custom-plugin-monitor", "node-problem-detector's"),
+    ("--web.enable-otlp-receiver", "Prometheus 3's"),
+];
 
 /// The flags `docs/examples/add-a-collector.diff` adds: the worked example names them before
 /// they exist.

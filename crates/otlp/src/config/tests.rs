@@ -243,8 +243,21 @@ fn tls_variables_metrics_first_and_errors_name_variable_and_file() {
         e.problem.contains(other_key.path()) && e.problem.contains(cert.path()),
         "{e}"
     );
-    let e = config(None, &[https, ("OTEL_EXPORTER_OTLP_CERTIFICATE", "")]).unwrap_err();
-    assert_eq!(e.variable, "OTEL_EXPORTER_OTLP_CERTIFICATE");
+    // Empty is unset (the spec): an empty metrics-specific variable does not hide the generic.
+    let c = config(
+        None,
+        &[
+            https,
+            ("OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE", " "),
+            ("OTEL_EXPORTER_OTLP_CERTIFICATE", ca.path()),
+        ],
+    )
+    .unwrap();
+    let files = c.tls.as_ref().unwrap().files();
+    assert_eq!(
+        files.ca.as_ref().unwrap().variable,
+        "OTEL_EXPORTER_OTLP_CERTIFICATE"
+    );
 
     // TLS files with an http:// endpoint fail closed.
     let e = config(

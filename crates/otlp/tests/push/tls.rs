@@ -2,6 +2,7 @@
 //! collector, mutual TLS, and the certificate files' rotation.
 
 use super::*;
+use dgx_pixels_otlp::push::ExportError;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -284,13 +285,24 @@ async fn rotated_certificates_are_picked_up() {
     p.push_once().await.unwrap();
     assert_eq!(counters.counts(), (3, 2, 0));
 
-    // A bad rotation (a truncated CA file, a key that is not the certificate's) keeps the last
-    // good configuration: the pushes go on.
+    // A bad rotation (a truncated CA file, a key that is not the certificate's) stops the
+    // push, counted, and nothing reaches the collector, until the files are good again: a CA
+    // taken out of the file is no longer trusted.
     put(dir.path(), "ca.pem", "-----BEGIN CERTIFICATE-----\n");
-    p.push_once().await.unwrap();
+    let e = p.push_once().await.unwrap_err();
+    assert!(matches!(e, ExportError::Tls(_)), "{e}");
     put(dir.path(), "ca.pem", &ca2.pem());
-    put(dir.path(), "tls.key", &clients2.leaf(&["dgx-01"]).1);
     p.push_once().await.unwrap();
-    assert_eq!(counters.counts(), (5, 2, 0));
+    put(dir.path(), "tls.key", &clients2.leaf(&["dgx-01"]).1);
+    assert!(matches!(p.push_once().await, Err(ExportError::Tls(_))));
+    assert!(
+        matches!(p.push_once().await, Err(ExportError::Tls(_))),
+        "read again, still bad"
+    );
+    assert_eq!(counters.counts(), (4, 5, 0));
+    assert_eq!(state.lock().unwrap().requests.len(), 4);
+    put(dir.path(), "tls.key", &key);
+    p.push_once().await.unwrap();
+    assert_eq!(counters.counts(), (5, 5, 0));
     assert_eq!(state.lock().unwrap().requests.len(), 5);
 }
