@@ -46,6 +46,15 @@ NODE_NAME=e2e-node OTEL_METRIC_EXPORT_INTERVAL=1000 OTEL_EXPORTER_OTLP_TIMEOUT=5
 metric() { # SELECTOR: its value in a scrape, or "none"
   curl -sf "http://127.0.0.1:$EXP_PORT/metrics" | awk -v s="$1" 'index($0, s " ") == 1 { print $2; found = 1 } END { if (!found) print "none" }'
 }
+# wait_pushes RESULT N WHAT: waits up to 20 s for N pushes counted with RESULT (success, error).
+wait_pushes() {
+  local deadline=$((SECONDS + 20)) n
+  until n=$(metric "dgx_pixels_exporter_otlp_exports_total{result=\"$1\"}") &&
+    [ "$n" != none ] && [ "$n" -ge "$2" ]; do
+    [ $SECONDS -lt $deadline ] || fail "$3 (pushes: $(metric 'dgx_pixels_exporter_otlp_exports_total{result="success"}') succeeded, $(metric 'dgx_pixels_exporter_otlp_exports_total{result="error"}') failed)"
+    sleep 0.5
+  done
+}
 # pushed_equals_scrape RESOURCE_LABELS WHAT CURL_OPTIONS...: the receiver's series equal a
 # scrape (otlp_compare.py), asked again for up to 15 s: on a loaded machine the receiver makes
 # rows searchable a while after it accepted them.
@@ -62,12 +71,7 @@ pushed_equals_scrape() {
   done
   cat "$work/compare.txt"
 }
-deadline=$((SECONDS + 20))
-until [ "$(metric 'dgx_pixels_exporter_otlp_exports_total{result="success"}')" != none ] &&
-  [ "$(metric 'dgx_pixels_exporter_otlp_exports_total{result="success"}')" -ge 3 ]; do
-  [ $SECONDS -lt $deadline ] || fail "no 3 successful pushes: $(metric 'dgx_pixels_exporter_otlp_exports_total{result="error"}') errors"
-  sleep 0.5
-done
+wait_pushes success 3 "no 3 successful pushes"
 [ "$(metric 'dgx_pixels_source_polls_total{source="sim"}')" = 1 ] || fail "the simulator polled more than once"
 
 resource=service_name,service_version,service_instance_id,host_name,k8s_node_name,dgx_pixels_simulated,dgx_pixels_scenario,deployment_environment_name
@@ -132,12 +136,7 @@ OTEL_METRIC_EXPORT_INTERVAL=1000 OTEL_EXPORTER_OTLP_TIMEOUT=500 \
   OTEL_EXPORTER_OTLP_METRICS_ENDPOINT="$https_url" OTEL_EXPORTER_OTLP_CERTIFICATE="$tls/other-ca.crt" \
   start_exporter --simulate dgx-h100 --config.file "$work/config.toml" \
   --no-collector.probes --no-collector.trace --no-collector.health --otlp.push
-deadline=$((SECONDS + 20))
-until [ "$(metric 'dgx_pixels_exporter_otlp_exports_total{result="error"}')" != none ] &&
-  [ "$(metric 'dgx_pixels_exporter_otlp_exports_total{result="error"}')" -ge 2 ]; do
-  [ $SECONDS -lt $deadline ] || fail "no 2 failed pushes to a receiver of another CA"
-  sleep 0.5
-done
+wait_pushes error 2 "no 2 failed pushes to a receiver of another CA"
 [ "$(metric 'dgx_pixels_exporter_otlp_exports_total{result="success"}')" = 0 ] ||
   fail "a push to a receiver of another CA succeeded"
 grep -q 'UnknownIssuer' "$work/exporter.log" || fail "the failed handshake's warning does not say why"
@@ -153,12 +152,7 @@ OTEL_METRIC_EXPORT_INTERVAL=1000 OTEL_EXPORTER_OTLP_TIMEOUT=2000 \
   OTEL_EXPORTER_OTLP_COMPRESSION=gzip \
   start_exporter --simulate dgx-h100 --config.file "$work/config.toml" \
   --no-collector.probes --no-collector.trace --no-collector.health --otlp.push
-deadline=$((SECONDS + 20))
-until [ "$(metric 'dgx_pixels_exporter_otlp_exports_total{result="success"}')" != none ] &&
-  [ "$(metric 'dgx_pixels_exporter_otlp_exports_total{result="success"}')" -ge 3 ]; do
-  [ $SECONDS -lt $deadline ] || fail "no 3 successful pushes over https: $(metric 'dgx_pixels_exporter_otlp_exports_total{result="error"}') errors"
-  sleep 0.5
-done
+wait_pushes success 3 "no 3 successful pushes over https"
 pushed_equals_scrape service_name,service_version,service_instance_id,host_name,dgx_pixels_simulated,dgx_pixels_scenario \
   "the series pushed over https differ from the scrape" --cacert "$tls/ca.crt"
 echo "otlp: over https, verified against the test's CA; another CA refused"

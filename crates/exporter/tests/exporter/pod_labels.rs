@@ -50,11 +50,7 @@ fn allow_listed_pod_labels_follow_the_watch_onto_the_pod_info_series_only() {
         "node-1",
         &[("team", "vision"), ("owner", "x")],
     );
-    let mut env = fake_nvml_at_60s("dgx-a100-mig");
-    env.push((
-        "DGX_PIXELS_KUBERNETES__SERVICE_ACCOUNT_DIR",
-        dir.path().to_str().unwrap(),
-    ));
+    let env = fake_nvml_at_60s_with_account("dgx-a100-mig", dir.path());
     let d = start_with_kubelet(
         &socket,
         &[

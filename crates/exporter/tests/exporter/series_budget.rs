@@ -356,11 +356,7 @@ fn no_series_carries_more_than_15_labels_with_every_attribution_on() {
             &[&mig[0].uuid],
         ),
     ]);
-    let mut env = fake_nvml_at_60s("dgx-a100-mig");
-    env.push((
-        "DGX_PIXELS_KUBERNETES__SERVICE_ACCOUNT_DIR",
-        dir.path().to_str().unwrap(),
-    ));
+    let env = fake_nvml_at_60s_with_account("dgx-a100-mig", dir.path());
     let d = start_with_kubelet(
         &socket,
         &[

@@ -271,6 +271,20 @@ pub fn fake_nvml_at_60s(scenario: &str) -> Vec<(&'static str, &str)> {
     env
 }
 
+/// [`fake_nvml_at_60s`] with the pod-label watcher's service account (token and CA) in
+/// `account_dir`, as a fake API server's test writes it.
+pub fn fake_nvml_at_60s_with_account<'a>(
+    scenario: &'a str,
+    account_dir: &'a std::path::Path,
+) -> Vec<(&'static str, &'a str)> {
+    let mut env = fake_nvml_at_60s(scenario);
+    env.push((
+        "DGX_PIXELS_KUBERNETES__SERVICE_ACCOUNT_DIR",
+        account_dir.to_str().unwrap_or_default(),
+    ));
+    env
+}
+
 /// Starts the daemon on the fake libnvidia-ml with its kubernetes collector reading the fake
 /// kubelet at `socket`, `args` added; `env` holds the fake's settings ([`fake_nvml`]) and any
 /// other variable.
