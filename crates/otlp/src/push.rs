@@ -20,7 +20,7 @@ use dgx_pixels_metrics::{Metric, Sample};
 
 use crate::config::PushConfig;
 use crate::convert::{request, Times};
-use crate::tls::Refresh;
+use crate::tls::{Refresh, TlsClient};
 
 /// The largest request body sent (after compression); a larger one is counted as `too_large`
 /// and not sent. OTLP receivers commonly refuse more (Prometheus: its remote-write bound).
@@ -156,22 +156,12 @@ impl Pusher {
     /// counted and, when it fails, logged (never with the headers).
     pub async fn push_once(&self) -> Result<(), ExportError> {
         let started = Instant::now();
-        // `Some(None)`: https, and the TLS files are bad, so nothing is sent.
-        let tls = self.config.tls.as_ref().map(|tls| {
-            match tls.refresh() {
-                Refresh::Unchanged => {}
-                Refresh::Reloaded => tracing::info!("OTLP push: TLS files changed, re-read"),
-                Refresh::Bad { error, changed } if changed => {
-                    tracing::warn!("OTLP push stopped until the TLS files are good again: {error}")
-                }
-                // Logged when first seen; every failed push is still counted.
-                Refresh::Bad { .. } => {}
-            }
-            tls.config()
-        });
+        // `Some(None)`: https, and the TLS files are bad (or their check hung), so nothing is
+        // sent.
+        let tls = self.config.tls.as_ref().map(|tls| self.tls_config(tls));
         let result = match (tls, self.body()) {
             (Some(None), _) => Err(ExportError::Tls(
-                "the TLS files are bad (logged when they changed): not pushing".into(),
+                "the TLS files are bad or could not be checked (logged): not pushing".into(),
             )),
             (_, body) if body.len() > MAX_BODY_BYTES => Err(ExportError::TooLarge(body.len())),
             (tls, body) => {
@@ -203,6 +193,30 @@ impl Pusher {
             }
         }
         result
+    }
+
+    /// Checks the TLS files (re-reading them if they changed) on a thread of its own under the
+    /// export's timeout: a file on a hung mount costs that thread, never the push loop. The
+    /// configuration to push with, `None` while the files are bad or their check hangs.
+    fn tls_config(&self, tls: &Arc<TlsClient>) -> Option<Arc<rustls::ClientConfig>> {
+        let checking = Arc::clone(tls);
+        let refresh = dgx_pixels_settings::file::with_deadline(self.config.timeout, move || {
+            Ok(checking.refresh())
+        });
+        match refresh {
+            Ok(Refresh::Unchanged) => {}
+            Ok(Refresh::Reloaded) => tracing::info!("OTLP push: TLS files changed, re-read"),
+            Ok(Refresh::Bad { error, changed }) if changed => {
+                tracing::warn!("OTLP push stopped until the TLS files are good again: {error}")
+            }
+            // Logged when first seen; every failed push is still counted.
+            Ok(Refresh::Bad { .. }) => {}
+            Err(e) => {
+                tracing::warn!("OTLP push: checking the TLS files did not finish: {e}");
+                return None;
+            }
+        }
+        tls.config()
     }
 
     async fn send_with_retries(

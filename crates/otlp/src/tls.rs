@@ -166,16 +166,21 @@ impl TlsClient {
     }
 
     /// Re-reads the files if one changed since they were last read, or if they were bad (once
-    /// per push).
+    /// per push). The files are looked at without the lock held, so a check stuck on a hung
+    /// mount never blocks [`TlsClient::config`].
     pub fn refresh(&self) -> Refresh {
         let now = stamps(&self.files);
+        {
+            let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            if now == state.read && state.config.is_some() {
+                return Refresh::Unchanged;
+            }
+        }
+        let built = build(&self.files, self.system_roots.as_ref());
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let changed = now != state.read;
-        if !changed && state.config.is_some() {
-            return Refresh::Unchanged;
-        }
         state.read = now;
-        match build(&self.files, self.system_roots.as_ref()) {
+        match built {
             Ok(config) => {
                 state.config = Some(Arc::new(config));
                 Refresh::Reloaded
