@@ -143,6 +143,8 @@ async fn https_verifies_the_collector() {
         &[
             ("OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE", &other),
             ("OTEL_EXPORTER_OTLP_TIMEOUT", "5000"),
+            // gRPC's in the spec: it must not turn verification off here.
+            ("OTEL_EXPORTER_OTLP_INSECURE", "true"),
         ],
         SystemTime::now(),
     );
@@ -236,10 +238,15 @@ async fn mutual_tls() {
             ("OTEL_EXPORTER_OTLP_CERTIFICATE", &ca_file),
             ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", &cert),
             ("OTEL_EXPORTER_OTLP_CLIENT_KEY", &key),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "5000"),
         ],
         SystemTime::now(),
     );
-    assert!(p.push_once().await.is_err());
+    let started = Instant::now();
+    let e = p.push_once().await.unwrap_err();
+    assert!(matches!(e, ExportError::Tls(_)), "not a TLS refusal: {e}");
+    assert!(e.to_string().contains("alert"), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(2), "retried: {e}");
     assert_eq!(counters.counts(), (0, 1, 0));
     refusals(&state, 2).await;
     assert_eq!(state.lock().unwrap().requests.len(), 1);
