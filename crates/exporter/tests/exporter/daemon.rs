@@ -345,11 +345,7 @@ fn web_config_file_basic_auth_and_reload() {
     assert!(body.contains("dgx_pixels_exporter_web_config_last_reload_successful 1"));
 
     std::fs::write(&web, "basic_auth_users: [broken\n").unwrap();
-    let ok = Command::new("kill")
-        .args(["-HUP", &d.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(ok.success());
+    d.hup();
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let (status, _, body) = get(d.port, "/metrics", &[("Authorization", &auth)]);

@@ -365,27 +365,16 @@ fn lean_is_a_subset_of_default_and_default_of_full_on_the_simulated_node() {
 fn sighup_switches_between_default_and_lean() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("exporter.toml");
-    let write = |detail: &str| {
-        let text = format!(
-            "[metrics]\ndetail = \"{detail}\"\n[simulation]\nscenario = \"dgx-h100\"\ninterval = \"1s\"\n"
-        );
-        std::fs::write(&file, text).unwrap();
-    };
+    let write = |detail: &str| write_detail_config(&file, detail);
     // What default serves and lean does not.
     let trimmed = |b: &str| b.contains("dgx_pixels_gpu_power_limit_watts{");
-    let hup = |d: &Daemon| {
-        std::process::Command::new("kill")
-            .args(["-HUP", &d.child.id().to_string()])
-            .status()
-            .unwrap();
-    };
     write("default");
     let d = start(&["--config.file", file.to_str().unwrap()]);
     let (body, _) = wait_until(d.port, Duration::from_secs(10), trimmed);
     assert!(trimmed(&body), "the default profile serves the power limit");
     let default_lines = samples(&body);
     write("lean");
-    hup(&d);
+    d.hup();
     let (body, _) = wait_until(d.port, Duration::from_secs(10), |b| !trimmed(b));
     assert!(!trimmed(&body), "lean after the reload");
     assert!(body.contains("dgx_pixels_gpu_power_watts{"), "{body}");
@@ -395,7 +384,7 @@ fn sighup_switches_between_default_and_lean() {
         samples(&body)
     );
     write("default");
-    hup(&d);
+    d.hup();
     let (body, _) = wait_until(d.port, Duration::from_secs(10), trimmed);
     assert!(trimmed(&body), "back to the default profile");
 }

@@ -4,20 +4,11 @@
 
 use crate::common;
 
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-
-fn hup(d: &Daemon) {
-    let ok = Command::new("kill")
-        .args(["-HUP", &d.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(ok.success());
-}
 
 fn polls(body: &str) -> f64 {
     value(body, "dgx_pixels_source_polls_total", &[("source", "sim")]).unwrap()
@@ -73,7 +64,7 @@ fn sighup_applies_a_good_config_without_a_gap_and_keeps_the_old_on_a_bad_one() {
          [cost]\nelectricity_price_per_kwh = 0.3\npue = 1.2\ngpu_cost_per_hour = 2.0\n",
     )
     .unwrap();
-    hup(&d);
+    d.hup();
     let (body, _) = wait_until(port, Duration::from_secs(5), |b| {
         value(
             b,
@@ -115,7 +106,7 @@ fn sighup_applies_a_good_config_without_a_gap_and_keeps_the_old_on_a_bad_one() {
 
     // A bad config (a key that does not exist): refused, counted, the old one stays.
     std::fs::write(&file, "node_name = \"bad\"\nno_such_key = 1\n").unwrap();
-    hup(&d);
+    d.hup();
     let (body, _) = wait_until(port, Duration::from_secs(5), |b| {
         value(
             b,
@@ -208,7 +199,7 @@ fn sighup_rereads_the_dcgm_field_list() {
         format!("{tensor}DCGM_FI_DEV_POWER_USAGE_INSTANT, gauge, Instant power (in W).\n"),
     )
     .unwrap();
-    hup(&d);
+    d.hup();
     // The exporter's own counters are published once a second.
     let (body, _) = wait_until(port, Duration::from_secs(5), |b| {
         series(b, instant).len() == 8
@@ -228,7 +219,7 @@ fn sighup_rereads_the_dcgm_field_list() {
         Some(1.0)
     );
     std::fs::write(&csv, "DCGM_FI_DEV_GPU_TEMP, histogram, no\n").unwrap();
-    hup(&d);
+    d.hup();
     let (body, _) = wait_until(port, Duration::from_secs(5), |b| {
         value(
             b,
@@ -252,12 +243,7 @@ fn sighup_rereads_the_dcgm_field_list() {
 fn sighup_switches_the_series_profile() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("exporter.toml");
-    let write = |detail: &str| {
-        let text = format!(
-            "[metrics]\ndetail = \"{detail}\"\n[simulation]\nscenario = \"dgx-h100\"\ninterval = \"1s\"\n"
-        );
-        std::fs::write(&file, text).unwrap();
-    };
+    let write = |detail: &str| write_detail_config(&file, detail);
     write("default");
     let d = start(&["--config.file", file.to_str().unwrap()]);
     let video = |b: &str| b.contains("clock=\"video\"");
@@ -269,11 +255,11 @@ fn sighup_switches_the_series_profile() {
         "the default profile serves the SM clock only"
     );
     write("full");
-    hup(&d);
+    d.hup();
     let (body, _) = wait_until(d.port, Duration::from_secs(10), video);
     assert!(video(&body), "full detail after the reload");
     write("default");
-    hup(&d);
+    d.hup();
     let (body, _) = wait_until(d.port, Duration::from_secs(10), |b| !video(b));
     assert!(!video(&body), "back to the default profile");
 }
@@ -332,7 +318,7 @@ fn reloads_with_a_hung_gpu_do_not_pile_up_stuck_threads() {
         };
         for reload in 1..=20u32 {
             write(5 + reload);
-            hup(&d);
+            d.hup();
             let (body, _) = wait_until(d.port, Duration::from_secs(5), |b| {
                 value(
                     b,

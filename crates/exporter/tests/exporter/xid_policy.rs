@@ -7,7 +7,6 @@
 
 use crate::common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
@@ -112,11 +111,7 @@ fn an_ignored_code_never_counts_a_threshold_waits_and_a_reload_applies_at_once()
 
     // A reload that ignores 31 drops its condition at once (well within the quiet period).
     std::fs::write(&file, policy("\"ignore\"")).unwrap();
-    let ok = Command::new("kill")
-        .args(["-HUP", &d.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(ok.success());
+    d.hup();
     let (body, took) = wait_until(d.port, Duration::from_secs(10), |b| {
         state(b, "4").as_deref() == Some("healthy")
             && value(

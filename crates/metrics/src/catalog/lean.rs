@@ -172,102 +172,55 @@ mod tests {
 
     #[test]
     fn lean_serves_its_rows_only_and_trims_them_further() {
-        let none = |_: &str| None;
-        // Not in LEAN: nothing, whatever the default serves.
-        assert!(serves(Detail::Default, Metric::GpuPowerLimit, none, 700.0));
-        assert!(!serves(Detail::Lean, Metric::GpuPowerLimit, none, 700.0));
-        assert!(!serves(Detail::Lean, Metric::GpuSmActive, none, 0.5));
-        assert!(!serves(Detail::Lean, Metric::GpuPowerSample, none, 1.0));
-        // AsDefault: as the default, value policies included.
-        assert!(serves(Detail::Lean, Metric::GpuPower, none, 0.0));
-        assert!(!serves(Detail::Lean, Metric::GpuThrottleReason, none, 0.0));
-        assert!(serves(Detail::Lean, Metric::GpuThrottleReason, none, 1.0));
-        assert!(!serves(Detail::Lean, Metric::GpuHealthState, none, 0.0));
-        assert!(serves(Detail::Lean, Metric::GpuHealthState, none, 1.0));
-        let clock = |v: &'static str| move |n: &str| (n == "clock").then_some(v);
-        assert!(serves(Detail::Lean, Metric::GpuClock, clock("sm"), 1.0));
-        assert!(!serves(
-            Detail::Lean,
-            Metric::GpuClock,
-            clock("memory"),
-            1.0
-        ));
-        // Only: a further policy on top of the default's.
-        let sensor = |v: &'static str| move |n: &str| (n == "sensor").then_some(v);
-        assert!(serves(
-            Detail::Lean,
-            Metric::GpuTemperature,
-            sensor("gpu"),
-            40.0
-        ));
-        assert!(!serves(
-            Detail::Lean,
-            Metric::GpuTemperature,
-            sensor("memory"),
-            40.0
-        ));
-        assert!(serves(
-            Detail::Default,
-            Metric::GpuTemperature,
-            sensor("memory"),
-            40.0
-        ));
-        let ecc = |t: &'static str, c: &'static str| {
-            move |n: &str| match n {
-                "error_type" => Some(t),
-                "counter" => Some(c),
-                _ => None,
-            }
-        };
-        assert!(serves(
-            Detail::Lean,
-            Metric::GpuEccErrors,
-            ecc("uncorrected", "volatile"),
-            0.0
-        ));
-        assert!(!serves(
-            Detail::Lean,
-            Metric::GpuEccErrors,
-            ecc("uncorrected", "aggregate"),
-            0.0
-        ));
-        let nvlink = |v: &'static str| move |n: &str| (n == "error_type").then_some(v);
-        assert!(serves(
-            Detail::Lean,
-            Metric::NvlinkErrors,
-            nvlink("crc_data"),
-            0.0
-        ));
-        assert!(!serves(
-            Detail::Lean,
-            Metric::NvlinkErrors,
-            nvlink("replay"),
-            0.0
-        ));
-        assert!(serves(
-            Detail::Default,
-            Metric::NvlinkErrors,
-            nvlink("replay"),
-            0.0
-        ));
-        assert!(!serves(
-            Detail::Lean,
-            Metric::GpuRetiredPagesPending,
-            none,
-            0.0
-        ));
-        assert!(serves(
-            Detail::Lean,
-            Metric::GpuRetiredPagesPending,
-            none,
-            1.0
-        ));
-        assert!(serves(
-            Detail::Default,
-            Metric::GpuRetiredPagesPending,
-            none,
-            0.0
-        ));
+        use Detail::{Default as D, Lean as L};
+        const ECC_VOLATILE: &[(&str, &str)] =
+            &[("error_type", "uncorrected"), ("counter", "volatile")];
+        const ECC_AGGREGATE: &[(&str, &str)] =
+            &[("error_type", "uncorrected"), ("counter", "aggregate")];
+        /// Profile, row, labels, value, and whether it is served.
+        type Case = (
+            Detail,
+            Metric,
+            &'static [(&'static str, &'static str)],
+            f64,
+            bool,
+        );
+        #[rustfmt::skip]
+        let cases: &[Case] = &[
+            // Not in LEAN: nothing, whatever the default serves.
+            (D, Metric::GpuPowerLimit, &[], 700.0, true),
+            (L, Metric::GpuPowerLimit, &[], 700.0, false),
+            (L, Metric::GpuSmActive, &[], 0.5, false),
+            (L, Metric::GpuPowerSample, &[], 1.0, false),
+            // AsDefault: as the default, value policies included.
+            (L, Metric::GpuPower, &[], 0.0, true),
+            (L, Metric::GpuThrottleReason, &[], 0.0, false),
+            (L, Metric::GpuThrottleReason, &[], 1.0, true),
+            (L, Metric::GpuHealthState, &[], 0.0, false),
+            (L, Metric::GpuHealthState, &[], 1.0, true),
+            (L, Metric::GpuClock, &[("clock", "sm")], 1.0, true),
+            (L, Metric::GpuClock, &[("clock", "memory")], 1.0, false),
+            // Only: a further policy on top of the default's.
+            (L, Metric::GpuTemperature, &[("sensor", "gpu")], 40.0, true),
+            (L, Metric::GpuTemperature, &[("sensor", "memory")], 40.0, false),
+            (D, Metric::GpuTemperature, &[("sensor", "memory")], 40.0, true),
+            (L, Metric::GpuEccErrors, ECC_VOLATILE, 0.0, true),
+            (L, Metric::GpuEccErrors, ECC_AGGREGATE, 0.0, false),
+            (L, Metric::NvlinkErrors, &[("error_type", "crc_data")], 0.0, true),
+            (L, Metric::NvlinkErrors, &[("error_type", "replay")], 0.0, false),
+            (D, Metric::NvlinkErrors, &[("error_type", "replay")], 0.0, true),
+            (L, Metric::GpuRetiredPagesPending, &[], 0.0, false),
+            (L, Metric::GpuRetiredPagesPending, &[], 1.0, true),
+            (D, Metric::GpuRetiredPagesPending, &[], 0.0, true),
+        ];
+        for &(detail, metric, labels, value, served) in cases {
+            let label = |n: &str| labels.iter().find(|(k, _)| *k == n).map(|(_, v)| *v);
+            assert_eq!(
+                serves(detail, metric, label, value),
+                served,
+                "{detail:?} {metric} {labels:?} {value}"
+            );
+        }
     }
 
     /// The verdict, identity and the exporter's own process are in every profile.

@@ -21,6 +21,26 @@ pub struct Daemon {
     pub port: u16,
 }
 
+impl Daemon {
+    /// Sends SIGHUP (a reload of the configuration and web config files).
+    pub fn hup(&self) {
+        let ok = std::process::Command::new("kill")
+            .args(["-HUP", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+}
+
+/// Writes a configuration file that serves the simulated DGX H100 (polled every second) at
+/// the series profile `detail`: what the SIGHUP profile-switch tests reload.
+pub fn write_detail_config(file: &std::path::Path, detail: &str) {
+    let text = format!(
+        "[metrics]\ndetail = \"{detail}\"\n[simulation]\nscenario = \"dgx-h100\"\ninterval = \"1s\"\n"
+    );
+    std::fs::write(file, text).unwrap();
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
         terminate(&mut self.child);

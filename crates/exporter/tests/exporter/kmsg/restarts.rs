@@ -86,11 +86,7 @@ fn a_reload_restarting_both_sources_changes_no_count() {
         wait(&d, "the XIDs", |b| xid(b, "0", "31") == Some(n));
     }
     write_config("5m", "500ms");
-    let ok = std::process::Command::new("kill")
-        .args(["-HUP", &d.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(ok.success());
+    d.hup();
     wait(&d, "the reload", |b| {
         value(
             b,
@@ -160,16 +156,9 @@ fn switching_the_kernel_log_away_and_back_counts_nothing_twice() {
     wait(&d, "the first log's XIDs", |b| {
         xid(b, "0", "31") == Some(3.0)
     });
-    let hup = || {
-        assert!(std::process::Command::new("kill")
-            .args(["-HUP", &d.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success());
-    };
     for round in 1..=3u32 {
         write_config(&other);
-        hup();
+        d.hup();
         wait(&d, "the other log read", |b| {
             value(
                 b,
@@ -179,7 +168,7 @@ fn switching_the_kernel_log_away_and_back_counts_nothing_twice() {
                 && xid(b, "0", "43") == Some(1.0)
         });
         write_config(&k.log);
-        hup();
+        d.hup();
         wait(&d, "back on the first log", |b| {
             value(
                 b,
